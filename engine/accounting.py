@@ -1,0 +1,144 @@
+"""The paper's Fig. 2 memory categories, computed from events alone.
+
+One fold serves the engine's metrics, ``simulate`` and the viewer. At each step end every slot of
+the arena is in exactly one category:
+
+- ``token_states``: holds a computed token's K/V;
+- ``reservation``: held by a running request that will fill it later;
+- ``internal``: held by a request that will never fill it (past its final length; for paging, the
+  unused tail of its last block);
+- ``external``: free while a waiting request cannot be placed;
+- ``free``: free while nobody waits for memory.
+
+"Will fill later" needs each request's final length: a complete trace knows it (the ``finished``
+event); for a request not yet finished the bound ``prompt_len + max_tokens - 1`` stands in.
+Pure Python, no torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from engine import events as E
+
+CATEGORIES = ("token_states", "reservation", "internal", "external", "free")
+
+
+@dataclass(frozen=True)
+class StepAccount:
+    """Slot counts per category at the end of one step, plus the queue."""
+    step: int
+    num_slots: int
+    token_states: int
+    reservation: int
+    internal: int
+    external: int
+    free: int
+    running: int
+    waiting: int
+    blocked: int
+
+    def share(self, category: str) -> float:
+        return getattr(self, category) / self.num_slots if self.num_slots else 0.0
+
+    def shares(self) -> dict[str, float]:
+        return {c: self.share(c) for c in CATEGORIES}
+
+
+@dataclass
+class Tally:
+    """Running state of the accounting fold; ``apply`` one event at a time, ``close_step`` at
+    every ``step_end``. ``final_lens`` maps request ids to their final length when known."""
+    num_slots: int
+    block_size: int
+    final_lens: dict[str, int] = field(default_factory=dict)
+    held: dict[str, int] = field(default_factory=dict)      # slots held per request
+    filled: dict[str, int] = field(default_factory=dict)    # K/V slots written per request
+    bound: dict[str, int] = field(default_factory=dict)     # prompt_len + max_tokens - 1
+    block_refs: dict[int, int] = field(default_factory=dict)
+    running: set[str] = field(default_factory=set)
+    waiting: set[str] = field(default_factory=set)
+    blocked_now: dict[str, str] = field(default_factory=dict)
+
+    def final_len(self, req: str) -> int:
+        return self.final_lens.get(req, self.bound.get(req, 0))
+
+    def apply(self, ev: E.Event) -> None:
+        k = ev.kind
+        if k == E.RequestArrived.kind:
+            self.bound[ev.req] = ev.prompt_len + ev.max_tokens - 1
+            self.waiting.add(ev.req)
+        elif k == E.Admitted.kind:
+            self.waiting.discard(ev.req)
+            self.running.add(ev.req)
+            self.blocked_now.pop(ev.req, None)
+        elif k == E.AdmissionBlocked.kind:
+            self.blocked_now[ev.req] = ev.reason
+        elif k == E.BlockAllocated.kind:
+            refs = self.block_refs.get(ev.physical, 0)
+            self.block_refs[ev.physical] = refs + 1
+            # A block shared by several tables occupies the arena once: charge its first holder.
+            if refs == 0:
+                self.held[ev.req] = self.held.get(ev.req, 0) + self.block_size
+        elif k == E.SlotsReserved.kind:
+            self.held[ev.req] = self.held.get(ev.req, 0) + ev.length
+        elif k == E.TokensWritten.kind:
+            self.filled[ev.req] = self.filled.get(ev.req, 0) + len(ev.slots)
+        elif k == E.BlockFreed.kind:
+            self.block_refs[ev.physical] = ev.ref_count
+            if ev.ref_count == 0:
+                del self.block_refs[ev.physical]
+                self.held[ev.req] = self.held.get(ev.req, 0) - self.block_size
+        elif k == E.ReservationReleased.kind:
+            self.held[ev.req] = self.held.get(ev.req, 0) - ev.length
+        elif k == E.Preempted.kind:
+            self.running.discard(ev.req)
+            self.waiting.add(ev.req)
+            self.filled.pop(ev.req, None)
+        elif k == E.Finished.kind:
+            self.running.discard(ev.req)
+            self.filled.pop(ev.req, None)
+        if self.held.get(getattr(ev, "req", None), 1) == 0:
+            del self.held[ev.req]
+
+    def close_step(self, step: int) -> StepAccount:
+        token = reservation = internal = 0
+        for req, held in self.held.items():
+            filled = self.filled.get(req, 0)
+            final = max(self.final_len(req), filled)
+            token += filled
+            reservation += max(0, min(held, final) - filled)
+            internal += max(0, held - final)
+        free_total = self.num_slots - sum(self.held.values())
+        blocked = sum(1 for r, why in self.blocked_now.items()
+                      if r in self.waiting and why != E.BLOCKED_BATCH_FULL)
+        acct = StepAccount(step=step, num_slots=self.num_slots, token_states=token,
+                           reservation=reservation, internal=internal,
+                           external=free_total if blocked else 0,
+                           free=0 if blocked else free_total,
+                           running=len(self.running), waiting=len(self.waiting), blocked=blocked)
+        self.blocked_now.clear()
+        return acct
+
+
+def final_lengths(events: Iterable[E.Event]) -> dict[str, int]:
+    """Each finished request's final length, from a complete event list."""
+    return {ev.req: ev.final_len for ev in events if ev.kind == E.Finished.kind}
+
+
+def account(events: list[E.Event], num_slots: int, block_size: int) -> list[StepAccount]:
+    """One StepAccount per ``step_end`` event, in order."""
+    tally = Tally(num_slots=num_slots, block_size=block_size, final_lens=final_lengths(events))
+    out = []
+    for ev in events:
+        tally.apply(ev)
+        if ev.kind == E.StepEnd.kind:
+            out.append(tally.close_step(ev.step))
+    return out
+
+
+def time_averaged_shares(accounts: list[StepAccount]) -> dict[str, float]:
+    """Mean share of the arena per category over all steps (sums to 1)."""
+    if not accounts:
+        return {c: 0.0 for c in CATEGORIES}
+    return {c: sum(a.share(c) for a in accounts) / len(accounts) for c in CATEGORIES}

@@ -1,0 +1,45 @@
+"""``python -m engine <command>``: each command lives in its own ``engine/cmd_<name>.py`` module
+exposing ``add_parser(subparsers)`` and ``run(args) -> int``.
+
+Bad input of any kind ends as one line on stderr and exit code 2, never a traceback."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from engine.request import EngineInputError
+
+COMMANDS = ("generate", "record", "simulate", "capacity")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own usage errors: also one line, exit 2
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m engine", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in COMMANDS:
+        try:
+            mod = importlib.import_module(f"engine.cmd_{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"engine.cmd_{name}":
+                raise
+            continue
+        mod.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except EngineInputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

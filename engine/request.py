@@ -1,0 +1,105 @@
+"""Requests, sampling parameters and the batch the scheduler hands to a runner. Pure Python."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class EngineInputError(ValueError):
+    """Base class of the engine's bad-input errors; the CLI turns these into exit code 2."""
+
+
+class InvalidRequestError(EngineInputError):
+    """A request cannot be served at all (empty prompt, longer than the model allows, ...)."""
+
+
+class InvalidConfigError(EngineInputError):
+    """An engine setting is out of range (block size <= 0, a KV budget too small, ...)."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick tokens. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable."""
+    max_tokens: int = 16
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise InvalidRequestError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise InvalidRequestError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class Request:
+    """One generation request. ``num_computed`` counts tokens whose K/V sit in the arena."""
+    req_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    arrival_step: int = 0
+    output_token_ids: list[int] = field(default_factory=list)
+    status: Status = Status.WAITING
+    num_computed: int = 0
+    num_preemptions: int = 0
+    finish_reason: str | None = None
+    #: For a dry run: the output length to produce (no model decides it).
+    forced_output_len: int | None = None
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def max_final_len(self) -> int:
+        """K/V slots this request fills at most: prompt + max_tokens - 1 (the last sampled
+        token's K/V is never computed)."""
+        return self.prompt_len + self.params.max_tokens - 1
+
+
+@dataclass
+class ScheduledSeq:
+    """One request's share of a step. The runner feeds ``token_ids`` at ``positions``, writes
+    their K/V to ``slot_mapping`` (flat arena slot indices), attends over positions
+    ``[0, context_len)`` through ``block_table`` and returns one next token."""
+    request: Request
+    token_ids: list[int]
+    positions: list[int]
+    slot_mapping: list[int]
+    block_table: list[int]
+    context_len: int
+
+    @property
+    def is_prefill(self) -> bool:
+        return len(self.token_ids) > 1 or self.positions[0] == 0
+
+
+@dataclass
+class Batch:
+    """What one engine step runs. ``block_size`` is the granularity of the block tables: the
+    paged allocator's block size, or 1 for contiguous runs (a run of slots is a table of
+    one-slot blocks, so both allocators go through one attention entry point)."""
+    seqs: list[ScheduledSeq]
+    block_size: int
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.seqs)

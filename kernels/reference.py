@@ -1,0 +1,82 @@
+"""Paged attention in plain torch: the oracle for the Triton kernels and the engine's CPU path.
+
+Layout shared by every function here (the KV arena of one layer):
+    k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim]
+A flat slot index is ``physical_block * block_size + offset``. Block tables are int32
+``[batch, max_blocks]``; entries past a request's last block are ignored (any value).
+Query heads map to KV heads as in GQA: query head h reads KV head h // (Hq // Hkv).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             slot_mapping: torch.Tensor) -> None:
+    """Write new tokens' K/V ``[T, Hkv, D]`` into the arena at ``slot_mapping`` (int64 ``[T]``);
+    a slot of -1 means: skip this token."""
+    keep = slot_mapping >= 0
+    if not bool(keep.all()):
+        k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
+    hkv, d = k_cache.shape[2], k_cache.shape[3]
+    k_cache.view(-1, hkv, d).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
+    v_cache.view(-1, hkv, d).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+
+
+def gather_slots(block_tables: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Flat slot of each logical position: the block table lookup the MMU would do.
+    ``block_tables`` [B, max_blocks], ``positions`` [L] -> slots [B, L] (int64)."""
+    logical = (positions // block_size).long()
+    physical = block_tables.long().index_select(1, logical).clamp_(min=0)
+    return physical * block_size + (positions % block_size).long()
+
+
+def _gather_kv(k_cache, v_cache, block_tables, length: int):
+    bs, hkv, d = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
+    pos = torch.arange(length, device=k_cache.device)
+    slots = gather_slots(block_tables, pos, bs)            # [B, L]
+    k = k_cache.view(-1, hkv, d)[slots]                     # [B, L, Hkv, D]
+    v = v_cache.view(-1, hkv, d)[slots]
+    return k, v, pos
+
+
+def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, context_lens: torch.Tensor,
+                           scale: float) -> torch.Tensor:
+    """One new query token per request attends to its first ``context_lens[b]`` cached tokens.
+    ``q`` [B, Hq, D] -> out [B, Hq, D]."""
+    b, hq, d = q.shape
+    hkv = k_cache.shape[2]
+    k, v, pos = _gather_kv(k_cache, v_cache, block_tables, int(context_lens.max()))
+    mask = pos[None, :] < context_lens[:, None].to(pos.device)          # [B, L]
+    out = F.scaled_dot_product_attention(
+        q.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2),             # [B, H, 1|L, D]
+        attn_mask=mask[:, None, None, :], scale=scale, enable_gqa=hq != hkv)
+    return out.squeeze(2)
+
+
+def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            block_tables: torch.Tensor, query_start_loc: torch.Tensor,
+                            context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+    """Varlen prefill. Request b's new tokens are ``q[query_start_loc[b]:query_start_loc[b+1]]``
+    (``[T, Hq, D]`` overall); they are the last tokens of its ``context_lens[b]`` tokens, whose
+    K/V (new ones included) are already in the arena. Each attends causally to its cache and
+    itself. Returns ``[T, Hq, D]``."""
+    hq, hkv = q.shape[1], k_cache.shape[2]
+    out = torch.empty_like(q)
+    starts = query_start_loc.tolist()
+    for b, ctx in enumerate(context_lens.tolist()):
+        s, e = starts[b], starts[b + 1]
+        n = e - s
+        if n == 0:
+            continue
+        k, v, pos = _gather_kv(k_cache, v_cache, block_tables[b:b + 1], ctx)
+        qpos = torch.arange(ctx - n, ctx, device=q.device)
+        mask = pos[None, :] <= qpos[:, None]                                 # [n, ctx]
+        o = F.scaled_dot_product_attention(
+            q[s:e].transpose(0, 1).unsqueeze(0), k.transpose(1, 2), v.transpose(1, 2),
+            attn_mask=None if n == ctx else mask, is_causal=n == ctx, scale=scale,
+            enable_gqa=hq != hkv)
+        out[s:e] = o[0].transpose(0, 1)
+    return out
