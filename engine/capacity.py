@@ -1,0 +1,338 @@
+"""KV-cache capacity arithmetic: how many bytes a token, a block, a request and a block table
+cost, and how many requests a KV budget holds with and without paging. Pure Python, no torch,
+so the Streamlit pages can import it cheaply.
+
+Units. Every byte count here is exact. For display we use binary units throughout: KiB = 2**10,
+MiB = 2**20, GiB = 2**30 bytes. The essay writes "KB" and "GB" but its figures only work out in
+binary units, so we read its "GB" as GiB and its "KB" as KiB:
+
+- Llama-2-70B: 2 (K and V) x 8 KV heads x 128 x 2 bytes = 4,096 B = 4 KiB per token per layer;
+  x 80 layers = 327,680 B = 320 KiB per token.
+- One request at 2k / 8k / 32k tokens is 0.625 / 2.5 / 10 GiB; the essay prints 0.6 / 2.5 / 10
+  "GB". In decimal GB these would be 0.67 / 2.68 / 10.7, which does not match.
+- The batch table (x8, x32) is then 5 / 20 / 80 / 320 GiB, exactly as printed.
+- A block of 16 tokens in one layer is 16 x 4 KiB = 64 KiB.
+- A "40 GB" KV budget is 40 GiB = 42,949,672,960 B. Preallocating max_len 8192 reserves
+  2.5 GiB per request, so 40 / 2.5 = 16 requests.
+- Paging at a mean length of 3000: ceil(3000 / 16) = 188 blocks = 3,008 slots x 320 KiB
+  = 985,661,440 B (940 MiB) per request, and 42,949,672,960 // 985,661,440 = 43 requests.
+  The essay rounds this to "about 40" and the gain to 2.5x; the exact figures are 43 and
+  43 / 16 = 2.6875 (about 2.7x). We show the exact ones and say so.
+- A block table for 32,768 tokens at block 16 has 2,048 entries; at 8 bytes each, 16 KiB.
+
+Model shapes. Presets cover the essay's models and ours; a HF ``config.json`` or a GGUF file on
+disk works too. ``dtype`` is the KV cache's element type, not the weights': SmolLM2 defaults to
+float32 because this project runs it on CPU in fp32; pass ``dtype="bf16"`` for the GPU path.
+A GGUF holds (often quantized) weights and no KV type, so it defaults to float16, the KV cache
+type llama.cpp uses unless told otherwise.
+
+Every bad input raises :class:`engine.request.InvalidConfigError` with a one-line message.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from engine.request import InvalidConfigError
+
+KiB, MiB, GiB = 2**10, 2**20, 2**30
+DEFAULT_ENTRY_BYTES = 8  # one block-table entry: an int64 physical block id
+
+DTYPE_BYTES = {
+    "float64": 8, "fp64": 8,
+    "float32": 4, "fp32": 4,
+    "float16": 2, "fp16": 2, "half": 2,
+    "bfloat16": 2, "bf16": 2,
+    "float8": 1, "fp8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+}
+
+
+def dtype_bytes(dtype: str | int) -> int:
+    """Bytes per element for a dtype name (``"bf16"``, ``"torch.float16"``, ...) or a byte count."""
+    if isinstance(dtype, int) and not isinstance(dtype, bool):
+        return _positive("dtype bytes", dtype)
+    key = str(dtype).strip().lower().removeprefix("torch.")
+    if key not in DTYPE_BYTES:
+        raise InvalidConfigError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}")
+    return DTYPE_BYTES[key]
+
+
+def _positive(what: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidConfigError(f"{what} must be a positive integer, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the KV cache of one model looks like. Promises positive integer fields."""
+    name: str
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype_bytes: int
+    max_position_embeddings: int | None = None
+
+    def __post_init__(self) -> None:
+        for what in ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes"):
+            _positive(f"{self.name}: {what}", getattr(self, what))
+        if self.max_position_embeddings is not None:
+            _positive(f"{self.name}: max_position_embeddings", self.max_position_embeddings)
+
+    def with_dtype(self, dtype: str | int | None) -> ModelShape:
+        """The same model with another KV element type; ``None`` keeps the current one."""
+        return self if dtype is None else replace(self, dtype_bytes=dtype_bytes(dtype))
+
+    @property
+    def bytes_per_token_per_layer(self) -> int:
+        return 2 * self.num_kv_heads * self.head_dim * self.dtype_bytes  # 2: one K and one V
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.bytes_per_token_per_layer * self.num_layers
+
+    def bytes_per_request(self, length: int, batch: int = 1) -> int:
+        """KV bytes for ``batch`` requests of ``length`` tokens each, stored token by token."""
+        return _positive("length", length) * _positive("batch", batch) * self.bytes_per_token
+
+    def bytes_per_block_per_layer(self, block_size: int) -> int:
+        return _positive("block size", block_size) * self.bytes_per_token_per_layer
+
+    def bytes_per_block(self, block_size: int) -> int:
+        return self.bytes_per_block_per_layer(block_size) * self.num_layers
+
+
+PRESETS: dict[str, ModelShape] = {
+    "llama-2-70b": ModelShape("llama-2-70b", 80, 8, 128, 2, 4096),    # GQA: 64 query heads
+    "llama-2-7b": ModelShape("llama-2-7b", 32, 32, 128, 2, 4096),
+    "opt-13b": ModelShape("opt-13b", 40, 40, 128, 2, 2048),
+    "smollm2-135m": ModelShape("smollm2-135m", 30, 3, 64, 4, 8192),   # fp32: our CPU path
+}
+
+
+def preset(name: str, dtype: str | int | None = None) -> ModelShape:
+    """A named model shape, optionally with another KV dtype."""
+    if name not in PRESETS:
+        raise InvalidConfigError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
+    return PRESETS[name].with_dtype(dtype)
+
+
+def from_hf_config(path: str | Path, dtype: str | int | None = None) -> ModelShape:
+    """Read a Hugging Face ``config.json`` (or a folder holding one).
+
+    ``num_key_value_heads`` falls back to ``num_attention_heads`` (plain MHA) and ``head_dim`` to
+    ``hidden_size // num_attention_heads``. The KV dtype is ``dtype`` if given, else the config's
+    ``torch_dtype`` (or ``dtype``), else float16: serving engines run fp32 checkpoints in half.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    cfg = _read_json(path)
+    if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
+        cfg = cfg["text_config"]  # multimodal configs nest the language model's shape
+    heads = _config_int(cfg, "num_attention_heads", path)
+    kv_heads = cfg.get("num_key_value_heads") or heads
+    head_dim = cfg.get("head_dim") or _config_int(cfg, "hidden_size", path) // heads
+    kv_dtype = dtype if dtype is not None else cfg.get("torch_dtype") or cfg.get("dtype") or "fp16"
+    name = cfg.get("_name_or_path") or cfg.get("model_type") or path.parent.name
+    return ModelShape(str(name), _config_int(cfg, "num_hidden_layers", path), kv_heads, head_dim,
+                      dtype_bytes(kv_dtype), cfg.get("max_position_embeddings"))
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidConfigError(f"no config file at {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InvalidConfigError(f"cannot read {path} as JSON: {e}") from None
+    if not isinstance(cfg, dict):
+        raise InvalidConfigError(f"{path} is not a JSON object")
+    return cfg
+
+
+def _config_int(cfg: dict, key: str, path: Path) -> int:
+    if key not in cfg:
+        raise InvalidConfigError(f"{path} has no {key!r}")
+    return _positive(f"{path}: {key}", cfg[key])
+
+
+def from_gguf(path: str | Path, dtype: str | int | None = None) -> ModelShape:
+    """Read a model's shape from a GGUF file's metadata (no tensor data is touched).
+
+    Keys are ``{arch}.block_count``, ``{arch}.attention.head_count_kv`` (falls back to
+    ``head_count``), ``{arch}.attention.key_length`` (falls back to ``embedding_length //
+    head_count``) with ``arch`` from ``general.architecture``. KV dtype defaults to float16.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InvalidConfigError(f"no GGUF file at {path}")
+    from gguf import GGUFReader  # heavy (numpy + format tables): only when a GGUF is asked for
+
+    try:
+        meta = {k: f.contents() for k, f in GGUFReader(path).fields.items()
+                if not k.startswith("tokenizer.")}
+    except Exception as e:  # the reader signals a foreign file with assorted error types
+        raise InvalidConfigError(f"cannot read {path} as GGUF: {e}") from None
+    arch = meta.get("general.architecture", "llama")
+
+    def get(key: str, default=None):
+        value = meta.get(f"{arch}.{key}", default)
+        if value is None:
+            raise InvalidConfigError(f"{path} has no {arch}.{key}")
+        return max(value) if isinstance(value, list) else value  # per-layer lists: the widest
+
+    heads = get("attention.head_count")
+    head_dim = meta.get(f"{arch}.attention.key_length") or get("embedding_length") // heads
+    return ModelShape(str(meta.get("general.name", path.stem)), get("block_count"),
+                      get("attention.head_count_kv", heads), head_dim,
+                      dtype_bytes(dtype if dtype is not None else "fp16"),
+                      meta.get(f"{arch}.context_length"))
+
+
+def load_shape(preset_name: str | None = None, config: str | Path | None = None,
+               gguf: str | Path | None = None, dtype: str | int | None = None) -> ModelShape:
+    """One entry point for the CLI and the page: a config path or GGUF path wins over a preset;
+    with none given, the essay's Llama-2-70B."""
+    if config is not None and gguf is not None:
+        raise InvalidConfigError("give a config.json or a GGUF file, not both")
+    if config is not None:
+        return from_hf_config(config, dtype)
+    if gguf is not None:
+        return from_gguf(gguf, dtype)
+    return preset(preset_name or "llama-2-70b", dtype)
+
+
+def blocks_for(length: int, block_size: int) -> int:
+    """Blocks a request of ``length`` tokens holds: a new one only when the last is full."""
+    return math.ceil(_positive("length", length) / _positive("block size", block_size))
+
+
+def block_table_bytes(length: int, block_size: int, entry_bytes: int = DEFAULT_ENTRY_BYTES) -> int:
+    """Bytes of one request's block table: one entry per block."""
+    return blocks_for(length, block_size) * _positive("entry bytes", entry_bytes)
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    """How many requests a KV budget holds when each reserves ``max_len`` up front versus when
+    each holds only the blocks its ``mean_len`` tokens fill (the essay's section 4.2 model)."""
+    budget_bytes: int
+    max_len: int
+    mean_len: int
+    block_size: int
+    bytes_per_token: int
+
+    @property
+    def prealloc_bytes_per_request(self) -> int:
+        return self.max_len * self.bytes_per_token
+
+    @property
+    def paged_blocks_per_request(self) -> int:
+        return blocks_for(self.mean_len, self.block_size)
+
+    @property
+    def paged_bytes_per_request(self) -> int:
+        return self.paged_blocks_per_request * self.block_size * self.bytes_per_token
+
+    @property
+    def prealloc_requests(self) -> int:
+        return self.budget_bytes // self.prealloc_bytes_per_request
+
+    @property
+    def paged_requests(self) -> int:
+        return self.budget_bytes // self.paged_bytes_per_request
+
+    @property
+    def ratio(self) -> float | None:
+        """paged / preallocated; ``None`` when the budget holds no preallocated request."""
+        return self.paged_requests / self.prealloc_requests if self.prealloc_requests else None
+
+    @property
+    def prealloc_used_bytes(self) -> int:
+        """What the preallocated requests actually fill at the mean length."""
+        return self.prealloc_requests * self.mean_len * self.bytes_per_token
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "prealloc": self.prealloc_requests, "paged": self.paged_requests,
+                "ratio": self.ratio,
+                "prealloc_bytes_per_request": self.prealloc_bytes_per_request,
+                "paged_blocks_per_request": self.paged_blocks_per_request,
+                "paged_bytes_per_request": self.paged_bytes_per_request,
+                "paged_tail_slots": (self.paged_blocks_per_request * self.block_size
+                                     - self.mean_len),
+                "prealloc_used_bytes": self.prealloc_used_bytes,
+                "prealloc_idle_bytes": self.budget_bytes - self.prealloc_used_bytes}
+
+
+def concurrency(shape: ModelShape, budget_bytes: int, max_len: int, mean_len: int,
+                block_size: int) -> Concurrency:
+    """Validate the inputs and build a :class:`Concurrency`."""
+    for what, value in (("budget bytes", budget_bytes), ("max_len", max_len),
+                        ("mean length", mean_len), ("block size", block_size)):
+        _positive(what, value)
+    if mean_len > max_len:
+        raise InvalidConfigError(f"mean length {mean_len} exceeds max_len {max_len}")
+    return Concurrency(budget_bytes, max_len, mean_len, block_size, shape.bytes_per_token)
+
+
+@dataclass(frozen=True)
+class CapacityReport:
+    """Everything the CLI and the page show, computed once from one shape and one setting."""
+    shape: ModelShape
+    block_size: int
+    lengths: tuple[int, ...]
+    batches: tuple[int, ...]
+    concurrency: Concurrency
+    entry_bytes: int = DEFAULT_ENTRY_BYTES
+
+    def per_request_rows(self) -> list[dict]:
+        return [{"length": n, "blocks": blocks_for(n, self.block_size),
+                 "by_batch": [{"batch": b, "bytes": self.shape.bytes_per_request(n, b)}
+                              for b in self.batches]} for n in self.lengths]
+
+    def block_table_rows(self) -> list[dict]:
+        return [{"length": n, "entries": blocks_for(n, self.block_size),
+                 "entry_bytes": self.entry_bytes,
+                 "bytes": block_table_bytes(n, self.block_size, self.entry_bytes)}
+                for n in self.lengths]
+
+    def lengths_beyond_context(self) -> list[int]:
+        """Lengths past the model's trained context: still valid arithmetic, as in the essay."""
+        ctx = self.shape.max_position_embeddings
+        return [n for n in self.lengths if ctx is not None and n > ctx]
+
+    def to_dict(self) -> dict:
+        s = self.shape
+        return {"model": asdict(s), "block_size": self.block_size, "units": "bytes; GiB = 2**30",
+                "bytes_per_token_per_layer": s.bytes_per_token_per_layer,
+                "bytes_per_token": s.bytes_per_token,
+                "bytes_per_block_per_layer": s.bytes_per_block_per_layer(self.block_size),
+                "bytes_per_block": s.bytes_per_block(self.block_size),
+                "per_request": self.per_request_rows(), "block_table": self.block_table_rows(),
+                "lengths_beyond_context": self.lengths_beyond_context(),
+                "concurrency": self.concurrency.to_dict()}
+
+
+def build_report(shape: ModelShape, *, block_size: int = 16, budget_bytes: int = 40 * GiB,
+                 max_len: int = 8192, mean_len: int = 3000,
+                 lengths: tuple[int, ...] = (2048, 8192, 32768), batches: tuple[int, ...] = (1, 8, 32),
+                 entry_bytes: int = DEFAULT_ENTRY_BYTES) -> CapacityReport:
+    """The essay's setting by default. Raises InvalidConfigError on any non-positive number."""
+    if not lengths or not batches:
+        raise InvalidConfigError("give at least one length and one batch size")
+    for n in (*lengths, *batches):
+        _positive("lengths and batches", n)
+    _positive("entry bytes", entry_bytes)
+    conc = concurrency(shape, budget_bytes, max_len, mean_len, block_size)
+    return CapacityReport(shape, block_size, tuple(lengths), tuple(batches), conc, entry_bytes)
+
+
+def format_bytes(n: int) -> str:
+    """Binary units, largest that keeps the value >= 1: 4,096 -> ``4 KiB``, 2**29 -> ``512 MiB``."""
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= size:
+            return f"{n / size:.4g} {unit}"
+    return f"{n} B"
