@@ -53,8 +53,11 @@ class Request:
     num_computed: int = 0
     num_preemptions: int = 0
     finish_reason: str | None = None
-    #: For a dry run: the output length to produce (no model decides it).
+    #: Dry run only: the output length at which the stand-in runner emits EOS.
     forced_output_len: int | None = None
+    #: What an oracle allocator is told the final length will be (e.g. from an earlier run);
+    #: None means the bound ``max_final_len``, exact whenever EOS is ignored.
+    known_final_len: int | None = None
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -73,6 +76,15 @@ class Request:
         """K/V slots this request fills at most: prompt + max_tokens - 1 (the last sampled
         token's K/V is never computed)."""
         return self.prompt_len + self.params.max_tokens - 1
+
+    @property
+    def true_final_len(self) -> int:
+        """The final length as far as an oracle may know it."""
+        if self.known_final_len is not None:
+            return self.known_final_len
+        if self.forced_output_len is not None:
+            return self.prompt_len + min(self.forced_output_len, self.params.max_tokens) - 1
+        return self.max_final_len
 
 
 @dataclass

@@ -1,0 +1,196 @@
+"""Two ways to hand out the same KV arena of ``num_blocks * block_size`` token slots.
+
+Both allocators answer the scheduler through one interface:
+
+- ``check_admit(req, num_tokens)`` -> None, or an ``AdmitRefusal`` saying why not;
+- ``admit(req, num_tokens)`` reserves what admission needs (call only after a None check);
+- ``grow(req, num_tokens) -> bool``: make room for ``num_tokens`` tokens, False if impossible now;
+- ``release(req_id)``: give everything back;
+- ``block_table(req_id)``: physical blocks in units of ``view_block_size`` (1 for contiguous:
+  a run of slots is a table of one-slot blocks, so attention has a single entry point);
+- ``slot(req_id, pos)``: the flat arena slot of a logical position.
+
+They emit allocator events on the bus; the scheduler emits the rest.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine import events as E
+from engine.block_pool import Block, BlockPool
+from engine.request import InvalidConfigError, Request
+
+ALLOCATORS = ("paged", "max", "pow2", "oracle")
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class AdmitRefusal:
+    reason: str
+    need_slots: int
+    free_slots: int
+    largest_hole: int
+
+
+class PagedAllocator:
+    """Paging: a per-request block table grows by one block only when its last block is full;
+    blocks come from anywhere in the pool and go back to it when the request ends."""
+
+    name = "paged"
+
+    def __init__(self, num_blocks: int, block_size: int, bus: E.EventBus) -> None:
+        self.block_size = block_size
+        self.view_block_size = block_size
+        self.num_slots = num_blocks * block_size
+        self.pool = BlockPool(num_blocks)
+        self.tables: dict[str, list[Block]] = {}
+        self.bus = bus
+
+    @property
+    def free_slots(self) -> int:
+        return self.pool.num_free * self.block_size
+
+    def slots_needed(self, req: Request) -> int:
+        """Slots this request needs at the very most (for up-front feasibility checks)."""
+        return cdiv(req.max_final_len, self.block_size) * self.block_size
+
+    def check_admit(self, req: Request, num_tokens: int) -> AdmitRefusal | None:
+        need = cdiv(num_tokens, self.block_size)
+        if need <= self.pool.num_free:
+            return None
+        return AdmitRefusal(E.BLOCKED_NO_FREE_BLOCK, need * self.block_size, self.free_slots,
+                            self.free_slots)
+
+    def admit(self, req: Request, num_tokens: int) -> None:
+        self.tables[req.req_id] = []
+        if not self.grow(req, num_tokens):
+            raise RuntimeError("admit() called without a successful check_admit()")
+
+    def grow(self, req: Request, num_tokens: int) -> bool:
+        table = self.tables[req.req_id]
+        need = cdiv(num_tokens, self.block_size) - len(table)
+        if need > self.pool.num_free:
+            return False
+        for _ in range(need):
+            block = self.pool.allocate()
+            table.append(block)
+            self.bus.emit(E.BlockAllocated, req=req.req_id, logical=len(table) - 1,
+                          physical=block.block_id)
+        return True
+
+    def release(self, req_id: str) -> None:
+        # Tail first: the blocks least likely to be shared go back to the pool first.
+        for block in reversed(self.tables.pop(req_id)):
+            refs = self.pool.release(block)
+            self.bus.emit(E.BlockFreed, req=req_id, physical=block.block_id, ref_count=refs)
+
+    def block_table(self, req_id: str) -> list[int]:
+        return [b.block_id for b in self.tables[req_id]]
+
+    def slot(self, req_id: str, pos: int) -> int:
+        return self.tables[req_id][pos // self.block_size].block_id * self.block_size \
+            + pos % self.block_size
+
+
+class ContiguousAllocator:
+    """Preallocation: one contiguous run of slots per request, reserved whole at admission and
+    placed first-fit. ``policy`` sets the run's length:
+
+    - ``max``: the most the request may ever need, its prompt plus ``max_tokens`` (capped at
+      ``max_model_len``); a request that declares no bound reserves ``max_model_len``;
+    - ``pow2``: the next power of two >= its true final length (capped at ``max_model_len``);
+    - ``oracle``: exactly its true final length.
+
+    A request whose run fits in no hole waits even when the free total would do: the refusal's
+    reason is then ``no_hole`` - external fragmentation."""
+
+    def __init__(self, num_blocks: int, block_size: int, max_model_len: int, policy: str,
+                 bus: E.EventBus) -> None:
+        if policy not in ("max", "pow2", "oracle"):
+            raise InvalidConfigError(f"unknown contiguous policy {policy!r}")
+        self.name = policy
+        self.view_block_size = 1
+        self.num_slots = num_blocks * block_size
+        self.max_model_len = max_model_len
+        self.bus = bus
+        self.holes: list[list[int]] = [[0, self.num_slots]]  # sorted [start, length] free runs
+        self.runs: dict[str, tuple[int, int]] = {}
+
+    @property
+    def free_slots(self) -> int:
+        return sum(length for _, length in self.holes)
+
+    @property
+    def largest_hole(self) -> int:
+        return max((length for _, length in self.holes), default=0)
+
+    def reservation(self, req: Request) -> int:
+        if self.name == "max":
+            return min(self.max_model_len, req.max_final_len)
+        final = req.true_final_len
+        if self.name == "oracle":
+            return final
+        return min(max(self.max_model_len, final), 1 << max(0, final - 1).bit_length())
+
+    slots_needed = reservation
+
+    def check_admit(self, req: Request, num_tokens: int) -> AdmitRefusal | None:
+        need = max(self.reservation(req), num_tokens)
+        if need <= self.largest_hole:
+            return None
+        reason = E.BLOCKED_NO_HOLE if need <= self.free_slots else E.BLOCKED_NO_SPACE
+        return AdmitRefusal(reason, need, self.free_slots, self.largest_hole)
+
+    def admit(self, req: Request, num_tokens: int) -> None:
+        need = max(self.reservation(req), num_tokens)
+        for i, (start, length) in enumerate(self.holes):
+            if length >= need:
+                if length == need:
+                    del self.holes[i]
+                else:
+                    self.holes[i] = [start + need, length - need]
+                self.runs[req.req_id] = (start, need)
+                self.bus.emit(E.SlotsReserved, req=req.req_id, start=start, length=need)
+                return
+        raise RuntimeError("admit() called without a successful check_admit()")
+
+    def grow(self, req: Request, num_tokens: int) -> bool:
+        return num_tokens <= self.runs[req.req_id][1]
+
+    def release(self, req_id: str) -> None:
+        start, length = self.runs.pop(req_id)
+        self._free_run(start, length)
+        self.bus.emit(E.ReservationReleased, req=req_id, start=start, length=length)
+
+    def _free_run(self, start: int, length: int) -> None:
+        holes = self.holes
+        i = next((k for k, h in enumerate(holes) if h[0] > start), len(holes))
+        holes.insert(i, [start, length])
+        if i + 1 < len(holes) and start + length == holes[i + 1][0]:  # merge with the next hole
+            holes[i][1] += holes.pop(i + 1)[1]
+        if i > 0 and holes[i - 1][0] + holes[i - 1][1] == start:       # and with the previous
+            holes[i - 1][1] += holes.pop(i)[1]
+
+    def block_table(self, req_id: str) -> list[int]:
+        start, length = self.runs[req_id]
+        return list(range(start, start + length))
+
+    def slot(self, req_id: str, pos: int) -> int:
+        return self.runs[req_id][0] + pos
+
+
+def make_allocator(name: str, num_blocks: int, block_size: int, max_model_len: int,
+                   bus: E.EventBus) -> PagedAllocator | ContiguousAllocator:
+    """Build the allocator ``name`` (one of ALLOCATORS) over an arena of ``num_blocks`` blocks."""
+    if block_size <= 0:
+        raise InvalidConfigError(f"block size must be positive, got {block_size}")
+    if num_blocks <= 0:
+        raise InvalidConfigError(f"the KV arena needs at least one block, got {num_blocks}")
+    if name == "paged":
+        return PagedAllocator(num_blocks, block_size, bus)
+    if name in ALLOCATORS:
+        return ContiguousAllocator(num_blocks, block_size, max_model_len, name, bus)
+    raise InvalidConfigError(f"unknown allocator {name!r}; choose one of {', '.join(ALLOCATORS)}")

@@ -1,0 +1,80 @@
+"""``python -m engine simulate``: the paper's Fig. 2 comparison at a scale no CPU could run."""
+from __future__ import annotations
+
+import json
+import sys
+
+from engine import workload
+from engine.allocators import ALLOCATORS
+from engine.request import InvalidConfigError
+from engine.simulate import build_requests, run_policy
+
+#: An OPT-13B-sized KV arena: about 12 GB of an A100-40GB at 800 KB per token = 15,360 tokens.
+DEFAULT_NUM_SLOTS = 15360
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("simulate", help="dry-run the scheduler and allocators on a synthetic "
+                       "workload (forward pass skipped)")
+    p.add_argument("--workload", default="sharegpt", choices=sorted(workload.WORKLOADS))
+    p.add_argument("--requests", type=int, default=1000)
+    p.add_argument("--policies", default="max,pow2,oracle,paged",
+                   help="comma-separated subset of " + ",".join(ALLOCATORS))
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--max-model-len", type=int, default=2048)
+    p.add_argument("--num-slots", type=int, default=DEFAULT_NUM_SLOTS,
+                   help="KV arena size in token slots (default: OPT-13B on an A100-40GB)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--all-steps", action="store_true",
+                   help="average over every step, not only while requests wait")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run)
+
+
+def _check(args) -> list[str]:
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    bad = [p for p in policies if p not in ALLOCATORS]
+    if bad or not policies:
+        raise InvalidConfigError(f"unknown policy {bad[0] if bad else '(none)'}; "
+                                 f"choose from {', '.join(ALLOCATORS)}")
+    for name in ("requests", "block_size", "max_model_len", "num_slots"):
+        if getattr(args, name) <= 0:
+            raise InvalidConfigError(f"--{name.replace('_', '-')} must be positive")
+    if args.num_slots < args.max_model_len:
+        raise InvalidConfigError("--num-slots must hold at least one max-model-len request")
+    return policies
+
+
+def run(args) -> int:
+    policies = _check(args)
+    items = workload.generate(args.workload, args.requests, args.max_model_len, args.seed)
+    reqs = build_requests(items, args.max_model_len)
+    num_blocks = args.num_slots // args.block_size
+    out = {"forward": "skipped", "workload": {
+        "name": args.workload, "requests": args.requests, "seed": args.seed,
+        "mean_input": sum(i.input_len for i in items) / len(items),
+        "mean_output": sum(i.output_len for i in items) / len(items),
+        "max_model_len": args.max_model_len, "block_size": args.block_size,
+        "num_slots": num_blocks * args.block_size,
+        "averaged_over": "all steps" if args.all_steps else "steps with a non-empty queue"},
+        "policies": {}}
+    for policy in policies:
+        print(f"simulating {policy} ...", file=sys.stderr, flush=True)
+        res = run_policy(policy, reqs, num_blocks, args.block_size, args.max_model_len)
+        shares = res.shares(saturated_only=not args.all_steps)
+        out["policies"][policy] = {**{k: round(v, 4) for k, v in shares.items()},
+                                   "mean_running": round(res.mean_running(not args.all_steps), 2),
+                                   "steps": res.steps, "preemptions": res.num_preemptions}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        _print_table(out)
+    return 0
+
+
+def _print_table(out: dict) -> None:
+    cols = ("token_states", "reservation", "internal", "external", "free", "mean_running")
+    print(f"{'policy':8}" + "".join(f"{c:>14}" for c in cols))
+    for name, row in out["policies"].items():
+        cells = [f"{row[c]:>13.1%} " if c != "mean_running" else f"{row[c]:>14.1f}" for c in cols]
+        print(f"{name:8}" + "".join(cells))

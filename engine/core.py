@@ -1,0 +1,82 @@
+"""The step loop: schedule, run the model (or a stand-in), record tokens, repeat."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Protocol
+
+from engine import events as E
+from engine.allocators import ContiguousAllocator, PagedAllocator
+from engine.request import Batch, InvalidConfigError, InvalidRequestError, Request
+from engine.scheduler import Scheduler
+
+
+class Runner(Protocol):
+    def execute(self, batch: Batch) -> list[int]:
+        """Run one step's forward pass and return one next token per scheduled sequence."""
+
+
+class EngineCore:
+    """Owns a scheduler over one allocator and drives ``runner`` one step at a time.
+
+    ``add_request`` refuses (InvalidRequestError / InvalidConfigError) anything that could never
+    finish: an empty prompt, a prompt longer than ``max_model_len``, or a request the whole arena
+    cannot hold. ``max_tokens`` is clipped so prompt plus output never exceeds ``max_model_len``."""
+
+    def __init__(self, allocator: PagedAllocator | ContiguousAllocator, runner: Runner,
+                 bus: E.EventBus | None = None, *, max_model_len: int,
+                 max_num_seqs: int = 256, max_num_batched_tokens: int | None = None,
+                 eos_token_id: int | None = None) -> None:
+        self.bus = bus if bus is not None else allocator.bus
+        self.allocator = allocator
+        self.runner = runner
+        self.max_model_len = max_model_len
+        self.scheduler = Scheduler(allocator, self.bus, max_num_seqs,
+                                   max(max_num_batched_tokens or 0, max_model_len, 2048),
+                                   eos_token_id)
+        self.step_count = 0
+
+    @property
+    def num_preemptions(self) -> int:
+        return self.scheduler.num_preemptions
+
+    def add_request(self, req: Request) -> Request:
+        if req.prompt_len == 0:
+            raise InvalidRequestError(f"request {req.req_id}: the prompt is empty")
+        if req.prompt_len > self.max_model_len:
+            raise InvalidRequestError(
+                f"request {req.req_id}: prompt of {req.prompt_len} tokens exceeds the maximum "
+                f"model length of {self.max_model_len}")
+        room = self.max_model_len - req.prompt_len + 1
+        if req.params.max_tokens > room:
+            req.params = dataclasses.replace(req.params, max_tokens=room)
+        need = self.allocator.slots_needed(req)
+        if need > self.allocator.num_slots:
+            raise InvalidConfigError(
+                f"request {req.req_id} needs {need} KV slots but the arena holds only "
+                f"{self.allocator.num_slots}; raise --num-blocks or --kv-budget-mb")
+        self.scheduler.add(req)
+        return req
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> list[Request]:
+        """One engine step. Returns the requests that finished in it."""
+        self.bus.step = self.step_count
+        batch = self.scheduler.schedule(self.step_count)
+        tokens = self.runner.execute(batch) if batch.seqs else []
+        finished = self.scheduler.update(batch, tokens)
+        forget = getattr(self.runner, "forget", None)
+        for req in finished:
+            if forget is not None:
+                forget(req.req_id)
+        self.bus.emit(E.StepEnd, num_running=len(self.scheduler.running),
+                      num_waiting=len(self.scheduler.waiting))
+        self.step_count += 1
+        return finished
+
+    def run_to_completion(self, on_step: Callable[["EngineCore"], None] | None = None) -> None:
+        while self.has_unfinished():
+            self.step()
+            if on_step is not None:
+                on_step(self)

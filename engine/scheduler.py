@@ -1,0 +1,142 @@
+"""Continuous batching: requests join and leave the running batch at every step.
+
+Each step: every running request gets room for its next token (when the arena has none, the most
+recently admitted request is preempted - its memory freed, itself requeued at the front to be
+recomputed); then waiting requests are admitted first-come-first-served while their prompt fits.
+The head of the queue is never skipped, so a blocked head blocks everyone behind it.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from engine import events as E
+from engine.allocators import ContiguousAllocator, PagedAllocator
+from engine.request import Batch, Request, ScheduledSeq, Status
+
+
+class Scheduler:
+    def __init__(self, allocator: PagedAllocator | ContiguousAllocator, bus: E.EventBus,
+                 max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
+                 eos_token_id: int | None = None) -> None:
+        self.allocator = allocator
+        self.bus = bus
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.eos_token_id = eos_token_id
+        self.pending: list[Request] = []        # not arrived yet, by arrival step
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []        # in admission order
+        self.num_preemptions = 0
+
+    def add(self, req: Request) -> None:
+        self.pending.append(req)
+        self.pending.sort(key=lambda r: r.arrival_step)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.pending or self.waiting or self.running)
+
+    def schedule(self, step: int) -> Batch:
+        self._arrive(step)
+        seqs = self._schedule_running()
+        if len(seqs) == len(self.running):  # no preemption this step: room to admit
+            seqs += self._admit_waiting(sum(len(s.token_ids) for s in seqs))
+        return Batch(seqs=seqs, block_size=self.allocator.view_block_size)
+
+    def _arrive(self, step: int) -> None:
+        while self.pending and self.pending[0].arrival_step <= step:
+            req = self.pending.pop(0)
+            self.waiting.append(req)
+            self.bus.emit(E.RequestArrived, req=req.req_id, prompt_len=req.prompt_len,
+                          max_tokens=req.params.max_tokens)
+
+    def _schedule_running(self) -> list[ScheduledSeq]:
+        seqs, i = [], 0
+        while i < len(self.running):
+            req = self.running[i]
+            while not self.allocator.grow(req, req.num_tokens):
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim is req:
+                    break
+            else:
+                seqs.append(self._seq(req))
+                i += 1
+        return seqs
+
+    def _preempt(self, req: Request) -> None:
+        self.running.remove(req)
+        self.allocator.release(req.req_id)
+        req.status, req.num_computed = Status.WAITING, 0
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)
+        self.bus.emit(E.Preempted, req=req.req_id, num_generated=len(req.output_token_ids))
+
+    def _admit_waiting(self, num_batched: int) -> list[ScheduledSeq]:
+        seqs = []
+        while self.waiting:
+            req = self.waiting[0]
+            n = req.num_tokens
+            if len(self.running) >= self.max_num_seqs or (
+                    seqs and num_batched + n > self.max_num_batched_tokens):
+                self._blocked(req, E.BLOCKED_BATCH_FULL, n)
+                break
+            refusal = self.allocator.check_admit(req, n)
+            if refusal is not None:
+                self.bus.emit(E.AdmissionBlocked, req=req.req_id, reason=refusal.reason,
+                              need_slots=refusal.need_slots, free_slots=refusal.free_slots,
+                              largest_hole=refusal.largest_hole)
+                break
+            self.waiting.popleft()
+            self.bus.emit(E.Admitted, req=req.req_id, num_tokens=n)
+            self.allocator.admit(req, n)
+            req.status = Status.RUNNING
+            self.running.append(req)
+            seqs.append(self._seq(req))
+            num_batched += n
+        return seqs
+
+    def _blocked(self, req: Request, reason: str, n: int) -> None:
+        free = self.allocator.free_slots
+        self.bus.emit(E.AdmissionBlocked, req=req.req_id, reason=reason, need_slots=n,
+                      free_slots=free, largest_hole=getattr(self.allocator, "largest_hole", free))
+
+    def _seq(self, req: Request) -> ScheduledSeq:
+        """The tokens ``req`` feeds this step: everything not yet computed (its whole prompt on
+        admission, one token while decoding)."""
+        start, end = req.num_computed, req.num_tokens
+        positions = list(range(start, end))
+        slots = [self.allocator.slot(req.req_id, p) for p in positions]
+        return ScheduledSeq(request=req, token_ids=req.all_token_ids[start:end],
+                            positions=positions, slot_mapping=slots,
+                            block_table=self.allocator.block_table(req.req_id), context_len=end)
+
+    def update(self, batch: Batch, next_tokens: list[int]) -> list[Request]:
+        """Record this step's K/V writes and sampled tokens; finish and free what is done.
+        Returns the requests that finished."""
+        finished = []
+        for seq, token in zip(batch.seqs, next_tokens):
+            req = seq.request
+            self.bus.emit(E.TokensWritten, req=req.req_id, positions=tuple(seq.positions),
+                          slots=tuple(seq.slot_mapping))
+            req.num_computed = seq.context_len
+            req.output_token_ids.append(token)
+            reason = self._finish_reason(req, token)
+            if reason is not None:
+                self._finish(req, reason)
+                finished.append(req)
+        return finished
+
+    def _finish_reason(self, req: Request, token: int) -> str | None:
+        if not req.params.ignore_eos and token == self.eos_token_id:
+            return "eos"
+        if len(req.output_token_ids) >= req.params.max_tokens:
+            return "length"
+        return None
+
+    def _finish(self, req: Request, reason: str) -> None:
+        self.running.remove(req)
+        self.allocator.release(req.req_id)
+        req.status, req.finish_reason = Status.FINISHED, reason
+        self.bus.emit(E.Finished, req=req.req_id, final_len=req.num_computed,
+                      num_generated=len(req.output_token_ids), reason=reason)

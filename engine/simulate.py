@@ -1,0 +1,87 @@
+"""Dry runs: the real scheduler and allocators with the forward pass skipped.
+
+Each request's output length is given; a stand-in runner emits EOS when it is reached. Accounting
+is folded from the event stream as it is emitted (the same ``Tally`` the viewer uses), so a run of
+a thousand requests never holds its events in memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine import events as E
+from engine.accounting import CATEGORIES, StepAccount, Tally
+from engine.allocators import make_allocator
+from engine.core import EngineCore
+from engine.request import Batch, Request, SamplingParams
+from engine.workload import WorkItem
+
+EOS, FILLER = 1, 0
+
+
+class DryRunner:
+    """Stands in for the model: token FILLER until a request's forced output length, then EOS."""
+
+    def execute(self, batch: Batch) -> list[int]:
+        return [EOS if len(s.request.output_token_ids) + 1 >= s.request.forced_output_len
+                else FILLER for s in batch.seqs]
+
+
+@dataclass
+class SimResult:
+    policy: str
+    accounts: list[StepAccount]
+    num_preemptions: int
+    steps: int
+
+    def shares(self, saturated_only: bool = True) -> dict[str, float]:
+        """Time-averaged share of the arena per category. With ``saturated_only``, over the steps
+        in which requests were still waiting (the saturated regime), else over all steps."""
+        accts = [a for a in self.accounts if a.waiting] if saturated_only else self.accounts
+        accts = accts or self.accounts
+        return {c: sum(a.share(c) for a in accts) / len(accts) for c in CATEGORIES}
+
+    def mean_running(self, saturated_only: bool = True) -> float:
+        accts = [a for a in self.accounts if a.waiting] if saturated_only else self.accounts
+        accts = accts or self.accounts
+        return sum(a.running for a in accts) / len(accts)
+
+
+def build_requests(items: list[WorkItem], max_model_len: int,
+                   arrivals: list[int] | None = None) -> list[Request]:
+    """Requests that declare no output bound (they may run to ``max_model_len``) and stop at
+    their given output length, as a real request stops at EOS."""
+    reqs = []
+    for i, it in enumerate(items):
+        params = SamplingParams(max_tokens=max_model_len - it.input_len + 1)
+        reqs.append(Request(req_id=f"r{i}", prompt_token_ids=[FILLER] * it.input_len,
+                            params=params, arrival_step=arrivals[i] if arrivals else 0,
+                            forced_output_len=it.output_len))
+    return reqs
+
+
+def run_policy(policy: str, requests: list[Request], num_blocks: int, block_size: int,
+               max_model_len: int, sinks: tuple = (), max_num_seqs: int = 256) -> SimResult:
+    """Run ``requests`` (fresh copies are made) under one allocator and account every step."""
+    bus = E.EventBus()
+    # The dry run knows every final length in advance, as a complete trace does at its end.
+    tally = Tally(num_slots=num_blocks * block_size, block_size=block_size,
+                  final_lens={r.req_id: r.true_final_len for r in requests})
+    accounts: list[StepAccount] = []
+
+    def fold(ev: E.Event) -> None:
+        tally.apply(ev)
+        if ev.kind == E.StepEnd.kind:
+            accounts.append(tally.close_step(ev.step))
+
+    bus.subscribe(fold)
+    for sink in sinks:
+        bus.subscribe(sink)
+    alloc = make_allocator(policy, num_blocks, block_size, max_model_len, bus)
+    core = EngineCore(alloc, DryRunner(), bus, max_model_len=max_model_len,
+                      max_num_seqs=max_num_seqs, eos_token_id=EOS)
+    for r in requests:
+        core.add_request(Request(req_id=r.req_id, prompt_token_ids=list(r.prompt_token_ids),
+                                 params=r.params, arrival_step=r.arrival_step,
+                                 forced_output_len=r.forced_output_len))
+    core.run_to_completion()
+    return SimResult(policy, accounts, core.num_preemptions, core.step_count)
