@@ -1,0 +1,163 @@
+"""Run one scenario under several allocators, in lockstep, and write every event to a trace.
+
+Lockstep (step every run once per round) keeps the runs aligned step for step, so a live viewer
+sees both sides of the comparison grow together. With the real model the forward pass runs for
+each allocator; with ``forward="skip"`` a stand-in model stops each request at its ``output_len``.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import IO, Callable
+
+from engine import events as E
+from engine.allocators import ALLOCATORS, make_allocator
+from engine.core import EngineCore
+from engine.request import InvalidConfigError, Request, SamplingParams
+from engine.scenario import FILLER_TEXT, Scenario
+from engine.simulate import EOS, FILLER, DryRunner
+from engine.trace import TraceWriter, make_header
+
+
+@dataclass
+class Run:
+    name: str
+    core: EngineCore
+    requests: list[Request]
+
+
+def _tokenize(sr, tokenizer) -> list[int]:
+    if sr.prompt_len is not None:
+        ids: list[int] = []
+        filler = tokenizer.encode(FILLER_TEXT, add_special_tokens=False)
+        while len(ids) < sr.prompt_len:
+            ids += filler
+        return ids[:sr.prompt_len]
+    if sr.chat:
+        msgs = [{"role": "user", "content": sr.prompt}]
+        return list(tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
+                                                  return_dict=False))
+    return tokenizer.encode(sr.prompt)
+
+
+def _dry_tokens(sr) -> list[int]:
+    n = sr.prompt_len if sr.prompt_len is not None else max(1, round(len(sr.prompt.split()) * 1.3))
+    return [FILLER] * n
+
+
+def build_requests(scenario: Scenario, tokenizer=None) -> list[Request]:
+    reqs = []
+    for sr in scenario.requests:
+        ids = _tokenize(sr, tokenizer) if tokenizer is not None else _dry_tokens(sr)
+        reqs.append(Request(req_id=sr.id, prompt_token_ids=ids,
+                            params=SamplingParams(max_tokens=sr.max_tokens,
+                                                  ignore_eos=sr.ignore_eos),
+                            arrival_step=sr.arrival_step,
+                            forced_output_len=None if tokenizer is not None
+                            else (sr.output_len or sr.max_tokens)))
+    return reqs
+
+
+def _copy(r: Request) -> Request:
+    return Request(req_id=r.req_id, prompt_token_ids=list(r.prompt_token_ids), params=r.params,
+                   arrival_step=r.arrival_step, forced_output_len=r.forced_output_len,
+                   known_final_len=r.known_final_len)
+
+
+def record(scenario: Scenario, allocators: list[str], out: str | IO[str] | None = None, *,
+           forward: str = "model", model_path: str | None = None, device: str = "auto",
+           dtype: str | None = None, attention: str = "auto", sinks: dict | None = None,
+           progress: Callable[[str], None] | None = None) -> dict[str, Run]:
+    """Record ``scenario`` under each allocator. ``out`` (a path or stream) receives the trace;
+    ``sinks`` maps run names to extra event subscribers. Returns the finished runs."""
+    bad = [a for a in allocators if a not in ALLOCATORS]
+    if bad or not allocators:
+        raise InvalidConfigError(f"unknown allocator {bad[0] if bad else '(none)'}; "
+                                 f"choose from {', '.join(ALLOCATORS)}")
+    say = progress or (lambda msg: None)
+    make_runner, eos, model_name, device_name, tokenizer = _forward(
+        forward, model_path, device, dtype, attention, scenario, say)
+    base = build_requests(scenario, tokenizer)
+    if forward == "model" and any(a in ("oracle", "pow2") for a in allocators):
+        _tell_oracle(base, scenario, make_runner, eos, say)
+    runs: dict[str, Run] = {}
+    for name in allocators:
+        bus = E.EventBus()
+        alloc = make_allocator(name, scenario.num_blocks, scenario.block_size,
+                               scenario.max_model_len, bus)
+        core = EngineCore(alloc, make_runner(alloc), bus, max_model_len=scenario.max_model_len,
+                          eos_token_id=eos)
+        reqs = [core.add_request(_copy(r)) for r in base]
+        runs[name] = Run(name, core, reqs)
+    header = make_header(
+        [{"name": n, "allocator": n, "config": _run_config(scenario, r.core)} for n, r in runs.items()],
+        model=model_name, device=device_name, scenario=scenario.raw, forward=forward,
+        requests=[{"id": r.req_id, "prompt_len": r.prompt_len,
+                   "max_tokens": r.params.max_tokens} for r in base])
+    writer = TraceWriter(out, header, flush=True) if out is not None else None
+    for name, run in runs.items():
+        if writer is not None:
+            run.core.bus.subscribe(writer.sink(name))
+        for sink in (sinks or {}).get(name, ()):
+            run.core.bus.subscribe(sink)
+    try:
+        _lockstep(list(runs.values()), say)
+    finally:
+        if writer is not None:
+            writer.close()
+    return runs
+
+
+def _run_config(scenario: Scenario, core: EngineCore) -> dict:
+    return {"num_blocks": scenario.num_blocks, "block_size": scenario.block_size,
+            "num_slots": scenario.num_blocks * scenario.block_size,
+            "max_model_len": scenario.max_model_len,
+            "view_block_size": core.allocator.view_block_size}
+
+
+def _lockstep(runs: list[Run], say: Callable[[str], None]) -> None:
+    total = sum(len(r.requests) for r in runs)
+    while any(r.core.has_unfinished() for r in runs):
+        for r in runs:
+            if r.core.has_unfinished():
+                r.core.step()
+        done = sum(1 for r in runs for q in r.requests if q.finish_reason)
+        step = max(r.core.step_count for r in runs)
+        say(f"step {step}: {done}/{total} requests finished")
+
+
+def _tell_oracle(base: list[Request], scenario: Scenario, make_runner, eos, say) -> None:
+    """An oracle knows each final length in advance: learn them from a silent paged run."""
+    say("probing final lengths for the oracle/pow2 policies ...")
+    bus = E.EventBus()
+    alloc = make_allocator("paged", scenario.num_blocks, scenario.block_size,
+                           scenario.max_model_len, bus)
+    core = EngineCore(alloc, make_runner(alloc), bus, max_model_len=scenario.max_model_len,
+                      eos_token_id=eos)
+    probe = [core.add_request(_copy(r)) for r in base]
+    core.run_to_completion()
+    for r, p in zip(base, probe):
+        r.known_final_len = p.num_computed
+
+
+def _forward(forward, model_path, device, dtype, attention, scenario, say):
+    if forward == "skip":
+        return (lambda alloc: DryRunner()), EOS, "none (forward skipped)", "none", None
+    if forward != "model":
+        raise InvalidConfigError(f"forward must be 'model' or 'skip', got {forward!r}")
+    from engine.arena import KVArena
+    from engine.model import load_model
+    from engine.runner import ModelRunner
+    model = load_model(model_path, device=device, dtype=dtype)
+
+    def make_runner(alloc):
+        arena = KVArena(model.config, scenario.num_blocks, scenario.block_size, model.device,
+                        model.dtype)
+        return ModelRunner(model, arena, attention)
+
+    say(f"model loaded on {model.device}")
+    return make_runner, model.config.eos_token_id, model.name, str(model.device), model.tokenizer
+
+
+def stderr_progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
