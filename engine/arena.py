@@ -1,0 +1,104 @@
+"""The KV arena: one K and one V tensor per layer, ``[num_blocks, block_size, Hkv, D]``.
+
+Both allocators manage this same memory. The paged one hands out whole blocks; a contiguous one
+sees the arena as ``num_slots`` blocks of one slot each. ``view(block_size)`` gives either picture
+without copying: a flat slot index means the same token slot in every view.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.model import ModelConfig
+from engine.request import InvalidConfigError
+
+MIB = 1 << 20
+
+
+def bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
+    """K and V for ``block_size`` tokens across every layer."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    return 2 * config.num_layers * block_size * config.num_kv_heads * config.head_dim * elem
+
+
+def blocks_for_budget(config: ModelConfig, block_size: int, dtype: torch.dtype,
+                      kv_budget_mb: float) -> int:
+    """How many whole blocks fit in ``kv_budget_mb`` MiB. Raises InvalidConfigError when not
+    even one does."""
+    if block_size <= 0:
+        raise InvalidConfigError(f"block size must be positive, got {block_size}")
+    per_block = bytes_per_block(config, block_size, dtype)
+    n = int(kv_budget_mb * MIB // per_block)
+    if n <= 0:
+        raise InvalidConfigError(
+            f"KV budget of {kv_budget_mb} MiB is too small for one block of {block_size} tokens "
+            f"({per_block / MIB:.3f} MiB)")
+    return n
+
+
+@dataclass(frozen=True)
+class ArenaShape:
+    num_blocks: int
+    block_size: int
+    num_kv_heads: int
+    head_dim: int
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_blocks * self.block_size
+
+
+class KVArena:
+    """Per-layer K/V storage. Raises InvalidConfigError for a non-positive block size or block
+    count. The memory is left uninitialised: a slot is only read after it was written."""
+
+    def __init__(self, config: ModelConfig, num_blocks: int, block_size: int,
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> None:
+        if block_size <= 0:
+            raise InvalidConfigError(f"block size must be positive, got {block_size}")
+        if num_blocks <= 0:
+            raise InvalidConfigError(f"number of KV blocks must be positive, got {num_blocks}")
+        self.shape = ArenaShape(num_blocks, block_size, config.num_kv_heads, config.head_dim)
+        self.dtype = dtype
+        dims = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
+        self.k = [torch.empty(dims, device=device, dtype=dtype) for _ in range(config.num_layers)]
+        self.v = [torch.empty(dims, device=device, dtype=dtype) for _ in range(config.num_layers)]
+        self._views: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+
+    @classmethod
+    def from_budget(cls, config: ModelConfig, kv_budget_mb: float, block_size: int,
+                    device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+                    ) -> "KVArena":
+        """As many blocks as fit in ``kv_budget_mb`` MiB (K and V, all layers)."""
+        return cls(config, blocks_for_budget(config, block_size, dtype, kv_budget_mb),
+                   block_size, device, dtype)
+
+    @property
+    def num_blocks(self) -> int:
+        return self.shape.num_blocks
+
+    @property
+    def block_size(self) -> int:
+        return self.shape.block_size
+
+    @property
+    def num_slots(self) -> int:
+        return self.shape.num_slots
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+    def view(self, block_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer ``(k, v)`` seen as ``[num_slots // block_size, block_size, Hkv, D]``.
+        ``block_size`` must divide ``num_slots``; views are cached (they share storage)."""
+        if block_size <= 0 or self.num_slots % block_size:
+            raise InvalidConfigError(f"cannot view {self.num_slots} slots as blocks of {block_size}")
+        views = self._views.get(block_size)
+        if views is None:
+            s = self.shape
+            dims = (s.num_slots // block_size, block_size, s.num_kv_heads, s.head_dim)
+            views = [(k.view(dims), v.view(dims)) for k, v in zip(self.k, self.v)]
+            self._views[block_size] = views
+        return views

