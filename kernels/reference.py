@@ -35,7 +35,9 @@ def gather_slots(block_tables: torch.Tensor, positions: torch.Tensor, block_size
 def _gather_kv(k_cache, v_cache, block_tables, length: int):
     bs, hkv, d = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
     pos = torch.arange(length, device=k_cache.device)
-    slots = gather_slots(block_tables, pos, bs)            # [B, L]
+    # a shorter request's table past its last block may hold anything; clamp so gathering those
+    # (masked-out) positions stays in bounds
+    slots = gather_slots(block_tables, pos, bs).clamp_(max=k_cache.shape[0] * bs - 1)   # [B, L]
     k = k_cache.view(-1, hkv, d)[slots]                     # [B, L, Hkv, D]
     v = v_cache.view(-1, hkv, d)[slots]
     return k, v, pos
