@@ -1,0 +1,376 @@
+"""Lessons: a folder ``lessons/<name>/`` with a ``lesson.toml`` and the trace it replays.
+
+``lesson.toml`` names the runs that go left and right and lists the steps. A step finds its
+keyframe by a *rule* over frames, never by a frame number, so re-recording the trace (or opening
+another trace of the same scenario) moves the keyframes with the events::
+
+    [[steps]]
+    title = { en = "...", zh = "..." }
+    keyframe = { side = "left", event = "admission_blocked", match = { reason = "no_hole" } }
+    narration = { en = "...{ev.need_slots}...", zh = "..." }
+
+Rule keys (all optional, all must hold): ``side`` (left / right / any), ``event`` (an event kind
+that happened in the frame) with ``match`` (fields it must have) and ``during_decode`` (its
+request was admitted in an earlier frame), ``min_running`` (requests running on ``side``),
+``frame = "last"``. A rule searches after the previous step's keyframe unless ``after = false``.
+
+Narration may quote numbers only through ``{placeholders}`` filled from the frames (see
+``narration_context``): every number on screen comes from the engine's events.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import string
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import SimpleNamespace
+
+from engine import events as E
+from engine.accounting import CATEGORIES, time_averaged_shares
+from engine.trace import Trace, TraceError
+from viz.reducer import CONTIGUOUS, PAGED, Frame, RunInfo, fold, replay
+from viz.style import label
+
+LESSONS_DIR = Path(__file__).resolve().parent.parent / "lessons"
+LANGS = ("en", "zh")
+SIDES = ("left", "right")
+
+
+class LessonError(ValueError):
+    """A lesson folder cannot be used; the message is one line saying why."""
+
+
+@dataclass(frozen=True)
+class LessonStep:
+    title: dict[str, str]
+    narration: dict[str, str]
+    rule: dict
+
+
+@dataclass(frozen=True)
+class LessonSpec:
+    """What ``lesson.toml`` says."""
+    name: str
+    folder: Path
+    title: dict[str, str]
+    trace_file: str
+    runs: dict[str, str]                 # side -> run name in the trace
+    side_titles: dict[str, dict[str, str]]
+    steps: tuple[LessonStep, ...]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One run over its whole length: the scoreboard's numbers."""
+    shares: dict[str, float]             # time-averaged share per accounting category
+    max_running: int
+    mean_running: float
+    steps: int
+    finished: int
+    preemptions: int
+
+
+@dataclass(frozen=True)
+class Side:
+    run: RunInfo
+    frames: list[Frame]
+    title: dict[str, str]
+    summary: Summary
+
+    def at(self, i: int) -> Frame:
+        """Frame ``i``; a run that ended earlier shows its last frame."""
+        return self.frames[max(0, min(i, len(self.frames) - 1))]
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """A spec folded over a trace: both sides' frames and each step's keyframe (None when the
+    trace never shows what the step's rule looks for)."""
+    spec: LessonSpec
+    left: Side
+    right: Side
+    keyframes: tuple[int | None, ...]
+    source: str                          # "lesson", a file name, or "live"
+
+    @property
+    def num_frames(self) -> int:
+        return max(len(self.left.frames), len(self.right.frames))
+
+    def side(self, name: str) -> Side:
+        return self.left if name == "left" else self.right
+
+    def clamp(self, i: int) -> int:
+        return max(0, min(i, self.num_frames - 1))
+
+    def step_of(self, frame: int) -> int:
+        """The lesson step (0-based) a frame belongs to: the last keyframe at or before it."""
+        current = 0
+        for k, kf in enumerate(self.keyframes):
+            if kf is not None and kf <= frame:
+                current = k
+        return current
+
+
+@dataclass(frozen=True)
+class RenderedStep:
+    """A step's text in one language, placeholders filled."""
+    number: int
+    title: str
+    narration: str
+    missing: tuple[str, ...] = ()
+
+
+# --- reading lesson.toml ---------------------------------------------------------------------
+
+def available(root: Path = LESSONS_DIR) -> list[str]:
+    """Lesson names, sorted, that have a lesson.toml."""
+    return sorted(p.parent.name for p in root.glob("*/lesson.toml"))
+
+
+def load_spec(name: str, root: Path = LESSONS_DIR) -> LessonSpec:
+    """Parse ``root/name/lesson.toml``. Raises LessonError (one line) when it is unusable."""
+    folder = root / name
+    path = folder / "lesson.toml"
+    if "/" in name or name.startswith(".") or not path.is_file():
+        raise LessonError(f"no lesson named {name!r}")
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise LessonError(f"lessons/{name}/lesson.toml is not valid TOML: {e}") from None
+    try:
+        steps = tuple(LessonStep(_texts(s["title"]), _texts(s["narration"]), dict(s["keyframe"]))
+                      for s in doc["steps"])
+        return LessonSpec(name=name, folder=folder, title=_texts(doc["title"]),
+                          trace_file=doc.get("trace", "trace.jsonl"),
+                          runs={side: doc[side]["run"] for side in SIDES},
+                          side_titles={side: _texts(doc[side]["title"]) for side in SIDES},
+                          steps=steps)
+    except (KeyError, TypeError) as e:
+        raise LessonError(f"lessons/{name}/lesson.toml lacks {e}") from None
+
+
+def _texts(v) -> dict[str, str]:
+    if isinstance(v, str):
+        return {lang: v for lang in LANGS}
+    return {lang: v.get(lang) or v["en"] for lang in LANGS}
+
+
+def trace_path(spec: LessonSpec) -> Path:
+    return spec.folder / spec.trace_file
+
+
+def file_digest(path: Path) -> str:
+    """Content hash: the cache key for a lesson's precomputed frames."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --- folding a trace into a lesson -----------------------------------------------------------
+
+def build(spec: LessonSpec, trace: Trace, source: str = "lesson",
+          complete: bool = True) -> Lesson:
+    """Fold both sides and find the keyframes. A trace whose run names differ from the spec's
+    (an uploaded file) puts its contiguous run left and its paged run right.
+    ``complete=False`` (a live stream) folds without knowing final lengths up front."""
+    runs = pick_runs(spec, trace)
+    sides = {side: _side(trace, runs[side], spec.side_titles[side], complete) for side in SIDES}
+    lesson = Lesson(spec, sides["left"], sides["right"], (), source)
+    return replace(lesson, keyframes=find_keyframes(lesson))
+
+
+def pick_runs(spec: LessonSpec, trace: Trace) -> dict[str, str]:
+    names = trace.run_names
+    if all(spec.runs[s] in names for s in SIDES):
+        return dict(spec.runs)
+    kinds = {n: RunInfo.from_header(trace.run_config(n)).allocator for n in names}
+    left = next((n for n in names if kinds[n] == CONTIGUOUS), None)
+    right = next((n for n in names if kinds[n] == PAGED), None)
+    if left is None or right is None:
+        raise TraceError("this trace needs one contiguous run and one paged run to compare "
+                         f"(it has {', '.join(f'{n} ({kinds[n]})' for n in names)})")
+    return {"left": left, "right": right}
+
+
+def _side(trace: Trace, run: str, title: dict, complete: bool) -> Side:
+    info = RunInfo.from_header(trace.run_config(run))
+    events = trace.runs[run]
+    frames = replay(events, info) if complete else list(fold(events, info))
+    if not frames:
+        raise TraceError(f"run {run!r} has no finished engine step yet")
+    return Side(info, frames, title, summarize(frames, events))
+
+
+def summarize(frames: list[Frame], events: list[E.Event]) -> Summary:
+    accounts = [f.account for f in frames]
+    return Summary(shares=time_averaged_shares(accounts),
+                   max_running=max(a.running for a in accounts),
+                   mean_running=sum(a.running for a in accounts) / len(accounts),
+                   steps=len(frames),
+                   finished=sum(1 for e in events if e.kind == E.Finished.kind),
+                   preemptions=sum(1 for e in events if e.kind == E.Preempted.kind))
+
+
+def find_keyframes(lesson: Lesson) -> tuple[int | None, ...]:
+    out: list[int | None] = []
+    prev = -1
+    for step in lesson.spec.steps:
+        start = prev + 1 if step.rule.get("after", True) else max(prev, 0)
+        kf = next((i for i in range(start, lesson.num_frames) if _matches(lesson, i, step.rule)),
+                  None)
+        out.append(kf)
+        if kf is not None:
+            prev = kf
+    return tuple(out)
+
+
+def _matches(lesson: Lesson, i: int, rule: dict) -> bool:
+    if rule.get("frame") == "last":
+        return i == lesson.num_frames - 1
+    sides = SIDES if rule.get("side", "any") == "any" else (rule["side"],)
+    return any(_side_matches(lesson.side(s), i, rule) for s in sides)
+
+
+def _side_matches(side: Side, i: int, rule: dict) -> bool:
+    if i >= len(side.frames):
+        return False  # this run has ended: nothing happens on its side any more
+    frame = side.frames[i]
+    if "min_running" in rule and len(frame.running) < rule["min_running"]:
+        return False
+    if "event" in rule and matching_event(side, i, rule) is None:
+        return False
+    return True
+
+
+def matching_event(side: Side, i: int, rule: dict) -> E.Event | None:
+    """The first event of frame ``i`` on ``side`` that satisfies the rule's event clauses."""
+    frame = side.frames[i]
+    want = rule.get("match", {})
+    for ev in frame.events:
+        if ev.kind != rule["event"] or any(getattr(ev, k, None) != v for k, v in want.items()):
+            continue
+        if rule.get("during_decode") and _admitted_in(frame, ev):
+            continue
+        return ev
+    return None
+
+
+def _admitted_in(frame: Frame, ev: E.Event) -> bool:
+    req = getattr(ev, "req", None)
+    return any(e.kind == E.Admitted.kind and e.req == req for e in frame.events)
+
+
+# --- narration -------------------------------------------------------------------------------
+
+def req_label(frame: Frame, req: str) -> str:
+    view = frame.requests.get(req)
+    return label(view.order) if view else req
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def narration_context(lesson: Lesson, k: int) -> dict:
+    """Values a step's narration may quote, taken at its keyframe (the last frame when the
+    trace lacks one). Sides are ``L`` and ``R``; ``ev`` is the event that matched the rule, with
+    ``req`` replaced by the request's display label and ``req_id`` keeping the engine's id."""
+    kf = lesson.keyframes[k]
+    i = kf if kf is not None else lesson.num_frames - 1
+    rule = lesson.spec.steps[k].rule
+    ctx = {"L": _side_ns(lesson.left, i), "R": _side_ns(lesson.right, i),
+           "frame": i, "block_size": lesson.right.run.block_size,
+           "num_slots": lesson.right.run.num_slots,
+           "num_blocks": lesson.right.run.num_slots // lesson.right.run.block_size,
+           "max_model_len": lesson.left.run.max_model_len or lesson.right.run.max_model_len}
+    ev = _rule_event(lesson, i, rule)
+    if ev is not None:
+        ctx["ev"] = _event_ns(lesson, i, ev)
+    return ctx
+
+
+def _rule_event(lesson: Lesson, i: int, rule: dict) -> E.Event | None:
+    if "event" not in rule:
+        return None
+    sides = SIDES if rule.get("side", "any") == "any" else (rule["side"],)
+    for s in sides:
+        side = lesson.side(s)
+        if i < len(side.frames):
+            ev = matching_event(side, i, rule)
+            if ev is not None:
+                return ev
+    return None
+
+
+def _event_ns(lesson: Lesson, i: int, ev: E.Event) -> SimpleNamespace:
+    d = ev.to_dict()
+    req = d.get("req")
+    if req is not None:
+        left, right = lesson.left.at(i), lesson.right.at(i)
+        view = left.requests.get(req) or right.requests.get(req)
+        d["req_id"] = req
+        d["req"] = label(view.order) if view else req
+        if view:
+            bs = lesson.right.run.block_size
+            d.update(prompt_len=view.prompt_len, max_tokens=view.max_tokens,
+                     prompt_blocks=math.ceil(view.prompt_len / bs))
+        run = left.reservations.get(req)
+        d["left_reserved"] = run[1] if run else 0
+        d["right_blocks"] = len(right.block_tables.get(req, ()))
+    return SimpleNamespace(**d)
+
+
+def _side_ns(side: Side, i: int) -> SimpleNamespace:
+    f = side.at(i)
+    a, s = f.account, side.summary
+    blocked = f.blocked[0] if f.blocked else None
+    return SimpleNamespace(
+        running=len(f.running), waiting=len(f.waiting), step=f.step,
+        token_share=pct(a.share("token_states")), reservation_share=pct(a.share("reservation")),
+        internal_share=pct(a.share("internal")), external_share=pct(a.share("external")),
+        free_share=pct(a.share("free")), token_states=a.token_states,
+        reservation=a.reservation, internal=a.internal, external=a.external, free=a.free,
+        waste=a.reservation + a.internal + a.external,
+        blocks=sum(len(t) for t in f.block_tables.values()),
+        avg_token_share=pct(s.shares["token_states"]),
+        avg_waste_share=pct(sum(s.shares[c] for c in ("reservation", "internal", "external"))),
+        **{f"avg_{c}_share": pct(s.shares[c]) for c in CATEGORIES if c != "token_states"},
+        max_running=s.max_running, mean_running=f"{s.mean_running:.1f}", steps=s.steps,
+        blocked_req=req_label(f, blocked.req) if blocked else "-",
+        blocked_reason=blocked.reason if blocked else "-")
+
+
+class _SafeFormatter(string.Formatter):
+    """Fills what it can; a placeholder the frames cannot answer shows as ``?`` and is listed,
+    so a lesson that quotes a missing number degrades instead of crashing the page."""
+
+    def __init__(self) -> None:
+        self.missing: list[str] = []
+
+    def get_field(self, field_name, args, kwargs):
+        try:
+            return super().get_field(field_name, args, kwargs)
+        except (KeyError, AttributeError, IndexError):
+            self.missing.append(field_name)
+            return "?", field_name
+
+
+def render_step(lesson: Lesson, k: int, lang: str) -> RenderedStep:
+    step = lesson.spec.steps[k]
+    fmt = _SafeFormatter()
+    text = fmt.vformat(_unwrap(step.narration[lang], lang), (), narration_context(lesson, k))
+    return RenderedStep(k + 1, step.title[lang], text, tuple(fmt.missing))
+
+
+def _unwrap(text: str, lang: str) -> str:
+    """Join the TOML's hard-wrapped lines into paragraphs (Chinese needs no space between
+    lines; a space there would show as a gap between characters)."""
+    glue = "" if lang == "zh" else " "
+    paras = [glue.join(line.strip() for line in p.splitlines()) for p in text.strip().split("\n\n")]
+    return "\n\n".join(p for p in paras if p)
+
+
+def load(name: str, root: Path = LESSONS_DIR) -> tuple[LessonSpec, Path]:
+    """The spec and the path of its recorded trace (which may not exist yet)."""
+    spec = load_spec(name, root)
+    return spec, trace_path(spec)

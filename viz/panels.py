@@ -1,0 +1,88 @@
+"""What each side's text panels say, as data: block tables or reservation ranges, the queue and
+the metrics strip. The app renders these rows as HTML, the lecture figure as plotly annotations,
+so both always say the same thing. Pure Python."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine import events as E
+from viz.reducer import PAGED, Frame
+from viz.style import label, words
+
+
+@dataclass(frozen=True)
+class Mapping:
+    logical: int
+    physical: int
+    new: bool            # allocated in this frame
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One running request's memory: its block table (paging) or its run (contiguous)."""
+    req: str
+    label: str
+    order: int
+    filled: int
+    held: int
+    final_len: int
+    mappings: tuple[Mapping, ...] = ()
+    run: tuple[int, int] | None = None   # (start, length)
+    new: bool = False
+
+    @property
+    def scattered(self) -> bool:
+        """Logical order differs from physical order (not one ascending adjacent run)."""
+        phys = [m.physical for m in self.mappings]
+        return any(b != a + 1 for a, b in zip(phys, phys[1:]))
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    req: str
+    label: str
+    order: int
+    state: str           # running / waiting / blocked
+    why: str = ""
+
+
+def table_rows(frame: Frame) -> list[TableRow]:
+    new_blocks = {(e.req, e.logical) for e in frame.events if e.kind == E.BlockAllocated.kind}
+    new_runs = {e.req for e in frame.events if e.kind == E.SlotsReserved.kind}
+    rows = []
+    holders = frame.block_tables if frame.run.allocator == PAGED else frame.reservations
+    for req in sorted(holders, key=lambda r: frame.requests[r].order):
+        v = frame.requests[req]
+        common = dict(req=req, label=label(v.order), order=v.order, filled=v.filled,
+                      held=v.held, final_len=v.final_len)
+        if frame.run.allocator == PAGED:
+            maps = tuple(Mapping(i, p, (req, i) in new_blocks)
+                         for i, p in enumerate(frame.block_tables[req]))
+            rows.append(TableRow(**common, mappings=maps))
+        else:
+            rows.append(TableRow(**common, run=frame.reservations[req], new=req in new_runs))
+    return rows
+
+
+def queue_entries(frame: Frame, lang: str = "en") -> list[QueueEntry]:
+    w = words(lang)
+    blocked = {b.req: b for b in frame.blocked}
+    out = [QueueEntry(r, label(frame.requests[r].order), frame.requests[r].order, "running")
+           for r in frame.running]
+    for r in frame.waiting:
+        b = blocked.get(r)
+        order = frame.requests[r].order
+        if b is None:
+            out.append(QueueEntry(r, label(order), order, "waiting"))
+            continue
+        detail = (w["need_paged"].format(need=b.need_slots, free=b.free_slots)
+                  if frame.run.allocator == PAGED else
+                  w["need"].format(need=b.need_slots, free=b.free_slots, hole=b.largest_hole))
+        why = f"{w['reasons'].get(b.reason, b.reason)}: {detail}"
+        out.append(QueueEntry(r, label(order), order, "blocked", why))
+    return out
+
+
+def finished_labels(frame: Frame) -> list[str]:
+    return [label(v.order) for v in sorted(frame.requests.values(), key=lambda v: v.order)
+            if v.status == "finished"]

@@ -1,0 +1,311 @@
+"""The viewer's fold: allocator events in, one immutable ``Frame`` per engine step out.
+
+``apply(state, ev) -> state`` is the pure contract (it never mutates its input); ``fold`` runs the
+same transition in place, which is what the app uses on long traces. Every number a frame carries
+comes from ``engine.accounting.Tally`` -- the viewer never re-derives the paper's categories. What
+this module adds is *where* things are: which request owns each slot, which category each slot is
+in, block tables, reservation ranges, the queue and what changed since the previous frame.
+
+Frame ``i`` is the state right after the ``i``-th ``step_end`` of a run. Pure Python, no torch.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from engine import events as E
+from engine.accounting import StepAccount, Tally, final_lengths
+
+# One character per slot: compact, hashable, and cheap to compare between frames.
+TOKEN, RESERVED, INTERNAL, FREE, HOLE = "T", "R", "I", "F", "H"
+CELL_CATEGORY = {TOKEN: "token_states", RESERVED: "reservation", INTERNAL: "internal",
+                 FREE: "free", HOLE: "external"}
+
+PAGED, CONTIGUOUS = "paged", "contiguous"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a frame needs to know about the run it belongs to (from the trace header)."""
+    name: str
+    allocator: str       # PAGED or CONTIGUOUS
+    num_slots: int
+    block_size: int      # paging granularity; for a contiguous run, the block size it is drawn at
+    policy: str = ""     # contiguous policy (max / pow2 / oracle), "" for paging
+    max_model_len: int = 0
+
+    @classmethod
+    def from_header(cls, run: dict) -> "RunInfo":
+        """Read ``{"name", "allocator", "config": {...}}``. Contiguous allocators may be named
+        ``contiguous``, ``max``, ``pow2`` or ``oracle``; anything else that is not ``paged`` is
+        treated as contiguous with that name as its policy."""
+        cfg = run.get("config", {})
+        alloc = str(run.get("allocator", run["name"]))
+        kind = PAGED if alloc == PAGED else CONTIGUOUS
+        policy = "" if kind == PAGED else str(cfg.get("policy", alloc if alloc != CONTIGUOUS
+                                                      else run["name"]))
+        return cls(name=run["name"], allocator=kind, num_slots=int(cfg["num_slots"]),
+                   block_size=int(cfg.get("block_size") or 16), policy=policy,
+                   max_model_len=int(cfg.get("max_model_len") or 0))
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """One request as a frame sees it. ``order`` is its arrival rank (it picks the colour)."""
+    req: str
+    order: int
+    prompt_len: int
+    max_tokens: int
+    status: str           # waiting / running / finished
+    filled: int           # K/V slots written so far
+    held: int             # slots it holds in the arena
+    final_len: int        # its final length, or its bound while that is unknown
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """A waiting request the allocator refused this step, and the allocator's numbers why."""
+    req: str
+    reason: str
+    need_slots: int
+    free_slots: int
+    largest_hole: int
+
+
+@dataclass(frozen=True)
+class Frame:
+    """The arena after one engine step. Treat every field as read-only.
+
+    ``cells[s]`` is slot ``s``'s category code (TOKEN, RESERVED, INTERNAL, FREE, HOLE) and
+    ``owners[s]`` the request holding it (None when free). ``changed`` lists slots whose owner or
+    category differs from the previous frame (free <-> hole flips excluded: they follow the
+    queue, not the slot). ``account`` is Tally's StepAccount for this step."""
+    index: int
+    step: int
+    run: RunInfo
+    cells: str
+    owners: tuple[str | None, ...]
+    changed: frozenset[int]
+    block_tables: dict[str, tuple[int, ...]]
+    reservations: dict[str, tuple[int, int]]
+    running: tuple[str, ...]
+    waiting: tuple[str, ...]
+    blocked: tuple[Blocked, ...]
+    requests: dict[str, RequestView]
+    events: tuple[E.Event, ...]
+    account: StepAccount
+
+    def count(self, code: str) -> int:
+        return self.cells.count(code)
+
+    def blocked_by(self, reason: str) -> Blocked | None:
+        return next((b for b in self.blocked if b.reason == reason), None)
+
+
+@dataclass
+class ArenaState:
+    """The fold's working state. ``last_frame`` is set at every ``step_end``."""
+    run: RunInfo
+    tally: Tally
+    owners: list[str | None]
+    pos: list[int]                      # token position each held slot stands for
+    written: list[bool]
+    block_tables: dict[str, list[int]] = field(default_factory=dict)
+    reservations: dict[str, tuple[int, int]] = field(default_factory=dict)
+    requests: dict[str, dict] = field(default_factory=dict)
+    running: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    blocked: dict[str, Blocked] = field(default_factory=dict)
+    step_events: list[E.Event] = field(default_factory=list)
+    last_frame: Frame | None = None
+    num_frames: int = 0
+
+    @classmethod
+    def empty(cls, run: RunInfo, final_lens: dict[str, int] | None = None) -> "ArenaState":
+        """A fresh arena. ``final_lens`` (from a complete trace) lets the fold tell slots a
+        request will fill later from slots it never fills; without it each request's bound
+        stands in until its ``finished`` event."""
+        n = run.num_slots
+        tally = Tally(num_slots=n, block_size=run.block_size, final_lens=dict(final_lens or {}))
+        return cls(run=run, tally=tally, owners=[None] * n, pos=[-1] * n, written=[False] * n)
+
+    def clone(self) -> "ArenaState":
+        frame, self.last_frame = self.last_frame, None  # frames are immutable: share, don't copy
+        try:
+            twin = copy.deepcopy(self)
+        finally:
+            self.last_frame = frame
+        twin.last_frame = frame
+        return twin
+
+
+def apply(state: ArenaState, ev: E.Event) -> ArenaState:
+    """Pure transition: the state after ``ev``. ``state`` is left untouched."""
+    nxt = state.clone()
+    step_in_place(nxt, ev)
+    return nxt
+
+
+def step_in_place(s: ArenaState, ev: E.Event) -> None:
+    """The transition itself, mutating ``s`` (``fold`` uses it; ``apply`` wraps it)."""
+    s.tally.apply(ev)
+    if ev.kind == E.StepEnd.kind:
+        s.last_frame = _close(s, ev)
+        s.step_events = []
+        return
+    s.step_events.append(ev)
+    handler = _HANDLERS.get(ev.kind)
+    if handler:
+        handler(s, ev)
+
+
+def _arrived(s: ArenaState, ev: E.RequestArrived) -> None:
+    s.requests[ev.req] = {"order": len(s.requests), "prompt_len": ev.prompt_len,
+                          "max_tokens": ev.max_tokens, "status": "waiting"}
+    s.waiting.append(ev.req)
+
+
+def _admitted(s: ArenaState, ev: E.Admitted) -> None:
+    if ev.req in s.waiting:
+        s.waiting.remove(ev.req)
+    s.running.append(ev.req)
+    s.requests[ev.req]["status"] = "running"
+    s.blocked.pop(ev.req, None)
+
+
+def _admission_blocked(s: ArenaState, ev: E.AdmissionBlocked) -> None:
+    s.blocked[ev.req] = Blocked(ev.req, ev.reason, ev.need_slots, ev.free_slots, ev.largest_hole)
+
+
+def _block_allocated(s: ArenaState, ev: E.BlockAllocated) -> None:
+    table = s.block_tables.setdefault(ev.req, [])
+    table.extend([-1] * (ev.logical + 1 - len(table)))
+    table[ev.logical] = ev.physical
+    bs = s.run.block_size
+    base = ev.physical * bs
+    if s.owners[base] is None:  # a shared block belongs to its first holder, as in Tally
+        for i in range(bs):
+            s.owners[base + i] = ev.req
+            s.pos[base + i] = ev.logical * bs + i
+            s.written[base + i] = False
+
+
+def _slots_reserved(s: ArenaState, ev: E.SlotsReserved) -> None:
+    s.reservations[ev.req] = (ev.start, ev.length)
+    for i in range(ev.length):
+        slot = ev.start + i
+        s.owners[slot], s.pos[slot], s.written[slot] = ev.req, i, False
+
+
+def _tokens_written(s: ArenaState, ev: E.TokensWritten) -> None:
+    for slot in ev.slots:
+        s.written[slot] = True
+
+
+def _block_freed(s: ArenaState, ev: E.BlockFreed) -> None:
+    table = s.block_tables.get(ev.req)
+    if table and ev.physical in table:
+        table.remove(ev.physical)
+        if not table:
+            del s.block_tables[ev.req]
+    if ev.ref_count == 0:
+        _clear(s, ev.physical * s.run.block_size, s.run.block_size)
+
+
+def _reservation_released(s: ArenaState, ev: E.ReservationReleased) -> None:
+    s.reservations.pop(ev.req, None)
+    _clear(s, ev.start, ev.length)
+
+
+def _preempted(s: ArenaState, ev: E.Preempted) -> None:
+    if ev.req in s.running:
+        s.running.remove(ev.req)
+    s.waiting.insert(0, ev.req)  # back at the queue's front
+    s.requests[ev.req]["status"] = "waiting"
+
+
+def _finished(s: ArenaState, ev: E.Finished) -> None:
+    if ev.req in s.running:
+        s.running.remove(ev.req)
+    s.requests[ev.req]["status"] = "finished"
+    # Live streams learn a final length only now; later frames use it (a replay knew it already).
+    s.tally.final_lens.setdefault(ev.req, ev.final_len)
+
+
+def _clear(s: ArenaState, start: int, length: int) -> None:
+    for slot in range(start, start + length):
+        s.owners[slot], s.pos[slot], s.written[slot] = None, -1, False
+
+
+_HANDLERS = {
+    E.RequestArrived.kind: _arrived, E.Admitted.kind: _admitted,
+    E.AdmissionBlocked.kind: _admission_blocked, E.BlockAllocated.kind: _block_allocated,
+    E.SlotsReserved.kind: _slots_reserved, E.TokensWritten.kind: _tokens_written,
+    E.BlockFreed.kind: _block_freed, E.ReservationReleased.kind: _reservation_released,
+    E.Preempted.kind: _preempted, E.Finished.kind: _finished,
+}
+
+
+def _close(s: ArenaState, ev: E.StepEnd) -> Frame:
+    # Tally.apply has already seen the step_end; close_step must come before we read blocked.
+    account = s.tally.close_step(ev.step)
+    hole = account.external > 0
+    cells = "".join(_cell(s, slot, hole) for slot in range(s.run.num_slots))
+    owners = tuple(s.owners)
+    prev = s.last_frame
+    blocked = tuple(b for r, b in s.blocked.items() if r in s.waiting)
+    s.blocked.clear()
+    frame = Frame(
+        index=s.num_frames, step=ev.step, run=s.run, cells=cells, owners=owners,
+        changed=_changed(prev, cells, owners),
+        block_tables={r: tuple(t) for r, t in s.block_tables.items()},
+        reservations=dict(s.reservations), running=tuple(s.running), waiting=tuple(s.waiting),
+        blocked=blocked, requests=_request_views(s), events=tuple(s.step_events),
+        account=account)
+    s.num_frames += 1
+    return frame
+
+
+def _cell(s: ArenaState, slot: int, hole: bool) -> str:
+    owner = s.owners[slot]
+    if owner is None:
+        return HOLE if hole else FREE
+    if s.written[slot]:
+        return TOKEN
+    final = max(s.tally.final_len(owner), s.tally.filled.get(owner, 0))
+    return RESERVED if s.pos[slot] < final else INTERNAL
+
+
+def _changed(prev: Frame | None, cells: str, owners: tuple) -> frozenset[int]:
+    if prev is None:
+        return frozenset(i for i, o in enumerate(owners) if o is not None)
+    out = []
+    for i, (c, p) in enumerate(zip(cells, prev.cells)):
+        if owners[i] != prev.owners[i] or (c != p and not (c in "FH" and p in "FH")):
+            out.append(i)
+    return frozenset(out)
+
+
+def _request_views(s: ArenaState) -> dict[str, RequestView]:
+    t = s.tally
+    return {r: RequestView(req=r, order=d["order"], prompt_len=d["prompt_len"],
+                           max_tokens=d["max_tokens"], status=d["status"],
+                           filled=t.filled.get(r, 0), held=t.held.get(r, 0),
+                           final_len=t.final_len(r))
+            for r, d in s.requests.items()}
+
+
+def fold(events: Iterable[E.Event], run: RunInfo,
+         final_lens: dict[str, int] | None = None) -> Iterator[Frame]:
+    """Yield one Frame per ``step_end``, folding in place (same transition as ``apply``)."""
+    state = ArenaState.empty(run, final_lens)
+    for ev in events:
+        step_in_place(state, ev)
+        if ev.kind == E.StepEnd.kind:
+            yield state.last_frame
+
+
+def replay(events: list[E.Event], run: RunInfo) -> list[Frame]:
+    """All frames of a complete run: final lengths are read from the run's own events first."""
+    return list(fold(events, run, final_lengths(events)))
