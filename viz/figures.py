@@ -1,0 +1,396 @@
+"""Plotly figures: the arena grid, the metrics bar, the timeline, the scoreboard, and the whole
+side-by-side frame as one 16:9 lecture figure.
+
+Each panel has a ``*_parts`` builder that returns traces and shapes for any pair of axes, so the
+app (one figure per panel) and ``side_by_side_figure`` (one figure, many panels) draw the same
+thing. Light theme, large type; colours come from ``viz.style``. No Streamlit here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+
+from engine.accounting import CATEGORIES, StepAccount
+from viz.lesson import Lesson, RenderedStep, Summary
+from viz.panels import finished_labels, queue_entries, table_rows
+from viz.reducer import HOLE, INTERNAL, PAGED, Frame
+from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, HOLE_MARK, INK, MUTED,
+                       SIDE_COLOURS, cell_colour, label, request_colour, tint, words)
+
+FONT = dict(family="Inter, 'Noto Sans CJK SC', 'PingFang SC', 'Helvetica Neue', Arial, "
+            "sans-serif", color=INK)
+CELL_GAP_PX = 2
+
+
+@dataclass(frozen=True)
+class GridLayout:
+    """Slots laid out row-major, whole blocks per row, rows about as many as columns."""
+    num_slots: int
+    block_size: int
+    cols: int
+    rows: int
+
+    def xy(self, slot: int) -> tuple[int, int]:
+        return slot % self.cols, slot // self.cols
+
+
+def grid_layout(num_slots: int, block_size: int) -> GridLayout:
+    """Both sides use the layout of the paged side's block size: same scale, same arena."""
+    num_blocks = math.ceil(num_slots / block_size)
+    per_row = max(1, round(math.sqrt(num_blocks / block_size)))
+    cols = block_size * per_row
+    return GridLayout(num_slots, block_size, cols, math.ceil(num_slots / cols))
+
+
+# --- the arena grid --------------------------------------------------------------------------
+
+def arena_parts(frame: Frame, layout: GridLayout, lang: str = "en", xaxis: str = "x",
+                yaxis: str = "y") -> tuple[list, list[dict]]:
+    """Traces and shapes that draw ``frame``'s arena on axes ``xaxis``/``yaxis``: one cell per
+    slot coloured by owner and category, hatching on never-used slots, a cross on unusable
+    holes, labels at the start of each block or run, outlines round what changed."""
+    colours: dict[str, int] = {}
+    z = [[None] * layout.cols for _ in range(layout.rows)]
+    hover = [[""] * layout.cols for _ in range(layout.rows)]
+    w = words(lang)
+    positions = _slot_positions(frame)
+    for slot, code in enumerate(frame.cells):
+        x, y = layout.xy(slot)
+        owner = frame.owners[slot]
+        order = frame.requests[owner].order if owner is not None else None
+        colour = cell_colour(code, order)
+        z[y][x] = colours.setdefault(colour, len(colours)) + 0.5
+        hover[y][x] = _hover(frame, slot, code, owner, positions.get(slot), w)
+    n = max(1, len(colours))
+    scale = []
+    for colour, i in colours.items():
+        scale += [[i / n, colour], [(i + 1) / n, colour]]
+    heat = go.Heatmap(z=z, zmin=0, zmax=n, colorscale=scale or [[0, FREE_COLOUR], [1, FREE_COLOUR]],
+                      showscale=False, xgap=CELL_GAP_PX, ygap=CELL_GAP_PX, customdata=hover,
+                      hovertemplate="%{customdata}<extra></extra>", xaxis=xaxis, yaxis=yaxis)
+    traces = [heat, _labels_trace(frame, layout, xaxis, yaxis)]
+    ref = dict(xref=xaxis, yref=yaxis)
+    shapes = _hatch_shapes(frame, layout, ref) + _block_rules(layout, ref)
+    shapes += _changed_shapes(frame, layout, ref)
+    return traces, shapes
+
+
+def _slot_positions(frame: Frame) -> dict[int, int]:
+    pos = {}
+    if frame.run.allocator == PAGED:
+        bs = frame.run.block_size
+        for table in frame.block_tables.values():
+            for logical, phys in enumerate(table):
+                for i in range(bs):
+                    pos[phys * bs + i] = logical * bs + i
+    else:
+        for start, length in frame.reservations.values():
+            for i in range(length):
+                pos[start + i] = i
+    return pos
+
+
+def _hover(frame: Frame, slot: int, code: str, owner: str | None, pos: int | None,
+           w: dict) -> str:
+    cat = w[{"T": "token_states", "R": "reservation", "I": "internal", "F": "free",
+             "H": "external"}[code]]
+    where = f"{w['slot']} {slot} · {w['block']} #{slot // frame.run.block_size}"
+    if owner is None:
+        return f"{where}<br>{cat}"
+    who = f"{label(frame.requests[owner].order)} ({owner})"
+    return f"{where}<br>{who} · {w['pos']} {pos}<br>{cat}"
+
+
+def _labels_trace(frame: Frame, layout: GridLayout, xaxis: str, yaxis: str) -> go.Scatter:
+    xs, ys, texts, colours = [], [], [], []
+    if frame.run.allocator == PAGED:
+        bs = frame.run.block_size
+        starts = [(phys * bs, f"{label(frame.requests[r].order)}{i}", r)
+                  for r, t in frame.block_tables.items() for i, phys in enumerate(t)]
+    else:
+        starts = [(start, label(frame.requests[r].order), r)
+                  for r, (start, _) in frame.reservations.items()]
+    for slot, text, owner in starts:
+        x, y = layout.xy(slot)
+        xs.append(x)
+        ys.append(y)
+        texts.append(f"<b>{text}</b>")
+        colours.append("white" if frame.cells[slot] == "T" else
+                       request_colour(frame.requests[owner].order))
+    return go.Scatter(x=xs, y=ys, text=texts, mode="text", hoverinfo="skip",
+                      textfont=dict(size=11, color=colours, family=FONT["family"]),
+                      xaxis=xaxis, yaxis=yaxis, showlegend=False)
+
+
+def _hatch_shapes(frame: Frame, layout: GridLayout, ref: dict) -> list[dict]:
+    by_colour: dict[str, list[str]] = {}
+    for slot, code in enumerate(frame.cells):
+        if code not in (INTERNAL, HOLE):
+            continue
+        x, y = layout.xy(slot)
+        d = 0.28
+        if code == INTERNAL:  # one diagonal stroke: held, never to be filled
+            colour = request_colour(frame.requests[frame.owners[slot]].order)
+            seg = f"M{x - d},{y + d}L{x + d},{y - d}"
+        else:                 # a small cross: free, yet nobody waiting can use it
+            colour = HOLE_MARK
+            seg = f"M{x - d},{y - d}L{x + d},{y + d}M{x - d},{y + d}L{x + d},{y - d}"
+        by_colour.setdefault(colour, []).append(seg)
+    return [dict(type="path", path="".join(segs), line=dict(color=c, width=1.4), layer="above",
+                 **ref) for c, segs in by_colour.items()]
+
+
+def _block_rules(layout: GridLayout, ref: dict) -> list[dict]:
+    """White gutters between blocks that share a row, so block boundaries read at a glance."""
+    per_row = layout.cols // layout.block_size
+    if per_row < 2:
+        return []
+    path = "".join(f"M{k * layout.block_size - 0.5},-0.5V{layout.rows - 0.5}"
+                   for k in range(1, per_row))
+    return [dict(type="path", path=path, line=dict(color="white", width=4), layer="above",
+                 **ref)]
+
+
+def _changed_shapes(frame: Frame, layout: GridLayout, ref: dict) -> list[dict]:
+    if not frame.changed:
+        return []
+    segs = []
+    for y, x0, x1 in _runs(sorted(frame.changed), layout):
+        segs.append(f"M{x0 - 0.5},{y - 0.5}H{x1 + 0.5}V{y + 0.5}H{x0 - 0.5}Z")
+    return [dict(type="path", path="".join(segs), line=dict(color=CHANGED, width=2.2),
+                 layer="above", **ref)]
+
+
+def _runs(slots: list[int], layout: GridLayout) -> list[tuple[int, int, int]]:
+    """Consecutive changed slots merged into (row, first column, last column) runs."""
+    out: list[list[int]] = []
+    for s in slots:
+        x, y = layout.xy(s)
+        if out and out[-1][0] == y and out[-1][2] == x - 1:
+            out[-1][2] = x
+        else:
+            out.append([y, x, x])
+    return [tuple(r) for r in out]
+
+
+def arena_axes(frame: Frame, layout: GridLayout, anchor: str = "x") -> tuple[dict, dict]:
+    """x and y axis settings: square cells, row 0 on top, rows labelled by first block (paging)
+    or first slot (contiguous)."""
+    paged = frame.run.allocator == PAGED
+    per_row = layout.cols // layout.block_size
+    ticks = list(range(layout.rows))
+    text = [f"#{r * per_row}" if paged else str(r * layout.cols) for r in ticks]
+    step = max(1, math.ceil(layout.rows / 24))
+    xa = dict(range=[-0.5, layout.cols - 0.5], showgrid=False, zeroline=False,
+              showticklabels=False, ticks="", fixedrange=True, constrain="domain")
+    ya = dict(range=[layout.rows - 0.5, -0.5], showgrid=False, zeroline=False,
+              tickvals=ticks[::step], ticktext=text[::step], ticks="", fixedrange=True,
+              tickfont=dict(size=10, color=MUTED), scaleanchor=anchor, scaleratio=1,
+              constrain="domain")
+    return xa, ya
+
+
+def arena_figure(frame: Frame, layout: GridLayout, lang: str = "en", height: int = 420,
+                 meta: object = None) -> go.Figure:
+    """One side's arena as a figure of its own (what the app shows per column). ``meta`` is
+    stored in ``layout.meta`` so a browser test can tell which frame is painted."""
+    traces, shapes = arena_parts(frame, layout, lang)
+    xa, ya = arena_axes(frame, layout)
+    fig = go.Figure(traces)
+    fig.update_layout(shapes=shapes, xaxis=xa, yaxis=ya, height=height, meta=meta,
+                      margin=dict(l=34, r=4, t=4, b=4), paper_bgcolor="white",
+                      plot_bgcolor="white", font=FONT, showlegend=False, dragmode=False,
+                      hoverlabel=dict(bgcolor="white", font_size=12))
+    return fig
+
+
+# --- metrics, timeline, scoreboard -----------------------------------------------------------
+
+def metrics_parts(account: StepAccount, lang: str, xaxis: str = "x", yaxis: str = "y",
+                  y: str = "") -> list[go.Bar]:
+    """A 100% stacked horizontal bar of the five accounting categories."""
+    w = words(lang)
+    return [go.Bar(x=[100 * account.share(c)], y=[y], orientation="h", name=w[c],
+                   marker=dict(color=CATEGORY_COLOURS[c], line=dict(width=0)),
+                   text=[f"{100 * account.share(c):.0f}%" if account.share(c) >= 0.07 else ""],
+                   textposition="inside", insidetextanchor="middle",
+                   textfont=dict(color="white" if c != "free" else INK, size=13),
+                   hovertemplate=f"{w[c]}: %{{x:.1f}}%<extra></extra>", xaxis=xaxis, yaxis=yaxis,
+                   showlegend=False)
+            for c in CATEGORIES]
+
+
+def timeline_figure(lesson: Lesson, current: int, lang: str = "en", titles: tuple = ("", ""),
+                    height: int = 210) -> go.Figure:
+    """Token-state share per frame for both sides, the lesson's keyframes marked 1..n and the
+    current frame as a vertical rule."""
+    w = words(lang)
+    fig = go.Figure()
+    for side, title in zip(("left", "right"), titles):
+        frames = lesson.side(side).frames
+        fig.add_scatter(x=[f.index for f in frames],
+                        y=[100 * f.account.share("token_states") for f in frames],
+                        mode="lines", name=title, line=dict(color=SIDE_COLOURS[side], width=2.5),
+                        hovertemplate=f"{title}<br>{w['frame']} %{{x}}: %{{y:.0f}}%<extra></extra>")
+    shapes = [dict(type="line", x0=current, x1=current, y0=0, y1=1, yref="paper",
+                   line=dict(color=CHANGED, width=2))]
+    notes = [dict(x=kf, y=1.0, yref="paper", text=f"<b>{k + 1}</b>", showarrow=False,
+                  yanchor="bottom", font=dict(size=12, color="white"), bgcolor=MUTED,
+                  borderpad=2)
+             for k, kf in enumerate(lesson.keyframes) if kf is not None]
+    fig.update_layout(height=height, margin=dict(l=44, r=10, t=26, b=30), shapes=shapes,
+                      annotations=notes, paper_bgcolor="white", plot_bgcolor="white",
+                      font=FONT, meta=current, dragmode=False,
+                      legend=dict(orientation="h", x=0, y=-0.22, font=dict(size=12)),
+                      xaxis=dict(range=[-0.5, lesson.num_frames - 0.5], fixedrange=True,
+                                 showgrid=False, title=None, tickfont=dict(size=11)),
+                      yaxis=dict(range=[0, 100], fixedrange=True, ticksuffix="%",
+                                 gridcolor="#EEF0F3", tickfont=dict(size=11)))
+    return fig
+
+
+def scoreboard_figure(left: Summary, right: Summary, titles: tuple[str, str],
+                      lang: str = "en", height: int = 230) -> go.Figure:
+    """Each run's time-averaged category shares as a 100% bar, with its concurrency beside."""
+    w = words(lang)
+    fig = go.Figure()
+    names = [f"<b>{t}</b><br><span style='font-size:12px;color:{MUTED}'>"
+             f"{w['max_running']}: {s.max_running} · {w['steps']}: {s.steps}</span>"
+             for t, s in zip(titles, (left, right))]
+    for c in CATEGORIES:
+        vals = [100 * s.shares[c] for s in (left, right)]
+        fig.add_bar(y=names, x=vals, orientation="h", name=w[c],
+                    marker=dict(color=CATEGORY_COLOURS[c]),
+                    text=[f"{v:.0f}%" if v >= 4 else "" for v in vals], textposition="inside",
+                    textfont=dict(color="white" if c != "free" else INK, size=14),
+                    hovertemplate=f"{w[c]}: %{{x:.1f}}%<extra></extra>")
+    fig.update_layout(barmode="stack", height=height, paper_bgcolor="white",
+                      plot_bgcolor="white", font=FONT, margin=dict(l=10, r=10, t=10, b=10),
+                      legend=dict(orientation="h", x=0, y=-0.12, font=dict(size=12)),
+                      xaxis=dict(range=[0, 100], visible=False, fixedrange=True),
+                      yaxis=dict(autorange="reversed", fixedrange=True, automargin=True,
+                                 tickfont=dict(size=14)), dragmode=False)
+    return fig
+
+
+# --- the whole frame, for lectures -----------------------------------------------------------
+
+def side_by_side_figure(left: Frame, right: Frame, step: RenderedStep | None, lang: str = "en",
+                        titles: tuple[str, str] = ("", ""), width: int = 1600,
+                        height: int = 900) -> go.Figure:
+    """One frame of the lesson as a single 16:9 figure: both arenas at the same scale, their
+    metrics bars, block tables or reservations, queues, and the step's narration beneath."""
+    layout = grid_layout(right.run.num_slots, right.run.block_size)
+    fig = go.Figure()
+    axes = {}
+    # Domains in paper coordinates: each half holds a grid (left part) and its text (right part).
+    halves = {"left": (0.0, 0.49), "right": (0.51, 1.0)}
+    for n, (side, frame) in enumerate((("left", left), ("right", right))):
+        x0, x1 = halves[side]
+        gx, gy, mx, my = (_axis(2 * n + 1, "x"), _axis(2 * n + 1, "y"),
+                          _axis(2 * n + 2, "x"), _axis(2 * n + 2, "y"))
+        traces, shapes = arena_parts(frame, layout, lang, gx, gy)
+        fig.add_traces(traces + metrics_parts(frame.account, lang, mx, my))
+        fig.layout.shapes = tuple(fig.layout.shapes) + tuple(shapes)
+        xa, ya = arena_axes(frame, layout, anchor=gx)
+        axes[_layout_key(gx)] = {**xa, "domain": [x0, x0 + 0.58 * (x1 - x0)], "anchor": gy}
+        axes[_layout_key(gy)] = {**ya, "domain": [0.30, 0.86], "anchor": gx}
+        axes[_layout_key(mx)] = dict(domain=[x0, x1], range=[0, 100], visible=False,
+                                     fixedrange=True, anchor=my)
+        axes[_layout_key(my)] = dict(domain=[0.885, 0.915], visible=False, anchor=mx)
+        fig.add_annotation(x=x0, xref="paper", yref="paper", y=0.935, xanchor="left",
+                           yanchor="bottom", showarrow=False, font=dict(size=20),
+                           text=f"<b style='color:{SIDE_COLOURS[side]}'>{titles[n]}</b>")
+        _side_text(fig, frame, x0 + 0.61 * (x1 - x0), lang)
+    fig.update_layout(**axes, barmode="stack", width=width, height=height,
+                      paper_bgcolor="white", plot_bgcolor="white", font=FONT, showlegend=False,
+                      margin=dict(l=40, r=30, t=70, b=20))
+    _header_and_narration(fig, left, right, step, lang)
+    return fig
+
+
+def _axis(n: int, letter: str) -> str:
+    """Plotly's trace-side axis names: x, x2, x3, ..."""
+    return letter if n == 1 else f"{letter}{n}"
+
+
+def _layout_key(axis: str) -> str:
+    """Trace-side axis name to its layout key: x -> xaxis, y3 -> yaxis3."""
+    return f"{axis[0]}axis{axis[1:]}"
+
+
+def _side_text(fig: go.Figure, frame: Frame, x0: float, lang: str) -> None:
+    """Block tables or reservations, the queue and the step counters, as one text block."""
+    w = words(lang)
+    a = frame.account
+    lines = [f"<b>{w['block_tables'] if frame.run.allocator == PAGED else w['reservations']}</b>"]
+    for row in table_rows(frame)[:12]:
+        colour = request_colour(row.order)
+        if row.run is not None:
+            body = f"[{row.run[0]}, {row.run[0] + row.run[1]})  {row.filled}/{row.run[1]}"
+        else:
+            body = "  ".join(f"{m.logical}→#{m.physical}" for m in row.mappings)
+        lines.append(f"<b style='color:{colour}'>{row.label}</b>  {body}")
+    lines.append("")
+    lines.append(f"<b>{w['queue']}</b>")
+    for e in queue_entries(frame, lang):
+        tag = w[e.state]
+        why = f"<br>   <span style='color:{HOLE_MARK}'>{e.why}</span>" if e.why else ""
+        lines.append(f"<b style='color:{request_colour(e.order)}'>{e.label}</b> {tag}{why}")
+    done = finished_labels(frame)
+    if done:
+        lines.append(f"<span style='color:{MUTED}'>{w['finished']}: {', '.join(done)}</span>")
+    lines.append("")
+    lines.append(f"{w['step']} {frame.step} · {w['running_n']} {a.running} · "
+                 f"{w['waiting_n']} {a.waiting}")
+    fig.add_annotation(x=x0, y=0.86, xref="paper", yref="paper", xanchor="left", yanchor="top",
+                       align="left", showarrow=False, text="<br>".join(lines),
+                       font=dict(size=13))
+
+
+def _header_and_narration(fig: go.Figure, left: Frame, right: Frame,
+                          step: RenderedStep | None, lang: str) -> None:
+    if step is not None:
+        fig.add_annotation(x=0, y=1.07, xref="paper", yref="paper", xanchor="left",
+                           yanchor="bottom", showarrow=False, font=dict(size=26),
+                           text=f"<b>{step.number}. {step.title}</b>")
+        fig.add_annotation(x=0, y=0.27, xref="paper", yref="paper", xanchor="left",
+                           yanchor="top", align="left", showarrow=False, font=dict(size=15),
+                           text=_wrap_markdown(step.narration, 170 if lang != "zh" else 80))
+
+
+def _wrap_markdown(text: str, width: int) -> str:
+    """Narration markdown to plotly's small HTML subset: bold, paragraphs, hard wraps."""
+    import re
+    out = []
+    for para in text.split("\n\n"):
+        para = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", para)
+        para = re.sub(r"\*(.+?)\*", r"<i>\1</i>", para)
+        out.append(_hard_wrap(para, width))
+    return "<br>".join(out)
+
+
+def _hard_wrap(text: str, width: int) -> str:
+    lines, cur, visible = [], "", 0
+    for token in (text.split(" ") if " " in text else list(text)):
+        plain = len(token.replace("<b>", "").replace("</b>", "").replace("<i>", "")
+                    .replace("</i>", ""))
+        if visible + plain > width and cur:
+            lines.append(cur)
+            cur, visible = "", 0
+        sep = " " if cur and " " in text else ""
+        cur += sep + token
+        visible += plain + len(sep)
+    lines.append(cur)
+    return "<br>".join(lines)
+
+
+def legend_items(lang: str) -> list[tuple[str, str, str]]:
+    """(fill, mark, caption) for the grid legend: example cells in a neutral request colour."""
+    w = words(lang)
+    base = request_colour(0)
+    return [(base, "", w["token_states"]), (tint(base, 0.58), "", w["reservation"]),
+            (tint(base, 0.84), "/", w["internal"]), (FREE_COLOUR, "", w["free"]),
+            ("#F4B9B2", "x", w["external"]), ("white", "outline", w["changed"])]

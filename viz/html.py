@@ -1,0 +1,155 @@
+"""Small HTML pieces for the lesson page: metrics strip, block tables / reservations, queue,
+legend. Pure functions from frames to strings (testable without a browser); the CSS lives here
+too so the look is defined in one place. Everything shown is escaped or generated."""
+from __future__ import annotations
+
+from html import escape
+
+from engine.accounting import CATEGORIES
+from viz.panels import finished_labels, queue_entries, table_rows
+from viz.reducer import PAGED, Frame
+from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, HOLE_COLOUR, HOLE_MARK, INK,
+                       MUTED, SIDE_COLOURS, request_colour, tint, words)
+
+CSS = f"""
+<style>
+.pk-strip {{ margin: 0 0 .35rem 0; }}
+.pk-bar {{ display:flex; height:22px; border-radius:5px; overflow:hidden; background:#eee; }}
+.pk-bar > div {{ height:100%; color:white; font-size:12px; font-weight:600; line-height:22px;
+  text-align:center; white-space:nowrap; overflow:hidden; }}
+.pk-nums {{ display:flex; flex-wrap:wrap; gap:.2rem .9rem; font-size:13px; color:{INK};
+  margin-top:.3rem; }}
+.pk-nums .sw {{ display:inline-block; width:10px; height:10px; border-radius:2px;
+  margin-right:4px; vertical-align:-1px; }}
+.pk-nums b {{ font-variant-numeric: tabular-nums; }}
+.pk-q {{ margin-left:auto; color:{MUTED}; }}
+.pk-panel {{ font-size:13px; color:{INK}; line-height:1.45; }}
+.pk-panel h5 {{ font-size:12px; text-transform:uppercase; letter-spacing:.04em; color:{MUTED};
+  margin:.1rem 0 .3rem 0; padding:0; font-weight:600; }}
+.pk-row {{ display:flex; align-items:flex-start; gap:.35rem; margin:.12rem 0; }}
+.pk-chip {{ display:inline-block; min-width:1.45rem; text-align:center; border-radius:4px;
+  font-weight:700; font-size:12px; padding:0 .3rem; color:white; line-height:1.35rem; }}
+.pk-map {{ display:inline-block; font-family: ui-monospace, Menlo, Consolas, monospace;
+  font-size:12px; padding:0 .28rem; margin:0 .2rem .2rem 0; border-radius:4px;
+  border:1px solid #d9dee5; background:#f8f9fb; line-height:1.3rem; }}
+.pk-map.new {{ border:2px solid {CHANGED}; background:white; }}
+.pk-maps {{ display:flex; flex-wrap:wrap; }}
+.pk-run {{ font-family: ui-monospace, Menlo, Consolas, monospace; font-size:12px; }}
+.pk-dim {{ color:{MUTED}; }}
+.pk-why {{ color:{HOLE_MARK}; font-size:12px; }}
+.pk-q-entry {{ display:inline-flex; align-items:center; gap:.25rem; margin:0 .45rem .25rem 0; }}
+.pk-chip.waiting {{ background:white !important; border:2px solid; line-height:1.2rem; }}
+.pk-chip.blocked {{ background:white !important; border:2px dashed {HOLE_MARK};
+  line-height:1.2rem; }}
+.pk-legend {{ display:flex; flex-wrap:wrap; gap:.3rem 1.1rem; font-size:13px; color:{INK};
+  align-items:center; }}
+.pk-legend span.cell {{ display:inline-block; width:15px; height:15px; border-radius:2px;
+  margin-right:5px; vertical-align:-3px; position:relative; }}
+.pk-side-title {{ font-size:1.15rem; font-weight:700; margin:0 0 .25rem 0; }}
+.pk-frame {{ font-size:1.05rem; font-weight:600; text-align:center; padding-top:.35rem;
+  font-variant-numeric: tabular-nums; white-space:nowrap; }}
+.pk-narration p {{ font-size:1.02rem; line-height:1.55; margin-bottom:.45rem; }}
+</style>
+"""
+
+
+def side_title(title: str, side: str) -> str:
+    return (f"<div class='pk-side-title' style='color:{SIDE_COLOURS[side]}'>"
+            f"{escape(title)}</div>")
+
+
+def metrics_strip(frame: Frame, lang: str = "en") -> str:
+    """The five categories as one 100% bar, their shares and slot counts, and the queue sizes."""
+    w = words(lang)
+    a = frame.account
+    segs = []
+    for c in CATEGORIES:
+        share = a.share(c)
+        if share <= 0:
+            continue
+        text = f"{100 * share:.0f}%" if share >= 0.08 else ""
+        colour = "white" if c != "free" else INK
+        segs.append(f"<div title='{escape(w[c])}: {getattr(a, c)} {w['slots']}' "
+                    f"style='width:{100 * share:.3f}%;background:{CATEGORY_COLOURS[c]};"
+                    f"color:{colour}'>{text}</div>")
+    nums = "".join(
+        f"<span><span class='sw' style='background:{CATEGORY_COLOURS[c]}'></span>"
+        f"{escape(w['cat_short'][c])} <b>{100 * a.share(c):.0f}%</b></span>" for c in CATEGORIES)
+    queue = (f"<span class='pk-q'>{w['running_n']} <b>{a.running}</b> · {w['waiting_n']} "
+             f"<b>{a.waiting}</b> · {w['blocked_n']} <b>{a.blocked}</b></span>")
+    return (f"<div class='pk-strip'><div class='pk-bar'>{''.join(segs)}</div>"
+            f"<div class='pk-nums'>{nums}{queue}</div></div>")
+
+
+def _chip(text: str, order: int, cls: str = "") -> str:
+    colour = request_colour(order)
+    style = f"background:{colour};border-color:{colour};" + (
+        f"color:{colour};" if cls in ("waiting", "blocked") else "")
+    return f"<span class='pk-chip {cls}' style='{style}'>{escape(text)}</span>"
+
+
+def tables_panel(frame: Frame, lang: str = "en") -> str:
+    """Block tables (paging) or reservation ranges (contiguous) of the requests holding memory."""
+    w = words(lang)
+    paged = frame.run.allocator == PAGED
+    rows = table_rows(frame)
+    out = [f"<h5>{escape(w['block_tables'] if paged else w['reservations'])}</h5>"]
+    if not rows:
+        out.append(f"<div class='pk-dim'>{escape(w['none'])}</div>")
+    for row in rows:
+        if paged:
+            body = "".join(f"<span class='pk-map{' new' if m.new else ''}'>"
+                           f"{m.logical}→#{m.physical}</span>" for m in row.mappings)
+            body = f"<div class='pk-maps'>{body}</div>"
+        else:
+            start, length = row.run
+            cls = "pk-map new" if row.new else "pk-map"
+            body = (f"<span class='{cls}'>[{start}, {start + length})</span>"
+                    f"<span class='pk-dim'>{row.filled}/{length}</span>")
+        out.append(f"<div class='pk-row'>{_chip(row.label, row.order)}{body}</div>")
+    return f"<div class='pk-panel'>{''.join(out)}</div>"
+
+
+def queue_panel(frame: Frame, lang: str = "en") -> str:
+    """Running, waiting and blocked requests (with the allocator's reason), then finished."""
+    w = words(lang)
+    entries = queue_entries(frame, lang)
+    out = [f"<h5>{escape(w['queue'])}</h5>"]
+    groups = [("running", [e for e in entries if e.state == "running"]),
+              ("waiting", [e for e in entries if e.state != "running"])]
+    for state, items in groups:
+        if not items:
+            continue
+        chips = "".join(f"<span class='pk-q-entry'>{_chip(e.label, e.order, e.state)}</span>"
+                        for e in items)
+        out.append(f"<div class='pk-row'><span class='pk-dim' style='min-width:4.2rem'>"
+                   f"{escape(w[state])}</span><span>{chips}</span></div>")
+        for e in items:
+            if e.why:
+                out.append(f"<div class='pk-why'><b>{escape(e.label)}</b> "
+                           f"{escape(w['blocked'])}: {escape(e.why)}</div>")
+    done = finished_labels(frame)
+    if done:
+        out.append(f"<div class='pk-dim'>{escape(w['finished'])}: {escape(', '.join(done))}</div>")
+    if len(out) == 1:
+        out.append(f"<div class='pk-dim'>{escape(w['none'])}</div>")
+    return f"<div class='pk-panel'>{''.join(out)}</div>"
+
+
+def legend(lang: str = "en") -> str:
+    """What the grid's cells mean, drawn with the grid's own colours and marks."""
+    w = words(lang)
+    base = request_colour(0)
+    hatch = (f"background:linear-gradient(135deg, transparent 44%, {base} 45%, {base} 55%, "
+             f"transparent 56%), {tint(base, 0.84)}")
+    cross = (f"background:linear-gradient(45deg, transparent 44%, {HOLE_MARK} 45%, {HOLE_MARK} 55%,"
+             f" transparent 56%), linear-gradient(135deg, transparent 44%, {HOLE_MARK} 45%, "
+             f"{HOLE_MARK} 55%, transparent 56%), {HOLE_COLOUR}")
+    items = [(f"background:{base}", w["token_states"]),
+             (f"background:{tint(base, 0.58)}", w["reservation"]),
+             (hatch, w["internal"]), (f"background:{FREE_COLOUR}", w["free"]),
+             (cross, w["external"]),
+             (f"background:white;border:2px solid {CHANGED}", w["changed"])]
+    cells = "".join(f"<span><span class='cell' style='{s}'></span>{escape(t)}</span>"
+                    for s, t in items)
+    return f"<div class='pk-legend'>{cells}</div>"

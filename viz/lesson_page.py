@@ -1,0 +1,411 @@
+"""The lesson page: two allocators side by side, frame by frame.
+
+State lives in ``st.session_state`` (frame, lesson, source, live run, upload); the URL mirrors
+``lesson`` and ``frame`` so a link opens that exact frame. Frames are folded once per trace
+(cached by content hash) and only the current frame is drawn. The stepping view is a fragment:
+a keypress reruns the view, not the page. Nothing here takes keyboard focus away from the arrow
+keys: controls are buttons, the only inputs (file upload) sit in the sidebar.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import streamlit as st
+
+from engine import trace as T
+from viz import figures, html
+from viz.lesson import (LESSONS_DIR, Lesson, LessonError, available, build, file_digest,
+                        load_spec, render_step, trace_path)
+from viz.live import LiveRun, record_command
+from viz.style import words
+
+MAX_UPLOAD_MB = 50
+GRID_HEIGHT = 390
+SOURCES = ("lesson", "live", "upload")
+
+UI = {
+    "en": {"source": "What to replay", "sources": {"lesson": "Recorded lesson",
+           "live": "Run it live now", "upload": "Open a trace file"},
+           "lesson": "Lesson", "upload": "A trace (.jsonl) recorded by the engine",
+           "home": "Start", "prev_step": "Step", "prev": "Frame", "next": "Frame",
+           "next_step": "Step", "end": "End",
+           "frame_of": "Frame {i} / {last}", "engine_step": "engine step {s}",
+           "no_trace": "This lesson has no recorded trace yet ({path}). Record one with "
+                       "`python -m engine record --scenario {scenario} --out {path}`, or run "
+                       "it live from the sidebar.",
+           "bad_frame": "The link's frame {raw!r} is not a frame number; showing frame 0.",
+           "bad_lesson": "There is no lesson named {raw!r}; showing {name}.",
+           "recorded": "Replaying a trace recorded from {model} on {device}, {created}.",
+           "uploaded": "Replaying {name}: {model} on {device}.",
+           "live_go": "Record on the engine now", "live_stop": "Stop",
+           "live_wait": "Starting the engine… (loading the model takes a moment)",
+           "live_running": "Recording: {frames} frames so far. {progress}",
+           "live_done": "Recorded {frames} frames live. The view below is the finished trace.",
+           "live_failed": "The live run failed: {why}",
+           "live_hint": "Runs this lesson's scenario on the real engine in a separate process "
+                        "and shows every frame as its events stream in.",
+           "live_save": "Download this trace", "missing_step": "not in this trace",
+           "step_help": "Jump to the frame where step {n} happens (PageUp / PageDown)",
+           "upload_help": "Open any trace with one contiguous and one paged run.",
+           "no_scenario": "This lesson has no scenario.toml to run live.",
+           "timeline": "Token-state share, both sides. Numbers 1–6 mark the lesson's steps."},
+    "zh": {"source": "回放内容", "sources": {"lesson": "已录制的课程", "live": "现在实时运行",
+           "upload": "打开 trace 文件"},
+           "lesson": "课程", "upload": "引擎录制的 trace（.jsonl）",
+           "home": "开头", "prev_step": "上一步", "prev": "上一帧", "next": "下一帧",
+           "next_step": "下一步", "end": "结尾",
+           "frame_of": "第 {i} / {last} 帧", "engine_step": "引擎步 {s}",
+           "no_trace": "这个课程还没有录制好的 trace（{path}）。可以用 "
+                       "`python -m engine record --scenario {scenario} --out {path}` 录制，"
+                       "或在侧栏选择实时运行。",
+           "bad_frame": "链接里的帧号 {raw!r} 不是数字，已显示第 0 帧。",
+           "bad_lesson": "没有名为 {raw!r} 的课程，已显示 {name}。",
+           "recorded": "回放的 trace 录制自 {model}，设备 {device}，时间 {created}。",
+           "uploaded": "回放 {name}：{model}，设备 {device}。",
+           "live_go": "现在用引擎录制", "live_stop": "停止",
+           "live_wait": "正在启动引擎……（加载模型需要一点时间）",
+           "live_running": "录制中：已有 {frames} 帧。{progress}",
+           "live_done": "实时录制了 {frames} 帧。下面显示的是完整的 trace。",
+           "live_failed": "实时运行失败：{why}",
+           "live_hint": "在单独的进程里用真实引擎运行本课的场景，事件一边产生一边显示成帧。",
+           "live_save": "下载这份 trace", "missing_step": "此 trace 中没有",
+           "step_help": "跳到第 {n} 步发生的那一帧（PageUp / PageDown）",
+           "upload_help": "可打开任何包含一个连续分配运行和一个分页运行的 trace。",
+           "no_scenario": "这个课程没有可实时运行的 scenario.toml。",
+           "timeline": "两侧的 token 状态占比；数字 1–6 标出课程的各步。"},
+}
+
+
+def lessons_root() -> Path:
+    """Where lessons live; ``PAGED_KV_LESSONS`` points tests at a folder of their own."""
+    return Path(os.environ.get("PAGED_KV_LESSONS", LESSONS_DIR))
+
+
+# --- cached folds ----------------------------------------------------------------------------
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _recorded_lesson(name: str, root: str, digest: str) -> Lesson:
+    """Fold a lesson's recorded trace once per content hash (frames are immutable: shared)."""
+    spec = load_spec(name, Path(root))
+    return build(spec, T.read(trace_path(spec)))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _uploaded_lesson(name: str, root: str, digest: str, _text: str, file_name: str) -> Lesson:
+    return build(load_spec(name, Path(root)), T.loads(_text), source=file_name)
+
+
+# --- session state ---------------------------------------------------------------------------
+
+@dataclass
+class View:
+    """What the stepping view needs for one run of the page. ``refresh`` rebuilds the lesson
+    from a live stream on every tick (None for a recorded trace, which never changes)."""
+    lesson: Lesson
+    lang: str
+    refresh: Callable[[], Lesson | None] | None = None
+
+
+def _ss():
+    return st.session_state
+
+
+def _init_from_url(names: list[str], t: dict) -> None:
+    """Read ``?lesson=`` and ``?frame=`` once per session; later the session is the truth and
+    the URL follows it."""
+    ss = _ss()
+    if "pk_frame" in ss:
+        return
+    qp = st.query_params
+    default = "six-steps" if "six-steps" in names else (names[0] if names else "")
+    raw_lesson = qp.get("lesson", default)
+    ss.pk_lesson = raw_lesson if raw_lesson in names else default
+    if raw_lesson not in names:
+        ss.pk_notice = t["bad_lesson"].format(raw=raw_lesson, name=default)
+    raw = qp.get("frame", "0")
+    try:
+        ss.pk_frame = int(raw)
+    except ValueError:
+        ss.pk_frame = 0
+        ss.pk_notice = t["bad_frame"].format(raw=raw)
+    ss.pk_source = "lesson"
+
+
+def _move_to(i: int) -> None:
+    _ss().pk_frame = i
+
+
+def _move_by(delta: int, last: int) -> None:
+    ss = _ss()
+    ss.pk_frame = max(0, min(last, ss.pk_frame + delta))
+
+
+def _jump_step(keyframes: tuple, direction: int, last: int) -> None:
+    """PageDown: the next keyframe after this frame. PageUp: the start of this step, or of the
+    previous one when already there."""
+    ss = _ss()
+    kfs = sorted(k for k in keyframes if k is not None)
+    if direction > 0:
+        ss.pk_frame = next((k for k in kfs if k > ss.pk_frame), last)
+    else:
+        ss.pk_frame = next((k for k in reversed(kfs) if k < ss.pk_frame), 0)
+
+
+# --- the page --------------------------------------------------------------------------------
+
+def render(lang: str = "en") -> None:
+    """Draw the lesson page in ``lang`` ("en" or "zh")."""
+    t = UI.get(lang, UI["en"])
+    st.html(html.CSS)
+    root = lessons_root()
+    names = available(root)
+    _init_from_url(names, t)
+    ss = _ss()
+    if not names:
+        st.error(f"No lessons found under {root}.")
+        return
+    try:
+        spec = load_spec(ss.pk_lesson, root)
+    except LessonError as e:
+        st.error(str(e))
+        return
+    source = _header(spec, names, lang, t)
+    if ss.get("pk_notice"):
+        st.info(ss.pop("pk_notice"))
+    lesson = _lesson_for(source, spec, root, t)
+    if lesson is None:
+        _sync_url(ss.pk_lesson, None)
+        return
+    ss.pk_frame = lesson.clamp(ss.pk_frame)
+    refresh = None
+    if source == "live" and not ss.pk_live.done:
+        run, spec_ = ss.pk_live, spec
+        refresh = lambda: _live_fold(run, spec_)  # noqa: E731 - a tick's rebuild
+    st.fragment(_stepping_view, run_every=0.75 if refresh else None)(
+        View(lesson, lang, refresh), t)
+
+
+def _header(spec, names: list[str], lang: str, t: dict) -> str:
+    """Title, lesson picker and source picker in one row; returns the chosen source."""
+    ss = _ss()
+    title, pick = st.columns([3, 2], vertical_alignment="bottom")
+    title.markdown(f"### {spec.title[lang]}")
+    with pick, st.container(horizontal=True, horizontal_alignment="right"):
+        if len(names) > 1:
+            chosen = st.segmented_control(t["lesson"], names, default=ss.pk_lesson,
+                                          key="pk_lesson_pick", label_visibility="collapsed")
+            if chosen and chosen != ss.pk_lesson:
+                ss.pk_lesson, ss.pk_frame = chosen, 0
+                st.rerun()
+        source = st.segmented_control(t["source"], SOURCES, format_func=t["sources"].get,
+                                      default=ss.pk_source, key="pk_source_pick",
+                                      label_visibility="collapsed")
+    ss.pk_source = source or ss.pk_source
+    return ss.pk_source
+
+
+def _lesson_for(source: str, spec, root: Path, t: dict) -> Lesson | None:
+    if source == "upload":
+        return _upload(spec, root, t)
+    if source == "live":
+        return _live(spec, root, t)
+    path = trace_path(spec)
+    if not path.is_file():
+        st.warning(t["no_trace"].format(path=path.relative_to(root.parent) if root.parent in
+                                        path.parents else path,
+                                        scenario=spec.folder / "scenario.toml"))
+        return None
+    try:
+        return _recorded_lesson(spec.name, str(root), file_digest(path))
+    except (T.TraceError, LessonError) as e:
+        st.error(f"{path.name}: {e}")
+        return None
+
+
+def _upload(spec, root: Path, t: dict) -> Lesson | None:
+    up = st.file_uploader(t["upload"], type=["jsonl", "json", "txt"], key="pk_upload",
+                          max_upload_size=MAX_UPLOAD_MB, help=t["upload_help"])
+    if up is None:
+        return None
+    data = up.getvalue()
+    try:
+        text = data.decode("utf-8")
+        digest = hashlib.sha256(data).hexdigest()
+        lesson = _uploaded_lesson(spec.name, str(root), digest, text, up.name)
+    except UnicodeDecodeError:
+        st.error(f"{up.name} is not a text trace (it is binary).")
+        return None
+    except (T.TraceError, LessonError) as e:
+        st.error(f"{up.name}: {e}")
+        return None
+    except Exception as e:  # an uploaded file is untrusted: one line, never a traceback
+        st.error(f"{up.name} cannot be replayed: {type(e).__name__}: {e}")
+        return None
+    if _ss().get("pk_upload_id") != up.file_id:
+        _ss().pk_upload_id, _ss().pk_frame = up.file_id, 0
+    return lesson
+
+
+def _live(spec, root: Path, t: dict) -> Lesson | None:
+    ss = _ss()
+    scenario = spec.folder / "scenario.toml"
+    run: LiveRun | None = ss.get("pk_live")
+    if not scenario.is_file():
+        st.warning(t["no_scenario"])
+        return None
+    running = run is not None and not run.done
+    with st.container(horizontal=True, vertical_alignment="center"):
+        if st.button(t["live_stop"] if running else t["live_go"], key="pk_live_btn",
+                     icon=":material/stop:" if running else ":material/play_arrow:",
+                     type="secondary" if running else "primary"):
+            if running:
+                run.stop()
+            else:
+                ss.pk_live = run = LiveRun.start(record_command(scenario), cwd=root.parent)
+                ss.pk_frame, ss.pk_live_seen = 0, 0
+            st.rerun()
+        st.caption(t["live_hint"])
+    if run is None:
+        return None
+    return _live_lesson(run, spec, t)
+
+
+def _live_fold(run: LiveRun, spec) -> Lesson | None:
+    tr = run.trace()
+    return build(spec, tr, source="live", complete=run.done) if tr else None
+
+
+def _live_lesson(run: LiveRun, spec, t: dict) -> Lesson | None:
+    try:
+        lesson = _live_fold(run, spec)
+    except T.TraceError as e:
+        st.error(t["live_failed"].format(why=run.error() or e))
+        return None
+    if run.error():
+        st.error(t["live_failed"].format(why=run.error()))
+    if lesson is None:
+        if not run.done:
+            st.fragment(_wait_for_first_frame, run_every=1.0)(run, spec, t)
+        return None
+    if run.done and run.returncode == 0:
+        st.success(t["live_done"].format(frames=lesson.num_frames))
+        st.download_button(t["live_save"], run.text(), file_name="live-trace.jsonl",
+                           mime="application/jsonl", key="pk_live_save",
+                           icon=":material/download:")
+    return lesson
+
+
+def _wait_for_first_frame(run: LiveRun, spec, t: dict) -> None:
+    """Before the first frame there is nothing to step through: show progress, and rerun the
+    whole page once a frame (or the end) arrives."""
+    st.info(t["live_wait"] + (f" {run.progress()}" if run.progress() else ""))
+    try:
+        ready = run.done or _live_fold(run, spec) is not None
+    except T.TraceError:
+        ready = True
+    if ready:
+        st.rerun(scope="app")
+
+
+def _sync_url(lesson: str, frame: int | None) -> None:
+    want = {"lesson": lesson} if frame is None else {"lesson": lesson, "frame": str(frame)}
+    if dict(st.query_params) != want:
+        st.query_params.from_dict(want)
+
+
+def _stepping_view(view: View, t: dict) -> None:
+    ss = _ss()
+    lesson, lang = view.lesson, view.lang
+    if view.refresh is not None:  # live: fold what has streamed in since the last tick
+        run = ss.pk_live
+        try:
+            lesson = view.refresh() or lesson
+        except T.TraceError:
+            pass  # a corrupt stream is reported by the page run that follows the child's end
+        if run.done:
+            st.rerun(scope="app")
+        at_end = ss.pk_frame >= ss.get("pk_live_seen", 0) - 1
+        if at_end:  # follow the newest frame unless the viewer stepped back
+            ss.pk_frame = lesson.num_frames - 1
+        ss.pk_live_seen = lesson.num_frames
+        st.caption(t["live_running"].format(frames=lesson.num_frames,
+                                            progress=run.progress()))
+    last = lesson.num_frames - 1
+    i = ss.pk_frame = lesson.clamp(ss.pk_frame)
+    k = lesson.step_of(i)
+    _step_buttons(lesson, k, lang, t, last)
+    _controls(lesson, i, last, t)
+    left, right = lesson.left.at(i), lesson.right.at(i)
+    layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
+    cols = st.columns(2, gap="large")
+    for col, side, frame in ((cols[0], "left", left), (cols[1], "right", right)):
+        with col:
+            _side(lesson, side, frame, layout, i, lang)
+    st.html(html.legend(lang))
+    step = render_step(lesson, k, lang)
+    with st.container(border=True, key="pk_narration"):
+        st.markdown(f"**{step.number}. {step.title}**\n\n{step.narration}")
+    titles = (lesson.left.title[lang], lesson.right.title[lang])
+    if k == len(lesson.spec.steps) - 1:
+        st.plotly_chart(figures.scoreboard_figure(lesson.left.summary, lesson.right.summary,
+                                                  titles, lang),
+                        theme=None, config={"displayModeBar": False}, key="pk_scoreboard")
+    st.caption(t["timeline"])
+    st.plotly_chart(figures.timeline_figure(lesson, i, lang, titles), theme=None,
+                    config={"displayModeBar": False}, key="pk_timeline")
+    _sync_url(lesson.spec.name, i)
+
+
+def _step_buttons(lesson: Lesson, k: int, lang: str, t: dict, last: int) -> None:
+    cols = st.columns(len(lesson.spec.steps))
+    for n, (col, step, kf) in enumerate(zip(cols, lesson.spec.steps, lesson.keyframes)):
+        title = f"{n + 1} · {step.title[lang]}"
+        col.button(title, key=f"pk_step_{n}", width="stretch",
+                   type="primary" if n == k else "secondary", disabled=kf is None,
+                   help=t["missing_step"] if kf is None else t["step_help"].format(n=n + 1),
+                   on_click=_move_to, args=(kf if kf is not None else 0,))
+
+
+def _controls(lesson: Lesson, i: int, last: int, t: dict) -> None:
+    c = st.columns([1, 1, 1, 1.4, 1, 1, 1], vertical_alignment="center")
+    kfs = lesson.keyframes
+    buttons = [  # column, label, icon, key, shortcut, callback, args, disabled
+        (0, t["home"], "first_page", "pk_home", "Home", _move_to, (0,), i == 0),
+        (1, t["prev_step"], "keyboard_double_arrow_left", "pk_pgup", "PageUp", _jump_step,
+         (kfs, -1, last), i == 0),
+        (2, t["prev"], "chevron_left", "pk_prev", "Left", _move_by, (-1, last), i == 0),
+        (4, t["next"], "chevron_right", "pk_next", "Right", _move_by, (1, last), i == last),
+        (5, t["next_step"], "keyboard_double_arrow_right", "pk_pgdn", "PageDown", _jump_step,
+         (kfs, 1, last), i == last),
+        (6, t["end"], "last_page", "pk_end", "End", _move_to, (last,), i == last),
+    ]
+    for col, text, icon, key, shortcut, fn, args, off in buttons:
+        c[col].button(text, icon=f":material/{icon}:", key=key, shortcut=shortcut,
+                      width="stretch", on_click=fn, args=args, disabled=off,
+                      icon_position="right" if col > 3 else "left")
+    left, right = lesson.left.at(i), lesson.right.at(i)
+    steps = {left.step, right.step}
+    engine_step = t["engine_step"].format(s="/".join(str(s) for s in sorted(steps)))
+    c[3].markdown(f"<div class='pk-frame' id='pk-frame' data-frame='{i}'>"
+                  f"{t['frame_of'].format(i=i, last=last)}<br><span class='pk-dim' "
+                  f"style='font-size:.8rem;font-weight:400'>{engine_step}</span></div>",
+                  unsafe_allow_html=True)
+
+
+def _side(lesson: Lesson, side: str, frame, layout, i: int, lang: str) -> None:
+    s = lesson.side(side)
+    st.html(html.side_title(s.title[lang], side) + html.metrics_strip(frame, lang))
+    g, p = st.columns([5, 3], gap="small")
+    with g:
+        fig = figures.arena_figure(frame, layout, lang, height=GRID_HEIGHT, meta=i)
+        st.plotly_chart(fig, theme=None, key=f"pk_arena_{side}",
+                        config={"displayModeBar": False, "scrollZoom": False})
+    with p:
+        st.html(html.tables_panel(frame, lang) + "<div style='height:.6rem'></div>"
+                + html.queue_panel(frame, lang))
+        if i >= len(s.frames):
+            st.caption(words(lang)["ended"].format(n=len(s.frames) - 1))

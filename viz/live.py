@@ -1,0 +1,103 @@
+"""Run a scenario on the engine *now* and watch its trace arrive, without importing torch here.
+
+The engine runs in a child process (``python -m engine record --scenario FILE --out -``) that
+writes the trace JSONL to stdout, one flushed line per event, and progress to stderr. Two reader
+threads collect complete lines; the page folds what has arrived so far with
+``engine.trace.parse_lines(require_end=False)`` on every refresh. A ``LiveRun`` lives in
+``st.session_state``, so a rerun of the page never loses the child.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from engine.trace import Trace, TraceError, parse_lines
+
+
+def record_command(scenario: Path) -> list[str]:
+    """The engine command that records ``scenario`` to stdout."""
+    return [sys.executable, "-m", "engine", "record", "--scenario", str(scenario), "--out", "-"]
+
+
+@dataclass
+class LiveRun:
+    """A recording in progress. ``lines`` (trace) and ``log`` (progress) only ever grow; read
+    them through ``snapshot`` so a reader sees whole lines only."""
+    proc: subprocess.Popen
+    lines: list[str] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _readers: list[threading.Thread] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, cmd: list[str], cwd: Path | None = None) -> "LiveRun":
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, encoding="utf-8", bufsize=1)
+        run = cls(proc)
+        for stream, sink in ((proc.stdout, run.lines), (proc.stderr, run.log)):
+            t = threading.Thread(target=run._pump, args=(stream, sink), daemon=True)
+            t.start()
+            run._readers.append(t)
+        return run
+
+    def _pump(self, stream: IO[str], sink: list[str]) -> None:
+        for line in stream:
+            if not line.endswith("\n"):
+                continue  # a torn last line of a killed child is not a whole event
+            with self._lock:
+                sink.append(line)
+
+    @property
+    def done(self) -> bool:
+        """The child has exited and both streams are drained."""
+        return self.proc.poll() is not None and not any(t.is_alive() for t in self._readers)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.poll()
+
+    def snapshot(self) -> tuple[list[str], list[str]]:
+        with self._lock:
+            return list(self.lines), list(self.log)
+
+    def trace(self) -> Trace | None:
+        """What has arrived so far as a Trace (None before the header). Raises TraceError if
+        the stream is corrupt; a complete stream (done, exit 0) must carry its end line."""
+        lines, _ = self.snapshot()
+        if not lines:
+            return None
+        finished = self.done and self.returncode == 0
+        return parse_lines(lines, require_end=finished)
+
+    def progress(self) -> str:
+        _, log = self.snapshot()
+        return log[-1].strip() if log else ""
+
+    def error(self) -> str | None:
+        """One line saying why the child failed, or None while it runs or after success."""
+        if not self.done or self.returncode == 0:
+            return None
+        _, log = self.snapshot()
+        last = next((l.strip() for l in reversed(log) if l.strip()), "")
+        return last or f"the engine exited with status {self.returncode}"
+
+    def stop(self) -> None:
+        """End the child (only ours, by its own handle) and wait for it."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def text(self) -> str:
+        lines, _ = self.snapshot()
+        return "".join(lines)
+
+
+__all__ = ["LiveRun", "record_command", "TraceError"]

@@ -1,0 +1,84 @@
+"""The app's pages, as a registry: adding a page is one ``PageSpec`` line here.
+
+Each page module exposes ``render(lang: str)``. A module that is not written yet (another helper
+owns it) shows a short placeholder instead of breaking the app. The language switch sits at the
+top right of every page and in the URL as ``?lang=zh``.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+import streamlit as st
+
+LANG_NAMES = {"en": "English", "zh": "中文"}
+
+# The language switch floats in the top bar, beside the page links, so it costs no page height;
+# the main column starts right under the bar (Streamlit's default leaves a tall gap).
+APP_CSS = """
+<style>
+[data-testid="stMainBlockContainer"] { padding-top: 4.2rem; padding-bottom: 2rem; }
+.st-key-pk_lang_bar { position: fixed; top: 11px; right: 64px; z-index: 999991;
+  width: auto !important; }
+.st-key-pk_lang_bar [data-testid="stButtonGroup"] button { min-height: 2rem; padding: 0 .7rem; }
+</style>
+"""
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    module: str                  # "viz.lesson_page": must define render(lang)
+    title: dict[str, str]
+    icon: str
+    url_path: str
+    default: bool = False
+
+
+PAGES: list[PageSpec] = [
+    PageSpec("viz.lesson_page", {"en": "Six steps, side by side", "zh": "六步并排对比"},
+             ":material/view_column:", "lesson", default=True),
+    PageSpec("viz.capacity_page", {"en": "Capacity calculator", "zh": "容量计算器"},
+             ":material/calculate:", "capacity"),
+    # Later: PageSpec("viz.paper_page", {"en": "The paper's numbers", ...}, ..., "paper"),
+    #        PageSpec("viz.block_size_page", {"en": "Block size", ...}, ..., "block-size"),
+]
+
+
+def language() -> str:
+    """The language switch, top right of every page. Buttons, not a radio: an input would keep
+    keyboard focus and swallow the arrow keys that step the lesson."""
+    if "lang" not in st.session_state and st.query_params.get("lang") in LANG_NAMES:
+        st.session_state.lang = st.query_params["lang"]
+    st.html(APP_CSS)
+    with st.container(key="pk_lang_bar"):
+        lang = st.segmented_control("Language · 语言", list(LANG_NAMES), default="en",
+                                    format_func=LANG_NAMES.get, key="lang",
+                                    bind="query-params", required=True,
+                                    label_visibility="collapsed")
+    return lang if lang in LANG_NAMES else "en"
+
+
+def _page_body(spec: PageSpec) -> Callable[[], None]:
+    def body() -> None:
+        lang = language()
+        try:
+            mod = importlib.import_module(spec.module)
+        except ModuleNotFoundError as e:
+            if e.name != spec.module:
+                raise
+            st.header(spec.title[lang])
+            st.info("This page is on its way." if lang == "en" else "这个页面即将上线。")
+            return
+        mod.render(lang)
+    body.__name__ = spec.url_path.replace("-", "_")  # st.Page needs a distinct name per page
+    return body
+
+
+def navigation() -> st.navigation:
+    """Build the top navigation over ``PAGES``."""
+    lang = st.session_state.get("lang") or st.query_params.get("lang", "en")
+    lang = lang if lang in LANG_NAMES else "en"
+    pages = [st.Page(_page_body(p), title=p.title[lang], icon=p.icon, url_path=p.url_path,
+                     default=p.default) for p in PAGES]
+    return st.navigation(pages, position="top")
