@@ -67,16 +67,17 @@ def _copy(r: Request) -> Request:
 def record(scenario: Scenario, allocators: list[str], out: str | IO[str] | None = None, *,
            forward: str = "model", model_path: str | None = None, device: str = "auto",
            dtype: str | None = None, attention: str = "auto", sinks: dict | None = None,
-           progress: Callable[[str], None] | None = None) -> dict[str, Run]:
+           progress: Callable[[str], None] | None = None, model=None) -> dict[str, Run]:
     """Record ``scenario`` under each allocator. ``out`` (a path or stream) receives the trace;
-    ``sinks`` maps run names to extra event subscribers. Returns the finished runs."""
+    ``sinks`` maps run names to extra event subscribers; ``model`` is an already loaded model
+    (else one is loaded). Returns the finished runs."""
     bad = [a for a in allocators if a not in ALLOCATORS]
     if bad or not allocators:
         raise InvalidConfigError(f"unknown allocator {bad[0] if bad else '(none)'}; "
                                  f"choose from {', '.join(ALLOCATORS)}")
     say = progress or (lambda msg: None)
     make_runner, eos, model_name, device_name, tokenizer = _forward(
-        forward, model_path, device, dtype, attention, scenario, say)
+        forward, model_path, device, dtype, attention, scenario, say, model)
     base = build_requests(scenario, tokenizer)
     if forward == "model" and any(a in ("oracle", "pow2") for a in allocators):
         _tell_oracle(base, scenario, make_runner, eos, say)
@@ -140,7 +141,7 @@ def _tell_oracle(base: list[Request], scenario: Scenario, make_runner, eos, say)
         r.known_final_len = p.num_computed
 
 
-def _forward(forward, model_path, device, dtype, attention, scenario, say):
+def _forward(forward, model_path, device, dtype, attention, scenario, say, model=None):
     if forward == "skip":
         return (lambda alloc: DryRunner()), EOS, "none (forward skipped)", "none", None
     if forward != "model":
@@ -148,7 +149,8 @@ def _forward(forward, model_path, device, dtype, attention, scenario, say):
     from engine.arena import KVArena
     from engine.model import load_model
     from engine.runner import ModelRunner
-    model = load_model(model_path, device=device, dtype=dtype)
+    if model is None:
+        model = load_model(model_path, device=device, dtype=dtype)
 
     def make_runner(alloc):
         arena = KVArena(model.config, scenario.num_blocks, scenario.block_size, model.device,
