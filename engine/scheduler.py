@@ -37,8 +37,10 @@ class Scheduler:
 
     def schedule(self, step: int) -> Batch:
         self._arrive(step)
+        preempted_before = self.num_preemptions
         seqs = self._schedule_running()
-        if len(seqs) == len(self.running):  # no preemption this step: room to admit
+        # After a preemption memory is short: admitting now would only evict someone again.
+        if self.num_preemptions == preempted_before:
             seqs += self._admit_waiting(sum(len(s.token_ids) for s in seqs))
         return Batch(seqs=seqs, block_size=self.allocator.view_block_size)
 

@@ -92,3 +92,4 @@ def test_simulate_cli_prints_one_json_object(tmp_path):
     assert obj["forward"] == "skipped" and set(obj["policies"]) == {"max", "paged"}
     for row in obj["policies"].values():
         assert sum(row[c] for c in accounting.CATEGORIES) == pytest.approx(1, abs=1e-3)
+
