@@ -20,10 +20,12 @@ $(STAMP): requirements.txt
 	touch $(STAMP)
 
 # Debian's Chromium drives the browser tests and kaleido's figure export (never a downloaded browser).
+# Noto CJK: without a Chinese font Chromium draws the 中文 figures and pages as empty boxes.
 browser:
-	@test -x $(CHROMIUM) || { \
+	@{ test -x $(CHROMIUM) && test -d /usr/share/fonts/opentype/noto; } || { \
 	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO apt-get install -y -qq chromium fonts-noto-cjk >/dev/null; }
 
 run: venv
 	$(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT) --server.headless true
