@@ -1,8 +1,9 @@
 """The Triton kernels agree with the torch reference, run on CPU through Triton's interpreter.
 
-The interpreter must be chosen before the first ``import triton`` of the process. If another test
-module imported Triton first without it, the checks here are skipped in-process and rerun once in
-a fresh interpreter process instead, so they always run exactly once.
+The interpreter must be chosen before the first ``import triton`` of the process. On a CPU-only
+machine this module chooses it when it is first; otherwise (another module imported Triton first,
+or a GPU is present and other tests want compiled kernels) the checks here are skipped in-process
+and rerun once in a fresh interpreter process, so they always run exactly once.
 """
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-if "triton" not in sys.modules:
-    os.environ["TRITON_INTERPRET"] = "1"
+import torch
+
+if "triton" not in sys.modules and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"   # the only way kernels run here; nobody else loses
 
 import pytest
-import torch
 
 from kernels import reference as ref
 from kernels.launch import interpreter_active
@@ -31,7 +33,8 @@ interpreted = pytest.mark.skipif(not IN_PROCESS, reason="triton was imported wit
 
 BLOCK = 16
 LENGTHS = [1, 15, 16, 17, 100]          # one token, a block -1, exactly a block, a block +1, many
-TOL = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+# (atol, rtol): fp32 to 1e-4; half precisions to about one rounding of the output
+TOL = {torch.float32: (1e-4, 0.0), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1e-2, 1.6e-2)}
 
 
 def _arena(lens, hkv, d, dtype, seed=0):
@@ -52,9 +55,9 @@ def _arena(lens, hkv, d, dtype, seed=0):
 
 
 def _assert_close(out, expected, dtype):
-    assert out.dtype == dtype and out.shape == expected.shape
-    err = (out.float() - expected.float()).abs().max().item()
-    assert err <= TOL[dtype], f"max abs error {err:.3g} > {TOL[dtype]}"
+    assert out.dtype == dtype
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(out.float(), expected.float(), atol=atol, rtol=rtol)
 
 
 def _decode_case(lens, hkv, group, d, dtype=torch.float32, **knobs):
