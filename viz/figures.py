@@ -17,7 +17,7 @@ from viz.lesson import Lesson, RenderedStep, Summary
 from viz.panels import finished_labels, queue_entries, table_rows
 from viz.reducer import HOLE, INTERNAL, PAGED, Frame
 from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, HOLE_MARK, INK, MUTED,
-                       SIDE_COLOURS, cell_colour, label, request_colour, tint, words)
+                       SIDE_COLOURS, cell_colour, request_colour, tint, words)
 
 FONT = dict(family="Inter, 'Noto Sans CJK SC', 'PingFang SC', 'Helvetica Neue', Arial, "
             "sans-serif", color=INK)
@@ -47,7 +47,7 @@ def grid_layout(num_slots: int, block_size: int) -> GridLayout:
 # --- the arena grid --------------------------------------------------------------------------
 
 def arena_parts(frame: Frame, layout: GridLayout, lang: str = "en", xaxis: str = "x",
-                yaxis: str = "y") -> tuple[list, list[dict]]:
+                yaxis: str = "y") -> tuple[list[dict], list[dict]]:
     """Traces and shapes that draw ``frame``'s arena on axes ``xaxis``/``yaxis``: one cell per
     slot coloured by owner and category, hatching on never-used slots, a cross on unusable
     holes, labels at the start of each block or run, outlines round what changed."""
@@ -67,9 +67,10 @@ def arena_parts(frame: Frame, layout: GridLayout, lang: str = "en", xaxis: str =
     scale = []
     for colour, i in colours.items():
         scale += [[i / n, colour], [(i + 1) / n, colour]]
-    heat = go.Heatmap(z=z, zmin=0, zmax=n, colorscale=scale or [[0, FREE_COLOUR], [1, FREE_COLOUR]],
-                      showscale=False, xgap=CELL_GAP_PX, ygap=CELL_GAP_PX, customdata=hover,
-                      hovertemplate="%{customdata}<extra></extra>", xaxis=xaxis, yaxis=yaxis)
+    heat = dict(type="heatmap", z=z, zmin=0, zmax=n,
+                colorscale=scale or [[0, FREE_COLOUR], [1, FREE_COLOUR]], showscale=False,
+                xgap=CELL_GAP_PX, ygap=CELL_GAP_PX, customdata=hover,
+                hovertemplate="%{customdata}<extra></extra>", xaxis=xaxis, yaxis=yaxis)
     traces = [heat, _labels_trace(frame, layout, xaxis, yaxis)]
     ref = dict(xref=xaxis, yref=yaxis)
     shapes = _hatch_shapes(frame, layout, ref) + _block_rules(layout, ref)
@@ -99,18 +100,19 @@ def _hover(frame: Frame, slot: int, code: str, owner: str | None, pos: int | Non
     where = f"{w['slot']} {slot} · {w['block']} #{slot // frame.run.block_size}"
     if owner is None:
         return f"{where}<br>{cat}"
-    who = f"{label(frame.requests[owner].order)} ({owner})"
+    name = frame.requests[owner].name
+    who = name if name == owner else f"{name} ({owner})"
     return f"{where}<br>{who} · {w['pos']} {pos}<br>{cat}"
 
 
-def _labels_trace(frame: Frame, layout: GridLayout, xaxis: str, yaxis: str) -> go.Scatter:
+def _labels_trace(frame: Frame, layout: GridLayout, xaxis: str, yaxis: str) -> dict:
     xs, ys, texts, colours = [], [], [], []
     if frame.run.allocator == PAGED:
         bs = frame.run.block_size
-        starts = [(phys * bs, f"{label(frame.requests[r].order)}{i}", r)
+        starts = [(phys * bs, f"{frame.requests[r].name}{i}", r)
                   for r, t in frame.block_tables.items() for i, phys in enumerate(t)]
     else:
-        starts = [(start, label(frame.requests[r].order), r)
+        starts = [(start, frame.requests[r].name, r)
                   for r, (start, _) in frame.reservations.items()]
     for slot, text, owner in starts:
         x, y = layout.xy(slot)
@@ -119,9 +121,9 @@ def _labels_trace(frame: Frame, layout: GridLayout, xaxis: str, yaxis: str) -> g
         texts.append(f"<b>{text}</b>")
         colours.append("white" if frame.cells[slot] == "T" else
                        request_colour(frame.requests[owner].order))
-    return go.Scatter(x=xs, y=ys, text=texts, mode="text", hoverinfo="skip",
-                      textfont=dict(size=11, color=colours, family=FONT["family"]),
-                      xaxis=xaxis, yaxis=yaxis, showlegend=False)
+    return dict(type="scatter", x=xs, y=ys, text=texts, mode="text", hoverinfo="skip",
+                textfont=dict(size=11, color=colours, family=FONT["family"]),
+                xaxis=xaxis, yaxis=yaxis, showlegend=False)
 
 
 def _hatch_shapes(frame: Frame, layout: GridLayout, ref: dict) -> list[dict]:
@@ -192,67 +194,95 @@ def arena_axes(frame: Frame, layout: GridLayout, anchor: str = "x") -> tuple[dic
     return xa, ya
 
 
-def arena_figure(frame: Frame, layout: GridLayout, lang: str = "en", height: int = 420,
-                 meta: object = None) -> go.Figure:
-    """One side's arena as a figure of its own (what the app shows per column). ``meta`` is
+def arena_spec(frame: Frame, layout: GridLayout, lang: str = "en", height: int = 420,
+               meta: object = None) -> dict:
+    """One side's arena as a plotly figure dict (what the app shows per column). ``meta`` is
     stored in ``layout.meta`` so a browser test can tell which frame is painted."""
     traces, shapes = arena_parts(frame, layout, lang)
     xa, ya = arena_axes(frame, layout)
-    fig = go.Figure(traces)
-    fig.update_layout(shapes=shapes, xaxis=xa, yaxis=ya, height=height, meta=meta,
-                      margin=dict(l=34, r=4, t=4, b=4), paper_bgcolor="white",
-                      plot_bgcolor="white", font=FONT, showlegend=False, dragmode=False,
-                      hoverlabel=dict(bgcolor="white", font_size=12))
-    return fig
+    return {"data": traces, "layout": dict(
+        shapes=shapes, xaxis=xa, yaxis=ya, height=height, meta=meta,
+        margin=dict(l=34, r=4, t=4, b=4), paper_bgcolor="white", plot_bgcolor="white",
+        font=FONT, showlegend=False, dragmode=False,
+        hoverlabel=dict(bgcolor="white", font_size=12))}
+
+
+def arena_figure(frame: Frame, layout: GridLayout, lang: str = "en", height: int = 420,
+                 meta: object = None) -> go.Figure:
+    return go.Figure(arena_spec(frame, layout, lang, height, meta))
+
+
+class Prebuilt(go.Figure):
+    """A figure dict built by this module, handed to ``st.plotly_chart`` as is.
+
+    Streamlit validates every figure by rebuilding it through plotly's object model, which
+    costs more than drawing a frame; our dicts are built from fixed templates (and validated
+    by the tests through ``go.Figure``), so the app skips that. Only ``to_dict`` is used."""
+
+    def __init__(self, spec: dict) -> None:
+        super().__init__()
+        self._spec = spec
+
+    def to_dict(self) -> dict:
+        return self._spec
 
 
 # --- metrics, timeline, scoreboard -----------------------------------------------------------
 
 def metrics_parts(account: StepAccount, lang: str, xaxis: str = "x", yaxis: str = "y",
-                  y: str = "") -> list[go.Bar]:
+                  y: str = "") -> list[dict]:
     """A 100% stacked horizontal bar of the five accounting categories."""
     w = words(lang)
-    return [go.Bar(x=[100 * account.share(c)], y=[y], orientation="h", name=w[c],
-                   marker=dict(color=CATEGORY_COLOURS[c], line=dict(width=0)),
-                   text=[f"{100 * account.share(c):.0f}%" if account.share(c) >= 0.07 else ""],
-                   textposition="inside", insidetextanchor="middle",
-                   textfont=dict(color="white" if c != "free" else INK, size=13),
-                   hovertemplate=f"{w[c]}: %{{x:.1f}}%<extra></extra>", xaxis=xaxis, yaxis=yaxis,
-                   showlegend=False)
+    return [dict(type="bar", x=[100 * account.share(c)], y=[y], orientation="h", name=w[c],
+                 marker=dict(color=CATEGORY_COLOURS[c], line=dict(width=0)),
+                 text=[f"{100 * account.share(c):.0f}%" if account.share(c) >= 0.07 else ""],
+                 textposition="inside", insidetextanchor="middle",
+                 textfont=dict(color="white" if c != "free" else INK, size=13),
+                 hovertemplate=f"{w[c]}: %{{x:.1f}}%<extra></extra>", xaxis=xaxis,
+                 yaxis=yaxis, showlegend=False)
             for c in CATEGORIES]
 
 
-def timeline_figure(lesson: Lesson, current: int, lang: str = "en", titles: tuple = ("", ""),
-                    height: int = 210) -> go.Figure:
+def timeline_spec(lesson: Lesson, current: int, lang: str = "en", titles: tuple = ("", ""),
+                  height: int = 210) -> dict:
     """Token-state share per frame for both sides, the lesson's keyframes marked 1..n and the
-    current frame as a vertical rule."""
+    current frame as a vertical rule (a figure dict)."""
     w = words(lang)
-    fig = go.Figure()
+    data = []
     for side, title in zip(("left", "right"), titles):
-        frames = lesson.side(side).frames
-        fig.add_scatter(x=[f.index for f in frames],
-                        y=[100 * f.account.share("token_states") for f in frames],
-                        mode="lines", name=title, line=dict(color=SIDE_COLOURS[side], width=2.5),
-                        hovertemplate=f"{title}<br>{w['frame']} %{{x}}: %{{y:.0f}}%<extra></extra>")
+        x, y = _share_series(lesson, side)
+        data.append(dict(type="scatter", x=x, y=y, mode="lines", name=title,
+                         line=dict(color=SIDE_COLOURS[side], width=2.5),
+                         hovertemplate=f"{title}<br>{w['frame']} %{{x}}: %{{y:.0f}}%"
+                                       "<extra></extra>"))
     shapes = [dict(type="line", x0=current, x1=current, y0=0, y1=1, yref="paper",
                    line=dict(color=CHANGED, width=2))]
     notes = [dict(x=kf, y=1.0, yref="paper", text=f"<b>{k + 1}</b>", showarrow=False,
                   yanchor="bottom", font=dict(size=12, color="white"), bgcolor=MUTED,
                   borderpad=2)
              for k, kf in enumerate(lesson.keyframes) if kf is not None]
-    fig.update_layout(height=height, margin=dict(l=44, r=10, t=26, b=30), shapes=shapes,
-                      annotations=notes, paper_bgcolor="white", plot_bgcolor="white",
-                      font=FONT, meta=current, dragmode=False,
-                      legend=dict(orientation="h", x=0, y=-0.22, font=dict(size=12)),
-                      xaxis=dict(range=[-0.5, lesson.num_frames - 0.5], fixedrange=True,
-                                 showgrid=False, title=None, tickfont=dict(size=11)),
-                      yaxis=dict(range=[0, 100], fixedrange=True, ticksuffix="%",
-                                 gridcolor="#EEF0F3", tickfont=dict(size=11)))
-    return fig
+    return {"data": data, "layout": dict(
+        height=height, margin=dict(l=44, r=10, t=26, b=30), shapes=shapes, annotations=notes,
+        paper_bgcolor="white", plot_bgcolor="white", font=FONT, meta=current, dragmode=False,
+        legend=dict(orientation="h", x=0, y=-0.22, font=dict(size=12)),
+        xaxis=dict(range=[-0.5, lesson.num_frames - 0.5], fixedrange=True, showgrid=False,
+                   tickfont=dict(size=11)),
+        yaxis=dict(range=[0, 100], fixedrange=True, ticksuffix="%", gridcolor="#EEF0F3",
+                   tickfont=dict(size=11)))}
+
+
+def _share_series(lesson: Lesson, side: str) -> tuple[list[int], list[float]]:
+    frames = lesson.side(side).frames
+    return [f.index for f in frames], [100 * f.account.share("token_states") for f in frames]
+
+
+def timeline_figure(lesson: Lesson, current: int, lang: str = "en", titles: tuple = ("", ""),
+                    height: int = 210) -> go.Figure:
+    return go.Figure(timeline_spec(lesson, current, lang, titles, height))
 
 
 def scoreboard_figure(left: Summary, right: Summary, titles: tuple[str, str],
-                      lang: str = "en", height: int = 230) -> go.Figure:
+                      lang: str = "en", height: int = 230, meta: object = None) -> go.Figure:
     """Each run's time-averaged category shares as a 100% bar, with its concurrency beside."""
     w = words(lang)
     fig = go.Figure()
@@ -266,7 +296,7 @@ def scoreboard_figure(left: Summary, right: Summary, titles: tuple[str, str],
                     text=[f"{v:.0f}%" if v >= 4 else "" for v in vals], textposition="inside",
                     textfont=dict(color="white" if c != "free" else INK, size=14),
                     hovertemplate=f"{w[c]}: %{{x:.1f}}%<extra></extra>")
-    fig.update_layout(barmode="stack", height=height, paper_bgcolor="white",
+    fig.update_layout(barmode="stack", height=height, paper_bgcolor="white", meta=meta,
                       plot_bgcolor="white", font=FONT, margin=dict(l=10, r=10, t=10, b=10),
                       legend=dict(orientation="h", x=0, y=-0.12, font=dict(size=12)),
                       xaxis=dict(range=[0, 100], visible=False, fixedrange=True),

@@ -48,6 +48,12 @@ CSS = f"""
 .pk-side-title {{ font-size:1.15rem; font-weight:700; margin:0 0 .25rem 0; }}
 .pk-frame {{ font-size:1.05rem; font-weight:600; text-align:center; padding-top:.35rem;
   font-variant-numeric: tabular-nums; white-space:nowrap; }}
+.pk-score .sw {{ display:inline-block; width:10px; height:10px; border-radius:2px;
+  margin-top:5px; }}
+.pk-big {{ display:flex; gap:.8rem; margin-top:.6rem; }}
+.pk-big > div {{ flex:1; font-size:11px; color:{MUTED}; line-height:1.2; }}
+.pk-big b {{ display:block; font-size:1.6rem; color:{INK}; font-weight:700;
+  font-variant-numeric: tabular-nums; }}
 .pk-narration p {{ font-size:1.02rem; line-height:1.55; margin-bottom:.45rem; }}
 </style>
 """
@@ -79,6 +85,30 @@ def metrics_strip(frame: Frame, lang: str = "en") -> str:
              f"<b>{a.waiting}</b> · {w['blocked_n']} <b>{a.blocked}</b></span>")
     return (f"<div class='pk-strip'><div class='pk-bar'>{''.join(segs)}</div>"
             f"<div class='pk-nums'>{nums}{queue}</div></div>")
+
+
+def scoreboard_card(summary, lang: str = "en") -> str:
+    """One run's whole-run numbers: averaged category shares, concurrency, steps."""
+    w = words(lang)
+    segs = "".join(
+        f"<div style='width:{100 * summary.shares[c]:.3f}%;background:{CATEGORY_COLOURS[c]};"
+        f"color:{'white' if c != 'free' else INK}'>"
+        f"{f'{100 * summary.shares[c]:.0f}%' if summary.shares[c] >= 0.1 else ''}</div>"
+        for c in CATEGORIES if summary.shares[c] > 0)
+    rows = "".join(
+        f"<div class='pk-row'><span class='sw' style='background:{CATEGORY_COLOURS[c]}'></span>"
+        f"<span style='flex:1'>{escape(w[c])}</span><b>{_pct(summary.shares[c])}</b></div>"
+        for c in CATEGORIES)
+    big = (f"<div class='pk-big'><div><b>{summary.max_running}</b>{escape(w['max_running'])}"
+           f"</div><div><b>{summary.mean_running:.1f}</b>{escape(w['mean_running'])}</div>"
+           f"<div><b>{summary.steps}</b>{escape(w['steps'])}</div></div>")
+    return (f"<div class='pk-panel pk-score'><h5>{escape(w['scoreboard'])}</h5>"
+            f"<div class='pk-bar'>{segs}</div><div style='margin-top:.4rem'>{rows}</div>"
+            f"{big}</div>")
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%" if 0 < x < 0.095 else f"{100 * x:.0f}%"
 
 
 def _chip(text: str, order: int, cls: str = "") -> str:

@@ -31,7 +31,6 @@ from engine import events as E
 from engine.accounting import CATEGORIES, time_averaged_shares
 from engine.trace import Trace, TraceError
 from viz.reducer import CONTIGUOUS, PAGED, Frame, RunInfo, fold, replay
-from viz.style import label
 
 LESSONS_DIR = Path(__file__).resolve().parent.parent / "lessons"
 LANGS = ("en", "zh")
@@ -264,11 +263,12 @@ def _admitted_in(frame: Frame, ev: E.Event) -> bool:
 
 def req_label(frame: Frame, req: str) -> str:
     view = frame.requests.get(req)
-    return label(view.order) if view else req
+    return view.name if view else req
 
 
 def pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
+    """A share as a percentage; small ones keep a decimal so 0.4% does not read as nothing."""
+    return f"{100 * x:.1f}%" if 0 < x < 0.095 else f"{100 * x:.0f}%"
 
 
 def narration_context(lesson: Lesson, k: int) -> dict:
@@ -309,14 +309,16 @@ def _event_ns(lesson: Lesson, i: int, ev: E.Event) -> SimpleNamespace:
         left, right = lesson.left.at(i), lesson.right.at(i)
         view = left.requests.get(req) or right.requests.get(req)
         d["req_id"] = req
-        d["req"] = label(view.order) if view else req
+        d["req"] = view.name if view else req
         if view:
             bs = lesson.right.run.block_size
             d.update(prompt_len=view.prompt_len, max_tokens=view.max_tokens,
                      prompt_blocks=math.ceil(view.prompt_len / bs))
         run = left.reservations.get(req)
         d["left_reserved"] = run[1] if run else 0
-        d["right_blocks"] = len(right.block_tables.get(req, ()))
+        table = right.block_tables.get(req, ())
+        d["right_blocks"] = len(table)
+        d["right_table"] = ", ".join(f"{n}→#{p}" for n, p in enumerate(table)) or "-"
     return SimpleNamespace(**d)
 
 

@@ -4,13 +4,13 @@ State lives in ``st.session_state`` (frame, lesson, source, live run, upload); t
 ``lesson`` and ``frame`` so a link opens that exact frame. Frames are folded once per trace
 (cached by content hash) and only the current frame is drawn. The stepping view is a fragment:
 a keypress reruns the view, not the page. Nothing here takes keyboard focus away from the arrow
-keys: controls are buttons, the only inputs (file upload) sit in the sidebar.
+keys: controls are buttons; the one input (file upload) shows only when opening a file.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -23,6 +23,7 @@ from viz.lesson import (LESSONS_DIR, Lesson, LessonError, available, build, file
 from viz.live import LiveRun, record_command
 from viz.style import words
 
+ENGINE_ROOT = Path(__file__).resolve().parent.parent  # where `python -m engine` resolves
 MAX_UPLOAD_MB = 50
 GRID_HEIGHT = 390
 SOURCES = ("lesson", "live", "upload")
@@ -36,7 +37,7 @@ UI = {
            "frame_of": "Frame {i} / {last}", "engine_step": "engine step {s}",
            "no_trace": "This lesson has no recorded trace yet ({path}). Record one with "
                        "`python -m engine record --scenario {scenario} --out {path}`, or run "
-                       "it live from the sidebar.",
+                       "it live (“Run it live now”).",
            "bad_frame": "The link's frame {raw!r} is not a frame number; showing frame 0.",
            "bad_lesson": "There is no lesson named {raw!r}; showing {name}.",
            "recorded": "Replaying a trace recorded from {model} on {device}, {created}.",
@@ -49,6 +50,8 @@ UI = {
            "live_hint": "Runs this lesson's scenario on the real engine in a separate process "
                         "and shows every frame as its events stream in.",
            "live_save": "Download this trace", "missing_step": "not in this trace",
+           "forward": "Forward pass", "forwards": {"model": "Real model (SmolLM2-135M)",
+                                                   "skip": "Dry run (no model)"},
            "step_help": "Jump to the frame where step {n} happens (PageUp / PageDown)",
            "upload_help": "Open any trace with one contiguous and one paged run.",
            "no_scenario": "This lesson has no scenario.toml to run live.",
@@ -61,7 +64,7 @@ UI = {
            "frame_of": "第 {i} / {last} 帧", "engine_step": "引擎步 {s}",
            "no_trace": "这个课程还没有录制好的 trace（{path}）。可以用 "
                        "`python -m engine record --scenario {scenario} --out {path}` 录制，"
-                       "或在侧栏选择实时运行。",
+                       "或选择“现在实时运行”。",
            "bad_frame": "链接里的帧号 {raw!r} 不是数字，已显示第 0 帧。",
            "bad_lesson": "没有名为 {raw!r} 的课程，已显示 {name}。",
            "recorded": "回放的 trace 录制自 {model}，设备 {device}，时间 {created}。",
@@ -73,6 +76,8 @@ UI = {
            "live_failed": "实时运行失败：{why}",
            "live_hint": "在单独的进程里用真实引擎运行本课的场景，事件一边产生一边显示成帧。",
            "live_save": "下载这份 trace", "missing_step": "此 trace 中没有",
+           "forward": "前向计算", "forwards": {"model": "真实模型（SmolLM2-135M）",
+                                              "skip": "空跑（不加载模型）"},
            "step_help": "跳到第 {n} 步发生的那一帧（PageUp / PageDown）",
            "upload_help": "可打开任何包含一个连续分配运行和一个分页运行的 trace。",
            "no_scenario": "这个课程没有可实时运行的 scenario.toml。",
@@ -259,13 +264,18 @@ def _live(spec, root: Path, t: dict) -> Lesson | None:
         return None
     running = run is not None and not run.done
     with st.container(horizontal=True, vertical_alignment="center"):
+        forward = st.segmented_control(t["forward"], ("model", "skip"), default="model",
+                                       format_func=t["forwards"].get, key="pk_forward",
+                                       required=True, disabled=running,
+                                       label_visibility="collapsed")
         if st.button(t["live_stop"] if running else t["live_go"], key="pk_live_btn",
                      icon=":material/stop:" if running else ":material/play_arrow:",
                      type="secondary" if running else "primary"):
             if running:
                 run.stop()
             else:
-                ss.pk_live = run = LiveRun.start(record_command(scenario), cwd=root.parent)
+                cmd = record_command(scenario, forward or "model")
+                ss.pk_live = run = LiveRun.start(cmd, cwd=ENGINE_ROOT)
                 ss.pk_frame, ss.pk_live_seen = 0, 0
             st.rerun()
         st.caption(t["live_hint"])
@@ -312,9 +322,15 @@ def _wait_for_first_frame(run: LiveRun, spec, t: dict) -> None:
 
 
 def _sync_url(lesson: str, frame: int | None) -> None:
-    want = {"lesson": lesson} if frame is None else {"lesson": lesson, "frame": str(frame)}
-    if dict(st.query_params) != want:
-        st.query_params.from_dict(want)
+    """Mirror lesson and frame in the URL, leaving other parameters (``lang``) alone."""
+    qp = st.query_params
+    if qp.get("lesson") != lesson:
+        qp["lesson"] = lesson
+    if frame is None:
+        if "frame" in qp:
+            del qp["frame"]
+    elif qp.get("frame") != str(frame):
+        qp["frame"] = str(frame)
 
 
 def _stepping_view(view: View, t: dict) -> None:
@@ -341,10 +357,12 @@ def _stepping_view(view: View, t: dict) -> None:
     _controls(lesson, i, last, t)
     left, right = lesson.left.at(i), lesson.right.at(i)
     layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
+    scoreboard = k == len(lesson.spec.steps) - 1 and lesson.spec.steps[k].rule.get(
+        "frame") == "last"
     cols = st.columns(2, gap="large")
     for col, side, frame in ((cols[0], "left", left), (cols[1], "right", right)):
         with col:
-            _side(lesson, side, frame, layout, i, lang)
+            _side(lesson, side, frame, layout, i, lang, scoreboard)
     st.html(html.legend(lang))
     step = render_step(lesson, k, lang)
     with st.container(border=True, key="pk_narration"):
@@ -352,10 +370,10 @@ def _stepping_view(view: View, t: dict) -> None:
     titles = (lesson.left.title[lang], lesson.right.title[lang])
     if k == len(lesson.spec.steps) - 1:
         st.plotly_chart(figures.scoreboard_figure(lesson.left.summary, lesson.right.summary,
-                                                  titles, lang),
+                                                  titles, lang, meta=i),
                         theme=None, config={"displayModeBar": False}, key="pk_scoreboard")
     st.caption(t["timeline"])
-    st.plotly_chart(figures.timeline_figure(lesson, i, lang, titles), theme=None,
+    st.plotly_chart(figures.Prebuilt(figures.timeline_spec(lesson, i, lang, titles)), theme=None,
                     config={"displayModeBar": False}, key="pk_timeline")
     _sync_url(lesson.spec.name, i)
 
@@ -396,16 +414,22 @@ def _controls(lesson: Lesson, i: int, last: int, t: dict) -> None:
                   unsafe_allow_html=True)
 
 
-def _side(lesson: Lesson, side: str, frame, layout, i: int, lang: str) -> None:
+def _side(lesson: Lesson, side: str, frame, layout, i: int, lang: str,
+          scoreboard: bool) -> None:
     s = lesson.side(side)
+    if i >= len(s.frames):  # this run has ended: its last frame stands still, nothing changes
+        frame = replace(frame, changed=frozenset())
     st.html(html.side_title(s.title[lang], side) + html.metrics_strip(frame, lang))
     g, p = st.columns([5, 3], gap="small")
     with g:
-        fig = figures.arena_figure(frame, layout, lang, height=GRID_HEIGHT, meta=i)
-        st.plotly_chart(fig, theme=None, key=f"pk_arena_{side}",
+        spec = figures.arena_spec(frame, layout, lang, height=GRID_HEIGHT, meta=i)
+        st.plotly_chart(figures.Prebuilt(spec), theme=None, key=f"pk_arena_{side}",
                         config={"displayModeBar": False, "scrollZoom": False})
     with p:
-        st.html(html.tables_panel(frame, lang) + "<div style='height:.6rem'></div>"
-                + html.queue_panel(frame, lang))
+        if scoreboard:
+            st.html(html.scoreboard_card(s.summary, lang))
+        else:
+            st.html(html.tables_panel(frame, lang) + "<div style='height:.6rem'></div>"
+                    + html.queue_panel(frame, lang))
         if i >= len(s.frames):
             st.caption(words(lang)["ended"].format(n=len(s.frames) - 1))

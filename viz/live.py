@@ -18,9 +18,11 @@ from typing import IO
 from engine.trace import Trace, TraceError, parse_lines
 
 
-def record_command(scenario: Path) -> list[str]:
-    """The engine command that records ``scenario`` to stdout."""
-    return [sys.executable, "-m", "engine", "record", "--scenario", str(scenario), "--out", "-"]
+def record_command(scenario: Path, forward: str = "model") -> list[str]:
+    """The engine command that records ``scenario`` to stdout. ``forward="skip"`` is the
+    engine's dry run: same scheduler and allocators, no model (seconds instead of minutes)."""
+    return [sys.executable, "-m", "engine", "record", "--scenario", str(scenario), "--out", "-",
+            "--forward", forward]
 
 
 @dataclass

@@ -47,16 +47,22 @@ PAGES: list[PageSpec] = [
 
 def language() -> str:
     """The language switch, top right of every page. Buttons, not a radio: an input would keep
-    keyboard focus and swallow the arrow keys that step the lesson."""
-    if "lang" not in st.session_state and st.query_params.get("lang") in LANG_NAMES:
-        st.session_state.lang = st.query_params["lang"]
+    keyboard focus and swallow the arrow keys that step the lesson. ``?lang=zh`` is read once
+    per session; after that the switch is the truth and the URL follows it."""
+    ss = st.session_state
+    if "lang" not in ss:
+        ss.lang = st.query_params.get("lang") if st.query_params.get("lang") in LANG_NAMES \
+            else "en"
     st.html(APP_CSS)
     with st.container(key="pk_lang_bar"):
-        lang = st.segmented_control("Language · 语言", list(LANG_NAMES), default="en",
-                                    format_func=LANG_NAMES.get, key="lang",
-                                    bind="query-params", required=True,
-                                    label_visibility="collapsed")
-    return lang if lang in LANG_NAMES else "en"
+        st.segmented_control("Language · 语言", list(LANG_NAMES), format_func=LANG_NAMES.get,
+                             key="lang", required=True, label_visibility="collapsed")
+    lang = ss.lang if ss.lang in LANG_NAMES else "en"
+    if lang == "en" and "lang" in st.query_params:
+        del st.query_params["lang"]
+    elif lang != "en" and st.query_params.get("lang") != lang:
+        st.query_params["lang"] = lang
+    return lang
 
 
 def _page_body(spec: PageSpec) -> Callable[[], None]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from engine import events as E
 from viz.reducer import PAGED, Frame
-from viz.style import label, words
+from viz.style import words
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def table_rows(frame: Frame) -> list[TableRow]:
     holders = frame.block_tables if frame.run.allocator == PAGED else frame.reservations
     for req in sorted(holders, key=lambda r: frame.requests[r].order):
         v = frame.requests[req]
-        common = dict(req=req, label=label(v.order), order=v.order, filled=v.filled,
+        common = dict(req=req, label=v.name, order=v.order, filled=v.filled,
                       held=v.held, final_len=v.final_len)
         if frame.run.allocator == PAGED:
             maps = tuple(Mapping(i, p, (req, i) in new_blocks)
@@ -67,22 +67,22 @@ def table_rows(frame: Frame) -> list[TableRow]:
 def queue_entries(frame: Frame, lang: str = "en") -> list[QueueEntry]:
     w = words(lang)
     blocked = {b.req: b for b in frame.blocked}
-    out = [QueueEntry(r, label(frame.requests[r].order), frame.requests[r].order, "running")
+    out = [QueueEntry(r, frame.requests[r].name, frame.requests[r].order, "running")
            for r in frame.running]
     for r in frame.waiting:
         b = blocked.get(r)
-        order = frame.requests[r].order
+        order, name = frame.requests[r].order, frame.requests[r].name
         if b is None:
-            out.append(QueueEntry(r, label(order), order, "waiting"))
+            out.append(QueueEntry(r, name, order, "waiting"))
             continue
         detail = (w["need_paged"].format(need=b.need_slots, free=b.free_slots)
                   if frame.run.allocator == PAGED else
                   w["need"].format(need=b.need_slots, free=b.free_slots, hole=b.largest_hole))
         why = f"{w['reasons'].get(b.reason, b.reason)}: {detail}"
-        out.append(QueueEntry(r, label(order), order, "blocked", why))
+        out.append(QueueEntry(r, name, order, "blocked", why))
     return out
 
 
 def finished_labels(frame: Frame) -> list[str]:
-    return [label(v.order) for v in sorted(frame.requests.values(), key=lambda v: v.order)
+    return [v.name for v in sorted(frame.requests.values(), key=lambda v: v.order)
             if v.status == "finished"]

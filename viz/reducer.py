@@ -50,10 +50,28 @@ class RunInfo:
                    max_model_len=int(cfg.get("max_model_len") or 0))
 
 
+def label(order: int) -> str:
+    """A display name from an arrival rank: A, B, ..., Z, AA, AB, ..."""
+    s = ""
+    order += 1
+    while order:
+        order, r = divmod(order - 1, 26)
+        s = chr(65 + r) + s
+    return s
+
+
+def display_name(req: str, order: int) -> str:
+    """Short engine ids (``A``, ``r7``) are shown as they are; long ones (uuids) by arrival
+    letter, so a grid cell can hold the name."""
+    return req if len(req) <= 4 else label(order)
+
+
 @dataclass(frozen=True)
 class RequestView:
-    """One request as a frame sees it. ``order`` is its arrival rank (it picks the colour)."""
+    """One request as a frame sees it. ``order`` is its arrival rank (it picks the colour);
+    ``name`` is what the viewer calls it."""
     req: str
+    name: str
     order: int
     prompt_len: int
     max_tokens: int
@@ -289,7 +307,8 @@ def _changed(prev: Frame | None, cells: str, owners: tuple) -> frozenset[int]:
 
 def _request_views(s: ArenaState) -> dict[str, RequestView]:
     t = s.tally
-    return {r: RequestView(req=r, order=d["order"], prompt_len=d["prompt_len"],
+    return {r: RequestView(req=r, name=display_name(r, d["order"]), order=d["order"],
+                           prompt_len=d["prompt_len"],
                            max_tokens=d["max_tokens"], status=d["status"],
                            filled=t.filled.get(r, 0), held=t.held.get(r, 0),
                            final_len=t.final_len(r))

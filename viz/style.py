@@ -2,7 +2,7 @@
 figure looks like the app). Pure data and tiny helpers; no Streamlit, no plotly."""
 from __future__ import annotations
 
-from viz.reducer import HOLE, INTERNAL, RESERVED, TOKEN
+from viz.reducer import HOLE, INTERNAL, RESERVED, TOKEN, label  # noqa: F401 (re-export)
 
 #: Request colours by arrival rank. Red is kept out: red means external fragmentation.
 REQUEST_COLOURS = ("#3B76D0", "#E8871E", "#2A9D78", "#8D63C9", "#C9A227", "#2FA6C8",
@@ -22,16 +22,6 @@ SIDE_COLOURS = {"left": "#B7642A", "right": "#2F62C8"}
 #: How pale a request's colour gets for slots it holds but has not filled.
 RESERVED_TINT = 0.58
 INTERNAL_TINT = 0.84
-
-
-def label(order: int) -> str:
-    """A request's display name from its arrival rank: A, B, ..., Z, AA, AB, ..."""
-    s = ""
-    order += 1
-    while order:
-        order, r = divmod(order - 1, 26)
-        s = chr(65 + r) + s
-    return s
 
 
 def request_colour(order: int) -> str:

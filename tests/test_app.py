@@ -1,0 +1,226 @@
+"""The app through Streamlit's AppTest: frames, keyframes, the URL, lessons, uploads, live runs.
+No browser; the keyboard itself is tested in test_browser.py."""
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine.trace import loads, read
+from viz import lesson as L
+
+ROOT = Path(__file__).resolve().parent.parent
+SIX = ROOT / "lessons" / "six-steps"
+pytestmark = pytest.mark.skipif(not (SIX / "trace.jsonl").is_file(),
+                                reason="six-step trace not recorded yet")
+
+
+@pytest.fixture(scope="module")
+def lesson() -> L.Lesson:
+    return L.build(L.load_spec("six-steps"), read(SIX / "trace.jsonl"))
+
+
+def open_app(query: dict | None = None, lessons: Path | None = None, monkeypatch=None) -> AppTest:
+    if lessons is not None:
+        monkeypatch.setenv("PAGED_KV_LESSONS", str(lessons))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def shown_frame(at: AppTest) -> int:
+    """The frame the indicator says, read from its data-frame attribute."""
+    for md in at.markdown:
+        m = re.search(r"data-frame='(\d+)'", md.value)
+        if m:
+            return int(m.group(1))
+    raise AssertionError("no frame indicator on the page")
+
+
+def url_frame(at: AppTest) -> str | None:
+    return at.query_params.get("frame")
+
+
+def press(at: AppTest, key: str) -> AppTest:
+    at.button(key=key).click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_opens_on_frame_zero_of_the_six_step_lesson():
+    at = open_app()
+    assert shown_frame(at) == 0
+    assert at.session_state["pk_lesson"] == "six-steps"
+    assert url_frame(at) == "0" and at.query_params["lesson"] == "six-steps"
+    assert not at.error
+
+
+def test_frame_param_opens_that_frame():
+    at = open_app({"frame": "12"})
+    assert shown_frame(at) == 12 and at.session_state["pk_frame"] == 12
+
+
+def test_frame_param_is_clamped_to_the_last_frame(lesson):
+    at = open_app({"frame": "99999"})
+    assert shown_frame(at) == lesson.num_frames - 1
+    assert url_frame(at) == str(lesson.num_frames - 1)
+
+
+@pytest.mark.parametrize("raw", ["abc", "1.5", ""])
+def test_bad_frame_param_shows_frame_zero_with_a_note_not_a_traceback(raw):
+    at = open_app({"frame": raw})
+    assert shown_frame(at) == 0
+    assert not at.exception and not at.error
+    assert any("not a frame number" in i.value for i in at.info)
+
+
+def test_negative_frame_is_clamped_to_zero():
+    assert shown_frame(open_app({"frame": "-4"})) == 0
+
+
+def test_arrow_buttons_step_one_frame_and_the_url_follows():
+    at = open_app({"frame": "5"})
+    for _ in range(3):
+        press(at, "pk_next")
+    assert shown_frame(at) == 8 and url_frame(at) == "8"
+    press(at, "pk_prev")
+    assert shown_frame(at) == 7 and url_frame(at) == "7"
+
+
+def test_home_and_end_go_to_the_ends(lesson):
+    at = open_app({"frame": "5"})
+    assert shown_frame(press(at, "pk_end")) == lesson.num_frames - 1
+    assert shown_frame(press(at, "pk_home")) == 0
+
+
+def test_page_keys_jump_by_lesson_step(lesson):
+    at = open_app()
+    expected = [k for k in lesson.keyframes if k > 0]
+    seen = [shown_frame(press(at, "pk_pgdn")) for _ in expected]
+    assert seen == expected
+    back = shown_frame(press(at, "pk_pgup"))
+    assert back == expected[-2]
+
+
+def test_step_buttons_jump_to_their_keyframes_and_show_their_narration(lesson):
+    at = open_app()
+    for n, kf in enumerate(lesson.keyframes):
+        press(at, f"pk_step_{n}")
+        assert shown_frame(at) == kf
+        title = lesson.spec.steps[n].title["en"]
+        assert any(title in md.value for md in at.markdown)
+
+
+def test_language_switch_shows_chinese_narration(lesson):
+    at = open_app({"frame": str(lesson.keyframes[4])})
+    at.segmented_control(key="lang").set_value("zh").run()
+    assert not at.exception
+    assert any("外部碎片" in md.value for md in at.markdown)
+    assert at.query_params.get("lang") == "zh"
+
+
+def test_lang_param_opens_in_chinese():
+    at = open_app({"lang": "zh"})
+    assert any("帧" in md.value for md in at.markdown)
+
+
+@pytest.fixture
+def two_lessons(tmp_path: Path) -> Path:
+    """six-steps plus a second lesson: the same scenario recorded as a dry run."""
+    shutil.copytree(SIX, tmp_path / "six-steps")
+    other = tmp_path / "dry-run"
+    shutil.copytree(SIX, other)
+    from engine import scenario
+    from engine.recorder import record
+    (other / "trace.jsonl").unlink()
+    record(scenario.load(str(other / "scenario.toml")), ["max", "paged"],
+           str(other / "trace.jsonl"), forward="skip")
+    toml = (other / "lesson.toml").read_text(encoding="utf-8")
+    (other / "lesson.toml").write_text(
+        toml.replace('en = "PagedAttention in six steps"', 'en = "Dry-run lesson"'), "utf-8")
+    return tmp_path
+
+
+def test_lesson_param_opens_that_lesson(two_lessons, monkeypatch):
+    at = open_app({"lesson": "dry-run", "frame": "3"}, two_lessons, monkeypatch)
+    assert at.session_state["pk_lesson"] == "dry-run"
+    assert any("Dry-run lesson" in md.value for md in at.markdown)
+    assert shown_frame(at) == 3
+
+
+def test_switching_lessons_starts_at_frame_zero_and_updates_the_url(two_lessons, monkeypatch):
+    at = open_app({"frame": "7"}, two_lessons, monkeypatch)
+    at.segmented_control(key="pk_lesson_pick").set_value("dry-run").run()
+    assert not at.exception
+    assert shown_frame(at) == 0 and at.session_state["pk_lesson"] == "dry-run"
+    assert at.query_params.get("lesson") == "dry-run"
+
+
+def test_unknown_lesson_falls_back_with_a_note(two_lessons, monkeypatch):
+    at = open_app({"lesson": "nope"}, two_lessons, monkeypatch)
+    assert at.session_state["pk_lesson"] == "six-steps"
+    assert any("no lesson named" in i.value for i in at.info)
+
+
+CORRUPT = [
+    ("truncated.jsonl", lambda good: good[: len(good) // 2], "truncated"),
+    ("garbage.jsonl", lambda good: "this is not json\n", "corrupt"),
+    ("foreign.jsonl", lambda good: '{"hello": 1}\n', "not a paged-KV trace"),
+    ("binary.jsonl", None, "binary"),
+]
+
+
+@pytest.mark.parametrize("name,make,words", CORRUPT)
+def test_a_corrupt_upload_shows_one_clear_error(name, make, words):
+    good = (SIX / "trace.jsonl").read_text(encoding="utf-8")
+    data = bytes([0xff, 0xfe, 0x00, 0x81]) * 8 if make is None else make(good).encode()
+    at = open_app()
+    at.segmented_control(key="pk_source_pick").set_value("upload").run()
+    at.file_uploader(key="pk_upload").set_value((name, data, "application/jsonl")).run()
+    assert not at.exception
+    assert len(at.error) == 1 and words in at.error[0].value
+    assert "Traceback" not in at.error[0].value and "\n" not in at.error[0].value
+
+
+def test_a_good_upload_replays(lesson):
+    at = open_app()
+    at.segmented_control(key="pk_source_pick").set_value("upload").run()
+    data = (SIX / "trace.jsonl").read_bytes()
+    at.file_uploader(key="pk_upload").set_value(("mine.jsonl", data, "application/jsonl")).run()
+    assert not at.exception and not at.error
+    assert shown_frame(press(at, "pk_end")) == lesson.num_frames - 1
+
+
+def test_a_corrupt_recorded_lesson_trace_shows_one_error(tmp_path, monkeypatch):
+    shutil.copytree(SIX, tmp_path / "six-steps")
+    (tmp_path / "six-steps" / "trace.jsonl").write_text('{"format": "paged-kv-trace"}\n')
+    at = open_app(None, tmp_path, monkeypatch)
+    assert len(at.error) == 1 and "schema version" in at.error[0].value
+
+
+def test_live_dry_run_streams_frames_into_the_same_view(lesson):
+    """Run the scenario on the engine now (its dry-run forward, no model): frames appear in the
+    same view, and the finished stream shows exactly what a replay of its text shows."""
+    at = open_app()
+    at.segmented_control(key="pk_source_pick").set_value("live").run()
+    at.segmented_control(key="pk_forward").set_value("skip").run()
+    at.button(key="pk_live_btn").click().run()
+    run = at.session_state["pk_live"]
+    deadline = time.monotonic() + 120
+    while not run.done and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert run.done and run.returncode == 0, run.error()
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any("Recorded" in s.value for s in at.success)
+    replayed = L.build(L.load_spec("six-steps"), loads(run.text()))
+    assert shown_frame(press(at, "pk_end")) == replayed.num_frames - 1
+    kf = next(k for k in replayed.keyframes if k)
+    assert shown_frame(press(at, "pk_step_1")) == replayed.keyframes[1] == kf

@@ -1,0 +1,265 @@
+"""The viewer's fold against the engine's own accounting, and each lesson keyframe against what
+its step says. Pure Python: no torch, no Streamlit."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from engine import events as E
+from engine.accounting import account
+from engine.trace import parse_lines, read
+from viz import lesson as L
+from viz.reducer import (HOLE, INTERNAL, PAGED, RESERVED, TOKEN, ArenaState, RunInfo, apply,
+                         fold, replay)
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
+needs_trace = pytest.mark.skipif(not TRACE.is_file(), reason="six-step trace not recorded yet")
+
+
+class Stream:
+    """Builds a small event stream by hand, stamping step and seq as the engine's bus does."""
+
+    def __init__(self) -> None:
+        self.events: list[E.Event] = []
+        self.step = 0
+
+    def emit(self, cls, **fields) -> "Stream":
+        self.events.append(cls(step=self.step, seq=len(self.events), **fields))
+        return self
+
+    def end_step(self, running: int = 0, waiting: int = 0) -> "Stream":
+        self.emit(E.StepEnd, num_running=running, num_waiting=waiting)
+        self.step += 1
+        return self
+
+
+def contiguous_fragmented() -> list[E.Event]:
+    """A 40-slot arena: A [0,10) finishes, B [10,30) runs, C needs 15 while 20 are free."""
+    s = Stream()
+    for req, start, n in (("A", 0, 10), ("B", 10, 20)):
+        s.emit(E.RequestArrived, req=req, prompt_len=4, max_tokens=n - 3)
+        s.emit(E.Admitted, req=req, num_tokens=4)
+        s.emit(E.SlotsReserved, req=req, start=start, length=n)
+        s.emit(E.TokensWritten, req=req, positions=(0, 1, 2, 3),
+               slots=tuple(range(start, start + 4)))
+    s.end_step(running=2)
+    s.emit(E.ReservationReleased, req="A", start=0, length=10)
+    s.emit(E.Finished, req="A", final_len=4, num_generated=1, reason="eos")
+    s.emit(E.RequestArrived, req="C", prompt_len=12, max_tokens=4)
+    s.emit(E.AdmissionBlocked, req="C", reason=E.BLOCKED_NO_HOLE, need_slots=15,
+           free_slots=20, largest_hole=10)
+    s.emit(E.TokensWritten, req="B", positions=(4,), slots=(14,))
+    s.end_step(running=1, waiting=1)
+    return s.events
+
+
+CONTIG = RunInfo("max", "contiguous", num_slots=40, block_size=4, policy="max")
+PAGED_RUN = RunInfo("paged", PAGED, num_slots=32, block_size=4)
+
+
+def paged_scattered() -> list[E.Event]:
+    """Paging: A's logical blocks 0, 1 land on physical blocks 5 and 2."""
+    s = Stream()
+    s.emit(E.RequestArrived, req="A", prompt_len=5, max_tokens=3)
+    s.emit(E.Admitted, req="A", num_tokens=5)
+    s.emit(E.BlockAllocated, req="A", logical=0, physical=5)
+    s.emit(E.BlockAllocated, req="A", logical=1, physical=2)
+    s.emit(E.TokensWritten, req="A", positions=tuple(range(5)), slots=(20, 21, 22, 23, 8))
+    s.end_step(running=1)
+    s.emit(E.TokensWritten, req="A", positions=(5,), slots=(9,))
+    s.end_step(running=1)
+    return s.events
+
+
+def test_preallocation_blocks_request_despite_enough_free_slots():
+    frames = replay(contiguous_fragmented(), CONTIG)
+    last = frames[-1]
+    blocked = last.blocked_by(E.BLOCKED_NO_HOLE)
+    assert blocked is not None and blocked.req == "C"
+    assert blocked.free_slots >= blocked.need_slots > blocked.largest_hole
+    assert last.count(HOLE) == blocked.free_slots  # every free slot is unusable
+    assert last.cells[:10] == HOLE * 10            # A's old run is a hole between runs
+    assert last.waiting == ("C",) and last.running == ("B",)
+
+
+def test_reservation_splits_into_later_and_never_by_final_length():
+    first = replay(contiguous_fragmented(), CONTIG)[0]
+    # A fills 4 of its 10 slots and finishes there: 6 slots are internal, never used.
+    assert first.cells[0:10] == TOKEN * 4 + INTERNAL * 6
+    # B runs on to its bound (no finished event): the rest of its run will be filled later.
+    assert first.cells[10:30] == TOKEN * 4 + RESERVED * 16
+
+
+def test_paged_block_table_maps_logical_to_physical_anywhere():
+    frames = replay(paged_scattered(), PAGED_RUN)
+    f = frames[0]
+    assert f.block_tables == {"A": (5, 2)}
+    assert f.owners[20] == "A" and f.owners[8] == "A"
+    assert f.cells[20:24] == TOKEN * 4 and f.cells[8] == TOKEN
+    assert f.changed == frozenset(range(20, 24)) | frozenset(range(8, 12))
+    assert frames[1].changed == frozenset({9})
+
+
+def test_apply_is_pure_and_agrees_with_the_in_place_fold():
+    events = paged_scattered()
+    state = ArenaState.empty(PAGED_RUN)
+    before = (list(state.owners), dict(state.block_tables))
+    after = apply(state, events[2])
+    assert (state.owners, state.block_tables) == before
+    assert after.block_tables == {"A": [5]}
+    frames = []
+    for ev in events:
+        state = apply(state, ev)
+        if ev.kind == E.StepEnd.kind:
+            frames.append(state.last_frame)
+    assert [f.cells for f in frames] == [f.cells for f in fold(events, PAGED_RUN)]
+
+
+def _check_against_accounting(events, run: RunInfo) -> None:
+    frames = replay(events, run)
+    accounts = account(events, run.num_slots, run.block_size)
+    assert len(frames) == len(accounts)
+    for f, a in zip(frames, accounts):
+        assert f.account == a
+        assert (f.count(TOKEN), f.count(RESERVED), f.count(INTERNAL), f.count(HOLE),
+                f.count("F")) == (a.token_states, a.reservation, a.internal, a.external, a.free)
+
+
+@needs_trace
+@pytest.mark.parametrize("run", ["max", "paged"])
+def test_replaying_the_shipped_trace_reproduces_accounting_at_every_step(run):
+    trace = read(TRACE)
+    _check_against_accounting(trace.runs[run], RunInfo.from_header(trace.run_config(run)))
+
+
+@needs_trace
+def test_paging_wastes_less_than_one_block_per_request_at_every_frame():
+    trace = read(TRACE)
+    info = RunInfo.from_header(trace.run_config("paged"))
+    for f in replay(trace.runs["paged"], info):
+        for req, table in f.block_tables.items():
+            v = f.requests[req]
+            assert len(table) * info.block_size - max(v.filled, 1) < info.block_size
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(1, 40), st.integers(0, 6)),
+                min_size=1, max_size=7),
+       st.sampled_from(["max", "pow2", "oracle", "paged"]))
+def test_any_dry_run_folds_to_the_engines_accounting(items, policy):
+    from engine.simulate import build_requests, run_policy
+    from engine.workload import WorkItem
+    work = [WorkItem(i, o) for i, o, _ in items]
+    reqs = build_requests(work, max_model_len=96, arrivals=[a for _, _, a in items])
+    sink = E.ListSink()
+    run_policy(policy, reqs, num_blocks=12, block_size=8, max_model_len=96, sinks=(sink,))
+    kind = PAGED if policy == "paged" else "contiguous"
+    _check_against_accounting(sink.events, RunInfo(policy, kind, num_slots=96, block_size=8))
+
+
+@needs_trace
+def test_a_live_stream_ends_with_the_frames_of_its_replay():
+    """Folding a stream as it arrives (final lengths unknown) and replaying the finished trace
+    must meet: the last live fold of the complete stream equals the replay, frame by frame."""
+    lines = TRACE.read_text(encoding="utf-8").splitlines(keepends=True)
+    spec = L.load_spec("six-steps")
+    replayed = L.build(spec, read(TRACE))
+    for cut in (len(lines) // 3, 2 * len(lines) // 3):
+        partial = L.build(spec, parse_lines(lines[:cut], require_end=False), complete=False)
+        assert 0 < partial.num_frames <= replayed.num_frames
+        for a, b in zip(partial.left.frames, replayed.left.frames):
+            assert a.owners == b.owners and a.account.token_states == b.account.token_states
+    live = L.build(spec, parse_lines(lines, require_end=True), source="live")
+    for side in ("left", "right"):
+        assert live.side(side).frames == replayed.side(side).frames
+    assert live.keyframes == replayed.keyframes
+
+
+# --- the six keyframes show what their steps say -----------------------------------------------
+
+@pytest.fixture(scope="module")
+def lesson() -> L.Lesson:
+    if not TRACE.is_file():
+        pytest.skip("six-step trace not recorded yet")
+    return L.build(L.load_spec("six-steps"), read(TRACE))
+
+
+def _at(lesson, k):
+    i = lesson.keyframes[k]
+    assert i is not None, f"step {k + 1} has no keyframe in the shipped trace"
+    return i, lesson.left.at(i), lesson.right.at(i)
+
+
+def test_keyframes_are_found_in_order(lesson):
+    kfs = lesson.keyframes
+    assert None not in kfs and list(kfs) == sorted(set(kfs))
+    assert kfs[-1] == lesson.num_frames - 1
+
+
+def test_step1_prealloc_reserves_max_len_while_paging_takes_prompt_blocks(lesson):
+    i, left, right = _at(lesson, 0)
+    req = next(e.req for e in right.events if e.kind == E.Admitted.kind)
+    view = right.requests[req]
+    assert len(right.block_tables[req]) == math.ceil(view.prompt_len / right.run.block_size)
+    start, length = left.reservations[req]
+    assert length == view.prompt_len + view.max_tokens - 1 > view.prompt_len
+
+
+def test_step2_contiguous_runs_stack_up(lesson):
+    i, left, right = _at(lesson, 1)
+    runs = sorted(left.reservations.values())
+    assert len(runs) >= 3
+    assert all(a[0] + a[1] == b[0] for a, b in zip(runs, runs[1:]))  # back to back
+    assert len(right.block_tables) == len(runs)
+
+
+def test_step3_paging_grows_by_a_block_only_when_the_last_is_full(lesson):
+    i, left, right = _at(lesson, 2)
+    grown = [e for e in right.events if e.kind == E.BlockAllocated.kind]
+    assert grown
+    for ev in grown:
+        v = right.requests[ev.req]
+        assert ev.logical * right.run.block_size == v.filled - 1  # its first slot, just written
+        assert ev.logical > 0
+    table = right.block_tables[grown[0].req]
+    assert any(b != a + 1 for a, b in zip(table, table[1:]))       # logical != physical order
+    assert left.account.reservation > 0                              # waste creeping on the left
+
+
+def test_step4_short_request_leaves_a_hole_left_and_returns_blocks_right(lesson):
+    i, left, right = _at(lesson, 3)
+    done = next(e.req for e in left.events if e.kind == E.Finished.kind)
+    assert done not in left.reservations and done not in right.block_tables
+    runs = sorted(left.reservations.values())
+    gaps = [b[0] - (a[0] + a[1]) for a, b in zip(runs, runs[1:])]
+    assert any(g > 0 for g in gaps)                                  # a hole between live runs
+    assert all(o != done for o in right.owners)
+
+
+def test_step5_large_request_waits_left_despite_free_space_and_runs_right(lesson):
+    i, left, right = _at(lesson, 4)
+    blocked = left.blocked_by(E.BLOCKED_NO_HOLE)
+    assert blocked is not None
+    assert blocked.free_slots >= blocked.need_slots > blocked.largest_hole
+    assert left.count(HOLE) + left.count("F") >= blocked.need_slots
+    assert left.account.external == blocked.free_slots
+    assert blocked.req in right.running and blocked.req in right.block_tables
+
+
+def test_step6_scoreboard_favours_paging(lesson):
+    left, right = lesson.left.summary, lesson.right.summary
+    assert right.shares["token_states"] > left.shares["token_states"]
+    assert right.max_running > left.max_running
+    assert right.steps < left.steps
+
+
+def test_every_narration_placeholder_is_filled(lesson):
+    for k in range(len(lesson.spec.steps)):
+        for lang in L.LANGS:
+            step = L.render_step(lesson, k, lang)
+            assert step.missing == (), (k, lang, step.missing)
+            assert "{" not in step.narration

@@ -1,0 +1,93 @@
+"""Run the app headless in a child process and drive it with Debian's Chromium: shared by the
+browser tests and ``bench/frames.py``. Never downloads a browser."""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_app(env: dict[str, str] | None = None, log: Path | None = None,
+                timeout: float = 90) -> Iterator[str]:
+    """Start ``streamlit run app.py`` on a free port, wait for /_stcore/health, yield its base
+    URL, and stop it (our child only) afterwards."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
+           "--server.headless", "true", "--server.port", str(port),
+           "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
+           "--browser.gatherUsageStats", "false"]
+    out = open(log, "w") if log else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out,
+                            stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, timeout)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if log:
+            out.close()
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with status {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"the app at {url} did not become healthy in {timeout:.0f}s")
+
+
+def launch_chromium(playwright):
+    """Debian's Chromium through Playwright, headless, no network chatter."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+FRAME_JS = "() => { const e = document.querySelector('#pk-frame'); " \
+           "return e ? Number(e.dataset.frame) : null; }"
+PAINTED_JS = """(want) => {
+  const e = document.querySelector('#pk-frame');
+  if (!e || Number(e.dataset.frame) !== want) return false;
+  const plots = [...document.querySelectorAll('.js-plotly-plot')];
+  return plots.length > 0 && plots.every(p => p.layout && p.layout.meta === want);
+}"""
+
+
+def shown_frame(page) -> int | None:
+    """The frame number the page currently shows (from the indicator's data-frame)."""
+    return page.evaluate(FRAME_JS)
+
+
+def wait_painted(page, frame: int, timeout_ms: float = 30000) -> None:
+    """Wait until the indicator *and* every plotly chart show ``frame``."""
+    page.wait_for_function(PAINTED_JS, arg=frame, timeout=timeout_ms, polling="raf")
