@@ -120,7 +120,7 @@ def test_step_buttons_jump_to_their_keyframes_and_show_their_narration(lesson):
 
 def test_language_switch_shows_chinese_narration(lesson):
     at = open_app({"frame": str(lesson.keyframes[4])})
-    at.segmented_control(key="lang").set_value("zh").run()
+    press(at, "lang_zh")
     assert not at.exception
     assert any("外部碎片" in md.value for md in at.markdown)
     assert at.query_params.get("lang") == "zh"
@@ -157,7 +157,7 @@ def test_lesson_param_opens_that_lesson(two_lessons, monkeypatch):
 
 def test_switching_lessons_starts_at_frame_zero_and_updates_the_url(two_lessons, monkeypatch):
     at = open_app({"frame": "7"}, two_lessons, monkeypatch)
-    at.segmented_control(key="pk_lesson_pick").set_value("dry-run").run()
+    press(at, "pk_lesson_pick_dry-run")
     assert not at.exception
     assert shown_frame(at) == 0 and at.session_state["pk_lesson"] == "dry-run"
     assert at.query_params.get("lesson") == "dry-run"
@@ -182,7 +182,7 @@ def test_a_corrupt_upload_shows_one_clear_error(name, make, words):
     good = (SIX / "trace.jsonl").read_text(encoding="utf-8")
     data = bytes([0xff, 0xfe, 0x00, 0x81]) * 8 if make is None else make(good).encode()
     at = open_app()
-    at.segmented_control(key="pk_source_pick").set_value("upload").run()
+    press(at, "pk_source_pick_upload")
     at.file_uploader(key="pk_upload").set_value((name, data, "application/jsonl")).run()
     assert not at.exception
     assert len(at.error) == 1 and words in at.error[0].value
@@ -191,7 +191,7 @@ def test_a_corrupt_upload_shows_one_clear_error(name, make, words):
 
 def test_a_good_upload_replays(lesson):
     at = open_app()
-    at.segmented_control(key="pk_source_pick").set_value("upload").run()
+    press(at, "pk_source_pick_upload")
     data = (SIX / "trace.jsonl").read_bytes()
     at.file_uploader(key="pk_upload").set_value(("mine.jsonl", data, "application/jsonl")).run()
     assert not at.exception and not at.error
@@ -209,8 +209,8 @@ def test_live_dry_run_streams_frames_into_the_same_view(lesson):
     """Run the scenario on the engine now (its dry-run forward, no model): frames appear in the
     same view, and the finished stream shows exactly what a replay of its text shows."""
     at = open_app()
-    at.segmented_control(key="pk_source_pick").set_value("live").run()
-    at.segmented_control(key="pk_forward").set_value("skip").run()
+    press(at, "pk_source_pick_live")
+    press(at, "pk_forward_skip")
     at.button(key="pk_live_btn").click().run()
     run = at.session_state["pk_live"]
     deadline = time.monotonic() + 120

@@ -8,6 +8,7 @@ thing. Light theme, large type; colours come from ``viz.style``. No Streamlit he
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
@@ -308,15 +309,15 @@ def scoreboard_figure(left: Summary, right: Summary, titles: tuple[str, str],
 # --- the whole frame, for lectures -----------------------------------------------------------
 
 def side_by_side_figure(left: Frame, right: Frame, step: RenderedStep | None, lang: str = "en",
-                        titles: tuple[str, str] = ("", ""), width: int = 1600,
-                        height: int = 900) -> go.Figure:
+                        titles: tuple[str, str] = ("", ""), width: int = 1280,
+                        height: int = 720) -> go.Figure:
     """One frame of the lesson as a single 16:9 figure: both arenas at the same scale, their
-    metrics bars, block tables or reservations, queues, and the step's narration beneath."""
+    metrics bars, block tables or reservations, queues, a legend and the step's narration.
+    Everything is placed in paper coordinates, so it scales with ``width`` x ``height``."""
     layout = grid_layout(right.run.num_slots, right.run.block_size)
     fig = go.Figure()
-    axes = {}
-    # Domains in paper coordinates: each half holds a grid (left part) and its text (right part).
-    halves = {"left": (0.0, 0.49), "right": (0.51, 1.0)}
+    axes: dict[str, dict] = {}
+    halves = {"left": (0.0, 0.485), "right": (0.515, 1.0)}
     for n, (side, frame) in enumerate((("left", left), ("right", right))):
         x0, x1 = halves[side]
         gx, gy, mx, my = (_axis(2 * n + 1, "x"), _axis(2 * n + 1, "y"),
@@ -325,20 +326,32 @@ def side_by_side_figure(left: Frame, right: Frame, step: RenderedStep | None, la
         fig.add_traces(traces + metrics_parts(frame.account, lang, mx, my))
         fig.layout.shapes = tuple(fig.layout.shapes) + tuple(shapes)
         xa, ya = arena_axes(frame, layout, anchor=gx)
-        axes[_layout_key(gx)] = {**xa, "domain": [x0, x0 + 0.58 * (x1 - x0)], "anchor": gy}
-        axes[_layout_key(gy)] = {**ya, "domain": [0.30, 0.86], "anchor": gx}
+        axes[_layout_key(gx)] = {**xa, "domain": [x0, x0 + 0.56 * (x1 - x0)], "anchor": gy}
+        axes[_layout_key(gy)] = {**ya, "domain": [0.35, 0.86], "anchor": gx}
         axes[_layout_key(mx)] = dict(domain=[x0, x1], range=[0, 100], visible=False,
                                      fixedrange=True, anchor=my)
-        axes[_layout_key(my)] = dict(domain=[0.885, 0.915], visible=False, anchor=mx)
-        fig.add_annotation(x=x0, xref="paper", yref="paper", y=0.935, xanchor="left",
-                           yanchor="bottom", showarrow=False, font=dict(size=20),
+        axes[_layout_key(my)] = dict(domain=[0.935, 0.965], visible=False, anchor=mx)
+        fig.add_annotation(x=x0, xref="paper", yref="paper", y=0.975, xanchor="left",
+                           yanchor="bottom", showarrow=False, font=dict(size=17),
                            text=f"<b style='color:{SIDE_COLOURS[side]}'>{titles[n]}</b>")
-        _side_text(fig, frame, x0 + 0.61 * (x1 - x0), lang)
+        fig.add_annotation(x=x0, xref="paper", yref="paper", y=0.928, xanchor="left",
+                           yanchor="top", showarrow=False, font=dict(size=11, color=MUTED),
+                           text=_metrics_line(frame, lang))
+        _side_text(fig, frame, x0 + 0.59 * (x1 - x0), lang)
     fig.update_layout(**axes, barmode="stack", width=width, height=height,
                       paper_bgcolor="white", plot_bgcolor="white", font=FONT, showlegend=False,
-                      margin=dict(l=40, r=30, t=70, b=20))
-    _header_and_narration(fig, left, right, step, lang)
+                      margin=dict(l=28, r=16, t=64, b=12))
+    _legend_line(fig, lang)
+    _header_and_narration(fig, step, lang)
     return fig
+
+
+def _metrics_line(frame: Frame, lang: str) -> str:
+    w, a = words(lang), frame.account
+    shares = " · ".join(f"<span style='color:{CATEGORY_COLOURS[c]}'>■</span> "
+                        f"{w['cat_short'][c]} {100 * a.share(c):.0f}%" for c in CATEGORIES)
+    return (f"{shares}   |   {w['running_n']} {a.running} · {w['waiting_n']} {a.waiting}"
+            f" · {w['blocked_n']} {a.blocked}")
 
 
 def _axis(n: int, letter: str) -> str:
@@ -352,68 +365,90 @@ def _layout_key(axis: str) -> str:
 
 
 def _side_text(fig: go.Figure, frame: Frame, x0: float, lang: str) -> None:
-    """Block tables or reservations, the queue and the step counters, as one text block."""
+    """Block tables or reservations, then the queue, as one text block beside the grid."""
     w = words(lang)
-    a = frame.account
-    lines = [f"<b>{w['block_tables'] if frame.run.allocator == PAGED else w['reservations']}</b>"]
-    for row in table_rows(frame)[:12]:
-        colour = request_colour(row.order)
+    paged = frame.run.allocator == PAGED
+    lines = [f"<b>{w['block_tables'] if paged else w['reservations']}</b>"]
+    rows = table_rows(frame)
+    for row in rows[:10]:
         if row.run is not None:
             body = f"[{row.run[0]}, {row.run[0] + row.run[1]})  {row.filled}/{row.run[1]}"
         else:
-            body = "  ".join(f"{m.logical}→#{m.physical}" for m in row.mappings)
-        lines.append(f"<b style='color:{colour}'>{row.label}</b>  {body}")
-    lines.append("")
-    lines.append(f"<b>{w['queue']}</b>")
+            body = "  ".join(f"<b>{m.logical}→#{m.physical}</b>" if m.new else
+                             f"{m.logical}→#{m.physical}" for m in row.mappings[:6])
+            body += " …" if len(row.mappings) > 6 else ""
+        lines.append(f"<b style='color:{request_colour(row.order)}'>{row.label}</b>  {body}")
+    if not rows:
+        lines.append(f"<span style='color:{MUTED}'>{w['none']}</span>")
+    lines += ["", f"<b>{w['queue']}</b>"]
     for e in queue_entries(frame, lang):
-        tag = w[e.state]
-        why = f"<br>   <span style='color:{HOLE_MARK}'>{e.why}</span>" if e.why else ""
-        lines.append(f"<b style='color:{request_colour(e.order)}'>{e.label}</b> {tag}{why}")
+        lines.append(f"<b style='color:{request_colour(e.order)}'>{e.label}</b> {w[e.state]}")
+        if e.why:
+            lines += [f"<span style='color:{HOLE_MARK}'>{part}</span>"
+                      for part in _hard_wrap(e.why, 36).split("<br>")]
     done = finished_labels(frame)
     if done:
         lines.append(f"<span style='color:{MUTED}'>{w['finished']}: {', '.join(done)}</span>")
-    lines.append("")
-    lines.append(f"{w['step']} {frame.step} · {w['running_n']} {a.running} · "
-                 f"{w['waiting_n']} {a.waiting}")
     fig.add_annotation(x=x0, y=0.86, xref="paper", yref="paper", xanchor="left", yanchor="top",
                        align="left", showarrow=False, text="<br>".join(lines),
-                       font=dict(size=13))
+                       font=dict(size=12))
 
 
-def _header_and_narration(fig: go.Figure, left: Frame, right: Frame,
-                          step: RenderedStep | None, lang: str) -> None:
-    if step is not None:
-        fig.add_annotation(x=0, y=1.07, xref="paper", yref="paper", xanchor="left",
-                           yanchor="bottom", showarrow=False, font=dict(size=26),
-                           text=f"<b>{step.number}. {step.title}</b>")
-        fig.add_annotation(x=0, y=0.27, xref="paper", yref="paper", xanchor="left",
-                           yanchor="top", align="left", showarrow=False, font=dict(size=15),
-                           text=_wrap_markdown(step.narration, 170 if lang != "zh" else 80))
+def _legend_line(fig: go.Figure, lang: str) -> None:
+    """The grid legend in words and coloured squares (a figure cannot borrow the app's CSS)."""
+    w = words(lang)
+    base = request_colour(0)
+    items = [(base, "■", w["token_states"]), (tint(base, 0.58), "■", w["reservation"]),
+             (base, "▨", w["internal"]), (FREE_COLOUR, "■", w["free"]),
+             (HOLE_MARK, "☒", w["external"]), (CHANGED, "□", w["changed"])]
+    text = "    ".join(f"<span style='color:{c}'>{g}</span> {t}" for c, g, t in items)
+    fig.add_annotation(x=0, y=0.30, xref="paper", yref="paper", xanchor="left", yanchor="bottom",
+                       showarrow=False, text=text, font=dict(size=12, color=INK))
+
+
+def _header_and_narration(fig: go.Figure, step: RenderedStep | None, lang: str) -> None:
+    if step is None:
+        return
+    fig.update_layout(title=dict(text=f"<b>{step.number}. {step.title}</b>", x=0.012, y=0.97,
+                                 xanchor="left", yanchor="top", yref="container",
+                                 font=dict(size=24, color=INK)))
+    fig.add_annotation(x=0, y=0.27, xref="paper", yref="paper", xanchor="left", yanchor="top",
+                       align="left", showarrow=False, font=dict(size=14),
+                       text=_wrap_markdown(step.narration, 150))
 
 
 def _wrap_markdown(text: str, width: int) -> str:
     """Narration markdown to plotly's small HTML subset: bold, paragraphs, hard wraps."""
-    import re
     out = []
     for para in text.split("\n\n"):
         para = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", para)
         para = re.sub(r"\*(.+?)\*", r"<i>\1</i>", para)
         out.append(_hard_wrap(para, width))
-    return "<br>".join(out)
+    return "<br><br>".join(out)
+
+
+_TOKENS = re.compile(r"<[^>]+>|[\u2e80-\u9fff\u3000-\u303f\uff00-\uffef]|"
+                     r"[^\s<\u2e80-\u9fff\u3000-\u303f\uff00-\uffef]+|\s+")
 
 
 def _hard_wrap(text: str, width: int) -> str:
-    lines, cur, visible = [], "", 0
-    for token in (text.split(" ") if " " in text else list(text)):
-        plain = len(token.replace("<b>", "").replace("</b>", "").replace("<i>", "")
-                    .replace("</i>", ""))
-        if visible + plain > width and cur:
-            lines.append(cur)
-            cur, visible = "", 0
-        sep = " " if cur and " " in text else ""
-        cur += sep + token
-        visible += plain + len(sep)
-    lines.append(cur)
+    """Break ``text`` into lines of at most ``width`` columns (a CJK character is two, a tag
+    none): latin text breaks at spaces, Chinese between any two characters."""
+    lines, cur, used = [], "", 0
+    for tok in _TOKENS.findall(text):
+        if tok.startswith("<"):
+            cur += tok
+            continue
+        if tok.isspace():
+            if used:
+                cur, used = cur + " ", used + 1
+            continue
+        w = len(tok) * (2 if _TOKENS.match(tok) and "\u2e80" <= tok[0] else 1)
+        if used + w > width and used:
+            lines.append(cur.rstrip())
+            cur, used = "", 0
+        cur, used = cur + tok, used + w
+    lines.append(cur.rstrip())
     return "<br>".join(lines)
 
 

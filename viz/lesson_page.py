@@ -20,6 +20,7 @@ from engine import trace as T
 from viz import figures, html
 from viz.lesson import (LESSONS_DIR, Lesson, LessonError, available, build, file_digest,
                         load_spec, render_step, trace_path)
+from viz.controls import choice_buttons
 from viz.live import LiveRun, record_command
 from viz.style import words
 
@@ -197,19 +198,14 @@ def render(lang: str = "en") -> None:
 def _header(spec, names: list[str], lang: str, t: dict) -> str:
     """Title, lesson picker and source picker in one row; returns the chosen source."""
     ss = _ss()
-    title, pick = st.columns([3, 2], vertical_alignment="bottom")
+    title, pick = st.columns([2, 3], vertical_alignment="bottom")
     title.markdown(f"### {spec.title[lang]}")
     with pick, st.container(horizontal=True, horizontal_alignment="right"):
         if len(names) > 1:
-            chosen = st.segmented_control(t["lesson"], names, default=ss.pk_lesson,
-                                          key="pk_lesson_pick", label_visibility="collapsed")
-            if chosen and chosen != ss.pk_lesson:
-                ss.pk_lesson, ss.pk_frame = chosen, 0
-                st.rerun()
-        source = st.segmented_control(t["source"], SOURCES, format_func=t["sources"].get,
-                                      default=ss.pk_source, key="pk_source_pick",
-                                      label_visibility="collapsed")
-    ss.pk_source = source or ss.pk_source
+            choice_buttons(names, "pk_lesson", key_prefix="pk_lesson_pick",
+                           on_change=lambda _: _move_to(0))
+        choice_buttons(SOURCES, "pk_source", format_func=t["sources"].get,
+                       key_prefix="pk_source_pick")
     return ss.pk_source
 
 
@@ -264,10 +260,9 @@ def _live(spec, root: Path, t: dict) -> Lesson | None:
         return None
     running = run is not None and not run.done
     with st.container(horizontal=True, vertical_alignment="center"):
-        forward = st.segmented_control(t["forward"], ("model", "skip"), default="model",
-                                       format_func=t["forwards"].get, key="pk_forward",
-                                       required=True, disabled=running,
-                                       label_visibility="collapsed")
+        ss.setdefault("pk_forward", "model")
+        forward = choice_buttons(("model", "skip"), "pk_forward", format_func=t["forwards"].get,
+                                 key_prefix="pk_forward", disabled=running)
         if st.button(t["live_stop"] if running else t["live_go"], key="pk_live_btn",
                      icon=":material/stop:" if running else ":material/play_arrow:",
                      type="secondary" if running else "primary"):

@@ -12,6 +12,8 @@ from typing import Callable
 
 import streamlit as st
 
+from viz.controls import choice_buttons
+
 LANG_NAMES = {"en": "English", "zh": "中文"}
 
 # The language switch floats in the top bar, beside the page links, so it costs no page height;
@@ -21,7 +23,7 @@ APP_CSS = """
 [data-testid="stMainBlockContainer"] { padding-top: 4.2rem; padding-bottom: 2rem; }
 .st-key-pk_lang_bar { position: fixed; top: 11px; right: 64px; z-index: 999991;
   width: auto !important; }
-.st-key-pk_lang_bar [data-testid="stButtonGroup"] button { min-height: 2rem; padding: 0 .7rem; }
+.st-key-pk_lang_bar button { min-height: 2rem; padding: 0 .7rem; }
 </style>
 """
 
@@ -46,17 +48,16 @@ PAGES: list[PageSpec] = [
 
 
 def language() -> str:
-    """The language switch, top right of every page. Buttons, not a radio: an input would keep
-    keyboard focus and swallow the arrow keys that step the lesson. ``?lang=zh`` is read once
-    per session; after that the switch is the truth and the URL follows it."""
+    """The language switch, top right of every page: buttons (see viz.controls) so arrow keys
+    keep stepping the lesson. ``?lang=zh`` is read once per session; after that the switch is
+    the truth and the URL follows it."""
     ss = st.session_state
     if "lang" not in ss:
         ss.lang = st.query_params.get("lang") if st.query_params.get("lang") in LANG_NAMES \
             else "en"
     st.html(APP_CSS)
     with st.container(key="pk_lang_bar"):
-        st.segmented_control("Language · 语言", list(LANG_NAMES), format_func=LANG_NAMES.get,
-                             key="lang", required=True, label_visibility="collapsed")
+        choice_buttons(list(LANG_NAMES), "lang", format_func=LANG_NAMES.get, key_prefix="lang")
     lang = ss.lang if ss.lang in LANG_NAMES else "en"
     if lang == "en" and "lang" in st.query_params:
         del st.query_params["lang"]

@@ -1,0 +1,112 @@
+"""The lesson in a real browser (Debian's Chromium through Playwright): keys step frames, links
+open frames, nothing swallows the arrow keys. Screenshots land in test-artifacts/."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from viz.serve import CHROMIUM, launch_chromium, running_app, shown_frame, wait_painted
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium"),
+    pytest.mark.skipif(not TRACE.is_file(), reason="six-step trace not recorded yet"),
+]
+playwright = pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    ARTIFACTS.mkdir(exist_ok=True)
+    with running_app(log=ARTIFACTS / "streamlit-browser-test.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as p:
+        b = launch_chromium(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
+    pg = ctx.new_page()
+    yield pg
+    ctx.close()
+
+
+def open_frame(page, url: str) -> int:
+    page.goto(url)
+    page.wait_for_selector("#pk-frame", timeout=60_000)
+    frame = shown_frame(page)
+    wait_painted(page, frame)
+    return frame
+
+
+def press(page, key: str, expect: int) -> None:
+    page.keyboard.press(key)
+    wait_painted(page, expect)
+
+
+def test_arrow_keys_step_exactly_one_frame_each(page, app_url):
+    start = open_frame(page, app_url)
+    assert start == 0
+    for n in (1, 2, 3):
+        press(page, "ArrowRight", start + n)
+    assert shown_frame(page) == start + 3
+    press(page, "ArrowLeft", start + 2)
+    assert shown_frame(page) == start + 2
+    page.wait_for_url(re.compile(r"[?&]frame=2\b"))
+    page.screenshot(path=str(ARTIFACTS / "lesson-frame-2.png"), full_page=True)
+
+
+def test_a_link_opens_that_frame(page, app_url):
+    assert open_frame(page, f"{app_url}/?lesson=six-steps&frame=8") == 8
+    assert "frame=8" in page.url
+    page.screenshot(path=str(ARTIFACTS / "lesson-frame-8.png"), full_page=True)
+
+
+def test_page_and_end_keys_jump(page, app_url):
+    open_frame(page, f"{app_url}/?frame=0")
+    page.keyboard.press("End")
+    page.wait_for_function("() => document.querySelector('#pk-frame') && "
+                           "document.querySelector('#pk-frame').dataset.frame !== '0'")
+    last = shown_frame(page)
+    assert last > 0
+    press(page, "Home", 0)
+    page.keyboard.press("PageDown")
+    page.wait_for_function("() => document.querySelector('#pk-frame').dataset.frame !== '0'")
+    assert 0 < shown_frame(page) < last
+
+
+def test_clicking_the_timeline_or_the_language_switch_keeps_arrows_working(page, app_url):
+    start = open_frame(page, f"{app_url}/?frame=3")
+    page.locator(".js-plotly-plot").last.click()
+    press(page, "ArrowRight", start + 1)
+    page.get_by_role("button", name="中文", exact=True).click()
+    page.wait_for_function("() => document.querySelector('#pk-frame').innerText.includes('帧')")
+    press(page, "ArrowRight", start + 2)
+    assert "lang=zh" in page.url
+    page.screenshot(path=str(ARTIFACTS / "lesson-zh.png"), full_page=True)
+
+
+def test_a_corrupt_trace_file_shows_one_error_and_no_traceback(page, app_url, tmp_path):
+    open_frame(page, app_url)
+    page.get_by_role("button", name="Open a trace file", exact=True).click()
+    bad = tmp_path / "broken.jsonl"
+    bad.write_text(TRACE.read_text(encoding="utf-8")[:5000], encoding="utf-8")
+    page.locator("input[type=file]").set_input_files(str(bad))
+    alert = page.locator("[data-testid=stAlertContentError]")
+    alert.wait_for(timeout=30_000)
+    assert alert.count() == 1 and "truncated" in alert.inner_text()
+    assert page.locator("[data-testid=stException]").count() == 0
+    page.screenshot(path=str(ARTIFACTS / "corrupt-trace.png"))
