@@ -18,7 +18,9 @@ DRY_RUN=0
 export OUT="${OUT:-out/gpu}"
 mkdir -p "$OUT"
 
-has_cuda() { "$1" -c 'import torch, triton, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; }
+has_cuda() {
+  "$1" -c 'import torch, triton, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null
+}
 
 # A python with CUDA torch and triton: the repo's venv, else the machine's own, else build the venv
 # (torch==2.13.0 from PyPI is a CUDA build on Linux).
@@ -41,7 +43,8 @@ pick_python() {
 
 PY="$(pick_python)"
 if (( ! DRY_RUN )) && ! has_cuda "$PY"; then
-  echo "error: no CUDA GPU visible to $PY (torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo missing))" >&2
+  TORCH="$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo missing)"
+  echo "error: no CUDA GPU visible to $PY (torch $TORCH)" >&2
   exit 2
 fi
 echo "python: $PY; results in $OUT"

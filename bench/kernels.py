@@ -26,7 +26,8 @@ if sys.path and Path(sys.path[0] or ".").resolve() == ROOT / "bench":
     sys.path[0] = str(ROOT)
 
 HEADS = {"llama": (32, 8, 128), "smollm2": (9, 3, 64)}            # Hq, Hkv, head_dim
-# HBM bandwidth in GB/s by device-name substring; first match wins (GH200 before H200, L40S before L4)
+# HBM bandwidth in GB/s by device-name substring; first match wins, so GH200 precedes H200
+# and L40S precedes L4
 PEAK_GBPS = [("GH200", 4000), ("H200", 4800), ("H100 PCIe", 2000), ("H100 NVL", 3900),
              ("H100", 3350), ("A100 80GB PCIe", 1935), ("A100-SXM4-80GB", 2039), ("A100", 1555),
              ("L40S", 864), ("A10G", 600), ("L4", 300), ("RTX 4090", 1008)]
@@ -85,7 +86,7 @@ def peak_for(name: str) -> float | None:
 # ------------------------------------------------------------------ GPU side
 
 def make_case(batch, context, hq, hkv, d, block_size, dtype, device, gen):
-    """Paged arena with blocks in shuffled physical order, and the same K/V laid out contiguously."""
+    """A paged arena with blocks in shuffled physical order, and the same K/V contiguous."""
     import torch
     per = -(-context // block_size)
     num_blocks = batch * per

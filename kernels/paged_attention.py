@@ -1,10 +1,10 @@
 """Paged attention in Triton: the page-table *read* half of the software MMU.
 
 Same contracts as ``kernels/reference.py`` (layout documented there). A request's K/V is scattered
-over physical blocks; each program walks its request's logical positions tile by tile, looks up the
-physical block of every position in the block table (``block_tables[b, pos // block_size]``), gathers
-K and V from there, and folds the tile into an online softmax (running max ``m``, running sum ``l``,
-running output ``acc``), so no ``[L]``-sized score row or contiguous copy of K/V ever exists.
+over physical blocks; each program walks its request's logical positions tile by tile, looks up
+the physical block of every position in the block table (``block_tables[b, pos // block_size]``),
+gathers K and V from there, and folds the tile into an online softmax (running max ``m``, running
+sum ``l``, running output ``acc``), so no ``[L]``-sized score row or contiguous copy of K/V exists.
 
 Decode packs all query heads sharing one KV head into one program: K/V is read once per group, not
 once per query head. Long contexts with few requests are split across programs (flash-decoding) and
@@ -40,7 +40,8 @@ def _tile_kv(cache_ptr, bt_row_ptr, pos, valid, kvh, offs_d, d_mask,
 @triton.jit
 def _online_softmax_step(q, k, v, visible, m, l, acc, qk_scale,
                          DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr):
-    """Fold one K/V tile into the running (m, l, acc); scores live in log2 units (exp2 is cheaper)."""
+    """Fold one K/V tile into the running (m, l, acc). Scores are in log2 units: exp2 is
+    cheaper than exp, and ``qk_scale`` already holds the log2(e) factor."""
     if WIDEN:  # see _widen_for_interpreter
         q, k, v = q.to(tl.float32), k.to(tl.float32), v.to(tl.float32)
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
@@ -221,7 +222,8 @@ def decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,
     if b == 0:
         return out
     block_tables, context_lens = block_tables.contiguous(), context_lens.contiguous()
-    max_ctx = int(context_lens.max())
+    # the table's width bounds every context: no device->host sync to read context_lens
+    max_ctx = block_tables.shape[1] * block_size
     # the interpreter runs programs one after another: on CPU one split is fastest
     splits = num_splits or (pick_splits(b * hkv, max_ctx, _num_sms(q.device.index or 0))
                             if q.device.type == "cuda" else 1)

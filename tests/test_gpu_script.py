@@ -1,5 +1,5 @@
-"""The GPU bench's CPU side: its arguments, its plan, its refusal without CUDA, the kernels compiling
-for a Hopper GPU, and bench/gpu.sh being valid bash. Nothing here needs a GPU."""
+"""The GPU bench's CPU side: its arguments, its plan, its refusal without CUDA, the kernels
+compiling for a Hopper GPU, and bench/gpu.sh being valid bash. Nothing here needs a GPU."""
 from __future__ import annotations
 
 import importlib.util
@@ -44,7 +44,8 @@ def test_help_lists_the_options_without_touching_a_gpu():
 def test_dry_run_plans_batches_times_contexts_with_the_kv_bytes_each_reads():
     run = _run("--dry-run")
     assert run.returncode == 0, run.stderr
-    rows = [line for line in run.stdout.splitlines() if line.startswith("| ") and "batch" not in line]
+    rows = [line for line in run.stdout.splitlines()
+            if line.startswith("| ") and "batch" not in line]
     assert len(rows) == 4 * 3
     # 64 requests x 8192 tokens x 8 KV heads x 128 dims x 2 bytes x (K and V) = 2 GiB
     assert "| 64 | 8192 | 2,048.00 |" in rows

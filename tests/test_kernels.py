@@ -142,7 +142,8 @@ def test_store_kv_writes_slots_and_skips_minus_one(dtype):
     assert torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)
 
 
-@pytest.mark.parametrize("batch,ctx,splits", [(1, 8192, 32), (1, 300, 1), (8, 2048, 4), (64, 8192, 1)])
+@pytest.mark.parametrize("batch,ctx,splits",
+                         [(1, 8192, 32), (1, 300, 1), (8, 2048, 4), (64, 8192, 1)])
 def test_decode_splits_long_contexts_only_when_the_batch_leaves_the_gpu_idle(batch, ctx, splits):
     # an H200: 132 SMs; 8 KV heads per request
     assert pick_splits(batch * 8, ctx, num_sms=132) == splits
