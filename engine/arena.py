@@ -51,7 +51,8 @@ class ArenaShape:
 
 class KVArena:
     """Per-layer K/V storage. Raises InvalidConfigError for a non-positive block size or block
-    count. The memory is left uninitialised: a slot is only read after it was written."""
+    count. The memory starts zeroed: attention may read (masked) slots never written, and
+    masked garbage is only harmless while it is finite (0 * NaN is NaN)."""
 
     def __init__(self, config: ModelConfig, num_blocks: int, block_size: int,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> None:
@@ -62,8 +63,8 @@ class KVArena:
         self.shape = ArenaShape(num_blocks, block_size, config.num_kv_heads, config.head_dim)
         self.dtype = dtype
         dims = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
-        self.k = [torch.empty(dims, device=device, dtype=dtype) for _ in range(config.num_layers)]
-        self.v = [torch.empty(dims, device=device, dtype=dtype) for _ in range(config.num_layers)]
+        self.k = [torch.zeros(dims, device=device, dtype=dtype) for _ in range(config.num_layers)]
+        self.v = [torch.zeros(dims, device=device, dtype=dtype) for _ in range(config.num_layers)]
         self._views: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
 
     @classmethod

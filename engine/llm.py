@@ -1,0 +1,145 @@
+"""``LLM``: the offline API. Prompts in, completions out, in input order.
+
+One model, one KV arena and one runner live as long as the ``LLM``; each ``generate`` call gets a
+fresh allocator and engine core over that arena, so ``num_preemptions`` describes the last call.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from engine import events as E
+from engine.allocators import ALLOCATORS, make_allocator
+from engine.arena import KVArena, blocks_for_budget
+from engine.core import EngineCore
+from engine.model import LoadedModel, load_model
+from engine.request import InvalidConfigError, InvalidRequestError, Request, SamplingParams
+from engine.runner import ModelRunner
+from engine.trace import TraceWriter, make_header
+
+#: Arena size when neither num_blocks nor kv_budget_mb is given: for SmolLM2 in fp32 about 11k
+#: token slots, room for one request of the full 8192-token context.
+DEFAULT_KV_BUDGET_MB = 512
+
+
+@dataclass
+class RequestOutput:
+    prompt: str | None          # None when the prompt was given as token ids
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: str | None
+    num_preemptions: int
+
+
+class LLM:
+    """Raises InvalidConfigError for a bad setting (block size <= 0, both or neither-sane memory
+    sizes, a budget below one block, unknown allocator/backend/device, missing model path)."""
+
+    def __init__(self, model: str | os.PathLike | LoadedModel | None = None, device: str = "auto",
+                 dtype: str | None = None, num_blocks: int | None = None,
+                 kv_budget_mb: float | None = None, block_size: int = 16,
+                 max_model_len: int | None = None, allocator: str = "paged",
+                 attention: str = "auto", max_num_seqs: int = 256,
+                 max_num_batched_tokens: int | None = None,
+                 trace: str | os.PathLike | Callable[[E.Event], None] | None = None,
+                 progress: bool = True) -> None:
+        # Cheap checks first: a typo should not cost a model load.
+        if block_size <= 0:
+            raise InvalidConfigError(f"block size must be positive, got {block_size}")
+        if num_blocks is not None and kv_budget_mb is not None:
+            raise InvalidConfigError("give either num_blocks or kv_budget_mb, not both")
+        if num_blocks is not None and num_blocks <= 0:
+            raise InvalidConfigError(f"number of KV blocks must be positive, got {num_blocks}")
+        if kv_budget_mb is not None and kv_budget_mb <= 0:
+            raise InvalidConfigError(f"KV budget must be positive, got {kv_budget_mb} MiB")
+        if allocator not in ALLOCATORS:
+            raise InvalidConfigError(f"unknown allocator {allocator!r}; choose one of "
+                                     f"{', '.join(ALLOCATORS)}")
+        self.model = model if isinstance(model, LoadedModel) else load_model(
+            model, device=device, dtype=dtype, progress=progress)
+        cfg = self.model.config
+        self.max_model_len = max_model_len or cfg.max_position_embeddings
+        if not 0 < self.max_model_len <= cfg.max_position_embeddings:
+            raise InvalidConfigError(f"max_model_len must be in [1, {cfg.max_position_embeddings}]"
+                                     f", got {self.max_model_len}")
+        if num_blocks is None:
+            num_blocks = blocks_for_budget(cfg, block_size, self.model.dtype,
+                                           kv_budget_mb or DEFAULT_KV_BUDGET_MB)
+        self.arena = KVArena(cfg, num_blocks, block_size, self.model.device, self.model.dtype)
+        self.runner = ModelRunner(self.model, self.arena, attention)
+        self.allocator_name = allocator
+        self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
+        self.trace = trace
+        self.num_preemptions = 0
+
+    @property
+    def tokenizer(self):
+        return self.model.tokenizer
+
+    def generate(self, prompts: Sequence[str] | Sequence[Sequence[int]],
+                 params: SamplingParams | Sequence[SamplingParams] | None = None,
+                 chat: bool = False) -> list[RequestOutput]:
+        """Complete every prompt (text, or token ids) and return outputs in input order.
+        ``chat`` wraps text prompts in the model's chat template. Everything is validated before
+        the first step: InvalidRequestError for an empty or over-long prompt, InvalidConfigError
+        when a request could not fit in the KV arena even alone."""
+        params = params or SamplingParams()
+        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
+        if len(plist) != len(prompts):
+            raise InvalidRequestError(f"{len(plist)} sampling params for {len(prompts)} prompts")
+        ids = [self._tokenize(i, p, chat) for i, p in enumerate(prompts)]
+        bus = E.EventBus()
+        alloc = make_allocator(self.allocator_name, self.arena.num_blocks, self.arena.block_size,
+                               self.max_model_len, bus)
+        core = EngineCore(alloc, self.runner, bus, max_model_len=self.max_model_len,
+                          max_num_seqs=self.max_num_seqs,
+                          max_num_batched_tokens=self.max_num_batched_tokens,
+                          eos_token_id=self.model.config.eos_token_id)
+        reqs = [core.add_request(Request(str(i), t, p)) for i, (t, p) in enumerate(zip(ids, plist))]
+        writer = self._attach_trace(bus, core)
+        try:
+            core.run_to_completion()
+        finally:
+            if writer is not None:
+                writer.close()
+        self.num_preemptions = core.num_preemptions
+        return [RequestOutput(p if isinstance(p, str) else None, r.prompt_token_ids,
+                              r.output_token_ids, self.tokenizer.decode(
+                                  r.output_token_ids, skip_special_tokens=True),
+                              r.finish_reason, r.num_preemptions)
+                for p, r in zip(prompts, reqs)]
+
+    def _tokenize(self, i: int, prompt: str | Sequence[int], chat: bool) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise InvalidRequestError(f"prompt {i} is empty")
+            if chat:
+                msgs = [{"role": "user", "content": prompt}]
+                return list(self.tokenizer.apply_chat_template(
+                    msgs, add_generation_prompt=True, tokenize=True, return_dict=False))
+            return list(self.tokenizer.encode(prompt))
+        ids = [int(t) for t in prompt]
+        if not ids:
+            raise InvalidRequestError(f"prompt {i} is empty")
+        vocab = self.model.config.vocab_size
+        if any(not 0 <= t < vocab for t in ids):
+            raise InvalidRequestError(f"prompt {i} holds token ids outside [0, {vocab})")
+        return ids
+
+    def _attach_trace(self, bus: E.EventBus, core: EngineCore) -> TraceWriter | None:
+        if self.trace is None:
+            return None
+        if callable(self.trace):
+            bus.subscribe(self.trace)
+            return None
+        name = self.allocator_name
+        config = {"num_blocks": self.arena.num_blocks, "block_size": self.arena.block_size,
+                  "num_slots": self.arena.num_slots, "max_model_len": self.max_model_len,
+                  "view_block_size": core.allocator.view_block_size}
+        header = make_header([{"name": name, "allocator": name, "config": config}],
+                             model=self.model.name, device=str(self.model.device))
+        writer = TraceWriter(self.trace, header)
+        bus.subscribe(writer.sink(name))
+        return writer
