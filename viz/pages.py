@@ -42,8 +42,10 @@ PAGES: list[PageSpec] = [
              ":material/view_column:", "lesson", default=True),
     PageSpec("viz.capacity_page", {"en": "Capacity calculator", "zh": "容量计算器"},
              ":material/calculate:", "capacity"),
-    # Later: PageSpec("viz.paper_page", {"en": "The paper's numbers", ...}, ..., "paper"),
-    #        PageSpec("viz.block_size_page", {"en": "Block size", ...}, ..., "block-size"),
+    PageSpec("viz.paper_page", {"en": "The paper's numbers", "zh": "论文里的数字"},
+             ":material/bar_chart:", "paper"),
+    PageSpec("viz.block_size_page", {"en": "Block size", "zh": "Block 大小"},
+             ":material/grid_on:", "block-size"),
 ]
 
 
