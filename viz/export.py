@@ -29,11 +29,10 @@ MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
 FORMATS = tuple(MIME)
 LANGS = ("en", "zh")
 
-#: The figure is laid out at 1280 x 720 CSS px and rendered at ZOOM: text drawn in px is then a
+#: A figure without its own size is laid out at 1280 x 720 CSS px: text drawn in px is then a
 #: quarter larger against the slide than in a 1600-px layout, which is what a back row needs.
 LAYOUT_SIZE = (1280, 720)
-PNG_SCALE = 2.0            # 2560 x 1440 px: sharp on a 1440p projector, >= 1600 x 900
-TITLE_ROOM_PX = 92         # the step title sits above the plot area: keep it inside the page
+PNG_SCALE = 2.0            # 2560 x 1440 px from 1280 x 720: sharp on a 1440p projector
 
 
 class ExportError(ValueError):
@@ -60,19 +59,17 @@ def step_figure(lesson: Lesson, k: int, lang: str = "en") -> go.Figure:
     titles = (lesson.left.title[lang], lesson.right.title[lang])
     fig = side_by_side_figure(lesson.left.at(i), lesson.right.at(i),
                               render_step(lesson, k, lang), lang, titles)
-    fig = fig if isinstance(fig, go.Figure) else go.Figure(fig)
-    top = fig.layout.margin.t if fig.layout.margin.t is not None else 0
-    fig.update_layout(margin=dict(t=max(top, TITLE_ROOM_PX)))
-    return fig
+    return fig if isinstance(fig, go.Figure) else go.Figure(fig)
 
 
-def figure_bytes(fig: go.Figure, fmt: str, size: tuple[int, int] = LAYOUT_SIZE) -> bytes:
-    """Render ``fig`` as ``fmt`` (png, svg or pdf) at ``size`` CSS px; PNG at ``PNG_SCALE``.
-    Raises ExportError for an unknown format or when no Chromium can be started."""
+def figure_bytes(fig: go.Figure, fmt: str, size: tuple[int, int] | None = None) -> bytes:
+    """Render ``fig`` as ``fmt`` (png, svg or pdf) at ``size`` CSS px (default: the figure's
+    own width and height, else ``LAYOUT_SIZE``); PNG at ``PNG_SCALE``. Raises ExportError for
+    an unknown format or when no Chromium can be started."""
     if fmt not in MIME:
         raise ExportError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
     _ensure_browser()
-    width, height = size
+    width, height = size or (fig.layout.width or LAYOUT_SIZE[0], fig.layout.height or LAYOUT_SIZE[1])
     scale = PNG_SCALE if fmt == "png" else 1.0
     try:
         with warnings.catch_warnings():

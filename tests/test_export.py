@@ -1,0 +1,89 @@
+"""Lecture figures: every step of six-steps in every format, legible and not blank."""
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageStat
+
+from viz import export
+from viz.lesson import load_spec
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no system Chromium for kaleido")
+STEPS = len(load_spec("six-steps").steps)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("figures")
+    export.export_lesson("six-steps", out, ["png", "svg", "pdf"], "en")
+    return out
+
+
+@needs_chromium
+@pytest.mark.parametrize("fmt", export.FORMATS)
+def test_export_writes_one_file_per_step_per_format(exported, fmt):
+    files = sorted(exported.glob(f"*.{fmt}"))
+    assert [f.name for f in files] == [f"six-steps-step{k}-en.{fmt}" for k in range(1, STEPS + 1)]
+
+
+@needs_chromium
+def test_png_is_16_by_9_at_least_1600_by_900_and_not_blank(exported):
+    for path in exported.glob("*.png"):
+        img = Image.open(io.BytesIO(path.read_bytes())).convert("L")
+        assert img.width >= 1600 and img.height >= 900, path.name
+        assert img.width * 9 == img.height * 16, path.name
+        assert ImageStat.Stat(img).stddev[0] > 20, f"{path.name} looks blank"
+
+
+@needs_chromium
+def test_svg_text_is_real_text_elements(exported):
+    svg = (exported / "six-steps-step5-en.svg").read_text(encoding="utf-8")
+    assert svg.count("<text") > 20
+    assert "A large request arrives" in svg  # the step title, as characters, not outlines
+
+
+@needs_chromium
+def test_pdf_is_a_pdf(exported):
+    for path in exported.glob("*.pdf"):
+        assert path.read_bytes().startswith(b"%PDF"), path.name
+
+
+def test_unknown_lesson_is_one_line_and_exit_2(capsys):
+    assert export.main(["--lesson", "no-such-lesson", "--out", "unused"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no-such-lesson" in err
+
+
+def test_unknown_format_is_one_line_and_exit_2(capsys, tmp_path):
+    assert export.main(["--out", str(tmp_path), "--format", "png,gif"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "gif" in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_module_runs_as_a_script(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "viz.export", "--out", str(tmp_path),
+                           "--lang", "fr"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "fr" in proc.stderr
+
+
+def test_download_args_render_nothing_until_clicked():
+    lesson = export.load_lesson("six-steps")
+    args = export.download_args(lesson, 2, "zh", "svg")
+    assert args["file_name"] == "six-steps-step3-zh.svg"
+    assert args["mime"] == "image/svg+xml" and callable(args["data"])
+
+
+def test_every_step_has_a_figure_with_its_title():
+    lesson = export.load_lesson("six-steps")
+    for k, step in enumerate(lesson.spec.steps):
+        fig = export.step_figure(lesson, k, "zh")
+        texts = " ".join([fig.layout.title.text or ""] +
+                         [a.text or "" for a in fig.layout.annotations])
+        assert step.title["zh"] in texts
