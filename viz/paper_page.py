@@ -195,8 +195,9 @@ def render(lang: str = "en") -> None:
     lang = lang if lang in TEXT else "en"
     t = TEXT[lang]
     st.header(t["title"])
+    # Bound to the URL (?requests=1000), so a link opens the same simulation.
     n = st.segmented_control(t["requests"], REQUEST_CHOICES, default=DEFAULT_REQUESTS,
-                             key="paper_requests", required=True,
+                             key="requests", required=True, bind="query-params",
                              format_func=lambda v: f"{v:,}") or DEFAULT_REQUESTS
     st.markdown(t["intro"].format(n=n))
     rows = [_cached_policy(p, n, i, lang) for i, p in enumerate(POLICIES, start=1)]
