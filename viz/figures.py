@@ -23,6 +23,7 @@ from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, HOLE_MARK, INK, M
 FONT = dict(family="Inter, 'Noto Sans CJK SC', 'PingFang SC', 'Helvetica Neue', Arial, "
             "sans-serif", color=INK)
 CELL_GAP_PX = 2
+HOVER_MAX_SLOTS = 512
 
 
 @dataclass(frozen=True)
@@ -54,29 +55,42 @@ def arena_parts(frame: Frame, layout: GridLayout, lang: str = "en", xaxis: str =
     holes, labels at the start of each block or run, outlines round what changed."""
     colours: dict[str, int] = {}
     z = [[None] * layout.cols for _ in range(layout.rows)]
-    hover = [[""] * layout.cols for _ in range(layout.rows)]
-    w = words(lang)
-    positions = _slot_positions(frame)
     for slot, code in enumerate(frame.cells):
         x, y = layout.xy(slot)
         owner = frame.owners[slot]
-        order = frame.requests[owner].order if owner is not None else None
-        colour = cell_colour(code, order)
-        z[y][x] = colours.setdefault(colour, len(colours)) + 0.5
-        hover[y][x] = _hover(frame, slot, code, owner, positions.get(slot), w)
-    n = max(1, len(colours))
+        colour = cell_colour(code, frame.requests[owner].order if owner is not None else None)
+        # Integer z on a stepped colour scale: small JSON, exact colours.
+        z[y][x] = colours.setdefault(colour, len(colours))
+    n = len(colours)
     scale = []
     for colour, i in colours.items():
         scale += [[i / n, colour], [(i + 1) / n, colour]]
-    heat = dict(type="heatmap", z=z, zmin=0, zmax=n,
-                colorscale=scale or [[0, FREE_COLOUR], [1, FREE_COLOUR]], showscale=False,
-                xgap=CELL_GAP_PX, ygap=CELL_GAP_PX, customdata=hover,
-                hovertemplate="%{customdata}<extra></extra>", xaxis=xaxis, yaxis=yaxis)
+    heat = dict(type="heatmap", z=z, zmin=-0.5, zmax=n - 0.5,
+                colorscale=_stretch(scale, n), showscale=False,
+                xgap=CELL_GAP_PX, ygap=CELL_GAP_PX, xaxis=xaxis, yaxis=yaxis)
+    if frame.run.num_slots <= HOVER_MAX_SLOTS:  # past this, hover text outweighs the picture
+        w, positions = words(lang), _slot_positions(frame)
+        heat["customdata"] = [[_hover(frame, y * layout.cols + x, frame.cells[y * layout.cols + x],
+                                      frame.owners[y * layout.cols + x],
+                                      positions.get(y * layout.cols + x), w)
+                               if y * layout.cols + x < frame.run.num_slots else ""
+                               for x in range(layout.cols)] for y in range(layout.rows)]
+        heat["hovertemplate"] = "%{customdata}<extra></extra>"
+    else:
+        heat["hoverinfo"] = "skip"
     traces = [heat, _labels_trace(frame, layout, xaxis, yaxis)]
     ref = dict(xref=xaxis, yref=yaxis)
     shapes = _hatch_shapes(frame, layout, ref) + _block_rules(layout, ref)
     shapes += _changed_shapes(frame, layout, ref)
     return traces, shapes
+
+
+def _stretch(scale: list, n: int) -> list:
+    """A stepped scale for integer z in [0, n): z = i maps to the band (i/n, (i+1)/n), which
+    with zmin=-0.5, zmax=n-0.5 puts each integer in the middle of its own colour band."""
+    if n == 0:
+        return [[0, FREE_COLOUR], [1, FREE_COLOUR]]
+    return scale if n > 1 else [[0, scale[0][1]], [1, scale[0][1]]]
 
 
 def _slot_positions(frame: Frame) -> dict[int, int]:
@@ -220,12 +234,11 @@ class Prebuilt(go.Figure):
     costs more than drawing a frame; our dicts are built from fixed templates (and validated
     by the tests through ``go.Figure``), so the app skips that. Only ``to_dict`` is used."""
 
-    def __init__(self, spec: dict) -> None:
-        super().__init__()
-        self._spec = spec
+    def __init__(self, spec: dict) -> None:  # noqa: super().__init__ skipped on purpose: it
+        self.__dict__["_spec"] = spec         # builds plotly's object model, the very cost avoided
 
     def to_dict(self) -> dict:
-        return self._spec
+        return self.__dict__["_spec"]
 
 
 # --- metrics, timeline, scoreboard -----------------------------------------------------------
@@ -272,9 +285,23 @@ def timeline_spec(lesson: Lesson, current: int, lang: str = "en", titles: tuple 
                    tickfont=dict(size=11)))}
 
 
-def _share_series(lesson: Lesson, side: str) -> tuple[list[int], list[float]]:
+def _share_series(lesson: Lesson, side: str, points: int = 600) -> tuple[list[int], list[float]]:
+    """Token-state share per frame; a long run keeps each stretch's min and max, so the line
+    keeps its peaks at a fraction of the points (it is re-sent on every keypress)."""
     frames = lesson.side(side).frames
-    return [f.index for f in frames], [100 * f.account.share("token_states") for f in frames]
+    xs, ys = [f.index for f in frames], [round(100 * f.account.share("token_states"), 2)
+                                          for f in frames]
+    if len(xs) <= points:
+        return xs, ys
+    step = math.ceil(len(xs) / (points // 2))
+    out_x, out_y = [], []
+    for a in range(0, len(xs), step):
+        chunk = range(a, min(a + step, len(xs)))
+        lo, hi = min(chunk, key=ys.__getitem__), max(chunk, key=ys.__getitem__)
+        for k in sorted({lo, hi}):
+            out_x.append(xs[k])
+            out_y.append(ys[k])
+    return out_x, out_y
 
 
 def timeline_figure(lesson: Lesson, current: int, lang: str = "en", titles: tuple = ("", ""),

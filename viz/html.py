@@ -11,6 +11,9 @@ from viz.reducer import PAGED, Frame
 from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, HOLE_COLOUR, HOLE_MARK, INK,
                        MUTED, SIDE_COLOURS, request_colour, tint, words)
 
+MAX_ROWS = 14   # requests listed per panel; a classroom arena never has more
+MAX_MAPS = 12   # block-table entries shown per request (first ones, "…", the last two)
+
 CSS = f"""
 <style>
 .pk-strip {{ margin: 0 0 .35rem 0; }}
@@ -118,6 +121,10 @@ def _chip(text: str, order: int, cls: str = "") -> str:
     return f"<span class='pk-chip {cls}' style='{style}'>{escape(text)}</span>"
 
 
+def _map_chip(m) -> str:
+    return f"<span class='pk-map{' new' if m.new else ''}'>{m.logical}→#{m.physical}</span>"
+
+
 def tables_panel(frame: Frame, lang: str = "en") -> str:
     """Block tables (paging) or reservation ranges (contiguous) of the requests holding memory."""
     w = words(lang)
@@ -126,17 +133,20 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
     out = [f"<h5>{escape(w['block_tables'] if paged else w['reservations'])}</h5>"]
     if not rows:
         out.append(f"<div class='pk-dim'>{escape(w['none'])}</div>")
-    for row in rows:
+    for row in rows[:MAX_ROWS]:
         if paged:
-            body = "".join(f"<span class='pk-map{' new' if m.new else ''}'>"
-                           f"{m.logical}→#{m.physical}</span>" for m in row.mappings)
-            body = f"<div class='pk-maps'>{body}</div>"
+            chips = [_map_chip(m) for m in row.mappings]
+            if len(chips) > MAX_MAPS:  # first ones, an ellipsis, the newest two
+                chips = chips[:MAX_MAPS - 2] + ["<span class='pk-dim'>…&nbsp;</span>"] + chips[-2:]
+            body = f"<div class='pk-maps'>{''.join(chips)}</div>"
         else:
             start, length = row.run
             cls = "pk-map new" if row.new else "pk-map"
             body = (f"<span class='{cls}'>[{start}, {start + length})</span>"
                     f"<span class='pk-dim'>{row.filled}/{length}</span>")
         out.append(f"<div class='pk-row'>{_chip(row.label, row.order)}{body}</div>")
+    if len(rows) > MAX_ROWS:
+        out.append(f"<div class='pk-dim'>+{len(rows) - MAX_ROWS}</div>")
     return f"<div class='pk-panel'>{''.join(out)}</div>"
 
 

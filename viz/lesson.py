@@ -92,6 +92,7 @@ class Lesson:
     right: Side
     keyframes: tuple[int | None, ...]
     source: str                          # "lesson", a file name, or "live"
+    key: str = ""                        # content hash when cached (a stable cache key)
 
     @property
     def num_frames(self) -> int:

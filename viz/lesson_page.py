@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -97,12 +99,28 @@ def lessons_root() -> Path:
 def _recorded_lesson(name: str, root: str, digest: str) -> Lesson:
     """Fold a lesson's recorded trace once per content hash (frames are immutable: shared)."""
     spec = load_spec(name, Path(root))
-    return build(spec, T.read(trace_path(spec)))
+    return replace(build(spec, T.read(trace_path(spec))), key=f"{root}:{name}:{digest}")
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
 def _uploaded_lesson(name: str, root: str, digest: str, _text: str, file_name: str) -> Lesson:
-    return build(load_spec(name, Path(root)), T.loads(_text), source=file_name)
+    lesson = build(load_spec(name, Path(root)), T.loads(_text), source=file_name)
+    return replace(lesson, key=f"upload:{name}:{digest}")
+
+
+@st.cache_resource(max_entries=2048, show_spinner=False)
+def _cached_arena(_lesson: Lesson, key: str, side: str, i: int, lang: str, height: int) -> dict:
+    """A frame's grid figure, built once per lesson content: stepping back and forth (what a
+    classroom does) then costs no figure building at all."""
+    return _arena_spec(_lesson, side, i, lang, height)
+
+
+def _arena_spec(lesson: Lesson, side: str, i: int, lang: str, height: int) -> dict:
+    frame = lesson.side(side).at(i)
+    if i >= len(lesson.side(side).frames):  # the run has ended: nothing changes any more
+        frame = replace(frame, changed=frozenset())
+    layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
+    return figures.arena_spec(frame, layout, lang, height=height, meta=i)
 
 
 # --- session state ---------------------------------------------------------------------------
@@ -280,8 +298,11 @@ def _live(spec, root: Path, t: dict) -> Lesson | None:
 
 
 def _live_fold(run: LiveRun, spec) -> Lesson | None:
+    """What has streamed in so far, folded; None until every run has finished one step."""
     tr = run.trace()
-    return build(spec, tr, source="live", complete=run.done) if tr else None
+    if tr is None or not all(any(e.kind == "step_end" for e in evs) for evs in tr.runs.values()):
+        return None
+    return build(spec, tr, source="live", complete=run.done)
 
 
 def _live_lesson(run: LiveRun, spec, t: dict) -> Lesson | None:
@@ -304,10 +325,22 @@ def _live_lesson(run: LiveRun, spec, t: dict) -> Lesson | None:
     return lesson
 
 
+def _live_progress(run: LiveRun, frames: int, t: dict) -> None:
+    """A bar when the engine's progress line says how many requests are done, else text."""
+    line = run.progress()
+    text = t["live_running"].format(frames=frames, progress=line)
+    m = re.search(r"(\d+)\s*/\s*(\d+) requests", line)
+    if m and int(m.group(2)) > 0:
+        st.progress(min(1.0, int(m.group(1)) / int(m.group(2))), text=text)
+    else:
+        st.caption(text)
+
+
 def _wait_for_first_frame(run: LiveRun, spec, t: dict) -> None:
     """Before the first frame there is nothing to step through: show progress, and rerun the
     whole page once a frame (or the end) arrives."""
-    st.info(t["live_wait"] + (f" {run.progress()}" if run.progress() else ""))
+    waited = time.monotonic() - run.started
+    st.info(f"{t['live_wait']} ({waited:.0f} s) " + run.progress(), icon=":material/hourglass_top:")
     try:
         ready = run.done or _live_fold(run, spec) is not None
     except T.TraceError:
@@ -343,21 +376,19 @@ def _stepping_view(view: View, t: dict) -> None:
         if at_end:  # follow the newest frame unless the viewer stepped back
             ss.pk_frame = lesson.num_frames - 1
         ss.pk_live_seen = lesson.num_frames
-        st.caption(t["live_running"].format(frames=lesson.num_frames,
-                                            progress=run.progress()))
+        _live_progress(run, lesson.num_frames, t)
     last = lesson.num_frames - 1
     i = ss.pk_frame = lesson.clamp(ss.pk_frame)
     k = lesson.step_of(i)
     _step_buttons(lesson, k, lang, t, last)
     _controls(lesson, i, last, t)
     left, right = lesson.left.at(i), lesson.right.at(i)
-    layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
     scoreboard = k == len(lesson.spec.steps) - 1 and lesson.spec.steps[k].rule.get(
         "frame") == "last"
     cols = st.columns(2, gap="large")
     for col, side, frame in ((cols[0], "left", left), (cols[1], "right", right)):
         with col:
-            _side(lesson, side, frame, layout, i, lang, scoreboard)
+            _side(lesson, side, frame, i, lang, scoreboard, live=view.refresh is not None)
     st.html(html.legend(lang))
     step = render_step(lesson, k, lang)
     with st.container(border=True, key="pk_narration"):
@@ -409,15 +440,14 @@ def _controls(lesson: Lesson, i: int, last: int, t: dict) -> None:
                   unsafe_allow_html=True)
 
 
-def _side(lesson: Lesson, side: str, frame, layout, i: int, lang: str,
-          scoreboard: bool) -> None:
+def _side(lesson: Lesson, side: str, frame, i: int, lang: str, scoreboard: bool,
+          live: bool = False) -> None:
     s = lesson.side(side)
-    if i >= len(s.frames):  # this run has ended: its last frame stands still, nothing changes
-        frame = replace(frame, changed=frozenset())
     st.html(html.side_title(s.title[lang], side) + html.metrics_strip(frame, lang))
     g, p = st.columns([5, 3], gap="small")
     with g:
-        spec = figures.arena_spec(frame, layout, lang, height=GRID_HEIGHT, meta=i)
+        spec = (_cached_arena(lesson, lesson.key, side, i, lang, GRID_HEIGHT) if lesson.key
+                else _arena_spec(lesson, side, i, lang, GRID_HEIGHT))
         st.plotly_chart(figures.Prebuilt(spec), theme=None, key=f"pk_arena_{side}",
                         config={"displayModeBar": False, "scrollZoom": False})
     with p:
@@ -426,5 +456,5 @@ def _side(lesson: Lesson, side: str, frame, layout, i: int, lang: str,
         else:
             st.html(html.tables_panel(frame, lang) + "<div style='height:.6rem'></div>"
                     + html.queue_panel(frame, lang))
-        if i >= len(s.frames):
+        if i >= len(s.frames) and not live:  # while streaming, a side may lag by a step
             st.caption(words(lang)["ended"].format(n=len(s.frames) - 1))

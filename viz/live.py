@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -30,6 +31,7 @@ class LiveRun:
     """A recording in progress. ``lines`` (trace) and ``log`` (progress) only ever grow; read
     them through ``snapshot`` so a reader sees whole lines only."""
     proc: subprocess.Popen
+    started: float = field(default_factory=time.monotonic)
     lines: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
