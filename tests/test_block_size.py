@@ -1,0 +1,133 @@
+"""The block-size lesson: its traces say what the essay says (small blocks waste little, large
+blocks need few table entries), re-recording reproduces them, and the page renders."""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine import trace as T
+from viz import sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON = ROOT / "lessons" / "block-size"
+
+
+@pytest.fixture(scope="module")
+def spec() -> sweep.SweepSpec:
+    return sweep.load_spec("block-size")
+
+
+@pytest.fixture(scope="module")
+def results(spec) -> list[sweep.SizeResult]:
+    return sweep.load_results(spec)
+
+
+def test_lesson_covers_the_essays_block_sizes(spec, results):
+    assert spec.block_sizes == (1, 8, 16, 32, 128, 256)
+    assert [r.block_size for r in results] == list(spec.block_sizes)
+    assert len({r.num_slots for r in results}) == 1  # equal KV bytes at every size
+
+
+def test_traces_come_from_the_real_model(results):
+    assert all(r.forward == "model" and "SmolLM2" in r.model for r in results)
+
+
+def test_never_used_share_grows_with_block_size(results):
+    internal = [r.held_shares["internal"] for r in results]
+    assert internal[0] == 0.0
+    assert internal == sorted(internal) and internal[-1] > 0.3
+
+
+def test_block_table_shrinks_with_block_size(results):
+    entries = [r.mean_entries for r in results]
+    assert entries == sorted(entries, reverse=True)
+    assert results[0].mean_entries == pytest.approx(results[0].mean_final_len)
+    assert results[-1].max_entries == 1
+
+
+def test_a_finished_request_wastes_less_than_one_block(results):
+    for r in results:
+        tail = r.mean_entries * r.block_size - r.mean_final_len
+        assert 0 <= tail <= r.block_size - 1
+
+
+def test_every_size_ran_without_waiting_so_only_the_cut_differs(results):
+    assert {r.steps for r in results} == {results[0].steps}
+    assert all(r.preemptions == 0 and r.requests == 8 for r in results)
+
+
+def test_dry_rerecording_reproduces_every_event(tmp_path, spec):
+    rec = _load_record_script()
+    assert rec.main(["--forward", "skip", "--out", str(tmp_path)]) == 0
+    for bs in spec.block_sizes:
+        shipped, again = T.read(spec.trace_path(bs)), T.read(tmp_path / f"b{bs}.jsonl")
+        assert [e.to_dict() for e in again.runs["paged"]] == \
+               [e.to_dict() for e in shipped.runs["paged"]], f"block size {bs}"
+
+
+def _load_record_script():
+    s = importlib.util.spec_from_file_location("block_size_record", LESSON / "record.py")
+    mod = importlib.util.module_from_spec(s)
+    s.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_narration_quotes_only_numbers_the_traces_have(spec, results, lang):
+    ctx = sweep.narration_context(results)
+    for text in [spec.intro[lang]] + [s.text[lang] for s in spec.sections]:
+        body, missing = sweep.fill(text, ctx, lang)
+        assert not missing and "{" not in body
+
+
+def test_chinese_lines_join_without_gaps_but_keep_latin_words_apart():
+    body, _ = sweep.fill("一个\n请求，最后一个 block\n里空着\n{n} 个", {"n": 3}, "zh")
+    assert body == "一个请求，最后一个 block 里空着 3 个"
+
+
+def test_viz_pages_never_import_torch():
+    code = ("import sys, viz.block_size_page, viz.paper_page, viz.export, viz.sweep; "
+            "sys.exit('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120).returncode == 0
+
+
+def _page(lang: str) -> AppTest:
+    return AppTest.from_string(f"from viz.block_size_page import render\nrender({lang!r})",
+                               default_timeout=60).run()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_page_renders_without_exception(lang):
+    at = _page(lang)
+    assert not at.exception, at.exception
+    assert not at.error
+    assert len(at.get("plotly_chart")) == 4
+    assert any("GPU" in i.value for i in at.info)  # kernel time: not measured here
+
+
+def test_page_shows_a_kernel_table_where_one_was_measured(tmp_path, monkeypatch):
+    lessons = tmp_path / "lessons"
+    shutil.copytree(LESSON, lessons / "block-size")
+    table = lessons / "block-size" / "kernels" / "b16" / "kernels.csv"
+    table.parent.mkdir(parents=True)
+    table.write_text("batch,context,kv_mib,paged_us,contiguous_us\n8,2048,8.0,41.5,30.2\n")
+    monkeypatch.setenv("PAGED_KV_LESSONS", str(lessons))
+    at = _page("en")
+    assert not at.exception and not at.info
+    assert at.dataframe[0].value.iloc[0]["paged µs"] == 41.5
+
+
+def test_missing_trace_is_one_error_line_not_a_traceback(tmp_path, monkeypatch):
+    lessons = tmp_path / "lessons"
+    shutil.copytree(LESSON, lessons / "block-size")
+    (lessons / "block-size" / "traces" / "b32.jsonl").unlink()
+    monkeypatch.setenv("PAGED_KV_LESSONS", str(lessons))
+    at = _page("en")
+    assert not at.exception
+    assert "record.py" in at.error[0].value
