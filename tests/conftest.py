@@ -1,0 +1,33 @@
+"""Shared fixtures. The real model loads once per session; nothing is ever downloaded."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def smollm():
+    """SmolLM2-135M-Instruct on CPU in fp32, with its HF module kept so tests can compare
+    against HF ``generate`` on the very same weights."""
+    from engine.model import load_model
+    return load_model(device="cpu", dtype="float32", keep_hf=True, progress=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory, smollm):
+    """A randomly initialised two-layer Llama saved as a local HF directory (with SmolLM2's
+    tokenizer): exercises ``--model PATH`` and GQA shapes the real model does not have."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(smollm.tokenizer), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
+                         max_position_embeddings=256, rope_theta=500.0, tie_word_embeddings=True,
+                         eos_token_id=smollm.config.eos_token_id, initializer_range=0.2)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(path)
+    smollm.tokenizer.save_pretrained(path)
+    return path

@@ -1,0 +1,137 @@
+"""Our forward over the paged arena must reproduce HF token for token (greedy, fp32, CPU)."""
+from __future__ import annotations
+
+import random
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+from engine.arena import KVArena
+from engine.llm import LLM
+from engine.model import LoadedModel, extract_weights
+from engine.request import Batch, Request, SamplingParams, ScheduledSeq
+from engine.runner import ModelRunner
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a land far away,",
+    "1, 2, 3, 4,",
+    "Translate to French: The cat sits on the mat.",
+    "Q: What is the boiling point of water at sea level?\nA:",
+    "Die Hauptstadt von Deutschland ist",
+    "import numpy as np\n\nx = np.",
+    "The",
+    "<html>\n<head>\n<title>",
+    "PagedAttention stores the key-value cache of each request in fixed-size blocks that need "
+    "not be contiguous in memory, much like virtual memory pages in an operating system. This "
+    "removes most of the fragmentation that contiguous preallocation causes, so that",
+]
+CHAT_PROMPT = "Write a haiku about the sea."
+NEW_TOKENS = 48
+
+
+@contextmanager
+def eos_ignored(hf):
+    # HF generate falls back to the model's own eos_token_id even when told None
+    saved = hf.generation_config.eos_token_id
+    hf.generation_config.eos_token_id = None
+    try:
+        yield
+    finally:
+        hf.generation_config.eos_token_id = saved
+
+
+def hf_greedy(hf, ids: list[int], n: int) -> list[int]:
+    x = torch.tensor([ids])
+    with eos_ignored(hf), torch.inference_mode():
+        out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n,
+                          do_sample=False, eos_token_id=None, pad_token_id=0)
+    return out[0, len(ids):].tolist()
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(smollm):
+    tok = smollm.tokenizer
+    ids = [tok.encode(p) for p in PROMPTS]
+    chat = [{"role": "user", "content": CHAT_PROMPT}]
+    ids.append(list(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True,
+                                            return_dict=False)))
+    return ids
+
+
+@pytest.fixture(scope="module")
+def paged_outputs(smollm, prompt_ids):
+    llm = LLM(smollm, block_size=16, kv_budget_mb=64)
+    return llm.generate(prompt_ids, SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True))
+
+
+@pytest.mark.model
+def test_greedy_paged_batch_matches_hf_generate_per_prompt(smollm, prompt_ids, paged_outputs):
+    assert any(len(ids) > 32 for ids in prompt_ids), "some prompt must span several blocks"
+    for ids, out in zip(prompt_ids, paged_outputs):
+        assert out.prompt_token_ids == ids
+        assert out.token_ids == hf_greedy(smollm.hf_model, ids, NEW_TOKENS), \
+            smollm.tokenizer.decode(ids)
+
+
+@pytest.mark.model
+def test_contiguous_allocator_view_gives_the_same_tokens_as_paging(smollm, prompt_ids, paged_outputs):
+    llm = LLM(smollm, block_size=16, kv_budget_mb=64, allocator="max", max_model_len=128)
+    outs = llm.generate(prompt_ids[:4], SamplingParams(max_tokens=24, ignore_eos=True))
+    for paged, contiguous in zip(paged_outputs, outs):
+        assert contiguous.token_ids == paged.token_ids[:24]
+
+
+@pytest.mark.model
+def test_seeded_sampling_does_not_depend_on_batch_company(smollm):
+    llm = LLM(smollm, kv_budget_mb=32)
+    p = SamplingParams(max_tokens=16, temperature=0.9, top_p=0.95, seed=7)
+    alone = llm.generate([PROMPTS[2]], p)[0].token_ids
+    others = [SamplingParams(max_tokens=16, temperature=1.0, seed=s) for s in (1, 2)]
+    crowd = llm.generate([PROMPTS[0], PROMPTS[2], PROMPTS[1]], [others[0], p, others[1]])
+    assert crowd[1].token_ids == alone
+    greedy = llm.generate([PROMPTS[2]], SamplingParams(max_tokens=16))[0].token_ids
+    nucleus_of_one = SamplingParams(max_tokens=16, temperature=1.5, top_p=1e-6, seed=3)
+    assert llm.generate([PROMPTS[2]], nucleus_of_one)[0].token_ids == greedy
+
+
+def tiny_model(seed: int = 0) -> LoadedModel:
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=128,
+                      rope_theta=1000.0, initializer_range=0.3, tie_word_embeddings=True)
+    hf = LlamaForCausalLM(cfg).eval()
+    return LoadedModel("tiny", extract_weights(hf), None, torch.device("cpu"), torch.float32, hf)
+
+
+def test_mixed_prefill_decode_batch_on_shuffled_blocks_matches_hf_argmax():
+    model = tiny_model()
+    rng = random.Random(0)
+    block = 4
+    arena = KVArena(model.config, 32, block)
+    runner = ModelRunner(model, arena, "torch")
+    physical = list(range(32))
+    rng.shuffle(physical)  # no request owns neighbouring blocks
+    tables = {r: physical[8 * i:8 * i + 8] for i, r in enumerate("abc")}
+    seqs = {r: [rng.randrange(512) for _ in range(n)] for r, n in zip("abc", (13, 5, 7))}
+
+    def sched(r: str, start: int) -> ScheduledSeq:
+        pos = list(range(start, len(seqs[r])))
+        slots = [tables[r][p // block] * block + p % block for p in pos]
+        req = Request(r, seqs[r], SamplingParams())
+        return ScheduledSeq(req, seqs[r][start:], pos, slots, tables[r], len(seqs[r]))
+
+    def expected(r: str) -> int:
+        with torch.inference_mode():
+            return int(model.hf_model(torch.tensor([seqs[r]])).logits[0, -1].argmax())
+
+    first = runner.execute(Batch([sched("a", 0), sched("b", 0)], block))
+    assert first == [expected("a"), expected("b")]
+    for r in "ab":
+        seqs[r].append(rng.randrange(512))
+    # decode, prefill and decode interleaved in one step, as the scheduler may hand them over
+    second = runner.execute(Batch([sched("a", 13), sched("c", 0), sched("b", 5)], block))
+    assert second == [expected("a"), expected("c"), expected("b")]
