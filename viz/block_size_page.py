@@ -22,7 +22,8 @@ UI = {
     "en": {"block_size": "block size (slots)", "held": "share of held slots",
            "empty": "empty share of held slots (reserved + never used)",
            "entries": "block-table entries per request",
-           "tail": "never-used slots per request at its end", "bound": "bound: block size − 1",
+           "tail": "never-used slots per request at its end",
+           "tail_axis": "never-used slots", "bound": "bound: block size − 1",
            "long_bytes": "block table for {n} requests of {len} tokens",
            "recorded": "Recorded from {model} on {device} (real forward pass) by `{cmd}`.",
            "dry": "Dry run: the forward pass was skipped (`{cmd} --forward skip`); the "
@@ -40,7 +41,8 @@ UI = {
     "zh": {"block_size": "block 大小（槽位）", "held": "占用槽位中的占比",
            "empty": "占用槽位中空着的比例（预留 + 永不使用）",
            "entries": "每个请求的 block table 表项数",
-           "tail": "请求结束时永不使用的槽位", "bound": "上限：block 大小 − 1",
+           "tail": "请求结束时永不使用的槽位",
+           "tail_axis": "永不使用的槽位", "bound": "上限：block 大小 − 1",
            "long_bytes": "{n} 个 {len} token 请求的 block table",
            "recorded": "由 `{cmd}` 录制自 {model}，设备 {device}（真实前向计算）。",
            "dry": "空跑：跳过了前向计算（`{cmd} --forward skip`）；分配器、调度器和事件都是真实的。",
@@ -225,7 +227,7 @@ def tail_figure(results: list[sweep.SizeResult], lang: str = "en",
     fig.update_layout(**LAYOUT, height=height,
                       legend=dict(orientation="h", x=0, y=-0.25),
                       xaxis=dict(title=u["block_size"], type="category", fixedrange=True, automargin=True),
-                      yaxis=dict(title=u["tail"].split(" per")[0].split("请求")[0],
+                      yaxis=dict(title=u["tail_axis"],
                                  gridcolor="#EEF0F3", fixedrange=True, automargin=True))
     return fig
 

@@ -220,7 +220,7 @@ def _fig2(rows: list[PolicyRow], lang: str, t: dict) -> None:
     table = [{t["table_policy"]: f"{NAMES[lang][r.policy]} · {PAPER_NAMES[r.policy]}",
               **{w["cat_short"][c]: f"{r.shares[c]:.1%}" for c in CATEGORIES},
               t["table_paper"]: f"{PAPER_TOKEN_SHARE[r.policy]:.1%}",
-              t["mean_running"]: round(r.mean_running, 1), t["steps"]: r.steps,
+              t["mean_running"]: f"{r.mean_running:.1f}", t["steps"]: r.steps,
               t["preemptions"]: r.preemptions} for r in rows]
     st.dataframe(table, hide_index=True)
 
