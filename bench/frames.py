@@ -67,7 +67,7 @@ def lesson_dir(trace: Path) -> Path:
 def measure(url: str, presses: int, start: int, viewport=(1600, 1000)) -> list[float]:
     from playwright.sync_api import sync_playwright
 
-    from viz.serve import launch_chromium, shown_frame, wait_painted
+    from viz.serve import launch_chromium, shown_frame, wait_idle, wait_painted
     times = []
     with sync_playwright() as p:
         browser = launch_chromium(p)
@@ -76,10 +76,12 @@ def measure(url: str, presses: int, start: int, viewport=(1600, 1000)) -> list[f
         page.wait_for_selector("#pk-frame", timeout=120_000)
         wait_painted(page, start, timeout_ms=120_000)
         for _ in range(3):  # warm-up: first renders allocate, JIT, fill caches
+            wait_idle(page)
             f = shown_frame(page)
             page.keyboard.press("ArrowRight")
             wait_painted(page, f + 1)
         for _ in range(presses):
+            wait_idle(page)  # each press starts from a settled page (not timed)
             f = shown_frame(page)
             t0 = time.perf_counter()
             page.keyboard.press("ArrowRight")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from viz.serve import CHROMIUM, launch_chromium, running_app, shown_frame, wait_painted
+from viz.serve import (CHROMIUM, launch_chromium, running_app, shown_frame, wait_idle,
+                       wait_painted)
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -49,12 +50,14 @@ def open_frame(page, url: str) -> int:
     page.wait_for_selector("#pk-frame", timeout=60_000)
     frame = shown_frame(page)
     wait_painted(page, frame)
+    wait_idle(page)
     return frame
 
 
 def press(page, key: str, expect: int) -> None:
     page.keyboard.press(key)
     wait_painted(page, expect)
+    wait_idle(page)
 
 
 def test_arrow_keys_step_exactly_one_frame_each(page, app_url):
@@ -78,13 +81,14 @@ def test_a_link_opens_that_frame(page, app_url):
 def test_page_and_end_keys_jump(page, app_url):
     open_frame(page, f"{app_url}/?frame=0")
     page.keyboard.press("End")
-    page.wait_for_function("() => document.querySelector('#pk-frame') && "
-                           "document.querySelector('#pk-frame').dataset.frame !== '0'")
+    page.wait_for_function("() => document.querySelector('#pk-frame').dataset.frame !== '0'")
+    wait_idle(page)
     last = shown_frame(page)
     assert last > 0
     press(page, "Home", 0)
     page.keyboard.press("PageDown")
     page.wait_for_function("() => document.querySelector('#pk-frame').dataset.frame !== '0'")
+    wait_idle(page)
     assert 0 < shown_frame(page) < last
 
 
@@ -94,6 +98,7 @@ def test_clicking_the_timeline_or_the_language_switch_keeps_arrows_working(page,
     press(page, "ArrowRight", start + 1)
     page.get_by_role("button", name="中文", exact=True).click()
     page.wait_for_function("() => document.querySelector('#pk-frame').innerText.includes('帧')")
+    wait_idle(page)
     press(page, "ArrowRight", start + 2)
     assert "lang=zh" in page.url
     page.screenshot(path=str(ARTIFACTS / "lesson-zh.png"), full_page=True)

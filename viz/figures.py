@@ -69,7 +69,7 @@ def arena_parts(frame: Frame, layout: GridLayout, lang: str = "en", xaxis: str =
                 colorscale=_stretch(scale, n), showscale=False,
                 xgap=CELL_GAP_PX, ygap=CELL_GAP_PX, xaxis=xaxis, yaxis=yaxis)
     if frame.run.num_slots <= HOVER_MAX_SLOTS:  # past this, hover text outweighs the picture
-        w, positions = words(lang), _slot_positions(frame)
+        w, positions = words(lang), slot_positions(frame)
         heat["customdata"] = [[_hover(frame, y * layout.cols + x, frame.cells[y * layout.cols + x],
                                       frame.owners[y * layout.cols + x],
                                       positions.get(y * layout.cols + x), w)
@@ -93,7 +93,7 @@ def _stretch(scale: list, n: int) -> list:
     return scale if n > 1 else [[0, scale[0][1]], [1, scale[0][1]]]
 
 
-def _slot_positions(frame: Frame) -> dict[int, int]:
+def slot_positions(frame: Frame) -> dict[int, int]:
     pos = {}
     if frame.run.allocator == PAGED:
         bs = frame.run.block_size
@@ -174,13 +174,13 @@ def _changed_shapes(frame: Frame, layout: GridLayout, ref: dict) -> list[dict]:
     if not frame.changed:
         return []
     segs = []
-    for y, x0, x1 in _runs(sorted(frame.changed), layout):
+    for y, x0, x1 in changed_runs(sorted(frame.changed), layout):
         segs.append(f"M{x0 - 0.5},{y - 0.5}H{x1 + 0.5}V{y + 0.5}H{x0 - 0.5}Z")
     return [dict(type="path", path="".join(segs), line=dict(color=CHANGED, width=2.2),
                  layer="above", **ref)]
 
 
-def _runs(slots: list[int], layout: GridLayout) -> list[tuple[int, int, int]]:
+def changed_runs(slots: list[int], layout: GridLayout) -> list[tuple[int, int, int]]:
     """Consecutive changed slots merged into (row, first column, last column) runs."""
     out: list[list[int]] = []
     for s in slots:

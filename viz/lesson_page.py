@@ -19,7 +19,7 @@ from typing import Callable
 import streamlit as st
 
 from engine import trace as T
-from viz import figures, html
+from viz import figures, html, svg
 from viz.lesson import (LESSONS_DIR, Lesson, LessonError, available, build, file_digest,
                         load_spec, render_step, trace_path)
 from viz.controls import choice_buttons
@@ -108,19 +108,19 @@ def _uploaded_lesson(name: str, root: str, digest: str, _text: str, file_name: s
     return replace(lesson, key=f"upload:{name}:{digest}")
 
 
-@st.cache_resource(max_entries=2048, show_spinner=False)
-def _cached_arena(_lesson: Lesson, key: str, side: str, i: int, lang: str, height: int) -> dict:
-    """A frame's grid figure, built once per lesson content: stepping back and forth (what a
-    classroom does) then costs no figure building at all."""
-    return _arena_spec(_lesson, side, i, lang, height)
+@st.cache_resource(max_entries=4096, show_spinner=False)
+def _cached_arena(_lesson: Lesson, key: str, side: str, i: int, lang: str) -> str:
+    """A frame's grid, drawn once per lesson content: stepping back and forth (what a
+    classroom does) then costs nothing to draw."""
+    return _arena_svg(_lesson, side, i, lang)
 
 
-def _arena_spec(lesson: Lesson, side: str, i: int, lang: str, height: int) -> dict:
+def _arena_svg(lesson: Lesson, side: str, i: int, lang: str) -> str:
     frame = lesson.side(side).at(i)
     if i >= len(lesson.side(side).frames):  # the run has ended: nothing changes any more
         frame = replace(frame, changed=frozenset())
     layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
-    return figures.arena_spec(frame, layout, lang, height=height, meta=i)
+    return svg.arena_svg(frame, layout, lang, meta=i, max_height_px=GRID_HEIGHT)
 
 
 # --- session state ---------------------------------------------------------------------------
@@ -446,10 +446,8 @@ def _side(lesson: Lesson, side: str, frame, i: int, lang: str, scoreboard: bool,
     st.html(html.side_title(s.title[lang], side) + html.metrics_strip(frame, lang))
     g, p = st.columns([5, 3], gap="small")
     with g:
-        spec = (_cached_arena(lesson, lesson.key, side, i, lang, GRID_HEIGHT) if lesson.key
-                else _arena_spec(lesson, side, i, lang, GRID_HEIGHT))
-        st.plotly_chart(figures.Prebuilt(spec), theme=None, key=f"pk_arena_{side}",
-                        config={"displayModeBar": False, "scrollZoom": False})
+        st.markdown(_cached_arena(lesson, lesson.key, side, i, lang) if lesson.key
+                    else _arena_svg(lesson, side, i, lang), unsafe_allow_html=True)
     with p:
         if scoreboard:
             st.html(html.scoreboard_card(s.summary, lang))

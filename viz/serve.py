@@ -79,7 +79,9 @@ PAINTED_JS = """(want) => {
   const e = document.querySelector('#pk-frame');
   if (!e || Number(e.dataset.frame) !== want) return false;
   const plots = [...document.querySelectorAll('.js-plotly-plot')];
-  return plots.length > 0 && plots.every(p => p.layout && p.layout.meta === want);
+  const grids = [...document.querySelectorAll('svg[data-pk-frame]')];
+  return grids.length === 2 && grids.every(g => Number(g.dataset.pkFrame) === want)
+    && plots.every(p => !p.layout || p.layout.meta === undefined || p.layout.meta === want);
 }"""
 
 
@@ -89,5 +91,15 @@ def shown_frame(page) -> int | None:
 
 
 def wait_painted(page, frame: int, timeout_ms: float = 30000) -> None:
-    """Wait until the indicator *and* every plotly chart show ``frame``."""
+    """Wait until the indicator, both arena grids and every plotly chart show ``frame``."""
     page.wait_for_function(PAINTED_JS, arg=frame, timeout=timeout_ms, polling="raf")
+
+
+IDLE_JS = "() => { const a = document.querySelector('[data-test-script-state]'); " \
+          "return !!a && a.dataset.testScriptState === 'notRunning'; }"
+
+
+def wait_idle(page, timeout_ms: float = 30000) -> None:
+    """Wait until no script run is in flight. A key pressed while a full-page run is still
+    finishing can be dropped by Streamlit, so tests settle here before each key."""
+    page.wait_for_function(IDLE_JS, timeout=timeout_ms, polling="raf")
