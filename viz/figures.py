@@ -477,12 +477,3 @@ def _hard_wrap(text: str, width: int) -> str:
         cur, used = cur + tok, used + w
     lines.append(cur.rstrip())
     return "<br>".join(lines)
-
-
-def legend_items(lang: str) -> list[tuple[str, str, str]]:
-    """(fill, mark, caption) for the grid legend: example cells in a neutral request colour."""
-    w = words(lang)
-    base = request_colour(0)
-    return [(base, "", w["token_states"]), (tint(base, 0.58), "", w["reservation"]),
-            (tint(base, 0.84), "/", w["internal"]), (FREE_COLOUR, "", w["free"]),
-            ("#F4B9B2", "x", w["external"]), ("white", "outline", w["changed"])]

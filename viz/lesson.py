@@ -371,9 +371,3 @@ def _unwrap(text: str, lang: str) -> str:
     glue = "" if lang == "zh" else " "
     paras = [glue.join(line.strip() for line in p.splitlines()) for p in text.strip().split("\n\n")]
     return "\n\n".join(p for p in paras if p)
-
-
-def load(name: str, root: Path = LESSONS_DIR) -> tuple[LessonSpec, Path]:
-    """The spec and the path of its recorded trace (which may not exist yet)."""
-    spec = load_spec(name, root)
-    return spec, trace_path(spec)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from engine.trace import Trace, TraceError, parse_lines
+from engine.trace import Trace, parse_lines
 
 
 def record_command(scenario: Path, forward: str = "model") -> list[str]:
@@ -103,5 +103,3 @@ class LiveRun:
         lines, _ = self.snapshot()
         return "".join(lines)
 
-
-__all__ = ["LiveRun", "record_command", "TraceError"]

@@ -2,7 +2,7 @@
 figure looks like the app). Pure data and tiny helpers; no Streamlit, no plotly."""
 from __future__ import annotations
 
-from viz.reducer import HOLE, INTERNAL, RESERVED, TOKEN, label  # noqa: F401 (re-export)
+from viz.reducer import HOLE, RESERVED, TOKEN
 
 #: Request colours by arrival rank. Red is kept out: red means external fragmentation.
 REQUEST_COLOURS = ("#3B76D0", "#E8871E", "#2A9D78", "#8D63C9", "#C9A227", "#2FA6C8",
@@ -95,10 +95,6 @@ TEXT = {
         "slots": "槽位", "ended": "本侧在第 {n} 帧结束",
     },
 }
-
-CELL_LEGEND = (TOKEN, RESERVED, INTERNAL, "F", HOLE)
-CELL_LEGEND_KEYS = {TOKEN: "token_states", RESERVED: "reservation", INTERNAL: "internal",
-                    "F": "free", HOLE: "external"}
 
 
 def words(lang: str) -> dict:
