@@ -224,3 +224,24 @@ def test_live_dry_run_streams_frames_into_the_same_view(lesson):
     assert shown_frame(press(at, "pk_end")) == replayed.num_frames - 1
     kf = next(k for k in replayed.keyframes if k)
     assert shown_frame(press(at, "pk_step_1")) == replayed.keyframes[1] == kf
+
+
+def test_a_stopped_live_run_keeps_the_frames_that_arrived(tmp_path):
+    """A child that streams part of a trace and then hangs: stopping it is not a failure, and
+    what arrived folds into frames."""
+    import sys
+    from viz.live import LiveRun
+    lines = (SIX / "trace.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    part = tmp_path / "part.jsonl"
+    part.write_text("".join(lines[:200]), encoding="utf-8")
+    code = (f"import sys, time\nsys.stdout.write(open({str(part)!r}).read()); sys.stdout.flush()\n"
+            "print('working', file=sys.stderr, flush=True)\ntime.sleep(600)\n")
+    run = LiveRun.start([sys.executable, "-c", code])
+    deadline = time.monotonic() + 60
+    while len(run.snapshot()[0]) < 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert run.progress() == "working" or not run.done
+    run.stop()
+    assert run.done and run.stopped and run.error() is None
+    partial = L.build(L.load_spec("six-steps"), run.trace(), complete=False)
+    assert 0 < partial.num_frames < L.build(L.load_spec("six-steps"), read(SIX / "trace.jsonl")).num_frames

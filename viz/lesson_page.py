@@ -50,6 +50,7 @@ UI = {
            "live_running": "Recording: {frames} frames so far. {progress}",
            "live_done": "Recorded {frames} frames live. The view below is the finished trace.",
            "live_failed": "The live run failed: {why}",
+           "live_stopped": "Stopped after {frames} frames; step through what was recorded.",
            "live_hint": "Runs this lesson's scenario on the real engine in a separate process "
                         "and shows every frame as its events stream in.",
            "live_save": "Download this trace", "missing_step": "not in this trace",
@@ -77,6 +78,7 @@ UI = {
            "live_running": "录制中：已有 {frames} 帧。{progress}",
            "live_done": "实时录制了 {frames} 帧。下面显示的是完整的 trace。",
            "live_failed": "实时运行失败：{why}",
+           "live_stopped": "已在第 {frames} 帧处停止，可以逐帧查看已录下的部分。",
            "live_hint": "在单独的进程里用真实引擎运行本课的场景，事件一边产生一边显示成帧。",
            "live_save": "下载这份 trace", "missing_step": "此 trace 中没有",
            "forward": "前向计算", "forwards": {"model": "真实模型（SmolLM2-135M）",
@@ -317,7 +319,9 @@ def _live_lesson(run: LiveRun, spec, t: dict) -> Lesson | None:
         if not run.done:
             st.fragment(_wait_for_first_frame, run_every=1.0)(run, spec, t)
         return None
-    if run.done and run.returncode == 0:
+    if run.stopped:
+        st.info(t["live_stopped"].format(frames=lesson.num_frames))
+    elif run.done and run.returncode == 0:
         st.success(t["live_done"].format(frames=lesson.num_frames))
         st.download_button(t["live_save"], run.text(), file_name="live-trace.jsonl",
                            mime="application/jsonl", key="pk_live_save",

@@ -32,6 +32,7 @@ class LiveRun:
     them through ``snapshot`` so a reader sees whole lines only."""
     proc: subprocess.Popen
     started: float = field(default_factory=time.monotonic)
+    stopped: bool = False                # the viewer asked it to stop
     lines: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -82,8 +83,9 @@ class LiveRun:
         return log[-1].strip() if log else ""
 
     def error(self) -> str | None:
-        """One line saying why the child failed, or None while it runs or after success."""
-        if not self.done or self.returncode == 0:
+        """One line saying why the child failed, or None while it runs, after success, or
+        after the viewer stopped it."""
+        if not self.done or self.returncode == 0 or self.stopped:
             return None
         _, log = self.snapshot()
         last = next((l.strip() for l in reversed(log) if l.strip()), "")
@@ -92,12 +94,15 @@ class LiveRun:
     def stop(self) -> None:
         """End the child (only ours, by its own handle) and wait for it."""
         if self.proc.poll() is None:
+            self.stopped = True
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        for t in self._readers:  # the pipes close with the child: drain what it wrote
+            t.join(timeout=5)
 
     def text(self) -> str:
         lines, _ = self.snapshot()
