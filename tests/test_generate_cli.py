@@ -1,0 +1,83 @@
+"""``python -m engine generate`` end to end: prompts in, JSON lines out, same tokens as the API."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine import cli
+from engine.llm import LLM
+from engine.request import SamplingParams
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPTS = ["The capital of France is", "def add(a, b):", "Roses are red,"]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "engine", "generate", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, env=env)
+
+
+def json_lines(stdout: str) -> tuple[list[dict], dict]:
+    rows = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    assert "summary" in rows[-1]
+    return rows[:-1], rows[-1]["summary"]
+
+
+@pytest.mark.model
+def test_json_output_from_a_prompts_file_matches_the_api(smollm, tmp_path):
+    f = tmp_path / "prompts.json"
+    f.write_text(json.dumps(PROMPTS))
+    proc = run_cli("--prompts-file", str(f), "--max-tokens", "8", "--ignore-eos", "--json",
+                   "--device", "cpu", "--num-blocks", "4", "--block-size", "8")
+    assert proc.returncode == 0, proc.stderr
+    rows, summary = json_lines(proc.stdout)
+    assert [r["prompt"] for r in rows] == PROMPTS
+    expected = LLM(smollm, kv_budget_mb=8).generate(
+        PROMPTS, SamplingParams(max_tokens=8, ignore_eos=True))
+    for row, out in zip(rows, expected):
+        assert {"prompt", "prompt_token_ids", "token_ids", "text"} <= row.keys()
+        assert row["prompt_token_ids"] == smollm.tokenizer.encode(row["prompt"])
+        assert row["token_ids"] == out.token_ids
+        assert row["text"] == out.text
+    assert summary["num_generated_tokens"] == 8 * len(PROMPTS)
+    # 4 blocks of 8 slots cannot hold three 13-15 slot requests at once
+    assert summary["num_preemptions"] > 0
+
+
+@pytest.mark.model
+def test_prompts_file_with_one_prompt_per_line_and_plain_output(smollm, monkeypatch, capsys, tmp_path):
+    import engine.llm
+    monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
+    f = tmp_path / "prompts.txt"
+    f.write_text("\n".join(PROMPTS[:2]) + "\n\n")
+    assert cli.main(["generate", PROMPTS[2], "--prompts-file", str(f), "--max-tokens", "5",
+                     "--json"]) == 0
+    rows, summary = json_lines(capsys.readouterr().out)
+    # positional prompts first, then the file's lines in order; blank lines are not prompts
+    assert [r["prompt"] for r in rows] == [PROMPTS[2], *PROMPTS[:2]]
+    assert summary["num_requests"] == 3
+    assert cli.main(["generate", PROMPTS[0], "--max-tokens", "5"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() and "tokens for 1 prompts" in captured.err
+
+
+@pytest.mark.model
+def test_a_local_llama_directory_runs_and_matches_hf_greedy(tiny_llama_dir):
+    from transformers import AutoModelForCausalLM
+    proc = run_cli("1 2 3", "--model", str(tiny_llama_dir), "--max-tokens", "6", "--ignore-eos",
+                   "--json", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    rows, _ = json_lines(proc.stdout)
+    hf = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
+    ids = list(rows[0]["prompt_token_ids"])
+    with torch.inference_mode():
+        for _ in range(6):
+            ids.append(int(hf(torch.tensor([ids])).logits[0, -1].argmax()))
+    assert rows[0]["token_ids"] == ids[len(rows[0]["prompt_token_ids"]):]
