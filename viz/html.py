@@ -13,6 +13,7 @@ from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, HOLE_COLOUR, HOLE
 
 MAX_ROWS = 14   # requests listed per panel; a classroom arena never has more
 MAX_MAPS = 12   # block-table entries shown per request (first ones, "…", the last two)
+MAX_CHIPS = 16  # queue entries shown per group
 
 CSS = f"""
 <style>
@@ -161,10 +162,12 @@ def queue_panel(frame: Frame, lang: str = "en") -> str:
         if not items:
             continue
         chips = "".join(f"<span class='pk-q-entry'>{_chip(e.label, e.order, e.state)}</span>"
-                        for e in items)
+                        for e in items[:MAX_CHIPS])
+        if len(items) > MAX_CHIPS:
+            chips += f"<span class='pk-dim'>+{len(items) - MAX_CHIPS}</span>"
         out.append(f"<div class='pk-row'><span class='pk-dim' style='min-width:4.2rem'>"
                    f"{escape(w[state])}</span><span>{chips}</span></div>")
-        for e in items:
+        for e in items[:MAX_CHIPS]:
             if e.why:
                 out.append(f"<div class='pk-why'><b>{escape(e.label)}</b> "
                            f"{escape(w['blocked'])}: {escape(e.why)}</div>")

@@ -1,104 +1,130 @@
 """The arena grid as inline SVG: what the app draws on every keypress.
 
 Same cells, colours, marks and layout as ``figures.arena_parts`` (the lecture figures), but
-plain SVG: the browser paints a 1,024-slot frame in a few milliseconds, where a plotly heatmap
-spends most of a keypress's budget re-rendering. Each cell carries a ``<title>`` tooltip while
-the arena is small enough for that to be cheap. Pure strings; no Streamlit, no plotly.
+plain SVG, and small: each row is drawn as runs of like cells (one ``<rect>`` per run, hatched
+or crossed through a pattern), then one white path cuts the gaps between cells. A 1,024-slot
+frame is a few kilobytes the browser paints in milliseconds, where a plotly heatmap spent most
+of a keypress re-rendering. Each run has a tooltip. Pure strings; no Streamlit, no plotly.
 """
 from __future__ import annotations
 
 from html import escape
 
-from viz.figures import HOVER_MAX_SLOTS, GridLayout, changed_runs, slot_positions
+from viz.figures import GridLayout, changed_runs
 from viz.reducer import HOLE, INTERNAL, PAGED, TOKEN, Frame
-from viz.style import CHANGED, HOLE_MARK, MUTED, cell_colour, request_colour, words
+from viz.style import (CHANGED, HOLE_MARK, MUTED, cell_colour, request_colour, words)
 
-CELL = 20            # user units per cell
+CELL = 20            # user units per cell (pitch)
 GAP = 2              # white gap between cells
-GUTTER = 6           # extra gap between blocks that share a row
+SEP = 5              # white rule between blocks that share a row
 LABEL_W = 34         # room for the row labels on the left
 _CATEGORY = {"T": "token_states", "R": "reservation", "I": "internal", "F": "free",
              "H": "external"}
 
 
-def _x(layout: GridLayout, col: int) -> float:
-    return LABEL_W + col * CELL + (col // layout.block_size) * GUTTER
+def _x(col: int) -> int:
+    return LABEL_W + col * CELL
 
 
-def _y(row: int) -> float:
+def _y(row: int) -> int:
     return row * CELL
 
 
 def arena_svg(frame: Frame, layout: GridLayout, lang: str = "en", meta: int | None = None,
-              max_height_px: int = 430) -> str:
+              max_height_px: int = 430, uid: str = "") -> str:
     """One side's arena as an ``<svg>`` that scales to its column (at most ``max_height_px``
-    tall). ``meta`` lands in ``data-pk-frame`` so a browser test can tell what is painted."""
-    per_row = layout.cols // layout.block_size
-    width = _x(layout, layout.cols - 1) + CELL
-    height = layout.rows * CELL
-    parts = [_cells(frame, layout, lang), _row_labels(frame, layout, per_row),
-             _marks(frame, layout), _names(frame, layout), _changed(frame, layout)]
+    tall). ``meta`` lands in ``data-pk-frame`` so a browser test can tell what is painted;
+    ``uid`` keeps pattern ids apart when several grids share a page."""
+    uid = uid or frame.run.name
+    width, height = _x(layout.cols) - GAP, layout.rows * CELL - GAP
+    defs, fills = _patterns(frame, uid)
+    body = [_runs(frame, layout, lang, fills), _gaps(layout), _row_labels(frame, layout),
+            _names(frame, layout), _changed(frame, layout)]
     tag = f" data-pk-frame='{meta}'" if meta is not None else ""
     return (f"<svg class='pk-arena'{tag} viewBox='0 0 {width} {height}' "
             f"preserveAspectRatio='xMidYMin meet' style='width:100%;max-height:{max_height_px}px;"
-            f"display:block' role='img' font-family='Inter, Helvetica, Arial, sans-serif'>"
-            f"{''.join(parts)}</svg>")
+            f"display:block' font-family='Inter, Helvetica, Arial, sans-serif'>"
+            f"<defs>{defs}</defs>{''.join(body)}</svg>")
 
 
-def _cells(frame: Frame, layout: GridLayout, lang: str) -> str:
-    tips = frame.run.num_slots <= HOVER_MAX_SLOTS
-    w = words(lang)
-    pos = slot_positions(frame) if tips else {}
-    out = []
-    size = CELL - GAP
+def _patterns(frame: Frame, uid: str) -> tuple[str, dict[str, str]]:
+    """Tiles for marked cells: a stroke for never-used slots (one per owner colour), a cross for
+    unusable holes. Keyed by fill colour; the pitch matches the grid, so tiles line up."""
+    s, d = CELL - GAP, (CELL - GAP) * 0.28
+    c = s / 2
+    defs, fills = [], {}
+    wanted: dict[str, tuple[str, str]] = {}
     for slot, code in enumerate(frame.cells):
-        col, row = layout.xy(slot)
-        owner = frame.owners[slot]
-        fill = cell_colour(code, frame.requests[owner].order if owner is not None else None)
-        rect = (f"<rect x='{_x(layout, col)}' y='{_y(row)}' width='{size}' height='{size}' "
-                f"rx='2' fill='{fill}'")
-        if tips:
-            who = (f"{frame.requests[owner].name} · {w['pos']} {pos.get(slot)} · "
-                   if owner is not None else "")
-            rect += (f"><title>{w['slot']} {slot} · {w['block']} "
-                     f"#{slot // frame.run.block_size}\n{escape(who)}{w[_CATEGORY[code]]}"
-                     f"</title></rect>")
-        else:
-            rect += "/>"
-        out.append(rect)
-    return "".join(out)
-
-
-def _row_labels(frame: Frame, layout: GridLayout, per_row: int) -> str:
-    paged = frame.run.allocator == PAGED
-    step = max(1, -(-layout.rows // 24))
-    out = []
-    for r in range(0, layout.rows, step):
-        text = f"#{r * per_row}" if paged else str(r * layout.cols)
-        out.append(f"<text x='{LABEL_W - 5}' y='{_y(r) + CELL / 2 + 3}' font-size='10' "
-                   f"text-anchor='end' fill='{MUTED}'>{text}</text>")
-    return "".join(out)
-
-
-def _marks(frame: Frame, layout: GridLayout) -> str:
-    """A diagonal stroke on never-used slots, a cross on unusable holes (as in the figures)."""
-    by_colour: dict[str, list[str]] = {}
-    d = (CELL - GAP) * 0.28
-    for slot, code in enumerate(frame.cells):
-        if code not in (INTERNAL, HOLE):
-            continue
-        col, row = layout.xy(slot)
-        cx, cy = _x(layout, col) + (CELL - GAP) / 2, _y(row) + (CELL - GAP) / 2
         if code == INTERNAL:
-            colour = request_colour(frame.requests[frame.owners[slot]].order)
-            seg = f"M{cx - d:.1f},{cy + d:.1f}L{cx + d:.1f},{cy - d:.1f}"
-        else:
-            colour = HOLE_MARK
-            seg = (f"M{cx - d:.1f},{cy - d:.1f}L{cx + d:.1f},{cy + d:.1f}"
-                   f"M{cx - d:.1f},{cy + d:.1f}L{cx + d:.1f},{cy - d:.1f}")
-        by_colour.setdefault(colour, []).append(seg)
-    return "".join(f"<path d='{''.join(segs)}' stroke='{c}' stroke-width='1.3' fill='none'/>"
-                   for c, segs in by_colour.items())
+            order = frame.requests[frame.owners[slot]].order
+            wanted.setdefault(cell_colour(code, order), ("stroke", request_colour(order)))
+        elif code == HOLE:
+            wanted.setdefault(cell_colour(code, None), ("cross", HOLE_MARK))
+    for n, (fill, (kind, ink)) in enumerate(wanted.items()):
+        pid = f"pk-{uid}-{n}"
+        mark = (f"M{c - d:.1f},{c + d:.1f}L{c + d:.1f},{c - d:.1f}" if kind == "stroke" else
+                f"M{c - d:.1f},{c - d:.1f}L{c + d:.1f},{c + d:.1f}M{c - d:.1f},{c + d:.1f}"
+                f"L{c + d:.1f},{c - d:.1f}")
+        defs.append(f"<pattern id='{pid}' x='{LABEL_W}' y='0' width='{CELL}' height='{CELL}' "
+                    f"patternUnits='userSpaceOnUse'><rect width='{s}' height='{s}' "
+                    f"fill='{fill}'/><path d='{mark}' stroke='{ink}' stroke-width='1.3'/>"
+                    f"</pattern>")
+        fills[fill] = f"url(#{pid})"
+    return "".join(defs), fills
+
+
+def _runs(frame: Frame, layout: GridLayout, lang: str, fills: dict[str, str]) -> str:
+    """Each row as runs of cells with the same owner and category: one rect (and one tooltip)
+    per run."""
+    w = words(lang)
+    out = []
+    for row in range(layout.rows):
+        start = row * layout.cols
+        end = min(start + layout.cols, frame.run.num_slots)
+        s = start
+        while s < end:
+            key = (frame.owners[s], frame.cells[s])
+            e = s + 1
+            while e < end and (frame.owners[e], frame.cells[e]) == key:
+                e += 1
+            out.append(_run_rect(frame, layout, s, e, fills, w))
+            s = e
+    return "".join(out)
+
+
+def _run_rect(frame: Frame, layout: GridLayout, s: int, e: int, fills: dict[str, str],
+              w: dict) -> str:
+    owner, code = frame.owners[s], frame.cells[s]
+    fill = cell_colour(code, frame.requests[owner].order if owner is not None else None)
+    col, row = layout.xy(s)
+    who = f"{frame.requests[owner].name} · " if owner is not None else ""
+    slots = f"{w['slot']} {s}" if e - s == 1 else f"{w['slot']} {s}–{e - 1}"
+    return (f"<rect x='{_x(col)}' y='{_y(row)}' width='{(e - s) * CELL - GAP}' "
+            f"height='{CELL - GAP}' fill='{fills.get(fill, fill)}'><title>{escape(who)}{slots}"
+            f" · {escape(w[_CATEGORY[code]])}</title></rect>")
+
+
+def _gaps(layout: GridLayout) -> str:
+    """White lines between the cells of a run, wider between blocks sharing a row."""
+    height = layout.rows * CELL
+    thin = "".join(f"M{_x(k) - GAP / 2},0V{height}" for k in range(1, layout.cols)
+                   if k % layout.block_size)
+    out = f"<path d='{thin}' stroke='white' stroke-width='{GAP}'/>"
+    wide = "".join(f"M{_x(k) - GAP / 2},0V{height}"
+                   for k in range(layout.block_size, layout.cols, layout.block_size))
+    if wide:
+        out += f"<path d='{wide}' stroke='white' stroke-width='{SEP}'/>"
+    return out
+
+
+def _row_labels(frame: Frame, layout: GridLayout) -> str:
+    paged = frame.run.allocator == PAGED
+    per_row = layout.cols // layout.block_size
+    step = max(1, -(-layout.rows // 24))
+    return "".join(
+        f"<text x='{LABEL_W - 5}' y='{_y(r) + CELL / 2 + 2}' font-size='10' text-anchor='end' "
+        f"fill='{MUTED}'>{f'#{r * per_row}' if paged else r * layout.cols}</text>"
+        for r in range(0, layout.rows, step))
 
 
 def _names(frame: Frame, layout: GridLayout) -> str:
@@ -116,9 +142,9 @@ def _names(frame: Frame, layout: GridLayout) -> str:
         colour = "white" if frame.cells[slot] == TOKEN else request_colour(
             frame.requests[owner].order)
         size = 9 if len(text) > 2 else 10
-        out.append(f"<text x='{_x(layout, col) + (CELL - GAP) / 2}' y='{_y(row) + 13}' "
-                   f"font-size='{size}' font-weight='700' text-anchor='middle' fill='{colour}'>"
-                   f"{escape(text)}</text>")
+        out.append(f"<text x='{_x(col) + (CELL - GAP) / 2}' y='{_y(row) + 13}' "
+                   f"font-size='{size}' font-weight='700' text-anchor='middle' fill='{colour}' "
+                   f"pointer-events='none'>{escape(text)}</text>")
     return "".join(out)
 
 
@@ -127,8 +153,8 @@ def _changed(frame: Frame, layout: GridLayout) -> str:
         return ""
     segs = []
     for row, c0, c1 in changed_runs(sorted(frame.changed), layout):
-        x0, x1 = _x(layout, c0) - 1, _x(layout, c1) + CELL - GAP + 1
+        x0, x1 = _x(c0) - 1, _x(c1) + CELL - GAP + 1
         y0, y1 = _y(row) - 1, _y(row) + CELL - GAP + 1
         segs.append(f"M{x0},{y0}H{x1}V{y1}H{x0}Z")
     return (f"<path d='{''.join(segs)}' stroke='{CHANGED}' stroke-width='2.2' fill='none' "
-            f"stroke-linejoin='round'/>")
+            f"stroke-linejoin='round' pointer-events='none'/>")
