@@ -276,6 +276,10 @@ def timeline_spec(lesson: Lesson, current: int, lang: str = "en", titles: tuple 
                   borderpad=2)
              for k, kf in enumerate(lesson.keyframes) if kf is not None]
     return {"data": data, "layout": dict(
+        # Same data revision while only the current frame moves: Plotly.react then redraws
+        # the rule instead of recomputing both series on every keypress.
+        datarevision=f"{lesson.key}:{lesson.left.frames[-1].index}:{lesson.right.frames[-1].index}",
+        uirevision=lesson.key or "live",
         height=height, margin=dict(l=44, r=10, t=26, b=30), shapes=shapes, annotations=notes,
         paper_bgcolor="white", plot_bgcolor="white", font=FONT, meta=current, dragmode=False,
         legend=dict(orientation="h", x=0, y=-0.22, font=dict(size=12)),

@@ -409,54 +409,60 @@ def _stepping_view(view: View, t: dict) -> None:
 
 
 def _step_buttons(lesson: Lesson, k: int, lang: str, t: dict, last: int) -> None:
-    cols = st.columns(len(lesson.spec.steps))
-    for n, (col, step, kf) in enumerate(zip(cols, lesson.spec.steps, lesson.keyframes)):
-        title = f"{n + 1} · {step.title[lang]}"
-        col.button(title, key=f"pk_step_{n}", width="stretch",
-                   type="primary" if n == k else "secondary", disabled=kf is None,
-                   help=t["missing_step"] if kf is None else t["step_help"].format(n=n + 1),
-                   on_click=_move_to, args=(kf if kf is not None else 0,))
+    with st.container(horizontal=True, gap="small", key="pk_steps"):
+        for n, (step, kf) in enumerate(zip(lesson.spec.steps, lesson.keyframes)):
+            st.button(f"{n + 1} · {step.title[lang]}", key=f"pk_step_{n}", width="stretch",
+                      type="primary" if n == k else "secondary", disabled=kf is None,
+                      help=t["missing_step"] if kf is None else t["step_help"].format(n=n + 1),
+                      on_click=_move_to, args=(kf if kf is not None else 0,))
 
 
 def _controls(lesson: Lesson, i: int, last: int, t: dict) -> None:
-    c = st.columns([1, 1, 1, 1.4, 1, 1, 1], vertical_alignment="center")
     kfs = lesson.keyframes
-    buttons = [  # column, label, icon, key, shortcut, callback, args, disabled
-        (0, t["home"], "first_page", "pk_home", "Home", _move_to, (0,), i == 0),
-        (1, t["prev_step"], "keyboard_double_arrow_left", "pk_pgup", "PageUp", _jump_step,
+    buttons = [  # label, icon, key, shortcut, callback, args, disabled
+        (t["home"], "first_page", "pk_home", "Home", _move_to, (0,), i == 0),
+        (t["prev_step"], "keyboard_double_arrow_left", "pk_pgup", "PageUp", _jump_step,
          (kfs, -1, last), i == 0),
-        (2, t["prev"], "chevron_left", "pk_prev", "Left", _move_by, (-1, last), i == 0),
-        (4, t["next"], "chevron_right", "pk_next", "Right", _move_by, (1, last), i == last),
-        (5, t["next_step"], "keyboard_double_arrow_right", "pk_pgdn", "PageDown", _jump_step,
+        (t["prev"], "chevron_left", "pk_prev", "Left", _move_by, (-1, last), i == 0),
+        None,  # the frame indicator sits in the middle
+        (t["next"], "chevron_right", "pk_next", "Right", _move_by, (1, last), i == last),
+        (t["next_step"], "keyboard_double_arrow_right", "pk_pgdn", "PageDown", _jump_step,
          (kfs, 1, last), i == last),
-        (6, t["end"], "last_page", "pk_end", "End", _move_to, (last,), i == last),
+        (t["end"], "last_page", "pk_end", "End", _move_to, (last,), i == last),
     ]
-    for col, text, icon, key, shortcut, fn, args, off in buttons:
-        c[col].button(text, icon=f":material/{icon}:", key=key, shortcut=shortcut,
+    with st.container(horizontal=True, gap="small", vertical_alignment="center",
+                      key="pk_controls"):
+        for n, b in enumerate(buttons):
+            if b is None:
+                st.markdown(_indicator(lesson, i, last, t), unsafe_allow_html=True,
+                            width="stretch")
+                continue
+            text, icon, key, shortcut, fn, args, off = b
+            st.button(text, icon=f":material/{icon}:", key=key, shortcut=shortcut,
                       width="stretch", on_click=fn, args=args, disabled=off,
-                      icon_position="right" if col > 3 else "left")
-    left, right = lesson.left.at(i), lesson.right.at(i)
-    steps = {left.step, right.step}
-    engine_step = t["engine_step"].format(s="/".join(str(s) for s in sorted(steps)))
-    c[3].markdown(f"<div class='pk-frame' id='pk-frame' data-frame='{i}'>"
-                  f"{t['frame_of'].format(i=i, last=last)}<br><span class='pk-dim' "
-                  f"style='font-size:.8rem;font-weight:400'>{engine_step}</span></div>",
-                  unsafe_allow_html=True)
+                      icon_position="right" if n > 3 else "left")
+
+
+def _indicator(lesson: Lesson, i: int, last: int, t: dict) -> str:
+    """'Frame i / last' with the engine step(s) it shows; ``data-frame`` is for tests."""
+    steps = sorted({lesson.left.at(i).step, lesson.right.at(i).step})
+    engine_step = t["engine_step"].format(s="/".join(str(s) for s in steps))
+    return (f"<div class='pk-frame' id='pk-frame' data-frame='{i}'>"
+            f"{t['frame_of'].format(i=i, last=last)}<br><span class='pk-dim' "
+            f"style='font-size:.8rem;font-weight:400'>{engine_step}</span></div>")
 
 
 def _side(lesson: Lesson, side: str, frame, i: int, lang: str, scoreboard: bool,
           live: bool = False) -> None:
+    """One side in a single element: title, metrics strip, grid and its panel."""
     s = lesson.side(side)
-    st.html(html.side_title(s.title[lang], side) + html.metrics_strip(frame, lang))
-    g, p = st.columns([5, 3], gap="small")
-    with g:
-        st.markdown(_cached_arena(lesson, lesson.key, side, i, lang) if lesson.key
-                    else _arena_svg(lesson, side, i, lang), unsafe_allow_html=True)
-    with p:
-        if scoreboard:
-            st.html(html.scoreboard_card(s.summary, lang))
-        else:
-            st.html(html.tables_panel(frame, lang) + "<div style='height:.6rem'></div>"
-                    + html.queue_panel(frame, lang))
-        if i >= len(s.frames) and not live:  # while streaming, a side may lag by a step
-            st.caption(words(lang)["ended"].format(n=len(s.frames) - 1))
+    grid = (_cached_arena(lesson, lesson.key, side, i, lang) if lesson.key
+            else _arena_svg(lesson, side, i, lang))
+    if scoreboard:
+        panel = html.scoreboard_card(s.summary, lang)
+    else:
+        panel = html.tables_panel(frame, lang) + html.queue_panel(frame, lang)
+    if i >= len(s.frames) and not live:  # while streaming, a side may lag by a step
+        panel += f"<div class='pk-dim'>{words(lang)['ended'].format(n=len(s.frames) - 1)}</div>"
+    st.markdown(html.side_block(s.title[lang], side, html.metrics_strip(frame, lang), grid,
+                                panel), unsafe_allow_html=True)
