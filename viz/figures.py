@@ -257,10 +257,12 @@ def metrics_parts(account: StepAccount, lang: str, xaxis: str = "x", yaxis: str 
             for c in CATEGORIES]
 
 
-def timeline_spec(lesson: Lesson, current: int, lang: str = "en", titles: tuple = ("", ""),
-                  height: int = 210) -> dict:
+def timeline_spec(lesson: Lesson, current: int | None, lang: str = "en",
+                  titles: tuple = ("", ""), height: int = 210,
+                  margins: tuple[int, int] = (44, 10), legend: bool = True) -> dict:
     """Token-state share per frame for both sides, the lesson's keyframes marked 1..n and the
-    current frame as a vertical rule (a figure dict)."""
+    current frame as a vertical rule (none when ``current`` is None: the app then draws its
+    own playhead above a chart that never changes)."""
     w = words(lang)
     data = []
     for side, title in zip(("left", "right"), titles):
@@ -269,8 +271,9 @@ def timeline_spec(lesson: Lesson, current: int, lang: str = "en", titles: tuple 
                          line=dict(color=SIDE_COLOURS[side], width=2.5),
                          hovertemplate=f"{title}<br>{w['frame']} %{{x}}: %{{y:.0f}}%"
                                        "<extra></extra>"))
-    shapes = [dict(type="line", x0=current, x1=current, y0=0, y1=1, yref="paper",
-                   line=dict(color=CHANGED, width=2))]
+    shapes = [] if current is None else [
+        dict(type="line", x0=current, x1=current, y0=0, y1=1, yref="paper",
+             line=dict(color=CHANGED, width=2))]
     notes = [dict(x=kf, y=1.0, yref="paper", text=f"<b>{k + 1}</b>", showarrow=False,
                   yanchor="bottom", font=dict(size=12, color="white"), bgcolor=MUTED,
                   borderpad=2)
@@ -280,9 +283,14 @@ def timeline_spec(lesson: Lesson, current: int, lang: str = "en", titles: tuple 
         # the rule instead of recomputing both series on every keypress.
         datarevision=f"{lesson.key}:{lesson.left.frames[-1].index}:{lesson.right.frames[-1].index}",
         uirevision=lesson.key or "live",
-        height=height, margin=dict(l=44, r=10, t=26, b=30), shapes=shapes, annotations=notes,
+        # Fixed margins (no auto-expansion) keep the plot area where the app's playhead
+        # expects it; the legend, when shown, sits inside the bottom margin.
+        height=height, margin=dict(l=margins[0], r=margins[1], t=26, b=56 if legend else 30,
+                                   autoexpand=False),
+        shapes=shapes, annotations=notes, showlegend=legend,
         paper_bgcolor="white", plot_bgcolor="white", font=FONT, meta=current, dragmode=False,
-        legend=dict(orientation="h", x=0, y=-0.22, font=dict(size=12)),
+        legend=dict(orientation="h", x=0, y=0, yref="container", yanchor="bottom",
+                    font=dict(size=12)),
         xaxis=dict(range=[-0.5, lesson.num_frames - 0.5], fixedrange=True, showgrid=False,
                    tickfont=dict(size=11)),
         yaxis=dict(range=[0, 100], fixedrange=True, ticksuffix="%", gridcolor="#EEF0F3",
@@ -308,7 +316,8 @@ def _share_series(lesson: Lesson, side: str, points: int = 600) -> tuple[list[in
     return out_x, out_y
 
 
-def timeline_figure(lesson: Lesson, current: int, lang: str = "en", titles: tuple = ("", ""),
+def timeline_figure(lesson: Lesson, current: int | None, lang: str = "en",
+                    titles: tuple = ("", ""),
                     height: int = 210) -> go.Figure:
     return go.Figure(timeline_spec(lesson, current, lang, titles, height))
 

@@ -29,6 +29,9 @@ from viz.style import words
 ENGINE_ROOT = Path(__file__).resolve().parent.parent  # where `python -m engine` resolves
 MAX_UPLOAD_MB = 50
 GRID_HEIGHT = 390
+TIMELINE_HEIGHT = 200
+TIMELINE_MARGINS = (44, 10)   # left, right px of the timeline's plot area (the playhead's too)
+TIMELINE_PLOT = (26, TIMELINE_HEIGHT - 26 - 30)   # its top offset and height, px
 SOURCES = ("lesson", "live", "upload")
 
 UI = {
@@ -213,6 +216,8 @@ def render(lang: str = "en") -> None:
         refresh = lambda: _live_fold(run, spec_)  # noqa: E731 - a tick's rebuild
     st.fragment(_stepping_view, run_every=0.75 if refresh else None)(
         View(lesson, lang, refresh), t)
+    if refresh is None:  # a recorded trace: the timeline never changes, only its playhead
+        _timeline(lesson, lang, None)
 
 
 def _header(spec, names: list[str], lang: str, t: dict) -> str:
@@ -402,10 +407,22 @@ def _stepping_view(view: View, t: dict) -> None:
         st.plotly_chart(figures.scoreboard_figure(lesson.left.summary, lesson.right.summary,
                                                   titles, lang, meta=i),
                         theme=None, config={"displayModeBar": False}, key="pk_scoreboard")
-    st.caption(t["timeline"])
-    st.plotly_chart(figures.Prebuilt(figures.timeline_spec(lesson, i, lang, titles)), theme=None,
-                    config={"displayModeBar": False}, key="pk_timeline")
+    keys = html.timeline_caption(t["timeline"], titles)
+    if view.refresh is None:
+        # The chart itself is drawn once, below this fragment; a keypress moves only this.
+        st.html(keys + html.playhead(i, lesson.num_frames, TIMELINE_MARGINS, TIMELINE_PLOT))
+    else:
+        st.html(keys)
+        _timeline(lesson, lang, i)
     _sync_url(lesson.spec.name, i)
+
+
+def _timeline(lesson: Lesson, lang: str, current: int | None) -> None:
+    titles = (lesson.left.title[lang], lesson.right.title[lang])
+    spec = figures.timeline_spec(lesson, current, lang, titles, height=TIMELINE_HEIGHT,
+                                 margins=TIMELINE_MARGINS, legend=False)
+    st.plotly_chart(figures.Prebuilt(spec), theme=None, config={"displayModeBar": False},
+                    key="pk_timeline")
 
 
 def _step_buttons(lesson: Lesson, k: int, lang: str, t: dict, last: int) -> None:

@@ -80,8 +80,10 @@ PAINTED_JS = """(want) => {
   if (!e || Number(e.dataset.frame) !== want) return false;
   const plots = [...document.querySelectorAll('.js-plotly-plot')];
   const grids = [...document.querySelectorAll('svg[data-pk-frame]')];
+  const heads = [...document.querySelectorAll('.pk-playhead[data-pk-frame]')];
   return grids.length === 2 && grids.every(g => Number(g.dataset.pkFrame) === want)
-    && plots.every(p => !p.layout || p.layout.meta === undefined || p.layout.meta === want);
+    && heads.every(h => Number(h.dataset.pkFrame) === want)
+    && plots.every(p => !p.layout || p.layout.meta == null || p.layout.meta === want);
 }"""
 
 
