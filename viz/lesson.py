@@ -93,6 +93,7 @@ class Lesson:
     keyframes: tuple[int | None, ...]
     source: str                          # "lesson", a file name, or "live"
     key: str = ""                        # content hash when cached (a stable cache key)
+    origin: tuple[tuple[str, str], ...] = ()   # the trace header's model, device, created...
 
     @property
     def num_frames(self) -> int:
@@ -175,7 +176,9 @@ def build(spec: LessonSpec, trace: Trace, source: str = "lesson",
     ``complete=False`` (a live stream) folds without knowing final lengths up front."""
     runs = pick_runs(spec, trace)
     sides = {side: _side(trace, runs[side], spec.side_titles[side], complete) for side in SIDES}
-    lesson = Lesson(spec, sides["left"], sides["right"], (), source)
+    origin = tuple((k, str(trace.header[k])) for k in ("model", "device", "created", "forward")
+                   if trace.header.get(k) not in (None, ""))
+    lesson = Lesson(spec, sides["left"], sides["right"], (), source, origin=origin)
     return replace(lesson, keyframes=find_keyframes(lesson))
 
 

@@ -46,8 +46,10 @@ UI = {
                        "it live (“Run it live now”).",
            "bad_frame": "The link's frame {raw!r} is not a frame number; showing frame 0.",
            "bad_lesson": "There is no lesson named {raw!r}; showing {name}.",
-           "recorded": "Replaying a trace recorded from {model} on {device}, {created}.",
-           "uploaded": "Replaying {name}: {model} on {device}.",
+           "recorded": "Every frame below is folded from allocator events the engine "
+                       "recorded running {model} on {device} ({created}).",
+           "uploaded": "Replaying {name}: events recorded running {model} on {device} "
+                       "({created}).",
            "live_go": "Record on the engine now", "live_stop": "Stop",
            "live_wait": "Starting the engine… (loading the model takes a moment)",
            "live_running": "Recording: {frames} frames so far. {progress}",
@@ -74,8 +76,9 @@ UI = {
                        "或选择“现在实时运行”。",
            "bad_frame": "链接里的帧号 {raw!r} 不是数字，已显示第 0 帧。",
            "bad_lesson": "没有名为 {raw!r} 的课程，已显示 {name}。",
-           "recorded": "回放的 trace 录制自 {model}，设备 {device}，时间 {created}。",
-           "uploaded": "回放 {name}：{model}，设备 {device}。",
+           "recorded": "下面每一帧都由引擎运行 {model}（设备 {device}，{created}）时记录的"
+                       "分配器事件逐条折叠而来。",
+           "uploaded": "回放 {name}：引擎运行 {model}（设备 {device}，{created}）时记录的事件。",
            "live_go": "现在用引擎录制", "live_stop": "停止",
            "live_wait": "正在启动引擎……（加载模型需要一点时间）",
            "live_running": "录制中：已有 {frames} 帧。{progress}",
@@ -210,6 +213,7 @@ def render(lang: str = "en") -> None:
         _sync_url(ss.pk_lesson, None)
         return
     ss.pk_frame = lesson.clamp(ss.pk_frame)
+    st.caption(_origin(lesson, t))
     refresh = None
     if source == "live" and not ss.pk_live.done:
         run, spec_ = ss.pk_live, spec
@@ -218,6 +222,15 @@ def render(lang: str = "en") -> None:
         View(lesson, lang, refresh), t)
     if refresh is None:  # a recorded trace: the timeline never changes, only its playhead
         _timeline(lesson, lang, None)
+
+
+def _origin(lesson: Lesson, t: dict) -> str:
+    """Where the frames come from, in one line (from the trace's own header)."""
+    o = dict(lesson.origin)
+    dry = " (dry run: forward pass skipped)" if o.get("forward") == "skip" else ""
+    where = t["uploaded"] if lesson.source not in ("lesson", "live") else t["recorded"]
+    return where.format(name=lesson.source, model=o.get("model", "?"),
+                        device=o.get("device", "?"), created=o.get("created", "?")[:10]) + dry
 
 
 def _header(spec, names: list[str], lang: str, t: dict) -> str:
