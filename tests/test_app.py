@@ -245,3 +245,24 @@ def test_a_stopped_live_run_keeps_the_frames_that_arrived(tmp_path):
     assert run.done and run.stopped and run.error() is None
     partial = L.build(L.load_spec("six-steps"), run.trace(), complete=False)
     assert 0 < partial.num_frames < L.build(L.load_spec("six-steps"), read(SIX / "trace.jsonl")).num_frames
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_figures_are_valid_plotly_at_every_keyframe(lesson, lang):
+    """The app hands its figure dicts to Streamlit unvalidated (figures.Prebuilt); plotly's
+    own validation runs here instead, on every keyframe, with the lecture figure too."""
+    import plotly.graph_objects as go
+    from viz import figures, svg
+    titles = (lesson.left.title[lang], lesson.right.title[lang])
+    layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
+    go.Figure(figures.timeline_spec(lesson, None, lang, titles, legend=False))
+    for k, kf in enumerate(lesson.keyframes):
+        left, right = lesson.left.at(kf), lesson.right.at(kf)
+        go.Figure(figures.timeline_spec(lesson, kf, lang, titles))
+        go.Figure(figures.arena_spec(left, layout, lang, meta=kf))
+        fig = figures.side_by_side_figure(left, right, L.render_step(lesson, k, lang), lang,
+                                          titles)
+        assert fig.layout.width * 9 == fig.layout.height * 16
+        for frame in (left, right):
+            drawn = svg.arena_svg(frame, layout, lang, meta=kf)
+            assert drawn.startswith("<svg") and f"data-pk-frame='{kf}'" in drawn
