@@ -339,7 +339,8 @@ def scoreboard_figure(left: Summary, right: Summary, titles: tuple[str, str],
                     hovertemplate=f"{w[c]}: %{{x:.1f}}%<extra></extra>")
     fig.update_layout(barmode="stack", height=height, paper_bgcolor="white", meta=meta,
                       plot_bgcolor="white", font=FONT, margin=dict(l=10, r=10, t=10, b=10),
-                      legend=dict(orientation="h", x=0, y=-0.12, font=dict(size=12)),
+                      legend=dict(orientation="h", x=0, y=-0.12, font=dict(size=12),
+                                  traceorder="normal"),
                       xaxis=dict(range=[0, 100], visible=False, fixedrange=True),
                       yaxis=dict(autorange="reversed", fixedrange=True, automargin=True,
                                  tickfont=dict(size=14)), dragmode=False)

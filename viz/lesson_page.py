@@ -493,6 +493,7 @@ def _side(lesson: Lesson, side: str, frame, i: int, lang: str, scoreboard: bool,
     else:
         panel = html.tables_panel(frame, lang) + html.queue_panel(frame, lang)
     if i >= len(s.frames) and not live:  # while streaming, a side may lag by a step
-        panel += f"<div class='pk-dim'>{words(lang)['ended'].format(n=len(s.frames) - 1)}</div>"
+        panel += (f"<div class='pk-dim' style='font-size:12px;margin-top:.5rem'>"
+                  f"{words(lang)['ended'].format(n=len(s.frames) - 1)}</div>")
     st.markdown(html.side_block(s.title[lang], side, html.metrics_strip(frame, lang), grid,
                                 panel), unsafe_allow_html=True)
