@@ -97,7 +97,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=10_000)
     ap.add_argument("--presses", type=int, default=30)
-    ap.add_argument("--start", type=int, default=40, help="frame to start stepping from")
+    ap.add_argument("--start", type=int, default=0, help="frame to start stepping from")
+    ap.add_argument("--trace", type=Path, default=None,
+                    help="bench this trace instead (e.g. lessons/six-steps/trace.jsonl)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -105,8 +107,12 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-trace-"))
     trace = work / "trace.jsonl"
     t = time.perf_counter()
-    n = make_trace(trace, args.events)
-    print(f"trace: {n} events ({time.perf_counter() - t:.1f}s to simulate)", file=sys.stderr)
+    if args.trace:
+        shutil.copy(args.trace, trace)
+        n = sum(1 for line in trace.open(encoding="utf-8")) - 2  # less header and end line
+    else:
+        n = make_trace(trace, args.events)
+    print(f"trace: {n} events ({time.perf_counter() - t:.1f}s to prepare)", file=sys.stderr)
     lessons = lesson_dir(trace)
     try:
         with running_app(env={"PAGED_KV_LESSONS": str(lessons)}) as url:

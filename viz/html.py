@@ -9,14 +9,19 @@ from engine.accounting import CATEGORIES
 from viz.panels import finished_labels, queue_entries, table_rows
 from viz.reducer import PAGED, Frame
 from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, HOLE_COLOUR, HOLE_MARK, INK,
-                       MUTED, SIDE_COLOURS, request_colour, tint, words)
+                       MUTED, REQUEST_COLOURS, SIDE_COLOURS, request_colour, tint, words)
 
 MAX_ROWS = 14   # requests listed per panel; a classroom arena never has more
 MAX_MAPS = 12   # block-table entries shown per request (first ones, "…", the last two)
 MAX_CHIPS = 16  # queue entries shown per group
 
+_CHIP_COLOURS = "".join(
+    f".pk-c{i} {{ background:{c}; border-color:{c}; }} .pk-c{i}.waiting, .pk-c{i}.blocked "
+    f"{{ color:{c}; }}\n" for i, c in enumerate(REQUEST_COLOURS))
+
 CSS = f"""
 <style>
+{_CHIP_COLOURS}
 .pk-strip {{ margin: 0 0 .35rem 0; }}
 .pk-bar {{ display:flex; height:22px; border-radius:5px; overflow:hidden; background:#eee; }}
 .pk-bar > div {{ height:100%; color:white; font-size:12px; font-weight:600; line-height:22px;
@@ -146,10 +151,9 @@ def _pct(x: float) -> str:
 
 
 def _chip(text: str, order: int, cls: str = "") -> str:
-    colour = request_colour(order)
-    style = f"background:{colour};border-color:{colour};" + (
-        f"color:{colour};" if cls in ("waiting", "blocked") else "")
-    return f"<span class='pk-chip {cls}' style='{style}'>{escape(text)}</span>"
+    """A request's name on its colour (the colour classes live in CSS: short HTML)."""
+    return (f"<span class='pk-chip pk-c{order % len(REQUEST_COLOURS)} {cls}'>"
+            f"{escape(text)}</span>")
 
 
 def _map_chip(m) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from html import escape
 
-from viz.figures import GridLayout, changed_runs
+from viz.figures import HOVER_MAX_SLOTS, GridLayout, changed_runs
 from viz.reducer import HOLE, INTERNAL, PAGED, TOKEN, Frame
 from viz.style import (CHANGED, HOLE_MARK, MUTED, cell_colour, request_colour, words)
 
@@ -74,9 +74,9 @@ def _patterns(frame: Frame, uid: str) -> tuple[str, dict[str, str]]:
 
 
 def _runs(frame: Frame, layout: GridLayout, lang: str, fills: dict[str, str]) -> str:
-    """Each row as runs of cells with the same owner and category: one rect (and one tooltip)
-    per run."""
-    w = words(lang)
+    """Each row as runs of cells with the same owner and category: one rect per run, with a
+    tooltip while the arena is small (past that, tooltips would outweigh the picture)."""
+    w = words(lang) if frame.run.num_slots <= HOVER_MAX_SLOTS else None
     out = []
     for row in range(layout.rows):
         start = row * layout.cols
@@ -93,15 +93,17 @@ def _runs(frame: Frame, layout: GridLayout, lang: str, fills: dict[str, str]) ->
 
 
 def _run_rect(frame: Frame, layout: GridLayout, s: int, e: int, fills: dict[str, str],
-              w: dict) -> str:
+              w: dict | None) -> str:
     owner, code = frame.owners[s], frame.cells[s]
     fill = cell_colour(code, frame.requests[owner].order if owner is not None else None)
     col, row = layout.xy(s)
+    rect = (f"<rect x='{_x(col)}' y='{_y(row)}' width='{(e - s) * CELL - GAP}' "
+            f"height='{CELL - GAP}' fill='{fills.get(fill, fill)}'")
+    if w is None:
+        return rect + "/>"
     who = f"{frame.requests[owner].name} · " if owner is not None else ""
     slots = f"{w['slot']} {s}" if e - s == 1 else f"{w['slot']} {s}–{e - 1}"
-    return (f"<rect x='{_x(col)}' y='{_y(row)}' width='{(e - s) * CELL - GAP}' "
-            f"height='{CELL - GAP}' fill='{fills.get(fill, fill)}'><title>{escape(who)}{slots}"
-            f" · {escape(w[_CATEGORY[code]])}</title></rect>")
+    return f"{rect}><title>{escape(who)}{slots} · {escape(w[_CATEGORY[code]])}</title></rect>"
 
 
 def _gaps(layout: GridLayout) -> str:
