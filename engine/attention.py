@@ -1,8 +1,9 @@
 """The one attention entry point of the forward: store new K/V in the arena, then attend.
 
-Two interchangeable backends with identical signatures (see ``kernels/reference.py``):
-``torch`` (the reference, the CPU path) and ``triton`` (``kernels/paged_attention.py`` and
-``kernels/store_kv.py``, imported lazily so the engine runs before and without them).
+Interchangeable backends: ``torch`` (the reference maths planned once per step, the CPU path;
+see ``engine/attention_torch.py``), ``triton`` (``kernels/paged_attention.py`` and
+``kernels/store_kv.py``, imported lazily so the engine runs without them) and ``reference``
+(``kernels/reference.py`` as is: the oracle the others are tested against).
 """
 from __future__ import annotations
 
@@ -30,9 +31,10 @@ class AttentionMetadata:
 
 
 def resolve_backend(name: str, device: torch.device) -> str:
-    """``auto`` is Triton on CUDA, torch elsewhere. Raises InvalidConfigError for an unknown
+    """``auto`` is Triton on CUDA, torch elsewhere. ``reference`` (not offered on the CLI) runs
+    ``kernels/reference.py`` unplanned, as the oracle. Raises InvalidConfigError for an unknown
     name, or Triton on a CPU without the interpreter (``TRITON_INTERPRET=1``)."""
-    if name not in BACKENDS:
+    if name not in BACKENDS + ("reference",):
         raise InvalidConfigError(f"unknown attention backend {name!r} (expected auto, torch or triton)")
     if name == "auto":
         return "triton" if device.type == "cuda" else "torch"
@@ -42,13 +44,13 @@ def resolve_backend(name: str, device: torch.device) -> str:
     return name
 
 
-class Attention:
-    """Paged attention over one layer's arena, dispatched to the chosen backend."""
+class KernelAttention:
+    """Store, then prefill and/or decode through three kernels with the signatures of
+    ``kernels/reference.py`` (the reference itself, or the Triton kernels)."""
 
-    def __init__(self, backend: str, device: torch.device, scale: float) -> None:
-        self.backend = resolve_backend(backend, device)
-        self.scale = scale
-        if self.backend == "triton":
+    def __init__(self, name: str, scale: float) -> None:
+        self.name, self.scale = name, scale
+        if name == "triton":
             try:
                 from kernels.paged_attention import paged_decode_attention, paged_prefill_attention
                 from kernels.store_kv import store_kv
@@ -58,10 +60,10 @@ class Attention:
             from kernels.reference import paged_decode_attention, paged_prefill_attention, store_kv
         self._store, self._prefill, self._decode = store_kv, paged_prefill_attention, paged_decode_attention
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                 v_cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """Write ``k``, ``v`` ``[T, Hkv, D]`` at ``meta.slot_mapping``, then let every query token
-        ``q`` ``[T, Hq, D]`` attend to its sequence's context. Returns ``[T, Hq, D]``."""
+    def prepare(self, meta: AttentionMetadata, block_size: int) -> None:
+        """Nothing to plan: the kernels read the block tables themselves."""
+
+    def __call__(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata) -> torch.Tensor:
         self._store(k, v, k_cache, v_cache, meta.slot_mapping)
         n = meta.num_prefill_tokens
         if n == q.shape[0]:
@@ -76,3 +78,25 @@ class Attention:
         out[n:] = self._decode(q[n:], k_cache, v_cache, meta.decode_block_tables,
                                meta.decode_context_lens, self.scale)
         return out
+
+
+class Attention:
+    """The forward's one attention entry point. Per step: ``prepare(meta, block_size)``; per
+    layer: ``attn(q, k, v, k_cache, v_cache, meta)`` writes ``k``, ``v`` ``[T, Hkv, D]`` at
+    ``meta.slot_mapping`` and lets every query token ``q`` ``[T, Hq, D]`` attend to its
+    sequence's context, returning ``[T, Hq, D]``."""
+
+    def __init__(self, backend: str, device: torch.device, scale: float) -> None:
+        self.backend = resolve_backend(backend, device)
+        if self.backend == "torch":
+            from engine.attention_torch import TorchAttention
+            self._impl = TorchAttention(scale)
+        else:
+            self._impl = KernelAttention(self.backend, scale)
+
+    def prepare(self, meta: AttentionMetadata, block_size: int) -> None:
+        self._impl.prepare(meta, block_size)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        return self._impl(q, k, v, k_cache, v_cache, meta)

@@ -15,6 +15,14 @@ from engine.attention import Attention, AttentionMetadata
 from engine.model import ModelWeights
 
 
+def linear_weight_major(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``x @ w.T`` computed as ``(w @ x.T).T``. With few tokens per step, MKL runs this shape
+    15-25% faster on CPU than ``F.linear``. The bits differ from F.linear's about as much as
+    F.linear's own differ between batch sizes (~1e-7 relative), which greedy decoding absorbs:
+    the HF token-exactness tests hold either way."""
+    return torch.mm(w, x.t()).t()
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     dtype = x.dtype
     x = x.to(torch.float32)
@@ -51,10 +59,9 @@ class LlamaForward:
         self.w = weights
         c = weights.config
         self.attention = attention
+        self.linear = linear_weight_major if device.type == "cpu" else F.linear
         self.rope = RotaryTable(weights.inv_freq, weights.rope_scaling,
                                 c.max_position_embeddings, device, dtype)
-        self._split = [c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim,
-                       c.num_kv_heads * c.head_dim]
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
@@ -63,22 +70,21 @@ class LlamaForward:
         """Run ``[T]`` tokens at ``positions`` through every layer, writing their K/V into
         ``kv_caches`` (one ``(k, v)`` arena view per layer), and return logits ``[B, vocab]``
         only for the flat rows in ``logits_indices`` (each sequence's last token)."""
-        c, w = self.w.config, self.w
+        c, w, linear = self.w.config, self.w, self.linear
         t = input_ids.shape[0]
         cos, sin = self.rope.lookup(positions)
         h = F.embedding(input_ids, w.embed)
         for layer, (k_cache, v_cache) in zip(w.layers, kv_caches):
             x = rms_norm(h, layer.input_norm, c.rms_norm_eps)
-            q, k, v = F.linear(x, layer.qkv_proj).split(self._split, dim=-1)
-            q = q.view(t, c.num_heads, c.head_dim)
-            k = k.view(t, c.num_kv_heads, c.head_dim)
-            v = v.view(t, c.num_kv_heads, c.head_dim)
+            q = linear(x, layer.q_proj).reshape(t, c.num_heads, c.head_dim)
+            k = linear(x, layer.k_proj).reshape(t, c.num_kv_heads, c.head_dim)
+            v = linear(x, layer.v_proj).reshape(t, c.num_kv_heads, c.head_dim)
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
             o = self.attention(q, k, v, k_cache, v_cache, meta)
-            h = h + F.linear(o.reshape(t, -1), layer.o_proj)
+            h = h + linear(o.reshape(t, -1), layer.o_proj)
             x = rms_norm(h, layer.post_norm, c.rms_norm_eps)
-            gate, up = F.linear(x, layer.gate_up_proj).chunk(2, dim=-1)
-            h = h + F.linear(F.silu(gate) * up, layer.down_proj)
+            gate = F.silu(linear(x, layer.gate_proj))
+            h = h + linear(gate * linear(x, layer.up_proj), layer.down_proj)
         h = rms_norm(h[logits_indices], w.final_norm, c.rms_norm_eps)
-        return F.linear(h, w.lm_head)
+        return linear(h, w.lm_head)

@@ -47,6 +47,7 @@ class ModelRunner:
         with torch.inference_mode():
             input_ids, positions, meta, logits_indices = self._prepare(
                 seqs, len(prefill), batch.block_size)
+            self.attention.prepare(meta, batch.block_size)
             logits = self.forward.forward(input_ids, positions, self.arena.view(batch.block_size),
                                           meta, logits_indices)
             sampled = self.sampler(logits, [s.request for s in seqs])

@@ -135,3 +135,40 @@ def test_mixed_prefill_decode_batch_on_shuffled_blocks_matches_hf_argmax():
     # decode, prefill and decode interleaved in one step, as the scheduler may hand them over
     second = runner.execute(Batch([sched("a", 13), sched("c", 0), sched("b", 5)], block))
     assert second == [expected("a"), expected("c"), expected("b")]
+
+
+def attention_case(seed: int = 0):
+    """A mixed step on a shuffled arena: two prefills (one fresh, one after 6 cached tokens)
+    and three decodes with context lengths that are not multiples of the block size."""
+    from engine.attention import AttentionMetadata
+    g = torch.Generator().manual_seed(seed)
+    block, hq, hkv, d = 4, 8, 2, 16
+    k_cache = torch.randn(24, block, hkv, d, generator=g)
+    v_cache = torch.randn(24, block, hkv, d, generator=g)
+    tables = torch.randperm(24, generator=g).view(6, 4).int()
+    new = [5, 3, 1, 1, 1]               # tokens fed this step per sequence
+    ctx = [5, 9, 7, 13, 2]
+    slots = []
+    for row, n, c in zip(tables.tolist(), new, ctx):
+        slots += [row[p // block] * block + p % block for p in range(c - n, c)]
+    t = sum(new)
+    meta = AttentionMetadata(
+        slot_mapping=torch.tensor(slots), num_prefill_tokens=8,
+        prefill_block_tables=tables[:2], query_start_loc=torch.tensor([0, 5, 8], dtype=torch.int32),
+        prefill_context_lens=torch.tensor(ctx[:2], dtype=torch.int32),
+        decode_block_tables=tables[2:5], decode_context_lens=torch.tensor(ctx[2:], dtype=torch.int32))
+    qkv = [torch.randn(t, h, d, generator=g) for h in (hq, hkv, hkv)]
+    return qkv, k_cache, v_cache, meta, block
+
+
+def test_planned_torch_attention_is_bit_identical_to_the_reference():
+    from engine.attention import Attention
+    outs = []
+    for backend in ("reference", "torch"):
+        (q, k, v), k_cache, v_cache, meta, block = attention_case()
+        attn = Attention(backend, torch.device("cpu"), 0.25)
+        attn.prepare(meta, block)
+        outs.append((attn(q, k, v, k_cache, v_cache, meta), k_cache, v_cache))
+    (ref, rk, rv), (got, gk, gv) = outs
+    assert torch.equal(got, ref)
+    assert torch.equal(gk, rk) and torch.equal(gv, rv)
