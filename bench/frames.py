@@ -67,7 +67,7 @@ def lesson_dir(trace: Path) -> Path:
 def measure(url: str, presses: int, start: int, viewport=(1600, 1000)) -> list[float]:
     from playwright.sync_api import sync_playwright
 
-    from viz.serve import launch_chromium, shown_frame, wait_idle, wait_painted
+    from viz.serve import launch_chromium, settle_after_load, shown_frame, wait_idle, wait_painted
     times = []
     with sync_playwright() as p:
         browser = launch_chromium(p)
@@ -75,6 +75,7 @@ def measure(url: str, presses: int, start: int, viewport=(1600, 1000)) -> list[f
         page.goto(f"{url}/?frame={start}")
         page.wait_for_selector("#pk-frame", timeout=120_000)
         wait_painted(page, start, timeout_ms=120_000)
+        settle_after_load(page)
         for _ in range(3):  # warm-up: first renders allocate, JIT, fill caches
             wait_idle(page)
             f = shown_frame(page)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from viz.serve import (CHROMIUM, launch_chromium, running_app, shown_frame, wait_idle,
-                       wait_painted)
+from viz.serve import (CHROMIUM, launch_chromium, running_app, settle_after_load, shown_frame,
+                       wait_idle, wait_painted)
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -50,7 +50,7 @@ def open_frame(page, url: str) -> int:
     page.wait_for_selector("#pk-frame", timeout=60_000)
     frame = shown_frame(page)
     wait_painted(page, frame)
-    wait_idle(page)
+    settle_after_load(page)
     return frame
 
 
