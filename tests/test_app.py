@@ -266,3 +266,21 @@ def test_figures_are_valid_plotly_at_every_keyframe(lesson, lang):
         for frame in (left, right):
             drawn = svg.arena_svg(frame, layout, lang, meta=kf)
             assert drawn.startswith("<svg") and f"data-pk-frame='{kf}'" in drawn
+
+
+def test_every_step_offers_its_lecture_figure_for_download(lesson, monkeypatch):
+    from viz import export
+    monkeypatch.setattr(export, "browser_available", lambda: True)
+    for k, kf in enumerate(lesson.keyframes):
+        at = open_app({"frame": str(kf)})
+        keys = {getattr(b, "key", None) for b in at.get("download_button")}
+        assert {f"pk_fig_{fmt}_{k}" for fmt in ("png", "svg", "pdf")} <= keys, k
+
+
+def test_without_chromium_the_page_says_how_to_get_figures(monkeypatch):
+    from viz import export
+    monkeypatch.setattr(export, "browser_available", lambda: False)
+    at = open_app({"frame": "3"})
+    assert not [b for b in at.get("download_button") if str(getattr(b, "key", "")).startswith("pk_fig")]
+    assert any("make browser" in c.value for c in at.caption)
+    assert not at.exception

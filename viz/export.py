@@ -49,6 +49,12 @@ def _ensure_browser() -> None:
                 return
 
 
+def browser_available() -> bool:
+    """Whether kaleido has a Chromium to draw with (else figure_bytes raises ExportError)."""
+    _ensure_browser()
+    return bool(os.environ.get("BROWSER_PATH")) and os.path.exists(os.environ["BROWSER_PATH"])
+
+
 def step_figure(lesson: Lesson, k: int, lang: str = "en") -> go.Figure:
     """Step ``k`` (0-based) of ``lesson`` at its keyframe, as one 16:9 figure. A step whose
     keyframe the trace never shows is drawn at the last frame (its narration says so by

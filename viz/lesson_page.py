@@ -19,7 +19,7 @@ from typing import Callable
 import streamlit as st
 
 from engine import trace as T
-from viz import figures, html, svg
+from viz import export, figures, html, svg
 from viz.lesson import (LESSONS_DIR, Lesson, LessonError, available, build, file_digest,
                         load_spec, render_step, trace_path)
 from viz.controls import choice_buttons
@@ -59,6 +59,9 @@ UI = {
            "live_hint": "Runs this lesson's scenario on the real engine in a separate process "
                         "and shows every frame as its events stream in.",
            "live_save": "Download this trace", "missing_step": "not in this trace",
+           "figure": "Lecture figure of this step", "no_browser":
+               "Lecture figures need Chromium: run `make browser`, or "
+               "`python -m viz.export --lesson NAME --out DIR` where it is installed.",
            "forward": "Forward pass", "forwards": {"model": "Real model (SmolLM2-135M)",
                                                    "skip": "Dry run (no model)"},
            "step_help": "Jump to the frame where step {n} happens (PageUp / PageDown)",
@@ -87,6 +90,9 @@ UI = {
            "live_stopped": "已在第 {frames} 帧处停止，可以逐帧查看已录下的部分。",
            "live_hint": "在单独的进程里用真实引擎运行本课的场景，事件一边产生一边显示成帧。",
            "live_save": "下载这份 trace", "missing_step": "此 trace 中没有",
+           "figure": "本步的课堂插图", "no_browser":
+               "导出插图需要 Chromium：运行 `make browser`，或在装有它的机器上运行 "
+               "`python -m viz.export --lesson NAME --out DIR`。",
            "forward": "前向计算", "forwards": {"model": "真实模型（SmolLM2-135M）",
                                               "skip": "空跑（不加载模型）"},
            "step_help": "跳到第 {n} 步发生的那一帧（PageUp / PageDown）",
@@ -415,6 +421,8 @@ def _stepping_view(view: View, t: dict) -> None:
     step = render_step(lesson, k, lang)
     with st.container(border=True, key="pk_narration"):
         st.markdown(f"**{step.number}. {step.title}**\n\n{step.narration}")
+        if view.refresh is None:
+            _figure_downloads(lesson, k, lang, t)
     titles = (lesson.left.title[lang], lesson.right.title[lang])
     if k == len(lesson.spec.steps) - 1:
         st.plotly_chart(figures.scoreboard_figure(lesson.left.summary, lesson.right.summary,
@@ -428,6 +436,18 @@ def _stepping_view(view: View, t: dict) -> None:
         st.html(keys)
         _timeline(lesson, lang, i)
     _sync_url(lesson.spec.name, i)
+
+
+def _figure_downloads(lesson: Lesson, k: int, lang: str, t: dict) -> None:
+    """This step's side-by-side figure for slides, drawn only when a button is clicked."""
+    if not export.browser_available():
+        st.caption(t["no_browser"])
+        return
+    with st.container(horizontal=True, gap="small", key="pk_figure"):
+        st.caption(t["figure"])
+        for fmt in ("png", "svg", "pdf"):
+            st.download_button(fmt.upper(), key=f"pk_fig_{fmt}_{k}", type="tertiary",
+                               icon=":material/download:", **export.download_args(lesson, k, lang, fmt))
 
 
 def _timeline(lesson: Lesson, lang: str, current: int | None) -> None:
