@@ -81,3 +81,20 @@ def test_a_local_llama_directory_runs_and_matches_hf_greedy(tiny_llama_dir):
         for _ in range(6):
             ids.append(int(hf(torch.tensor([ids])).logits[0, -1].argmax()))
     assert rows[0]["token_ids"] == ids[len(rows[0]["prompt_token_ids"]):]
+
+
+@pytest.mark.model
+def test_trace_flag_writes_a_complete_trace_of_the_run(smollm, monkeypatch, capsys, tmp_path):
+    import engine.llm
+    from engine import events as E
+    from engine import trace
+    monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
+    path = tmp_path / "run.jsonl"
+    assert cli.main(["generate", *PROMPTS[:2], "--max-tokens", "3", "--ignore-eos",
+                     "--trace", str(path), "--block-size", "4", "--chat"]) == 0
+    t = trace.read(path)
+    assert t.run_names == ["paged"] and t.run_config("paged")["config"]["block_size"] == 4
+    finished = [ev for ev in t.runs["paged"] if isinstance(ev, E.Finished)]
+    assert sorted(ev.req for ev in finished) == ["0", "1"]
+    assert all(ev.num_generated == 3 for ev in finished)
+    capsys.readouterr()

@@ -172,3 +172,32 @@ def test_planned_torch_attention_is_bit_identical_to_the_reference():
     (ref, rk, rv), (got, gk, gv) = outs
     assert torch.equal(got, ref)
     assert torch.equal(gk, rk) and torch.equal(gv, rv)
+
+
+TRITON_CHECK = """
+import sys, torch
+sys.path.insert(0, "tests")
+from test_model_exact import attention_case
+from engine.attention import Attention
+outs = []
+for backend in ("reference", "triton"):
+    (q, k, v), k_cache, v_cache, meta, block = attention_case()
+    attn = Attention(backend, torch.device("cpu"), 0.25)
+    attn.prepare(meta, block)
+    outs.append(attn(q, k, v, k_cache, v_cache, meta))
+print((outs[0] - outs[1]).abs().max().item())
+"""
+
+
+def test_triton_backend_is_wired_to_the_kernels_with_the_reference_signatures():
+    # The interpreter must be chosen before triton is first imported: use a fresh process.
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", TRITON_CHECK], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert float(proc.stdout.strip().splitlines()[-1]) < 1e-4
