@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernels.reference import gather_slots, store_kv
+from kernels.reference import gather_slots
 
 
 @dataclass
@@ -65,7 +65,11 @@ class TorchAttention:
                 self._prefill.append(_PrefillSeq(s, e, slots, pos[None, :] <= qpos[:, None]))
 
     def __call__(self, q, k, v, k_cache, v_cache, meta) -> torch.Tensor:
-        store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        # reference.store_kv minus its per-call check for skipped (-1) slots: the runner
+        # never schedules one
+        hkv, d = k_cache.shape[2], k_cache.shape[3]
+        k_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, k)
+        v_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
         n = meta.num_prefill_tokens
         if self._decode is not None and n == 0:
             return self._attend_decode(q, k_cache, v_cache)
