@@ -122,22 +122,37 @@ def load_model(path: str | os.PathLike | None = None, device: str = "auto",
     the network. Progress goes to stderr. Raises InvalidConfigError for a bad path or device."""
     dev, dt = resolve_device(device, dtype)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
-    if not progress:
-        hf_logging.disable_progress_bar()
     if path is None:
         where, kwargs, name = default_model_dir(), {"gguf_file": DEFAULT_GGUF}, DEFAULT_GGUF
     else:
         where, kwargs = check_model_path(path), {}
         name = where.name
     _say(progress, f"loading {name} on {dev} ({str(dt).removeprefix('torch.')}) ...")
-    tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
-    hf = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **kwargs).to(dev).eval()
+    bars = hf_logging.is_progress_bar_enabled()
+    if not progress:
+        hf_logging.disable_progress_bar()
+    try:
+        tokenizer, hf = _load_hf(where, dt, kwargs)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    hf = hf.to(dev).eval()
     weights = extract_weights(hf, tokenizer)
     _say(progress, f"loaded {name}: {weights.config.num_layers} layers, "
                    f"{sum(p.numel() for p in hf.parameters()) / 1e6:.0f}M parameters")
     return LoadedModel(name, weights, tokenizer, dev, dt, hf if keep_hf else None)
+
+
+def _load_hf(where: Path, dtype: torch.dtype, kwargs: dict):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
+        hf = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **kwargs)
+    except (OSError, ValueError, KeyError) as e:  # missing weights or tokenizer, foreign config
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InvalidConfigError(f"cannot load a model from {where}: {first}") from None
+    return tokenizer, hf
 
 
 def extract_weights(hf, tokenizer=None) -> ModelWeights:
