@@ -19,9 +19,15 @@ def linear_weight_major(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """``x @ w.T`` computed as ``(w @ x.T).T``. With few tokens per step, MKL runs this shape
     15-25% faster on CPU than ``F.linear``. The bits differ from F.linear's about as much as
     F.linear's own differ between batch sizes (~1e-7 relative), which greedy decoding absorbs:
-    the HF token-exactness tests hold either way. The result is made row-major again: a
-    transposed layout would follow q and k into SDPA and push it off its fast CPU kernel."""
-    return torch.mm(w, x.t()).t().contiguous()
+    the HF token-exactness tests hold either way. The result is a transposed view; see
+    ``_heads`` for where that matters."""
+    return torch.mm(w, x.t()).t()
+
+
+def _heads(x: torch.Tensor, num_heads: int, head_dim: int) -> torch.Tensor:
+    # Row-major [T, H, D]: a transposed layout would follow q and k through RoPE into SDPA and
+    # push it off its fast CPU kernel (measured: 22% of a decode step).
+    return x.contiguous().view(x.shape[0], num_heads, head_dim)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -77,9 +83,9 @@ class LlamaForward:
         h = F.embedding(input_ids, w.embed)
         for layer, (k_cache, v_cache) in zip(w.layers, kv_caches):
             x = rms_norm(h, layer.input_norm, c.rms_norm_eps)
-            q = linear(x, layer.q_proj).reshape(t, c.num_heads, c.head_dim)
-            k = linear(x, layer.k_proj).reshape(t, c.num_kv_heads, c.head_dim)
-            v = linear(x, layer.v_proj).reshape(t, c.num_kv_heads, c.head_dim)
+            q = _heads(linear(x, layer.q_proj), c.num_heads, c.head_dim)
+            k = _heads(linear(x, layer.k_proj), c.num_kv_heads, c.head_dim)
+            v = _heads(linear(x, layer.v_proj), c.num_kv_heads, c.head_dim)
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
             o = self.attention(q, k, v, k_cache, v_cache, meta)
