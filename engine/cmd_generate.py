@@ -16,13 +16,13 @@ def add_parser(sub) -> None:
     p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompt text (several allowed)")
     p.add_argument("--prompts-file", metavar="F",
                    help="a JSON list of strings, or one prompt per line")
-    p.add_argument("--max-tokens", type=int, default=64, metavar="N")
+    p.add_argument("--max-tokens", type=int, default=64, metavar="N", help="new tokens per prompt")
     p.add_argument("--json", action="store_true", help="one JSON object per prompt, then a summary")
     p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
     mem = p.add_mutually_exclusive_group()
     mem.add_argument("--num-blocks", type=int, metavar="N", help="KV arena size in blocks")
     mem.add_argument("--kv-budget-mb", type=float, metavar="M", help="KV arena size in MiB")
-    p.add_argument("--block-size", type=int, default=16, metavar="B")
+    p.add_argument("--block-size", type=int, default=16, metavar="B", help="tokens per KV block")
     p.add_argument("--max-model-len", type=int, default=None, metavar="L",
                    help="longest prompt + output (default: the model's context length)")
     p.add_argument("--chat", action="store_true", help="wrap each prompt in the chat template")
@@ -30,7 +30,9 @@ def add_parser(sub) -> None:
                    help="local Llama-family HF directory (default: bundled SmolLM2-135M-Instruct)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16")
-    p.add_argument("--allocator", default="paged", choices=ALLOCATORS)
+    p.add_argument("--allocator", default="paged", choices=ALLOCATORS,
+                   help="paged, or a contiguous policy; here pow2/oracle know only the "
+                        "prompt + max-tokens bound (exact with --ignore-eos)")
     p.add_argument("--attention", default="auto", choices=BACKENDS)
     p.add_argument("--max-num-seqs", type=int, default=256, metavar="N")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T")
