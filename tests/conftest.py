@@ -31,3 +31,25 @@ def tiny_llama_dir(tmp_path_factory, smollm):
     LlamaForCausalLM(config).save_pretrained(path)
     smollm.tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def app_url():
+    """The app served on a free localhost port for the browser tests (log in test-artifacts/)."""
+    from pathlib import Path
+    from viz.serve import running_app
+    artifacts = Path(__file__).resolve().parent.parent / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    with running_app(log=artifacts / "streamlit-browser-tests.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium driven by Playwright (never a downloaded browser)."""
+    from playwright.sync_api import sync_playwright
+    from viz.serve import launch_chromium
+    with sync_playwright() as p:
+        b = launch_chromium(p)
+        yield b
+        b.close()

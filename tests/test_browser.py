@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from viz.serve import (CHROMIUM, launch_chromium, running_app, settle_after_load, shown_frame,
-                       wait_idle, wait_painted)
+from viz.serve import CHROMIUM, settle_after_load, shown_frame, wait_idle, wait_painted
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -20,21 +19,6 @@ pytestmark = [
     pytest.mark.skipif(not TRACE.is_file(), reason="six-step trace not recorded yet"),
 ]
 playwright = pytest.importorskip("playwright.sync_api")
-
-
-@pytest.fixture(scope="module")
-def app_url():
-    ARTIFACTS.mkdir(exist_ok=True)
-    with running_app(log=ARTIFACTS / "streamlit-browser-test.log") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright.sync_playwright() as p:
-        b = launch_chromium(p)
-        yield b
-        b.close()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 
 from viz import capacity_page, paper_page, sweep
 from viz.lesson import load_spec
-from viz.serve import CHROMIUM, launch_chromium, running_app
+from viz.serve import CHROMIUM
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium")]
@@ -27,21 +27,6 @@ PAGES = {
     "paper?requests=100": {lang: paper_page.TEXT[lang]["title"] for lang in ("en", "zh")},
     "block-size": sweep.load_spec("block-size").title,
 }
-
-
-@pytest.fixture(scope="module")
-def app_url():
-    ARTIFACTS.mkdir(exist_ok=True)
-    with running_app(log=ARTIFACTS / "streamlit-pages-test.log") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright.sync_playwright() as p:
-        b = launch_chromium(p)
-        yield b
-        b.close()
 
 
 def _settle(page, timeout_ms: int = 240_000) -> None:

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from engine.accounting import CATEGORIES, StepAccount
 from viz.lesson import Lesson, RenderedStep, Summary
-from viz.panels import finished_labels, queue_entries, table_rows
+from viz.panels import finished_labels, label_starts, queue_entries, table_rows
 from viz.reducer import HOLE, INTERNAL, PAGED, Frame
 from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, HOLE_MARK, INK, MUTED,
                        SIDE_COLOURS, cell_colour, request_colour, tint, words)
@@ -122,14 +122,7 @@ def _hover(frame: Frame, slot: int, code: str, owner: str | None, pos: int | Non
 
 def _labels_trace(frame: Frame, layout: GridLayout, xaxis: str, yaxis: str) -> dict:
     xs, ys, texts, colours = [], [], [], []
-    if frame.run.allocator == PAGED:
-        bs = frame.run.block_size
-        starts = [(phys * bs, f"{frame.requests[r].name}{i}", r)
-                  for r, t in frame.block_tables.items() for i, phys in enumerate(t)]
-    else:
-        starts = [(start, frame.requests[r].name, r)
-                  for r, (start, _) in frame.reservations.items()]
-    for slot, text, owner in starts:
+    for slot, text, owner in label_starts(frame):
         x, y = layout.xy(slot)
         xs.append(x)
         ys.append(y)

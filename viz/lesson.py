@@ -346,7 +346,7 @@ def _side_ns(side: Side, i: int) -> SimpleNamespace:
         blocked_reason=blocked.reason if blocked else "-")
 
 
-class _SafeFormatter(string.Formatter):
+class SafeFormatter(string.Formatter):
     """Fills what it can; a placeholder the frames cannot answer shows as ``?`` and is listed,
     so a lesson that quotes a missing number degrades instead of crashing the page."""
 
@@ -363,7 +363,7 @@ class _SafeFormatter(string.Formatter):
 
 def render_step(lesson: Lesson, k: int, lang: str) -> RenderedStep:
     step = lesson.spec.steps[k]
-    fmt = _SafeFormatter()
+    fmt = SafeFormatter()
     text = fmt.vformat(_unwrap(step.narration[lang], lang), (), narration_context(lesson, k))
     return RenderedStep(k + 1, step.title[lang], text, tuple(fmt.missing))
 

@@ -46,6 +46,16 @@ class QueueEntry:
     why: str = ""
 
 
+def label_starts(frame: Frame) -> list[tuple[int, str, str]]:
+    """Where the grid names an owner: ``(slot, label, request id)`` at the first slot of each
+    block (label with its logical index, e.g. ``A1``) or of each contiguous run (``A``)."""
+    if frame.run.allocator == PAGED:
+        bs = frame.run.block_size
+        return [(phys * bs, f"{frame.requests[r].name}{i}", r)
+                for r, t in frame.block_tables.items() for i, phys in enumerate(t)]
+    return [(start, frame.requests[r].name, r) for r, (start, _) in frame.reservations.items()]
+
+
 def table_rows(frame: Frame) -> list[TableRow]:
     new_blocks = {(e.req, e.logical) for e in frame.events if e.kind == E.BlockAllocated.kind}
     new_runs = {e.req for e in frame.events if e.kind == E.SlotsReserved.kind}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from html import escape
 
 from viz.figures import HOVER_MAX_SLOTS, GridLayout, changed_runs
+from viz.panels import label_starts
 from viz.reducer import HOLE, INTERNAL, PAGED, TOKEN, Frame
 from viz.style import (CHANGED, HOLE_MARK, MUTED, cell_colour, request_colour, words)
 
@@ -131,15 +132,8 @@ def _row_labels(frame: Frame, layout: GridLayout) -> str:
 
 def _names(frame: Frame, layout: GridLayout) -> str:
     """The owner's name at the start of each block (with its logical index) or run."""
-    if frame.run.allocator == PAGED:
-        bs = frame.run.block_size
-        starts = [(phys * bs, f"{frame.requests[r].name}{i}", r)
-                  for r, t in frame.block_tables.items() for i, phys in enumerate(t)]
-    else:
-        starts = [(start, frame.requests[r].name, r)
-                  for r, (start, _) in frame.reservations.items()]
     out = []
-    for slot, text, owner in starts:
+    for slot, text, owner in label_starts(frame):
         col, row = layout.xy(slot)
         colour = "white" if frame.cells[slot] == TOKEN else request_colour(
             frame.requests[owner].order)

@@ -20,7 +20,6 @@ Streamlit, no torch.
 from __future__ import annotations
 
 import csv
-import string
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from types import SimpleNamespace
 from engine import events as E
 from engine import trace as T
 from engine.accounting import StepAccount, account, time_averaged_shares
+from viz.lesson import SafeFormatter
 from engine.capacity import DEFAULT_ENTRY_BYTES, block_table_bytes, blocks_for
 
 LESSONS_DIR = Path(__file__).resolve().parent.parent / "lessons"
@@ -253,25 +253,10 @@ def narration_context(results: list[SizeResult]) -> dict:
     return ctx
 
 
-class _SafeFormatter(string.Formatter):
-    """A placeholder the traces cannot answer shows as ``?`` (and is listed) instead of
-    breaking the page."""
-
-    def __init__(self) -> None:
-        self.missing: list[str] = []
-
-    def get_field(self, field_name, args, kwargs):
-        try:
-            return super().get_field(field_name, args, kwargs)
-        except (KeyError, AttributeError, IndexError):
-            self.missing.append(field_name)
-            return "?", field_name
-
-
 def fill(text: str, ctx: dict, lang: str) -> tuple[str, list[str]]:
     """Fill ``text``'s placeholders; join hard-wrapped TOML lines into paragraphs (Chinese
     joins without a space). Returns the text and the placeholders that had no value."""
-    fmt = _SafeFormatter()
+    fmt = SafeFormatter()
     filled = fmt.vformat(text.strip(), (), ctx)  # first, so joins see the numbers themselves
     paras = [_join(p.splitlines(), lang) for p in filled.split("\n\n")]
     return "\n\n".join(p for p in paras if p), fmt.missing
