@@ -59,10 +59,13 @@ def step_figure(lesson: Lesson, k: int, lang: str = "en") -> go.Figure:
     """Step ``k`` (0-based) of ``lesson`` at its keyframe, as one 16:9 figure. A step whose
     keyframe the trace never shows is drawn at the last frame (its narration says so by
     showing ``?`` where numbers are missing)."""
-    from viz.figures import side_by_side_figure  # imported late: its owner reshapes it often
+    from viz.figures import scoreboard_lecture_figure, side_by_side_figure
     kf = lesson.keyframes[k]
     i = kf if kf is not None else lesson.num_frames - 1
     titles = (lesson.left.title[lang], lesson.right.title[lang])
+    if lesson.spec.steps[k].rule.get("frame") == "last":  # the scoreboard: empty arenas by then
+        return scoreboard_lecture_figure(lesson.left.summary, lesson.right.summary,
+                                         render_step(lesson, k, lang), lang, titles)
     fig = side_by_side_figure(lesson.left.at(i), lesson.right.at(i),
                               render_step(lesson, k, lang), lang, titles)
     return fig if isinstance(fig, go.Figure) else go.Figure(fig)

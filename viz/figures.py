@@ -380,6 +380,24 @@ def side_by_side_figure(left: Frame, right: Frame, step: RenderedStep | None, la
     return fig
 
 
+def scoreboard_lecture_figure(left: Summary, right: Summary, step: RenderedStep | None,
+                              lang: str = "en", titles: tuple[str, str] = ("", ""),
+                              width: int = 1280, height: int = 720) -> go.Figure:
+    """The scoreboard step as a 16:9 lecture figure: both runs' time-averaged shares as large
+    100% bars (the on-screen scoreboard, enlarged) under the step's title and narration."""
+    fig = scoreboard_figure(left, right, titles, lang, height=height)
+    fig.update_traces(textfont_size=22)
+    # Fixed domains: an automatic margin for the long run titles would shift "paper" x=0 and
+    # push the narration, which is placed in paper coordinates, off the right edge.
+    fig.update_layout(width=width, height=height, margin=dict(l=28, r=28, t=64, b=12),
+                      xaxis=dict(domain=[0.36, 1.0]),
+                      yaxis=dict(domain=[0.42, 0.88], tickfont=dict(size=18), automargin=False),
+                      legend=dict(orientation="h", x=0, y=0.36, yanchor="top",
+                                  font=dict(size=16)))
+    _header_and_narration(fig, step, lang)
+    return fig
+
+
 def _metrics_line(frame: Frame, lang: str) -> str:
     w, a = words(lang), frame.account
     shares = " · ".join(f"<span style='color:{CATEGORY_COLOURS[c]}'>■</span> "
