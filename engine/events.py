@@ -232,6 +232,3 @@ class QueueSink:
     def __call__(self, ev: Event) -> None:
         self.queue.put(ev)
 
-
-def events_to_dicts(events: Iterable[Event]) -> list[dict]:
-    return [ev.to_dict() for ev in events]

@@ -17,7 +17,7 @@ import datetime as _dt
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import IO, Iterable
 
 from engine.events import Event, EventError, JsonlSink, from_dict
 
@@ -166,6 +166,3 @@ def loads(text: str, *, require_end: bool = True) -> Trace:
     """Parse a trace held in memory (an upload)."""
     return parse_lines(text.splitlines(), require_end=require_end)
 
-
-def iter_events(trace: Trace, run: str) -> Iterator[Event]:
-    return iter(trace.runs[run])

@@ -48,3 +48,20 @@ def test_binary_and_missing_files(tmp_path):
         read(tmp_path / "x.bin")
     with pytest.raises(TraceError, match="no trace file"):
         read(tmp_path / "missing.jsonl")
+
+
+def test_a_live_queue_subscriber_sees_the_same_stream_in_order():
+    import threading
+    bus, q, listed = E.EventBus(), E.QueueSink(), E.ListSink()
+    bus.subscribe(q)
+    bus.subscribe(listed)
+    got = []
+    consumer = threading.Thread(target=lambda: got.extend(q.queue.get(timeout=5) for _ in range(3)))
+    consumer.start()
+    bus.emit(E.RequestArrived, req="A", prompt_len=3, max_tokens=2)
+    bus.step = 1
+    bus.emit(E.Admitted, req="A", num_tokens=3)
+    bus.emit(E.StepEnd, num_running=1, num_waiting=0)
+    consumer.join(timeout=5)
+    assert got == listed.events
+    assert [(e.step, e.seq) for e in got] == [(0, 0), (1, 1), (1, 2)]
