@@ -12,7 +12,7 @@ import dataclasses
 import json
 import queue
 from dataclasses import dataclass, field
-from typing import IO, Callable, ClassVar, Iterable
+from typing import IO, Callable, ClassVar
 
 #: Reasons a waiting request could not be admitted.
 BLOCKED_NO_FREE_BLOCK = "no_free_block"  # paging: fewer free blocks than the prompt needs
