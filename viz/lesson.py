@@ -130,29 +130,37 @@ def available(root: Path = LESSONS_DIR) -> list[str]:
     return sorted(p.parent.name for p in root.glob("*/lesson.toml"))
 
 
+def read_lesson_toml(name: str, file_name: str, root: Path, error: type[ValueError],
+                     what: str = "lesson") -> tuple[Path, dict]:
+    """Find ``root/name/file_name`` (refusing names that leave ``root``) and parse it. Raises
+    ``error`` with one line for a missing lesson or bad TOML."""
+    folder = root / name
+    path = folder / file_name
+    if "/" in name or name.startswith(".") or not path.is_file():
+        raise error(f"no {what} named {name!r}")
+    try:
+        return folder, tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise error(f"lessons/{name}/{file_name} is not valid TOML: {e}") from None
+
+
 def load_spec(name: str, root: Path = LESSONS_DIR) -> LessonSpec:
     """Parse ``root/name/lesson.toml``. Raises LessonError (one line) when it is unusable."""
-    folder = root / name
-    path = folder / "lesson.toml"
-    if "/" in name or name.startswith(".") or not path.is_file():
-        raise LessonError(f"no lesson named {name!r}")
+    folder, doc = read_lesson_toml(name, "lesson.toml", root, LessonError)
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise LessonError(f"lessons/{name}/lesson.toml is not valid TOML: {e}") from None
-    try:
-        steps = tuple(LessonStep(_texts(s["title"]), _texts(s["narration"]), dict(s["keyframe"]))
+        steps = tuple(LessonStep(texts(s["title"]), texts(s["narration"]), dict(s["keyframe"]))
                       for s in doc["steps"])
-        return LessonSpec(name=name, folder=folder, title=_texts(doc["title"]),
+        return LessonSpec(name=name, folder=folder, title=texts(doc["title"]),
                           trace_file=doc.get("trace", "trace.jsonl"),
                           runs={side: doc[side]["run"] for side in SIDES},
-                          side_titles={side: _texts(doc[side]["title"]) for side in SIDES},
+                          side_titles={side: texts(doc[side]["title"]) for side in SIDES},
                           steps=steps)
     except (KeyError, TypeError) as e:
         raise LessonError(f"lessons/{name}/lesson.toml lacks {e}") from None
 
 
-def _texts(v) -> dict[str, str]:
+def texts(v) -> dict[str, str]:
+    """A TOML text: one string for every language, or a table by language (English fills gaps)."""
     if isinstance(v, str):
         return {lang: v for lang in LANGS}
     return {lang: v.get(lang) or v["en"] for lang in LANGS}

@@ -20,7 +20,6 @@ Streamlit, no torch.
 from __future__ import annotations
 
 import csv
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,11 +27,9 @@ from types import SimpleNamespace
 from engine import events as E
 from engine import trace as T
 from engine.accounting import StepAccount, account, time_averaged_shares
-from viz.lesson import SafeFormatter
 from engine.capacity import DEFAULT_ENTRY_BYTES, block_table_bytes, blocks_for
+from viz.lesson import LESSONS_DIR, SafeFormatter, read_lesson_toml, texts
 
-LESSONS_DIR = Path(__file__).resolve().parent.parent / "lessons"
-LANGS = ("en", "zh")
 #: The essay's long request (§5.2): a 32,768-token sequence, 100 of them at once.
 LONG_LEN, LONG_BATCH = 32768, 100
 
@@ -100,28 +97,17 @@ HELD = ("token_states", "reservation", "internal")
 
 def load_spec(name: str, root: Path = LESSONS_DIR) -> SweepSpec:
     """Parse ``root/name/narration.toml``. Raises SweepError (one line) when it is unusable."""
-    folder = root / name
-    path = folder / "narration.toml"
-    if "/" in name or name.startswith(".") or not path.is_file():
-        raise SweepError(f"no sweep lesson named {name!r}")
+    folder, doc = read_lesson_toml(name, "narration.toml", root, SweepError, "sweep lesson")
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-        sections = tuple(Section(s["chart"], _texts(s["title"]), _texts(s["text"]))
+        sections = tuple(Section(s["chart"], texts(s["title"]), texts(s["text"]))
                          for s in doc.get("sections", []))
         sizes = tuple(int(b) for b in doc["block_sizes"])
-        return SweepSpec(name, folder, _texts(doc["title"]), _texts(doc.get("intro", "")),
+        return SweepSpec(name, folder, texts(doc["title"]), texts(doc.get("intro", "")),
                          doc["traces"], sizes, doc.get("kernel_table"), doc.get("record", ""),
                          sections)
-    except tomllib.TOMLDecodeError as e:
-        raise SweepError(f"lessons/{name}/narration.toml is not valid TOML: {e}") from None
     except (KeyError, TypeError, ValueError) as e:
         raise SweepError(f"lessons/{name}/narration.toml lacks or mistypes {e}") from None
 
-
-def _texts(v) -> dict[str, str]:
-    if isinstance(v, str):
-        return {lang: v for lang in LANGS}
-    return {lang: v.get(lang) or v["en"] for lang in LANGS}
 
 
 def analyse(trace: T.Trace, run: str = "paged") -> SizeResult:
