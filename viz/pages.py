@@ -12,6 +12,7 @@ from typing import Callable
 
 import streamlit as st
 
+from viz import ui_text
 from viz.controls import choice_buttons
 
 LANG_NAMES = {"en": "English", "zh": "中文"}
@@ -31,20 +32,20 @@ APP_CSS = """
 @dataclass(frozen=True)
 class PageSpec:
     module: str                  # "viz.lesson_page": must define render(lang)
-    title: dict[str, str]
+    title: str                   # key in viz/text/pages.toml
     icon: str
     url_path: str
     default: bool = False
 
 
 PAGES: list[PageSpec] = [
-    PageSpec("viz.lesson_page", {"en": "Six steps, side by side", "zh": "六步并排对比"},
+    PageSpec("viz.lesson_page", "lesson",
              ":material/view_column:", "lesson", default=True),
-    PageSpec("viz.capacity_page", {"en": "Capacity calculator", "zh": "容量计算器"},
+    PageSpec("viz.capacity_page", "capacity",
              ":material/calculate:", "capacity"),
-    PageSpec("viz.paper_page", {"en": "The paper's numbers", "zh": "论文里的数字"},
+    PageSpec("viz.paper_page", "paper",
              ":material/bar_chart:", "paper"),
-    PageSpec("viz.block_size_page", {"en": "Block size", "zh": "Block 大小"},
+    PageSpec("viz.block_size_page", "block_size",
              ":material/grid_on:", "block-size"),
 ]
 
@@ -76,7 +77,7 @@ def _page_body(spec: PageSpec) -> Callable[[], None]:
         except ModuleNotFoundError as e:
             if e.name != spec.module:
                 raise
-            st.header(spec.title[lang])
+            st.header(ui_text.load("pages")[lang][spec.title])
             st.info("This page is on its way." if lang == "en" else "这个页面即将上线。")
             return
         mod.render(lang)
@@ -88,6 +89,7 @@ def navigation() -> st.navigation:
     """Build the top navigation over ``PAGES``."""
     lang = st.session_state.get("lang") or st.query_params.get("lang", "en")
     lang = lang if lang in LANG_NAMES else "en"
-    pages = [st.Page(_page_body(p), title=p.title[lang], icon=p.icon, url_path=p.url_path,
+    titles = ui_text.load("pages")[lang]
+    pages = [st.Page(_page_body(p), title=titles[p.title], icon=p.icon, url_path=p.url_path,
                      default=p.default) for p in PAGES]
     return st.navigation(pages, position="top")

@@ -1,0 +1,20 @@
+"""UI strings live in viz/text/*.toml: both languages must carry the same keys and placeholders."""
+import pytest
+
+from viz import ui_text
+
+
+@pytest.mark.parametrize("name", ui_text.names())
+def test_every_ui_text_file_has_matching_languages(name):
+    tables = ui_text.load(name)
+    assert tables["en"] and tables["en"].keys() == tables["zh"].keys()
+
+
+def test_a_missing_translation_is_refused():
+    with pytest.raises(ui_text.UITextError, match="only in one language: gone"):
+        ui_text.check({"en": {"kept": "a", "gone": "b"}, "zh": {"kept": "甲"}}, "x.toml")
+
+
+def test_a_translation_that_drops_a_number_is_refused():
+    with pytest.raises(ui_text.UITextError, match="different placeholders"):
+        ui_text.check({"en": {"n": "{n:,} of {total}"}, "zh": {"n": "共 {total}"}}, "x.toml")
