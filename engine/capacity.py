@@ -129,14 +129,19 @@ def from_hf_config(path: str | Path, dtype: str | int | None = None) -> ModelSha
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    cfg = _read_json(path)
+    return shape_from_config(_read_json(path), path, path.parent.name, dtype)
+
+
+def shape_from_config(cfg: dict, path: str | Path, default_name: str,
+                      dtype: str | int | None = None) -> ModelShape:
+    """``from_hf_config`` on an already parsed config (an upload); ``path`` names it in errors."""
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = cfg["text_config"]  # multimodal configs nest the language model's shape
     heads = _config_int(cfg, "num_attention_heads", path)
     kv_heads = cfg.get("num_key_value_heads") or heads
     head_dim = cfg.get("head_dim") or _config_int(cfg, "hidden_size", path) // heads
     kv_dtype = dtype if dtype is not None else cfg.get("torch_dtype") or cfg.get("dtype") or "fp16"
-    name = cfg.get("_name_or_path") or cfg.get("model_type") or path.parent.name
+    name = cfg.get("_name_or_path") or cfg.get("model_type") or default_name
     return ModelShape(str(name), _config_int(cfg, "num_hidden_layers", path), kv_heads, head_dim,
                       dtype_bytes(kv_dtype), cfg.get("max_position_embeddings"))
 
@@ -153,7 +158,7 @@ def _read_json(path: Path) -> dict:
     return cfg
 
 
-def _config_int(cfg: dict, key: str, path: Path) -> int:
+def _config_int(cfg: dict, key: str, path: str | Path) -> int:
     if key not in cfg:
         raise InvalidConfigError(f"{path} has no {key!r}")
     return _positive(f"{path}: {key}", cfg[key])
@@ -176,6 +181,12 @@ def from_gguf(path: str | Path, dtype: str | int | None = None) -> ModelShape:
                 if not k.startswith("tokenizer.")}
     except Exception as e:  # the reader signals a foreign file with assorted error types
         raise InvalidConfigError(f"cannot read {path} as GGUF: {e}") from None
+    return shape_from_gguf_metadata(meta, path, path.stem, dtype)
+
+
+def shape_from_gguf_metadata(meta: dict, path: str | Path, default_name: str,
+                             dtype: str | int | None = None) -> ModelShape:
+    """``from_gguf`` on already read metadata (key -> value; arrays as lists)."""
     arch = meta.get("general.architecture", "llama")
 
     def get(key: str, default=None):
@@ -186,7 +197,7 @@ def from_gguf(path: str | Path, dtype: str | int | None = None) -> ModelShape:
 
     heads = get("attention.head_count")
     head_dim = meta.get(f"{arch}.attention.key_length") or get("embedding_length") // heads
-    return ModelShape(str(meta.get("general.name", path.stem)), get("block_count"),
+    return ModelShape(str(meta.get("general.name", default_name)), get("block_count"),
                       get("attention.head_count_kv", heads), head_dim,
                       dtype_bytes(dtype if dtype is not None else "fp16"),
                       meta.get(f"{arch}.context_length"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -230,13 +231,65 @@ def test_page_in_chinese_renders():
     assert at.header[0].value == "KV 缓存容量计算器"
 
 
-def test_page_bad_path_shows_one_error_line_and_a_real_gguf_loads():
+def _plain(md: str) -> str:
+    """An error line as the viewer reads it (markdown backslash escapes undone)."""
+    return re.sub(r"\\(.)", r"\1", md)
+
+
+def _page_on(address: str | None, monkeypatch):
     from streamlit.testing.v1 import AppTest
+    from viz import capacity_page
+    monkeypatch.setattr(capacity_page, "_server_address", lambda: address)
     at = AppTest.from_function(_page_en, default_timeout=60).run()
     at.radio(key="capacity_source").set_value("gguf").run()
+    return at
+
+
+def test_page_on_localhost_reads_a_path_boundedly_and_a_real_gguf_loads(monkeypatch):
+    at = _page_on("127.0.0.1", monkeypatch)
     at.text_input(key="capacity_gguf_path").set_value("/no/such.gguf").run()
     assert not at.exception
-    assert [e.value for e in at.error] == ["no GGUF file at /no/such.gguf"]
+    assert [_plain(e.value) for e in at.error] == [
+        "cannot open /no/such.gguf: No such file or directory"]
+    for special in ("/dev/zero", "/tmp"):  # never read a device forever, nor a folder
+        at.text_input(key="capacity_gguf_path").set_value(special).run()
+        assert not at.exception
+        assert [_plain(e.value) for e in at.error] == [f"{special} is not a regular file"]
     at.text_input(key="capacity_gguf_path").set_value(str(smollm2_gguf())).run()
     assert not at.exception and not at.error
     assert {m.label: m.value for m in at.metric}["per token, per layer"] == "768 B"
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", None, "192.168.1.20"])
+def test_page_served_on_a_network_offers_no_server_path(address, monkeypatch):
+    at = _page_on(address, monkeypatch)
+    assert not at.exception and not at.error
+    assert not [w for w in at.text_input if w.key == "capacity_gguf_path"]
+    assert len(at.file_uploader) == 1
+
+
+def test_page_reads_an_uploaded_gguf_prefix_and_config(monkeypatch):
+    at = _page_on("0.0.0.0", monkeypatch)
+    head = smollm2_gguf().read_bytes()[:300_000]   # the metadata, not the weights
+    at.file_uploader(key="capacity_gguf_upload").set_value(("head.gguf", head, "")).run()
+    assert not at.exception and not at.error
+    assert {m.label: m.value for m in at.metric}["per token, per layer"] == "768 B"
+    at.radio(key="capacity_source").set_value("config").run()
+    cfg = json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64,
+                      "_name_or_path": "![x](http://127.0.0.2:9/x.png)"}).encode()
+    at.file_uploader(key="capacity_config_upload").set_value(("config.json", cfg, "")).run()
+    assert not at.exception and not at.error
+    title = at.subheader[0].value
+    assert "![x](" not in title and _plain(title).startswith("![x](http://127.0.0.2:9/x.png)")
+
+
+@pytest.mark.parametrize("data, words", [
+    (b"GGUF\x03\x00\x00\x00" + b"\xff" * 16, "metadata keys"),
+    (b"not a gguf at all, just text", "not a GGUF file"),
+    (b"GGUF", "too short"),
+])
+def test_page_hostile_gguf_upload_is_one_error_line(data, words, monkeypatch):
+    at = _page_on("0.0.0.0", monkeypatch)
+    at.file_uploader(key="capacity_gguf_upload").set_value(("bad.gguf", data, "")).run()
+    assert not at.exception
+    assert len(at.error) == 1 and words in _plain(at.error[0].value)

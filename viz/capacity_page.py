@@ -1,19 +1,23 @@
 """The KV capacity calculator page: ``render(lang="en")`` draws it with Streamlit calls.
 
 All arithmetic lives in :mod:`engine.capacity`; this module only gathers inputs and lays out
-results. It never imports torch. Bad input (an unreadable path, a zero block size) shows one
+results. It never imports torch. Bad input (an unreadable file, a zero block size) shows one
 ``st.error`` line and stops the page, never a traceback.
+
+Resource limits: model files arrive by upload (config.json at most 1 MiB; a GGUF's first
+50 MiB, of which only the header and metadata are parsed). A server path is offered only while
+the app listens on localhost alone, and is read the same bounded way, regular files only
+(see :mod:`viz.model_files`).
 """
 from __future__ import annotations
-
-from pathlib import Path
 
 import plotly.graph_objects as go
 import streamlit as st
 
 from engine.capacity import (GiB, PRESETS, CapacityReport, ModelShape, build_report,
-                             format_bytes, load_shape, preset)
+                             format_bytes, preset)
 from engine.request import InvalidConfigError
+from viz import model_files, safe, ui_text
 
 TEXT = {
     "en": {
@@ -21,9 +25,8 @@ TEXT = {
         "intro": "How big is one token's K and V, one block, one request, one block table, and "
                  "how many requests fit in a KV budget when each reserves its maximum length "
                  "versus when each holds only the blocks it fills.",
-        "source": "Model", "preset": "Preset", "config": "config.json path",
-        "gguf": "GGUF path", "path": "Path on disk", "dtype": "KV dtype",
-        "model_default": "model default", "need_path": "Enter a path to read the model from.",
+        "source": "Model", "preset": "Preset", "config": "config.json",
+        "gguf": "GGUF", "dtype": "KV dtype", "model_default": "model default",
         "block": "Block size (tokens)", "budget": "KV budget (GiB)",
         "max_len": "max_len (preallocation reserves this)",
         "mean_len": "Mean length (what a request really fills)",
@@ -53,9 +56,8 @@ TEXT = {
         "title": "KV 缓存容量计算器",
         "intro": "算一算：一个 token 的 K 和 V 占多少字节，一个 block、一个请求、一张 block table "
                  "各占多少；在固定的 KV 预算里，按最大长度预留和按需分页各能同时容纳多少请求。",
-        "source": "模型", "preset": "预设", "config": "config.json 路径",
-        "gguf": "GGUF 路径", "path": "磁盘路径", "dtype": "KV 数据类型",
-        "model_default": "沿用模型设置", "need_path": "请输入要读取的模型文件路径。",
+        "source": "模型", "preset": "预设", "config": "config.json",
+        "gguf": "GGUF", "dtype": "KV 数据类型", "model_default": "沿用模型设置",
         "block": "Block 大小（token 数）", "budget": "KV 预算（GiB）",
         "max_len": "max_len（预分配按它预留）", "mean_len": "平均长度（请求实际写满的 token 数）",
         "lengths": "序列长度", "batches": "批大小",
@@ -89,12 +91,12 @@ def render(lang: str = "en") -> None:
     st.header(t["title"])
     st.caption(t["intro"])
     try:
-        shape = _pick_model(t)
+        shape = _pick_model(t, lang)
         if shape is None:
             return
         report = build_report(shape, **_settings(t))
     except InvalidConfigError as e:
-        st.error(str(e))
+        st.error(safe.md_text(e))
         return
     _unit_metrics(report, t)
     _request_table(report, t)
@@ -103,7 +105,7 @@ def render(lang: str = "en") -> None:
     _essay_note(t)
 
 
-def _pick_model(t: dict) -> ModelShape | None:
+def _pick_model(t: dict, lang: str) -> ModelShape | None:
     kinds = {"preset": t["preset"], "config": t["config"], "gguf": t["gguf"]}
     c1, c2, c3 = st.columns([2, 3, 1])
     kind = c1.radio(t["source"], list(kinds), format_func=kinds.get, key="capacity_source")
@@ -111,26 +113,43 @@ def _pick_model(t: dict) -> ModelShape | None:
                          format_func=lambda d: t["model_default"] if d is None else d)
     if kind == "preset":
         return preset(c2.selectbox(t["preset"], list(PRESETS), key="capacity_preset"), dtype)
-    path = c2.text_input(t["path"], key=f"capacity_{kind}_path").strip()
-    if not path:
-        st.info(t["need_path"])
+    with c2:
+        got = _model_file(kind, ui_text.load("safe")[lang])
+    if got is None:
         return None
+    data, name = got
     if kind == "gguf":
-        return _gguf_shape(path, _mtime(path), dtype)
-    return load_shape(config=path, dtype=dtype)
+        return model_files.gguf_shape(data, name, dtype)
+    return model_files.config_shape(data, name, dtype)
 
 
-def _mtime(path: str) -> float:
-    try:
-        return Path(path).stat().st_mtime
-    except OSError:
-        return 0.0  # load_shape reports the missing file in its own words
+def _model_file(kind: str, s: dict) -> tuple[bytes, str] | None:
+    """The model file's bytes (bounded) and a name for errors: an upload, or a server path
+    when the app listens on localhost only (see viz.model_files for the bounds)."""
+    limit = model_files.GGUF_MAX_BYTES if kind == "gguf" else model_files.CONFIG_MAX_BYTES
+    mb = max(1, limit >> 20)
+    if kind == "gguf":
+        up = st.file_uploader(s["gguf_upload"].format(mb=mb), key="capacity_gguf_upload",
+                              max_upload_size=mb, help=s["gguf_help"].format(mb=mb))
+    else:
+        up = st.file_uploader(s["config_upload"], type=["json"], key="capacity_config_upload",
+                              max_upload_size=mb)
+    path = ""
+    if model_files.server_paths_allowed(_server_address()):
+        path = st.text_input(s["local_path"], key=f"capacity_{kind}_path").strip()
+    if up is not None:
+        if up.size > limit and kind != "gguf":
+            raise InvalidConfigError(s["too_big"].format(name=up.name, mb=mb))
+        return up.getvalue()[:limit], up.name
+    if path:
+        return model_files.read_local(path, limit), path
+    st.info(s["need_file"])
+    return None
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def _gguf_shape(path: str, mtime: float, dtype: str | None) -> ModelShape:
-    # Reading GGUF metadata takes seconds; mtime in the key drops the entry if the file changes.
-    return load_shape(gguf=path, dtype=dtype)
+def _server_address() -> str | None:
+    """The address the server listens on (``server.address``; unset means every interface)."""
+    return st.get_option("server.address")
 
 
 def _settings(t: dict) -> dict:
@@ -161,7 +180,7 @@ def _int_list(text: str, what: str, t: dict) -> tuple[int, ...]:
 
 def _unit_metrics(r: CapacityReport, t: dict) -> None:
     s, b = r.shape, r.block_size
-    st.subheader(f"{s.name}: {s.num_layers} x {s.num_kv_heads} KV heads x {s.head_dim}, "
+    st.subheader(f"{safe.md_text(s.name, 80)}: {s.num_layers} x {s.num_kv_heads} KV heads x {s.head_dim}, "
                  f"{s.dtype_bytes} B")
     values = [("per_token_layer", s.bytes_per_token_per_layer), ("per_token", s.bytes_per_token),
               ("per_block_layer", s.bytes_per_block_per_layer(b)),

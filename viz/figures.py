@@ -7,6 +7,7 @@ thing. Light theme, large type; colours come from ``viz.style``. No Streamlit he
 """
 from __future__ import annotations
 
+import html
 import math
 import re
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from engine.accounting import CATEGORIES, StepAccount
 from viz.lesson import Lesson, RenderedStep, Summary
 from viz.panels import finished_labels, label_starts, queue_entries, table_rows
 from viz.reducer import HOLE, INTERNAL, PAGED, Frame
+from viz.safe import plotly_text
 from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, HOLE_MARK, INK, MUTED,
                        SIDE_COLOURS, cell_colour, request_colour, tint, words)
 
@@ -116,7 +118,7 @@ def _hover(frame: Frame, slot: int, code: str, owner: str | None, pos: int | Non
     if owner is None:
         return f"{where}<br>{cat}"
     name = frame.requests[owner].name
-    who = name if name == owner else f"{name} ({owner})"
+    who = plotly_text(name if name == owner else f"{name} ({owner})")
     return f"{where}<br>{who} · {w['pos']} {pos}<br>{cat}"
 
 
@@ -126,7 +128,7 @@ def _labels_trace(frame: Frame, layout: GridLayout, xaxis: str, yaxis: str) -> d
         x, y = layout.xy(slot)
         xs.append(x)
         ys.append(y)
-        texts.append(f"<b>{text}</b>")
+        texts.append(f"<b>{plotly_text(text)}</b>")
         colours.append("white" if frame.cells[slot] == "T" else
                        request_colour(frame.requests[owner].order))
     return dict(type="scatter", x=xs, y=ys, text=texts, mode="text", hoverinfo="skip",
@@ -429,18 +431,21 @@ def _side_text(fig: go.Figure, frame: Frame, x0: float, lang: str) -> None:
             body = "  ".join(f"<b>{m.logical}→#{m.physical}</b>" if m.new else
                              f"{m.logical}→#{m.physical}" for m in row.mappings[:6])
             body += " …" if len(row.mappings) > 6 else ""
-        lines.append(f"<b style='color:{request_colour(row.order)}'>{row.label}</b>  {body}")
+        lines.append(f"<b style='color:{request_colour(row.order)}'>{plotly_text(row.label)}</b>"
+                     f"  {body}")
     if not rows:
         lines.append(f"<span style='color:{MUTED}'>{w['none']}</span>")
     lines += ["", f"<b>{w['queue']}</b>"]
     for e in queue_entries(frame, lang):
-        lines.append(f"<b style='color:{request_colour(e.order)}'>{e.label}</b> {w[e.state]}")
+        lines.append(f"<b style='color:{request_colour(e.order)}'>{plotly_text(e.label)}</b> "
+                     f"{w[e.state]}")
         if e.why:
-            lines += [f"<span style='color:{HOLE_MARK}'>{part}</span>"
+            lines += [f"<span style='color:{HOLE_MARK}'>{plotly_text(part)}</span>"
                       for part in _hard_wrap(e.why, 36).split("<br>")]
     done = finished_labels(frame)
     if done:
-        lines.append(f"<span style='color:{MUTED}'>{w['finished']}: {', '.join(done)}</span>")
+        lines.append(f"<span style='color:{MUTED}'>{w['finished']}: "
+                     f"{plotly_text(', '.join(done), 400)}</span>")
     fig.add_annotation(x=x0, y=0.86, xref="paper", yref="paper", xanchor="left", yanchor="top",
                        align="left", showarrow=False, text="<br>".join(lines),
                        font=dict(size=12))
@@ -473,6 +478,7 @@ def _wrap_markdown(text: str, width: int) -> str:
     """Narration markdown to plotly's small HTML subset: bold, paragraphs, hard wraps."""
     out = []
     for para in text.split("\n\n"):
+        para = re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", html.escape(para, quote=False))
         para = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", para)
         para = re.sub(r"\*(.+?)\*", r"<i>\1</i>", para)
         out.append(_hard_wrap(para, width))

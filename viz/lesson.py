@@ -31,6 +31,7 @@ from engine import events as E
 from engine.accounting import CATEGORIES, time_averaged_shares
 from engine.trace import Trace, TraceError
 from viz.reducer import CONTIGUOUS, PAGED, Frame, RunInfo, fold, replay
+from viz.safe import md_text
 
 LESSONS_DIR = Path(__file__).resolve().parent.parent / "lessons"
 LANGS = ("en", "zh")
@@ -367,6 +368,11 @@ class SafeFormatter(string.Formatter):
         except (KeyError, AttributeError, IndexError):
             self.missing.append(field_name)
             return "?", field_name
+
+    def format_field(self, value, format_spec):
+        # Strings here come from the trace (request ids, reasons): text, never markdown.
+        text = super().format_field(value, format_spec)
+        return md_text(text) if isinstance(value, str) else text
 
 
 def render_step(lesson: Lesson, k: int, lang: str) -> RenderedStep:

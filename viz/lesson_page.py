@@ -19,11 +19,12 @@ from typing import Callable
 import streamlit as st
 
 from engine import trace as T
-from viz import export, figures, html, svg
+from viz import export, figures, html, safe, svg, ui_text
 from viz.lesson import (LESSONS_DIR, Lesson, LessonError, available, build, file_digest,
                         load_spec, render_step, trace_path)
 from viz.controls import choice_buttons
 from viz.live import LiveRun, record_command
+from viz.live_registry import REGISTRY, session_id
 from viz.style import words
 
 ENGINE_ROOT = Path(__file__).resolve().parent.parent  # where `python -m engine` resolves
@@ -209,11 +210,11 @@ def render(lang: str = "en") -> None:
     try:
         spec = load_spec(ss.pk_lesson, root)
     except LessonError as e:
-        st.error(str(e))
+        st.error(safe.md_text(e))
         return
     source = _header(spec, names, lang, t)
     if ss.get("pk_notice"):
-        st.info(ss.pop("pk_notice"))
+        st.info(safe.md_text(ss.pop("pk_notice")))
     lesson = _lesson_for(source, spec, root, t)
     if lesson is None:
         _sync_url(ss.pk_lesson, None)
@@ -224,10 +225,11 @@ def render(lang: str = "en") -> None:
     if source == "live" and not ss.pk_live.done:
         run, spec_ = ss.pk_live, spec
         refresh = lambda: _live_fold(run, spec_)  # noqa: E731 - a tick's rebuild
-    st.fragment(_stepping_view, run_every=0.75 if refresh else None)(
+    failed = ui_text.load("safe")[lang]["frame_failed"]
+    st.fragment(safe.boundary(failed)(_stepping_view), run_every=0.75 if refresh else None)(
         View(lesson, lang, refresh), t)
     if refresh is None:  # a recorded trace: the timeline never changes, only its playhead
-        _timeline(lesson, lang, None)
+        safe.boundary(failed)(_timeline)(lesson, lang, None)
 
 
 def _origin(lesson: Lesson, t: dict) -> str:
@@ -235,8 +237,10 @@ def _origin(lesson: Lesson, t: dict) -> str:
     o = dict(lesson.origin)
     dry = " (dry run: forward pass skipped)" if o.get("forward") == "skip" else ""
     where = t["uploaded"] if lesson.source not in ("lesson", "live") else t["recorded"]
-    return where.format(name=lesson.source, model=o.get("model", "?"),
-                        device=o.get("device", "?"), created=o.get("created", "?")[:10]) + dry
+    m = safe.md_text  # the header is the trace's own words: text, never markdown
+    return where.format(name=m(lesson.source), model=m(o.get("model", "?")),
+                        device=m(o.get("device", "?")),
+                        created=m(o.get("created", "?")[:10])) + dry
 
 
 def _header(spec, names: list[str], lang: str, t: dict) -> str:
@@ -267,7 +271,7 @@ def _lesson_for(source: str, spec, root: Path, t: dict) -> Lesson | None:
     try:
         return _recorded_lesson(spec.name, str(root), file_digest(path))
     except (T.TraceError, LessonError) as e:
-        st.error(f"{path.name}: {e}")
+        st.error(safe.md_text(f"{path.name}: {e}"))
         return None
 
 
@@ -282,13 +286,14 @@ def _upload(spec, root: Path, t: dict) -> Lesson | None:
         digest = hashlib.sha256(data).hexdigest()
         lesson = _uploaded_lesson(spec.name, str(root), digest, text, up.name)
     except UnicodeDecodeError:
-        st.error(f"{up.name} is not a text trace (it is binary).")
+        st.error(safe.md_text(f"{up.name} is not a text trace (it is binary)."))
         return None
     except (T.TraceError, LessonError) as e:
-        st.error(f"{up.name}: {e}")
+        st.error(safe.md_text(f"{up.name}: {e}"))
         return None
     except Exception as e:  # an uploaded file is untrusted: one line, never a traceback
-        st.error(f"{up.name} cannot be replayed: {type(e).__name__}: {e}")
+        msg = ui_text.load("safe")[_ss().get("lang", "en")]["upload_failed"]
+        st.error(safe.md_text(safe.report(e, msg.format(name=up.name))))
         return None
     if _ss().get("pk_upload_id") != up.file_id:
         _ss().pk_upload_id, _ss().pk_frame = up.file_id, 0
@@ -314,9 +319,15 @@ def _live(spec, root: Path, t: dict) -> Lesson | None:
                 run.stop()
             else:
                 cmd = record_command(scenario, forward or "model")
-                ss.pk_live = run = LiveRun.start(cmd, cwd=ENGINE_ROOT)
-                ss.pk_frame, ss.pk_live_seen = 0, 0
+                started = REGISTRY.start(session_id(), cmd, cwd=ENGINE_ROOT)
+                if started is None:  # one live run per server: another session holds it
+                    ss.pk_live_busy = True
+                else:
+                    ss.pk_live = run = started
+                    ss.pk_frame, ss.pk_live_seen = 0, 0
             st.rerun()
+        if ss.pop("pk_live_busy", False):
+            st.warning(ui_text.load("safe")[ss.get("lang", "en")]["live_busy"])
         st.caption(t["live_hint"])
     if run is None:
         return None
@@ -335,10 +346,10 @@ def _live_lesson(run: LiveRun, spec, t: dict) -> Lesson | None:
     try:
         lesson = _live_fold(run, spec)
     except T.TraceError as e:
-        st.error(t["live_failed"].format(why=run.error() or e))
+        st.error(safe.md_text(t["live_failed"].format(why=run.error() or e)))
         return None
     if run.error():
-        st.error(t["live_failed"].format(why=run.error()))
+        st.error(safe.md_text(t["live_failed"].format(why=run.error())))
     if lesson is None:
         if not run.done:
             st.fragment(_wait_for_first_frame, run_every=1.0)(run, spec, t)
@@ -356,7 +367,7 @@ def _live_lesson(run: LiveRun, spec, t: dict) -> Lesson | None:
 def _live_progress(run: LiveRun, frames: int, t: dict) -> None:
     """A bar when the engine's progress line says how many requests are done, else text."""
     line = run.progress()
-    text = t["live_running"].format(frames=frames, progress=line)
+    text = t["live_running"].format(frames=frames, progress=safe.md_text(line))
     m = re.search(r"(\d+)\s*/\s*(\d+) requests", line)
     if m and int(m.group(2)) > 0:
         st.progress(min(1.0, int(m.group(1)) / int(m.group(2))), text=text)
@@ -368,7 +379,8 @@ def _wait_for_first_frame(run: LiveRun, spec, t: dict) -> None:
     """Before the first frame there is nothing to step through: show progress, and rerun the
     whole page once a frame (or the end) arrives."""
     waited = time.monotonic() - run.started
-    st.info(f"{t['live_wait']} ({waited:.0f} s) " + run.progress(), icon=":material/hourglass_top:")
+    st.info(f"{t['live_wait']} ({waited:.0f} s) " + safe.md_text(run.progress()),
+            icon=":material/hourglass_top:")
     try:
         ready = run.done or _live_fold(run, spec) is not None
     except T.TraceError:

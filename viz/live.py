@@ -8,6 +8,8 @@ threads collect complete lines; the page folds what has arrived so far with
 """
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -40,8 +42,10 @@ class LiveRun:
 
     @classmethod
     def start(cls, cmd: list[str], cwd: Path | None = None) -> "LiveRun":
+        # Its own process group: stop() ends whatever the engine starts, too.
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, encoding="utf-8", bufsize=1)
+                                text=True, encoding="utf-8", errors="replace", bufsize=1,
+                                start_new_session=True)
         run = cls(proc)
         for stream, sink in ((proc.stdout, run.lines), (proc.stderr, run.log)):
             t = threading.Thread(target=run._pump, args=(stream, sink), daemon=True)
@@ -92,17 +96,26 @@ class LiveRun:
         return last or f"the engine exited with status {self.returncode}"
 
     def stop(self) -> None:
-        """End the child (only ours, by its own handle) and wait for it."""
+        """End the child and its process group (ours: it was started in a session of its
+        own) and wait for it, so no zombie is left."""
         if self.proc.poll() is None:
             self.stopped = True
-            self.proc.terminate()
+            self._signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                self._signal(signal.SIGKILL)
                 self.proc.wait()
+        else:
+            self._signal(signal.SIGKILL)  # a grandchild the engine left behind
         for t in self._readers:  # the pipes close with the child: drain what it wrote
             t.join(timeout=5)
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)  # pgid == pid: start_new_session
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def text(self) -> str:
         lines, _ = self.snapshot()

@@ -12,7 +12,7 @@ from typing import Callable
 
 import streamlit as st
 
-from viz import ui_text
+from viz import safe, ui_text
 from viz.controls import choice_buttons
 
 LANG_NAMES = {"en": "English", "zh": "中文"}
@@ -80,7 +80,7 @@ def _page_body(spec: PageSpec) -> Callable[[], None]:
             st.header(ui_text.load("pages")[lang][spec.title])
             st.info("This page is on its way." if lang == "en" else "这个页面即将上线。")
             return
-        mod.render(lang)
+        safe.boundary(ui_text.load("safe")[lang]["page_failed"])(mod.render)(lang)
     body.__name__ = spec.url_path.replace("-", "_")  # st.Page needs a distinct name per page
     return body
 

@@ -8,6 +8,7 @@ of a keypress re-rendering. Each run has a tooltip. Pure strings; no Streamlit, 
 """
 from __future__ import annotations
 
+import re
 from html import escape
 
 from viz.figures import HOVER_MAX_SLOTS, GridLayout, changed_runs
@@ -19,6 +20,7 @@ CELL = 20            # user units per cell (pitch)
 GAP = 2              # white gap between cells
 SEP = 5              # white rule between blocks that share a row
 LABEL_W = 34         # room for the row labels on the left
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")   # what may never reach an id attribute
 _CATEGORY = {"T": "token_states", "R": "reservation", "I": "internal", "F": "free",
              "H": "external"}
 
@@ -35,8 +37,9 @@ def arena_svg(frame: Frame, layout: GridLayout, lang: str = "en", meta: int | No
               max_height_px: int = 430, uid: str = "") -> str:
     """One side's arena as an ``<svg>`` that scales to its column (at most ``max_height_px``
     tall). ``meta`` lands in ``data-pk-frame`` so a browser test can tell what is painted;
-    ``uid`` keeps pattern ids apart when several grids share a page."""
-    uid = uid or frame.run.name
+    ``uid`` keeps pattern ids apart when several grids share a page: a caller-derived id
+    (an index or a side), never a name from the trace; it defaults to the allocator kind."""
+    uid = _ID_UNSAFE.sub("", uid) or _ID_UNSAFE.sub("", frame.run.allocator) or "g"
     width, height = _x(layout.cols) - GAP, layout.rows * CELL - GAP
     defs, fills = _patterns(frame, uid)
     body = [_runs(frame, layout, lang, fills), _gaps(layout), _row_labels(frame, layout),

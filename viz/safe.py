@@ -1,0 +1,90 @@
+"""Hostile text made harmless, and drawing that fails as one line instead of a traceback.
+
+Everything that comes from a trace (run names, request ids, header fields), the URL, a form or
+an upload is *data*. It reaches the page through exactly one of these:
+
+- ``html_text`` for HTML and SVG text and attribute values (quotes escaped too);
+- ``md_text`` for anything Streamlit renders as markdown (``st.caption``, ``st.info``,
+  ``st.error``, ...): one line, every mark that can open markup backslash-escaped, so
+  ``![x](url)`` stays text and fetches nothing, and ``:red[..]`` or ``$..$`` stay text;
+- ``plotly_text`` for plotly labels and hover text (plotly renders a small HTML subset).
+
+Ids that end up in attributes (SVG ``<pattern id>``, CSS classes, element keys) are never the
+user's string: callers derive them from an index. ``boundary`` wraps a drawing function so an
+exception becomes one ``st.error`` line (its type and a reference, never a server path) while
+the details go to the server log under the same reference.
+"""
+from __future__ import annotations
+
+import functools
+import html
+import logging
+import re
+import string
+import uuid
+from typing import Callable, TypeVar
+
+log = logging.getLogger("viz.safe")
+
+MAX_SHOWN = 300                      # characters of untrusted text shown in one line
+# Marks that open markup anywhere in a line (links, images, emphasis, code, HTML, math,
+# Streamlit's :colour[..] directives, tables); a leading one may open a list, heading or quote.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>!$~|{}#&])")
+_LEADING = set(string.punctuation) - {"\\"}
+_ORDERED = re.compile(r"^(\d+)([.)])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069]+")
+
+R = TypeVar("R")
+
+
+def one_line(text: object, limit: int = MAX_SHOWN) -> str:
+    """``text`` as a single printable line of at most ``limit`` characters: control
+    characters, line and paragraph separators and bidi overrides become one space."""
+    s = _CONTROL.sub(" ", str(text)).strip()
+    return s if len(s) <= limit else s[:limit - 1] + "…"
+
+
+def html_text(text: object, limit: int | None = None) -> str:
+    """Escape for HTML/SVG text or a quoted attribute value (``<>&'"`` all escaped)."""
+    s = str(text) if limit is None else one_line(text, limit)
+    return html.escape(s, quote=True)
+
+
+def md_text(text: object, limit: int = MAX_SHOWN) -> str:
+    """Escape for Streamlit markdown: one line, each mark that can open markup (and a leading
+    punctuation mark: lists, headings, quotes) backslash-escaped, so nothing in it is markup.
+    CommonMark allows a backslash before any ASCII punctuation."""
+    s = _MD_SPECIAL.sub(r"\\\1", one_line(text, limit))
+    if s[:1] in _LEADING:
+        s = "\\" + s
+    return _ORDERED.sub(r"\1\\\2", s)
+
+
+def plotly_text(text: object, limit: int = MAX_SHOWN) -> str:
+    """Escape for plotly text (labels, hover, annotations), which renders HTML tags."""
+    return html.escape(one_line(text, limit), quote=True)
+
+
+def report(error: BaseException, message: str) -> str:
+    """Log ``error`` with its traceback under a fresh reference; return the one line a viewer
+    sees: ``message`` with the error's type and the reference (no paths, no traceback)."""
+    ref = uuid.uuid4().hex[:8]
+    log.error("%s [ref %s]", message, ref, exc_info=error)
+    return f"{message} ({type(error).__name__}, ref {ref})"
+
+
+def boundary(message: str) -> Callable[[Callable[..., R]], Callable[..., R | None]]:
+    """Decorate a drawing function: an ``Exception`` it raises is logged server-side and shown
+    as one ``st.error`` line. Streamlit's own control flow (rerun, stop) passes through: those
+    derive from ``BaseException``."""
+    def wrap(fn: Callable[..., R]) -> Callable[..., R | None]:
+        @functools.wraps(fn)
+        def guarded(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - the point: no traceback reaches the page
+                import streamlit as st
+                st.error(md_text(report(e, message)))
+                return None
+        return guarded
+    return wrap
