@@ -29,7 +29,10 @@ log = logging.getLogger("viz.safe")
 MAX_SHOWN = 300                      # characters of untrusted text shown in one line
 # Marks that open markup anywhere in a line (links, images, emphasis, code, HTML, math,
 # Streamlit's :colour[..] directives, tables); a leading one may open a list, heading or quote.
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>!$~|{}#&])")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>!$~|{}#&:])")
+# GFM links bare URLs and e-mail addresses *after* escapes are resolved, so no escape stops
+# it; inside a code span it does not happen.
+_LINKISH = re.compile(r"(\S*(?:[a-z][a-z0-9+.-]*://|www\.|@)\S*)", re.IGNORECASE)
 _LEADING = set(string.punctuation) - {"\\"}
 _ORDERED = re.compile(r"^(\d+)([.)])")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069]+")
@@ -54,10 +57,20 @@ def md_text(text: object, limit: int = MAX_SHOWN) -> str:
     """Escape for Streamlit markdown: one line, each mark that can open markup (and a leading
     punctuation mark: lists, headings, quotes) backslash-escaped, so nothing in it is markup.
     CommonMark allows a backslash before any ASCII punctuation."""
-    s = _MD_SPECIAL.sub(r"\\\1", one_line(text, limit))
-    if s[:1] in _LEADING:
-        s = "\\" + s
-    return _ORDERED.sub(r"\1\\\2", s)
+    parts = _LINKISH.split(one_line(text, limit))  # odd indices: link-like words
+    done = [_code_span(p) if n % 2 else _MD_SPECIAL.sub(r"\\\1", p)
+            for n, p in enumerate(parts)]
+    if done[0][:1] in _LEADING:  # a list, heading or quote marker (not a code span: n = 0)
+        done[0] = "\\" + done[0]
+    done[0] = _ORDERED.sub(r"\1\\\2", done[0])
+    return "".join(done)
+
+
+def _code_span(text: str) -> str:
+    """``text`` as a markdown code span: literal, never a link (fence longer than any run of
+    backticks inside it)."""
+    fence = "`" * (max((len(r) for r in re.findall("`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
 
 
 def plotly_text(text: object, limit: int = MAX_SHOWN) -> str:
