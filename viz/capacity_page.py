@@ -5,7 +5,7 @@ results. It never imports torch. Bad input (an unreadable file, a zero block siz
 ``st.error`` line and stops the page, never a traceback.
 
 Resource limits: model files arrive by upload (config.json at most 1 MiB; a GGUF's first
-50 MiB, of which only the header and metadata are parsed). A server path is offered only while
+8 MiB, of which only the header and metadata are parsed). A server path is offered only while
 the app listens on localhost alone, and is read the same bounded way, regular files only
 (see :mod:`viz.model_files`).
 """

@@ -28,7 +28,7 @@ from viz.live_registry import REGISTRY, session_id
 from viz.style import words
 
 ENGINE_ROOT = Path(__file__).resolve().parent.parent  # where `python -m engine` resolves
-MAX_UPLOAD_MB = 50
+MAX_UPLOAD_MB = 8    # an uploaded trace, also server.maxUploadSize (README: resource limits)
 GRID_HEIGHT = 390
 TIMELINE_HEIGHT = 200
 TIMELINE_MARGINS = (44, 10)   # left, right px of the timeline's plot area (the playhead's too)
@@ -117,7 +117,7 @@ def _recorded_lesson(name: str, root: str, digest: str) -> Lesson:
     return replace(build(spec, T.read(trace_path(spec))), key=f"{root}:{name}:{digest}")
 
 
-@st.cache_resource(max_entries=4, show_spinner=False)
+@st.cache_resource(max_entries=2, show_spinner=False)
 def _uploaded_lesson(name: str, root: str, digest: str, _text: str, file_name: str) -> Lesson:
     lesson = build(load_spec(name, Path(root)), T.loads(_text), source=file_name)
     return replace(lesson, key=f"upload:{name}:{digest}")
@@ -284,7 +284,8 @@ def _upload(spec, root: Path, t: dict) -> Lesson | None:
     try:
         text = data.decode("utf-8")
         digest = hashlib.sha256(data).hexdigest()
-        lesson = _uploaded_lesson(spec.name, str(root), digest, text, up.name)
+        with safe.FOLDS:  # one upload folds at a time: a classroom's memory stays bounded
+            lesson = _uploaded_lesson(spec.name, str(root), digest, text, up.name)
     except UnicodeDecodeError:
         st.error(safe.md_text(f"{up.name} is not a text trace (it is binary)."))
         return None

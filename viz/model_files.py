@@ -8,7 +8,7 @@ Bounds (documented in README "Serving a classroom"):
 
 - config.json: at most ``CONFIG_MAX_BYTES`` (1 MiB);
 - GGUF: only the header and key/value metadata are parsed, from at most ``GGUF_MAX_BYTES``
-  (50 MiB) at the start of the file (a prefix, e.g. ``head -c 50M model.gguf``, is enough:
+  (8 MiB) at the start of the file (a prefix, e.g. ``head -c 8M model.gguf``, is enough:
   the architecture keys come before the tokenizer's big arrays, which are skipped, not kept);
   at most ``GGUF_MAX_KEYS`` keys, ``GGUF_MAX_STRING`` bytes per string, and arrays of at
   most ``GGUF_MAX_KEPT`` items are kept (longer ones are skipped).
@@ -27,7 +27,7 @@ from engine.capacity import ModelShape, shape_from_config, shape_from_gguf_metad
 from engine.request import InvalidConfigError
 
 CONFIG_MAX_BYTES = 1 << 20
-GGUF_MAX_BYTES = 50 << 20
+GGUF_MAX_BYTES = 8 << 20
 GGUF_MAX_KEYS = 100_000
 GGUF_MAX_STRING = 1 << 20
 GGUF_MAX_KEPT = 4096

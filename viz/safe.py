@@ -21,6 +21,7 @@ import html
 import logging
 import re
 import string
+import threading
 import uuid
 from typing import Callable, TypeVar
 
@@ -38,6 +39,11 @@ _ORDERED = re.compile(r"^(\d+)([.)])")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069]+")
 
 R = TypeVar("R")
+
+# Folding an uploaded trace costs memory in proportion to its size; a room uploading at once
+# folds one file at a time (the others wait), so the server's peak stays that of one fold.
+MAX_CONCURRENT_FOLDS = 1
+FOLDS = threading.BoundedSemaphore(MAX_CONCURRENT_FOLDS)
 
 
 def one_line(text: object, limit: int = MAX_SHOWN) -> str:

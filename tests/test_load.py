@@ -1,0 +1,158 @@
+"""A classroom on loopback: 20 browser sessions open the app and step with the arrow keys while
+one of them uploads a maximal-size trace (as large as the upload cap allows, recorded by the
+engine's dry run so it is valid). The server (streamlit and any children) must stay under
+``RSS_BOUND_MB`` the whole time and no session may show an error. Marked ``load``: bounded to
+about a minute and a half; run it with ``pytest -m load tests/test_load.py``."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from viz.lesson_page import MAX_UPLOAD_MB
+from viz.serve import CHROMIUM, launch_chromium, running_app, wait_idle
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+SESSIONS = 20
+# The documented bound (README, "Serving a classroom"): the server with 20 sessions and one
+# maximal upload folded (measured: about 470 MB peak, 95 MB before the upload; printed here).
+RSS_BOUND_MB = 1024
+
+pytestmark = [
+    pytest.mark.load,
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium"),
+]
+playwright = pytest.importorskip("playwright.sync_api")
+
+
+def load_scenario(requests: int) -> str:
+    """A long dry-run workload: many requests through a small arena (preemptions, holes)."""
+    lines = ['title = "Load"', "[arena]", "num_blocks = 64", "block_size = 16",
+             "max_model_len = 256"]
+    for i in range(requests):
+        lines += ["[[requests]]", f'id = "r{i}"', f"prompt_len = {20 + (i * 7) % 60}",
+                  f"max_tokens = {60 + (i * 13) % 150}", "ignore_eos = true",
+                  f"arrival_step = {i * 3}"]
+    return "\n".join(lines) + "\n"
+
+
+class MaxTrace:
+    """The largest valid trace under the upload cap: a dry run sized to fill it (recorded in
+    the background while the sessions open), cut back by whole requests if it overshoots."""
+
+    def __init__(self, folder: Path) -> None:
+        self.cap = MAX_UPLOAD_MB * 1_000_000
+        self.scenario, self.out = folder / "load.toml", folder / "max.jsonl"
+        self.requests = 21 * MAX_UPLOAD_MB  # about 7.7 MB at 8 MB: one recording, usually
+        self.proc = self._record()
+
+    def _record(self) -> subprocess.Popen:
+        self.scenario.write_text(load_scenario(self.requests), encoding="utf-8")
+        return subprocess.Popen([sys.executable, "-m", "engine", "record", "--scenario",
+                                 str(self.scenario), "--out", str(self.out), "--forward",
+                                 "skip"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
+    def path(self) -> Path:
+        while True:
+            assert self.proc.wait(timeout=120) == 0
+            size = self.out.stat().st_size
+            if size <= self.cap:
+                return self.out
+            self.requests = int(self.requests * self.cap / size * 0.97)
+            self.proc = self._record()
+
+
+def server_rss_mb(port: int) -> float:
+    """VmRSS of the streamlit process serving ``port`` and all its descendants, in MB."""
+    procs = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                status = (d / "status").read_text()
+                cmd = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            fields = dict(l.split(":", 1) for l in status.splitlines() if ":" in l)
+            procs[int(d.name)] = (int(fields.get("PPid", "0").strip()), cmd,
+                                  int(fields.get("VmRSS", "0 kB").split()[0]))
+    roots = [p for p, (_, cmd, _) in procs.items()
+             if b"streamlit" in b" ".join(cmd) and str(port).encode() in cmd]
+    seen, todo = set(), list(roots)
+    while todo:
+        p = todo.pop()
+        seen.add(p)
+        todo += [c for c, (pp, _, _) in procs.items() if pp == p and c not in seen]
+    return sum(procs[p][2] for p in seen) / 1024
+
+
+class Sampler(threading.Thread):
+    """Samples the server's RSS every 0.2 s; ``peak`` is the largest seen."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port, self.peak, self.halt = port, 0.0, threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            self.peak = max(self.peak, server_rss_mb(self.port))
+            self.halt.wait(0.2)
+
+
+def test_twenty_sessions_step_while_one_uploads_a_maximal_trace(tmp_path):
+    from playwright.sync_api import sync_playwright
+    t0 = time.monotonic()
+    recording = MaxTrace(tmp_path)
+    ARTIFACTS.mkdir(exist_ok=True)
+    with running_app(log=ARTIFACTS / "streamlit-load-test.log") as url, \
+            sync_playwright() as p:
+        port = int(url.rsplit(":", 1)[1])
+        sampler = Sampler(port)
+        sampler.start()
+        browser = launch_chromium(p)
+        ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+        pages = []
+        for _ in range(SESSIONS):
+            pg = ctx.new_page()
+            pg.goto(url, wait_until="commit")  # open all at once; wait below
+            pages.append(pg)
+        for pg in pages:
+            pg.wait_for_selector("#pk-frame", timeout=60_000)
+        idle_mb, t_open = server_rss_mb(port), time.monotonic()
+        uploader, steppers = pages[0], pages[1:]
+        wait_idle(uploader)
+        uploader.get_by_role("button", name="Open a trace file", exact=True).click()
+        trace = recording.path()
+        uploader.locator("input[type=file]").set_input_files(str(trace))
+        for _ in range(3):  # everyone steps while the upload folds
+            for pg in steppers:
+                pg.keyboard.press("ArrowRight")
+            for pg in steppers:
+                wait_idle(pg, timeout_ms=60_000)
+        uploader.wait_for_function(
+            "() => document.querySelectorAll('svg[data-pk-frame]').length === 2"
+            " && document.body.innerText.includes('Replaying')", timeout=80_000)
+        t_upload = time.monotonic()
+        uploader.keyboard.press("End")
+        wait_idle(uploader, timeout_ms=60_000)
+        sampler.halt.set()
+        sampler.join()
+        frames = [pg.evaluate("() => Number(document.querySelector('#pk-frame')"
+                              ".dataset.frame)") for pg in steppers]
+        errors = [pg.locator("[data-testid=stAlertContentError], [data-testid=stException]")
+                  .count() for pg in pages]
+        uploader.screenshot(path=str(ARTIFACTS / "load-uploader.png"))
+        browser.close()
+    print(f"\nload: sessions open at {t_open - t0:.0f} s, upload drawn at {t_upload - t0:.0f} s;"
+          f" trace {trace.stat().st_size / 1e6:.1f} MB, server RSS idle with "
+          f"{SESSIONS} sessions {idle_mb:.0f} MB, peak {sampler.peak:.0f} MB "
+          f"(bound {RSS_BOUND_MB} MB)")
+    assert errors == [0] * SESSIONS
+    assert all(f > 0 for f in frames), frames  # every session really stepped
+    assert 0 < sampler.peak < RSS_BOUND_MB
