@@ -3,6 +3,7 @@ script, SVG and markdown payloads in run names, request ids, header fields and t
 stay text. No dialog, no injected element, no request to any host but the app's."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
@@ -112,3 +113,81 @@ def test_a_hostile_link_is_shown_as_text(page, app_url):
     settle_after_load(page)
     assert "is not a frame number" in page.inner_text("body")  # the notice, as text
     assert_clean(page, watch)
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of ``pid``'s direct children, from /proc."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            status = (d / "status").read_text()
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        ppid = next(int(l.split()[1]) for l in status.splitlines() if l.startswith("PPid:"))
+        if ppid == pid:
+            out.append((int(d.name), cmd))
+    return out
+
+
+def _streamlit_pid(port: int) -> int:
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(b"streamlit" in c for c in cmd) and str(port).encode() in cmd:
+                return int(d.name)
+    raise AssertionError("no streamlit process for this port")
+
+
+@pytest.fixture
+def slow_live_app(tmp_path):
+    """The app over a copy of the six-step lesson whose scenario runs long even as a dry run,
+    so a live run is still going when a second session asks and when its tab closes."""
+    from tests.test_load import load_scenario
+    from viz.serve import running_app
+    lesson = tmp_path / "six-steps"
+    lesson.mkdir()
+    src = SIX_TRACE.parent
+    for name in ("lesson.toml", "trace.jsonl"):
+        (lesson / name).write_bytes((src / name).read_bytes())
+    (lesson / "scenario.toml").write_text(load_scenario(2000), encoding="utf-8")
+    with running_app(env={"PAGED_KV_LESSONS": str(tmp_path)},
+                     log=ARTIFACTS / "streamlit-live-limit.log") as url:
+        yield url
+
+
+def _go_live(page, url: str) -> None:
+    page.goto(url)
+    page.wait_for_selector("#pk-frame", timeout=60_000)
+    settle_after_load(page)
+    page.get_by_role("button", name="Run it live now", exact=True).click()
+    wait_idle(page)
+    page.get_by_role("button", name="Dry run (no model)", exact=True).click()
+    wait_idle(page)
+    page.get_by_role("button", name="Record on the engine now", exact=True).click()
+
+
+def test_one_live_run_per_server_and_it_ends_with_its_tab(browser, slow_live_app):
+    port = int(slow_live_app.rsplit(":", 1)[1])
+    server = _streamlit_pid(port)
+    first = browser.new_context().new_page()
+    _go_live(first, slow_live_app)
+    deadline = time.monotonic() + 30
+    while not (live := [p for p, cmd in _children(server) if "engine record" in cmd]):
+        assert time.monotonic() < deadline, "the live run never started"
+        time.sleep(0.2)
+    second = browser.new_context().new_page()
+    _go_live(second, slow_live_app)
+    second.get_by_text("live run is in progress").wait_for(timeout=30_000)
+    assert [p for p, cmd in _children(server) if "engine record" in cmd] == live
+    first.context.close()  # the tab that started it goes away
+    deadline = time.monotonic() + 20
+    while Path(f"/proc/{live[0]}").exists():  # neither running nor a zombie
+        assert time.monotonic() < deadline, "the live run outlived its session"
+        time.sleep(0.2)
+    second.context.close()

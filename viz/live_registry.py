@@ -12,6 +12,7 @@ a live run lives no longer than its session (checked every ``REAP_INTERVAL_S`` s
 """
 from __future__ import annotations
 
+import atexit
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,3 +111,6 @@ class LiveRegistry:
 
 
 REGISTRY = LiveRegistry()
+# The children run in their own process groups, so a Ctrl-C on the server no longer reaches
+# them: the server ends them itself on the way out.
+atexit.register(REGISTRY.stop_all)
