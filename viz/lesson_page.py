@@ -353,7 +353,9 @@ def _live_lesson(run: LiveRun, spec, t: dict) -> Lesson | None:
         st.error(safe.md_text(t["live_failed"].format(why=run.error())))
     if lesson is None:
         if not run.done:
-            st.fragment(_wait_for_first_frame, run_every=1.0)(run, spec, t)
+            failed = ui_text.load("safe")[_ss().get("lang", "en")]["frame_failed"]
+            st.fragment(safe.boundary(failed)(_wait_for_first_frame), run_every=1.0)(
+                run, spec, t)
         return None
     if run.stopped:
         st.info(t["live_stopped"].format(frames=lesson.num_frames))
