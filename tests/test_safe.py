@@ -15,7 +15,8 @@ from streamlit.testing.v1 import AppTest
 
 from engine.trace import loads
 from tests.hostile_traces import REQUEST_IDS, RUN_NAMES, SIX_TRACE, hostile_trace_text
-from viz import figures, html, lesson as L, safe, svg
+from viz import figures, html, safe, svg
+from viz import lesson as L
 from viz.live_registry import LiveRegistry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,9 +131,9 @@ def test_an_error_in_any_page_is_one_line(monkeypatch):
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 # A child that starts a grandchild in its process group, then waits.
 FAMILY = [sys.executable, "-c",
-          "import subprocess, sys, time\n"
-          "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
-          "print(g.pid, flush=True)\ntime.sleep(600)\n"]
+          ("import subprocess, sys, time\n"
+           "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+           "print(g.pid, flush=True)\ntime.sleep(600)\n")]
 
 
 def _state(pid: int) -> str | None:

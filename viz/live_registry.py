@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from viz.live import LiveRun
 
@@ -102,7 +103,7 @@ class LiveRegistry:
 
     def _reap_loop(self) -> None:
         while True:
-            threading.Event().wait(self.interval)
+            time.sleep(self.interval)
             self.reap()
             with self._lock:
                 if not self._runs:

@@ -23,7 +23,8 @@ import re
 import string
 import threading
 import uuid
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 log = logging.getLogger("viz.safe")
 
