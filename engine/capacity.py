@@ -120,7 +120,8 @@ class ModelShape:
         """Token slots summed over layers for one request of ``length`` tokens, in whole blocks
         of ``block_size``: sliding layers keep only the window."""
         full = self.num_layers - self.num_sliding_layers
-        kept = min(length, self.sliding_window) if self.num_sliding_layers else length
+        window = self.sliding_window
+        kept = min(length, window) if window is not None and self.num_sliding_layers else length
         cut = lambda n: math.ceil(n / block_size) * block_size
         return full * cut(length) + self.num_sliding_layers * cut(kept)
 
@@ -188,16 +189,17 @@ def from_hf_config(path: str | Path, dtype: str | int | None = None) -> ModelSha
     layers = _config_int(cfg, "num_hidden_layers", path)
     name = str(cfg.get("_name_or_path") or cfg.get("model_type") or path.parent.name)
     window, sliding = _sliding(cfg, layers, path)
-    common = dict(dtype_bytes=dtype_bytes(dtype if dtype is not None else _kv_dtype(cfg)),
-                  max_position_embeddings=cfg.get("max_position_embeddings"),
-                  sliding_window=window, num_sliding_layers=sliding)
+    kv_bytes = dtype_bytes(dtype if dtype is not None else _kv_dtype(cfg))
+    context = cfg.get("max_position_embeddings")
     if cfg.get("kv_lora_rank"):
         latent = _config_int(cfg, "kv_lora_rank", path) + _config_int(cfg, "qk_rope_head_dim", path)
-        return ModelShape(name, layers, 1, latent, kv_tensors=1, **common)
+        return ModelShape(name, layers, 1, latent, kv_bytes, context, kv_tensors=1,
+                          sliding_window=window, num_sliding_layers=sliding)
     heads = _config_int(cfg, "num_attention_heads", path)
     kv_heads = cfg.get("num_key_value_heads") or heads
     head_dim = cfg.get("head_dim") or _config_int(cfg, "hidden_size", path) // heads
-    return ModelShape(name, layers, kv_heads, head_dim, **common)
+    return ModelShape(name, layers, kv_heads, head_dim, kv_bytes, context,
+                      sliding_window=window, num_sliding_layers=sliding)
 
 
 def _kv_dtype(cfg: dict) -> str:

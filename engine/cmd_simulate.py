@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 from engine import workload
 from engine.allocators import ALLOCATORS
@@ -68,7 +69,7 @@ def run(args) -> int:
     items = workload.generate(args.workload, args.requests, args.max_model_len, args.seed, dist)
     reqs = build_requests(items, args.max_model_len)
     num_blocks = args.num_slots // args.block_size
-    out = {"forward": "skipped", "workload": {
+    out: dict[str, Any] = {"forward": "skipped", "workload": {
         "name": args.workload, "requests": args.requests, "seed": args.seed,
         "length_dist": dist.name, **({"sigma": dist.sigma} if dist.name == "lognormal" else {}),
         "placement": args.placement,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.capacity import GiB, PRESETS
+from engine.capacity import PRESETS, GiB
 
 PAPER = "Kwon et al., SOSP 2023"
 POLICIES = ("max", "pow2", "oracle", "paged")

@@ -3,16 +3,14 @@ not typed, the shipped default results current, the essay's claims corrected exa
 page rendering in both languages."""
 from __future__ import annotations
 
-import dataclasses
-import json
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine import paper
 from engine.accounting import CATEGORIES
-from viz import essay_fixes, paper_results as R
+from viz import essay_fixes
 from viz import paper_page as P
+from viz import paper_results as R
 
 SMALL = 60
 

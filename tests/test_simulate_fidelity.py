@@ -11,7 +11,7 @@ import statistics
 import pytest
 
 from engine import paper
-from engine.capacity import KiB, PRESETS
+from engine.capacity import PRESETS, KiB
 from engine.cli import main
 from engine.request import InvalidConfigError
 from engine.workload import LENGTH_DISTS, LengthDist, generate

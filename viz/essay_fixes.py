@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.capacity import GiB, KiB, MiB, PRESETS, block_table_bytes, concurrency
+from engine.capacity import PRESETS, GiB, KiB, MiB, block_table_bytes, concurrency
 from engine.paper import FIG2, FIG2_SOURCE, FIG13_SOURCE, PAPER, fig13_ratio
 
 #: Where the essay's setting comes from (its §1.2 and §4.2): Llama-2-70B in fp16.

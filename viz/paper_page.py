@@ -17,8 +17,14 @@ from engine.accounting import CATEGORIES
 from engine.placement import PLACEMENTS
 from engine.workload import LENGTH_DISTS, SIGMA, WORKLOADS
 from viz import essay_fixes, ui_text
-from viz.paper_results import (PolicyRow, SimConfig, WorkloadResult, load_shipped,
-                               simulate_policy, workload_means)
+from viz.paper_results import (
+    PolicyRow,
+    SimConfig,
+    WorkloadResult,
+    load_shipped,
+    simulate_policy,
+    workload_means,
+)
 from viz.style import CATEGORY_COLOURS, INK, MUTED, words
 
 POLICIES = P.POLICIES
@@ -74,7 +80,7 @@ def _controls(t: dict) -> SimConfig:
     c1, c2, c3 = st.columns(3)
     wl = c1.segmented_control(t["workload_label"], tuple(WORKLOADS), default="sharegpt",
                               key="workload", required=True, bind="query-params",
-                              format_func=WORKLOAD_NAMES.get) or "sharegpt"
+                              format_func=lambda k: WORKLOAD_NAMES[k]) or "sharegpt"
     n = c2.segmented_control(t["requests_label"], REQUEST_CHOICES, default=1000, key="requests",
                              required=True, bind="query-params",
                              format_func=lambda v: f"{v:,}") or 1000

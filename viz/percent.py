@@ -9,7 +9,7 @@ of its exact share, and the printed values sum to 100. Pure Python.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 
 def percents(shares: Mapping[str, float], decimals: int = 0) -> dict[str, str]:
