@@ -131,3 +131,13 @@ def test_a_changed_setting_simulates_instead():
     assert not at.exception, at.exception
     text = _page_text(at)
     assert "100 synthetic Alpaca requests" in text and "Fig. 13b" in text
+
+
+def test_hostile_url_settings_fall_back_to_the_defaults():
+    at = AppTest.from_string("from viz.paper_page import render\nrender('en')", default_timeout=60)
+    for key, value in {"sigma": "9", "dist": "zipf", "requests": "-5", "placement": "<b>"}.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception and not at.error
+    assert "1,000 synthetic ShareGPT requests" in _page_text(at)
+    assert "lognormal, sigma 0.8" in _page_text(at) and "placement buddy" in _page_text(at)
