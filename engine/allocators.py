@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from engine import events as E
 from engine.block_pool import Block, BlockPool
+from engine.buddy import next_pow2
+from engine.placement import make_placement
 from engine.request import InvalidConfigError, Request
 
 ALLOCATORS = ("paged", "max", "pow2", "oracle")
@@ -96,19 +98,26 @@ class PagedAllocator:
 
 
 class ContiguousAllocator:
-    """Preallocation: one contiguous run of slots per request, reserved whole at admission and
-    placed first-fit. ``policy`` sets the run's length:
+    """Preallocation: one contiguous run of slots per request, reserved whole at admission.
+    ``policy`` sets the run's length:
 
     - ``max``: the most the request may ever need, its prompt plus ``max_tokens`` (capped at
       ``max_model_len``); a request that declares no bound reserves ``max_model_len``;
-    - ``pow2``: the next power of two >= its true final length (capped at ``max_model_len``);
+    - ``pow2``: its prompt plus the next power of two >= its true output (the slots its output
+      fills), so the output is over-reserved by less than 2x, as in the vLLM paper's Orca (Pow2)
+      (capped at ``max_model_len``);
     - ``oracle``: exactly its true final length.
+
+    ``placement`` (engine.placement) finds the hole: ``first-fit`` takes exactly the run,
+    ``buddy`` rounds it up to a power-of-two block. Events carry the run itself (``start``,
+    ``length``); a buddy block's rounding slack past the run is in no request's run, so an
+    event fold sees it as free space that nobody can use (``slack_slots`` counts it).
 
     A request whose run fits in no hole waits even when the free total would do: the refusal's
     reason is then ``no_hole`` - external fragmentation."""
 
     def __init__(self, num_blocks: int, block_size: int, max_model_len: int, policy: str,
-                 bus: E.EventBus) -> None:
+                 bus: E.EventBus, placement: str = "first-fit") -> None:
         if policy not in ("max", "pow2", "oracle"):
             raise InvalidConfigError(f"unknown contiguous policy {policy!r}")
         self.name = policy
@@ -116,16 +125,26 @@ class ContiguousAllocator:
         self.num_slots = num_blocks * block_size
         self.max_model_len = max_model_len
         self.bus = bus
-        self.holes: list[list[int]] = [[0, self.num_slots]]  # sorted [start, length] free runs
+        self.placement = make_placement(placement, self.num_slots)
         self.runs: dict[str, tuple[int, int]] = {}
 
     @property
+    def holes(self) -> list[tuple[int, int]]:
+        """Free runs, sorted ``(start, length)``."""
+        return self.placement.holes()
+
+    @property
     def free_slots(self) -> int:
-        return sum(length for _, length in self.holes)
+        return self.placement.free_slots
 
     @property
     def largest_hole(self) -> int:
-        return max((length for _, length in self.holes), default=0)
+        return self.placement.largest_hole
+
+    @property
+    def slack_slots(self) -> int:
+        """Slots placed but outside every run: buddy rounding slack (0 under first-fit)."""
+        return sum(self.placement.footprint(n) - n for _, n in self.runs.values())
 
     def reservation(self, req: Request) -> int:
         if self.name == "max":
@@ -133,12 +152,23 @@ class ContiguousAllocator:
         final = req.true_final_len
         if self.name == "oracle":
             return final
-        return min(max(self.max_model_len, final), 1 << max(0, final - 1).bit_length())
+        output = max(0, final - req.prompt_len)
+        rounded = req.prompt_len + (next_pow2(output) if output else 0)
+        return min(max(self.max_model_len, final), rounded)
 
-    slots_needed = reservation
+    def slots_needed(self, req: Request) -> int:
+        """Slots the placed run takes. Raises InvalidConfigError when the placement could not
+        hold it even in an empty arena (a buddy's largest block is below the arena size)."""
+        need = self.placement.footprint(self.reservation(req))
+        if need > self.placement.max_run and self.placement.max_run < self.num_slots:
+            raise InvalidConfigError(
+                f"request {req.req_id} needs a {need}-slot block but the largest "
+                f"{self.placement.name} block in a {self.num_slots}-slot arena is "
+                f"{self.placement.max_run}")
+        return need
 
     def check_admit(self, req: Request, num_tokens: int) -> AdmitRefusal | None:
-        need = max(self.reservation(req), num_tokens)
+        need = self.placement.footprint(max(self.reservation(req), num_tokens))
         if need <= self.largest_hole:
             return None
         reason = E.BLOCKED_NO_HOLE if need <= self.free_slots else E.BLOCKED_NO_SPACE
@@ -146,33 +176,19 @@ class ContiguousAllocator:
 
     def admit(self, req: Request, num_tokens: int) -> None:
         need = max(self.reservation(req), num_tokens)
-        for i, (start, length) in enumerate(self.holes):
-            if length >= need:
-                if length == need:
-                    del self.holes[i]
-                else:
-                    self.holes[i] = [start + need, length - need]
-                self.runs[req.req_id] = (start, need)
-                self.bus.emit(E.SlotsReserved, req=req.req_id, start=start, length=need)
-                return
-        raise RuntimeError("admit() called without a successful check_admit()")
+        start = self.placement.place(need)
+        if start is None:
+            raise RuntimeError("admit() called without a successful check_admit()")
+        self.runs[req.req_id] = (start, need)
+        self.bus.emit(E.SlotsReserved, req=req.req_id, start=start, length=need)
 
     def grow(self, req: Request, num_tokens: int) -> bool:
         return num_tokens <= self.runs[req.req_id][1]
 
     def release(self, req_id: str) -> None:
         start, length = self.runs.pop(req_id)
-        self._free_run(start, length)
+        self.placement.free(start, length)
         self.bus.emit(E.ReservationReleased, req=req_id, start=start, length=length)
-
-    def _free_run(self, start: int, length: int) -> None:
-        holes = self.holes
-        i = next((k for k, h in enumerate(holes) if h[0] > start), len(holes))
-        holes.insert(i, [start, length])
-        if i + 1 < len(holes) and start + length == holes[i + 1][0]:  # merge with the next hole
-            holes[i][1] += holes.pop(i + 1)[1]
-        if i > 0 and holes[i - 1][0] + holes[i - 1][1] == start:       # and with the previous
-            holes[i - 1][1] += holes.pop(i)[1]
 
     def block_table(self, req_id: str) -> list[int]:
         start, length = self.runs[req_id]
@@ -183,8 +199,10 @@ class ContiguousAllocator:
 
 
 def make_allocator(name: str, num_blocks: int, block_size: int, max_model_len: int,
-                   bus: E.EventBus) -> PagedAllocator | ContiguousAllocator:
-    """Build the allocator ``name`` (one of ALLOCATORS) over an arena of ``num_blocks`` blocks."""
+                   bus: E.EventBus, placement: str = "first-fit"
+                   ) -> PagedAllocator | ContiguousAllocator:
+    """Build the allocator ``name`` (one of ALLOCATORS) over an arena of ``num_blocks`` blocks;
+    ``placement`` (first-fit or buddy) applies to the contiguous ones."""
     if block_size <= 0:
         raise InvalidConfigError(f"block size must be positive, got {block_size}")
     if num_blocks <= 0:
@@ -192,5 +210,5 @@ def make_allocator(name: str, num_blocks: int, block_size: int, max_model_len: i
     if name == "paged":
         return PagedAllocator(num_blocks, block_size, bus)
     if name in ALLOCATORS:
-        return ContiguousAllocator(num_blocks, block_size, max_model_len, name, bus)
+        return ContiguousAllocator(num_blocks, block_size, max_model_len, name, bus, placement)
     raise InvalidConfigError(f"unknown allocator {name!r}; choose one of {', '.join(ALLOCATORS)}")

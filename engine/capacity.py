@@ -20,8 +20,10 @@ binary units, so we read its "GB" as GiB and its "KB" as KiB:
   43 / 16 = 2.6875 (about 2.7x). We show the exact ones and say so.
 - A block table for 32,768 tokens at block 16 has 2,048 entries; at 8 bytes each, 16 KiB.
 
-Model shapes. Presets cover the essay's models and ours; a HF ``config.json`` or a GGUF file on
-disk works too. ``dtype`` is the KV cache's element type, not the weights': SmolLM2 defaults to
+Model shapes. Presets cover the essay's models, ours, and a few current ones (Llama 3, Mistral
+with its sliding window, Qwen2.5, DeepSeek-V3 with MLA's single latent); a HF ``config.json`` or a
+GGUF file on disk works too. ``dtype`` is the KV cache's element type, not the weights': a config
+declaring fp32 gets a half-precision KV cache, as serving engines run it; the SmolLM2 preset is
 float32 because this project runs it on CPU in fp32; pass ``dtype="bf16"`` for the GPU path.
 A GGUF holds (often quantized) weights and no KV type, so it defaults to float16, the KV cache
 type llama.cpp uses unless told otherwise.
@@ -67,35 +69,73 @@ def _positive(what: str, value) -> int:
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What the KV cache of one model looks like. Promises positive integer fields."""
+    """What the KV cache of one model looks like. Promises positive integer fields.
+
+    ``kv_tensors`` is 2 for attention that caches a K and a V per KV head, 1 for multi-head
+    latent attention (MLA, DeepSeek-V2/V3), which caches one latent per token per layer:
+    ``kv_lora_rank + qk_rope_head_dim`` elements, stored here as one "head" of that width.
+    ``num_sliding_layers`` of the layers attend only to the last ``sliding_window`` tokens, so
+    they never hold more than that many."""
     name: str
     num_layers: int
     num_kv_heads: int
     head_dim: int
     dtype_bytes: int
     max_position_embeddings: int | None = None
+    kv_tensors: int = 2
+    sliding_window: int | None = None
+    num_sliding_layers: int = 0
 
     def __post_init__(self) -> None:
         for what in ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes"):
             _positive(f"{self.name}: {what}", getattr(self, what))
         if self.max_position_embeddings is not None:
             _positive(f"{self.name}: max_position_embeddings", self.max_position_embeddings)
+        if self.kv_tensors not in (1, 2):
+            raise InvalidConfigError(f"{self.name}: kv_tensors must be 1 (MLA) or 2 (K and V)")
+        if self.num_sliding_layers:
+            _positive(f"{self.name}: sliding_window", self.sliding_window)
+            if not 0 < self.num_sliding_layers <= self.num_layers:
+                raise InvalidConfigError(f"{self.name}: {self.num_sliding_layers} sliding layers "
+                                         f"of {self.num_layers}")
 
     def with_dtype(self, dtype: str | int | None) -> ModelShape:
         """The same model with another KV element type; ``None`` keeps the current one."""
         return self if dtype is None else replace(self, dtype_bytes=dtype_bytes(dtype))
 
     @property
+    def is_mla(self) -> bool:
+        return self.kv_tensors == 1
+
+    @property
     def bytes_per_token_per_layer(self) -> int:
-        return 2 * self.num_kv_heads * self.head_dim * self.dtype_bytes  # 2: one K and one V
+        return self.kv_tensors * self.num_kv_heads * self.head_dim * self.dtype_bytes
 
     @property
     def bytes_per_token(self) -> int:
+        """A token's KV across every layer (inside every sliding window)."""
         return self.bytes_per_token_per_layer * self.num_layers
+
+    def _layer_tokens(self, length: int, block_size: int = 1) -> int:
+        """Token slots summed over layers for one request of ``length`` tokens, in whole blocks
+        of ``block_size``: sliding layers keep only the window."""
+        full = self.num_layers - self.num_sliding_layers
+        window = self.sliding_window
+        kept = min(length, window) if window is not None and self.num_sliding_layers else length
+        cut = lambda n: math.ceil(n / block_size) * block_size
+        return full * cut(length) + self.num_sliding_layers * cut(kept)
 
     def bytes_per_request(self, length: int, batch: int = 1) -> int:
         """KV bytes for ``batch`` requests of ``length`` tokens each, stored token by token."""
-        return _positive("length", length) * _positive("batch", batch) * self.bytes_per_token
+        _positive("length", length)
+        return self._layer_tokens(length) * _positive("batch", batch) \
+            * self.bytes_per_token_per_layer
+
+    def paged_bytes_per_request(self, length: int, block_size: int) -> int:
+        """KV bytes of one request of ``length`` tokens held in whole blocks."""
+        _positive("length", length)
+        return self._layer_tokens(length, _positive("block size", block_size)) \
+            * self.bytes_per_token_per_layer
 
     def bytes_per_block_per_layer(self, block_size: int) -> int:
         return _positive("block size", block_size) * self.bytes_per_token_per_layer
@@ -104,9 +144,19 @@ class ModelShape:
         return self.bytes_per_block_per_layer(block_size) * self.num_layers
 
 
+#: Presets, each from the model's published config.json (checked by hand in tests/test_capacity).
 PRESETS: dict[str, ModelShape] = {
     "llama-2-70b": ModelShape("llama-2-70b", 80, 8, 128, 2, 4096),    # GQA: 64 query heads
     "llama-2-7b": ModelShape("llama-2-7b", 32, 32, 128, 2, 4096),
+    "llama-3-8b": ModelShape("llama-3-8b", 32, 8, 128, 2, 8192),
+    "llama-3-70b": ModelShape("llama-3-70b", 80, 8, 128, 2, 8192),
+    # Mistral-7B-v0.1: every layer attends to a 4,096-token sliding window.
+    "mistral-7b": ModelShape("mistral-7b", 32, 8, 128, 2, 32768, sliding_window=4096,
+                             num_sliding_layers=32),
+    # Qwen2.5-7B ships use_sliding_window: false, so every layer keeps the whole context.
+    "qwen2.5-7b": ModelShape("qwen2.5-7b", 28, 4, 128, 2, 131072),
+    # MLA: one latent of kv_lora_rank 512 + qk_rope_head_dim 64 = 576 per token per layer.
+    "deepseek-v3": ModelShape("deepseek-v3", 61, 1, 512 + 64, 2, 163840, kv_tensors=1),
     "opt-13b": ModelShape("opt-13b", 40, 40, 128, 2, 2048),
     "smollm2-135m": ModelShape("smollm2-135m", 30, 3, 64, 4, 8192),   # fp32: our CPU path
 }
@@ -123,8 +173,12 @@ def from_hf_config(path: str | Path, dtype: str | int | None = None) -> ModelSha
     """Read a Hugging Face ``config.json`` (or a folder holding one).
 
     ``num_key_value_heads`` falls back to ``num_attention_heads`` (plain MHA) and ``head_dim`` to
-    ``hidden_size // num_attention_heads``. The KV dtype is ``dtype`` if given, else the config's
-    ``torch_dtype`` (or ``dtype``), else float16: serving engines run fp32 checkpoints in half.
+    ``hidden_size // num_attention_heads``. A config with ``kv_lora_rank`` is MLA: one latent of
+    ``kv_lora_rank + qk_rope_head_dim`` per token per layer. ``sliding_window`` caps the layers
+    it applies to (all of them, or those ``layer_types`` marks ``sliding_attention``; none when
+    ``use_sliding_window`` is false). The KV dtype is ``dtype`` if given, else the config's
+    ``torch_dtype`` (or ``dtype``) when that is a half type, else float16: serving engines run
+    fp32 checkpoints with a half-precision KV cache.
     """
     path = Path(path)
     if path.is_dir():
@@ -137,13 +191,38 @@ def shape_from_config(cfg: dict, path: str | Path, default_name: str,
     """``from_hf_config`` on an already parsed config (an upload); ``path`` names it in errors."""
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = cfg["text_config"]  # multimodal configs nest the language model's shape
+    layers = _config_int(cfg, "num_hidden_layers", path)
+    name = str(cfg.get("_name_or_path") or cfg.get("model_type") or default_name)
+    window, sliding = _sliding(cfg, layers, path)
+    kv_bytes = dtype_bytes(dtype if dtype is not None else _kv_dtype(cfg))
+    context = cfg.get("max_position_embeddings")
+    if cfg.get("kv_lora_rank"):
+        latent = _config_int(cfg, "kv_lora_rank", path) + _config_int(cfg, "qk_rope_head_dim", path)
+        return ModelShape(name, layers, 1, latent, kv_bytes, context, kv_tensors=1,
+                          sliding_window=window, num_sliding_layers=sliding)
     heads = _config_int(cfg, "num_attention_heads", path)
     kv_heads = cfg.get("num_key_value_heads") or heads
     head_dim = cfg.get("head_dim") or _config_int(cfg, "hidden_size", path) // heads
-    kv_dtype = dtype if dtype is not None else cfg.get("torch_dtype") or cfg.get("dtype") or "fp16"
-    name = cfg.get("_name_or_path") or cfg.get("model_type") or default_name
-    return ModelShape(str(name), _config_int(cfg, "num_hidden_layers", path), kv_heads, head_dim,
-                      dtype_bytes(kv_dtype), cfg.get("max_position_embeddings"))
+    return ModelShape(name, layers, kv_heads, head_dim, kv_bytes, context,
+                      sliding_window=window, num_sliding_layers=sliding)
+
+
+def _kv_dtype(cfg: dict) -> str:
+    declared = str(cfg.get("torch_dtype") or cfg.get("dtype") or "fp16")
+    return declared if dtype_bytes(declared) <= 2 else "fp16"
+
+
+def _sliding(cfg: dict, layers: int, path: str | Path) -> tuple[int | None, int]:
+    """(window, number of sliding layers) from a config; (None, 0) when there is none."""
+    window = cfg.get("sliding_window")
+    if not window or cfg.get("use_sliding_window") is False:
+        return None, 0
+    window = _positive(f"{path}: sliding_window", window)
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        sliding = sum(1 for t in types if t == "sliding_attention")
+        return (window, sliding) if sliding else (None, 0)
+    return window, layers
 
 
 def _read_json(path: Path) -> dict:
@@ -235,18 +314,15 @@ class Concurrency:
     mean_len: int
     block_size: int
     bytes_per_token: int
-
-    @property
-    def prealloc_bytes_per_request(self) -> int:
-        return self.max_len * self.bytes_per_token
+    #: One request's KV at ``max_len`` and at ``mean_len`` tokens, and at ``mean_len`` in whole
+    #: blocks (sliding-window layers hold at most their window).
+    prealloc_bytes_per_request: int
+    mean_request_bytes: int
+    paged_bytes_per_request: int
 
     @property
     def paged_blocks_per_request(self) -> int:
         return blocks_for(self.mean_len, self.block_size)
-
-    @property
-    def paged_bytes_per_request(self) -> int:
-        return self.paged_blocks_per_request * self.block_size * self.bytes_per_token
 
     @property
     def prealloc_requests(self) -> int:
@@ -264,7 +340,7 @@ class Concurrency:
     @property
     def prealloc_used_bytes(self) -> int:
         """What the preallocated requests actually fill at the mean length."""
-        return self.prealloc_requests * self.mean_len * self.bytes_per_token
+        return self.prealloc_requests * self.mean_request_bytes
 
     def to_dict(self) -> dict:
         return {**asdict(self), "prealloc": self.prealloc_requests, "paged": self.paged_requests,
@@ -286,7 +362,9 @@ def concurrency(shape: ModelShape, budget_bytes: int, max_len: int, mean_len: in
         _positive(what, value)
     if mean_len > max_len:
         raise InvalidConfigError(f"mean length {mean_len} exceeds max_len {max_len}")
-    return Concurrency(budget_bytes, max_len, mean_len, block_size, shape.bytes_per_token)
+    return Concurrency(budget_bytes, max_len, mean_len, block_size, shape.bytes_per_token,
+                       shape.bytes_per_request(max_len), shape.bytes_per_request(mean_len),
+                       shape.paged_bytes_per_request(mean_len, block_size))
 
 
 @dataclass(frozen=True)

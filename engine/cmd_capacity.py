@@ -19,7 +19,7 @@ def add_parser(subparsers) -> None:
     src.add_argument("--config", metavar="PATH", help="a Hugging Face config.json (or its folder)")
     src.add_argument("--gguf", metavar="PATH", help="a GGUF file; only its metadata is read")
     p.add_argument("--dtype", choices=sorted(DTYPE_BYTES),
-                   help="KV element type (default: the model's; fp16 for GGUF)")
+                   help="KV element type (default: the model's if half precision, else fp16)")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--budget-gb", type=float, default=40.0,
                    help="KV budget in GiB (2**30 B), the unit the essay's 'GB' stands for")
@@ -57,8 +57,11 @@ def render_text(report: CapacityReport) -> str:
 
 def _shape_section(r: CapacityReport) -> str:
     s, b = r.shape, r.block_size
-    lines = [f"{s.name}: {s.num_layers} layers x {s.num_kv_heads} KV heads x head_dim "
-             f"{s.head_dim}, {s.dtype_bytes} B per element",
+    kv = (f"one MLA latent of {s.head_dim}" if s.is_mla
+          else f"{s.num_kv_heads} KV heads x head_dim {s.head_dim}")
+    window = (f"; {s.num_sliding_layers} layers keep a {s.sliding_window:,}-token window"
+              if s.num_sliding_layers else "")
+    lines = [f"{s.name}: {s.num_layers} layers x {kv}, {s.dtype_bytes} B per element{window}",
              _kv("KV per token per layer", s.bytes_per_token_per_layer),
              _kv("KV per token", s.bytes_per_token),
              _kv(f"KV per block per layer (block {b})", s.bytes_per_block_per_layer(b)),

@@ -3,14 +3,19 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 from engine import workload
 from engine.allocators import ALLOCATORS
+from engine.paper import default_num_slots
+from engine.placement import PLACEMENTS
 from engine.request import InvalidConfigError
 from engine.simulate import build_requests, run_policy
 
-#: An OPT-13B-sized KV arena: about 12 GB of an A100-40GB at 800 KB per token = 15,360 tokens.
-DEFAULT_NUM_SLOTS = 15360
+#: OPT-13B's KV arena on an A100-40GB (the paper's Table 1): 12 GiB // 800 KiB = 15,728 slots.
+DEFAULT_NUM_SLOTS = default_num_slots()
+#: The paper's Orca places its reservations with a buddy allocator (§6.1).
+DEFAULT_PLACEMENT = "buddy"
 
 
 def add_parser(sub) -> None:
@@ -24,6 +29,13 @@ def add_parser(sub) -> None:
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--num-slots", type=int, default=DEFAULT_NUM_SLOTS,
                    help="KV arena size in token slots (default: OPT-13B on an A100-40GB)")
+    p.add_argument("--placement", default=DEFAULT_PLACEMENT, choices=PLACEMENTS,
+                   help="where the contiguous policies put a run (default: buddy, as the "
+                   "paper's Orca)")
+    p.add_argument("--length-dist", default="lognormal", choices=workload.LENGTH_DISTS,
+                   help="shape of the input and output lengths around the paper's means")
+    p.add_argument("--sigma", type=float, default=workload.SIGMA,
+                   help=f"log-normal spread (default {workload.SIGMA})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--all-steps", action="store_true",
                    help="average over every step, not only while requests wait")
@@ -45,13 +57,22 @@ def _check(args) -> list[str]:
     return policies
 
 
+def _dist(args) -> workload.LengthDist:
+    if args.sigma != workload.SIGMA and args.length_dist != "lognormal":
+        raise InvalidConfigError("--sigma applies only to --length-dist lognormal")
+    return workload.LengthDist(args.length_dist, args.sigma)
+
+
 def run(args) -> int:
     policies = _check(args)
-    items = workload.generate(args.workload, args.requests, args.max_model_len, args.seed)
+    dist = _dist(args)
+    items = workload.generate(args.workload, args.requests, args.max_model_len, args.seed, dist)
     reqs = build_requests(items, args.max_model_len)
     num_blocks = args.num_slots // args.block_size
-    out = {"forward": "skipped", "workload": {
+    out: dict[str, Any] = {"forward": "skipped", "workload": {
         "name": args.workload, "requests": args.requests, "seed": args.seed,
+        "length_dist": dist.name, **({"sigma": dist.sigma} if dist.name == "lognormal" else {}),
+        "placement": args.placement,
         "mean_input": sum(i.input_len for i in items) / len(items),
         "mean_output": sum(i.output_len for i in items) / len(items),
         "max_model_len": args.max_model_len, "block_size": args.block_size,
@@ -60,9 +81,11 @@ def run(args) -> int:
         "policies": {}}
     for policy in policies:
         print(f"simulating {policy} ...", file=sys.stderr, flush=True)
-        res = run_policy(policy, reqs, num_blocks, args.block_size, args.max_model_len)
+        res = run_policy(policy, reqs, num_blocks, args.block_size, args.max_model_len,
+                         placement=args.placement)
         shares = res.shares(saturated_only=not args.all_steps)
         out["policies"][policy] = {**{k: round(v, 4) for k, v in shares.items()},
+                                   "buddy_slack": round(res.slack_share(not args.all_steps), 4),
                                    "mean_running": round(res.mean_running(not args.all_steps), 2),
                                    "steps": res.steps, "preemptions": res.num_preemptions}
     if args.json:

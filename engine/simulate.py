@@ -6,7 +6,7 @@ a thousand requests never holds its events in memory.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine import events as E
 from engine.accounting import CATEGORIES, StepAccount, Tally
@@ -32,6 +32,10 @@ class SimResult:
     accounts: list[StepAccount]
     num_preemptions: int
     steps: int
+    #: Per step, buddy rounding slack (slots placed but in no run); all zero under first-fit.
+    #: The event fold counts these slots as free space nobody can use: external while requests
+    #: wait, as the paper's "external fragmentation & others" does.
+    slack: list[int] = field(default_factory=list)
 
     def shares(self, saturated_only: bool = True) -> dict[str, float]:
         """Time-averaged share of the arena per category. With ``saturated_only``, over the steps
@@ -39,6 +43,13 @@ class SimResult:
         accts = [a for a in self.accounts if a.waiting] if saturated_only else self.accounts
         accts = accts or self.accounts
         return {c: sum(a.share(c) for a in accts) / len(accts) for c in CATEGORIES}
+
+    def slack_share(self, saturated_only: bool = True) -> float:
+        """Time-averaged buddy slack as a share of the arena (a part of external + free)."""
+        pairs = list(zip(self.accounts, self.slack))
+        picked = [(a, s) for a, s in pairs if a.waiting] if saturated_only else pairs
+        picked = picked or pairs
+        return sum(s / a.num_slots for a, s in picked) / len(picked) if picked else 0.0
 
     def mean_running(self, saturated_only: bool = True) -> float:
         accts = [a for a in self.accounts if a.waiting] if saturated_only else self.accounts
@@ -60,23 +71,27 @@ def build_requests(items: list[WorkItem], max_model_len: int,
 
 
 def run_policy(policy: str, requests: list[Request], num_blocks: int, block_size: int,
-               max_model_len: int, sinks: tuple = (), max_num_seqs: int = 256) -> SimResult:
-    """Run ``requests`` (fresh copies are made) under one allocator and account every step."""
+               max_model_len: int, sinks: tuple = (), max_num_seqs: int = 256,
+               placement: str = "first-fit") -> SimResult:
+    """Run ``requests`` (fresh copies are made) under one allocator and account every step.
+    ``placement`` (first-fit or buddy) places the contiguous policies' runs."""
     bus = E.EventBus()
     # The dry run knows every final length in advance, as a complete trace does at its end.
     tally = Tally(num_slots=num_blocks * block_size, block_size=block_size,
                   final_lens={r.req_id: r.true_final_len for r in requests})
     accounts: list[StepAccount] = []
+    slack: list[int] = []
 
     def fold(ev: E.Event) -> None:
         tally.apply(ev)
         if ev.kind == E.StepEnd.kind:
             accounts.append(tally.close_step(ev.step))
+            slack.append(getattr(alloc, "slack_slots", 0))
 
     bus.subscribe(fold)
     for sink in sinks:
         bus.subscribe(sink)
-    alloc = make_allocator(policy, num_blocks, block_size, max_model_len, bus)
+    alloc = make_allocator(policy, num_blocks, block_size, max_model_len, bus, placement)
     core = EngineCore(alloc, DryRunner(), bus, max_model_len=max_model_len,
                       max_num_seqs=max_num_seqs, eos_token_id=EOS)
     for r in requests:
@@ -84,4 +99,4 @@ def run_policy(policy: str, requests: list[Request], num_blocks: int, block_size
                                  params=r.params, arrival_step=r.arrival_step,
                                  forced_output_len=r.forced_output_len))
     core.run_to_completion()
-    return SimResult(policy, accounts, core.num_preemptions, core.step_count)
+    return SimResult(policy, accounts, core.num_preemptions, core.step_count, slack)

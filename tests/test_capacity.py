@@ -125,9 +125,65 @@ def test_hf_config_with_gqa_and_explicit_head_dim(tmp_path):
         "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
         "hidden_size": 576, "head_dim": 64, "torch_dtype": "float32"}}))
     shape = load_shape(config=path)
+    # An fp32 checkpoint is served with a half-precision KV cache; --dtype overrides.
     assert (shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.dtype_bytes) == \
-        (30, 3, 64, 4)
-    assert load_shape(config=path, dtype="fp16").dtype_bytes == 2
+        (30, 3, 64, 2)
+    assert load_shape(config=path, dtype="fp32").dtype_bytes == 4
+
+
+# Each new preset against its published config.json, the arithmetic written out by hand:
+# K and V (2) x KV heads x head_dim x 2 B (bf16) x layers.
+@pytest.mark.parametrize("name, bytes_per_token", [
+    ("llama-3-8b", 2 * 8 * 128 * 2 * 32),     # 32 layers, 8 KV heads, head_dim 128
+    ("llama-3-70b", 2 * 8 * 128 * 2 * 80),    # 80 layers, 8 KV heads, head_dim 128
+    ("mistral-7b", 2 * 8 * 128 * 2 * 32),     # 32 layers, 8 KV heads, 4096 / 32 heads
+    ("qwen2.5-7b", 2 * 4 * 128 * 2 * 28),     # 28 layers, 4 KV heads, 3584 / 28 heads
+    ("deepseek-v3", 1 * (512 + 64) * 2 * 61),  # MLA: one latent, kv_lora_rank + rope dim
+])
+def test_new_presets_match_their_published_configs(name, bytes_per_token):
+    assert preset(name).bytes_per_token == bytes_per_token
+
+
+def test_mla_caches_one_latent_not_k_and_v(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({  # DeepSeek-V3's config, trimmed
+        "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
+        "hidden_size": 7168, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128, "v_head_dim": 128, "torch_dtype": "bfloat16"}))
+    shape = from_hf_config(tmp_path)
+    assert shape.bytes_per_token == 61 * 576 * 2 == 70_272 == preset("deepseek-v3").bytes_per_token
+    as_mha = 61 * 2 * 128 * (128 + 64) * 2    # what K and V per head would cost
+    assert as_mha / shape.bytes_per_token > 40
+
+
+def test_sliding_window_layers_hold_at_most_the_window(tmp_path):
+    mistral = preset("mistral-7b")
+    assert mistral.bytes_per_request(4096) == 4096 * 131_072
+    assert mistral.bytes_per_request(32768) == mistral.bytes_per_request(4096)
+    path = tmp_path / "config.json"
+    half = ["sliding_attention", "full_attention"] * 2
+    path.write_text(json.dumps({"num_hidden_layers": 4, "num_attention_heads": 4,
+                                "hidden_size": 256, "sliding_window": 100,
+                                "layer_types": half}))
+    shape = from_hf_config(path)
+    per_layer = 2 * 4 * 64 * 2
+    assert shape.bytes_per_request(1000) == (2 * 1000 + 2 * 100) * per_layer
+    assert shape.paged_bytes_per_request(1000, 16) == (2 * 1008 + 2 * 112) * per_layer
+
+
+def test_qwen_style_sliding_window_switched_off_is_ignored(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+        "hidden_size": 3584, "sliding_window": 131072, "use_sliding_window": False,
+        "torch_dtype": "bfloat16"}))
+    shape = from_hf_config(tmp_path)
+    assert shape.num_sliding_layers == 0
+    assert shape.bytes_per_token == preset("qwen2.5-7b").bytes_per_token
+
+
+def test_sliding_window_changes_concurrency_only_past_the_window():
+    c = concurrency(preset("mistral-7b"), 40 * GiB, max_len=32768, mean_len=3000, block_size=16)
+    assert c.prealloc_bytes_per_request == 4096 * 131_072    # not 32,768 tokens' worth
+    assert c.paged_bytes_per_request == 3008 * 131_072
 
 
 def test_gguf_metadata_of_the_shipped_smollm2():
@@ -181,6 +237,12 @@ def test_cli_json_has_exact_bytes_and_concurrency():
     assert d["per_request"][0]["by_batch"][0] == {"batch": 1, "bytes": 671_088_640}
     assert {k: d["concurrency"][k] for k in ("prealloc", "paged", "ratio")} == \
         {"prealloc": 16, "paged": 43, "ratio": 2.6875}
+
+
+def test_cli_deepseek_v3_is_61_layers_of_576_half_precision_elements():
+    out = run_cli("--preset", "deepseek-v3", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["bytes_per_token"] == 61 * 576 * 2 == 70_272
 
 
 def test_cli_text_shows_the_tables():

@@ -1,63 +1,143 @@
-"""The paper's numbers page: our simulation keeps the paper's ordering, the cited values are
-the paper's (not the essay's), and the page renders in both languages."""
+"""The paper's numbers page: the paper's full Fig. 2 and Fig. 13 beside ours, ratios computed
+not typed, the shipped default results current, the essay's claims corrected exactly, and the
+page rendering in both languages."""
 from __future__ import annotations
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from engine import paper
 from engine.accounting import CATEGORIES
+from viz import essay_fixes
 from viz import paper_page as P
+from viz import paper_results as R
 
-SMALL = 100  # enough for a queue to form: below it paging never waits
+SMALL = 60
 
 
 @pytest.fixture(scope="module")
-def rows() -> dict[str, P.PolicyRow]:
-    return {p: P.simulate_policy(p, SMALL) for p in P.POLICIES}
+def regenerated(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("paper") / "results.json"
+    assert R.main(["--requests", str(SMALL), "--out", str(out)]) == 0
+    return R.load_shipped(out)
 
 
-def test_token_state_share_rises_from_max_to_pow2_to_oracle_to_paging(rows):
-    token = [rows[p].shares["token_states"] for p in P.POLICIES]
-    assert token == sorted(token)
-    assert token[-1] > 0.9
+def test_regenerating_gives_both_workloads_every_policy_and_whole_arenas(regenerated):
+    assert {c.workload for c in regenerated} == set(R.WORKLOADS)
+    for res in regenerated.values():
+        assert res.config.requests == SMALL and set(res.rows) == set(paper.POLICIES)
+        for row in res.rows.values():
+            assert sum(row.shares[c] for c in CATEGORIES) == pytest.approx(1.0)
 
 
-def test_each_policy_accounts_for_every_slot(rows):
-    for row in rows.values():
-        assert sum(row.shares[c] for c in CATEGORIES) == pytest.approx(1.0)
+def test_shipped_results_carry_the_current_defaults():
+    shipped = R.load_shipped()
+    assert set(shipped) == {R.SimConfig(workload=w) for w in R.WORKLOADS}
 
 
-def test_paging_runs_more_requests_at_once_in_the_same_bytes(rows):
-    assert rows["paged"].mean_running > 2 * rows["max"].mean_running
+def test_a_stale_or_malformed_results_file_is_refused(tmp_path):
+    with pytest.raises(ValueError):
+        R.from_json({"format": "paper-results/0", "results": []})
+    with pytest.raises(ValueError):
+        R.from_json({"format": R.FORMAT, "results": [{"config": {}, "rows": {}}]})
+    bad = tmp_path / "x.json"
+    bad.write_text("{not json")
+    assert R.load_shipped(bad) == {}
 
 
-def test_progress_callback_counts_every_finished_request():
-    seen = []
-    P.simulate_policy("oracle", 12, seen.append)
-    assert seen == list(range(1, 13))
+@pytest.fixture(scope="module")
+def rows(regenerated) -> list[R.PolicyRow]:
+    res = regenerated[R.SimConfig(workload="sharegpt", requests=SMALL)]
+    return [res.rows[p] for p in paper.POLICIES]
 
 
-def test_cited_values_are_the_papers_not_the_essays():
-    assert P.PAPER_TOKEN_SHARE == {"max": 0.204, "pow2": 0.268, "oracle": 0.382, "paged": 0.963}
-    assert P.ESSAY_POW2 != P.PAPER_TOKEN_SHARE["pow2"]
-    assert "Fig. 2" in P.PAPER_SOURCE and "SOSP 2023" in P.PAPER_SOURCE
+def test_figure_shows_the_papers_full_breakdown_beside_ours(rows):
+    fig = P.fig2_figure(rows)
+    by = {t.name: t.y for t in fig.data}
+    assert [round(v, 1) for v in by["token states"][1::2]] == [20.4, 26.8, 38.2, 96.3]
+    assert list(by["never used (internal)"][1::2]) == pytest.approx([57.3, 13.6, 0.0, None])
+    assert list(by["unusable hole (external)"][1::2]) == pytest.approx([8.9, 41.6, 36.6, None])
+    paper_rest = next(t for t in fig.data if t.name == P.text("en")["paper_rest"])
+    assert paper_rest.y[-1] == pytest.approx(100 - 96.3)   # vLLM: no breakdown printed
+    assert by["token states"][0::2] == pytest.approx([100 * r.shares["token_states"]
+                                                      for r in rows])
 
 
-def test_figure_puts_the_paper_beside_ours(rows):
-    fig = P.fig2_figure(list(rows.values()))
-    token = next(t for t in fig.data if t.name == "token states")
-    assert [round(v, 1) for v in token.y[1::2]] == [20.4, 26.8, 38.2, 96.3]
+def test_table_sets_external_plus_free_against_the_papers_external_and_others(rows):
+    table = P.breakdown_table(rows, "en")
+    ext = [r for r in table if r["category"].startswith("external")]
+    assert len(ext) == len(rows)
+    mx = rows[0]
+    assert ext[0]["ours"] == f"{mx.shares['external'] + mx.shares['free']:.1%}"
+    assert ext[0]["paper"] == "8.9%" and ext[-1]["paper"] == "—"
+
+
+def test_concurrency_ratios_are_computed_from_both_sides():
+    rows = [R.PolicyRow(p, {c: 0.2 for c in CATEGORIES}, 0.0, m, 1, 0)
+            for p, m in zip(paper.POLICIES, (5.0, 7.5, 10.0, 20.0))]
+    ratios = P.concurrency_ratios(rows, "sharegpt")
+    assert ratios["paged"] == pytest.approx((4.0, 30.42 / 7.00))
+    assert ratios["paged/oracle"] == pytest.approx((2.0, 30.42 / 13.62))
+    tok, _, run, gap = P.largest_gaps(rows, "sharegpt")
+    assert tok == "paged" and run == "paged" and gap == pytest.approx(20 / 30.42 - 1)
+
+
+def test_essay_arithmetic_is_recomputed_exactly():
+    fixes = {f.key: f.values for f in essay_fixes.arithmetic_fixes()}
+    kv = 32 * 32768 * (2 * 8 * 128 * 2 * 80)          # batch x tokens x K+V, heads, dim, fp16, layers
+    assert kv == 320 * 2**30
+    assert fixes["fix_kv_weights"]["ratio"] == f"{kv / 140e9:.2f}" == "2.45"
+    assert fixes["fix_tail"]["per_layer"] == "32 KiB"            # 8 x 2 x 8 x 128 x 2 B
+    assert fixes["fix_tail"]["all_layers"] == "2.5 MiB"          # x 80 layers
+    assert fixes["fix_prealloc"]["used"] == "36.62 %"            # 3000 / 8192
+    idle = 40 * 2**30 - 16 * 3000 * 327_680
+    assert fixes["fix_prealloc"]["idle"] == f"{idle / 2**30:.2f}" == "25.35"
+    assert fixes["fix_block_table"]["mib"] == "3.125"           # 100 x 4096 entries x 8 B
+
+
+def test_table_fixes_quote_the_papers_figures():
+    fixes = {f.key: f.values for f in essay_fixes.table_fixes()}
+    assert fixes["fix_618"]["waste"] == "61.8 %"
+    assert fixes["fix_sources"]["max_int"] == "57.3 %"
+    assert essay_fixes.concurrency_fix().values == {"pow2": "1.40", "oracle": "1.95",
+                                                    "paged": "4.35"}
+
+
+def _page_text(at: AppTest) -> str:
+    parts = [m.value for m in at.markdown] + [i.value for i in at.info]
+    return " ".join(parts + [c.value for c in at.caption])
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_page_renders_without_exception(lang):
+def test_default_page_renders_from_the_shipped_results(lang):
     at = AppTest.from_string(f"from viz.paper_page import render\nrender({lang!r})",
-                             default_timeout=180)
-    at.query_params["requests"] = "100"
+                             default_timeout=60)
     at.run()
     assert not at.exception, at.exception
     assert not at.error
-    text = " ".join(m.value for m in at.markdown) + " ".join(i.value for i in at.info)
-    assert P.PAPER_SOURCE in " ".join(c.value for c in at.caption) + text
-    assert "26.8%" in text and "32.0%" in text  # the essay's figure is named, then corrected
-    assert len(at.metric) == 3
+    text = _page_text(at)
+    assert paper.FIG2_SOURCE in text and paper.FIG13_SOURCE in text
+    assert "26.8 %" in text and "32.0" in text      # the essay's figure is named, then corrected
+    assert "3.125 MiB" in text and "4.35" in text
+
+
+def test_a_changed_setting_simulates_instead():
+    at = AppTest.from_string("from viz.paper_page import render\nrender('en')",
+                             default_timeout=180)
+    at.query_params["requests"] = "100"
+    at.query_params["workload"] = "Alpaca"   # the URL carries the label shown
+    at.query_params["placement"] = "first-fit"
+    at.run()
+    assert not at.exception, at.exception
+    text = _page_text(at)
+    assert "100 synthetic Alpaca requests" in text and "Fig. 13b" in text
+
+
+def test_hostile_url_settings_fall_back_to_the_defaults():
+    at = AppTest.from_string("from viz.paper_page import render\nrender('en')", default_timeout=60)
+    for key, value in {"sigma": "9", "dist": "zipf", "requests": "-5", "placement": "<b>"}.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception and not at.error
+    assert "1,000 synthetic ShareGPT requests" in _page_text(at)
+    assert "lognormal, sigma 0.8" in _page_text(at) and "placement buddy" in _page_text(at)

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from engine.accounting import CATEGORIES, StepAccount
 from viz.lesson import Lesson, RenderedStep, Summary
 from viz.panels import finished_labels, label_starts, queue_entries, table_rows
+from viz.percent import percents
 from viz.reducer import HOLE, INTERNAL, PAGED, Frame
 from viz.safe import plotly_text
 from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, HOLE_MARK, INK, MUTED,
@@ -242,9 +243,10 @@ def metrics_parts(account: StepAccount, lang: str, xaxis: str = "x", yaxis: str 
                   y: str = "") -> list[dict]:
     """A 100% stacked horizontal bar of the five accounting categories."""
     w = words(lang)
+    shown = percents(account.shares())
     return [dict(type="bar", x=[100 * account.share(c)], y=[y], orientation="h", name=w[c],
                  marker=dict(color=CATEGORY_COLOURS[c], line=dict(width=0)),
-                 text=[f"{100 * account.share(c):.0f}%" if account.share(c) >= 0.07 else ""],
+                 text=[shown[c] if account.share(c) >= 0.07 else ""],
                  textposition="inside", insidetextanchor="middle",
                  textfont=dict(color="white" if c != "free" else INK, size=13),
                  hovertemplate=f"{w[c]}: %{{x:.1f}}%<extra></extra>", xaxis=xaxis,
@@ -325,11 +327,13 @@ def scoreboard_figure(left: Summary, right: Summary, titles: tuple[str, str],
     names = [f"<b>{t}</b><br><span style='font-size:12px;color:{MUTED}'>"
              f"{w['max_running']}: {s.max_running} · {w['steps']}: {s.steps}</span>"
              for t, s in zip(titles, (left, right))]
+    shown = [percents(s.shares) for s in (left, right)]
     for c in CATEGORIES:
         vals = [100 * s.shares[c] for s in (left, right)]
         fig.add_bar(y=names, x=vals, orientation="h", name=w[c],
                     marker=dict(color=CATEGORY_COLOURS[c]),
-                    text=[f"{v:.0f}%" if v >= 4 else "" for v in vals], textposition="inside",
+                    text=[p[c] if v >= 4 else "" for p, v in zip(shown, vals)],
+                    textposition="inside",
                     textfont=dict(color="white" if c != "free" else INK, size=14),
                     hovertemplate=f"{w[c]}: %{{x:.1f}}%<extra></extra>")
     fig.update_layout(barmode="stack", height=height, paper_bgcolor="white", meta=meta,
@@ -402,8 +406,9 @@ def scoreboard_lecture_figure(left: Summary, right: Summary, step: RenderedStep 
 
 def _metrics_line(frame: Frame, lang: str) -> str:
     w, a = words(lang), frame.account
+    shown = percents(a.shares())
     shares = " · ".join(f"<span style='color:{CATEGORY_COLOURS[c]}'>■</span> "
-                        f"{w['cat_short'][c]} {100 * a.share(c):.0f}%" for c in CATEGORIES)
+                        f"{w['cat_short'][c]} {shown[c]}" for c in CATEGORIES)
     return (f"{shares}   |   {w['running_n']} {a.running} · {w['waiting_n']} {a.waiting}"
             f" · {w['blocked_n']} {a.blocked}")
 

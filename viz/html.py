@@ -7,6 +7,7 @@ from html import escape
 
 from engine.accounting import CATEGORIES
 from viz.panels import finished_labels, queue_entries, table_rows
+from viz.percent import percents
 from viz.reducer import PAGED, Frame
 from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, HOLE_COLOUR, HOLE_MARK, INK,
                        MUTED, REQUEST_COLOURS, SIDE_COLOURS, request_colour, tint, words)
@@ -107,19 +108,20 @@ def metrics_strip(frame: Frame, lang: str = "en") -> str:
     """The five categories as one 100% bar, their shares and slot counts, and the queue sizes."""
     w = words(lang)
     a = frame.account
+    shown = percents(a.shares())  # printed shares sum to exactly 100
     segs = []
     for c in CATEGORIES:
         share = a.share(c)
         if share <= 0:
             continue
-        text = f"{100 * share:.0f}%" if share >= 0.08 else ""
+        text = shown[c] if share >= 0.08 else ""
         colour = "white" if c != "free" else INK
         segs.append(f"<div title='{escape(w[c])}: {getattr(a, c)} {w['slots']}' "
                     f"style='width:{100 * share:.3f}%;background:{CATEGORY_COLOURS[c]};"
                     f"color:{colour}'>{text}</div>")
     nums = "".join(
         f"<span><span class='sw' style='background:{CATEGORY_COLOURS[c]}'></span>"
-        f"{escape(w['cat_short'][c])} <b>{100 * a.share(c):.0f}%</b></span>" for c in CATEGORIES)
+        f"{escape(w['cat_short'][c])} <b>{shown[c]}</b></span>" for c in CATEGORIES)
     queue = (f"<span class='pk-q'>{w['running_n']} <b>{a.running}</b> · {w['waiting_n']} "
              f"<b>{a.waiting}</b> · {w['blocked_n']} <b>{a.blocked}</b></span>")
     return (f"<div class='pk-strip'><div class='pk-bar'>{''.join(segs)}</div>"
@@ -129,14 +131,15 @@ def metrics_strip(frame: Frame, lang: str = "en") -> str:
 def scoreboard_card(summary, lang: str = "en") -> str:
     """One run's whole-run numbers: averaged category shares, concurrency, steps."""
     w = words(lang)
+    shown = percents(summary.shares, 1)
     segs = "".join(
         f"<div style='width:{100 * summary.shares[c]:.3f}%;background:{CATEGORY_COLOURS[c]};"
         f"color:{'white' if c != 'free' else INK}'>"
-        f"{f'{100 * summary.shares[c]:.0f}%' if summary.shares[c] >= 0.1 else ''}</div>"
+        f"{shown[c] if summary.shares[c] >= 0.1 else ''}</div>"
         for c in CATEGORIES if summary.shares[c] > 0)
     rows = "".join(
         f"<div class='pk-row'><span class='sw' style='background:{CATEGORY_COLOURS[c]}'></span>"
-        f"<span style='flex:1'>{escape(w[c])}</span><b>{_pct(summary.shares[c])}</b></div>"
+        f"<span style='flex:1'>{escape(w[c])}</span><b>{shown[c]}</b></div>"
         for c in CATEGORIES)
     big = (f"<div class='pk-big'><div><b>{summary.max_running}</b>{escape(w['max_running'])}"
            f"</div><div><b>{summary.mean_running:.1f}</b>{escape(w['mean_running'])}</div>"
@@ -144,10 +147,6 @@ def scoreboard_card(summary, lang: str = "en") -> str:
     return (f"<div class='pk-panel pk-score'><h5>{escape(w['scoreboard'])}</h5>"
             f"<div class='pk-bar'>{segs}</div><div style='margin-top:.4rem'>{rows}</div>"
             f"{big}</div>")
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%" if 0 < x < 0.095 else f"{100 * x:.0f}%"
 
 
 def _chip(text: str, order: int, cls: str = "") -> str:

@@ -30,6 +30,7 @@ from types import SimpleNamespace
 from engine import events as E
 from engine.accounting import CATEGORIES, time_averaged_shares
 from engine.trace import Trace, TraceError
+from viz.percent import percents
 from viz.reducer import CONTIGUOUS, PAGED, Frame, RunInfo, fold, replay
 from viz.safe import md_text
 
@@ -339,17 +340,18 @@ def _side_ns(side: Side, i: int) -> SimpleNamespace:
     f = side.at(i)
     a, s = f.account, side.summary
     blocked = f.blocked[0] if f.blocked else None
+    # Shares as the strip (whole) and the scoreboard (one decimal) print them: each set sums to 100.
+    now, avg = percents(a.shares()), percents(s.shares, 1)
     return SimpleNamespace(
         running=len(f.running), waiting=len(f.waiting), step=f.step,
-        token_share=pct(a.share("token_states")), reservation_share=pct(a.share("reservation")),
-        internal_share=pct(a.share("internal")), external_share=pct(a.share("external")),
-        free_share=pct(a.share("free")), token_states=a.token_states,
+        **{f"{c.removesuffix('_states')}_share": now[c] for c in CATEGORIES},
+        token_states=a.token_states,
         reservation=a.reservation, internal=a.internal, external=a.external, free=a.free,
         waste=a.reservation + a.internal + a.external,
         blocks=sum(len(t) for t in f.block_tables.values()),
-        avg_token_share=pct(s.shares["token_states"]),
-        avg_waste_share=pct(sum(s.shares[c] for c in ("reservation", "internal", "external"))),
-        **{f"avg_{c}_share": pct(s.shares[c]) for c in CATEGORIES if c != "token_states"},
+        avg_token_share=avg["token_states"],
+        avg_waste_share=f"{100 - float(avg['token_states'].rstrip('%')):.1f}%",
+        **{f"avg_{c}_share": avg[c] for c in CATEGORIES if c != "token_states"},
         max_running=s.max_running, mean_running=f"{s.mean_running:.1f}", steps=s.steps,
         blocked_req=req_label(f, blocked.req) if blocked else "-",
         blocked_reason=blocked.reason if blocked else "-")
