@@ -36,7 +36,7 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>!$~|{}#&:])")
 # it; inside a code span it does not happen.
 _LINKISH = re.compile(r"(\S*(?:[a-z][a-z0-9+.-]*://|www\.|@)\S*)", re.IGNORECASE)
 _LEADING = set(string.punctuation) - {"\\"}
-_ORDERED = re.compile(r"^(\d+)([.)])")
+_ORDERED = re.compile(r"^(\d{1,9})([.)])(?=\s|$)")  # a list marker needs a space after it
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069]+")
 
 R = TypeVar("R")
