@@ -58,9 +58,10 @@ def make_header(runs: list[dict], *, model: str, device: str, scenario: dict | N
 class TraceWriter:
     """Writes a trace to a path or an open stream. ``sink(run)`` gives an EventBus subscriber that
     tags events with that run; ``close()`` writes the end line (a trace without it reads as
-    truncated)."""
+    truncated), ``abort()`` ends a failed run without one."""
 
     def __init__(self, target: str | Path | IO[str], header: dict, flush: bool = False) -> None:
+        """Raises OSError when ``target`` cannot be opened for writing."""
         self._own = not hasattr(target, "write")
         self.stream: IO[str] = open(target, "w", encoding="utf-8") if self._own else target
         self.flush = flush
@@ -85,11 +86,22 @@ class TraceWriter:
         if self._own:
             self.stream.close()
 
+    def abort(self) -> None:
+        """End a run that failed: what was written stays, with no end line, so the trace reads
+        as truncated rather than complete."""
+        if self._own:
+            self.stream.close()
+        else:
+            self.stream.flush()
+
     def __enter__(self) -> "TraceWriter":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
 
 def check_header(obj: object) -> dict:
