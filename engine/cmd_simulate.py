@@ -6,9 +6,12 @@ import sys
 
 from engine import workload
 from engine.allocators import ALLOCATORS
+from engine.engine_args import MAX_ARENA_SLOTS
 from engine.request import InvalidConfigError
 from engine.simulate import build_requests, run_policy
 
+#: More would take hours of CPU, not seconds.
+MAX_SIM_REQUESTS = 1_000_000
 #: An OPT-13B-sized KV arena: about 12 GB of an A100-40GB at 800 KB per token = 15,360 tokens.
 DEFAULT_NUM_SLOTS = 15360
 
@@ -40,6 +43,9 @@ def _check(args) -> list[str]:
     for name in ("requests", "block_size", "max_model_len", "num_slots"):
         if getattr(args, name) <= 0:
             raise InvalidConfigError(f"--{name.replace('_', '-')} must be positive")
+    if args.num_slots > MAX_ARENA_SLOTS or args.requests > MAX_SIM_REQUESTS:
+        raise InvalidConfigError(f"--num-slots is at most {MAX_ARENA_SLOTS:,} and --requests at "
+                                 f"most {MAX_SIM_REQUESTS:,}")
     if args.num_slots < args.max_model_len:
         raise InvalidConfigError("--num-slots must hold at least one max-model-len request")
     return policies

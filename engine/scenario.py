@@ -16,6 +16,7 @@
 """
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +112,11 @@ def load(path: str | Path) -> Scenario:
         raise InvalidConfigError(f"scenario {p.name} is not valid TOML: {e}") from None
     except OSError as e:  # a folder, no permission
         raise InvalidConfigError(f"cannot read scenario {p}: {e.strerror or e}") from None
+    try:
+        json.dumps(raw)  # the trace header carries the scenario as written
+    except (TypeError, ValueError):
+        raise InvalidConfigError(f"scenario {p.name} holds a value a trace cannot store (a TOML "
+                                 "date or time?)") from None
     arena = raw.get("arena", {})
     if not isinstance(arena, dict):
         raise InvalidConfigError(f"scenario {p.name}: [arena] must be a table")
