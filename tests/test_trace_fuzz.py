@@ -1,4 +1,4 @@
-"""Mutation fuzzer over the shipped traces: every mutated trace is either refused with one
+"""Mutation fuzzer over the shipped traces (and random dry-run recordings): every mutated trace is either refused with one
 ``TraceError`` line or accepted, and an accepted one folds on both sides into possible frames
 (categories non-negative and summing to the arena, shares in [0, 1], owners and blocks inside
 the arena) that the app's own renderers draw without error.
@@ -9,6 +9,7 @@ Seeded random, so a failure names its case and replays. ``FUZZ_CASES`` (default 
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -21,6 +22,8 @@ import pytest
 
 from engine import events as E
 from engine.accounting import CATEGORIES
+from engine.recorder import record
+from engine.scenario import Scenario, ScenarioRequest
 from engine.trace import Trace, TraceError, loads
 from viz import figures, html, svg, sweep
 from viz import lesson as L
@@ -32,6 +35,7 @@ SOURCES = [ROOT / "lessons" / "six-steps" / "trace.jsonl",
 CASES = int(os.environ.get("FUZZ_CASES", "4000"))
 SECONDS = float(os.environ.get("FUZZ_SECONDS", "60"))
 SEED = int(os.environ.get("FUZZ_SEED", "9"))
+RECORDED = 24      # random dry-run recordings mutated alongside the shipped traces
 RENDER_FRAMES = 3  # frames drawn per accepted case (every frame is folded and checked)
 
 KINDS = list(E.EVENT_TYPES)
@@ -160,6 +164,28 @@ def mutate(rng: random.Random, text: str) -> tuple[str, list[str]]:
     return "\n".join(lines), done
 
 
+def recorded_texts(rng: random.Random, n: int) -> dict[str, str]:
+    """Traces of random small scenarios on the real scheduler and allocators (dry runs): every
+    policy, preemptions, late arrivals, block sizes from 1 up. The reader must accept them all."""
+    out = {}
+    for k in range(n):
+        bs, mml = rng.choice([1, 2, 4, 8, 16]), rng.choice([16, 32, 64])
+        need = -(-mml // bs)  # blocks for one request of max_model_len
+        reqs = []
+        for i in range(rng.randint(1, 8)):
+            p = rng.randint(1, mml - 1)
+            reqs.append(ScenarioRequest(
+                id=rng.choice([f"R{i}", str(i), f"request-{i}-" + "x" * rng.randint(0, 8)]),
+                max_tokens=rng.randint(1, mml - p + 1), prompt_len=p,
+                ignore_eos=rng.random() < 0.5, arrival_step=rng.randint(0, 6),
+                output_len=rng.randint(1, 24)))
+        sc = Scenario("fuzz", rng.randint(need, 3 * need), bs, mml, tuple(reqs))
+        buf = io.StringIO()
+        record(sc, [rng.choice(["max", "pow2", "oracle"]), "paged"], buf, forward="skip")
+        out[f"recorded-{k}"] = buf.getvalue()
+    return out
+
+
 # --- what an accepted trace must satisfy -----------------------------------------------------
 
 def check_frame(f: Frame) -> None:
@@ -248,6 +274,7 @@ def test_mutated_traces_are_refused_in_one_line_or_fold_into_possible_frames():
     texts = {p.name: p.read_text(encoding="utf-8") for p in SOURCES if p.is_file()}
     assert texts, "no shipped traces to mutate"
     rng = random.Random(SEED)
+    texts.update(recorded_texts(rng, RECORDED))
     tally = Tally()
     for name, text in texts.items():  # the unmutated traces must pass the whole check
         run_case(text, rng, tally, f"{name} as shipped")
