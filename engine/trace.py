@@ -126,7 +126,7 @@ def parse_lines(lines: Iterable[str], *, require_end: bool = True,
 
 def _bounded_lines(f: IO[str], limits: Limits) -> Iterator[str]:
     # readline with a size: a file without newlines (/dev/zero) is never read whole
-    while line := f.readline(limits.max_line_chars + 1):
+    while line := f.readline(limits.max_line_chars + 2):  # one more than a line may hold
         yield line
 
 
@@ -135,8 +135,10 @@ def read(path: str | Path, limits: Limits = LIMITS) -> Trace:
     empty, corrupt, truncated, oversized, foreign or wrong-version file."""
     p = Path(path)
     try:
-        with p.open(encoding="utf-8") as f:
+        with p.open(encoding="utf-8", newline="\n") as f:  # lines end at \n only, as in loads
             return parse_lines(_bounded_lines(f, limits), limits=limits)
+    except TraceError:
+        raise
     except FileNotFoundError:
         raise TraceError(f"no trace file at {p}") from None
     except UnicodeDecodeError:
@@ -145,10 +147,12 @@ def read(path: str | Path, limits: Limits = LIMITS) -> Trace:
         raise TraceError(f"{p} is a directory, not a trace file") from None
     except OSError as e:
         raise TraceError(f"cannot read {p.name}: {e.strerror or type(e).__name__}") from None
+    except ValueError:  # a path with a NUL in it
+        raise TraceError(f"{str(p)[:200]!r} is not a usable path") from None
 
 
 def loads(text: str, *, require_end: bool = True, limits: Limits = LIMITS) -> Trace:
-    """Parse and validate a trace held in memory (an upload). Lines end at ``\n`` only: a
+    """Parse and validate a trace held in memory (an upload). Lines end at a line feed only: a
     prompt in the header may hold U+2028 or other characters ``str.splitlines`` would cut at."""
     if len(text) > limits.max_trace_chars:
         raise TraceError(f"trace is larger than {limits.max_trace_chars:,} characters")
