@@ -85,15 +85,15 @@ class LLM:
 
         A run that fails part-way leaves its trace without an end line (it reads as truncated)
         and this ``LLM`` as it was: no per-request sampler state survives it."""
-        if isinstance(prompts, str):
-            prompts = [prompts]
+        items: Sequence[str | Sequence[int]] = \
+            [prompts] if isinstance(prompts, str) else prompts
         params = params or SamplingParams()
-        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
-        if len(plist) != len(prompts):
-            raise InvalidRequestError(f"{len(plist)} sampling params for {len(prompts)} prompts")
+        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(items)
+        if len(plist) != len(items):
+            raise InvalidRequestError(f"{len(plist)} sampling params for {len(items)} prompts")
         if not all(isinstance(p, SamplingParams) for p in plist):
             raise InvalidRequestError("params must be SamplingParams (or a list of them)")
-        ids = [self._tokenize(i, p, chat) for i, p in enumerate(prompts)]
+        ids = [self._tokenize(i, p, chat) for i, p in enumerate(items)]
         bus = E.EventBus()
         alloc = make_allocator(self.allocator_name, self.arena.num_blocks, self.arena.block_size,
                                self.max_model_len, bus)
@@ -119,7 +119,7 @@ class LLM:
                               r.output_token_ids, self.tokenizer.decode(
                                   r.output_token_ids, skip_special_tokens=True),
                               r.finish_reason, r.num_preemptions)
-                for p, r in zip(prompts, reqs)]
+                for p, r in zip(items, reqs)]
 
     def _tokenize(self, i: int, prompt: str | Sequence[int], chat: bool) -> list[int]:
         if isinstance(prompt, str):

@@ -26,6 +26,7 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine import events as E
 
@@ -65,7 +66,7 @@ CONTIGUOUS_ALLOCATORS = ("contiguous", "max", "pow2", "oracle")
 FINISH_REASONS = ("eos", "length")
 _HEADER_TEXT = ("created", "model", "device", "forward")
 _FIELD_TYPES = {  # the event dataclasses' annotations (strings: events.py defers them)
-    kind: tuple((f.name, f.type) for f in dataclasses.fields(cls))
+    kind: tuple((f.name, str(f.type)) for f in dataclasses.fields(cls))
     for kind, cls in E.EVENT_TYPES.items()}
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _BRACKET = re.compile(r"[\[\]{}]")
@@ -163,36 +164,36 @@ def _run_spec(i: int, run: dict, limits: Limits) -> RunSpec:
     cfg = run.get("config")
     if not isinstance(cfg, dict):
         raise TraceError(f"{where} has no config object")
-    n = cfg.get("num_slots")
-    if not _int_in(n, 1, limits.max_slots):
-        raise TraceError(f"{where}: num_slots must be an integer in [1, {limits.max_slots:,}], "
-                         f"got {n!r:.40}")
-    bs = cfg.get("block_size", 16)  # the viewer's default when a header leaves it out
-    if not _int_in(bs, 1, n) or n % bs:
-        raise TraceError(f"{where}: block_size must be a positive integer dividing num_slots "
-                         f"({n}), got {bs!r:.40}")
+    n = _config_int(cfg, "num_slots", None, 1, limits.max_slots, where)
+    bs = _config_int(cfg, "block_size", 16, 1, n, where)  # 16: the viewer's default
+    if n % bs:
+        raise TraceError(f"{where}: block_size ({bs}) must divide num_slots ({n})")
     if "num_blocks" in cfg and cfg["num_blocks"] != n // bs:
         raise TraceError(f"{where}: num_blocks x block_size must equal num_slots")
-    mml = cfg.get("max_model_len", 0)
-    if not _int_in(mml, 0, limits.max_int):
-        raise TraceError(f"{where}: max_model_len must be a non-negative integer")
-    for key in ("view_block_size",):
-        if key in cfg and not _int_in(cfg[key], 1, n):
-            raise TraceError(f"{where}: {key} must be an integer in [1, num_slots]")
+    mml = _config_int(cfg, "max_model_len", 0, 0, limits.max_int, where)
+    if "view_block_size" in cfg:
+        _config_int(cfg, "view_block_size", None, 1, n, where)
     if "policy" in cfg and not _text(cfg["policy"], limits):
         raise TraceError(f"{where}: policy must be a short string")
     return RunSpec(run["name"], alloc == PAGED, n, bs, mml)
+
+
+def _config_int(cfg: dict, key: str, default: int | None, lo: int, hi: int, where: str) -> int:
+    v = cfg.get(key, default)
+    if type(v) is not int or not lo <= v <= hi:
+        raise TraceError(f"{where}: {key} must be an integer in [{lo:,}, {hi:,}], got {v!r:.40}")
+    return v
 
 
 # --- events ----------------------------------------------------------------------------------
 
 def build_event(obj: dict, limits: Limits = LIMITS) -> E.Event:
     """An event from its JSON object, every field of the exact type; raises TraceError."""
-    kind = obj.get("kind")
-    cls = E.EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    tag = obj.get("kind")
+    cls = E.EVENT_TYPES.get(tag) if isinstance(tag, str) else None
     if cls is None:
-        raise TraceError(f"unknown event kind {kind!r:.40}")
-    kwargs: dict[str, object] = {}
+        raise TraceError(f"unknown event kind {tag!r:.40}")
+    kwargs: dict[str, Any] = {}
     for name, typ in _FIELD_TYPES[cls.kind]:
         if name not in obj:
             raise TraceError(f"{cls.kind} event lacks field {name!r}")
@@ -228,7 +229,7 @@ class _Req:
 class RunChecker:
     """Replays one run's events against a model of its allocator and scheduler."""
 
-    def __init__(self, spec: RunSpec, budget: "Budget") -> None:
+    def __init__(self, spec: RunSpec, budget: Budget) -> None:
         self.spec, self.budget = spec, budget
         n, bs = spec.num_slots, spec.block_size
         self.num_blocks = n // bs

@@ -1,9 +1,13 @@
 """A trace that cannot be used raises one clear TraceError, whatever is wrong with it."""
+import io
 import json
 
 import pytest
 
 from engine import events as E
+from engine import trace as T
+from engine.recorder import record
+from engine.scenario import load as load_scenario
 from engine.trace import SCHEMA_VERSION, TraceError, TraceWriter, make_header, read
 
 
@@ -68,12 +72,6 @@ def test_a_live_queue_subscriber_sees_the_same_stream_in_order():
 
 
 # --- issue 9: the reader checks everything before the viewer folds it ------------------------
-
-import io  # noqa: E402
-
-from engine import trace as T  # noqa: E402
-from engine.recorder import record  # noqa: E402
-from engine.scenario import load as load_scenario  # noqa: E402
 
 SCENARIO = """
 title = "two"

@@ -27,7 +27,16 @@ from engine.scenario import Scenario, ScenarioRequest
 from engine.trace import Trace, TraceError, loads
 from viz import figures, html, svg, sweep
 from viz import lesson as L
-from viz.reducer import FREE, HOLE, INTERNAL, PAGED, RESERVED, TOKEN, Frame, RunInfo, replay
+from viz.reducer import (
+    FREE,
+    HOLE,
+    INTERNAL,
+    RESERVED,
+    TOKEN,
+    Frame,
+    RunInfo,
+    replay,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [ROOT / "lessons" / "six-steps" / "trace.jsonl",
