@@ -98,7 +98,7 @@ def mutate_json(rng: random.Random, lines: list[str]) -> str:
     i = rng.randrange(len(lines))
     try:
         obj = json.loads(lines[i])
-    except ValueError:
+    except (ValueError, RecursionError):  # a line an earlier mutation broke or nested deep
         return "skip"
     paths = list(_leaf_paths(obj))
     path = rng.choice(paths)
