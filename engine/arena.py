@@ -45,10 +45,24 @@ def device_memory(device: torch.device | str) -> int | None:
         if device.type == "cuda":
             return torch.cuda.get_device_properties(device).total_memory
         if device.type == "cpu":
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            return min([ram, *_cgroup_limits()])
     except (OSError, ValueError, RuntimeError, AssertionError):
         return None
     return None
+
+
+def _cgroup_limits() -> list[int]:
+    # In a container the cgroup's limit, not the host's RAM, is what an allocation may use.
+    out = []
+    for f in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = open(f, encoding="ascii").read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            out.append(int(text))
+    return out
 
 
 def check_fits(nbytes: int, device: torch.device | str) -> None:

@@ -267,3 +267,22 @@ def test_a_failed_run_writes_no_end_line_and_leaves_the_llm_as_fresh(smollm, tmp
     fresh = LLM(smollm, num_blocks=16, block_size=8, max_model_len=64)
     assert again == [o.token_ids for o in fresh.generate(prompts, params)]
     assert trace.read(path).run_names == ["paged"]  # the good run's trace is complete
+
+
+def test_an_arena_larger_than_the_device_is_refused_before_allocating():
+    from engine.arena import check_fits, device_memory
+    total = device_memory("cpu")
+    assert total and total > 0
+    check_fits(total // 2, "cpu")
+    with pytest.raises(InvalidConfigError, match="does not fit"):
+        check_fits(total + 1, "cpu")
+
+
+@pytest.mark.model
+def test_llm_refuses_a_budget_the_machine_cannot_hold(smollm, monkeypatch):
+    import engine.arena
+    from engine.llm import LLM
+    monkeypatch.setattr(engine.arena, "device_memory", lambda device: 64 << 20)
+    with pytest.raises(InvalidConfigError, match="does not fit"):
+        LLM(smollm, kv_budget_mb=512)
+    assert LLM(smollm, kv_budget_mb=8).arena.num_blocks > 0
