@@ -14,6 +14,7 @@ import json
 import math
 import os
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,13 +163,34 @@ def mutate_lines(rng: random.Random, lines: list[str]) -> str:
     return f"truncate at line {i + 1}"
 
 
+HOSTILE_NAMES = ["<script>alert(1)</script>", "a\u2028b", "x" * 200, "\U0001f642", "A B",
+                 '"q"', "</svg><img src=x>", "{L.running}", "![i](http://example.invalid/x)",
+                 "r\u0000", "\\", "AA"]
+
+
+def mutate_rename(rng: random.Random, lines: list[str]) -> str:
+    """Rename one request or run everywhere it appears: a valid trace whose names are hostile."""
+    kind = rng.choice(["req", "run"])
+    names = sorted({m for line in lines[1:60] for m in re.findall(f'"{kind}":"([^"]*)"', line)})
+    if not names:
+        return "skip"
+    old, new = rng.choice(names), json.dumps(rng.choice(HOSTILE_NAMES), ensure_ascii=False)
+    keys = ("req", "id") if kind == "req" else ("run", "name")
+    for i, line in enumerate(lines):
+        for key in keys:
+            line = line.replace(f'"{key}":"{old}"', f'"{key}":{new}')
+        lines[i] = line
+    return f"rename {kind} {old!r} to {new}"
+
+
 def mutate(rng: random.Random, text: str) -> tuple[str, list[str]]:
     lines = text.split("\n")
     done = []
     for _ in range(rng.choice([1, 1, 1, 2, 3])):
         if not lines:
             break
-        op = mutate_json if rng.random() < 0.6 else mutate_lines
+        r = rng.random()
+        op = mutate_json if r < 0.5 else mutate_lines if r < 0.85 else mutate_rename
         done.append(op(rng, lines))
     return "\n".join(lines), done
 
