@@ -6,6 +6,7 @@ without copying: a flat slot index means the same token slot in every view.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -35,6 +36,43 @@ def blocks_for_budget(config: ModelConfig, block_size: int, dtype: torch.dtype,
             f"KV budget of {kv_budget_mb} MiB is too small for one block of {block_size} tokens "
             f"({per_block / MIB:.3f} MiB)")
     return n
+
+
+def device_memory(device: torch.device | str) -> int | None:
+    """Total memory of ``device`` in bytes (physical RAM for the CPU), or None if unknown."""
+    device = torch.device(device)
+    try:
+        if device.type == "cuda":
+            return torch.cuda.get_device_properties(device).total_memory
+        if device.type == "cpu":
+            ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            return min([ram, *_cgroup_limits()])
+    except (OSError, ValueError, RuntimeError, AssertionError):
+        return None
+    return None
+
+
+def _cgroup_limits() -> list[int]:
+    # In a container the cgroup's limit, not the host's RAM, is what an allocation may use.
+    out = []
+    for f in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = open(f, encoding="ascii").read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            out.append(int(text))
+    return out
+
+
+def check_fits(nbytes: int, device: torch.device | str) -> None:
+    """Refuse (InvalidConfigError) a KV arena larger than ``device``'s whole memory: allocating
+    it would fail or, on an overcommitting OS, get the process killed later."""
+    total = device_memory(device)
+    if total is not None and nbytes > total:
+        raise InvalidConfigError(
+            f"a KV arena of {nbytes / MIB:,.0f} MiB does not fit in the {total / MIB:,.0f} MiB "
+            f"of {device}; lower --num-blocks or --kv-budget-mb")
 
 
 @dataclass(frozen=True)

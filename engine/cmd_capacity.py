@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from engine.capacity import (DTYPE_BYTES, GiB, PRESETS, CapacityReport, build_report,
                              format_bytes, load_shape)
@@ -39,8 +40,9 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 def run(args) -> int:
-    if args.budget_gb <= 0:
-        raise InvalidConfigError(f"--budget-gb must be positive, got {args.budget_gb}")
+    if not math.isfinite(args.budget_gb) or args.budget_gb <= 0:
+        raise InvalidConfigError(f"--budget-gb must be a positive finite number, got "
+                                 f"{args.budget_gb}")
     shape = load_shape(args.preset, args.config, args.gguf, args.dtype)
     report = build_report(shape, block_size=args.block_size,
                           budget_bytes=round(args.budget_gb * GiB), max_len=args.max_len,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from engine.allocators import ALLOCATORS
 from engine.attention import BACKENDS
-from engine.request import InvalidRequestError, SamplingParams
+from engine.engine_args import EngineArgs, check_output_path
+from engine.request import InvalidRequestError, SamplingParams, check_prompt
 
 
 def add_parser(sub) -> None:
@@ -43,24 +44,36 @@ def add_parser(sub) -> None:
 
 
 def read_prompts_file(path: str) -> list[str]:
-    """A JSON list of strings, or else one prompt per non-blank line. Raises InvalidRequestError
-    for a missing or unreadable file."""
+    """A JSON list of strings, or else one prompt per non-blank line; a UTF-8 byte-order mark is
+    skipped. Raises InvalidRequestError for a missing or unreadable file, a binary one (NUL
+    bytes), or JSON that is not a list of strings (an object, a bare string)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise InvalidRequestError(f"prompts file {p} does not exist") from None
-    except (IsADirectoryError, UnicodeDecodeError, PermissionError) as e:
+    except (OSError, UnicodeDecodeError) as e:
         raise InvalidRequestError(f"prompts file {p} cannot be read: {type(e).__name__}") from None
-    if text.lstrip().startswith("["):
+    if "\x00" in text:
+        raise InvalidRequestError(f"prompts file {p} holds NUL bytes (is it a binary file?)")
+    head = text.lstrip()[:1]
+    if head in ("[", "{"):
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InvalidRequestError(f"prompts file {p} is not valid JSON: {e.msg} "
-                                      f"(line {e.lineno})") from None
+        except (ValueError, RecursionError) as e:
+            raise InvalidRequestError(f"prompts file {p} is not valid JSON: "
+                                      f"{getattr(e, 'msg', type(e).__name__)}") from None
         if not isinstance(data, list) or not all(isinstance(s, str) for s in data):
             raise InvalidRequestError(f"prompts file {p} must hold a JSON list of strings")
         return data
+    if head == '"':
+        try:
+            json.loads(text)
+        except ValueError:
+            pass  # a first line that starts with a quote: plain prompts
+        else:
+            raise InvalidRequestError(f"prompts file {p} holds one JSON string; write a JSON "
+                                      "list of strings, or one prompt per line")
     return [line for line in text.splitlines() if line.strip()]
 
 
@@ -71,10 +84,14 @@ def run(args) -> int:
     if not prompts:
         raise InvalidRequestError("no prompts given (pass PROMPT arguments or --prompts-file)")
     for i, p in enumerate(prompts):
-        if not p.strip():
-            raise InvalidRequestError(f"prompt {i} is empty")
+        check_prompt(i, p)
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
                             top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos)
+    EngineArgs(num_blocks=args.num_blocks, kv_budget_mb=args.kv_budget_mb,
+               block_size=args.block_size, max_model_len=args.max_model_len,
+               max_num_seqs=args.max_num_seqs, allocator=args.allocator)
+    if args.trace is not None:
+        check_output_path(args.trace, "--trace")
     from engine.llm import LLM  # torch and transformers load only once the input is sane
     llm = LLM(args.model, device=args.device, dtype=args.dtype, num_blocks=args.num_blocks,
               kv_budget_mb=args.kv_budget_mb, block_size=args.block_size,

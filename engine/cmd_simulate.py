@@ -7,11 +7,14 @@ from typing import Any
 
 from engine import workload
 from engine.allocators import ALLOCATORS
+from engine.engine_args import MAX_ARENA_SLOTS
 from engine.paper import default_num_slots
 from engine.placement import PLACEMENTS
 from engine.request import InvalidConfigError
 from engine.simulate import build_requests, run_policy
 
+#: More would take hours of CPU, not seconds.
+MAX_SIM_REQUESTS = 1_000_000
 #: OPT-13B's KV arena on an A100-40GB (the paper's Table 1): 12 GiB // 800 KiB = 15,728 slots.
 DEFAULT_NUM_SLOTS = default_num_slots()
 #: The paper's Orca places its reservations with a buddy allocator (§6.1).
@@ -52,6 +55,9 @@ def _check(args) -> list[str]:
     for name in ("requests", "block_size", "max_model_len", "num_slots"):
         if getattr(args, name) <= 0:
             raise InvalidConfigError(f"--{name.replace('_', '-')} must be positive")
+    if args.num_slots > MAX_ARENA_SLOTS or args.requests > MAX_SIM_REQUESTS:
+        raise InvalidConfigError(f"--num-slots is at most {MAX_ARENA_SLOTS:,} and --requests at "
+                                 f"most {MAX_SIM_REQUESTS:,}")
     if args.num_slots < args.max_model_len:
         raise InvalidConfigError("--num-slots must hold at least one max-model-len request")
     return policies

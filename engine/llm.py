@@ -5,16 +5,19 @@ fresh allocator and engine core over that arena, so ``num_preemptions`` describe
 """
 from __future__ import annotations
 
+import operator
 import os
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from engine import events as E
-from engine.allocators import ALLOCATORS, make_allocator
-from engine.arena import KVArena, blocks_for_budget
+from engine.allocators import make_allocator
+from engine.arena import KVArena, blocks_for_budget, bytes_per_block, check_fits
 from engine.core import EngineCore
+from engine.engine_args import EngineArgs, check_output_path
 from engine.model import LoadedModel, load_model
-from engine.request import InvalidConfigError, InvalidRequestError, Request, SamplingParams
+from engine.request import (InvalidConfigError, InvalidRequestError, Request, SamplingParams,
+                            check_prompt)
 from engine.runner import ModelRunner
 from engine.trace import TraceWriter, make_header
 
@@ -46,27 +49,20 @@ class LLM:
                  trace: str | os.PathLike | Callable[[E.Event], None] | None = None,
                  progress: bool = True) -> None:
         # Cheap checks first: a typo should not cost a model load.
-        if block_size <= 0:
-            raise InvalidConfigError(f"block size must be positive, got {block_size}")
-        if num_blocks is not None and kv_budget_mb is not None:
-            raise InvalidConfigError("give either num_blocks or kv_budget_mb, not both")
-        if num_blocks is not None and num_blocks <= 0:
-            raise InvalidConfigError(f"number of KV blocks must be positive, got {num_blocks}")
-        if kv_budget_mb is not None and kv_budget_mb <= 0:
-            raise InvalidConfigError(f"KV budget must be positive, got {kv_budget_mb} MiB")
-        if allocator not in ALLOCATORS:
-            raise InvalidConfigError(f"unknown allocator {allocator!r}; choose one of "
-                                     f"{', '.join(ALLOCATORS)}")
+        args = EngineArgs(num_blocks=num_blocks, kv_budget_mb=kv_budget_mb, block_size=block_size,
+                          max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                          max_num_batched_tokens=max_num_batched_tokens, allocator=allocator)
+        if trace is not None and not callable(trace):
+            check_output_path(trace, "trace")
         self.model = model if isinstance(model, LoadedModel) else load_model(
             model, device=device, dtype=dtype, progress=progress)
         cfg = self.model.config
-        self.max_model_len = max_model_len or cfg.max_position_embeddings
-        if not 0 < self.max_model_len <= cfg.max_position_embeddings:
-            raise InvalidConfigError(f"max_model_len must be in [1, {cfg.max_position_embeddings}]"
-                                     f", got {self.max_model_len}")
+        self.max_model_len = args.model_len(cfg.max_position_embeddings)
         if num_blocks is None:
             num_blocks = blocks_for_budget(cfg, block_size, self.model.dtype,
                                            kv_budget_mb or DEFAULT_KV_BUDGET_MB)
+        check_fits(num_blocks * bytes_per_block(cfg, block_size, self.model.dtype),
+                   self.model.device)
         self.arena = KVArena(cfg, num_blocks, block_size, self.model.device, self.model.dtype)
         self.runner = ModelRunner(self.model, self.arena, attention)
         self.allocator_name = allocator
@@ -78,18 +74,26 @@ class LLM:
     def tokenizer(self):
         return self.model.tokenizer
 
-    def generate(self, prompts: Sequence[str] | Sequence[Sequence[int]],
+    def generate(self, prompts: str | Sequence[str] | Sequence[Sequence[int]],
                  params: SamplingParams | Sequence[SamplingParams] | None = None,
                  chat: bool = False) -> list[RequestOutput]:
-        """Complete every prompt (text, or token ids) and return outputs in input order.
+        """Complete every prompt (text, or token ids) and return outputs in input order. A bare
+        string is one prompt (as in vLLM), never a sequence of one-character prompts.
         ``chat`` wraps text prompts in the model's chat template. Everything is validated before
-        the first step: InvalidRequestError for an empty or over-long prompt, InvalidConfigError
-        when a request could not fit in the KV arena even alone."""
+        the first step: InvalidRequestError for an empty, over-long or non-text prompt,
+        InvalidConfigError when a request could not fit in the KV arena even alone.
+
+        A run that fails part-way leaves its trace without an end line (it reads as truncated)
+        and this ``LLM`` as it was: no per-request sampler state survives it."""
+        items: Sequence[str | Sequence[int]] = \
+            [prompts] if isinstance(prompts, str) else prompts
         params = params or SamplingParams()
-        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
-        if len(plist) != len(prompts):
-            raise InvalidRequestError(f"{len(plist)} sampling params for {len(prompts)} prompts")
-        ids = [self._tokenize(i, p, chat) for i, p in enumerate(prompts)]
+        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(items)
+        if len(plist) != len(items):
+            raise InvalidRequestError(f"{len(plist)} sampling params for {len(items)} prompts")
+        if not all(isinstance(p, SamplingParams) for p in plist):
+            raise InvalidRequestError("params must be SamplingParams (or a list of them)")
+        ids = [self._tokenize(i, p, chat) for i, p in enumerate(items)]
         bus = E.EventBus()
         alloc = make_allocator(self.allocator_name, self.arena.num_blocks, self.arena.block_size,
                                self.max_model_len, bus)
@@ -101,26 +105,38 @@ class LLM:
         writer = self._attach_trace(bus, core)
         try:
             core.run_to_completion()
-        finally:
+        except BaseException:
             if writer is not None:
-                writer.close()
+                writer.abort()
+            raise
+        finally:
+            for r in reqs:  # a seeded generator left behind would skew the next call's samples
+                self.runner.forget(r.req_id)
+        if writer is not None:
+            writer.close()
         self.num_preemptions = core.num_preemptions
         return [RequestOutput(p if isinstance(p, str) else None, r.prompt_token_ids,
                               r.output_token_ids, self.tokenizer.decode(
                                   r.output_token_ids, skip_special_tokens=True),
                               r.finish_reason, r.num_preemptions)
-                for p, r in zip(prompts, reqs)]
+                for p, r in zip(items, reqs)]
 
     def _tokenize(self, i: int, prompt: str | Sequence[int], chat: bool) -> list[int]:
         if isinstance(prompt, str):
-            if not prompt.strip():
-                raise InvalidRequestError(f"prompt {i} is empty")
+            check_prompt(i, prompt)
             if chat:
                 msgs = [{"role": "user", "content": prompt}]
                 return list(self.tokenizer.apply_chat_template(
                     msgs, add_generation_prompt=True, tokenize=True, return_dict=False))
             return list(self.tokenizer.encode(prompt))
-        ids = [int(t) for t in prompt]
+        try:
+            if isinstance(prompt, (bytes, bytearray, dict, set)):
+                raise TypeError
+            ids = [operator.index(t) for t in prompt if not isinstance(t, bool)]
+            if len(ids) != len(prompt):  # a bool among the ids
+                raise TypeError
+        except TypeError:
+            raise InvalidRequestError(f"prompt {i} must be text or a list of token ids") from None
         if not ids:
             raise InvalidRequestError(f"prompt {i} is empty")
         vocab = self.model.config.vocab_size
@@ -140,6 +156,10 @@ class LLM:
                   "view_block_size": core.allocator.view_block_size}
         header = make_header([{"name": name, "allocator": name, "config": config}],
                              model=self.model.name, device=str(self.model.device))
-        writer = TraceWriter(self.trace, header)
+        try:
+            writer = TraceWriter(self.trace, header)
+        except OSError as e:
+            raise InvalidConfigError(f"cannot write the trace {str(self.trace)[:200]!r}: "
+                                     f"{e.strerror or type(e).__name__}") from None
         bus.subscribe(writer.sink(name))
         return writer

@@ -6,6 +6,7 @@ each allocator; with ``forward="skip"`` a stand-in model stops each request at i
 """
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from typing import IO, Callable
@@ -13,6 +14,7 @@ from typing import IO, Callable
 from engine import events as E
 from engine.allocators import ALLOCATORS, make_allocator
 from engine.core import EngineCore
+from engine.engine_args import check_output_path
 from engine.request import InvalidConfigError, Request, SamplingParams
 from engine.scenario import FILLER_TEXT, Scenario
 from engine.simulate import EOS, FILLER, DryRunner
@@ -75,6 +77,8 @@ def record(scenario: Scenario, allocators: list[str], out: str | IO[str] | None 
     if bad or not allocators:
         raise InvalidConfigError(f"unknown allocator {bad[0] if bad else '(none)'}; "
                                  f"choose from {', '.join(ALLOCATORS)}")
+    if isinstance(out, (str, os.PathLike)):
+        check_output_path(out, "trace")  # before the model loads
     say = progress or (lambda msg: None)
     make_runner, eos, model_name, device_name, tokenizer = _forward(
         forward, model_path, device, dtype, attention, scenario, say, model)
@@ -103,9 +107,12 @@ def record(scenario: Scenario, allocators: list[str], out: str | IO[str] | None 
             run.core.bus.subscribe(sink)
     try:
         _lockstep(list(runs.values()), say)
-    finally:
+    except BaseException:
         if writer is not None:
-            writer.close()
+            writer.abort()  # no end line: a failed recording reads as truncated
+        raise
+    if writer is not None:
+        writer.close()
     return runs
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 
@@ -17,9 +18,20 @@ class InvalidConfigError(EngineInputError):
     """An engine setting is out of range (block size <= 0, a KV budget too small, ...)."""
 
 
+#: Below this a temperature is a typo for greedy (``0``): dividing logits by it only overflows.
+MIN_TEMPERATURE = 1e-2
+MAX_SEED = 2**64 - 1  # what torch.Generator.manual_seed takes
+
+
+def _real(v: object) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to pick tokens. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable."""
+    """How to pick tokens. ``temperature == 0`` is greedy, else it must be at least
+    ``MIN_TEMPERATURE``; ``seed`` (an integer in [0, 2**64)) makes sampling repeatable. Every
+    field is checked for type and range here, once: InvalidRequestError says which is wrong."""
     max_tokens: int = 16
     temperature: float = 0.0
     top_p: float = 1.0
@@ -27,12 +39,36 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 1:
-            raise InvalidRequestError(f"max_tokens must be at least 1, got {self.max_tokens}")
-        if self.temperature < 0:
-            raise InvalidRequestError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p}")
+        if type(self.max_tokens) is not int or self.max_tokens < 1:
+            raise InvalidRequestError(f"max_tokens must be an integer of at least 1, got "
+                                      f"{self.max_tokens!r}")
+        t = self.temperature
+        if not _real(t) or t < 0 or 0 < t < MIN_TEMPERATURE:
+            raise InvalidRequestError(f"temperature must be 0 (greedy) or a finite number of at "
+                                      f"least {MIN_TEMPERATURE}, got {t!r}")
+        if not _real(self.top_p) or not 0 < self.top_p <= 1:
+            raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.seed is not None and (type(self.seed) is not int
+                                      or not 0 <= self.seed <= MAX_SEED):
+            raise InvalidRequestError(f"seed must be an integer in [0, 2**64), got {self.seed!r}")
+        if type(self.ignore_eos) is not bool:
+            raise InvalidRequestError(f"ignore_eos must be true or false, got "
+                                      f"{self.ignore_eos!r}")
+
+
+def check_prompt(i: int, prompt: object) -> str:
+    """A text prompt the tokenizer can take: a non-blank string that is valid Unicode (no lone
+    surrogates, which is what undecodable bytes on a command line become)."""
+    if not isinstance(prompt, str):
+        raise InvalidRequestError(f"prompt {i} must be text or a list of token ids, got "
+                                  f"{type(prompt).__name__}")
+    if not prompt.strip():
+        raise InvalidRequestError(f"prompt {i} is empty")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequestError(f"prompt {i} is not valid UTF-8 text") from None
+    return prompt
 
 
 class Status(enum.Enum):

@@ -1,12 +1,12 @@
 """Scenarios: a small TOML file describing an arena and the requests that arrive at it.
 
     title = "Six steps"
-    [arena]
+    [arena]                # every size a positive integer; at most 65,536 slots (a trace's limit)
     num_blocks = 16        # the arena holds num_blocks * block_size token slots
     block_size = 16
     max_model_len = 128
     [[requests]]
-    id = "A"
+    id = "A"                          # a string, or an integer (read as its string)
     prompt = "Why is the sky blue?"   # or prompt_len = 40 for a synthetic prompt
     chat = true                       # apply the chat template (default false)
     max_tokens = 48
@@ -16,11 +16,13 @@
 """
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.request import InvalidConfigError
+from engine.request import InvalidConfigError, InvalidRequestError, check_prompt
+from engine.trace_check import LIMITS
 
 # A fixed passage to cut synthetic prompts from, so they are real text the model can read.
 FILLER_TEXT = ("The kernel keeps a table for every process that maps each page of its virtual "
@@ -50,24 +52,52 @@ class Scenario:
     raw: dict = field(default_factory=dict, compare=False)
 
 
+#: Each request key's type and range. ``id`` may be written as an integer; it becomes a string
+#: here, at the edge, so the engine and the trace only ever see string ids.
+_INT_KEYS = {"max_tokens": 1, "prompt_len": 1, "arrival_step": 0, "output_len": 1}
+_BOOL_KEYS = ("chat", "ignore_eos")
+
+
 def _request(i: int, d: dict) -> ScenarioRequest:
+    where = f"scenario request #{i + 1}"
     if not isinstance(d, dict):
-        raise InvalidConfigError(f"scenario request #{i + 1} is not a table")
+        raise InvalidConfigError(f"{where} is not a table")
     known = set(ScenarioRequest.__dataclass_fields__)
     extra = set(d) - known
     if extra:
-        raise InvalidConfigError(f"scenario request #{i + 1}: unknown key {sorted(extra)[0]!r}")
+        raise InvalidConfigError(f"{where}: unknown key {sorted(extra)[0]!r}")
     if "max_tokens" not in d:
-        raise InvalidConfigError(f"scenario request #{i + 1} lacks max_tokens")
+        raise InvalidConfigError(f"{where} lacks max_tokens")
     if ("prompt" in d) == ("prompt_len" in d):
-        raise InvalidConfigError(f"scenario request #{i + 1} needs exactly one of prompt, prompt_len")
-    try:
-        req = ScenarioRequest(**{"id": f"R{i}", **d})
-    except TypeError as e:
-        raise InvalidConfigError(f"scenario request #{i + 1}: {e}") from None
-    if req.max_tokens < 1 or (req.prompt_len is not None and req.prompt_len < 1):
-        raise InvalidConfigError(f"scenario request {req.id}: lengths must be positive")
-    return req
+        raise InvalidConfigError(f"{where} needs exactly one of prompt, prompt_len")
+    d = dict(d)
+    rid = d.get("id", f"R{i}")
+    if type(rid) is int:
+        rid = str(rid)
+    if not isinstance(rid, str) or not 0 < len(rid) <= LIMITS.max_name_chars:
+        raise InvalidConfigError(f"{where}: id must be a short string or an integer")
+    d["id"] = rid
+    for key, low in _INT_KEYS.items():
+        if key in d and (type(d[key]) is not int or not low <= d[key] <= LIMITS.max_int):
+            raise InvalidConfigError(f"{where} ({rid}): {key} must be an integer of at least "
+                                     f"{low}, got {d[key]!r}")
+    for key in _BOOL_KEYS:
+        if key in d and type(d[key]) is not bool:
+            raise InvalidConfigError(f"{where} ({rid}): {key} must be true or false")
+    if "prompt" in d:
+        try:
+            check_prompt(i, d["prompt"])
+        except InvalidRequestError as e:
+            raise InvalidConfigError(f"{where} ({rid}): {e}") from None
+    return ScenarioRequest(**d)
+
+
+def _arena_int(raw: dict, key: str, default: int | None, name: str) -> int:
+    v = raw.get(key, default)
+    if type(v) is not int or v <= 0:
+        raise InvalidConfigError(f"scenario {name}: [arena] {key} must be a positive integer, "
+                                 f"got {v!r}")
+    return v
 
 
 def load(path: str | Path) -> Scenario:
@@ -80,14 +110,26 @@ def load(path: str | Path) -> Scenario:
         raise InvalidConfigError(f"no scenario file at {p}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise InvalidConfigError(f"scenario {p.name} is not valid TOML: {e}") from None
-    arena = raw.get("arena", {})
+    except OSError as e:  # a folder, no permission
+        raise InvalidConfigError(f"cannot read scenario {p}: {e.strerror or e}") from None
     try:
-        num_blocks, block_size = int(arena["num_blocks"]), int(arena.get("block_size", 16))
-        max_model_len = int(arena.get("max_model_len", 2048))
-    except (KeyError, TypeError, ValueError):
-        raise InvalidConfigError(f"scenario {p.name}: [arena] needs an integer num_blocks") from None
-    if min(num_blocks, block_size, max_model_len) <= 0:
-        raise InvalidConfigError(f"scenario {p.name}: arena sizes must be positive")
+        json.dumps(raw)  # the trace header carries the scenario as written
+    except (TypeError, ValueError):
+        raise InvalidConfigError(f"scenario {p.name} holds a value a trace cannot store (a TOML "
+                                 "date or time?)") from None
+    arena = raw.get("arena", {})
+    if not isinstance(arena, dict):
+        raise InvalidConfigError(f"scenario {p.name}: [arena] must be a table")
+    num_blocks = _arena_int(arena, "num_blocks", None, p.name)
+    block_size = _arena_int(arena, "block_size", 16, p.name)
+    max_model_len = _arena_int(arena, "max_model_len", 2048, p.name)
+    if num_blocks * block_size > LIMITS.max_slots:
+        raise InvalidConfigError(f"scenario {p.name}: an arena of {num_blocks * block_size:,} "
+                                 f"slots is more than a trace may hold ({LIMITS.max_slots:,})")
+    if not isinstance(raw.get("requests", []), list):
+        raise InvalidConfigError(f"scenario {p.name}: requests must be [[requests]] tables")
+    if len(raw.get("requests", [])) > LIMITS.max_requests:
+        raise InvalidConfigError(f"scenario {p.name}: more than {LIMITS.max_requests} requests")
     reqs = tuple(_request(i, d) for i, d in enumerate(raw.get("requests", [])))
     if not reqs:
         raise InvalidConfigError(f"scenario {p.name} has no [[requests]]")

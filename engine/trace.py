@@ -17,16 +17,15 @@ import datetime as _dt
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Iterable
+from typing import IO, Iterable, Iterator
 
-from engine.events import Event, EventError, JsonlSink, from_dict
+from engine.events import Event, JsonlSink
+from engine.trace_check import (FORMAT, LIMITS, SCHEMA_VERSION, Limits, TraceChecker,
+                                TraceError)
+from engine.trace_check import check_header as _check_header
 
-FORMAT = "paged-kv-trace"
-SCHEMA_VERSION = 1
-
-
-class TraceError(ValueError):
-    """A trace file cannot be used; the message is one line saying why."""
+__all__ = ["FORMAT", "LIMITS", "SCHEMA_VERSION", "Limits", "Trace", "TraceError", "TraceWriter",
+           "check_header", "loads", "make_header", "parse_lines", "read"]
 
 
 @dataclass
@@ -59,9 +58,10 @@ def make_header(runs: list[dict], *, model: str, device: str, scenario: dict | N
 class TraceWriter:
     """Writes a trace to a path or an open stream. ``sink(run)`` gives an EventBus subscriber that
     tags events with that run; ``close()`` writes the end line (a trace without it reads as
-    truncated)."""
+    truncated), ``abort()`` ends a failed run without one."""
 
     def __init__(self, target: str | Path | IO[str], header: dict, flush: bool = False) -> None:
+        """Raises OSError when ``target`` cannot be opened for writing."""
         self._own = not hasattr(target, "write")
         self.stream: IO[str] = open(target, "w", encoding="utf-8") if self._own else target
         self.flush = flush
@@ -86,83 +86,75 @@ class TraceWriter:
         if self._own:
             self.stream.close()
 
+    def abort(self) -> None:
+        """End a run that failed: what was written stays, with no end line, so the trace reads
+        as truncated rather than complete."""
+        if self._own:
+            self.stream.close()
+        else:
+            self.stream.flush()
+
     def __enter__(self) -> "TraceWriter":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
 
 def check_header(obj: object) -> dict:
     """Validate a parsed header line; raise TraceError saying what is wrong."""
-    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-        raise TraceError("not a paged-KV trace (its first line is not a trace header)")
-    v = obj.get("schema_version")
-    if v != SCHEMA_VERSION:
-        raise TraceError(f"trace schema version {v!r} is not supported (this viewer reads version "
-                         f"{SCHEMA_VERSION})")
-    runs = obj.get("runs")
-    if not isinstance(runs, list) or not runs or not all(
-            isinstance(r, dict) and "name" in r and isinstance(r.get("config"), dict) for r in runs):
-        raise TraceError("trace header lists no valid runs")
-    return obj
+    return _check_header(obj)[0]
 
 
-def parse_lines(lines: Iterable[str], *, require_end: bool = True) -> Trace:
-    """Parse trace lines (header first). With ``require_end`` a missing end line is an error."""
-    it = iter(lines)
-    trace: Trace | None = None
-    ended = False
-    for lineno, line in enumerate(it, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            where = "header" if trace is None else f"line {lineno}"
-            raise TraceError(f"trace is corrupt or truncated: {where} is not valid JSON") from None
-        if trace is None:
-            trace = Trace(check_header(obj), {r["name"]: [] for r in obj["runs"]})
-            continue
-        if ended:
-            raise TraceError(f"trace is corrupt: line {lineno} follows the end line")
-        if isinstance(obj, dict) and obj.get("end") is True:
-            ended = True
-            n = sum(len(v) for v in trace.runs.values())
-            if obj.get("num_events") != n:
-                raise TraceError(f"trace is corrupt: end line counts {obj.get('num_events')} "
-                                 f"events, the file holds {n}")
-            continue
-        run = obj.get("run") if isinstance(obj, dict) else None
-        if run not in trace.runs:
-            raise TraceError(f"trace is corrupt: line {lineno} names unknown run {run!r}")
-        try:
-            trace.runs[run].append(from_dict(obj))
-        except EventError as e:
-            raise TraceError(f"trace is corrupt: line {lineno}: {e}") from None
-    if trace is None:
-        raise TraceError("trace is empty")
-    if require_end and not ended:
-        raise TraceError("trace is truncated: it has no end line")
-    return trace
+def parse_lines(lines: Iterable[str], *, require_end: bool = True,
+                limits: Limits = LIMITS) -> Trace:
+    """Parse and fully validate trace lines (header first; see ``engine.trace_check``). With
+    ``require_end`` a missing end line is an error. Raises TraceError, one line, and nothing
+    else."""
+    checker = TraceChecker(limits)
+    try:
+        for lineno, line in enumerate(lines, start=1):
+            checker.line(lineno, line)
+        header, runs = checker.finish(require_end)
+    except (RecursionError, MemoryError):
+        raise TraceError("trace is too large or too deeply nested to read") from None
+    return Trace(header, runs)
 
 
-def read(path: str | Path) -> Trace:
+def _bounded_lines(f: IO[str], limits: Limits) -> Iterator[str]:
+    # readline with a size: a file without newlines (/dev/zero) is never read whole
+    while line := f.readline(limits.max_line_chars + 2):  # one more than a line may hold
+        yield line
+
+
+def read(path: str | Path, limits: Limits = LIMITS) -> Trace:
     """Read and validate a whole trace file. Raises TraceError (one clear line) for a missing,
-    empty, corrupt, truncated, foreign or wrong-version file."""
+    empty, corrupt, truncated, oversized, foreign or wrong-version file."""
     p = Path(path)
     try:
-        with p.open(encoding="utf-8") as f:
-            return parse_lines(f)
+        with p.open(encoding="utf-8", newline="\n") as f:  # lines end at \n only, as in loads
+            return parse_lines(_bounded_lines(f, limits), limits=limits)
+    except TraceError:
+        raise
     except FileNotFoundError:
         raise TraceError(f"no trace file at {p}") from None
     except UnicodeDecodeError:
         raise TraceError(f"{p.name} is not a text trace (it is binary)") from None
     except IsADirectoryError:
         raise TraceError(f"{p} is a directory, not a trace file") from None
+    except OSError as e:
+        raise TraceError(f"cannot read {p.name}: {e.strerror or type(e).__name__}") from None
+    except ValueError:  # a path with a NUL in it
+        raise TraceError(f"{str(p)[:200]!r} is not a usable path") from None
 
 
-def loads(text: str, *, require_end: bool = True) -> Trace:
-    """Parse a trace held in memory (an upload)."""
-    return parse_lines(text.splitlines(), require_end=require_end)
+def loads(text: str, *, require_end: bool = True, limits: Limits = LIMITS) -> Trace:
+    """Parse and validate a trace held in memory (an upload). Lines end at a line feed only: a
+    prompt in the header may hold U+2028 or other characters ``str.splitlines`` would cut at."""
+    if len(text) > limits.max_trace_chars:
+        raise TraceError(f"trace is larger than {limits.max_trace_chars:,} characters")
+    return parse_lines(text.split("\n"), require_end=require_end, limits=limits)
 

@@ -103,3 +103,186 @@ def test_api_raises_specific_errors(smollm):
         LLM(smollm, max_model_len=10**6)
     # the refusals left the engine usable
     assert len(llm.generate(["fine"], params)[0].token_ids) >= 1
+
+
+# --- issue 9: every case below is one `error:` line and exit 2, in-process, no model loaded ---
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Fail loudly if a refusal came only after loading the model."""
+    import engine.llm
+    import engine.model
+
+    def boom(*a, **k):
+        raise AssertionError("the model was loaded before the input was checked")
+    monkeypatch.setattr(engine.llm, "load_model", boom)
+    monkeypatch.setattr(engine.model, "load_model", boom)
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Odd prompts files and scenarios, by name."""
+    (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + b'["hi", ""]')
+    (tmp_path / "object.json").write_text('{"prompt": "hi"}')
+    (tmp_path / "string.json").write_text('"hello"')
+    (tmp_path / "nul.txt").write_bytes(b"hello\x00world\n")
+    (tmp_path / "deep.json").write_text("[" * 100_000)
+    good = (ROOT / "lessons" / "six-steps" / "scenario.toml").read_text()
+    (tmp_path / "str_tokens.toml").write_text(good.replace("max_tokens = 84", 'max_tokens = "5"'))
+    (tmp_path / "float_blocks.toml").write_text(good.replace("num_blocks = 16", "num_blocks = 16.5"))
+    (tmp_path / "bool_id.toml").write_text(good.replace('id = "A"', "id = true"))
+    (tmp_path / "huge.toml").write_text(good.replace("num_blocks = 16", "num_blocks = 100000000"))
+    (tmp_path / "a_dir").mkdir()
+    return tmp_path
+
+
+CLI_CASES = [
+    (["generate", "hi", "--kv-budget-mb", "nan"], ["KV budget"]),
+    (["generate", "hi", "--kv-budget-mb", "inf"], ["KV budget"]),
+    (["generate", "hi", "--kv-budget-mb", "1e12"], ["KV budget"]),
+    (["generate", "hi", "--num-blocks", str(10**15)], ["KV slots"]),
+    (["generate", "hi", "--temperature", "1e-45"], ["temperature"]),
+    (["generate", "hi", "--temperature", "nan"], ["temperature"]),
+    (["generate", "hi", "--temperature", "-1"], ["temperature"]),
+    (["generate", "hi", "--top-p", "nan"], ["top_p"]),
+    (["generate", "hi", "--seed", str(2**64)], ["seed"]),
+    (["generate", "hi", "--max-model-len", "0"], ["max_model_len"]),
+    (["generate", "hi", "--max-num-seqs", "0"], ["max_num_seqs"]),
+    (["generate", "hi", "--max-tokens", "0"], ["max_tokens"]),
+    (["generate", "caf\udce9"], ["UTF-8"]),             # a non-UTF-8 byte in argv
+    (["generate", "lone \ud800 surrogate"], ["UTF-8"]),
+    (["generate", "hi", "--trace", "{tmp}/missing/run.jsonl"], ["does not exist"]),
+    (["generate", "hi", "--trace", "{tmp}/a_dir"], ["directory"]),
+    (["generate", "--prompts-file", "{tmp}/bom.json"], ["prompt 1 is empty"]),  # BOM skipped
+    (["generate", "--prompts-file", "{tmp}/object.json"], ["list of strings"]),
+    (["generate", "--prompts-file", "{tmp}/string.json"], ["JSON string"]),
+    (["generate", "--prompts-file", "{tmp}/nul.txt"], ["NUL"]),
+    (["generate", "--prompts-file", "{tmp}/deep.json"], ["not valid JSON"]),
+    (["generate", "--prompts-file", "{tmp}/a_dir"], ["cannot be read"]),
+    (["record", "--scenario", "{tmp}/str_tokens.toml", "--out", "{tmp}/t.jsonl"], ["max_tokens"]),
+    (["record", "--scenario", "{tmp}/float_blocks.toml", "--out", "{tmp}/t.jsonl"],
+     ["num_blocks"]),
+    (["record", "--scenario", "{tmp}/bool_id.toml", "--out", "{tmp}/t.jsonl"], ["id"]),
+    (["record", "--scenario", "{tmp}/huge.toml", "--out", "{tmp}/t.jsonl"], ["slots"]),
+    (["record", "--scenario", "{tmp}/a_dir", "--out", "{tmp}/t.jsonl"], ["scenario"]),
+    (["record", "--scenario", str(ROOT / "lessons/six-steps/scenario.toml"), "--out",
+      "{tmp}/missing/t.jsonl"], ["does not exist"]),
+    (["record", "--scenario", str(ROOT / "lessons/six-steps/scenario.toml"), "--out",
+      "{tmp}/a_dir"], ["directory"]),
+    (["capacity", "--budget-gb", "nan"], ["--budget-gb"]),
+    (["capacity", "--budget-gb", "inf"], ["--budget-gb"]),
+    (["capacity", "--budget-gb", "-1"], ["--budget-gb"]),
+]
+
+
+@pytest.mark.parametrize("argv, words", CLI_CASES, ids=[" ".join(a)[:60] for a, _ in CLI_CASES])
+def test_cli_bad_input_is_one_error_line_before_the_model_loads(argv, words, files, capsys,
+                                                                 no_model_load):
+    argv = [a.replace("{tmp}", str(files)) for a in argv]
+    assert cli.main(argv) == 2
+    captured = capsys.readouterr()
+    assert_one_error_line(captured.err, *words)
+    assert captured.out == ""
+    assert not (files / "t.jsonl").exists()
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"max_tokens": 2.5}, "max_tokens"), ({"max_tokens": True}, "max_tokens"),
+    ({"max_tokens": "5"}, "max_tokens"), ({"temperature": 1e-45}, "temperature"),
+    ({"temperature": float("nan")}, "temperature"), ({"temperature": float("inf")}, "temperature"),
+    ({"top_p": float("nan")}, "top_p"), ({"seed": 2**64}, "seed"), ({"seed": -1}, "seed"),
+    ({"seed": 1.5}, "seed"), ({"ignore_eos": "yes"}, "ignore_eos"),
+])
+def test_sampling_params_refuse_wrong_types_and_ranges(kwargs, words):
+    with pytest.raises(InvalidRequestError, match=words):
+        SamplingParams(**kwargs)
+
+
+def test_sampling_params_accept_their_edges():
+    SamplingParams(temperature=0.01, top_p=1e-6, seed=2**64 - 1, max_tokens=1)
+    SamplingParams(temperature=0, seed=0)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"max_num_seqs": 0}, "max_num_seqs"), ({"max_num_seqs": -3}, "max_num_seqs"),
+    ({"max_model_len": 0}, "max_model_len"), ({"kv_budget_mb": float("nan")}, "KV budget"),
+    ({"kv_budget_mb": float("inf")}, "KV budget"), ({"kv_budget_mb": 1e12}, "KV budget"),
+    ({"num_blocks": 10**15}, "KV slots"), ({"num_blocks": 2.0}, "blocks"),
+    ({"block_size": True}, "block size"), ({"max_num_batched_tokens": 0}, "batched"),
+    ({"allocator": "buddy"}, "allocator"),
+])
+def test_llm_refuses_bad_settings_before_loading(kwargs, words, no_model_load):
+    from engine.llm import LLM
+    with pytest.raises(InvalidConfigError, match=words):
+        LLM("/never/loaded", **kwargs)
+
+
+def test_llm_refuses_an_unwritable_trace_before_loading(tmp_path, no_model_load):
+    from engine.llm import LLM
+    for bad in (tmp_path / "missing" / "t.jsonl", tmp_path, ""):
+        with pytest.raises(InvalidConfigError, match="trace"):
+            LLM("/never/loaded", trace=bad)
+
+
+@pytest.mark.model
+def test_a_bare_string_is_one_prompt_and_odd_prompts_are_refused(smollm):
+    from engine.llm import LLM
+    llm = LLM(smollm, kv_budget_mb=8, max_model_len=64)
+    params = SamplingParams(max_tokens=3, ignore_eos=True)
+    [one] = llm.generate("hello", params)
+    assert one.prompt == "hello" and one.prompt_token_ids == smollm.tokenizer.encode("hello")
+    assert one.token_ids == llm.generate(["hello"], params)[0].token_ids
+    for bad in ([5], [b"hi"], [None], [[1, True]], ["\ud800"]):
+        with pytest.raises(InvalidRequestError):
+            llm.generate(bad, params)
+    with pytest.raises(InvalidRequestError, match="SamplingParams"):
+        llm.generate(["hi"], {"max_tokens": 3})
+
+
+@pytest.mark.model
+def test_a_failed_run_writes_no_end_line_and_leaves_the_llm_as_fresh(smollm, tmp_path,
+                                                                     monkeypatch):
+    from engine import trace
+    from engine.llm import LLM
+    prompts = ["Once upon a time", "The weather today"]
+    params = SamplingParams(max_tokens=6, temperature=0.8, seed=1234, ignore_eos=True)
+    path = tmp_path / "crashed.jsonl"
+    llm = LLM(smollm, num_blocks=16, block_size=8, max_model_len=64, trace=path)
+    execute, calls = llm.runner.execute, []
+
+    def failing(batch):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("device lost")
+        return execute(batch)
+    monkeypatch.setattr(llm.runner, "execute", failing)
+    with pytest.raises(RuntimeError, match="device lost"):
+        llm.generate(prompts, params)
+    with pytest.raises(trace.TraceError, match="truncated"):
+        trace.read(path)
+    assert trace.parse_lines(path.read_text().splitlines(), require_end=False).runs["paged"]
+    assert not llm.runner.sampler._generators  # nothing left to skew the next call
+    monkeypatch.setattr(llm.runner, "execute", execute)
+    again = [o.token_ids for o in llm.generate(prompts, params)]
+    fresh = LLM(smollm, num_blocks=16, block_size=8, max_model_len=64)
+    assert again == [o.token_ids for o in fresh.generate(prompts, params)]
+    assert trace.read(path).run_names == ["paged"]  # the good run's trace is complete
+
+
+def test_an_arena_larger_than_the_device_is_refused_before_allocating():
+    from engine.arena import check_fits, device_memory
+    total = device_memory("cpu")
+    assert total and total > 0
+    check_fits(total // 2, "cpu")
+    with pytest.raises(InvalidConfigError, match="does not fit"):
+        check_fits(total + 1, "cpu")
+
+
+@pytest.mark.model
+def test_llm_refuses_a_budget_the_machine_cannot_hold(smollm, monkeypatch):
+    import engine.arena
+    from engine.llm import LLM
+    monkeypatch.setattr(engine.arena, "device_memory", lambda device: 64 << 20)
+    with pytest.raises(InvalidConfigError, match="does not fit"):
+        LLM(smollm, kv_budget_mb=512)
+    assert LLM(smollm, kv_budget_mb=8).arena.num_blocks > 0

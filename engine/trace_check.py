@@ -1,0 +1,532 @@
+"""Full validation of a trace, line by line, before anything folds or draws it.
+
+A trace is hostile input (an upload, a live pipe): every line is checked for size, nesting and
+types, and every run is replayed through a small model of its allocator, so a trace that passes
+folds without error and every frame's numbers are possible ones (slots inside the arena, shares
+in [0, 1], no negative free space). The checks, in order:
+
+- size: ``Limits`` bounds the text, each line, JSON nesting, runs, requests, events, and the work
+  the viewer's fold will do (frames x arena slots, slots walked by allocation events);
+- schema: the header's runs and configs, each event's fields with exact JSON types (an int is an
+  int, not a bool or a float; NaN and Infinity are refused);
+- order: per run, ``seq`` strictly increases, ``step`` never goes back, no event follows its
+  step's ``step_end``;
+- references: events name requests that arrived; blocks and slots lie inside the arena;
+- the allocator's invariants: no overlapping reservations, no block in two tables (the engine
+  has no prefix sharing yet and the accounting charges a block to one holder), no double free,
+  a request releases exactly what it holds before it is preempted or finishes, tokens land in
+  slots the request holds at the positions its table maps, at most once each; and the engine's
+  own reports (free slots, largest hole, queue lengths, final lengths) match the replay.
+
+Any failure is one ``TraceError`` line naming the line number. Pure Python, no torch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import events as E
+
+
+class TraceError(ValueError):
+    """A trace file cannot be used; the message is one line saying why."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one trace may cost the viewer. The fold keeps one frame per step per run, and each
+    frame stores a category, an owner and (when it changed) an index per arena slot, so the
+    costly traces are small ones with a large arena that changes every step. The defaults hold
+    every trace the engine records for the lessons with room to spare (the largest uses 127k
+    frame cells and 2.2k events) and bound the worst accepted trace, a 22 KiB file whose
+    65,536-slot arena changes wholly at each of 30 steps, to about 150 MiB and 1.5 s of folding
+    (measured on the dev box). Pass larger ``Limits`` to ``read`` for a big local trace."""
+    max_slots: int = 1 << 16           # arena slots per run
+    max_runs: int = 8
+    max_requests: int = 4096           # per run
+    max_events: int = 200_000          # whole trace
+    max_line_chars: int = 1 << 20
+    max_trace_chars: int = 64 << 20    # the app refuses uploads over 50 MB before this
+    max_depth: int = 32                # JSON nesting of one line
+    max_frame_cells: int = 1 << 22     # sum over runs of frames x arena slots
+    max_slot_touches: int = 1 << 22    # slots the fold walks for allocation, release, writes
+    max_int: int = 2**31 - 1           # any integer field
+    max_name_chars: int = 256          # run names, request ids, header strings
+
+
+LIMITS = Limits()
+
+FORMAT = "paged-kv-trace"
+SCHEMA_VERSION = 1
+PAGED = "paged"
+CONTIGUOUS_ALLOCATORS = ("contiguous", "max", "pow2", "oracle")
+FINISH_REASONS = ("eos", "length")
+_HEADER_TEXT = ("created", "model", "device", "forward")
+_FIELD_TYPES = {  # the event dataclasses' annotations (strings: events.py defers them)
+    kind: tuple((f.name, str(f.type)) for f in dataclasses.fields(cls))
+    for kind, cls in E.EVENT_TYPES.items()}
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+_ZEROS = re.compile(b"\x00+")
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number a trace may hold")
+
+
+def check_nesting(line: str, max_depth: int) -> bool:
+    """True when no bracket in ``line`` nests deeper than ``max_depth`` (strings ignored). Cheap:
+    a line with few brackets cannot nest deep, so only bracket-heavy lines are scanned."""
+    if line.count("[") + line.count("{") <= max_depth:
+        return True
+    depth = 0
+    for m in _BRACKET.finditer(_STRING.sub("", line)):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > max_depth:
+            return False
+    return True
+
+
+def parse_json_line(line: str, where: str, limits: Limits = LIMITS) -> object:
+    """One line as JSON, refusing what is too long, too deep, or not strict JSON."""
+    if len(line) > limits.max_line_chars + 1:
+        raise TraceError(f"trace is corrupt: {where} is longer than {limits.max_line_chars:,} "
+                         "characters")
+    if not check_nesting(line, limits.max_depth):
+        raise TraceError(f"trace is corrupt: {where} nests deeper than {limits.max_depth} levels")
+    try:
+        return json.loads(line, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):  # JSONDecodeError, NaN, ints of 4,300+ digits
+        raise TraceError(f"trace is corrupt or truncated: {where} is not valid JSON") from None
+
+
+# --- the header ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A run as the header declares it, checked."""
+    name: str
+    paged: bool
+    num_slots: int
+    block_size: int
+    max_model_len: int
+
+
+def _text(v: object, limits: Limits) -> bool:
+    return isinstance(v, str) and 0 < len(v) <= limits.max_name_chars
+
+
+def _int_in(v: object, lo: int, hi: int) -> bool:
+    return type(v) is int and lo <= v <= hi
+
+
+def check_header(obj: object, limits: Limits = LIMITS) -> tuple[dict, list[RunSpec]]:
+    """Validate a parsed header line; raise TraceError saying what is wrong."""
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise TraceError("not a paged-KV trace (its first line is not a trace header)")
+    v = obj.get("schema_version")
+    if type(v) is not int or v != SCHEMA_VERSION:
+        raise TraceError(f"trace schema version {v!r:.40} is not supported (this viewer reads "
+                         f"version {SCHEMA_VERSION})")
+    for key in _HEADER_TEXT:
+        if key in obj and not (isinstance(obj[key], str) and len(obj[key]) <= limits.max_name_chars):
+            raise TraceError(f"trace header: {key} must be a string of at most "
+                             f"{limits.max_name_chars} characters")
+    if not isinstance(obj.get("scenario", {}), dict):
+        raise TraceError("trace header: scenario must be an object")
+    runs = obj.get("runs")
+    if not isinstance(runs, list) or not runs or not all(isinstance(r, dict) for r in runs):
+        raise TraceError("trace header lists no valid runs")
+    if len(runs) > limits.max_runs:
+        raise TraceError(f"trace header lists {len(runs)} runs, more than {limits.max_runs}")
+    specs = [_run_spec(i, r, limits) for i, r in enumerate(runs)]
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise TraceError("trace header: run names must be unique")
+    if len({s.num_slots for s in specs}) > 1:
+        raise TraceError("trace header: runs compare equal memory, so every run needs the same "
+                         "num_slots")
+    return obj, specs
+
+
+def _run_spec(i: int, run: dict, limits: Limits) -> RunSpec:
+    where = f"trace header: run #{i + 1}"
+    if not _text(run.get("name"), limits):
+        raise TraceError(f"{where} needs a name (a string of 1 to {limits.max_name_chars} "
+                         "characters)")
+    alloc = run.get("allocator")
+    if alloc != PAGED and alloc not in CONTIGUOUS_ALLOCATORS:
+        raise TraceError(f"{where} has allocator {alloc!r:.40}; expected paged or one of "
+                         f"{', '.join(CONTIGUOUS_ALLOCATORS)}")
+    cfg = run.get("config")
+    if not isinstance(cfg, dict):
+        raise TraceError(f"{where} has no config object")
+    n = _config_int(cfg, "num_slots", None, 1, limits.max_slots, where)
+    bs = _config_int(cfg, "block_size", 16, 1, n, where)  # 16: the viewer's default
+    if n % bs:
+        raise TraceError(f"{where}: block_size ({bs}) must divide num_slots ({n})")
+    if "num_blocks" in cfg and cfg["num_blocks"] != n // bs:
+        raise TraceError(f"{where}: num_blocks x block_size must equal num_slots")
+    mml = _config_int(cfg, "max_model_len", 0, 0, limits.max_int, where)
+    if "view_block_size" in cfg:
+        _config_int(cfg, "view_block_size", None, 1, n, where)
+    if "policy" in cfg and not _text(cfg["policy"], limits):
+        raise TraceError(f"{where}: policy must be a short string")
+    return RunSpec(run["name"], alloc == PAGED, n, bs, mml)
+
+
+def _config_int(cfg: dict, key: str, default: int | None, lo: int, hi: int, where: str) -> int:
+    v = cfg.get(key, default)
+    if type(v) is not int or not lo <= v <= hi:
+        raise TraceError(f"{where}: {key} must be an integer in [{lo:,}, {hi:,}], got {v!r:.40}")
+    return v
+
+
+# --- events ----------------------------------------------------------------------------------
+
+def build_event(obj: dict, limits: Limits = LIMITS) -> E.Event:
+    """An event from its JSON object, every field of the exact type; raises TraceError."""
+    tag = obj.get("kind")
+    cls = E.EVENT_TYPES.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        raise TraceError(f"unknown event kind {tag!r:.40}")
+    kwargs: dict[str, Any] = {}
+    for name, typ in _FIELD_TYPES[cls.kind]:
+        if name not in obj:
+            raise TraceError(f"{cls.kind} event lacks field {name!r}")
+        v = obj[name]
+        if typ == "int":
+            ok = _int_in(v, 0, limits.max_int)
+        elif typ == "str":
+            ok = _text(v, limits)
+        else:  # tuple[int, ...]
+            ok = isinstance(v, list) and all(_int_in(x, 0, limits.max_int) for x in v)
+            v = tuple(v) if ok else v
+        if not ok:
+            want = {"int": f"an integer in [0, {limits.max_int}]",
+                    "str": f"a string of 1 to {limits.max_name_chars} characters"
+                    }.get(typ, "a list of such integers")
+            raise TraceError(f"{cls.kind} field {name!r} must be {want}, got {obj[name]!r:.40}")
+        kwargs[name] = v
+    return cls(**kwargs)
+
+
+@dataclass
+class _Req:
+    prompt_len: int
+    max_tokens: int
+    status: str = "waiting"      # waiting / running / finished
+    generated: int = 0           # output tokens it had when last preempted (recomputed on entry)
+    filled: int = 0              # slots written since admission (the accounting's ``filled``)
+    held: int = 0                # slots it holds
+    table: list[int] = field(default_factory=list)   # paging: physical blocks in logical order
+    run: tuple[int, int] | None = None               # contiguous: (start, length)
+
+
+class RunChecker:
+    """Replays one run's events against a model of its allocator and scheduler."""
+
+    def __init__(self, spec: RunSpec, budget: Budget) -> None:
+        self.spec, self.budget = spec, budget
+        n, bs = spec.num_slots, spec.block_size
+        self.num_blocks = n // bs
+        self.reqs: dict[str, _Req] = {}
+        self.block_owner: list[str | None] = [None] * self.num_blocks
+        self.occupied = bytearray(n)     # contiguous: reserved slots
+        self.written = bytearray(n)      # slots holding a written token
+        self.free = n
+        self.last_seq = -1
+        self.last_step = 0
+        self.closed_step = -1            # step of the last step_end
+        self.num_running = self.num_waiting = 0
+
+    def feed(self, ev: E.Event) -> None:
+        self._order(ev)
+        getattr(self, "_" + ev.kind)(ev)
+
+    def _order(self, ev: E.Event) -> None:
+        if ev.seq <= self.last_seq:
+            raise TraceError(f"seq {ev.seq} does not follow seq {self.last_seq}")
+        if ev.step < self.last_step:
+            raise TraceError(f"step {ev.step} comes after step {self.last_step}")
+        if ev.step <= self.closed_step:
+            raise TraceError(f"event of step {ev.step} after that step's step_end")
+        self.last_seq, self.last_step = ev.seq, ev.step
+
+    def _req(self, ev: E.Event, status: str) -> _Req:
+        r = self.reqs.get(ev.req)  # type: ignore[attr-defined]
+        if r is None:
+            raise TraceError(f"{ev.kind} names request {ev.req!r:.40}, "  # type: ignore[attr-defined]
+                             "which never arrived")
+        if r.status != status:
+            raise TraceError(f"{ev.kind} for request {ev.req!r:.40} "  # type: ignore[attr-defined]
+                             f"while it is {r.status}, not {status}")
+        return r
+
+    def _kind(self, ev: E.Event, paged: bool) -> None:
+        if self.spec.paged != paged:
+            raise TraceError(f"{ev.kind} event in a {'paged' if self.spec.paged else 'contiguous'}"
+                             f" run")
+
+    def _touch(self, n: int) -> None:
+        self.budget.touch(n)
+
+    # --- scheduler events ---
+
+    def _request_arrived(self, ev: E.RequestArrived) -> None:
+        if ev.req in self.reqs:
+            raise TraceError(f"request {ev.req!r:.40} arrives twice")
+        if len(self.reqs) >= self.budget.limits.max_requests:
+            raise TraceError(f"run holds more than {self.budget.limits.max_requests} requests")
+        if ev.prompt_len < 1 or ev.max_tokens < 1:
+            raise TraceError("request_arrived needs a positive prompt_len and max_tokens")
+        mml = self.spec.max_model_len
+        if mml and ev.prompt_len + ev.max_tokens - 1 > mml:
+            raise TraceError(f"request {ev.req!r:.40} may grow past max_model_len {mml}")
+        self.reqs[ev.req] = _Req(ev.prompt_len, ev.max_tokens)
+        self.num_waiting += 1
+
+    def _admitted(self, ev: E.Admitted) -> None:
+        r = self._req(ev, "waiting")
+        if ev.num_tokens != r.prompt_len + r.generated:
+            raise TraceError(f"admitted with {ev.num_tokens} tokens; the request has "
+                             f"{r.prompt_len + r.generated}")
+        r.status = "running"
+        self.num_waiting -= 1
+        self.num_running += 1
+
+    def _admission_blocked(self, ev: E.AdmissionBlocked) -> None:
+        self._req(ev, "waiting")
+        allowed = (E.BLOCKED_NO_FREE_BLOCK, E.BLOCKED_BATCH_FULL) if self.spec.paged else \
+            (E.BLOCKED_NO_HOLE, E.BLOCKED_NO_SPACE, E.BLOCKED_BATCH_FULL)
+        if ev.reason not in allowed:
+            raise TraceError(f"admission_blocked reason {ev.reason!r:.40} is not one of "
+                             f"{', '.join(allowed)}")
+        hole = self.free if self.spec.paged else self._largest_hole()
+        if (ev.free_slots, ev.largest_hole) != (self.free, hole):
+            raise TraceError(f"admission_blocked reports {ev.free_slots} free slots and a hole "
+                             f"of {ev.largest_hole}; the arena has {self.free} and {hole}")
+        if ev.need_slots < 1:
+            raise TraceError("admission_blocked needs a positive need_slots")
+
+    def _largest_hole(self) -> int:
+        self._touch(self.spec.num_slots)
+        return max((m.end() - m.start() for m in _ZEROS.finditer(self.occupied)), default=0)
+
+    def _preempted(self, ev: E.Preempted) -> None:
+        r = self._req(ev, "running")
+        self._holds_nothing(ev, r)
+        if ev.num_generated > r.max_tokens:
+            raise TraceError(f"preempted after {ev.num_generated} tokens, more than max_tokens")
+        r.status, r.generated, r.filled = "waiting", ev.num_generated, 0
+        self.num_running -= 1
+        self.num_waiting += 1
+
+    def _finished(self, ev: E.Finished) -> None:
+        r = self._req(ev, "running")
+        self._holds_nothing(ev, r)
+        if ev.reason not in FINISH_REASONS:
+            raise TraceError(f"finish reason {ev.reason!r:.40} is not eos or length")
+        if not 1 <= ev.num_generated <= r.max_tokens:
+            raise TraceError(f"finished with {ev.num_generated} tokens; max_tokens is "
+                             f"{r.max_tokens}")
+        if ev.final_len != r.filled or ev.final_len != r.prompt_len + ev.num_generated - 1:
+            raise TraceError(f"finished with final_len {ev.final_len}; it wrote {r.filled} slots "
+                             f"for a prompt of {r.prompt_len} and {ev.num_generated} tokens")
+        r.status, r.filled = "finished", 0
+        self.num_running -= 1
+
+    def _holds_nothing(self, ev: E.Event, r: _Req) -> None:
+        if r.held or r.table or r.run is not None:
+            raise TraceError(f"{ev.kind} while request {ev.req!r:.40} "  # type: ignore[attr-defined]
+                             "still holds memory")
+
+    def _step_end(self, ev: E.StepEnd) -> None:
+        if (ev.num_running, ev.num_waiting) != (self.num_running, self.num_waiting):
+            raise TraceError(f"step_end reports {ev.num_running} running and {ev.num_waiting} "
+                             f"waiting; the run has {self.num_running} and {self.num_waiting}")
+        for name, r in self.reqs.items():
+            if r.filled > r.held:
+                raise TraceError(f"request {name!r:.40} has written {r.filled} slots but holds "
+                                 f"{r.held}")
+        self.closed_step = ev.step
+        self.budget.frame(self.spec.num_slots)
+
+    # --- paging ---
+
+    def _block_allocated(self, ev: E.BlockAllocated) -> None:
+        self._kind(ev, paged=True)
+        r = self._req(ev, "running")
+        if ev.logical != len(r.table):
+            raise TraceError(f"block_allocated at logical {ev.logical}; the table has "
+                             f"{len(r.table)} entries")
+        if ev.physical >= self.num_blocks:
+            raise TraceError(f"block {ev.physical} is outside the arena's {self.num_blocks} blocks")
+        if self.block_owner[ev.physical] is not None:
+            raise TraceError(f"block {ev.physical} is already in request "
+                             f"{self.block_owner[ev.physical]!r:.40}'s table")
+        self._touch(self.spec.block_size)
+        self.block_owner[ev.physical] = ev.req
+        r.table.append(ev.physical)
+        r.held += self.spec.block_size
+        self.free -= self.spec.block_size
+
+    def _block_freed(self, ev: E.BlockFreed) -> None:
+        self._kind(ev, paged=True)
+        r = self._req(ev, "running")
+        if ev.physical >= self.num_blocks or self.block_owner[ev.physical] != ev.req:
+            raise TraceError(f"block {ev.physical} freed but not in request {ev.req!r:.40}'s "
+                             "table")
+        if ev.ref_count != 0:
+            raise TraceError(f"block {ev.physical} freed with ref_count {ev.ref_count}; "
+                             "its only holder let it go")
+        bs = self.spec.block_size
+        # the fold finds the block in its table by a scan (in C: charged at a sixteenth)
+        self._touch(bs + len(r.table) // 16)
+        if r.table[-1] == ev.physical:  # the engine frees tail first
+            r.table.pop()
+        else:
+            r.table.remove(ev.physical)
+        self.block_owner[ev.physical] = None
+        self.written[ev.physical * bs:(ev.physical + 1) * bs] = bytes(bs)
+        r.held -= bs
+        self.free += bs
+
+    # --- contiguous ---
+
+    def _slots_reserved(self, ev: E.SlotsReserved) -> None:
+        self._kind(ev, paged=False)
+        r = self._req(ev, "running")
+        end = ev.start + ev.length
+        if r.run is not None:
+            raise TraceError(f"request {ev.req!r:.40} reserves a second run")
+        if ev.length < 1 or end > self.spec.num_slots:
+            raise TraceError(f"slots [{ev.start}, {end}) are not a run inside the arena's "
+                             f"{self.spec.num_slots} slots")
+        if self.occupied.find(1, ev.start, end) != -1:
+            raise TraceError(f"slots [{ev.start}, {end}) overlap another reservation")
+        self._touch(ev.length)
+        self.occupied[ev.start:end] = b"\x01" * ev.length
+        r.run, r.held = (ev.start, ev.length), ev.length
+        self.free -= ev.length
+
+    def _reservation_released(self, ev: E.ReservationReleased) -> None:
+        self._kind(ev, paged=False)
+        r = self._req(ev, "running")
+        if r.run != (ev.start, ev.length):
+            raise TraceError(f"request {ev.req!r:.40} releases [{ev.start}, "
+                             f"{ev.start + ev.length}), which is not its reservation")
+        self._touch(ev.length)
+        zero = bytes(ev.length)
+        self.occupied[ev.start:ev.start + ev.length] = zero
+        self.written[ev.start:ev.start + ev.length] = zero
+        r.run, r.held = None, 0
+        self.free += ev.length
+
+    # --- both ---
+
+    def _tokens_written(self, ev: E.TokensWritten) -> None:
+        r = self._req(ev, "running")
+        if not ev.slots or len(ev.slots) != len(ev.positions):
+            raise TraceError("tokens_written needs as many positions as slots, at least one")
+        self._touch(len(ev.slots))
+        bs = self.spec.block_size
+        for pos, slot in zip(ev.positions, ev.slots):
+            if self.spec.paged:
+                ok = pos // bs < len(r.table) and slot == r.table[pos // bs] * bs + pos % bs
+            else:
+                ok = r.run is not None and pos < r.run[1] and slot == r.run[0] + pos
+            if not ok:
+                raise TraceError(f"position {pos} of request {ev.req!r:.40} does not map to "
+                                 f"slot {slot} it holds")
+            if self.written[slot]:
+                raise TraceError(f"slot {slot} is written twice")
+            self.written[slot] = 1
+        r.filled += len(ev.slots)
+
+
+@dataclass
+class Budget:
+    """Work the viewer will do for the whole trace, counted as the runs are replayed."""
+    limits: Limits
+    events: int = 0
+    cells: int = 0
+    touches: int = 0
+
+    def event(self) -> None:
+        self.events += 1
+        if self.events > self.limits.max_events:
+            raise TraceError(f"trace holds more than {self.limits.max_events:,} events")
+
+    def frame(self, num_slots: int) -> None:
+        self.cells += num_slots
+        if self.cells > self.limits.max_frame_cells:
+            raise TraceError(f"trace is too large to draw: frames x arena slots exceed "
+                             f"{self.limits.max_frame_cells:,}")
+
+    def touch(self, n: int) -> None:
+        self.touches += n
+        if self.touches > self.limits.max_slot_touches:
+            raise TraceError(f"trace is too large to draw: its events walk more than "
+                             f"{self.limits.max_slot_touches:,} slots")
+
+
+class TraceChecker:
+    """Feed it a trace's lines in order (``line``), then ``finish``; it keeps the header and
+    each run's events. Raises TraceError naming the line for anything wrong."""
+
+    def __init__(self, limits: Limits = LIMITS) -> None:
+        self.limits = limits
+        self.budget = Budget(limits)
+        self.header: dict | None = None
+        self.runs: dict[str, list[E.Event]] = {}
+        self.checkers: dict[str, RunChecker] = {}
+        self.ended = False
+        self.chars = 0
+
+    def line(self, lineno: int, line: str) -> None:
+        self.chars += len(line)
+        if self.chars > self.limits.max_trace_chars:
+            raise TraceError(f"trace is larger than {self.limits.max_trace_chars:,} characters")
+        if len(line) <= self.limits.max_line_chars + 1 and not line.strip():
+            return
+        where = "header" if self.header is None else f"line {lineno}"
+        obj = parse_json_line(line, where, self.limits)
+        if self.header is None:
+            self.header, specs = check_header(obj, self.limits)
+            self.runs = {s.name: [] for s in specs}
+            self.checkers = {s.name: RunChecker(s, self.budget) for s in specs}
+            return
+        if self.ended:
+            raise TraceError(f"trace is corrupt: line {lineno} follows the end line")
+        if isinstance(obj, dict) and obj.get("end") is True:
+            self._end(obj)
+            return
+        run = obj.get("run") if isinstance(obj, dict) else None
+        if not isinstance(run, str) or run not in self.runs:
+            raise TraceError(f"trace is corrupt: line {lineno} names unknown run {run!r:.40}")
+        try:
+            ev = build_event(obj, self.limits)  # type: ignore[arg-type]
+            self.budget.event()
+            self.checkers[run].feed(ev)
+        except TraceError as e:
+            raise TraceError(f"trace is corrupt: line {lineno} (run {run!r:.40}): {e}") from None
+        self.runs[run].append(ev)
+
+    def _end(self, obj: dict) -> None:
+        self.ended = True
+        n = sum(len(v) for v in self.runs.values())
+        got = obj.get("num_events")
+        if type(got) is not int or got != n:
+            raise TraceError(f"trace is corrupt: end line counts {got!r:.40} events, the file "
+                             f"holds {n}")
+
+    def finish(self, require_end: bool = True) -> tuple[dict, dict[str, list[E.Event]]]:
+        if self.header is None:
+            raise TraceError("trace is empty")
+        if require_end and not self.ended:
+            raise TraceError("trace is truncated: it has no end line")
+        return self.header, self.runs
