@@ -8,8 +8,16 @@ from html import escape
 from engine.accounting import CATEGORIES
 from viz.panels import finished_labels, queue_entries, table_rows
 from viz.reducer import PAGED, Frame
-from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, HOLE_COLOUR, HOLE_MARK, INK,
-                       MUTED, REQUEST_COLOURS, SIDE_COLOURS, request_colour, tint, words)
+from viz.style import (
+    CATEGORY_COLOURS,
+    CATEGORY_MARKS,
+    CHANGED,
+    INK,
+    MUTED,
+    REQUEST_COLOURS,
+    SIDE_COLOURS,
+    words,
+)
 
 MAX_ROWS = 14   # requests listed per panel; a classroom arena never has more
 MAX_MAPS = 12   # block-table entries shown per request (first ones, "…", the last two)
@@ -45,10 +53,10 @@ CSS = f"""
 .pk-maps {{ display:flex; flex-wrap:wrap; }}
 .pk-run {{ font-family: ui-monospace, Menlo, Consolas, monospace; font-size:12px; }}
 .pk-dim {{ color:{MUTED}; }}
-.pk-why {{ color:{HOLE_MARK}; font-size:12px; }}
+.pk-why {{ color:{INK}; font-size:12px; }}
 .pk-q-entry {{ display:inline-flex; align-items:center; gap:.25rem; margin:0 .45rem .25rem 0; }}
 .pk-chip.waiting {{ background:white !important; border:2px solid; line-height:1.2rem; }}
-.pk-chip.blocked {{ background:white !important; border:2px dashed {HOLE_MARK};
+.pk-chip.blocked {{ background:white !important; border:2px dashed {INK};
   line-height:1.2rem; }}
 .pk-legend {{ display:flex; flex-wrap:wrap; gap:.3rem 1.1rem; font-size:13px; color:{INK};
   align-items:center; }}
@@ -214,18 +222,20 @@ def queue_panel(frame: Frame, lang: str = "en") -> str:
 
 
 def legend(lang: str = "en") -> str:
-    """What the grid's cells mean, drawn with the grid's own colours and marks."""
+    """What the grid's cells mean, drawn with the grid's own colours and marks: one colour per
+    category, and requests (letters) in ink."""
     w = words(lang)
-    base = request_colour(0)
-    hatch = (f"background:linear-gradient(135deg, transparent 44%, {base} 45%, {base} 55%, "
-             f"transparent 56%), {tint(base, 0.84)}")
-    cross = (f"background:linear-gradient(45deg, transparent 44%, {HOLE_MARK} 45%, {HOLE_MARK} 55%,"
-             f" transparent 56%), linear-gradient(135deg, transparent 44%, {HOLE_MARK} 45%, "
-             f"{HOLE_MARK} 55%, transparent 56%), {HOLE_COLOUR}")
-    items = [(f"background:{base}", w["token_states"]),
-             (f"background:{tint(base, 0.58)}", w["reservation"]),
-             (hatch, w["internal"]), (f"background:{FREE_COLOUR}", w["free"]),
-             (cross, w["external"]),
+    c, m = CATEGORY_COLOURS, CATEGORY_MARKS
+
+    def marked(cat: str, angles: tuple[int, ...]) -> str:
+        lines = ", ".join(f"linear-gradient({a}deg, transparent 42%, {m[cat]} 43%, {m[cat]} 57%, "
+                          f"transparent 58%)" for a in angles)
+        return f"background:{lines}, {c[cat]}"
+    items = [(f"background:{c['token_states']}", w["token_states"]),
+             (f"background:{c['reservation']}", w["reservation"]),
+             (marked("internal", (45,)), w["internal"]),
+             (f"background:{c['free']}", w["free"]),
+             (marked("external", (45, 135)), w["external"]),
              (f"background:white;border:2px solid {CHANGED}", w["changed"])]
     cells = "".join(f"<span><span class='cell' style='{s}'></span>{escape(t)}</span>"
                     for s, t in items)
