@@ -78,5 +78,9 @@ def body(lesson: Lesson, ch: Chapter, i: int, lang: str) -> str:
         return render_step(lesson, ch.step, lang).narration
     t = text(lang)
     colon = ": " if lang == "en" else "："
-    return "\n\n".join(f"**{t[side]}**{colon}{state_line(lesson.side(side).at(i), lang)}"
-                       for side in ("left", "right"))
+    lines = []
+    for side in ("left", "right"):
+        s = lesson.side(side)
+        state = t["ended"] if i >= len(s.frames) else state_line(s.frames[i], lang)
+        lines.append(f"**{t[side]}**{colon}{state}")
+    return "\n\n".join(lines)
