@@ -78,22 +78,27 @@ FRAME_JS = "() => { const e = document.querySelector('#pk-frame'); " \
 PAINTED_JS = """(want) => {
   const e = document.querySelector('#pk-frame');
   if (!e || Number(e.dataset.frame) !== want) return false;
-  const plots = [...document.querySelectorAll('.js-plotly-plot')];
-  const grids = [...document.querySelectorAll('svg[data-pk-frame]')];
-  const heads = [...document.querySelectorAll('.pk-playhead[data-pk-frame]')];
-  return grids.length === 2 && grids.every(g => Number(g.dataset.pkFrame) === want)
-    && heads.every(h => Number(h.dataset.pkFrame) === want)
-    && plots.every(p => !p.layout || p.layout.meta == null || p.layout.meta === want);
+  const grids = [...document.querySelectorAll('#pk-player svg[data-pk-frame]')];
+  return grids.length === 2 && grids.every(g => Number(g.dataset.pkFrame) === want);
 }"""
+READY_JS = "() => !!document.querySelector('#pk-player[data-ready=\"1\"]')"
 
 
 def shown_frame(page) -> int | None:
-    """The frame number the page currently shows (from the indicator's data-frame)."""
+    """The frame number the player currently shows (from the indicator's data-frame)."""
     return page.evaluate(FRAME_JS)
 
 
+def wait_ready(page, timeout_ms: float = 60000) -> int:
+    """Wait until the lesson player has its frames and shows one; returns that frame."""
+    page.wait_for_function(READY_JS, timeout=timeout_ms, polling="raf")
+    frame = shown_frame(page)
+    wait_painted(page, frame, timeout_ms)
+    return frame
+
+
 def wait_painted(page, frame: int, timeout_ms: float = 30000) -> None:
-    """Wait until the indicator, both arena grids and every plotly chart show ``frame``."""
+    """Wait until the indicator and both arena grids show ``frame``."""
     page.wait_for_function(PAINTED_JS, arg=frame, timeout=timeout_ms, polling="raf")
 
 
