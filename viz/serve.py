@@ -27,9 +27,9 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def running_app(env: dict[str, str] | None = None, log: Path | None = None,
-                timeout: float = 90) -> Iterator[str]:
+                timeout: float = 90, info: dict | None = None) -> Iterator[str]:
     """Start ``streamlit run app.py`` on a free port, wait for /_stcore/health, yield its base
-    URL, and stop it (our child only) afterwards."""
+    URL, and stop it (our child only) afterwards. ``info["pid"]`` gets the server's pid."""
     port = free_port()
     cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
            "--server.headless", "true", "--server.port", str(port),
@@ -38,6 +38,8 @@ def running_app(env: dict[str, str] | None = None, log: Path | None = None,
     out = open(log, "w") if log else subprocess.DEVNULL
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out,
                             stderr=subprocess.STDOUT)
+    if info is not None:
+        info["pid"] = proc.pid
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc, timeout)
