@@ -116,7 +116,7 @@ def measure(url: str, presses: int, start: int) -> dict:
     """Keypress -> painted (from the player's own keydown timestamps) and the held-key count."""
     from playwright.sync_api import sync_playwright
 
-    from viz.serve import launch_chromium, shown_frame, wait_painted
+    from viz.serve import hold_key, launch_chromium, shown_frame, wait_painted
     with sync_playwright() as p:
         browser = launch_chromium(p)
         page = _open(browser, f"{url}/?frame={start}")
@@ -138,22 +138,6 @@ def measure(url: str, presses: int, start: int) -> dict:
         moved = shown_frame(page) - before
         browser.close()
     return {"times": times, "held_presses": held, "held_moved": moved}
-
-
-def hold_key(page, seconds: float, every: float, key: str = "ArrowRight", code: int = 39) -> int:
-    """Hold ``key`` as a keyboard does: a keydown, then auto-repeats every ``every`` seconds,
-    sent straight through the DevTools protocol (Playwright's own calls are slower than 30 ms).
-    Returns the number of keydowns sent."""
-    cdp = page.context.new_cdp_session(page)
-    ev = {"key": key, "code": key, "windowsVirtualKeyCode": code}
-    t0, n = time.monotonic(), 0
-    while time.monotonic() - t0 < seconds:
-        cdp.send("Input.dispatchKeyEvent", {**ev, "type": "rawKeyDown", "autoRepeat": n > 0})
-        n += 1
-        time.sleep(max(0.0, t0 + n * every - time.monotonic()))
-    cdp.send("Input.dispatchKeyEvent", {**ev, "type": "keyUp"})
-    cdp.detach()
-    return n
 
 
 def viewers(url: str, pid: int, n: int, steps: int, batch: int) -> dict:

@@ -1,10 +1,11 @@
 """The lesson page: two allocators side by side, frame by frame.
 
-State lives in ``st.session_state`` (frame, lesson, source, live run, upload); the URL mirrors
-``lesson`` and ``frame`` so a link opens that exact frame. Frames are folded once per trace
-(cached by content hash) and only the current frame is drawn. The stepping view is a fragment:
-a keypress reruns the view, not the page. Nothing here takes keyboard focus away from the arrow
-keys: controls are buttons; the one input (file upload) shows only when opening a file.
+The server folds a trace once (cached by content hash), draws every frame once with the app's
+renderers and hands them to the lesson player (viz/player.py), which steps in the browser: a
+keypress never reaches the server. The player keeps ``lesson``, ``frame`` (and ``present``) in
+the URL; a page run reads ``?frame`` back, so a link opens that exact frame. State here is what
+to replay (lesson, source, live run, upload). Controls are buttons, so they never take the
+arrow keys; the one input (file upload) shows only when opening a file.
 """
 from __future__ import annotations
 
@@ -41,9 +42,6 @@ UI = {
     "en": {"source": "What to replay", "sources": {"lesson": "Recorded lesson",
            "live": "Run it live now", "upload": "Open a trace file"},
            "lesson": "Lesson", "upload": "A trace (.jsonl) recorded by the engine",
-           "home": "Start", "prev_step": "Step", "prev": "Frame", "next": "Frame",
-           "next_step": "Step", "end": "End",
-           "frame_of": "Frame {i} / {last}", "engine_step": "engine step {s}",
            "no_trace": "This lesson has no recorded trace yet ({path}). Record one with "
                        "`python -m engine record --scenario {scenario} --out {path}`, or run "
                        "it live (“Run it live now”).",
@@ -61,22 +59,17 @@ UI = {
            "live_stopped": "Stopped after {frames} frames; step through what was recorded.",
            "live_hint": "Runs this lesson's scenario on the real engine in a separate process "
                         "and shows every frame as its events stream in.",
-           "live_save": "Download this trace", "missing_step": "not in this trace",
-           "figure": "Lecture figure of this step", "no_browser":
+           "live_save": "Download this trace",
+           "figure": "Lecture figures (one per step, for slides)", "no_browser":
                "Lecture figures need Chromium: run `make browser`, or "
                "`python -m viz.export --lesson NAME --out DIR` where it is installed.",
            "forward": "Forward pass", "forwards": {"model": "Real model (SmolLM2-135M)",
                                                    "skip": "Dry run (no model)"},
-           "step_help": "Jump to the frame where step {n} happens (PageUp / PageDown)",
            "upload_help": "Open any trace with one contiguous and one paged run.",
-           "no_scenario": "This lesson has no scenario.toml to run live.",
-           "timeline": "Token-state share, both sides. Numbers 1–6 mark the lesson's steps."},
+           "no_scenario": "This lesson has no scenario.toml to run live."},
     "zh": {"source": "回放内容", "sources": {"lesson": "已录制的课程", "live": "现在实时运行",
            "upload": "打开 trace 文件"},
            "lesson": "课程", "upload": "引擎录制的 trace（.jsonl）",
-           "home": "开头", "prev_step": "上一步", "prev": "上一帧", "next": "下一帧",
-           "next_step": "下一步", "end": "结尾",
-           "frame_of": "第 {i} / {last} 帧", "engine_step": "引擎步 {s}",
            "no_trace": "这个课程还没有录制好的 trace（{path}）。可以用 "
                        "`python -m engine record --scenario {scenario} --out {path}` 录制，"
                        "或选择“现在实时运行”。",
@@ -92,16 +85,14 @@ UI = {
            "live_failed": "实时运行失败：{why}",
            "live_stopped": "已在第 {frames} 帧处停止，可以逐帧查看已录下的部分。",
            "live_hint": "在单独的进程里用真实引擎运行本课的场景，事件一边产生一边显示成帧。",
-           "live_save": "下载这份 trace", "missing_step": "此 trace 中没有",
-           "figure": "本步的课堂插图", "no_browser":
+           "live_save": "下载这份 trace",
+           "figure": "课堂插图（每步一张，可放进幻灯片）", "no_browser":
                "导出插图需要 Chromium：运行 `make browser`，或在装有它的机器上运行 "
                "`python -m viz.export --lesson NAME --out DIR`。",
            "forward": "前向计算", "forwards": {"model": "真实模型（SmolLM2-135M）",
                                               "skip": "空跑（不加载模型）"},
-           "step_help": "跳到第 {n} 步发生的那一帧（PageUp / PageDown）",
            "upload_help": "可打开任何包含一个连续分配运行和一个分页运行的 trace。",
-           "no_scenario": "这个课程没有可实时运行的 scenario.toml。",
-           "timeline": "两侧的 token 状态占比；数字 1–6 标出课程的各步。"},
+           "no_scenario": "这个课程没有可实时运行的 scenario.toml。"},
 }
 
 

@@ -120,3 +120,19 @@ def settle_after_load(page) -> None:
     who cannot press that fast). Tests and the bench wait that out once per page load."""
     wait_idle(page)
     page.wait_for_timeout(600)
+
+
+def hold_key(page, seconds: float, every: float, key: str = "ArrowRight", code: int = 39) -> int:
+    """Hold ``key`` as a keyboard does: a keydown, then auto-repeats every ``every`` seconds,
+    sent straight through the DevTools protocol (Playwright's own calls are slower than 30 ms).
+    Returns the number of keydowns sent."""
+    cdp = page.context.new_cdp_session(page)
+    ev = {"key": key, "code": key, "windowsVirtualKeyCode": code}
+    t0, n = time.monotonic(), 0
+    while time.monotonic() - t0 < seconds:
+        cdp.send("Input.dispatchKeyEvent", {**ev, "type": "rawKeyDown", "autoRepeat": n > 0})
+        n += 1
+        time.sleep(max(0.0, t0 + n * every - time.monotonic()))
+    cdp.send("Input.dispatchKeyEvent", {**ev, "type": "keyUp"})
+    cdp.detach()
+    return n
