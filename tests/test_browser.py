@@ -79,7 +79,7 @@ def test_page_and_end_keys_jump(page, app_url):
 
 def test_clicking_the_timeline_or_the_language_switch_keeps_arrows_working(page, app_url):
     assert open_frame(page, f"{app_url}/?frame=3") == 3
-    page.locator("#pk-tl-box").click(position={"x": 5, "y": 60})   # the timeline's left end
+    page.locator("#pk-tl-box svg").click(position={"x": 1, "y": 40})   # the timeline's left end
     wait_painted(page, 0)
     press(page, "ArrowRight", 1)
     page.get_by_role("button", name="中文", exact=True).click()

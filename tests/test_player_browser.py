@@ -118,7 +118,7 @@ def test_autoplay_advances_pauses_and_stops_at_the_end(page, app_url):
 def test_clicking_and_dragging_the_timeline_scrubs(page, app_url):
     open_player(page, f"{app_url}/?frame=0")
     page.locator("#pk-tl-box").scroll_into_view_if_needed()
-    box = page.locator("#pk-tl-box").bounding_box()
+    box = page.locator("#pk-tl-box svg").bounding_box()
     geo = page.evaluate("() => { const s = document.querySelector('#pk-tl-box svg'); return "
                         "[+s.dataset.left, +s.dataset.right, +s.dataset.width]; }")
     n = last_frame(page) + 1

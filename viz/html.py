@@ -211,8 +211,9 @@ def queue_panel(frame: Frame, lang: str = "en") -> str:
                    f"{escape(w[state])}</span><span>{chips}</span></div>")
         for e in items[:MAX_CHIPS]:
             if e.why:
+                colon = "：" if lang == "zh" else ": "
                 out.append(f"<div class='pk-why'><b>{escape(e.label)}</b> "
-                           f"{escape(w['blocked'])}: {escape(e.why)}</div>")
+                           f"{escape(w['blocked'])}{colon}{escape(e.why)}</div>")
     done = finished_labels(frame)
     if done:
         out.append(f"<div class='pk-dim'>{escape(w['finished'])}: {escape(', '.join(done))}</div>")

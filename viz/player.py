@@ -24,7 +24,7 @@ from viz.style import CATEGORY_COLOURS, INK, MUTED, words
 ASSETS = Path(__file__).resolve().parent / "player"
 GRID_HEIGHT = 390
 SLOTS = ("lm", "lg", "lp", "rm", "rg", "rp", "lc", "rc", "body", "step")
-TL_W, TL_H, TL_PAD = 1000, 120, (34, 8, 14, 20)   # width, height, padding left/right/top/bottom
+TL_W, TL_H, TL_PAD = 1000, 100, (0, 0, 6, 2)   # width, height, padding left/right/top/bottom
 
 
 @dataclass
@@ -94,13 +94,14 @@ def frame_record(lesson: Lesson, i: int, lang: str, chapter: chapters.Chapter,
 def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
     """Token-state share of each side per frame (right solid, left dashed, both in the token
     colour: the colour means the category, the dash the side), step numbers at keyframes.
-    Drawn once; the player moves a playhead over it."""
+    Drawn once; the player moves a playhead over it. The lines stretch with the width; the
+    labels are HTML beside and under them, so text is never stretched."""
     n = max(1, lesson.num_frames)
-    left, right, top, bottom = TL_PAD
-    pw, ph = TL_W - left - right, TL_H - top - bottom
+    top, bottom = TL_PAD[2], TL_PAD[3]
+    ph = TL_H - top - bottom
 
     def x(i: float) -> float:
-        return left + pw * (i + 0.5) / n
+        return TL_W * (i + 0.5) / n
 
     def y(share: float) -> float:
         return top + ph * (1 - share)
@@ -110,22 +111,25 @@ def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
         s = lesson.side(side)
         pts = " ".join(f"{x(i):.1f},{y(s.at(i).account.share('token_states')):.1f}"
                        for i in range(n))
-        lines.append(f"<polyline points='{pts}' fill='none' stroke='{CATEGORY_COLOURS['token_states']}'"
-                     f" stroke-width='2' stroke-dasharray='{dash}' vector-effect='non-scaling-stroke'/>")
-    grid = "".join(f"<line x1='{left}' x2='{TL_W - right}' y1='{y(v):.1f}' y2='{y(v):.1f}' "
-                   f"stroke='#E3E7EC'/><text x='{left - 4}' y='{y(v) + 4:.1f}' font-size='11' "
-                   f"text-anchor='end' fill='{MUTED}'>{int(v * 100)}%</text>"
-                   for v in (0, 0.5, 1))
+        lines.append(f"<polyline points='{pts}' fill='none' "
+                     f"stroke='{CATEGORY_COLOURS['token_states']}' stroke-width='2' "
+                     f"stroke-dasharray='{dash}' vector-effect='non-scaling-stroke'/>")
+    rules = "".join(f"<line x1='0' x2='{TL_W}' y1='{y(v):.1f}' y2='{y(v):.1f}' stroke='#E3E7EC' "
+                    f"vector-effect='non-scaling-stroke'/>" for v in (0, 0.5, 1))
+    steps = [c for c in chs if c.kind == chapters.STEP and c.step is not None]
     marks = "".join(f"<line x1='{x(c.start):.1f}' x2='{x(c.start):.1f}' y1='{top}' "
-                    f"y2='{TL_H - bottom}' stroke='{MUTED}' stroke-dasharray='2 3'/>"
-                    f"<text x='{x(c.start):.1f}' y='{TL_H - 5}' font-size='12' font-weight='700' "
-                    f"text-anchor='middle' fill='{INK}'>{c.step + 1}</text>"
-                    for c in chs if c.kind == chapters.STEP and c.step is not None)
-    return (f"<svg class='pk-tl-svg' viewBox='0 0 {TL_W} {TL_H}' preserveAspectRatio='none' "
-            f"data-left='{left}' data-right='{right}' data-width='{TL_W}'>{grid}{marks}"
-            f"{''.join(lines)}<line class='pk-tl-head' x1='0' x2='0' y1='{top - 6}' "
-            f"y2='{TL_H - bottom}' stroke='{INK}' stroke-width='2' "
-            f"vector-effect='non-scaling-stroke'/></svg>")
+                    f"y2='{TL_H - bottom}' stroke='{MUTED}' stroke-dasharray='2 3' "
+                    f"vector-effect='non-scaling-stroke'/>" for c in steps)
+    svg_ = (f"<svg class='pk-tl-svg' viewBox='0 0 {TL_W} {TL_H}' preserveAspectRatio='none' "
+            f"data-left='0' data-right='0' data-width='{TL_W}'>{rules}{marks}{''.join(lines)}"
+            f"<line class='pk-tl-head' x1='0' x2='0' y1='0' y2='{TL_H}' stroke='{INK}' "
+            f"stroke-width='2' vector-effect='non-scaling-stroke'/></svg>")
+    ys = "".join(f"<span style='top:{100 * y(v) / TL_H:.2f}%'>{int(v * 100)}%</span>"
+                 for v in (0, 0.5, 1))
+    nums = "".join(f"<span style='left:{100 * x(c.start) / TL_W:.3f}%'>{c.step + 1}</span>"
+                   for c in steps)
+    return (f"<div class='pk-tl'><div class='pk-tl-y'>{ys}</div><div class='pk-tl-plot'>"
+            f"{svg_}<div class='pk-tl-steps'>{nums}</div></div></div>")
 
 
 def scoreboard(lesson: Lesson, lang: str) -> str:

@@ -258,7 +258,7 @@ class Player {
     const box = this.el("pk-tl-box");
     const at = (e) => {
       const svg = box.querySelector("svg");
-      const r = box.getBoundingClientRect();
+      const r = svg.getBoundingClientRect();
       const w = Number(svg.dataset.width), l = Number(svg.dataset.left), rr = Number(svg.dataset.right);
       const x0 = r.left + r.width * l / w, x1 = r.right - r.width * rr / w;
       const f = (e.clientX - x0) / Math.max(1, x1 - x0);
