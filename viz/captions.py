@@ -27,49 +27,56 @@ def _name(frame: Frame, req: str) -> str:
     return view.name if view else req
 
 
+def _one(key: str, n: int) -> str:
+    """The singular template for a count of one (English needs it; Chinese has the same)."""
+    return f"{key}_one" if n == 1 else key
+
+
 def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
     """What happened on one side in this frame, most telling first."""
     t = text(lang)
     paged = frame.run.allocator == PAGED
     evs = frame.events
-    admitted = [e for e in evs if e.kind == E.Admitted.kind]
+    admitted = [e for e in evs if isinstance(e, E.Admitted)]
     admitted_ids = {e.req for e in admitted}
-    blocks = Counter(e.req for e in evs if e.kind == E.BlockAllocated.kind)
-    freed = Counter(e.req for e in evs if e.kind == E.BlockFreed.kind)
-    released = {e.req: e for e in evs if e.kind == E.ReservationReleased.kind}
-    reserved = {e.req: e for e in evs if e.kind == E.SlotsReserved.kind}
+    blocks = Counter(e.req for e in evs if isinstance(e, E.BlockAllocated))
+    freed = Counter(e.req for e in evs if isinstance(e, E.BlockFreed))
+    released = {e.req: e for e in evs if isinstance(e, E.ReservationReleased)}
+    reserved = {e.req: e for e in evs if isinstance(e, E.SlotsReserved)}
     out: list[str] = []
     for e in evs:
-        if e.kind == E.Finished.kind:
+        if isinstance(e, E.Finished):
             name = _name(frame, e.req)
             if paged:
-                out.append(t["finished_paged"].format(req=name, length=e.final_len,
-                                                      blocks=freed.get(e.req, 0)))
+                n = freed.get(e.req, 0)
+                out.append(t[_one("finished_paged", n)].format(req=name, length=e.final_len,
+                                                               blocks=n))
             else:
                 held = released[e.req].length if e.req in released else 0
                 out.append(t["finished_contig"].format(req=name, length=e.final_len, held=held))
-        elif e.kind == E.Preempted.kind:
+        elif isinstance(e, E.Preempted):
             out.append(t["preempted"].format(req=_name(frame, e.req), n=e.num_generated))
-    for e in admitted:
-        view = frame.requests.get(e.req)
-        prompt = view.prompt_len if view else e.num_tokens
+    for a in admitted:
+        view = frame.requests.get(a.req)
+        prompt = view.prompt_len if view else a.num_tokens
         if paged:
-            out.append(t["admitted_paged"].format(req=_name(frame, e.req), prompt=prompt,
-                                                  blocks=blocks.get(e.req, 0)))
-        elif e.req in reserved:
-            r = reserved[e.req]
-            out.append(t["admitted_contig"].format(req=_name(frame, e.req), start=r.start,
+            n = blocks.get(a.req, 0)
+            out.append(t[_one("admitted_paged", n)].format(req=_name(frame, a.req),
+                                                           prompt=prompt, blocks=n))
+        elif a.req in reserved:
+            r = reserved[a.req]
+            out.append(t["admitted_contig"].format(req=_name(frame, a.req), start=r.start,
                                                    length=r.length))
     for b in frame.blocked:
         key = "blocked_hole" if b.reason == "no_hole" else "blocked_space"
         out.append(t[key].format(req=_name(frame, b.req), need=b.need_slots, free=b.free_slots,
                                  hole=b.largest_hole))
     for e in evs:
-        if e.kind == E.BlockAllocated.kind and e.req not in admitted_ids and e.logical > 0:
+        if isinstance(e, E.BlockAllocated) and e.req not in admitted_ids and e.logical > 0:
             out.append(t["block_full"].format(req=_name(frame, e.req), prev=e.logical - 1,
                                               logical=e.logical, physical=e.physical))
     if not out:
-        writers = {e.req for e in evs if e.kind == E.TokensWritten.kind}
+        writers = {e.req for e in evs if isinstance(e, E.TokensWritten)}
         out.append(t["decode"].format(n=len(writers)) if writers else t["idle"])
     return out
 

@@ -116,18 +116,18 @@ def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
                      f"stroke-dasharray='{dash}' vector-effect='non-scaling-stroke'/>")
     rules = "".join(f"<line x1='0' x2='{TL_W}' y1='{y(v):.1f}' y2='{y(v):.1f}' stroke='#E3E7EC' "
                     f"vector-effect='non-scaling-stroke'/>" for v in (0, 0.5, 1))
-    steps = [c for c in chs if c.kind == chapters.STEP and c.step is not None]
-    marks = "".join(f"<line x1='{x(c.start):.1f}' x2='{x(c.start):.1f}' y1='{top}' "
+    steps = [(c.start, c.step) for c in chs if c.kind == chapters.STEP and c.step is not None]
+    marks = "".join(f"<line x1='{x(i):.1f}' x2='{x(i):.1f}' y1='{top}' "
                     f"y2='{TL_H - bottom}' stroke='{MUTED}' stroke-dasharray='2 3' "
-                    f"vector-effect='non-scaling-stroke'/>" for c in steps)
+                    f"vector-effect='non-scaling-stroke'/>" for i, _ in steps)
     svg_ = (f"<svg class='pk-tl-svg' viewBox='0 0 {TL_W} {TL_H}' preserveAspectRatio='none' "
             f"data-left='0' data-right='0' data-width='{TL_W}'>{rules}{marks}{''.join(lines)}"
             f"<line class='pk-tl-head' x1='0' x2='0' y1='0' y2='{TL_H}' stroke='{INK}' "
             f"stroke-width='2' vector-effect='non-scaling-stroke'/></svg>")
     ys = "".join(f"<span style='top:{100 * y(v) / TL_H:.2f}%'>{int(v * 100)}%</span>"
                  for v in (0, 0.5, 1))
-    nums = "".join(f"<span style='left:{100 * x(c.start) / TL_W:.3f}%'>{c.step + 1}</span>"
-                   for c in steps)
+    nums = "".join(f"<span style='left:{100 * x(i) / TL_W:.3f}%'>{k + 1}</span>"
+                   for i, k in steps)
     return (f"<div class='pk-tl'><div class='pk-tl-y'>{ys}</div><div class='pk-tl-plot'>"
             f"{svg_}<div class='pk-tl-steps'>{nums}</div></div></div>")
 
