@@ -240,3 +240,17 @@ def test_page_bad_path_shows_one_error_line_and_a_real_gguf_loads():
     at.text_input(key="capacity_gguf_path").set_value(str(smollm2_gguf())).run()
     assert not at.exception and not at.error
     assert {m.label: m.value for m in at.metric}["per token, per layer"] == "768 B"
+
+
+def test_a_twenty_digit_length_is_a_field_error_not_a_traceback():
+    """The calculator page, through AppTest: an absurd length gives one error line naming the
+    field, and a sane one clears it."""
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_string(
+        "from viz.capacity_page import render\nrender('en')\n", default_timeout=120)
+    at.run()
+    at.text_input(key="capacity_lengths").set_value("12345678901234567890").run()
+    assert not at.exception
+    assert len(at.error) == 1 and "Lengths" in at.error[0].value
+    at.text_input(key="capacity_lengths").set_value("2048,8192").run()
+    assert not at.exception and not at.error
