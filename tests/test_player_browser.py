@@ -240,3 +240,27 @@ def test_the_app_opens_and_steps_with_the_network_cut_off(browser, app_url):
         page.screenshot(path=str(ARTIFACTS / "player-offline.png"))
     finally:
         ctx.close()
+
+
+def test_every_frame_shows_its_own_caption_and_chapter(page, app_url):
+    """Walk every frame in the browser: the caption and chapter title on screen are the ones
+    folded from that frame (tests/test_captions.py checks those against the frame's numbers)."""
+    from engine.trace import read
+    from viz import captions
+    from viz import chapters as C
+    from viz.lesson import build, load_spec
+    lesson = build(load_spec("six-steps"), read(TRACE))
+    chs = C.chapters(lesson)
+    open_player(page, f"{app_url}/?frame=0")
+    shown = page.evaluate("""(n) => { const out = [];
+      for (let i = 0; i < n; i++) { window.pkPlayer.go(i);
+        out.push([document.querySelector('#pk-cap-l').textContent,
+                  document.querySelector('#pk-cap-r').textContent,
+                  document.querySelector('#pk-chapter').textContent,
+                  Number(document.querySelector('#pk-frame').dataset.frame)]); }
+      return out; }""", lesson.num_frames)
+    for i, (left, right, title, frame) in enumerate(shown):
+        ch = next(c for c in chs if c.start <= i <= c.end)
+        assert frame == i
+        assert (left, right) == captions.caption(lesson, i, "en"), i
+        assert title == C.title(lesson, ch, "en"), i
