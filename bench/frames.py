@@ -30,10 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import events as E
-from engine.simulate import build_requests, run_policy
-from engine.trace import TraceWriter, make_header
-from engine.workload import generate
+from engine import events as E  # noqa: E402
+from engine.simulate import build_requests, run_policy  # noqa: E402
+from engine.trace import TraceWriter, make_header  # noqa: E402
+from engine.workload import generate  # noqa: E402
 
 NUM_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN = 64, 16, 256
 POLICIES = ("max", "paged")

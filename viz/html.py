@@ -8,16 +8,8 @@ from html import escape
 from engine.accounting import CATEGORIES
 from viz.panels import finished_labels, queue_entries, table_rows
 from viz.reducer import PAGED, Frame
-from viz.style import (
-    CATEGORY_COLOURS,
-    CATEGORY_MARKS,
-    CHANGED,
-    INK,
-    MUTED,
-    REQUEST_COLOURS,
-    SIDE_COLOURS,
-    words,
-)
+from viz.style import (CATEGORY_COLOURS, CATEGORY_MARKS, CHANGED, INK, MUTED, REQUEST_COLOURS,
+                       SIDE_COLOURS, words)
 
 MAX_ROWS = 14   # requests listed per panel; a classroom arena never has more
 MAX_MAPS = 12   # block-table entries shown per request (first ones, "…", the last two)

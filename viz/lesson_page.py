@@ -13,25 +13,17 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import streamlit as st
 
 from engine import trace as T
 from viz import export, html, player
+from viz.lesson import (LESSONS_DIR, Lesson, LessonError, available, build, file_digest,
+                        load_spec, trace_path)
 from viz.controls import choice_buttons
-from viz.lesson import (
-    LESSONS_DIR,
-    Lesson,
-    LessonError,
-    available,
-    build,
-    file_digest,
-    load_spec,
-    trace_path,
-)
 from viz.live import LiveRun, record_command
 
 ENGINE_ROOT = Path(__file__).resolve().parent.parent  # where `python -m engine` resolves
