@@ -105,8 +105,9 @@ def _cpu_s(pid: int) -> float:
 def _open(browser, url: str, viewport=(1600, 1000), sent: list | None = None):
     from viz.serve import wait_ready
     page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
-    if sent is not None:  # count what the page sends the server over its websocket
+    if sent is not None:  # count what the page asks of the server: websocket messages, requests
         page.on("websocket", lambda ws: ws.on("framesent", lambda f: sent.append(1)))
+        page.on("request", lambda r: sent.append(1))
     page.goto(url)
     wait_ready(page, timeout_ms=180_000)
     return page
@@ -140,6 +141,18 @@ def measure(url: str, presses: int, start: int) -> dict:
     return {"times": times, "held_presses": held, "held_moved": moved}
 
 
+def _settle(pid: int, quiet_s: float = 0.01, window: float = 0.5, most: float = 30.0) -> None:
+    """Wait until the server spends under ``quiet_s`` CPU seconds per ``window`` (at most
+    ``most`` seconds): what opening pages cost must not be counted as stepping."""
+    deadline = time.monotonic() + most
+    time.sleep(1.0)
+    while time.monotonic() < deadline:
+        c = _cpu_s(pid)
+        time.sleep(window)
+        if _cpu_s(pid) - c < quiet_s:
+            return
+
+
 def viewers(url: str, pid: int, n: int, steps: int, batch: int) -> dict:
     """``n`` viewers, ``batch`` at a time, each stepping ``steps`` frames; the server's CPU
     while they load and while they step."""
@@ -155,7 +168,7 @@ def viewers(url: str, pid: int, n: int, steps: int, batch: int) -> dict:
             c0 = _cpu_s(pid)
             pages = [_open(browser, f"{url}/?frame=0", (1280, 720), sent)
                      for _ in range(min(batch, n - b0))]
-            time.sleep(3.0)  # let each session's first run finish on the server
+            _settle(pid)  # the sessions' first runs finish (and their garbage is collected)
             c1 = _cpu_s(pid)
             m1 = len(sent)
             t1 = time.monotonic()
@@ -234,7 +247,7 @@ def main() -> int:
     print(f"{out['viewers']} viewers x {args.viewer_steps} frames: server CPU "
           f"{out['server_cpu_ms_per_press']} ms per keypress while stepping, "
           f"{out['server_cpu_ms_per_press_net']} ms above the same time idle (goal <= 1 ms); "
-          f"{out['messages_to_server']} messages sent to the server while stepping; "
+          f"{out['messages_to_server']} messages or requests sent to the server while stepping; "
           f"opening the page cost {out['server_cpu_ms_per_page_open']} ms CPU per viewer")
     return 0
 

@@ -84,6 +84,22 @@ def test_the_url_follows_each_key_within_an_animation_frame(page, app_url):
     assert "lesson=six-steps" in url_after_one_animation_frame(page)
 
 
+def test_stepping_asks_nothing_of_the_server(page, app_url):
+    """No websocket message and no request (not even the favicon, which Chromium fetches again
+    on every URL change) while the keys step through frames."""
+    asked: list[str] = []
+    page.on("websocket", lambda ws: ws.on("framesent", lambda f: asked.append("ws")))
+    open_player(page, f"{app_url}/?frame=2")
+    page.wait_for_timeout(1500)   # the page's own loading (fonts, first runs) is over
+    asked.clear()
+    page.on("request", lambda r: asked.append(r.url) if "/static/" not in r.url else None)
+    for n in range(3, 23):
+        page.keyboard.press("ArrowRight")
+        wait_painted(page, n)
+    page.wait_for_timeout(300)
+    assert asked == []
+
+
 def test_a_held_arrow_registers_every_repeat(page, app_url):
     open_player(page, f"{app_url}/?frame=0")
     sent = hold_key(page, 1.5, 0.030)      # key repeat at 30 ms: every repeat is a step

@@ -168,6 +168,8 @@ def payload(lesson: Lesson, lang: str) -> dict:
         "timeline_caption": _html.escape(t["timeline"].format(
             left=lesson.left.title[lang], right=lesson.right.title[lang])),
         "scoreboard": scoreboard(lesson, lang),
+        "icon": "data:image/png;base64," + base64.b64encode(
+            (ASSETS / "icon.png").read_bytes()).decode("ascii"),
         "text": {k: t[k] for k in ("left", "right", "frame_of", "play", "pause", "speed",
                                    "help_title", "help_close", "key_arrows", "key_pages",
                                    "key_home_end", "key_space", "key_speed", "key_f",

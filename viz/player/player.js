@@ -285,10 +285,28 @@ class Player {
   }
 }
 
+// Chromium asks for the favicon again whenever the URL changes, so with the app's own icon
+// (a server URL) every step would cost the server a request. The same icon as a data: URL
+// costs nothing; a watcher puts it back if the app resets the icon on a later run.
+function keepIcon(href) {
+  const set = () => {
+    document.querySelectorAll("link[rel~='icon']").forEach((l) => {
+      if (l.getAttribute("href") !== href) l.setAttribute("href", href);
+    });
+  };
+  set();
+  if (!window.__pkIconWatch) {
+    window.__pkIconWatch = new MutationObserver(set);
+    window.__pkIconWatch.observe(document.head, { subtree: true, childList: true,
+                                                  attributes: true, attributeFilter: ["href"] });
+  }
+}
+
 export default function (component) {
   const { data, parentElement } = component;
   const root = parentElement.querySelector(".pk-player");
   if (!root || !data) return;
+  if (data.icon) keepIcon(data.icon);
   let p = root.__pkPlayer;
   if (!p) {
     p = root.__pkPlayer = new Player(root, data);
