@@ -105,9 +105,10 @@ def _cpu_s(pid: int) -> float:
 def _open(browser, url: str, viewport=(1600, 1000), sent: list | None = None):
     from viz.serve import wait_ready
     page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
-    if sent is not None:  # count what the page asks of the server: websocket messages, requests
+    if sent is not None:  # what the page asks of the server: websocket messages and requests
+        # (not /static/ files: a font the first italic word loads, once per page, from cache)
         page.on("websocket", lambda ws: ws.on("framesent", lambda f: sent.append(1)))
-        page.on("request", lambda r: sent.append(1))
+        page.on("request", lambda r: sent.append(1) if "/static/" not in r.url else None)
     page.goto(url)
     wait_ready(page, timeout_ms=180_000)
     return page
@@ -117,7 +118,8 @@ def measure(url: str, presses: int, start: int) -> dict:
     """Keypress -> painted (from the player's own keydown timestamps) and the held-key count."""
     from playwright.sync_api import sync_playwright
 
-    from viz.serve import hold_key, launch_chromium, shown_frame, wait_painted
+    from viz.serve import current_frame as shown_frame
+    from viz.serve import hold_key, launch_chromium, wait_painted
     with sync_playwright() as p:
         browser = launch_chromium(p)
         page = _open(browser, f"{url}/?frame={start}")
@@ -158,7 +160,8 @@ def viewers(url: str, pid: int, n: int, steps: int, batch: int) -> dict:
     while they load and while they step."""
     from playwright.sync_api import sync_playwright
 
-    from viz.serve import launch_chromium, shown_frame, wait_painted
+    from viz.serve import current_frame as shown_frame
+    from viz.serve import launch_chromium, wait_painted
     load_cpu = step_cpu = idle_cpu = 0.0
     presses = messages = 0
     sent: list = []

@@ -94,8 +94,16 @@ def shown_frame(page) -> int | None:
 def wait_ready(page, timeout_ms: float = 60000) -> int:
     """Wait until the lesson player has its frames and shows one; returns that frame."""
     page.wait_for_function(READY_JS, timeout=timeout_ms, polling="raf")
-    frame = shown_frame(page)
+    frame = current_frame(page)
     wait_painted(page, frame, timeout_ms)
+    return frame
+
+
+def current_frame(page) -> int:
+    """The frame the player shows; raises when there is no player on the page."""
+    frame = shown_frame(page)
+    if frame is None:
+        raise RuntimeError("no lesson player on the page")
     return frame
 
 
