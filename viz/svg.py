@@ -39,7 +39,8 @@ def arena_svg(frame: Frame, layout: GridLayout, lang: str = "en", meta: int | No
     uid = uid or frame.run.name
     width, height = _x(layout.cols) - GAP, layout.rows * CELL - GAP
     defs, fills = _patterns(frame, uid)
-    body = [_runs(frame, layout, lang, fills), _gaps(layout), _row_labels(frame, layout),
+    body = [_runs(frame, layout, lang, fills), _gaps(layout), _owner_breaks(frame, layout),
+            _row_labels(frame, layout),
             _names(frame, layout), _changed(frame, layout)]
     tag = f" data-pk-frame='{meta}'" if meta is not None else ""
     # A margin of 3 units keeps the "changed" outline of an edge cell from being clipped.
@@ -119,6 +120,20 @@ def _gaps(layout: GridLayout) -> str:
     if wide:
         out += f"<path d='{wide}' stroke='white' stroke-width='{SEP}'/>"
     return out
+
+
+def _owner_breaks(frame: Frame, layout: GridLayout) -> str:
+    """A wide white rule where one request's run meets another's inside a row: requests have
+    no colour of their own, so this (with the labels) tells where one ends."""
+    segs = []
+    for s in range(1, frame.run.num_slots):
+        a, b = frame.owners[s - 1], frame.owners[s]
+        col, row = layout.xy(s)
+        if a is not None and b is not None and a != b and col % layout.block_size:
+            segs.append(f"M{_x(col) - GAP / 2},{_y(row)}v{CELL - GAP}")
+    if not segs:
+        return ""
+    return f"<path d='{''.join(segs)}' stroke='white' stroke-width='{SEP + 1}'/>"
 
 
 def _row_labels(frame: Frame, layout: GridLayout) -> str:
