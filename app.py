@@ -6,7 +6,8 @@ import streamlit as st
 
 from viz.pages import navigation
 
-# A local icon file: a :material/...: icon makes every browser fetch it from Google's servers.
-st.set_page_config(page_title="PagedAttention, side by side",
-                   page_icon=str(Path(__file__).parent / "viz" / "icon.png"), layout="wide")
+# A local file, not a material icon: those make the browser fetch the favicon from the network.
+ICON = str(Path(__file__).resolve().parent / "viz" / "player" / "icon.png")
+
+st.set_page_config(page_title="PagedAttention, side by side", page_icon=ICON, layout="wide")
 navigation().run()

@@ -1,10 +1,13 @@
-"""The app through Streamlit's AppTest: frames, keyframes, the URL, lessons, uploads, live runs.
-No browser; the keyboard itself is tested in test_browser.py."""
+"""The app through Streamlit's AppTest: what the server hands the player (start frame, frames,
+language), the URL, lessons, uploads, live runs. No browser; stepping, keys and the URL the
+player writes are tested in test_player_browser.py."""
 from __future__ import annotations
 
-import re
+import base64
+import json
 import shutil
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -35,13 +38,20 @@ def open_app(query: dict | None = None, lessons: Path | None = None, monkeypatch
     return at
 
 
+def player(at: AppTest) -> dict:
+    """The data the server handed the lesson player (one component per page)."""
+    [el] = [e for e in at.get("bidi_component") if e.proto.component_name == "pk_player"]
+    return json.loads(el.proto.json)
+
+
+def frames(data: dict) -> dict:
+    """The player's frames and pieces, inflated as the browser inflates them."""
+    return json.loads(zlib.decompress(base64.b64decode(data["z"])).decode("utf-8"))
+
+
 def shown_frame(at: AppTest) -> int:
-    """The frame the indicator says, read from its data-frame attribute."""
-    for md in at.markdown:
-        m = re.search(r"data-frame='(\d+)'", md.value)
-        if m:
-            return int(m.group(1))
-    raise AssertionError("no frame indicator on the page")
+    """The frame the player opens on."""
+    return player(at)["start"]
 
 
 def url_frame(at: AppTest) -> str | None:
@@ -54,23 +64,22 @@ def press(at: AppTest, key: str) -> AppTest:
     return at
 
 
-def test_opens_on_frame_zero_of_the_six_step_lesson():
+def test_opens_on_frame_zero_of_the_six_step_lesson(lesson):
     at = open_app()
-    assert shown_frame(at) == 0
+    data = player(at)
+    assert data["start"] == 0 and data["num_frames"] == lesson.num_frames
     assert at.session_state["pk_lesson"] == "six-steps"
-    assert url_frame(at) == "0" and at.query_params["lesson"] == "six-steps"
+    assert at.query_params["lesson"] == "six-steps"
+    assert len(frames(data)["frames"]) == lesson.num_frames
     assert not at.error
 
 
 def test_frame_param_opens_that_frame():
-    at = open_app({"frame": "12"})
-    assert shown_frame(at) == 12 and at.session_state["pk_frame"] == 12
+    assert shown_frame(open_app({"frame": "12"})) == 12
 
 
 def test_frame_param_is_clamped_to_the_last_frame(lesson):
-    at = open_app({"frame": "99999"})
-    assert shown_frame(at) == lesson.num_frames - 1
-    assert url_frame(at) == str(lesson.num_frames - 1)
+    assert shown_frame(open_app({"frame": "99999"})) == lesson.num_frames - 1
 
 
 @pytest.mark.parametrize("raw", ["abc", "1.5", ""])
@@ -85,50 +94,35 @@ def test_negative_frame_is_clamped_to_zero():
     assert shown_frame(open_app({"frame": "-4"})) == 0
 
 
-def test_arrow_buttons_step_one_frame_and_the_url_follows():
-    at = open_app({"frame": "5"})
-    for _ in range(3):
-        press(at, "pk_next")
-    assert shown_frame(at) == 8 and url_frame(at) == "8"
-    press(at, "pk_prev")
-    assert shown_frame(at) == 7 and url_frame(at) == "7"
+def test_present_param_opens_presenter_mode():
+    assert player(open_app({"present": "1"}))["present"] is True
+    assert player(open_app())["present"] is False
 
 
-def test_home_and_end_go_to_the_ends(lesson):
-    at = open_app({"frame": "5"})
-    assert shown_frame(press(at, "pk_end")) == lesson.num_frames - 1
-    assert shown_frame(press(at, "pk_home")) == 0
+def test_every_frame_is_sent_once_with_its_own_grids(lesson):
+    """Each frame's record points at grids drawn for that very frame (data-pk-frame), and the
+    chapters cover every frame exactly once."""
+    data = player(open_app())
+    body = frames(data)
+    for i, rec in enumerate(body["frames"]):
+        for slot in (1, 4):
+            assert f"data-pk-frame='{i}'" in body["pieces"][rec[slot]]
+    covered = [i for c in data["chapters"] for i in range(c["start"], c["end"] + 1)]
+    assert covered == list(range(lesson.num_frames))
 
 
-def test_page_keys_jump_by_lesson_step(lesson):
-    at = open_app()
-    expected = [k for k in lesson.keyframes if k > 0]
-    seen = [shown_frame(press(at, "pk_pgdn")) for _ in expected]
-    assert seen == expected
-    back = shown_frame(press(at, "pk_pgup"))
-    assert back == expected[-2]
-
-
-def test_step_buttons_jump_to_their_keyframes_and_show_their_narration(lesson):
-    at = open_app()
-    for n, kf in enumerate(lesson.keyframes):
-        press(at, f"pk_step_{n}")
-        assert shown_frame(at) == kf
-        title = lesson.spec.steps[n].title["en"]
-        assert any(title in md.value for md in at.markdown)
-
-
-def test_language_switch_shows_chinese_narration(lesson):
+def test_language_switch_sends_chinese_frames_and_keeps_the_url(lesson):
     at = open_app({"frame": str(lesson.keyframes[4])})
     press(at, "lang_zh")
-    assert not at.exception
-    assert any("外部碎片" in md.value for md in at.markdown)
+    data = player(at)
+    assert data["lang"] == "zh" and data["start"] == lesson.keyframes[4]
+    assert any("外部碎片" in p for p in frames(data)["pieces"])
     assert at.query_params.get("lang") == "zh"
 
 
 def test_lang_param_opens_in_chinese():
-    at = open_app({"lang": "zh"})
-    assert any("帧" in md.value for md in at.markdown)
+    data = player(open_app({"lang": "zh"}))
+    assert data["lang"] == "zh" and "帧" in data["text"]["frame_of"]
 
 
 @pytest.fixture
@@ -195,7 +189,8 @@ def test_a_good_upload_replays(lesson):
     data = (SIX / "trace.jsonl").read_bytes()
     at.file_uploader(key="pk_upload").set_value(("mine.jsonl", data, "application/jsonl")).run()
     assert not at.exception and not at.error
-    assert shown_frame(press(at, "pk_end")) == lesson.num_frames - 1
+    data = player(at)
+    assert data["num_frames"] == lesson.num_frames and len(frames(data)["frames"]) == lesson.num_frames
 
 
 def test_a_corrupt_recorded_lesson_trace_shows_one_error(tmp_path, monkeypatch):
@@ -221,9 +216,10 @@ def test_live_dry_run_streams_frames_into_the_same_view(lesson):
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert any("Recorded" in s.value for s in at.success)
     replayed = L.build(L.load_spec("six-steps"), loads(run.text()))
-    assert shown_frame(press(at, "pk_end")) == replayed.num_frames - 1
-    kf = next(k for k in replayed.keyframes if k)
-    assert shown_frame(press(at, "pk_step_1")) == replayed.keyframes[1] == kf
+    data = player(at)
+    assert data["num_frames"] == replayed.num_frames
+    starts = [c["start"] for c in data["chapters"] if c["step"] is not None]
+    assert starts == [k for k in replayed.keyframes if k is not None]
 
 
 def test_a_stopped_live_run_keeps_the_frames_that_arrived(tmp_path):
@@ -271,9 +267,9 @@ def test_figures_are_valid_plotly_at_every_keyframe(lesson, lang):
 def test_every_step_offers_its_lecture_figure_for_download(lesson, monkeypatch):
     from viz import export
     monkeypatch.setattr(export, "browser_available", lambda: True)
-    for k, kf in enumerate(lesson.keyframes):
-        at = open_app({"frame": str(kf)})
-        keys = {getattr(b, "key", None) for b in at.get("download_button")}
+    at = open_app()
+    keys = {getattr(b, "key", None) for b in at.get("download_button")}
+    for k in range(len(lesson.keyframes)):
         assert {f"pk_fig_{fmt}_{k}" for fmt in ("png", "svg", "pdf")} <= keys, k
 
 

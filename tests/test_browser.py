@@ -1,5 +1,6 @@
 """The lesson in a real browser (Debian's Chromium through Playwright): keys step frames, links
-open frames, nothing swallows the arrow keys. Screenshots land in test-artifacts/."""
+open frames, nothing swallows the arrow keys. Screenshots land in test-artifacts/. The player's
+other keys, presenter mode and the offline check are in test_player_browser.py."""
 from __future__ import annotations
 
 import re
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from viz.serve import CHROMIUM, settle_after_load, shown_frame, wait_idle, wait_painted
+from viz.serve import CHROMIUM, shown_frame, wait_idle, wait_painted, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -31,11 +32,7 @@ def page(browser):
 
 def open_frame(page, url: str) -> int:
     page.goto(url)
-    page.wait_for_selector("#pk-frame", timeout=60_000)
-    frame = shown_frame(page)
-    wait_painted(page, frame)
-    settle_after_load(page)
-    return frame
+    return wait_ready(page)
 
 
 def href(page) -> str:
@@ -50,7 +47,6 @@ def wait_for_query(page, pattern: str) -> None:
 def press(page, key: str, expect: int) -> None:
     page.keyboard.press(key)
     wait_painted(page, expect)
-    wait_idle(page)
 
 
 def test_arrow_keys_step_exactly_one_frame_each(page, app_url):
@@ -74,27 +70,25 @@ def test_a_link_opens_that_frame(page, app_url):
 def test_page_and_end_keys_jump(page, app_url):
     open_frame(page, f"{app_url}/?frame=0")
     page.keyboard.press("End")
-    page.wait_for_function("() => document.querySelector('#pk-frame').dataset.frame !== '0'")
-    wait_idle(page)
     last = shown_frame(page)
     assert last > 0
     press(page, "Home", 0)
     page.keyboard.press("PageDown")
-    page.wait_for_function("() => document.querySelector('#pk-frame').dataset.frame !== '0'")
-    wait_idle(page)
     assert 0 < shown_frame(page) < last
 
 
 def test_clicking_the_timeline_or_the_language_switch_keeps_arrows_working(page, app_url):
-    start = open_frame(page, f"{app_url}/?frame=3")
-    page.locator(".js-plotly-plot").last.click()
-    press(page, "ArrowRight", start + 1)
+    assert open_frame(page, f"{app_url}/?frame=3") == 3
+    page.locator("#pk-tl-box svg").click(position={"x": 1, "y": 40})   # the timeline's left end
+    wait_painted(page, 0)
+    press(page, "ArrowRight", 1)
     page.get_by_role("button", name="中文", exact=True).click()
     page.wait_for_function("() => document.querySelector('#pk-frame').innerText.includes('帧')")
     wait_idle(page)
-    press(page, "ArrowRight", start + 2)
+    assert shown_frame(page) == 1   # the language switch keeps the frame shown
+    press(page, "ArrowRight", 2)
     wait_for_query(page, r"[?&]lang=zh(&|$)")
-    wait_for_query(page, rf"[?&]frame={start + 2}(&|$)")
+    wait_for_query(page, r"[?&]frame=2(&|$)")
     page.screenshot(path=str(ARTIFACTS / "lesson-zh.png"), full_page=True)
 
 

@@ -356,3 +356,17 @@ def test_page_hostile_gguf_upload_is_one_error_line(data, words, monkeypatch):
     at.file_uploader(key="capacity_gguf_upload").set_value(("bad.gguf", data, "")).run()
     assert not at.exception
     assert len(at.error) == 1 and words in _plain(at.error[0].value)
+
+
+def test_a_twenty_digit_length_is_a_field_error_not_a_traceback():
+    """The calculator page, through AppTest: an absurd length gives one error line naming the
+    field, and a sane one clears it."""
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_string(
+        "from viz.capacity_page import render\nrender('en')\n", default_timeout=120)
+    at.run()
+    at.text_input(key="capacity_lengths").set_value("12345678901234567890").run()
+    assert not at.exception
+    assert len(at.error) == 1 and "Lengths" in at.error[0].value
+    at.text_input(key="capacity_lengths").set_value("2048,8192").run()
+    assert not at.exception and not at.error

@@ -31,7 +31,7 @@ TEXT = {
         "max_len": "max_len (preallocation reserves this)",
         "mean_len": "Mean length (what a request really fills)",
         "lengths": "Lengths", "batches": "Batch sizes", "bad_list": "{what}: expected "
-        "comma-separated positive integers, got {text!r}",
+        "comma-separated positive integers up to {most:,}, got {text!r}",
         "per_token_layer": "per token, per layer", "per_token": "per token, all layers",
         "per_block_layer": "per block, per layer", "per_block": "per block, all layers",
         "requests_h": "KV cache per request",
@@ -61,7 +61,7 @@ TEXT = {
         "block": "Block 大小（token 数）", "budget": "KV 预算（GiB）",
         "max_len": "max_len（预分配按它预留）", "mean_len": "平均长度（请求实际写满的 token 数）",
         "lengths": "序列长度", "batches": "批大小",
-        "bad_list": "{what}：需要用逗号分隔的正整数，收到的是 {text!r}",
+        "bad_list": "{what}：需要用逗号分隔、不超过 {most:,} 的正整数，收到的是 {text!r}",
         "per_token_layer": "每 token 每层", "per_token": "每 token（全部层）",
         "per_block_layer": "每 block 每层", "per_block": "每 block（全部层）",
         "requests_h": "单个请求的 KV 缓存",
@@ -168,13 +168,19 @@ def _settings(t: dict) -> dict:
             "batches": _int_list(batches, t["batches"], t)}
 
 
+#: The largest length or batch size the calculator takes (a 20-digit number is a typo, and
+#: overflows the table it would be shown in).
+MAX_INPUT = 10_000_000
+
+
 def _int_list(text: str, what: str, t: dict) -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in text.split(","))
     except ValueError:
         values = ()
-    if not values or min(values) <= 0:
-        raise InvalidConfigError(t["bad_list"].format(what=what, text=text))
+    if not values or min(values) <= 0 or max(values) > MAX_INPUT:
+        raise InvalidConfigError(t["bad_list"].format(what=what, text=text[:40],
+                                                      most=MAX_INPUT))
     return values
 
 

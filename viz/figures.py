@@ -20,8 +20,8 @@ from viz.panels import finished_labels, label_starts, queue_entries, table_rows
 from viz.percent import percents
 from viz.reducer import HOLE, INTERNAL, PAGED, Frame
 from viz.safe import plotly_text
-from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, HOLE_MARK, INK, MUTED,
-                       SIDE_COLOURS, cell_colour, request_colour, tint, words)
+from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, INK, MUTED, SIDE_COLOURS,
+                       SIDE_DASH, cell_colour, cell_ink, request_colour, words)
 
 FONT = dict(family="Inter, 'Noto Sans CJK SC', 'PingFang SC', 'Helvetica Neue', Arial, "
             "sans-serif", color=INK)
@@ -130,8 +130,7 @@ def _labels_trace(frame: Frame, layout: GridLayout, xaxis: str, yaxis: str) -> d
         xs.append(x)
         ys.append(y)
         texts.append(f"<b>{plotly_text(text)}</b>")
-        colours.append("white" if frame.cells[slot] == "T" else
-                       request_colour(frame.requests[owner].order))
+        colours.append(cell_ink(frame.cells[slot], frame.requests[owner].order))
     return dict(type="scatter", x=xs, y=ys, text=texts, mode="text", hoverinfo="skip",
                 textfont=dict(size=11, color=colours, family=FONT["family"]),
                 xaxis=xaxis, yaxis=yaxis, showlegend=False)
@@ -145,10 +144,10 @@ def _hatch_shapes(frame: Frame, layout: GridLayout, ref: dict) -> list[dict]:
         x, y = layout.xy(slot)
         d = 0.28
         if code == INTERNAL:  # one diagonal stroke: held, never to be filled
-            colour = request_colour(frame.requests[frame.owners[slot]].order)
+            colour = cell_ink(code, frame.requests[frame.owners[slot]].order)
             seg = f"M{x - d},{y + d}L{x + d},{y - d}"
         else:                 # a small cross: free, yet nobody waiting can use it
-            colour = HOLE_MARK
+            colour = cell_ink(code, None)
             seg = f"M{x - d},{y - d}L{x + d},{y + d}M{x - d},{y + d}L{x + d},{y - d}"
         by_colour.setdefault(colour, []).append(seg)
     return [dict(type="path", path="".join(segs), line=dict(color=c, width=1.4), layer="above",
@@ -265,7 +264,8 @@ def timeline_spec(lesson: Lesson, current: int | None, lang: str = "en",
     for side, title in zip(("left", "right"), titles):
         x, y = _share_series(lesson, side)
         data.append(dict(type="scatter", x=x, y=y, mode="lines", name=title,
-                         line=dict(color=SIDE_COLOURS[side], width=2.5),
+                         line=dict(color=CATEGORY_COLOURS["token_states"], width=2.5,
+                                   dash=SIDE_DASH[side]),
                          hovertemplate=f"{title}<br>{w['frame']} %{{x}}: %{{y:.0f}}%"
                                        "<extra></extra>"))
     shapes = [] if current is None else [
@@ -445,7 +445,7 @@ def _side_text(fig: go.Figure, frame: Frame, x0: float, lang: str) -> None:
         lines.append(f"<b style='color:{request_colour(e.order)}'>{plotly_text(e.label)}</b> "
                      f"{w[e.state]}")
         if e.why:
-            lines += [f"<span style='color:{HOLE_MARK}'>{plotly_text(part)}</span>"
+            lines += [f"<span style='color:{INK}'>{plotly_text(part)}</span>"
                       for part in _hard_wrap(e.why, 36).split("<br>")]
     done = finished_labels(frame)
     if done:
@@ -459,10 +459,10 @@ def _side_text(fig: go.Figure, frame: Frame, x0: float, lang: str) -> None:
 def _legend_line(fig: go.Figure, lang: str) -> None:
     """The grid legend in words and coloured squares (a figure cannot borrow the app's CSS)."""
     w = words(lang)
-    base = request_colour(0)
-    items = [(base, "■", w["token_states"]), (tint(base, 0.58), "■", w["reservation"]),
-             (base, "▨", w["internal"]), (FREE_COLOUR, "■", w["free"]),
-             (HOLE_MARK, "☒", w["external"]), (CHANGED, "□", w["changed"])]
+    c = CATEGORY_COLOURS
+    items = [(c["token_states"], "■", w["token_states"]), (c["reservation"], "■", w["reservation"]),
+             (c["internal"], "▨", w["internal"]), ("#C9CED6", "■", w["free"]),
+             (c["external"], "☒", w["external"]), (CHANGED, "□", w["changed"])]
     text = "    ".join(f"<span style='color:{c}'>{g}</span> {t}" for c, g, t in items)
     fig.add_annotation(x=0, y=0.30, xref="paper", yref="paper", xanchor="left", yanchor="bottom",
                        showarrow=False, text=text, font=dict(size=12, color=INK))

@@ -9,8 +9,8 @@ from engine.accounting import CATEGORIES
 from viz.panels import finished_labels, queue_entries, table_rows
 from viz.percent import percents
 from viz.reducer import PAGED, Frame
-from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, HOLE_COLOUR, HOLE_MARK, INK,
-                       MUTED, REQUEST_COLOURS, SIDE_COLOURS, request_colour, tint, words)
+from viz.style import (CATEGORY_COLOURS, CATEGORY_MARKS, CHANGED, INK, MUTED, REQUEST_COLOURS,
+                       SIDE_COLOURS, words)
 
 MAX_ROWS = 14   # requests listed per panel; a classroom arena never has more
 MAX_MAPS = 12   # block-table entries shown per request (first ones, "…", the last two)
@@ -46,40 +46,21 @@ CSS = f"""
 .pk-maps {{ display:flex; flex-wrap:wrap; }}
 .pk-run {{ font-family: ui-monospace, Menlo, Consolas, monospace; font-size:12px; }}
 .pk-dim {{ color:{MUTED}; }}
-.pk-why {{ color:{HOLE_MARK}; font-size:12px; }}
+.pk-why {{ color:{INK}; font-size:12px; }}
 .pk-q-entry {{ display:inline-flex; align-items:center; gap:.25rem; margin:0 .45rem .25rem 0; }}
 .pk-chip.waiting {{ background:white !important; border:2px solid; line-height:1.2rem; }}
-.pk-chip.blocked {{ background:white !important; border:2px dashed {HOLE_MARK};
+.pk-chip.blocked {{ background:white !important; border:2px dashed {INK};
   line-height:1.2rem; }}
 .pk-legend {{ display:flex; flex-wrap:wrap; gap:.3rem 1.1rem; font-size:13px; color:{INK};
   align-items:center; }}
 .pk-legend span.cell {{ display:inline-block; width:15px; height:15px; border-radius:2px;
   margin-right:5px; vertical-align:-3px; position:relative; }}
-.st-key-pk_steps > div {{ flex: 1 1 0 !important; min-width: 0; }}
-.st-key-pk_controls > div {{ flex: 1 1 0 !important; min-width: 0; }}
-.st-key-pk_controls > div:nth-child(4) {{ flex: 1.5 1 0 !important; }}
 .pk-legend {{ margin-top: .4rem; }}
-.pk-playhead {{ position:relative; height:1.3rem; margin-bottom:-1rem; }}
-.pk-head {{ position:absolute; bottom:0; transform:translateX(-50%); display:flex;
-  flex-direction:column; align-items:center; pointer-events:none; }}
-.pk-head span {{ background:{CHANGED}; color:white; font-size:11px; font-weight:700;
-  border-radius:3px; padding:0 .3rem; line-height:1.1rem; }}
-.pk-tl-caption {{ display:flex; flex-wrap:wrap; gap:.3rem 1.2rem; font-size:13px;
-  color:{MUTED}; align-items:center; }}
-.pk-key {{ color:{INK}; }}
-.pk-key i {{ display:inline-block; width:18px; height:3px; border-radius:2px;
-  vertical-align:middle; margin-right:6px; }}
-.pk-rule {{ position:absolute; width:2px; transform:translateX(-1px); background:{CHANGED};
-  z-index:3; pointer-events:none; }}
-.pk-head::after {{ content:""; width:0; height:0; border-left:5px solid transparent;
-  border-right:5px solid transparent; border-top:6px solid {CHANGED}; }}
 .pk-side-body {{ display:flex; gap:.9rem; align-items:flex-start; margin-top:.5rem; }}
 .pk-side-grid {{ flex: 5 1 0; min-width:0; }}
 .pk-side-panel {{ flex: 3 1 0; min-width:0; }}
 .pk-side-panel .pk-panel + .pk-panel {{ margin-top:.7rem; }}
 .pk-side-title {{ font-size:1.15rem; font-weight:700; margin:0 0 .25rem 0; }}
-.pk-frame {{ font-size:1.05rem; font-weight:600; text-align:center; padding-top:.35rem;
-  font-variant-numeric: tabular-nums; white-space:nowrap; }}
 .pk-score .sw {{ display:inline-block; width:10px; height:10px; border-radius:2px;
   margin-top:5px; }}
 .pk-big {{ display:flex; gap:.8rem; margin-top:.6rem; }}
@@ -94,14 +75,6 @@ CSS = f"""
 def side_title(title: str, side: str) -> str:
     return (f"<div class='pk-side-title' style='color:{SIDE_COLOURS[side]}'>"
             f"{escape(title)}</div>")
-
-
-def side_block(title: str, side: str, metrics: str, grid: str, panel: str) -> str:
-    """A whole side as one element (fewer elements, faster keypresses): title, metrics strip,
-    then the grid beside its panel."""
-    return (f"<div class='pk-side'>{side_title(title, side)}{metrics}"
-            f"<div class='pk-side-body'><div class='pk-side-grid'>{grid}</div>"
-            f"<div class='pk-side-panel'>{panel}</div></div></div>")
 
 
 def metrics_strip(frame: Frame, lang: str = "en") -> str:
@@ -202,8 +175,9 @@ def queue_panel(frame: Frame, lang: str = "en") -> str:
                    f"{escape(w[state])}</span><span>{chips}</span></div>")
         for e in items[:MAX_CHIPS]:
             if e.why:
+                colon = "：" if lang == "zh" else ": "
                 out.append(f"<div class='pk-why'><b>{escape(e.label)}</b> "
-                           f"{escape(w['blocked'])}: {escape(e.why)}</div>")
+                           f"{escape(w['blocked'])}{colon}{escape(e.why)}</div>")
     done = finished_labels(frame)
     if done:
         out.append(f"<div class='pk-dim'>{escape(w['finished'])}: {escape(', '.join(done))}</div>")
@@ -213,40 +187,21 @@ def queue_panel(frame: Frame, lang: str = "en") -> str:
 
 
 def legend(lang: str = "en") -> str:
-    """What the grid's cells mean, drawn with the grid's own colours and marks."""
+    """What the grid's cells mean, drawn with the grid's own colours and marks: one colour per
+    category, and requests (letters) in ink."""
     w = words(lang)
-    base = request_colour(0)
-    hatch = (f"background:linear-gradient(135deg, transparent 44%, {base} 45%, {base} 55%, "
-             f"transparent 56%), {tint(base, 0.84)}")
-    cross = (f"background:linear-gradient(45deg, transparent 44%, {HOLE_MARK} 45%, {HOLE_MARK} 55%,"
-             f" transparent 56%), linear-gradient(135deg, transparent 44%, {HOLE_MARK} 45%, "
-             f"{HOLE_MARK} 55%, transparent 56%), {HOLE_COLOUR}")
-    items = [(f"background:{base}", w["token_states"]),
-             (f"background:{tint(base, 0.58)}", w["reservation"]),
-             (hatch, w["internal"]), (f"background:{FREE_COLOUR}", w["free"]),
-             (cross, w["external"]),
+    c, m = CATEGORY_COLOURS, CATEGORY_MARKS
+
+    def marked(cat: str, angles: tuple[int, ...]) -> str:
+        lines = ", ".join(f"linear-gradient({a}deg, transparent 42%, {m[cat]} 43%, {m[cat]} 57%, "
+                          f"transparent 58%)" for a in angles)
+        return f"background:{lines}, {c[cat]}"
+    items = [(f"background:{c['token_states']}", w["token_states"]),
+             (f"background:{c['reservation']}", w["reservation"]),
+             (marked("internal", (45,)), w["internal"]),
+             (f"background:{c['free']}", w["free"]),
+             (marked("external", (45, 135)), w["external"]),
              (f"background:white;border:2px solid {CHANGED}", w["changed"])]
     cells = "".join(f"<span><span class='cell' style='{s}'></span>{escape(t)}</span>"
                     for s, t in items)
     return f"<div class='pk-legend'>{cells}</div>"
-
-
-def timeline_caption(text: str, titles: tuple[str, str]) -> str:
-    """The timeline's caption with its two line keys (the chart has no legend of its own)."""
-    keys = "".join(f"<span class='pk-key'><i style='background:{SIDE_COLOURS[side]}'></i>"
-                   f"{escape(title)}</span>" for side, title in zip(("left", "right"), titles))
-    return f"<div class='pk-tl-caption'><span>{escape(text)}</span>{keys}</div>"
-
-
-def playhead(frame: int, num_frames: int, margins: tuple[int, int],
-             plot: tuple[int, int] = (26, 154)) -> str:
-    """A marker and a rule over the timeline chart drawn just below, at ``frame``: aligned with
-    its plot area, whose x range is [-0.5, num_frames - 0.5] between ``margins`` px from the
-    left and right, and which spans ``plot`` = (top offset, height) px vertically."""
-    frac = (frame + 0.5) / max(1, num_frames)
-    left, right = margins
-    x = f"calc({left}px + (100% - {left + right}px) * {frac:.5f})"
-    return (f"<div class='pk-playhead' data-pk-frame='{frame}'>"
-            f"<div class='pk-head' style='left:{x}'><span>{frame}</span></div>"
-            f"<div class='pk-rule' style='left:{x};top:calc(100% + {plot[0]}px);"
-            f"height:{plot[1]}px'></div></div>")

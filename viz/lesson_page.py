@@ -1,10 +1,11 @@
 """The lesson page: two allocators side by side, frame by frame.
 
-State lives in ``st.session_state`` (frame, lesson, source, live run, upload); the URL mirrors
-``lesson`` and ``frame`` so a link opens that exact frame. Frames are folded once per trace
-(cached by content hash) and only the current frame is drawn. The stepping view is a fragment:
-a keypress reruns the view, not the page. Nothing here takes keyboard focus away from the arrow
-keys: controls are buttons; the one input (file upload) shows only when opening a file.
+The server folds a trace once (cached by content hash), draws every frame once with the app's
+renderers and hands them to the lesson player (viz/player.py), which steps in the browser: a
+keypress never reaches the server. The player keeps ``lesson``, ``frame`` (and ``present``) in
+the URL; a page run reads ``?frame`` back, so a link opens that exact frame. State here is what
+to replay (lesson, source, live run, upload). Controls are buttons, so they never take the
+arrow keys; the one input (file upload) shows only when opening a file.
 """
 from __future__ import annotations
 
@@ -19,29 +20,21 @@ from typing import Callable
 import streamlit as st
 
 from engine import trace as T
-from viz import export, figures, html, safe, svg, ui_text
+from viz import export, html, player, safe, ui_text
 from viz.lesson import (LESSONS_DIR, Lesson, LessonError, available, build, file_digest,
-                        load_spec, render_step, trace_path)
+                        load_spec, trace_path)
 from viz.controls import choice_buttons
 from viz.live import LiveRun, record_command
 from viz.live_registry import REGISTRY, session_id
-from viz.style import words
 
 ENGINE_ROOT = Path(__file__).resolve().parent.parent  # where `python -m engine` resolves
 MAX_UPLOAD_MB = 8    # an uploaded trace, also server.maxUploadSize (README: resource limits)
-GRID_HEIGHT = 390
-TIMELINE_HEIGHT = 200
-TIMELINE_MARGINS = (44, 10)   # left, right px of the timeline's plot area (the playhead's too)
-TIMELINE_PLOT = (26, TIMELINE_HEIGHT - 26 - 30)   # its top offset and height, px
 SOURCES = ("lesson", "live", "upload")
 
 UI = {
     "en": {"source": "What to replay", "sources": {"lesson": "Recorded lesson",
            "live": "Run it live now", "upload": "Open a trace file"},
            "lesson": "Lesson", "upload": "A trace (.jsonl) recorded by the engine",
-           "home": "Start", "prev_step": "Step", "prev": "Frame", "next": "Frame",
-           "next_step": "Step", "end": "End",
-           "frame_of": "Frame {i} / {last}", "engine_step": "engine step {s}",
            "no_trace": "This lesson has no recorded trace yet ({path}). Record one with "
                        "`python -m engine record --scenario {scenario} --out {path}`, or run "
                        "it live (“Run it live now”).",
@@ -59,22 +52,17 @@ UI = {
            "live_stopped": "Stopped after {frames} frames; step through what was recorded.",
            "live_hint": "Runs this lesson's scenario on the real engine in a separate process "
                         "and shows every frame as its events stream in.",
-           "live_save": "Download this trace", "missing_step": "not in this trace",
-           "figure": "Lecture figure of this step", "no_browser":
+           "live_save": "Download this trace",
+           "figure": "Lecture figures (one per step, for slides)", "no_browser":
                "Lecture figures need Chromium: run `make browser`, or "
                "`python -m viz.export --lesson NAME --out DIR` where it is installed.",
            "forward": "Forward pass", "forwards": {"model": "Real model (SmolLM2-135M)",
                                                    "skip": "Dry run (no model)"},
-           "step_help": "Jump to the frame where step {n} happens (PageUp / PageDown)",
            "upload_help": "Open any trace with one contiguous and one paged run.",
-           "no_scenario": "This lesson has no scenario.toml to run live.",
-           "timeline": "Token-state share, both sides. Numbers 1–6 mark the lesson's steps."},
+           "no_scenario": "This lesson has no scenario.toml to run live."},
     "zh": {"source": "回放内容", "sources": {"lesson": "已录制的课程", "live": "现在实时运行",
            "upload": "打开 trace 文件"},
            "lesson": "课程", "upload": "引擎录制的 trace（.jsonl）",
-           "home": "开头", "prev_step": "上一步", "prev": "上一帧", "next": "下一帧",
-           "next_step": "下一步", "end": "结尾",
-           "frame_of": "第 {i} / {last} 帧", "engine_step": "引擎步 {s}",
            "no_trace": "这个课程还没有录制好的 trace（{path}）。可以用 "
                        "`python -m engine record --scenario {scenario} --out {path}` 录制，"
                        "或选择“现在实时运行”。",
@@ -90,16 +78,14 @@ UI = {
            "live_failed": "实时运行失败：{why}",
            "live_stopped": "已在第 {frames} 帧处停止，可以逐帧查看已录下的部分。",
            "live_hint": "在单独的进程里用真实引擎运行本课的场景，事件一边产生一边显示成帧。",
-           "live_save": "下载这份 trace", "missing_step": "此 trace 中没有",
-           "figure": "本步的课堂插图", "no_browser":
+           "live_save": "下载这份 trace",
+           "figure": "课堂插图（每步一张，可放进幻灯片）", "no_browser":
                "导出插图需要 Chromium：运行 `make browser`，或在装有它的机器上运行 "
                "`python -m viz.export --lesson NAME --out DIR`。",
            "forward": "前向计算", "forwards": {"model": "真实模型（SmolLM2-135M）",
                                               "skip": "空跑（不加载模型）"},
-           "step_help": "跳到第 {n} 步发生的那一帧（PageUp / PageDown）",
            "upload_help": "可打开任何包含一个连续分配运行和一个分页运行的 trace。",
-           "no_scenario": "这个课程没有可实时运行的 scenario.toml。",
-           "timeline": "两侧的 token 状态占比；数字 1–6 标出课程的各步。"},
+           "no_scenario": "这个课程没有可实时运行的 scenario.toml。"},
 }
 
 
@@ -121,21 +107,6 @@ def _recorded_lesson(name: str, root: str, digest: str) -> Lesson:
 def _uploaded_lesson(name: str, root: str, digest: str, _text: str, file_name: str) -> Lesson:
     lesson = build(load_spec(name, Path(root)), T.loads(_text), source=file_name)
     return replace(lesson, key=f"upload:{name}:{digest}")
-
-
-@st.cache_resource(max_entries=4096, show_spinner=False)
-def _cached_arena(_lesson: Lesson, key: str, side: str, i: int, lang: str) -> str:
-    """A frame's grid, drawn once per lesson content: stepping back and forth (what a
-    classroom does) then costs nothing to draw."""
-    return _arena_svg(_lesson, side, i, lang)
-
-
-def _arena_svg(lesson: Lesson, side: str, i: int, lang: str) -> str:
-    frame = lesson.side(side).at(i)
-    if i >= len(lesson.side(side).frames):  # the run has ended: nothing changes any more
-        frame = replace(frame, changed=frozenset())
-    layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
-    return svg.arena_svg(frame, layout, lang, meta=i, max_height_px=GRID_HEIGHT)
 
 
 # --- session state ---------------------------------------------------------------------------
@@ -178,22 +149,6 @@ def _move_to(i: int) -> None:
     _ss().pk_frame = i
 
 
-def _move_by(delta: int, last: int) -> None:
-    ss = _ss()
-    ss.pk_frame = max(0, min(last, ss.pk_frame + delta))
-
-
-def _jump_step(keyframes: tuple, direction: int, last: int) -> None:
-    """PageDown: the next keyframe after this frame. PageUp: the start of this step, or of the
-    previous one when already there."""
-    ss = _ss()
-    kfs = sorted(k for k in keyframes if k is not None)
-    if direction > 0:
-        ss.pk_frame = next((k for k in kfs if k > ss.pk_frame), last)
-    else:
-        ss.pk_frame = next((k for k in reversed(kfs) if k < ss.pk_frame), 0)
-
-
 # --- the page --------------------------------------------------------------------------------
 
 def render(lang: str = "en") -> None:
@@ -217,7 +172,7 @@ def render(lang: str = "en") -> None:
         st.info(safe.md_text(ss.pop("pk_notice")))
     lesson = _lesson_for(source, spec, root, t)
     if lesson is None:
-        _sync_url(ss.pk_lesson, None)
+        _sync_url(ss.pk_lesson)
         return
     ss.pk_frame = lesson.clamp(ss.pk_frame)
     st.caption(_origin(lesson, t))
@@ -228,8 +183,8 @@ def render(lang: str = "en") -> None:
     failed = ui_text.load("safe")[lang]["frame_failed"]
     st.fragment(safe.boundary(failed)(_stepping_view), run_every=0.75 if refresh else None)(
         View(lesson, lang, refresh), t)
-    if refresh is None:  # a recorded trace: the timeline never changes, only its playhead
-        safe.boundary(failed)(_timeline)(lesson, lang, None)
+    if refresh is None:
+        safe.boundary(failed)(_figure_downloads)(lesson, lang, t)
 
 
 def _origin(lesson: Lesson, t: dict) -> str:
@@ -392,21 +347,38 @@ def _wait_for_first_frame(run: LiveRun, spec, t: dict) -> None:
         st.rerun(scope="app")
 
 
-def _sync_url(lesson: str, frame: int | None) -> None:
-    """Mirror lesson and frame in the URL, leaving other parameters (``lang``) alone."""
+def _sync_url(lesson: str) -> None:
+    """Mirror the lesson in the URL; the player keeps ``frame`` (and ``present``) up to date
+    itself, so the server never writes them."""
     qp = st.query_params
     if qp.get("lesson") != lesson:
         qp["lesson"] = lesson
-    if frame is None:
         if "frame" in qp:
             del qp["frame"]
-    elif qp.get("frame") != str(frame):
-        qp["frame"] = str(frame)
+
+
+def _start_frame(lesson: Lesson) -> int:
+    """The frame a page run opens on: the URL's (the player writes it there), or the session's
+    when the URL names another lesson."""
+    qp = st.query_params
+    if qp.get("lesson") != lesson.spec.name or "frame" not in qp:
+        return lesson.clamp(_ss().pk_frame)
+    try:
+        return lesson.clamp(int(qp["frame"]))
+    except ValueError:
+        return lesson.clamp(_ss().pk_frame)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _cached_payload(_lesson: Lesson, key: str, lang: str) -> dict:
+    """All frames of a lesson, drawn once per content hash and language, shared by sessions."""
+    return player.payload(_lesson, lang)
 
 
 def _stepping_view(view: View, t: dict) -> None:
     ss = _ss()
     lesson, lang = view.lesson, view.lang
+    follow = False
     if view.refresh is not None:  # live: fold what has streamed in since the last tick
         run = ss.pk_live
         try:
@@ -415,120 +387,27 @@ def _stepping_view(view: View, t: dict) -> None:
             pass  # a corrupt stream is reported by the page run that follows the child's end
         if run.done:
             st.rerun(scope="app")
-        at_end = ss.pk_frame >= ss.get("pk_live_seen", 0) - 1
-        if at_end:  # follow the newest frame unless the viewer stepped back
-            ss.pk_frame = lesson.num_frames - 1
         ss.pk_live_seen = lesson.num_frames
+        follow = True
         _live_progress(run, lesson.num_frames, t)
-    last = lesson.num_frames - 1
-    i = ss.pk_frame = lesson.clamp(ss.pk_frame)
-    k = lesson.step_of(i)
-    _step_buttons(lesson, k, lang, t, last)
-    _controls(lesson, i, last, t)
-    left, right = lesson.left.at(i), lesson.right.at(i)
-    scoreboard = k == len(lesson.spec.steps) - 1 and lesson.spec.steps[k].rule.get(
-        "frame") == "last"
-    cols = st.columns(2, gap="large")
-    for col, side, frame in ((cols[0], "left", left), (cols[1], "right", right)):
-        with col:
-            _side(lesson, side, frame, i, lang, scoreboard, live=view.refresh is not None)
-    st.html(html.legend(lang))
-    step = render_step(lesson, k, lang)
-    with st.container(border=True, key="pk_narration"):
-        st.markdown(f"**{step.number}. {step.title}**\n\n{step.narration}")
-        if view.refresh is None:
-            _figure_downloads(lesson, k, lang, t)
-    titles = (lesson.left.title[lang], lesson.right.title[lang])
-    if k == len(lesson.spec.steps) - 1:
-        st.plotly_chart(figures.scoreboard_figure(lesson.left.summary, lesson.right.summary,
-                                                  titles, lang, meta=i),
-                        theme=None, config={"displayModeBar": False}, key="pk_scoreboard")
-    keys = html.timeline_caption(t["timeline"], titles)
-    if view.refresh is None:
-        # The chart itself is drawn once, below this fragment; a keypress moves only this.
-        st.html(keys + html.playhead(i, lesson.num_frames, TIMELINE_MARGINS, TIMELINE_PLOT))
-    else:
-        st.html(keys)
-        _timeline(lesson, lang, i)
-    _sync_url(lesson.spec.name, i)
+    start = _start_frame(lesson) if view.refresh is None else lesson.num_frames - 1
+    data = (_cached_payload(lesson, lesson.key, lang) if lesson.key
+            else player.payload(lesson, lang))
+    present = st.query_params.get("present") == "1"
+    player.mount(data, start, present, follow_end=follow)
+    _sync_url(lesson.spec.name)
 
 
-def _figure_downloads(lesson: Lesson, k: int, lang: str, t: dict) -> None:
-    """This step's side-by-side figure for slides, drawn only when a button is clicked."""
+def _figure_downloads(lesson: Lesson, lang: str, t: dict) -> None:
+    """Each step's side-by-side figure for slides, drawn only when its button is clicked."""
     if not export.browser_available():
         st.caption(t["no_browser"])
         return
-    with st.container(horizontal=True, gap="small", key="pk_figure"):
-        st.caption(t["figure"])
-        for fmt in ("png", "svg", "pdf"):
-            st.download_button(fmt.upper(), key=f"pk_fig_{fmt}_{k}", type="tertiary",
-                               icon=":material/download:", **export.download_args(lesson, k, lang, fmt))
-
-
-def _timeline(lesson: Lesson, lang: str, current: int | None) -> None:
-    titles = (lesson.left.title[lang], lesson.right.title[lang])
-    spec = figures.timeline_spec(lesson, current, lang, titles, height=TIMELINE_HEIGHT,
-                                 margins=TIMELINE_MARGINS, legend=False)
-    st.plotly_chart(figures.Prebuilt(spec), theme=None, config={"displayModeBar": False},
-                    key="pk_timeline")
-
-
-def _step_buttons(lesson: Lesson, k: int, lang: str, t: dict, last: int) -> None:
-    with st.container(horizontal=True, gap="small", key="pk_steps"):
-        for n, (step, kf) in enumerate(zip(lesson.spec.steps, lesson.keyframes)):
-            st.button(f"{n + 1} · {step.title[lang]}", key=f"pk_step_{n}", width="stretch",
-                      type="primary" if n == k else "secondary", disabled=kf is None,
-                      help=t["missing_step"] if kf is None else t["step_help"].format(n=n + 1),
-                      on_click=_move_to, args=(kf if kf is not None else 0,))
-
-
-def _controls(lesson: Lesson, i: int, last: int, t: dict) -> None:
-    kfs = lesson.keyframes
-    buttons = [  # label, icon, key, shortcut, callback, args, disabled
-        (t["home"], "first_page", "pk_home", "Home", _move_to, (0,), i == 0),
-        (t["prev_step"], "keyboard_double_arrow_left", "pk_pgup", "PageUp", _jump_step,
-         (kfs, -1, last), i == 0),
-        (t["prev"], "chevron_left", "pk_prev", "Left", _move_by, (-1, last), i == 0),
-        None,  # the frame indicator sits in the middle
-        (t["next"], "chevron_right", "pk_next", "Right", _move_by, (1, last), i == last),
-        (t["next_step"], "keyboard_double_arrow_right", "pk_pgdn", "PageDown", _jump_step,
-         (kfs, 1, last), i == last),
-        (t["end"], "last_page", "pk_end", "End", _move_to, (last,), i == last),
-    ]
-    with st.container(horizontal=True, gap="small", vertical_alignment="center",
-                      key="pk_controls"):
-        for n, b in enumerate(buttons):
-            if b is None:
-                st.markdown(_indicator(lesson, i, last, t), unsafe_allow_html=True,
-                            width="stretch")
-                continue
-            text, icon, key, shortcut, fn, args, off = b
-            st.button(text, icon=f":material/{icon}:", key=key, shortcut=shortcut,
-                      width="stretch", on_click=fn, args=args, disabled=off,
-                      icon_position="right" if n > 3 else "left")
-
-
-def _indicator(lesson: Lesson, i: int, last: int, t: dict) -> str:
-    """'Frame i / last' with the engine step(s) it shows; ``data-frame`` is for tests."""
-    steps = sorted({lesson.left.at(i).step, lesson.right.at(i).step})
-    engine_step = t["engine_step"].format(s="/".join(str(s) for s in steps))
-    return (f"<div class='pk-frame' id='pk-frame' data-frame='{i}'>"
-            f"{t['frame_of'].format(i=i, last=last)}<br><span class='pk-dim' "
-            f"style='font-size:.8rem;font-weight:400'>{engine_step}</span></div>")
-
-
-def _side(lesson: Lesson, side: str, frame, i: int, lang: str, scoreboard: bool,
-          live: bool = False) -> None:
-    """One side in a single element: title, metrics strip, grid and its panel."""
-    s = lesson.side(side)
-    grid = (_cached_arena(lesson, lesson.key, side, i, lang) if lesson.key
-            else _arena_svg(lesson, side, i, lang))
-    if scoreboard:
-        panel = html.scoreboard_card(s.summary, lang)
-    else:
-        panel = html.tables_panel(frame, lang) + html.queue_panel(frame, lang)
-    if i >= len(s.frames) and not live:  # while streaming, a side may lag by a step
-        panel += (f"<div class='pk-dim' style='font-size:12px;margin-top:.5rem'>"
-                  f"{words(lang)['ended'].format(n=len(s.frames) - 1)}</div>")
-    st.markdown(html.side_block(s.title[lang], side, html.metrics_strip(frame, lang), grid,
-                                panel), unsafe_allow_html=True)
+    with st.expander(t["figure"], icon=":material/download:"):
+        for k, step in enumerate(lesson.spec.steps):
+            with st.container(horizontal=True, gap="small", vertical_alignment="center",
+                              key=f"pk_figure_{k}"):
+                st.markdown(f"{k + 1} · {step.title[lang]}", width="stretch")
+                for fmt in ("png", "svg", "pdf"):
+                    st.download_button(fmt.upper(), key=f"pk_fig_{fmt}_{k}", type="tertiary",
+                                       **export.download_args(lesson, k, lang, fmt))

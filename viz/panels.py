@@ -88,7 +88,8 @@ def queue_entries(frame: Frame, lang: str = "en") -> list[QueueEntry]:
         detail = (w["need_paged"].format(need=b.need_slots, free=b.free_slots)
                   if frame.run.allocator == PAGED else
                   w["need"].format(need=b.need_slots, free=b.free_slots, hole=b.largest_hole))
-        why = f"{w['reasons'].get(b.reason, b.reason)}: {detail}"
+        colon = "：" if lang == "zh" else ": "
+        why = f"{w['reasons'].get(b.reason, b.reason)}{colon}{detail}"
         out.append(QueueEntry(r, name, order, "blocked", why))
     return out
 

@@ -27,9 +27,9 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def running_app(env: dict[str, str] | None = None, log: Path | None = None,
-                timeout: float = 90) -> Iterator[str]:
+                timeout: float = 90, info: dict | None = None) -> Iterator[str]:
     """Start ``streamlit run app.py`` on a free port, wait for /_stcore/health, yield its base
-    URL, and stop it (our child only) afterwards."""
+    URL, and stop it (our child only) afterwards. ``info["pid"]`` gets the server's pid."""
     port = free_port()
     cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
            "--server.headless", "true", "--server.port", str(port),
@@ -38,6 +38,8 @@ def running_app(env: dict[str, str] | None = None, log: Path | None = None,
     out = open(log, "w") if log else subprocess.DEVNULL
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out,
                             stderr=subprocess.STDOUT)
+    if info is not None:
+        info["pid"] = proc.pid
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc, timeout)
@@ -78,22 +80,35 @@ FRAME_JS = "() => { const e = document.querySelector('#pk-frame'); " \
 PAINTED_JS = """(want) => {
   const e = document.querySelector('#pk-frame');
   if (!e || Number(e.dataset.frame) !== want) return false;
-  const plots = [...document.querySelectorAll('.js-plotly-plot')];
-  const grids = [...document.querySelectorAll('svg[data-pk-frame]')];
-  const heads = [...document.querySelectorAll('.pk-playhead[data-pk-frame]')];
-  return grids.length === 2 && grids.every(g => Number(g.dataset.pkFrame) === want)
-    && heads.every(h => Number(h.dataset.pkFrame) === want)
-    && plots.every(p => !p.layout || p.layout.meta == null || p.layout.meta === want);
+  const grids = [...document.querySelectorAll('#pk-player svg[data-pk-frame]')];
+  return grids.length === 2 && grids.every(g => Number(g.dataset.pkFrame) === want);
 }"""
+READY_JS = "() => !!document.querySelector('#pk-player[data-ready=\"1\"]')"
 
 
 def shown_frame(page) -> int | None:
-    """The frame number the page currently shows (from the indicator's data-frame)."""
+    """The frame number the player currently shows (from the indicator's data-frame)."""
     return page.evaluate(FRAME_JS)
 
 
+def wait_ready(page, timeout_ms: float = 60000) -> int:
+    """Wait until the lesson player has its frames and shows one; returns that frame."""
+    page.wait_for_function(READY_JS, timeout=timeout_ms, polling="raf")
+    frame = current_frame(page)
+    wait_painted(page, frame, timeout_ms)
+    return frame
+
+
+def current_frame(page) -> int:
+    """The frame the player shows; raises when there is no player on the page."""
+    frame = shown_frame(page)
+    if frame is None:
+        raise RuntimeError("no lesson player on the page")
+    return frame
+
+
 def wait_painted(page, frame: int, timeout_ms: float = 30000) -> None:
-    """Wait until the indicator, both arena grids and every plotly chart show ``frame``."""
+    """Wait until the indicator and both arena grids show ``frame``."""
     page.wait_for_function(PAINTED_JS, arg=frame, timeout=timeout_ms, polling="raf")
 
 
@@ -113,3 +128,19 @@ def settle_after_load(page) -> None:
     who cannot press that fast). Tests and the bench wait that out once per page load."""
     wait_idle(page)
     page.wait_for_timeout(600)
+
+
+def hold_key(page, seconds: float, every: float, key: str = "ArrowRight", code: int = 39) -> int:
+    """Hold ``key`` as a keyboard does: a keydown, then auto-repeats every ``every`` seconds,
+    sent straight through the DevTools protocol (Playwright's own calls are slower than 30 ms).
+    Returns the number of keydowns sent."""
+    cdp = page.context.new_cdp_session(page)
+    ev = {"key": key, "code": key, "windowsVirtualKeyCode": code}
+    t0, n = time.monotonic(), 0
+    while time.monotonic() - t0 < seconds:
+        cdp.send("Input.dispatchKeyEvent", {**ev, "type": "rawKeyDown", "autoRepeat": n > 0})
+        n += 1
+        time.sleep(max(0.0, t0 + n * every - time.monotonic()))
+    cdp.send("Input.dispatchKeyEvent", {**ev, "type": "keyUp"})
+    cdp.detach()
+    return n

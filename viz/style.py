@@ -2,26 +2,31 @@
 figure looks like the app). Pure data and tiny helpers; no Streamlit, no plotly."""
 from __future__ import annotations
 
-from viz.reducer import HOLE, RESERVED, TOKEN
+from viz.reducer import HOLE, INTERNAL, RESERVED, TOKEN
 
-#: Request colours by arrival rank. Red is kept out: red means external fragmentation.
-REQUEST_COLOURS = ("#3B76D0", "#E8871E", "#2A9D78", "#8D63C9", "#C9A227", "#2FA6C8",
-                   "#A0522D", "#6F8F1F", "#C23B8C", "#5561C4", "#4D7F8F", "#B8734A")
-FREE_COLOUR = "#ECEFF3"
-HOLE_COLOUR = "#F4B9B2"
-HOLE_MARK = "#C8322B"
+#: One meaning per colour. A colour on screen names an accounting category (the paper's Fig. 2),
+#: in the grid, the metrics strip, the timeline and the scoreboard alike; requests have no colour
+#: of their own (they are told apart by their labels, A0 / A1 / B0 ..., and the white rules
+#: between blocks). Chosen so the five stay apart under deuteranopia (tests/test_palette.py).
+CATEGORY_COLOURS = {"token_states": "#2166AC", "reservation": "#A6CCEB",
+                    "internal": "#E69F00", "external": "#B2182B", "free": "#E7EAEE"}
+#: The mark drawn over a category's cells, and the ink of a label written on it.
+CATEGORY_MARKS = {"token_states": "white", "reservation": "#1F2933", "internal": "white",
+                  "external": "white", "free": "#1F2933"}
+FREE_COLOUR = CATEGORY_COLOURS["free"]
+HOLE_COLOUR = CATEGORY_COLOURS["external"]
 INK = "#1F2933"
 MUTED = "#6B7785"
+HOLE_MARK = CATEGORY_MARKS["external"]
 CHANGED = "#111827"
+#: Requests are ink, whatever their rank (kept as a tuple for callers that index by rank).
+REQUEST_COLOURS = (INK,)
+#: Sides are told apart by position and title, and on timelines by the dash, not by hue.
+SIDE_COLOURS = {"left": INK, "right": INK}
+SIDE_DASH = {"left": "dash", "right": "solid"}
 
-#: Accounting categories (the paper's Fig. 2) in the metrics strip, timeline and scoreboard.
-CATEGORY_COLOURS = {"token_states": "#2F8F5B", "reservation": "#F2C14E",
-                    "internal": "#E07A3F", "external": "#D1453B", "free": "#D5DAE1"}
-SIDE_COLOURS = {"left": "#B7642A", "right": "#2F62C8"}
-
-#: How pale a request's colour gets for slots it holds but has not filled.
-RESERVED_TINT = 0.58
-INTERNAL_TINT = 0.84
+_CODE_CATEGORY = {TOKEN: "token_states", RESERVED: "reservation", INTERNAL: "internal",
+                  HOLE: "external"}
 
 
 def request_colour(order: int) -> str:
@@ -35,14 +40,21 @@ def tint(hex_colour: str, amount: float) -> str:
     return "#" + "".join(f"{c:02X}" for c in mix)
 
 
-def cell_colour(code: str, order: int | None) -> str:
-    """The fill of one slot: its owner's colour, paler the less it is used."""
+def cell_category(code: str, order: int | None) -> str:
+    """The accounting category a grid cell shows (a slot nobody holds is free or a hole)."""
     if order is None:
-        return HOLE_COLOUR if code == HOLE else FREE_COLOUR
-    base = request_colour(order)
-    if code == TOKEN:
-        return base
-    return tint(base, RESERVED_TINT if code == RESERVED else INTERNAL_TINT)
+        return "external" if code == HOLE else "free"
+    return _CODE_CATEGORY.get(code, "free")
+
+
+def cell_colour(code: str, order: int | None) -> str:
+    """The fill of one slot: its category's colour (the owner does not change it)."""
+    return CATEGORY_COLOURS[cell_category(code, order)]
+
+
+def cell_ink(code: str, order: int | None) -> str:
+    """The colour of a mark or label drawn on a slot, readable on its fill."""
+    return CATEGORY_MARKS[cell_category(code, order)]
 
 
 TEXT = {

@@ -13,8 +13,8 @@ from html import escape
 
 from viz.figures import HOVER_MAX_SLOTS, GridLayout, changed_runs
 from viz.panels import label_starts
-from viz.reducer import HOLE, INTERNAL, PAGED, TOKEN, Frame
-from viz.style import (CHANGED, HOLE_MARK, MUTED, cell_colour, request_colour, words)
+from viz.reducer import HOLE, INTERNAL, PAGED, Frame
+from viz.style import CHANGED, MUTED, cell_colour, cell_ink, words
 
 CELL = 20            # user units per cell (pitch)
 GAP = 2              # white gap between cells
@@ -42,10 +42,12 @@ def arena_svg(frame: Frame, layout: GridLayout, lang: str = "en", meta: int | No
     uid = _ID_UNSAFE.sub("", uid) or _ID_UNSAFE.sub("", frame.run.allocator) or "g"
     width, height = _x(layout.cols) - GAP, layout.rows * CELL - GAP
     defs, fills = _patterns(frame, uid)
-    body = [_runs(frame, layout, lang, fills), _gaps(layout), _row_labels(frame, layout),
+    body = [_runs(frame, layout, lang, fills), _gaps(layout), _owner_breaks(frame, layout),
+            _row_labels(frame, layout),
             _names(frame, layout), _changed(frame, layout)]
     tag = f" data-pk-frame='{meta}'" if meta is not None else ""
-    return (f"<svg class='pk-arena'{tag} viewBox='0 0 {width} {height}' "
+    # A margin of 3 units keeps the "changed" outline of an edge cell from being clipped.
+    return (f"<svg class='pk-arena'{tag} viewBox='-1 -3 {width + 4} {height + 6}' "
             f"preserveAspectRatio='xMidYMin meet' style='width:100%;max-height:{max_height_px}px;"
             f"display:block' font-family='Inter, Helvetica, Arial, sans-serif'>"
             f"<defs>{defs}</defs>{''.join(body)}</svg>")
@@ -61,9 +63,9 @@ def _patterns(frame: Frame, uid: str) -> tuple[str, dict[str, str]]:
     for slot, code in enumerate(frame.cells):
         if code == INTERNAL:
             order = frame.requests[frame.owners[slot]].order
-            wanted.setdefault(cell_colour(code, order), ("stroke", request_colour(order)))
+            wanted.setdefault(cell_colour(code, order), ("stroke", cell_ink(code, order)))
         elif code == HOLE:
-            wanted.setdefault(cell_colour(code, None), ("cross", HOLE_MARK))
+            wanted.setdefault(cell_colour(code, None), ("cross", cell_ink(code, None)))
     for n, (fill, (kind, ink)) in enumerate(wanted.items()):
         pid = f"pk-{uid}-{n}"
         mark = (f"M{c - d:.1f},{c + d:.1f}L{c + d:.1f},{c - d:.1f}" if kind == "stroke" else
@@ -123,6 +125,20 @@ def _gaps(layout: GridLayout) -> str:
     return out
 
 
+def _owner_breaks(frame: Frame, layout: GridLayout) -> str:
+    """A wide white rule where one request's run meets another's inside a row: requests have
+    no colour of their own, so this (with the labels) tells where one ends."""
+    segs = []
+    for s in range(1, frame.run.num_slots):
+        a, b = frame.owners[s - 1], frame.owners[s]
+        col, row = layout.xy(s)
+        if a is not None and b is not None and a != b and col % layout.block_size:
+            segs.append(f"M{_x(col) - GAP / 2},{_y(row)}v{CELL - GAP}")
+    if not segs:
+        return ""
+    return f"<path d='{''.join(segs)}' stroke='white' stroke-width='{SEP + 1}'/>"
+
+
 def _row_labels(frame: Frame, layout: GridLayout) -> str:
     paged = frame.run.allocator == PAGED
     per_row = layout.cols // layout.block_size
@@ -138,8 +154,7 @@ def _names(frame: Frame, layout: GridLayout) -> str:
     out = []
     for slot, text, owner in label_starts(frame):
         col, row = layout.xy(slot)
-        colour = "white" if frame.cells[slot] == TOKEN else request_colour(
-            frame.requests[owner].order)
+        colour = cell_ink(frame.cells[slot], frame.requests[owner].order)
         size = 9 if len(text) > 2 else 10
         out.append(f"<text x='{_x(col) + (CELL - GAP) / 2}' y='{_y(row) + 13}' "
                    f"font-size='{size}' font-weight='700' text-anchor='middle' fill='{colour}' "

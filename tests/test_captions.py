@@ -1,0 +1,152 @@
+"""Narration on every frame: the captions and chapter text shown on a frame say only numbers that
+frame's own fold holds, and chapters cover the run with text true on every frame they span."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from engine.trace import read
+from viz import captions, chapters
+from viz import lesson as L
+
+ROOT = Path(__file__).resolve().parent.parent
+NUM = re.compile(r"\d+(?:\.\d+)?")
+
+
+def shipped() -> list[str]:
+    return [n for n in L.available() if L.trace_path(L.load_spec(n)).is_file()]
+
+
+@pytest.fixture(scope="module", params=shipped())
+def lesson(request) -> L.Lesson:
+    spec = L.load_spec(request.param)
+    return L.build(spec, read(L.trace_path(spec)))
+
+
+@pytest.fixture(scope="module")
+def bench_lesson(tmp_path_factory) -> L.Lesson:
+    """The six-step text over a longer dry-run trace (the benchmark's generator, small)."""
+    import sys
+    sys.path.insert(0, str(ROOT / "bench"))
+    import frames as bench
+    path = tmp_path_factory.mktemp("cap") / "trace.jsonl"
+    bench.make_trace(path, 1500)
+    return L.build(L.load_spec("six-steps"), read(path))
+
+
+def _ints(value) -> set[str]:
+    out: set[str] = set()
+    if isinstance(value, bool):
+        return out
+    if isinstance(value, (int, float)):
+        out.add(str(value))
+    elif isinstance(value, str):
+        out |= set(NUM.findall(value))
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            out |= _ints(v)
+    return out
+
+
+def _pct(x: float) -> set[str]:
+    return {f"{100 * x:.0f}", f"{100 * x:.1f}"}
+
+
+def facts(lesson: L.Lesson, i: int) -> set[str]:
+    """Every number frame ``i`` holds, read from the frames directly (not from the captions):
+    event fields, per-request event counts, queue sizes, the account, block tables."""
+    out = {str(i), str(lesson.num_frames - 1)}
+    for side in (lesson.left, lesson.right):
+        if i >= len(side.frames):
+            continue
+        f = side.frames[i]
+        counts: dict[tuple[str, str], int] = {}
+        for ev in f.events:
+            for k, v in ev.to_dict().items():
+                if k not in ("step", "seq"):
+                    out |= _ints(v)
+            key = (ev.kind, getattr(ev, "req", ""))
+            counts[key] = counts.get(key, 0) + 1
+        out |= {str(n) for n in counts.values()} | {"0"}
+        out.add(str(len({e.req for e in f.events if e.kind == "tokens_written"})))
+        out |= {str(len(f.running)), str(len(f.waiting)), str(f.step)}
+        a = f.account
+        for c in ("token_states", "reservation", "internal", "external", "free"):
+            out.add(str(getattr(a, c)))
+            out |= _pct(a.share(c))
+        for v in f.requests.values():
+            out |= _ints(v.name) | {str(v.prompt_len)}
+        for b in f.blocked:
+            out |= {str(b.need_slots), str(b.free_slots), str(b.largest_hole)}
+        for t in f.block_tables.values():
+            out |= {str(p) for p in t} | {str(n) for n in range(len(t))}
+    return out
+
+
+def shown(lesson: L.Lesson, i: int, ch: chapters.Chapter, lang: str) -> str:
+    left, right = captions.caption(lesson, i, lang)
+    return " ".join((left, right, chapters.title(lesson, ch, lang),
+                     chapters.body(lesson, ch, i, lang)))
+
+
+def _literal_numbers(template: str) -> set[str]:
+    return set(NUM.findall(re.sub(r"\{[^}]*\}", "", template)))
+
+
+def _narration_facts(lesson: L.Lesson, k: int) -> set[str]:
+    out: set[str] = set()
+    for v in L.narration_context(lesson, k).values():
+        out |= _ints(v) if not hasattr(v, "__dict__") else set().union(
+            *(_ints(x) for x in vars(v).values()))
+    return out
+
+
+def _check(lesson: L.Lesson, lang: str) -> None:
+    chs = chapters.chapters(lesson)
+    assert [i for c in chs for i in range(c.start, c.end + 1)] == list(range(lesson.num_frames))
+    for ch in chs:
+        for i in range(ch.start, ch.end + 1):
+            allowed = facts(lesson, i)
+            if ch.kind == chapters.STEP:
+                # A step's narration quotes its keyframe, so it is shown there and nowhere else.
+                assert ch.start == ch.end == lesson.keyframes[ch.step]
+                step = lesson.spec.steps[ch.step]
+                allowed |= _narration_facts(lesson, ch.step) | {str(ch.step + 1)}
+                allowed |= _literal_numbers(step.narration[lang] + step.title[lang])
+            else:
+                assert chapters.phase(lesson, i) == ch.kind  # the title holds on this frame
+            said = set(NUM.findall(shown(lesson, i, ch, lang)))
+            assert said <= allowed, (i, ch, sorted(said - allowed), shown(lesson, i, ch, lang))
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_every_number_shown_on_every_frame_is_that_frames(lesson, lang):
+    _check(lesson, lang)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_long_run_is_narrated_frame_by_frame_too(bench_lesson, lang):
+    _check(bench_lesson, lang)
+
+
+def test_a_blocked_request_is_captioned_with_the_allocators_numbers(lesson):
+    """Where the left refuses a request for want of a hole, that frame's caption says so with
+    the refusal's own numbers."""
+    hits = [(i, b) for i in range(len(lesson.left.frames))
+            for b in lesson.left.frames[i].blocked if b.reason == "no_hole"]
+    assert hits, "the lesson has no external-fragmentation refusal to caption"
+    for i, b in hits:
+        text = captions.caption(lesson, i, "en")[0]
+        assert f"needs {b.need_slots} slots, {b.free_slots} free, largest hole {b.largest_hole}" \
+            in text
+
+
+def test_no_chapter_title_outlives_what_it_says(lesson):
+    """The old bug: step 5's text stayed up while D was running. Now a frame where nobody waits
+    on the left never sits in a chapter that says the left makes requests wait."""
+    for ch in chapters.chapters(lesson):
+        if ch.kind == "left_waits":
+            for i in range(ch.start, ch.end + 1):
+                assert lesson.left.at(i).waiting and not lesson.right.at(i).waiting

@@ -1,0 +1,89 @@
+"""One meaning per colour, and colour-blind safe: the five accounting categories stay apart for a
+viewer with deuteranopia, and the grid never paints a category with another one's colour."""
+from __future__ import annotations
+
+import itertools
+import math
+import re
+
+import pytest
+
+from engine.trace import read
+from viz import figures, html, svg
+from viz import lesson as L
+from viz.reducer import CELL_CATEGORY
+from viz.style import CATEGORY_COLOURS, REQUEST_COLOURS, cell_colour
+
+# Machado, Oliveira & Fernandes (2009), deuteranomaly at severity 1.0, on linear RGB.
+DEUTERANOPIA = ((0.367322, 0.860646, -0.227968),
+                (0.280085, 0.672501, 0.047413),
+                (-0.011820, 0.042940, 0.968881))
+MIN_DELTA_E = 20.0   # CIE76 distance; ~2.3 is a just-noticeable difference
+
+
+def _linear(hex_colour: str) -> tuple[float, ...]:
+    def one(c: int) -> float:
+        v = c / 255
+        return v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4
+    return tuple(one(int(hex_colour[i:i + 2], 16)) for i in (1, 3, 5))
+
+
+def _lab(rgb: tuple[float, ...]) -> tuple[float, float, float]:
+    r, g, b = rgb
+    x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+
+    def f(t: float) -> float:
+        return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+    return 116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))
+
+
+def _deuteranope(hex_colour: str) -> tuple[float, ...]:
+    rgb = _linear(hex_colour)
+    return tuple(min(1.0, max(0.0, sum(m * c for m, c in zip(row, rgb)))) for row in DEUTERANOPIA)
+
+
+def test_the_simulation_is_not_the_identity():
+    """Red and green, far apart for most viewers, come close under the simulation."""
+    red, green = "#D62728", "#2CA02C"
+    normal = math.dist(_lab(_linear(red)), _lab(_linear(green)))
+    simulated = math.dist(_lab(_deuteranope(red)), _lab(_deuteranope(green)))
+    assert simulated < normal / 2
+
+
+@pytest.mark.parametrize("a,b", itertools.combinations(CATEGORY_COLOURS, 2))
+def test_categories_stay_apart_under_deuteranopia(a, b):
+    ca, cb = CATEGORY_COLOURS[a], CATEGORY_COLOURS[b]
+    assert math.dist(_lab(_linear(ca)), _lab(_linear(cb))) >= MIN_DELTA_E
+    assert math.dist(_lab(_deuteranope(ca)), _lab(_deuteranope(cb))) >= MIN_DELTA_E, (a, b)
+
+
+def test_requests_never_wear_a_category_colour():
+    assert not set(REQUEST_COLOURS) & set(CATEGORY_COLOURS.values())
+
+
+def test_every_cell_is_painted_with_its_categorys_colour():
+    for code, category in CELL_CATEGORY.items():
+        for order in (None, 0, 1, 7):
+            if order is None and code not in ("F", "H"):
+                continue
+            assert cell_colour(code, order) == CATEGORY_COLOURS[category]
+
+
+def test_one_screen_uses_each_colour_for_one_category():
+    """On a real frame, every fill in the grid, the strip and the legend is a category colour
+    (or neutral ink, grey text, white), and each category colour is used for that category only."""
+    spec = L.load_spec("six-steps")
+    path = L.trace_path(spec)
+    if not path.is_file():
+        pytest.skip("six-step trace not recorded")
+    lesson = L.build(spec, read(path))
+    layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
+    allowed = {c.upper() for c in CATEGORY_COLOURS.values()} | {"#1F2933", "#111827", "#6B7785", "WHITE"}
+    for i in (lesson.keyframes[4], lesson.num_frames // 2):
+        for side in (lesson.left, lesson.right):
+            page = (svg.arena_svg(side.at(i), layout) + html.metrics_strip(side.at(i))
+                    + html.legend())
+            fills = {f.upper() for f in re.findall(r"fill='(#[0-9A-Fa-f]{6}|white)'", page)}
+            assert fills <= allowed, fills - allowed

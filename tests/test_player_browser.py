@@ -1,0 +1,282 @@
+"""The lesson player in Chromium: every key, autoplay, the timeline scrubber, the help overlay,
+presenter mode at projector and full-HD sizes in both languages (screenshots in test-artifacts/),
+the URL following each key, and the whole page working with the network cut off."""
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from viz.serve import CHROMIUM, hold_key, shown_frame, wait_painted, wait_ready
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium"),
+    pytest.mark.skipif(not TRACE.is_file(), reason="six-step trace not recorded yet"),
+]
+playwright = pytest.importorskip("playwright.sync_api")
+
+ROOT_JS = "() => document.querySelector('#pk-player').dataset"
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
+    pg = ctx.new_page()
+    yield pg
+    ctx.close()
+
+
+def open_player(page, url: str) -> int:
+    page.goto(url)
+    return wait_ready(page)
+
+
+def chapters(page) -> list[dict]:
+    return page.evaluate("() => window.pkPlayer.data.chapters")
+
+
+def last_frame(page) -> int:
+    return page.evaluate("() => window.pkPlayer.frames.length - 1")
+
+
+def url_after_one_animation_frame(page) -> str:
+    return page.evaluate("() => new Promise(r => requestAnimationFrame(() => "
+                         "requestAnimationFrame(() => r(location.search))))")
+
+
+def test_arrows_home_end_and_chapter_keys(page, app_url):
+    assert open_player(page, f"{app_url}/?frame=10") == 10
+    page.keyboard.press("ArrowRight")
+    assert shown_frame(page) == 11
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("ArrowLeft")
+    assert shown_frame(page) == 9
+    starts = [c["start"] for c in chapters(page)]
+    nxt = next(s for s in starts if s > 9)
+    page.keyboard.press("PageDown")
+    assert shown_frame(page) == nxt
+    page.keyboard.press("PageUp")          # at a chapter's start: to the previous chapter's
+    assert shown_frame(page) == max(s for s in starts if s < nxt)
+    page.keyboard.press("End")
+    assert shown_frame(page) == last_frame(page)
+    page.keyboard.press("ArrowRight")      # past the end: stays
+    assert shown_frame(page) == last_frame(page)
+    page.keyboard.press("Home")
+    assert shown_frame(page) == 0
+    seen = []
+    for _ in starts[1:]:
+        page.keyboard.press("PageDown")
+        seen.append(shown_frame(page))
+    assert seen == starts[1:]              # a clicker walks every chapter in order
+
+
+def test_the_url_follows_each_key_within_an_animation_frame(page, app_url):
+    open_player(page, f"{app_url}/?frame=3")
+    for key, want in (("ArrowRight", 4), ("ArrowRight", 5), ("Home", 0), ("ArrowRight", 1)):
+        page.keyboard.press(key)
+        assert f"frame={want}" in url_after_one_animation_frame(page)
+    assert "lesson=six-steps" in url_after_one_animation_frame(page)
+
+
+def test_stepping_asks_nothing_of_the_server(page, app_url):
+    """No websocket message and no request (not even the favicon, which Chromium fetches again
+    on every URL change) while the keys step through frames."""
+    asked: list[str] = []
+    page.on("websocket", lambda ws: ws.on("framesent", lambda f: asked.append("ws")))
+    open_player(page, f"{app_url}/?frame=2")
+    page.wait_for_timeout(1500)   # the page's own loading (fonts, first runs) is over
+    asked.clear()
+    page.on("request", lambda r: asked.append(r.url) if "/static/" not in r.url else None)
+    for n in range(3, 23):
+        page.keyboard.press("ArrowRight")
+        wait_painted(page, n)
+    page.wait_for_timeout(300)
+    assert asked == []
+
+
+def test_a_held_arrow_registers_every_repeat(page, app_url):
+    open_player(page, f"{app_url}/?frame=0")
+    sent = hold_key(page, 1.5, 0.030)      # key repeat at 30 ms: every repeat is a step
+    assert sent >= 40
+    wait_painted(page, min(sent, last_frame(page)))
+
+
+def test_autoplay_advances_pauses_and_stops_at_the_end(page, app_url):
+    open_player(page, f"{app_url}/?frame=0")
+    page.keyboard.press("+")
+    page.keyboard.press("+")
+    fps = int(page.locator("#pk-speed").get_attribute("data-fps"))
+    page.keyboard.press("-")
+    slower = int(page.locator("#pk-speed").get_attribute("data-fps"))
+    assert slower < fps and str(slower) in page.locator("#pk-speed").inner_text()
+    page.keyboard.press(" ")
+    page.wait_for_function("() => Number(document.querySelector('#pk-frame').dataset.frame) >= 3")
+    page.keyboard.press(" ")               # pause: the frame holds
+    held = shown_frame(page)
+    page.wait_for_timeout(600)
+    assert shown_frame(page) == held and page.evaluate(ROOT_JS)["playing"] == "0"
+    last = last_frame(page)
+    page.keyboard.press("End")
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press(" ")
+    page.wait_for_function("() => document.querySelector('#pk-player').dataset.playing === '0'",
+                           timeout=10_000)
+    assert shown_frame(page) == last
+
+
+def test_clicking_and_dragging_the_timeline_scrubs(page, app_url):
+    open_player(page, f"{app_url}/?frame=0")
+    page.locator("#pk-tl-box").scroll_into_view_if_needed()
+    box = page.locator("#pk-tl-box svg").bounding_box()
+    geo = page.evaluate("() => { const s = document.querySelector('#pk-tl-box svg'); return "
+                        "[+s.dataset.left, +s.dataset.right, +s.dataset.width]; }")
+    n = last_frame(page) + 1
+    x0 = box["x"] + box["width"] * geo[0] / geo[2]
+    x1 = box["x"] + box["width"] * (1 - geo[1] / geo[2])
+
+    def x_of(frame: int) -> float:
+        return x0 + (x1 - x0) * (frame + 0.5) / n
+    y = box["y"] + box["height"] / 2
+    page.mouse.click(x_of(40), y)
+    assert shown_frame(page) == 40
+    page.mouse.move(x_of(10), y)
+    page.mouse.down()
+    assert shown_frame(page) == 10
+    page.mouse.move(x_of(70), y, steps=8)
+    assert shown_frame(page) == 70
+    page.mouse.up()
+    page.mouse.move(x_of(90), y)          # released: moving no longer scrubs
+    assert shown_frame(page) == 70
+    page.keyboard.press("ArrowRight")
+    assert shown_frame(page) == 71
+
+
+def test_question_mark_lists_every_key(page, app_url):
+    open_player(page, f"{app_url}/?frame=2")
+    page.keyboard.press("?")
+    help_box = page.locator("#pk-help")
+    assert help_box.is_visible()
+    keys = help_box.locator("kbd").all_inner_texts()
+    for k in ("←", "→", "PageUp", "PageDown", "Home", "End", "Space", "+", "−", "F", "?"):
+        assert k in keys, k
+    page.screenshot(path=str(ARTIFACTS / "player-help.png"))
+    page.keyboard.press("Escape")
+    assert not help_box.is_visible()
+    page.keyboard.press("?")
+    page.keyboard.press("?")
+    assert not help_box.is_visible()
+
+
+def test_f_toggles_presenter_mode_and_the_url_says_so(page, app_url):
+    open_player(page, f"{app_url}/?frame=5")
+    page.keyboard.press("f")
+    assert page.evaluate(ROOT_JS)["present"] == "1"
+    assert "present=1" in url_after_one_animation_frame(page)
+    assert not page.locator("#pk-p-nav").is_visible()
+    assert not page.locator("#pk-tl-box").is_visible()
+    page.keyboard.press("ArrowRight")
+    assert shown_frame(page) == 6
+    page.keyboard.press("F")
+    assert page.evaluate(ROOT_JS)["present"] == "0"
+    assert "present" not in url_after_one_animation_frame(page)
+
+
+LABELS_JS = """() => {
+  const root = document.querySelector('#pk-player');
+  const out = [];
+  const vw = innerWidth, vh = innerHeight;
+  for (const el of root.querySelectorAll('*')) {
+    const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
+    if (!own) continue;
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 && r.height === 0) continue;          // not displayed
+    if (el.closest('[hidden]') || getComputedStyle(el).visibility === 'hidden') continue;
+    const html = el instanceof HTMLElement;
+    out.push({text: el.textContent.trim().slice(0, 40), inside: r.left >= -0.5 && r.top >= -0.5
+              && r.right <= vw + 0.5 && r.bottom <= vh + 0.5,
+              ellipsis: html && el.scrollWidth > el.clientWidth + 1 &&
+                        getComputedStyle(el).overflow !== 'visible'});
+  }
+  return out;
+}"""
+
+SIZE_JS = "(sel) => parseFloat(getComputedStyle(document.querySelector(sel)).fontSize)"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)])
+def test_presenter_mode_fits_the_screen(browser, app_url, lang, size):
+    ctx = browser.new_context(viewport={"width": size[0], "height": size[1]})
+    page = ctx.new_page()
+    try:
+        start = open_player(page, f"{app_url}/?present=1&lang={lang}&frame=9")
+        assert page.evaluate(ROOT_JS)["present"] == "1"
+        frames = [start, 20, 41, last_frame(page)]
+        for f in frames:
+            page.evaluate(f"() => window.pkPlayer.go({f})")
+            wait_painted(page, f)
+            labels = page.evaluate(LABELS_JS)
+            assert labels, "no labels found"
+            bad = [lb for lb in labels if not lb["inside"] or lb["ellipsis"]]
+            assert not bad, (f, bad[:5])
+            if size[0] == 1920:
+                for sel in ("#pk-chapter", "#pk-cap-l", "#pk-cap-r"):
+                    assert page.evaluate(SIZE_JS, sel) >= 24, sel
+            page.screenshot(path=str(ARTIFACTS / f"present-{lang}-{size[0]}x{size[1]}-{f}.png"))
+    finally:
+        ctx.close()
+
+
+def test_the_app_opens_and_steps_with_the_network_cut_off(browser, app_url):
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    outside: list[str] = []
+
+    def route(r):
+        host = urlparse(r.request.url).hostname or ""
+        if r.request.url.startswith(("data:", "blob:")) or host in ("127.0.0.1", "localhost"):
+            r.continue_()
+        else:
+            outside.append(r.request.url)
+            r.abort()
+    ctx.route("**/*", route)
+    page = ctx.new_page()
+    try:
+        assert open_player(page, f"{app_url}/?frame=4") == 4
+        for n in (5, 6, 7):
+            page.keyboard.press("ArrowRight")
+            wait_painted(page, n)
+        assert outside == [], outside
+        page.screenshot(path=str(ARTIFACTS / "player-offline.png"))
+    finally:
+        ctx.close()
+
+
+def test_every_frame_shows_its_own_caption_and_chapter(page, app_url):
+    """Walk every frame in the browser: the caption and chapter title on screen are the ones
+    folded from that frame (tests/test_captions.py checks those against the frame's numbers)."""
+    from engine.trace import read
+    from viz import captions
+    from viz import chapters as C
+    from viz.lesson import build, load_spec
+    lesson = build(load_spec("six-steps"), read(TRACE))
+    chs = C.chapters(lesson)
+    open_player(page, f"{app_url}/?frame=0")
+    shown = page.evaluate("""(n) => { const out = [];
+      for (let i = 0; i < n; i++) { window.pkPlayer.go(i);
+        out.push([document.querySelector('#pk-cap-l').textContent,
+                  document.querySelector('#pk-cap-r').textContent,
+                  document.querySelector('#pk-chapter').textContent,
+                  Number(document.querySelector('#pk-frame').dataset.frame)]); }
+      return out; }""", lesson.num_frames)
+    for i, (left, right, title, frame) in enumerate(shown):
+        ch = next(c for c in chs if c.start <= i <= c.end)
+        assert frame == i
+        assert (left, right) == captions.caption(lesson, i, "en"), i
+        assert title == C.title(lesson, ch, "en"), i

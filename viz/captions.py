@@ -1,0 +1,112 @@
+"""One line per frame saying what happened in it, folded from that frame's own events.
+
+``side_caption(frame, lang)`` turns one side's events into short phrases ("C's block 2 is full:
+logical 3 → physical #7", "D waits: needs 100 slots, 112 free, largest hole 80"); ``caption``
+joins both sides. Every number comes from the frame's events or its account, so a caption is
+true of the frame it is shown on by construction. Templates: viz/text/captions.toml. Pure Python.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from engine import events as E
+from viz import ui_text
+from viz.lesson import Lesson, pct
+from viz.reducer import PAGED, Frame
+
+MAX_PHRASES = 3   # per side; the rest are counted ("+2 more")
+
+
+def text(lang: str) -> dict[str, str]:
+    tables = ui_text.load("captions")
+    return tables.get(lang, tables["en"])
+
+
+def _name(frame: Frame, req: str) -> str:
+    view = frame.requests.get(req)
+    return view.name if view else req
+
+
+def _one(key: str, n: int) -> str:
+    """The singular template for a count of one (English needs it; Chinese has the same)."""
+    return f"{key}_one" if n == 1 else key
+
+
+def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
+    """What happened on one side in this frame, most telling first."""
+    t = text(lang)
+    paged = frame.run.allocator == PAGED
+    evs = frame.events
+    admitted = [e for e in evs if isinstance(e, E.Admitted)]
+    admitted_ids = {e.req for e in admitted}
+    blocks = Counter(e.req for e in evs if isinstance(e, E.BlockAllocated))
+    freed = Counter(e.req for e in evs if isinstance(e, E.BlockFreed))
+    released = {e.req: e for e in evs if isinstance(e, E.ReservationReleased)}
+    reserved = {e.req: e for e in evs if isinstance(e, E.SlotsReserved)}
+    out: list[str] = []
+    for e in evs:
+        if isinstance(e, E.Finished):
+            name = _name(frame, e.req)
+            if paged:
+                n = freed.get(e.req, 0)
+                out.append(t[_one("finished_paged", n)].format(req=name, length=e.final_len,
+                                                               blocks=n))
+            else:
+                held = released[e.req].length if e.req in released else 0
+                out.append(t["finished_contig"].format(req=name, length=e.final_len, held=held))
+        elif isinstance(e, E.Preempted):
+            out.append(t["preempted"].format(req=_name(frame, e.req), n=e.num_generated))
+    for a in admitted:
+        view = frame.requests.get(a.req)
+        prompt = view.prompt_len if view else a.num_tokens
+        if paged:
+            n = blocks.get(a.req, 0)
+            out.append(t[_one("admitted_paged", n)].format(req=_name(frame, a.req),
+                                                           prompt=prompt, blocks=n))
+        elif a.req in reserved:
+            r = reserved[a.req]
+            out.append(t["admitted_contig"].format(req=_name(frame, a.req), start=r.start,
+                                                   length=r.length))
+    for b in frame.blocked:
+        key = "blocked_hole" if b.reason == "no_hole" else "blocked_space"
+        out.append(t[key].format(req=_name(frame, b.req), need=b.need_slots, free=b.free_slots,
+                                 hole=b.largest_hole))
+    for e in evs:
+        if isinstance(e, E.BlockAllocated) and e.req not in admitted_ids and e.logical > 0:
+            out.append(t["block_full"].format(req=_name(frame, e.req), prev=e.logical - 1,
+                                              logical=e.logical, physical=e.physical))
+    if not out:
+        writers = {e.req for e in evs if isinstance(e, E.TokensWritten)}
+        out.append(t["decode"].format(n=len(writers)) if writers else t["idle"])
+    return out
+
+
+def side_caption(frame: Frame, lang: str = "en", ended: bool = False) -> str:
+    t = text(lang)
+    if ended:
+        return t["ended"]
+    phrases = side_phrases(frame, lang)
+    if len(phrases) > MAX_PHRASES:
+        phrases = phrases[:MAX_PHRASES] + [t["more"].format(n=len(phrases) - MAX_PHRASES)]
+    return "; ".join(phrases) if lang == "en" else "；".join(phrases)
+
+
+def caption(lesson: Lesson, i: int, lang: str = "en") -> tuple[str, str]:
+    """Frame ``i``'s caption for the left and the right side."""
+    out = []
+    for s in (lesson.left, lesson.right):
+        ended = i >= len(s.frames)
+        out.append(side_caption(s.at(i), lang, ended))
+    return out[0], out[1]
+
+
+def state_line(frame: Frame, lang: str = "en") -> str:
+    """The side's state in this frame, in one sentence (the chapter text between keyframes)."""
+    t = text(lang)
+    a = frame.account
+    b = frame.blocked_by("no_hole")
+    if b is not None:
+        return t["state_hole"].format(running=len(frame.running), waiting=len(frame.waiting),
+                                      free=b.free_slots, hole=b.largest_hole)
+    return t["state"].format(running=len(frame.running), waiting=len(frame.waiting),
+                             tokens=pct(a.share("token_states")), free=pct(a.share("free")))

@@ -1,0 +1,329 @@
+// The lesson player's browser half. It draws nothing: every piece of HTML and SVG was rendered
+// by the server (viz/player.py) and arrives once, deflated. A key only swaps pieces, so stepping
+// costs no server round trip. Keys are handled as they arrive (none is dropped); the URL is
+// updated once per animation frame.
+const SPEEDS = [1, 2, 4, 8, 15, 30];
+const SLOTS = ["lm", "lg", "lp", "rm", "rg", "rp", "lc", "rc", "body", "step"];
+const TARGETS = { lm: "pk-lm", lg: "pk-lg", lp: "pk-lp", rm: "pk-rm", rg: "pk-rg", rp: "pk-rp",
+                  lc: "pk-cap-l", rc: "pk-cap-r", body: "pk-body" };
+
+async function inflate(b64) {
+  const bin = atob(b64);
+  const bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
+  return JSON.parse(await new Response(stream).text());
+}
+
+function esc(s) {
+  return String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;",
+                                                 '"': "&quot;", "'": "&#39;" }[c]));
+}
+
+class Player {
+  constructor(root, data) {
+    this.root = root;
+    this.el = (id) => root.querySelector("#" + id);
+    this.data = data;
+    this.i = -1;
+    this.shown = {};
+    this.speed = 2;
+    this.playing = false;
+    this.urlPending = false;
+    this.urlTimes = [];
+    this.times = [];          // keydown -> painted, ms (read by bench/frames.py)
+    this.onKey = (e) => this.key(e);
+    document.addEventListener("keydown", this.onKey, true);
+  }
+
+  async load(data, start) {
+    this.data = data;
+    const body = await inflate(data.z);
+    if (this.data !== data) return;    // a newer payload arrived meanwhile
+    this.pieces = body.pieces;
+    this.frames = body.frames;
+    this.shown = {};
+    this.static();
+    this.i = -1;
+    this.go(start);
+    this.root.dataset.ready = "1";
+  }
+
+  static() {
+    const d = this.data, t = d.text;
+    this.el("pk-title-l").innerHTML = d.titles.left;
+    this.el("pk-title-r").innerHTML = d.titles.right;
+    this.el("pk-tag-l").textContent = t.left;
+    this.el("pk-tag-r").textContent = t.right;
+    this.el("pk-legend").innerHTML = d.legend;
+    this.el("pk-score").innerHTML = d.scoreboard;
+    this.el("pk-tl-cap").textContent = "";
+    this.el("pk-tl-cap").innerHTML = d.timeline_caption;
+    this.el("pk-tl-box").innerHTML = d.timeline;
+    const nav = this.el("pk-p-nav");
+    nav.innerHTML = "";
+    d.chapters.forEach((c, n) => {
+      if (c.step === null) return;
+      const b = document.createElement("button");
+      b.type = "button";
+      b.textContent = c.title;
+      b.dataset.chapter = n;
+      b.onclick = () => { this.stop(); this.go(c.start); };
+      nav.appendChild(b);
+    });
+    const help = [["← →", t.key_arrows], ["PageUp PageDown", t.key_pages],
+                  ["Home End", t.key_home_end], ["Space", t.key_space], ["+ −", t.key_speed],
+                  ["F", t.key_f], ["?", t.key_help], ["", t.key_timeline]];
+    this.el("pk-help").innerHTML = "<div><h3>" + esc(t.help_title) + "</h3><table>" +
+      help.map(([k, v]) => "<tr><td>" + k.split(" ").filter(Boolean).map(
+        (x) => "<kbd>" + esc(x) + "</kbd>").join(" ") + "</td><td>" + esc(v) + "</td></tr>"
+      ).join("") + "</table><p class='pk-dim'>" + esc(t.help_close) + "</p></div>";
+    this.el("pk-help").onclick = () => this.help(false);
+    this.el("pk-help-btn").onclick = () => this.help();
+    this.el("pk-play").onclick = () => this.toggle();
+    this.scrubber();
+    this.showSpeed();
+  }
+
+  chapterOf(i) {
+    const cs = this.data.chapters;
+    for (let n = cs.length - 1; n >= 0; n--) if (cs[n].start <= i) return n;
+    return 0;
+  }
+
+  go(i) {
+    if (!this.frames) return;
+    const last = this.frames.length - 1;
+    i = Math.max(0, Math.min(last, i | 0));
+    if (i === this.i) return;
+    this.i = i;
+    const rec = this.frames[i];
+    for (let s = 0; s < SLOTS.length; s++) {
+      const slot = SLOTS[s], p = rec[s];
+      if (this.shown[slot] === p) continue;
+      this.shown[slot] = p;
+      if (TARGETS[slot]) this.el(TARGETS[slot]).innerHTML = this.pieces[p];
+    }
+    const n = this.chapterOf(i), ch = this.data.chapters[n];
+    if (this.shownChapter !== n) {
+      this.shownChapter = n;
+      this.el("pk-chapter").textContent = ch.title;
+      this.el("pk-sides").hidden = ch.score;
+      this.el("pk-score").hidden = !ch.score;
+      const step = ch.step === null ? this.lastStepBefore(n) : n;
+      this.root.querySelectorAll(".pk-p-nav button").forEach((b) =>
+        b.classList.toggle("on", Number(b.dataset.chapter) === step));
+    }
+    const ind = this.el("pk-frame");
+    ind.innerHTML = esc(this.data.text.frame_of.replace("{i}", i).replace("{last}", last)) +
+      "<small>" + esc(this.pieces[rec[9]]) + "</small>";
+    ind.dataset.frame = i;
+    const svg = this.el("pk-tl-box").querySelector("svg");
+    if (svg) {
+      const w = Number(svg.dataset.width), l = Number(svg.dataset.left), r = Number(svg.dataset.right);
+      const x = l + (w - l - r) * (i + 0.5) / this.frames.length;
+      svg.querySelector(".pk-tl-head").setAttribute("transform", "translate(" + x.toFixed(1) + ",0)");
+    }
+    this.root.dataset.frame = i;
+    this.queueUrl();
+  }
+
+  lastStepBefore(n) {
+    for (let k = n; k >= 0; k--) if (this.data.chapters[k].step !== null) return k;
+    return -1;
+  }
+
+  queueUrl() {
+    if (this.urlPending) return;
+    this.urlPending = true;
+    requestAnimationFrame(() => {
+      this.urlPending = false;
+      // Chromium ignores more than ~200 history updates per 10 s: past 150, update at most
+      // every 100 ms (the last frame always lands: a trailing update is scheduled).
+      const now = performance.now();
+      this.urlTimes = this.urlTimes.filter((t) => now - t < 10000);
+      if (this.urlTimes.length > 150 && now - this.urlTimes[this.urlTimes.length - 1] < 100) {
+        clearTimeout(this.urlTimer);
+        this.urlTimer = setTimeout(() => this.queueUrl(), 100);
+        return;
+      }
+      this.urlTimes.push(now);
+      const u = new URL(window.location.href);
+      u.searchParams.set("lesson", this.data.lesson);
+      u.searchParams.set("frame", String(this.i));
+      if (this.data.lang !== "en") u.searchParams.set("lang", this.data.lang);
+      else u.searchParams.delete("lang");
+      if (this.present) u.searchParams.set("present", "1");
+      else u.searchParams.delete("present");
+      if (u.href !== window.location.href) window.history.replaceState(window.history.state, "", u.href);
+    });
+  }
+
+  chapter(dir) {
+    const cs = this.data.chapters, n = this.chapterOf(this.i);
+    if (dir > 0) this.go(n + 1 < cs.length ? cs[n + 1].start : this.frames.length - 1);
+    else this.go(this.i > cs[n].start ? cs[n].start : (n > 0 ? cs[n - 1].start : 0));
+  }
+
+  key(e) {
+    if (!this.frames || !this.root.isConnected) return;
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    const tag = (e.target && e.target.tagName) || "";
+    if (/^(INPUT|TEXTAREA|SELECT)$/.test(tag) || (e.target && e.target.isContentEditable)) return;
+    const t0 = performance.now();
+    const k = e.key;
+    let handled = true;
+    if (k === "ArrowRight") { this.stop(); this.go(this.i + 1); }
+    else if (k === "ArrowLeft") { this.stop(); this.go(this.i - 1); }
+    else if (k === "PageDown") { this.stop(); this.chapter(1); }
+    else if (k === "PageUp") { this.stop(); this.chapter(-1); }
+    else if (k === "Home") { this.stop(); this.go(0); }
+    else if (k === "End") { this.stop(); this.go(this.frames.length - 1); }
+    else if (k === " " || k === "Spacebar") this.toggle();
+    else if (k === "+" || k === "=") this.setSpeed(1);
+    else if (k === "-" || k === "−" || k === "_") this.setSpeed(-1);
+    else if (k === "f" || k === "F") this.setPresent(!this.present);
+    else if (k === "?") this.help();
+    else if (k === "Escape" && !this.el("pk-help").hidden) this.help(false);
+    else if (k === "Escape" && this.present) this.setPresent(false);
+    else handled = false;
+    if (!handled) return;
+    e.preventDefault();
+    e.stopPropagation();
+    requestAnimationFrame(() => {
+      this.times.push(performance.now() - t0);
+      if (this.times.length > 5000) this.times.shift();
+    });
+  }
+
+  help(show) {
+    const h = this.el("pk-help");
+    h.hidden = show === undefined ? !h.hidden : !show;
+    this.root.dataset.help = h.hidden ? "0" : "1";
+  }
+
+  setPresent(on) {
+    this.present = on;
+    this.root.classList.toggle("pk-present", on);
+    document.body.classList.toggle("pk-presenting", on);
+    this.root.dataset.present = on ? "1" : "0";
+    this.queueUrl();
+  }
+
+  setSpeed(d) {
+    this.speed = Math.max(0, Math.min(SPEEDS.length - 1, this.speed + d));
+    this.showSpeed();
+  }
+
+  showSpeed() {
+    const fps = SPEEDS[this.speed];
+    const s = this.el("pk-speed");
+    s.textContent = this.data.text.speed.replace("{fps}", fps);
+    s.dataset.fps = fps;
+    const b = this.el("pk-play");
+    b.textContent = (this.playing ? "❚❚ " + this.data.text.pause : "▶ " + this.data.text.play);
+    this.root.dataset.playing = this.playing ? "1" : "0";
+  }
+
+  toggle() { if (this.playing) this.stop(); else this.play(); }
+
+  play() {
+    if (this.i >= this.frames.length - 1) this.go(0);
+    this.playing = true;
+    this.showSpeed();
+    let acc = 0, prev = performance.now();
+    const tick = (now) => {
+      if (!this.playing) return;
+      acc += now - prev;
+      prev = now;
+      const every = 1000 / SPEEDS[this.speed];
+      while (acc >= every) {
+        acc -= every;
+        if (this.i >= this.frames.length - 1) { this.stop(); return; }
+        this.go(this.i + 1);
+      }
+      this.raf = requestAnimationFrame(tick);
+    };
+    this.raf = requestAnimationFrame(tick);
+  }
+
+  stop() {
+    if (!this.playing) return;
+    this.playing = false;
+    cancelAnimationFrame(this.raf);
+    this.showSpeed();
+  }
+
+  scrubber() {
+    const box = this.el("pk-tl-box");
+    const at = (e) => {
+      const svg = box.querySelector("svg");
+      const r = svg.getBoundingClientRect();
+      const w = Number(svg.dataset.width), l = Number(svg.dataset.left), rr = Number(svg.dataset.right);
+      const x0 = r.left + r.width * l / w, x1 = r.right - r.width * rr / w;
+      const f = (e.clientX - x0) / Math.max(1, x1 - x0);
+      return Math.floor(f * this.frames.length);
+    };
+    box.onpointerdown = (e) => {
+      this.stop();
+      box.setPointerCapture(e.pointerId);
+      this.scrubbing = true;
+      this.go(at(e));
+      e.preventDefault();
+    };
+    box.onpointermove = (e) => { if (this.scrubbing) this.go(at(e)); };
+    box.onpointerup = box.onpointercancel = (e) => {
+      this.scrubbing = false;
+      try { box.releasePointerCapture(e.pointerId); } catch (_) { /* already released */ }
+    };
+  }
+
+  destroy() {
+    this.stop();
+    document.removeEventListener("keydown", this.onKey, true);
+    document.body.classList.remove("pk-presenting");
+  }
+}
+
+// Chromium asks for the favicon again whenever the URL changes, so with the app's own icon
+// (a server URL) every step would cost the server a request. The same icon as a data: URL
+// costs nothing; a watcher puts it back if the app resets the icon on a later run.
+function keepIcon(href) {
+  const set = () => {
+    document.querySelectorAll("link[rel~='icon']").forEach((l) => {
+      if (l.getAttribute("href") !== href) l.setAttribute("href", href);
+    });
+  };
+  set();
+  if (!window.__pkIconWatch) {
+    window.__pkIconWatch = new MutationObserver(set);
+    window.__pkIconWatch.observe(document.head, { subtree: true, childList: true,
+                                                  attributes: true, attributeFilter: ["href"] });
+  }
+}
+
+export default function (component) {
+  const { data, parentElement } = component;
+  const root = parentElement.querySelector(".pk-player");
+  if (!root || !data) return;
+  if (data.icon) keepIcon(data.icon);
+  let p = root.__pkPlayer;
+  if (!p) {
+    p = root.__pkPlayer = new Player(root, data);
+    window.pkPlayer = p;
+  }
+  if (p.loadedId !== data.id) {
+    // Same lesson in another language (or more live frames): stay on the frame shown.
+    const keep = p.loadedLesson === data.lesson && p.i >= 0;
+    const atEnd = p.frames && p.i >= p.frames.length - 1;
+    let start = keep ? p.i : data.start;
+    if (keep && data.follow && atEnd) start = data.num_frames - 1;
+    p.loadedId = data.id;
+    p.loadedLesson = data.lesson;
+    p.load(data, start);
+    if (p.present === undefined) p.setPresent(!!data.present);
+  }
+  return () => {
+    if (!root.isConnected) p.destroy();
+  };
+}
