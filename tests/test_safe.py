@@ -107,7 +107,7 @@ def test_an_error_while_drawing_a_frame_is_one_line_without_paths(monkeypatch, c
     ref = re.search(r"ref ([0-9a-f]{8})", line).group(1)
     logged = [r for r in caplog.records if ref in r.getMessage()]
     assert logged and "/srv/secret" in str(logged[0].exc_info[1])  # details stay server-side
-    assert at.button(key="pk_next")  # the controls drawn before the failure are still there
+    assert at.button(key="pk_source_pick_upload")  # what was drawn before the failure stays
 
 
 def test_an_error_in_any_page_is_one_line(monkeypatch):
