@@ -16,8 +16,8 @@ Pure Python, no torch.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from engine import events as E
 
@@ -64,42 +64,42 @@ class Tally:
         return self.final_lens.get(req, self.bound.get(req, 0))
 
     def apply(self, ev: E.Event) -> None:
-        k = ev.kind
-        if k == E.RequestArrived.kind:
+        if isinstance(ev, E.RequestArrived):
             self.bound[ev.req] = ev.prompt_len + ev.max_tokens - 1
             self.waiting.add(ev.req)
-        elif k == E.Admitted.kind:
+        elif isinstance(ev, E.Admitted):
             self.waiting.discard(ev.req)
             self.running.add(ev.req)
             self.blocked_now.pop(ev.req, None)
-        elif k == E.AdmissionBlocked.kind:
+        elif isinstance(ev, E.AdmissionBlocked):
             self.blocked_now[ev.req] = ev.reason
-        elif k == E.BlockAllocated.kind:
+        elif isinstance(ev, E.BlockAllocated):
             refs = self.block_refs.get(ev.physical, 0)
             self.block_refs[ev.physical] = refs + 1
             # A block shared by several tables occupies the arena once: charge its first holder.
             if refs == 0:
                 self.held[ev.req] = self.held.get(ev.req, 0) + self.block_size
-        elif k == E.SlotsReserved.kind:
+        elif isinstance(ev, E.SlotsReserved):
             self.held[ev.req] = self.held.get(ev.req, 0) + ev.length
-        elif k == E.TokensWritten.kind:
+        elif isinstance(ev, E.TokensWritten):
             self.filled[ev.req] = self.filled.get(ev.req, 0) + len(ev.slots)
-        elif k == E.BlockFreed.kind:
+        elif isinstance(ev, E.BlockFreed):
             self.block_refs[ev.physical] = ev.ref_count
             if ev.ref_count == 0:
                 del self.block_refs[ev.physical]
                 self.held[ev.req] = self.held.get(ev.req, 0) - self.block_size
-        elif k == E.ReservationReleased.kind:
+        elif isinstance(ev, E.ReservationReleased):
             self.held[ev.req] = self.held.get(ev.req, 0) - ev.length
-        elif k == E.Preempted.kind:
+        elif isinstance(ev, E.Preempted):
             self.running.discard(ev.req)
             self.waiting.add(ev.req)
             self.filled.pop(ev.req, None)
-        elif k == E.Finished.kind:
+        elif isinstance(ev, E.Finished):
             self.running.discard(ev.req)
             self.filled.pop(ev.req, None)
-        if self.held.get(getattr(ev, "req", None), 1) == 0:
-            del self.held[ev.req]
+        req = getattr(ev, "req", None)
+        if req is not None and self.held.get(req, 1) == 0:
+            del self.held[req]
 
     def close_step(self, step: int) -> StepAccount:
         token = reservation = internal = 0
@@ -123,7 +123,7 @@ class Tally:
 
 def final_lengths(events: Iterable[E.Event]) -> dict[str, int]:
     """Each finished request's final length, from a complete event list."""
-    return {ev.req: ev.final_len for ev in events if ev.kind == E.Finished.kind}
+    return {ev.req: ev.final_len for ev in events if isinstance(ev, E.Finished)}
 
 
 def account(events: list[E.Event], num_slots: int, block_size: int) -> list[StepAccount]:

@@ -3,14 +3,12 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 from engine import workload
 from engine.allocators import ALLOCATORS
 from engine.request import InvalidConfigError
-from engine.simulate import build_requests, run_policy
-
-#: An OPT-13B-sized KV arena: about 12 GB of an A100-40GB at 800 KB per token = 15,360 tokens.
-DEFAULT_NUM_SLOTS = 15360
+from engine.simulate import DEFAULT_NUM_SLOTS, build_requests, run_policy
 
 
 def add_parser(sub) -> None:
@@ -50,7 +48,7 @@ def run(args) -> int:
     items = workload.generate(args.workload, args.requests, args.max_model_len, args.seed)
     reqs = build_requests(items, args.max_model_len)
     num_blocks = args.num_slots // args.block_size
-    out = {"forward": "skipped", "workload": {
+    out: dict[str, Any] = {"forward": "skipped", "workload": {
         "name": args.workload, "requests": args.requests, "seed": args.seed,
         "mean_input": sum(i.input_len for i in items) / len(items),
         "mean_output": sum(i.output_len for i in items) / len(items),

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from engine import events as E
 from engine.allocators import ContiguousAllocator, PagedAllocator
@@ -75,7 +76,7 @@ class EngineCore:
         self.step_count += 1
         return finished
 
-    def run_to_completion(self, on_step: Callable[["EngineCore"], None] | None = None) -> None:
+    def run_to_completion(self, on_step: Callable[[EngineCore], None] | None = None) -> None:
         while self.has_unfinished():
             self.step()
             if on_step is not None:

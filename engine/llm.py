@@ -6,8 +6,8 @@ fresh allocator and engine core over that arena, so ``num_preemptions`` describe
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from engine import events as E
 from engine.allocators import ALLOCATORS, make_allocator
@@ -86,10 +86,10 @@ class LLM:
         the first step: InvalidRequestError for an empty or over-long prompt, InvalidConfigError
         when a request could not fit in the KV arena even alone."""
         params = params or SamplingParams()
-        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
+        plist = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
         if len(plist) != len(prompts):
             raise InvalidRequestError(f"{len(plist)} sampling params for {len(prompts)} prompts")
-        ids = [self._tokenize(i, p, chat) for i, p in enumerate(prompts)]
+        ids = [self._tokenize(i, p, chat) for i, p in enumerate(prompts)]  # type: ignore[arg-type]  # str or ids, checked inside
         bus = E.EventBus()
         alloc = make_allocator(self.allocator_name, self.arena.num_blocks, self.arena.block_size,
                                self.max_model_len, bus)
@@ -97,7 +97,8 @@ class LLM:
                           max_num_seqs=self.max_num_seqs,
                           max_num_batched_tokens=self.max_num_batched_tokens,
                           eos_token_id=self.model.config.eos_token_id)
-        reqs = [core.add_request(Request(str(i), t, p)) for i, (t, p) in enumerate(zip(ids, plist))]
+        reqs = [core.add_request(Request(str(i), t, p))
+                for i, (t, p) in enumerate(zip(ids, plist, strict=True))]
         writer = self._attach_trace(bus, core)
         try:
             core.run_to_completion()
@@ -109,7 +110,7 @@ class LLM:
                               r.output_token_ids, self.tokenizer.decode(
                                   r.output_token_ids, skip_special_tokens=True),
                               r.finish_reason, r.num_preemptions)
-                for p, r in zip(prompts, reqs)]
+                for p, r in zip(prompts, reqs, strict=True)]
 
     def _tokenize(self, i: int, prompt: str | Sequence[int], chat: bool) -> list[int]:
         if isinstance(prompt, str):

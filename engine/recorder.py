@@ -7,8 +7,9 @@ each allocator; with ``forward="skip"`` a stand-in model stops each request at i
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Callable
+from typing import IO
 
 from engine import events as E
 from engine.allocators import ALLOCATORS, make_allocator
@@ -137,7 +138,7 @@ def _tell_oracle(base: list[Request], scenario: Scenario, make_runner, eos, say)
                       eos_token_id=eos)
     probe = [core.add_request(_copy(r)) for r in base]
     core.run_to_completion()
-    for r, p in zip(base, probe):
+    for r, p in zip(base, probe, strict=True):
         r.known_final_len = p.num_computed
 
 

@@ -75,7 +75,7 @@ class Scheduler:
         self.bus.emit(E.Preempted, req=req.req_id, num_generated=len(req.output_token_ids))
 
     def _admit_waiting(self, num_batched: int) -> list[ScheduledSeq]:
-        seqs = []
+        seqs: list[ScheduledSeq] = []
         while self.waiting:
             req = self.waiting[0]
             n = req.num_tokens
@@ -117,7 +117,7 @@ class Scheduler:
         """Record this step's K/V writes and sampled tokens; finish and free what is done.
         Returns the requests that finished."""
         finished = []
-        for seq, token in zip(batch.seqs, next_tokens):
+        for seq, token in zip(batch.seqs, next_tokens, strict=True):
             req = seq.request
             self.bus.emit(E.TokensWritten, req=req.req_id, positions=tuple(seq.positions),
                           slots=tuple(seq.slot_mapping))

@@ -12,18 +12,26 @@ from engine import events as E
 from engine.accounting import CATEGORIES, StepAccount, Tally
 from engine.allocators import make_allocator
 from engine.core import EngineCore
-from engine.request import Batch, Request, SamplingParams
+from engine.request import Batch, InvalidRequestError, Request, SamplingParams
 from engine.workload import WorkItem
 
 EOS, FILLER = 1, 0
+#: An OPT-13B-sized KV arena: about 12 GB of an A100-40GB at 800 KB per token = 15,360 tokens.
+DEFAULT_NUM_SLOTS = 15360
 
 
 class DryRunner:
     """Stands in for the model: token FILLER until a request's forced output length, then EOS."""
 
     def execute(self, batch: Batch) -> list[int]:
-        return [EOS if len(s.request.output_token_ids) + 1 >= s.request.forced_output_len
-                else FILLER for s in batch.seqs]
+        return [EOS if len(s.request.output_token_ids) + 1 >= _forced(s.request) else FILLER
+                for s in batch.seqs]
+
+
+def _forced(req: Request) -> int:
+    if req.forced_output_len is None:
+        raise InvalidRequestError(f"request {req.req_id}: a dry run needs a given output length")
+    return req.forced_output_len
 
 
 @dataclass

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Iterable
+from typing import IO
 
 from engine.events import Event, EventError, JsonlSink, from_dict
 
@@ -52,7 +54,7 @@ def make_header(runs: list[dict], *, model: str, device: str, scenario: dict | N
     if len(set(names)) != len(names):
         raise ValueError(f"run names must be unique, got {names}")
     return {"format": FORMAT, "schema_version": SCHEMA_VERSION,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "model": model, "device": device, "scenario": scenario or {}, "runs": runs, **extra}
 
 
@@ -61,9 +63,10 @@ class TraceWriter:
     tags events with that run; ``close()`` writes the end line (a trace without it reads as
     truncated)."""
 
-    def __init__(self, target: str | Path | IO[str], header: dict, flush: bool = False) -> None:
-        self._own = not hasattr(target, "write")
-        self.stream: IO[str] = open(target, "w", encoding="utf-8") if self._own else target
+    def __init__(self, target: str | os.PathLike | IO[str], header: dict, flush: bool = False) -> None:
+        self._own = isinstance(target, (str, os.PathLike))
+        self.stream: IO[str] = (open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+                                if isinstance(target, (str, os.PathLike)) else target)
         self.flush = flush
         self.num_events = 0
         self._write(header)
@@ -86,7 +89,7 @@ class TraceWriter:
         if self._own:
             self.stream.close()
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -230,6 +230,7 @@ def test_a_stopped_live_run_keeps_the_frames_that_arrived(tmp_path):
     """A child that streams part of a trace and then hangs: stopping it is not a failure, and
     what arrived folds into frames."""
     import sys
+
     from viz.live import LiveRun
     lines = (SIX / "trace.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
     part = tmp_path / "part.jsonl"
@@ -252,6 +253,7 @@ def test_figures_are_valid_plotly_at_every_keyframe(lesson, lang):
     """The app hands its figure dicts to Streamlit unvalidated (figures.Prebuilt); plotly's
     own validation runs here instead, on every keyframe, with the lecture figure too."""
     import plotly.graph_objects as go
+
     from viz import figures, svg
     titles = (lesson.left.title[lang], lesson.right.title[lang])
     layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)

@@ -11,14 +11,22 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `pytest` (not `python -m pytest`) leaves the repo root off
-    sys.path.insert(0, str(ROOT))
-
-from engine.capacity import (GiB, KiB, MiB, block_table_bytes, blocks_for, build_report,
-                             concurrency, from_gguf, from_hf_config, load_shape, preset)
+from engine.capacity import (
+    GiB,
+    KiB,
+    MiB,
+    block_table_bytes,
+    blocks_for,
+    build_report,
+    concurrency,
+    from_gguf,
+    from_hf_config,
+    load_shape,
+    preset,
+)
 from engine.request import InvalidConfigError
 
+ROOT = Path(__file__).resolve().parents[1]
 LLAMA_70B = preset("llama-2-70b")
 ESSAY_BUDGET = 40 * GiB
 
@@ -58,7 +66,7 @@ def test_essay_gb_only_works_as_gib_not_decimal_gb():
 
 def test_block_of_16_tokens_is_32_kib_of_k_plus_32_kib_of_v_per_layer():
     assert LLAMA_70B.bytes_per_block_per_layer(16) == 64 * KiB
-    assert 16 * 8 * 128 * 2 == 32 * KiB  # the essay's K half: (16, 8, 128) x 2 bytes
+    assert 32 * KiB == 16 * 8 * 128 * 2  # the essay's K half: (16, 8, 128) x 2 bytes
     assert LLAMA_70B.bytes_per_block(16) == 80 * 64 * KiB
 
 

@@ -41,7 +41,7 @@ def test_json_output_from_a_prompts_file_matches_the_api(smollm, tmp_path):
     assert [r["prompt"] for r in rows] == PROMPTS
     expected = LLM(smollm, kv_budget_mb=8).generate(
         PROMPTS, SamplingParams(max_tokens=8, ignore_eos=True))
-    for row, out in zip(rows, expected):
+    for row, out in zip(rows, expected, strict=True):
         assert {"prompt", "prompt_token_ids", "token_ids", "text"} <= row.keys()
         assert row["prompt_token_ids"] == smollm.tokenizer.encode(row["prompt"])
         assert row["token_ids"] == out.token_ids

@@ -70,7 +70,7 @@ def paged_outputs(smollm, prompt_ids):
 @pytest.mark.model
 def test_greedy_paged_batch_matches_hf_generate_per_prompt(smollm, prompt_ids, paged_outputs):
     assert any(len(ids) > 32 for ids in prompt_ids), "some prompt must span several blocks"
-    for ids, out in zip(prompt_ids, paged_outputs):
+    for ids, out in zip(prompt_ids, paged_outputs, strict=True):
         assert out.prompt_token_ids == ids
         assert out.token_ids == hf_greedy(smollm.hf_model, ids, NEW_TOKENS), \
             smollm.tokenizer.decode(ids)
@@ -80,7 +80,7 @@ def test_greedy_paged_batch_matches_hf_generate_per_prompt(smollm, prompt_ids, p
 def test_contiguous_allocator_view_gives_the_same_tokens_as_paging(smollm, prompt_ids, paged_outputs):
     llm = LLM(smollm, block_size=16, kv_budget_mb=64, allocator="max", max_model_len=128)
     outs = llm.generate(prompt_ids[:4], SamplingParams(max_tokens=24, ignore_eos=True))
-    for paged, contiguous in zip(paged_outputs, outs):
+    for paged, contiguous in zip(paged_outputs, outs, strict=True):
         assert contiguous.token_ids == paged.token_ids[:24]
 
 
@@ -116,7 +116,7 @@ def test_mixed_prefill_decode_batch_on_shuffled_blocks_matches_hf_argmax():
     physical = list(range(32))
     rng.shuffle(physical)  # no request owns neighbouring blocks
     tables = {r: physical[8 * i:8 * i + 8] for i, r in enumerate("abc")}
-    seqs = {r: [rng.randrange(512) for _ in range(n)] for r, n in zip("abc", (13, 5, 7))}
+    seqs = {r: [rng.randrange(512) for _ in range(n)] for r, n in zip("abc", (13, 5, 7), strict=True)}
 
     def sched(r: str, start: int) -> ScheduledSeq:
         pos = list(range(start, len(seqs[r])))
@@ -149,7 +149,7 @@ def attention_case(seed: int = 0):
     new = [5, 3, 1, 1, 1]               # tokens fed this step per sequence
     ctx = [5, 9, 7, 13, 2]
     slots = []
-    for row, n, c in zip(tables.tolist(), new, ctx):
+    for row, n, c in zip(tables.tolist()[:len(new)], new, ctx, strict=True):  # row 6: unused
         slots += [row[p // block] * block + p % block for p in range(c - n, c)]
     t = sum(new)
     meta = AttentionMetadata(

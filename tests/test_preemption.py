@@ -31,6 +31,6 @@ def test_quarter_of_the_needed_kv_memory_preempts_yet_every_output_is_unchanged(
 
     assert tight.num_preemptions > 0
     assert sum(o.num_preemptions for o in squeezed) == tight.num_preemptions
-    for ref, out in zip(reference, squeezed):
+    for ref, out in zip(reference, squeezed, strict=True):
         assert out.finish_reason == "length"
         assert out.token_ids == ref.token_ids, out.prompt

@@ -8,8 +8,20 @@ from html import escape
 from engine.accounting import CATEGORIES
 from viz.panels import finished_labels, queue_entries, table_rows
 from viz.reducer import PAGED, Frame
-from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, HOLE_COLOUR, HOLE_MARK, INK,
-                       MUTED, REQUEST_COLOURS, SIDE_COLOURS, request_colour, tint, words)
+from viz.style import (
+    CATEGORY_COLOURS,
+    CHANGED,
+    FREE_COLOUR,
+    HOLE_COLOUR,
+    HOLE_MARK,
+    INK,
+    MUTED,
+    REQUEST_COLOURS,
+    SIDE_COLOURS,
+    request_colour,
+    tint,
+    words,
+)
 
 MAX_ROWS = 14   # requests listed per panel; a classroom arena never has more
 MAX_MAPS = 12   # block-table entries shown per request (first ones, "…", the last two)
@@ -175,7 +187,7 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
                 chips = chips[:MAX_MAPS - 2] + ["<span class='pk-dim'>…&nbsp;</span>"] + chips[-2:]
             body = f"<div class='pk-maps'>{''.join(chips)}</div>"
         else:
-            start, length = row.run
+            start, length = row.run or (0, 0)
             cls = "pk-map new" if row.new else "pk-map"
             body = (f"<span class='{cls}'>[{start}, {start + length})</span>"
                     f"<span class='pk-dim'>{row.filled}/{length}</span>")
@@ -235,7 +247,7 @@ def legend(lang: str = "en") -> str:
 def timeline_caption(text: str, titles: tuple[str, str]) -> str:
     """The timeline's caption with its two line keys (the chart has no legend of its own)."""
     keys = "".join(f"<span class='pk-key'><i style='background:{SIDE_COLOURS[side]}'></i>"
-                   f"{escape(title)}</span>" for side, title in zip(("left", "right"), titles))
+                   f"{escape(title)}</span>" for side, title in zip(("left", "right"), titles, strict=True))
     return f"<div class='pk-tl-caption'><span>{escape(text)}</span>{keys}</div>"
 
 

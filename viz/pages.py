@@ -7,10 +7,11 @@ top right of every page and in the URL as ``?lang=zh``.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import streamlit as st
+from streamlit.navigation.page import StreamlitPage
 
 from viz import ui_text
 from viz.controls import choice_buttons
@@ -85,7 +86,7 @@ def _page_body(spec: PageSpec) -> Callable[[], None]:
     return body
 
 
-def navigation() -> st.navigation:
+def navigation() -> StreamlitPage:  # what st.navigation returns
     """Build the top navigation over ``PAGES``."""
     lang = st.session_state.get("lang") or st.query_params.get("lang", "en")
     lang = lang if lang in LANG_NAMES else "en"

@@ -8,6 +8,7 @@ their source. Everything else on the page is folded from the engine's events by
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
@@ -16,8 +17,8 @@ import streamlit as st
 from engine import events as E
 from engine import workload
 from engine.accounting import CATEGORIES
-from engine.cmd_simulate import DEFAULT_NUM_SLOTS
-from engine.simulate import build_requests, run_policy
+from engine.simulate import DEFAULT_NUM_SLOTS, build_requests, run_policy
+from viz import ui_text
 from viz.style import CATEGORY_COLOURS, INK, MUTED, words
 
 POLICIES = ("max", "pow2", "oracle", "paged")
@@ -42,90 +43,7 @@ NAMES = {"en": {"max": "Max", "pow2": "Pow2", "oracle": "Oracle", "paged": "Page
 PAPER_NAMES = {"max": "Orca (Max)", "pow2": "Orca (Pow2)", "oracle": "Orca (Oracle)",
                "paged": "vLLM"}
 
-TEXT = {
-    "en": {
-        "title": "The paper's numbers, recomputed",
-        "intro": "The vLLM paper measured how much of the KV cache really holds token states "
-                 "under three preallocation policies and under paging. Here our own scheduler "
-                 "and allocators replay that comparison on **{n:,} synthetic requests** (forward "
-                 "pass skipped: only memory decisions are simulated), and every bar comes from "
-                 "the allocator events.",
-        "requests": "Requests to simulate",
-        "progress": "Simulating {name} ({i}/{total}): {done:,} of {n:,} requests finished",
-        "workload": "ShareGPT-shaped lengths: mean input {inp:.1f}, mean output {out:.1f} "
-                    "tokens (the paper's means are 161.3 and 338.0); arena {slots:,} token "
-                    "slots (OPT-13B's KV room on an A100-40GB), block size {bs}, max_model_len "
-                    "{mml:,}. Shares are averaged over the steps in which requests still wait.",
-        "fig2_h": "Where the KV memory goes (the paper's Fig. 2)",
-        "ours": "ours", "paper": "paper",
-        "paper_rest": "waste (paper; breakdown not repeated here)",
-        "fig2_cap": "Left bar of each pair: our simulation, all five categories. Right bar: the "
-                    "token-state share printed in {src}.",
-        "table_policy": "policy", "table_paper": "paper: token states",
-        "mean_running": "mean running", "steps": "steps", "preemptions": "preemptions",
-        "essay_h": "Where the essay and the paper disagree",
-        "essay": "The essay's table gives Orca (Pow2) **{essay:.1%}** and cites \"Table 1\". The "
-                 "paper's Fig. 2 prints **{paper:.1%}** for Pow2; this page shows the paper's "
-                 "value ({src}).",
-        "conc_h": "How many requests run at once in the same KV bytes",
-        "conc": "Every policy gets the same {slots:,}-slot arena. Paging keeps **{ratio:.1f}x** "
-                "as many requests running as Max ({paged:.1f} against {max:.1f} on average); "
-                "the paper's Fig. 13 shows about {fig13}x ({src}).",
-        "conc_axis": "mean requests running",
-        "ratio_label": "paged ÷ {name}",
-        "diff_h": "Why our numbers are not the paper's",
-        "diff": "- **Lengths.** Ours are synthetic: log-normal draws (sigma 1.0) with the "
-                "paper's ShareGPT means, capped at max_model_len. The paper replayed real "
-                "ShareGPT conversations, whose shape differs from any log-normal.\n"
-                "- **System.** The paper measured its own reimplementation of Orca serving "
-                "OPT-13B on a GPU, with requests arriving over time. We run one saturated queue "
-                "(everything arrives at step 0) through our scheduler, with the forward pass "
-                "skipped.\n"
-                "- **Averaging.** We average over the steps in which requests wait, when memory "
-                "is the bottleneck; an idle arena would only dilute every policy alike.\n"
-                "- **What agrees.** The ordering (Max < Pow2 < Oracle << paging), paging above "
-                "95% token states, and a concurrency gain near 4x over Max.",
-    },
-    "zh": {
-        "title": "论文里的数字，我们重新算一遍",
-        "intro": "vLLM 论文测量了三种预分配策略和分页方案下，KV cache 里究竟有多少空间真正存着 "
-                 "token 状态。这里用我们自己的调度器和分配器，在 **{n:,} 个合成请求** 上重演这组对比"
-                 "（跳过前向计算，只模拟显存分配决策），每一根柱子都来自分配器事件。",
-        "requests": "模拟的请求数",
-        "progress": "正在模拟 {name}（{i}/{total}）：{n:,} 个请求中已完成 {done:,} 个",
-        "workload": "长度分布仿照 ShareGPT：平均输入 {inp:.1f}、平均输出 {out:.1f} 个 token"
-                    "（论文给出的均值是 161.3 和 338.0）；显存池 {slots:,} 个 token 槽位"
-                    "（OPT-13B 在 A100-40GB 上的 KV 空间），block 大小 {bs}，max_model_len "
-                    "{mml:,}。占比只在仍有请求排队的那些步上取平均。",
-        "fig2_h": "KV 显存都去哪了（论文图 2）",
-        "ours": "我们", "paper": "论文",
-        "paper_rest": "浪费（论文；细分此处不再列出）",
-        "fig2_cap": "每组左边的柱子：我们的模拟，五类全部列出。右边的柱子：{src} 中给出的 "
-                    "token 状态占比。",
-        "table_policy": "策略", "table_paper": "论文：token 状态",
-        "mean_running": "平均运行数", "steps": "步数", "preemptions": "抢占次数",
-        "essay_h": "原文与论文不一致的地方",
-        "essay": "原文表格写 Orca (Pow2) 为 **{essay:.1%}**，并注明出自 \"Table 1\"。论文图 2 "
-                 "给出的 Pow2 是 **{paper:.1%}**；本页采用论文的数值（{src}）。",
-        "conc_h": "同样的 KV 字节，能同时跑多少请求",
-        "conc": "所有策略用的都是同一个 {slots:,} 槽位的显存池。分页平均同时运行的请求数是 Max "
-                "的 **{ratio:.1f} 倍**（平均 {paged:.1f} 个对 {max:.1f} 个）；论文图 13 "
-                "显示约为 {fig13} 倍（{src}）。",
-        "conc_axis": "平均同时运行的请求数",
-        "ratio_label": "分页 ÷ {name}",
-        "diff_h": "为什么我们的数字和论文不完全一样",
-        "diff": "- **长度**：我们的长度是合成的，按论文给出的 ShareGPT 均值做对数正态抽样"
-                "（sigma 1.0），并截断在 max_model_len 以内。论文回放的是真实的 ShareGPT 对话，"
-                "分布形状与任何对数正态都不同。\n"
-                "- **系统**：论文测的是它自己重新实现的 Orca，在 GPU 上服务 OPT-13B，请求随时间"
-                "陆续到达。我们让所有请求在第 0 步一起到达、排成饱和队列，交给我们的调度器，"
-                "并跳过前向计算。\n"
-                "- **取平均的方式**：只在有请求排队、显存成为瓶颈的步上取平均；空闲的显存池"
-                "只会把各策略同样地稀释。\n"
-                "- **一致之处**：排序相同（Max < Pow2 < Oracle，远低于分页），分页的 token 状态"
-                "占比超过 95%，并发相对 Max 的提升接近 4 倍。",
-    },
-}
+TEXT = ui_text.load("paper_page")  # viz/text/paper_page.toml
 
 
 @dataclass(frozen=True)
@@ -157,7 +75,7 @@ def simulate_policy(policy: str, n: int, on_finished=None) -> PolicyRow:
     """Run ``n`` ShareGPT-shaped requests under ``policy`` (pure Python, forward skipped).
     ``on_finished(count)`` is called as requests finish, for a progress bar."""
     items = workload.generate(WORKLOAD, n, MAX_MODEL_LEN, SEED)
-    sinks = ()
+    sinks: tuple[Callable[[E.Event], None], ...] = ()
     if on_finished is not None:
         done = [0]
 
@@ -274,7 +192,7 @@ def _concurrency(rows: list[PolicyRow], facts: WorkloadFacts, lang: str, t: dict
     by = {r.policy: r for r in rows}
     paged = by["paged"].mean_running
     cols = st.columns(len(rows) - 1)
-    for col, r in zip(cols, [r for r in rows if r.policy != "paged"]):
+    for col, r in zip(cols, [r for r in rows if r.policy != "paged"], strict=True):
         col.metric(t["ratio_label"].format(name=NAMES[lang][r.policy]),
                    f"{paged / r.mean_running:.1f}x" if r.mean_running else "—")
     st.plotly_chart(concurrency_figure(rows, lang), theme=None, key="paper_conc",

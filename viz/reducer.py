@@ -11,8 +11,9 @@ Frame ``i`` is the state right after the ``i``-th ``step_end`` of a run. Pure Py
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Any
 
 from engine import events as E
 from engine.accounting import StepAccount, Tally, final_lengths
@@ -36,7 +37,7 @@ class RunInfo:
     max_model_len: int = 0
 
     @classmethod
-    def from_header(cls, run: dict) -> "RunInfo":
+    def from_header(cls, run: dict) -> RunInfo:
         """Read ``{"name", "allocator", "config": {...}}``. Contiguous allocators may be named
         ``contiguous``, ``max``, ``pow2`` or ``oracle``; anything else that is not ``paged`` is
         treated as contiguous with that name as its policy."""
@@ -120,6 +121,13 @@ class Frame:
     def blocked_by(self, reason: str) -> Blocked | None:
         return next((b for b in self.blocked if b.reason == reason), None)
 
+    def holder(self, slot: int) -> RequestView:
+        """The request holding ``slot``; a KeyError for a free slot."""
+        owner = self.owners[slot]
+        if owner is None:
+            raise KeyError(f"slot {slot} is free")
+        return self.requests[owner]
+
 
 @dataclass
 class ArenaState:
@@ -140,7 +148,7 @@ class ArenaState:
     num_frames: int = 0
 
     @classmethod
-    def empty(cls, run: RunInfo, final_lens: dict[str, int] | None = None) -> "ArenaState":
+    def empty(cls, run: RunInfo, final_lens: dict[str, int] | None = None) -> ArenaState:
         """A fresh arena. ``final_lens`` (from a complete trace) lets the fold tell slots a
         request will fill later from slots it never fills; without it each request's bound
         stands in until its ``finished`` event."""
@@ -148,7 +156,7 @@ class ArenaState:
         tally = Tally(num_slots=n, block_size=run.block_size, final_lens=dict(final_lens or {}))
         return cls(run=run, tally=tally, owners=[None] * n, pos=[-1] * n, written=[False] * n)
 
-    def clone(self) -> "ArenaState":
+    def clone(self) -> ArenaState:
         frame, self.last_frame = self.last_frame, None  # frames are immutable: share, don't copy
         try:
             twin = copy.deepcopy(self)
@@ -168,7 +176,7 @@ def apply(state: ArenaState, ev: E.Event) -> ArenaState:
 def step_in_place(s: ArenaState, ev: E.Event) -> None:
     """The transition itself, mutating ``s`` (``fold`` uses it; ``apply`` wraps it)."""
     s.tally.apply(ev)
-    if ev.kind == E.StepEnd.kind:
+    if isinstance(ev, E.StepEnd):
         s.last_frame = _close(s, ev)
         s.step_events = []
         return
@@ -256,7 +264,7 @@ def _clear(s: ArenaState, start: int, length: int) -> None:
         s.owners[slot], s.pos[slot], s.written[slot] = None, -1, False
 
 
-_HANDLERS = {
+_HANDLERS: dict[str, Callable[[ArenaState, Any], None]] = {
     E.RequestArrived.kind: _arrived, E.Admitted.kind: _admitted,
     E.AdmissionBlocked.kind: _admission_blocked, E.BlockAllocated.kind: _block_allocated,
     E.SlotsReserved.kind: _slots_reserved, E.TokensWritten.kind: _tokens_written,
@@ -299,7 +307,7 @@ def _changed(prev: Frame | None, cells: str, owners: tuple) -> frozenset[int]:
     if prev is None:
         return frozenset(i for i, o in enumerate(owners) if o is not None)
     out = []
-    for i, (c, p) in enumerate(zip(cells, prev.cells)):
+    for i, (c, p) in enumerate(zip(cells, prev.cells, strict=True)):
         if owners[i] != prev.owners[i] or (c != p and not (c in "FH" and p in "FH")):
             out.append(i)
     return frozenset(out)
@@ -321,7 +329,7 @@ def fold(events: Iterable[E.Event], run: RunInfo,
     state = ArenaState.empty(run, final_lens)
     for ev in events:
         step_in_place(state, ev)
-        if ev.kind == E.StepEnd.kind:
+        if state.last_frame is not None and isinstance(ev, E.StepEnd):
             yield state.last_frame
 
 

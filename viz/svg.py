@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from html import escape
 
-from viz.figures import HOVER_MAX_SLOTS, GridLayout, changed_runs
+from viz.layout import HOVER_MAX_SLOTS, GridLayout, changed_runs
 from viz.panels import label_starts
 from viz.reducer import HOLE, INTERNAL, PAGED, TOKEN, Frame
-from viz.style import (CHANGED, HOLE_MARK, MUTED, cell_colour, request_colour, words)
+from viz.style import CHANGED, HOLE_MARK, MUTED, cell_colour, request_colour, words
 
 CELL = 20            # user units per cell (pitch)
 GAP = 2              # white gap between cells
@@ -57,7 +57,7 @@ def _patterns(frame: Frame, uid: str) -> tuple[str, dict[str, str]]:
     wanted: dict[str, tuple[str, str]] = {}
     for slot, code in enumerate(frame.cells):
         if code == INTERNAL:
-            order = frame.requests[frame.owners[slot]].order
+            order = frame.holder(slot).order
             wanted.setdefault(cell_colour(code, order), ("stroke", request_colour(order)))
         elif code == HOLE:
             wanted.setdefault(cell_colour(code, None), ("cross", HOLE_MARK))
