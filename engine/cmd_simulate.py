@@ -6,7 +6,7 @@ import sys
 from typing import Any
 
 from engine import workload
-from engine.allocators import ALLOCATORS
+from engine.allocators import ALLOCATORS, check_allocator
 from engine.request import InvalidConfigError
 from engine.simulate import DEFAULT_NUM_SLOTS, build_requests, run_policy
 
@@ -31,10 +31,10 @@ def add_parser(sub) -> None:
 
 def _check(args) -> list[str]:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    bad = [p for p in policies if p not in ALLOCATORS]
-    if bad or not policies:
-        raise InvalidConfigError(f"unknown policy {bad[0] if bad else '(none)'}; "
-                                 f"choose from {', '.join(ALLOCATORS)}")
+    if not policies:
+        raise InvalidConfigError(f"no policy given; choose from {', '.join(ALLOCATORS)}")
+    for policy in policies:
+        check_allocator(policy)
     for name in ("requests", "block_size", "max_model_len", "num_slots"):
         if getattr(args, name) <= 0:
             raise InvalidConfigError(f"--{name.replace('_', '-')} must be positive")

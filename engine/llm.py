@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine import events as E
-from engine.allocators import ALLOCATORS, make_allocator
+from engine.allocators import check_allocator, check_block_size
 from engine.arena import KVArena, blocks_for_budget
-from engine.core import EngineCore
+from engine.core import EngineConfig, EngineCore, build_core
 from engine.model import LoadedModel, load_model
 from engine.request import InvalidConfigError, InvalidRequestError, Request, SamplingParams
 from engine.runner import ModelRunner
@@ -46,17 +46,14 @@ class LLM:
                  trace: str | os.PathLike | Callable[[E.Event], None] | None = None,
                  progress: bool = True) -> None:
         # Cheap checks first: a typo should not cost a model load.
-        if block_size <= 0:
-            raise InvalidConfigError(f"block size must be positive, got {block_size}")
+        check_block_size(block_size)
+        check_allocator(allocator)
         if num_blocks is not None and kv_budget_mb is not None:
             raise InvalidConfigError("give either num_blocks or kv_budget_mb, not both")
         if num_blocks is not None and num_blocks <= 0:
             raise InvalidConfigError(f"number of KV blocks must be positive, got {num_blocks}")
         if kv_budget_mb is not None and kv_budget_mb <= 0:
             raise InvalidConfigError(f"KV budget must be positive, got {kv_budget_mb} MiB")
-        if allocator not in ALLOCATORS:
-            raise InvalidConfigError(f"unknown allocator {allocator!r}; choose one of "
-                                     f"{', '.join(ALLOCATORS)}")
         self.model = model if isinstance(model, LoadedModel) else load_model(
             model, device=device, dtype=dtype, progress=progress)
         cfg = self.model.config
@@ -90,16 +87,10 @@ class LLM:
         if len(plist) != len(prompts):
             raise InvalidRequestError(f"{len(plist)} sampling params for {len(prompts)} prompts")
         ids = [self._tokenize(i, p, chat) for i, p in enumerate(prompts)]  # type: ignore[arg-type]  # str or ids, checked inside
-        bus = E.EventBus()
-        alloc = make_allocator(self.allocator_name, self.arena.num_blocks, self.arena.block_size,
-                               self.max_model_len, bus)
-        core = EngineCore(alloc, self.runner, bus, max_model_len=self.max_model_len,
-                          max_num_seqs=self.max_num_seqs,
-                          max_num_batched_tokens=self.max_num_batched_tokens,
-                          eos_token_id=self.model.config.eos_token_id)
+        core = build_core(self._engine_config(), self.runner, self.model.config.eos_token_id)
         reqs = [core.add_request(Request(str(i), t, p))
                 for i, (t, p) in enumerate(zip(ids, plist, strict=True))]
-        writer = self._attach_trace(bus, core)
+        writer = self._attach_trace(core)
         try:
             core.run_to_completion()
         finally:
@@ -129,18 +120,20 @@ class LLM:
             raise InvalidRequestError(f"prompt {i} holds token ids outside [0, {vocab})")
         return ids
 
-    def _attach_trace(self, bus: E.EventBus, core: EngineCore) -> TraceWriter | None:
+    def _engine_config(self) -> EngineConfig:
+        return EngineConfig(self.allocator_name, self.arena.num_blocks, self.arena.block_size,
+                            self.max_model_len, self.max_num_seqs, self.max_num_batched_tokens)
+
+    def _attach_trace(self, core: EngineCore) -> TraceWriter | None:
         if self.trace is None:
             return None
         if callable(self.trace):
-            bus.subscribe(self.trace)
+            core.bus.subscribe(self.trace)
             return None
         name = self.allocator_name
-        config = {"num_blocks": self.arena.num_blocks, "block_size": self.arena.block_size,
-                  "num_slots": self.arena.num_slots, "max_model_len": self.max_model_len,
-                  "view_block_size": core.allocator.view_block_size}
+        config = self._engine_config().trace_config(core.allocator.view_block_size)
         header = make_header([{"name": name, "allocator": name, "config": config}],
                              model=self.model.name, device=str(self.model.device))
         writer = TraceWriter(self.trace, header)
-        bus.subscribe(writer.sink(name))
+        core.bus.subscribe(writer.sink(name))
         return writer

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 from engine import events as E
 from engine.accounting import CATEGORIES, StepAccount, Tally
-from engine.allocators import make_allocator
-from engine.core import EngineCore
+from engine.core import EngineConfig, build_core
 from engine.request import Batch, InvalidRequestError, Request, SamplingParams
 from engine.workload import WorkItem
 
@@ -84,9 +83,8 @@ def run_policy(policy: str, requests: list[Request], num_blocks: int, block_size
     bus.subscribe(fold)
     for sink in sinks:
         bus.subscribe(sink)
-    alloc = make_allocator(policy, num_blocks, block_size, max_model_len, bus)
-    core = EngineCore(alloc, DryRunner(), bus, max_model_len=max_model_len,
-                      max_num_seqs=max_num_seqs, eos_token_id=EOS)
+    config = EngineConfig(policy, num_blocks, block_size, max_model_len, max_num_seqs)
+    core = build_core(config, DryRunner(), EOS, bus)
     for r in requests:
         core.add_request(Request(req_id=r.req_id, prompt_token_ids=list(r.prompt_token_ids),
                                  params=r.params, arrival_step=r.arrival_step,
