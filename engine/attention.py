@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.backends import BACKENDS
 from engine.request import InvalidConfigError
-
-BACKENDS = ("auto", "torch", "triton")
 
 
 @dataclass

@@ -20,7 +20,6 @@ BLOCKED_NO_FREE_BLOCK = "no_free_block"  # paging: fewer free blocks than the pr
 BLOCKED_NO_HOLE = "no_hole"              # contiguous: free slots suffice in total, no hole is large enough
 BLOCKED_NO_SPACE = "no_space"            # contiguous: not enough free slots at all
 BLOCKED_BATCH_FULL = "batch_full"        # scheduler limit (max running requests / tokens per step)
-BLOCK_REASONS = (BLOCKED_NO_FREE_BLOCK, BLOCKED_NO_HOLE, BLOCKED_NO_SPACE, BLOCKED_BATCH_FULL)
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ class AdmissionBlocked(Event):
 
     ``need_slots`` is what admission asked for, ``free_slots`` the arena's free total and
     ``largest_hole`` its largest contiguous free run (for paging: free blocks * block size).
-    ``reason`` is one of BLOCK_REASONS; ``no_hole`` is external fragmentation made visible."""
+    ``reason`` is one of the BLOCKED_* constants; ``no_hole`` is external fragmentation made visible."""
     kind: ClassVar[str] = "admission_blocked"
     req: str
     reason: str
@@ -186,10 +185,6 @@ class EventBus:
 
     def subscribe(self, fn: Callable[[Event], None]) -> None:
         self._subscribers.append(fn)
-
-    @property
-    def active(self) -> bool:
-        return bool(self._subscribers)
 
     def emit(self, cls: type[Event], **fields) -> None:
         if not self._subscribers:

@@ -16,7 +16,7 @@ from engine.accounting import CATEGORIES, StepAccount
 from viz.layout import HOVER_MAX_SLOTS, GridLayout, changed_runs, grid_layout
 from viz.lesson import Lesson, RenderedStep, Summary
 from viz.panels import finished_labels, label_starts, queue_entries, table_rows
-from viz.reducer import HOLE, INTERNAL, PAGED, Frame
+from viz.reducer import CELL_CATEGORY, HOLE, INTERNAL, PAGED, Frame
 from viz.style import (
     CATEGORY_COLOURS,
     CHANGED,
@@ -99,8 +99,7 @@ def slot_positions(frame: Frame) -> dict[int, int]:
 
 def _hover(frame: Frame, slot: int, code: str, owner: str | None, pos: int | None,
            w: dict) -> str:
-    cat = w[{"T": "token_states", "R": "reservation", "I": "internal", "F": "free",
-             "H": "external"}[code]]
+    cat = w[CELL_CATEGORY[code]]
     where = f"{w['slot']} {slot} · {w['block']} #{slot // frame.run.block_size}"
     if owner is None:
         return f"{where}<br>{cat}"

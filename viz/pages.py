@@ -73,15 +73,8 @@ def language() -> str:
 def _page_body(spec: PageSpec) -> Callable[[], None]:
     def body() -> None:
         lang = language()
-        try:
-            mod = importlib.import_module(spec.module)
-        except ModuleNotFoundError as e:
-            if e.name != spec.module:
-                raise
-            st.header(ui_text.load("pages")[lang][spec.title])
-            st.info("This page is on its way." if lang == "en" else "这个页面即将上线。")
-            return
-        mod.render(lang)
+        # Imported on first visit: a page's plotly and engine imports cost only where it is shown.
+        importlib.import_module(spec.module).render(lang)
     body.__name__ = spec.url_path.replace("-", "_")  # st.Page needs a distinct name per page
     return body
 

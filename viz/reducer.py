@@ -20,6 +20,7 @@ from engine.accounting import StepAccount, Tally, final_lengths
 
 # One character per slot: compact, hashable, and cheap to compare between frames.
 TOKEN, RESERVED, INTERNAL, FREE, HOLE = "T", "R", "I", "F", "H"
+#: The accounting category (engine.accounting.CATEGORIES) each cell code draws.
 CELL_CATEGORY = {TOKEN: "token_states", RESERVED: "reservation", INTERNAL: "internal",
                  FREE: "free", HOLE: "external"}
 

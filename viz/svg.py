@@ -12,15 +12,13 @@ from html import escape
 
 from viz.layout import HOVER_MAX_SLOTS, GridLayout, changed_runs
 from viz.panels import label_starts
-from viz.reducer import HOLE, INTERNAL, PAGED, TOKEN, Frame
+from viz.reducer import CELL_CATEGORY, HOLE, INTERNAL, PAGED, TOKEN, Frame
 from viz.style import CHANGED, HOLE_MARK, MUTED, cell_colour, request_colour, words
 
 CELL = 20            # user units per cell (pitch)
 GAP = 2              # white gap between cells
 SEP = 5              # white rule between blocks that share a row
 LABEL_W = 34         # room for the row labels on the left
-_CATEGORY = {"T": "token_states", "R": "reservation", "I": "internal", "F": "free",
-             "H": "external"}
 
 
 def _x(col: int) -> int:
@@ -104,7 +102,7 @@ def _run_rect(frame: Frame, layout: GridLayout, s: int, e: int, fills: dict[str,
         return rect + "/>"
     who = f"{frame.requests[owner].name} · " if owner is not None else ""
     slots = f"{w['slot']} {s}" if e - s == 1 else f"{w['slot']} {s}–{e - 1}"
-    return f"{rect}><title>{escape(who)}{slots} · {escape(w[_CATEGORY[code]])}</title></rect>"
+    return f"{rect}><title>{escape(who)}{slots} · {escape(w[CELL_CATEGORY[code]])}</title></rect>"
 
 
 def _gaps(layout: GridLayout) -> str:
