@@ -15,8 +15,6 @@ from viz import lesson as L
 
 ROOT = Path(__file__).resolve().parent.parent
 SIX = ROOT / "lessons" / "six-steps"
-pytestmark = pytest.mark.skipif(not (SIX / "trace.jsonl").is_file(),
-                                reason="six-step trace not recorded yet")
 
 
 @pytest.fixture(scope="module")

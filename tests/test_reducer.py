@@ -29,7 +29,6 @@ from viz.reducer import (
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
-needs_trace = pytest.mark.skipif(not TRACE.is_file(), reason="six-step trace not recorded yet")
 
 
 class Stream:
@@ -141,14 +140,12 @@ def _check_against_accounting(events, run: RunInfo) -> None:
                 f.count("F")) == (a.token_states, a.reservation, a.internal, a.external, a.free)
 
 
-@needs_trace
 @pytest.mark.parametrize("run", ["max", "paged"])
 def test_replaying_the_shipped_trace_reproduces_accounting_at_every_step(run):
     trace = read(TRACE)
     _check_against_accounting(trace.runs[run], RunInfo.from_header(trace.run_config(run)))
 
 
-@needs_trace
 def test_paging_wastes_less_than_one_block_per_request_at_every_frame():
     trace = read(TRACE)
     info = RunInfo.from_header(trace.run_config("paged"))
@@ -173,7 +170,6 @@ def test_any_dry_run_folds_to_the_engines_accounting(items, policy):
     _check_against_accounting(sink.events, RunInfo(policy, kind, num_slots=96, block_size=8))
 
 
-@needs_trace
 def test_a_live_stream_ends_with_the_frames_of_its_replay():
     """Folding a stream as it arrives (final lengths unknown) and replaying the finished trace
     must meet: the last live fold of the complete stream equals the replay, frame by frame."""
@@ -195,8 +191,6 @@ def test_a_live_stream_ends_with_the_frames_of_its_replay():
 
 @pytest.fixture(scope="module")
 def lesson() -> L.Lesson:
-    if not TRACE.is_file():
-        pytest.skip("six-step trace not recorded yet")
     return L.build(L.load_spec("six-steps"), read(TRACE))
 
 
