@@ -38,12 +38,11 @@ ESSAY_POW2 = 0.320
 FIG13_SOURCE = "Kwon et al., SOSP 2023, Fig. 13"
 FIG13_RATIO = 4
 
-NAMES = {"en": {"max": "Max", "pow2": "Pow2", "oracle": "Oracle", "paged": "Paged"},
-         "zh": {"max": "Max", "pow2": "Pow2", "oracle": "Oracle", "paged": "分页"}}
 PAPER_NAMES = {"max": "Orca (Max)", "pow2": "Orca (Pow2)", "oracle": "Orca (Oracle)",
                "paged": "vLLM"}
 
 TEXT = ui_text.load("paper_page")  # viz/text/paper_page.toml
+NAMES = {lang: TEXT[lang]["policy_names"] for lang in TEXT}  # each policy's short name
 
 
 @dataclass(frozen=True)
