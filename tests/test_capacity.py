@@ -3,14 +3,16 @@ turns bad input into one line (InvalidConfigError in code, exit 2 on the CLI, st
 page)."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from engine import cli
 from engine.capacity import (
     GiB,
     KiB,
@@ -172,8 +174,15 @@ def test_non_json_config_is_a_config_error(tmp_path):
 # --- the CLI -------------------------------------------------------------------------------
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine", "capacity", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    """``python -m engine capacity ARGS`` in-process (test_cli_imports.py runs the real entry
+    point in a child): its exit code and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = cli.main(["capacity", *args])
+        except SystemExit as e:  # argparse's own errors
+            rc = e.code if isinstance(e.code, int) else 2
+    return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
 
 
 def test_cli_json_has_exact_bytes_and_concurrency():
