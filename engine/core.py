@@ -16,6 +16,9 @@ class Runner(Protocol):
     def execute(self, batch: Batch) -> list[int]:
         """Run one step's forward pass and return one next token per scheduled sequence."""
 
+    def forget(self, req_id: str) -> None:
+        """Drop whatever the runner keeps for a request that has finished."""
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -107,10 +110,8 @@ class EngineCore:
         batch = self.scheduler.schedule(self.step_count)
         tokens = self.runner.execute(batch) if batch.seqs else []
         finished = self.scheduler.update(batch, tokens)
-        forget = getattr(self.runner, "forget", None)
         for req in finished:
-            if forget is not None:
-                forget(req.req_id)
+            self.runner.forget(req.req_id)
         self.bus.emit(E.StepEnd, num_running=len(self.scheduler.running),
                       num_waiting=len(self.scheduler.waiting))
         self.step_count += 1

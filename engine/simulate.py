@@ -26,6 +26,9 @@ class DryRunner:
         return [EOS if len(s.request.output_token_ids) + 1 >= _forced(s.request) else FILLER
                 for s in batch.seqs]
 
+    def forget(self, req_id: str) -> None:
+        """Nothing is kept per request."""
+
 
 def _forced(req: Request) -> int:
     if req.forced_output_len is None:
