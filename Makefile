@@ -1,4 +1,5 @@
-# Two commands matter: `make run` and `make test`. Both build the venv first, idempotently.
+# Three commands matter: `make run`, `make check` (lint, types, fast tests) and `make test`.
+# Each builds the venv first, idempotently.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -7,7 +8,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8501
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: run test venv browser bench clean
+.PHONY: run check test venv browser bench clean
 
 venv: $(STAMP)
 
@@ -29,6 +30,13 @@ browser:
 
 run: venv
 	$(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT) --server.headless true
+
+# The fast gate: no model load, no browser, no kernel compile.
+check: venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+	$(PY) -m pytest -q -m "not model and not browser and not load"
 
 test: venv browser
 	$(PY) -m pytest -q

@@ -115,6 +115,20 @@ def sdpa_backend(dtype):
 
 def time_row(row: Row, args, hq, hkv, d, dtype, peak) -> Row:
     import torch
+    _measure(row, args, hq, hkv, d, dtype)  # its tensors die when it returns
+    torch.cuda.empty_cache()
+    row.ratio = row.paged_us / row.contiguous_us
+    nbytes = row.kv_mib * 2**20
+    row.paged_gbps = nbytes / row.paged_us / 1e3
+    row.contiguous_gbps = nbytes / row.contiguous_us / 1e3
+    if peak:
+        row.paged_peak_pct = 100 * row.paged_gbps / peak
+        row.contiguous_peak_pct = 100 * row.contiguous_gbps / peak
+    return row
+
+
+def _measure(row: Row, args, hq, hkv, d, dtype) -> None:
+    import torch
     import torch.nn.functional as F
     from triton.testing import do_bench
 
@@ -123,23 +137,17 @@ def time_row(row: Row, args, hq, hkv, d, dtype, peak) -> Row:
     q, kc, vc, tables, lens, k, v = make_case(row.batch, row.context, hq, hkv, d,
                                               args.block_size, dtype, "cuda", gen)
     scale = d ** -0.5
-    paged = lambda: paged_decode_attention(q, kc, vc, tables, lens, scale)
-    contig = lambda: F.scaled_dot_product_attention(q.unsqueeze(2), k, v, scale=scale,
-                                                    enable_gqa=hq != hkv).squeeze(2)
+
+    def paged():
+        return paged_decode_attention(q, kc, vc, tables, lens, scale)
+
+    def contig():
+        return F.scaled_dot_product_attention(q.unsqueeze(2), k, v, scale=scale,
+                                              enable_gqa=hq != hkv).squeeze(2)
     with sdpa_backend(dtype):
         row.max_abs_err = (paged().float() - contig().float()).abs().max().item()
         row.paged_us = do_bench(paged, rep=args.rep_ms, return_mode="median") * 1e3
         row.contiguous_us = do_bench(contig, rep=args.rep_ms, return_mode="median") * 1e3
-    row.ratio = row.paged_us / row.contiguous_us
-    nbytes = row.kv_mib * 2**20
-    row.paged_gbps = nbytes / row.paged_us / 1e3
-    row.contiguous_gbps = nbytes / row.contiguous_us / 1e3
-    if peak:
-        row.paged_peak_pct = 100 * row.paged_gbps / peak
-        row.contiguous_peak_pct = 100 * row.contiguous_gbps / peak
-    del q, kc, vc, k, v
-    torch.cuda.empty_cache()
-    return row
 
 
 def check_against_reference(device="cuda", lens=(1, 15, 16, 17, 100, 3000),
@@ -191,9 +199,11 @@ def check_against_reference(device="cuda", lens=(1, 15, 16, 17, 100, 3000),
 def compile_only(arch: int, heads: str) -> list[str]:
     """Compile each kernel variant the engine and this bench launch, for CUDA ``arch``."""
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, compile as triton_compile
+    from triton.compiler import ASTSource
+    from triton.compiler import compile as triton_compile
 
-    from kernels import paged_attention as pa, store_kv as sk
+    from kernels import paged_attention as pa
+    from kernels import store_kv as sk
     hq, hkv, d = HEADS[heads]
     group = hq // hkv
     done = []

@@ -76,13 +76,13 @@ def main() -> int:
         hf.append(n / dt)
         print(f"round {i + 1}: ours {ours[-1]:.1f} tok/s, HF {hf[-1]:.1f} tok/s", file=sys.stderr)
     # HF pads the batch, so its numerics differ a little from per-sequence runs; report agreement
-    same = sum(a == b for a, b in zip(our_tokens, hf_tokens))
+    same = sum(a == b for a, b in zip(our_tokens, hf_tokens, strict=False))
     print(f"{len(prompts)} prompts x {args.new_tokens} new tokens on {model.device} "
           f"({torch.get_num_threads()} threads), attention={llm.runner.attention_backend}")
     print(f"ours (paged engine): {max(ours):.1f} tok/s")
     print(f"HF generate (padded batch): {max(hf):.1f} tok/s")
     print(f"ratio ours/HF: {max(ours) / max(hf):.2f}x best vs best, "
-          f"{statistics.median(o / h for o, h in zip(ours, hf)):.2f}x median of rounds  "
+          f"{statistics.median(o / h for o, h in zip(ours, hf, strict=True)):.2f}x median of rounds  "
           f"(target >= 1.0, goal 1.5)")
     print(f"identical greedy outputs: {same}/{len(prompts)}")
     return 0

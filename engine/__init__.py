@@ -3,8 +3,7 @@
 ``from engine import LLM, SamplingParams``. The heavy parts (torch, the model) load lazily, so the
 pure-Python parts (events, traces, accounting, allocators, scheduler) import without torch.
 """
-from engine.request import (EngineInputError, InvalidConfigError, InvalidRequestError,
-                            SamplingParams)
+from engine.request import EngineInputError, InvalidConfigError, InvalidRequestError, SamplingParams
 
 __all__ = ["LLM", "SamplingParams", "EngineInputError", "InvalidConfigError",
            "InvalidRequestError"]

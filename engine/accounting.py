@@ -16,8 +16,8 @@ Pure Python, no torch.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from engine import events as E
 
@@ -46,60 +46,85 @@ class StepAccount:
 
 
 @dataclass
+class RequestInfo:
+    """What the fold knows of one request: its arrival rank, its declared lengths, and
+    ``status`` (waiting / running / finished)."""
+    order: int
+    prompt_len: int
+    max_tokens: int
+    status: str = "waiting"
+
+    @property
+    def bound(self) -> int:
+        """The most K/V slots it may fill: ``prompt_len + max_tokens - 1``."""
+        return self.prompt_len + self.max_tokens - 1
+
+
+@dataclass
 class Tally:
-    """Running state of the accounting fold; ``apply`` one event at a time, ``close_step`` at
-    every ``step_end``. ``final_lens`` maps request ids to their final length when known."""
+    """The one fold of the event stream; ``apply`` one event at a time, ``close_step`` at every
+    ``step_end``. Besides the slot counts it keeps what the viewer asks of a step: every
+    request (``requests``), the queue (``running`` in admission order, ``waiting`` in queue
+    order) and the refusals of the step last closed (``refusals``). ``final_lens`` maps request
+    ids to their final length when known; a ``finished`` event fills in the rest."""
     num_slots: int
     block_size: int
     final_lens: dict[str, int] = field(default_factory=dict)
     held: dict[str, int] = field(default_factory=dict)      # slots held per request
     filled: dict[str, int] = field(default_factory=dict)    # K/V slots written per request
-    bound: dict[str, int] = field(default_factory=dict)     # prompt_len + max_tokens - 1
     block_refs: dict[int, int] = field(default_factory=dict)
-    running: set[str] = field(default_factory=set)
-    waiting: set[str] = field(default_factory=set)
-    blocked_now: dict[str, str] = field(default_factory=dict)
+    requests: dict[str, RequestInfo] = field(default_factory=dict)
+    running: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    blocked_now: dict[str, E.AdmissionBlocked] = field(default_factory=dict)
+    refusals: tuple[E.AdmissionBlocked, ...] = ()
 
     def final_len(self, req: str) -> int:
-        return self.final_lens.get(req, self.bound.get(req, 0))
+        info = self.requests.get(req)
+        return self.final_lens.get(req, info.bound if info is not None else 0)
 
     def apply(self, ev: E.Event) -> None:
-        k = ev.kind
-        if k == E.RequestArrived.kind:
-            self.bound[ev.req] = ev.prompt_len + ev.max_tokens - 1
-            self.waiting.add(ev.req)
-        elif k == E.Admitted.kind:
-            self.waiting.discard(ev.req)
-            self.running.add(ev.req)
+        if isinstance(ev, E.RequestArrived):
+            self.requests[ev.req] = RequestInfo(len(self.requests), ev.prompt_len, ev.max_tokens)
+            self.waiting.append(ev.req)
+        elif isinstance(ev, E.Admitted):
+            _discard(self.waiting, ev.req)
+            self.running.append(ev.req)
+            self.requests[ev.req].status = "running"
             self.blocked_now.pop(ev.req, None)
-        elif k == E.AdmissionBlocked.kind:
-            self.blocked_now[ev.req] = ev.reason
-        elif k == E.BlockAllocated.kind:
+        elif isinstance(ev, E.AdmissionBlocked):
+            self.blocked_now[ev.req] = ev
+        elif isinstance(ev, E.BlockAllocated):
             refs = self.block_refs.get(ev.physical, 0)
             self.block_refs[ev.physical] = refs + 1
             # A block shared by several tables occupies the arena once: charge its first holder.
             if refs == 0:
                 self.held[ev.req] = self.held.get(ev.req, 0) + self.block_size
-        elif k == E.SlotsReserved.kind:
+        elif isinstance(ev, E.SlotsReserved):
             self.held[ev.req] = self.held.get(ev.req, 0) + ev.length
-        elif k == E.TokensWritten.kind:
+        elif isinstance(ev, E.TokensWritten):
             self.filled[ev.req] = self.filled.get(ev.req, 0) + len(ev.slots)
-        elif k == E.BlockFreed.kind:
+        elif isinstance(ev, E.BlockFreed):
             self.block_refs[ev.physical] = ev.ref_count
             if ev.ref_count == 0:
                 del self.block_refs[ev.physical]
                 self.held[ev.req] = self.held.get(ev.req, 0) - self.block_size
-        elif k == E.ReservationReleased.kind:
+        elif isinstance(ev, E.ReservationReleased):
             self.held[ev.req] = self.held.get(ev.req, 0) - ev.length
-        elif k == E.Preempted.kind:
-            self.running.discard(ev.req)
-            self.waiting.add(ev.req)
+        elif isinstance(ev, E.Preempted):
+            _discard(self.running, ev.req)
+            self.waiting.insert(0, ev.req)  # back at the queue's front
+            self.requests[ev.req].status = "waiting"
             self.filled.pop(ev.req, None)
-        elif k == E.Finished.kind:
-            self.running.discard(ev.req)
+        elif isinstance(ev, E.Finished):
+            _discard(self.running, ev.req)
+            self.requests[ev.req].status = "finished"
             self.filled.pop(ev.req, None)
-        if self.held.get(getattr(ev, "req", None), 1) == 0:
-            del self.held[ev.req]
+            # A live stream learns a final length only now (a complete trace knew it already).
+            self.final_lens.setdefault(ev.req, ev.final_len)
+        req = getattr(ev, "req", None)
+        if req is not None and self.held.get(req, 1) == 0:
+            del self.held[req]
 
     def close_step(self, step: int) -> StepAccount:
         token = reservation = internal = 0
@@ -110,8 +135,9 @@ class Tally:
             reservation += max(0, min(held, final) - filled)
             internal += max(0, held - final)
         free_total = self.num_slots - sum(self.held.values())
-        blocked = sum(1 for r, why in self.blocked_now.items()
-                      if r in self.waiting and why != E.BLOCKED_BATCH_FULL)
+        waiting = set(self.waiting)
+        self.refusals = tuple(b for r, b in self.blocked_now.items() if r in waiting)
+        blocked = sum(1 for b in self.refusals if b.reason != E.BLOCKED_BATCH_FULL)
         acct = StepAccount(step=step, num_slots=self.num_slots, token_states=token,
                            reservation=reservation, internal=internal,
                            external=free_total if blocked else 0,
@@ -121,9 +147,14 @@ class Tally:
         return acct
 
 
+def _discard(queue: list[str], req: str) -> None:
+    if req in queue:
+        queue.remove(req)
+
+
 def final_lengths(events: Iterable[E.Event]) -> dict[str, int]:
     """Each finished request's final length, from a complete event list."""
-    return {ev.req: ev.final_len for ev in events if ev.kind == E.Finished.kind}
+    return {ev.req: ev.final_len for ev in events if isinstance(ev, E.Finished)}
 
 
 def account(events: list[E.Event], num_slots: int, block_size: int) -> list[StepAccount]:

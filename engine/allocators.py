@@ -1,20 +1,12 @@
 """Two ways to hand out the same KV arena of ``num_blocks * block_size`` token slots.
 
-Both allocators answer the scheduler through one interface:
-
-- ``check_admit(req, num_tokens)`` -> None, or an ``AdmitRefusal`` saying why not;
-- ``admit(req, num_tokens)`` reserves what admission needs (call only after a None check);
-- ``grow(req, num_tokens) -> bool``: make room for ``num_tokens`` tokens, False if impossible now;
-- ``release(req_id)``: give everything back;
-- ``block_table(req_id)``: physical blocks in units of ``view_block_size`` (1 for contiguous:
-  a run of slots is a table of one-slot blocks, so attention has a single entry point);
-- ``slot(req_id, pos)``: the flat arena slot of a logical position.
-
-They emit allocator events on the bus; the scheduler emits the rest.
+Both allocators implement the ``Allocator`` protocol, the one interface the scheduler and the
+engine core use. They emit allocator events on the bus; the scheduler emits the rest.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from engine import events as E
 from engine.block_pool import Block, BlockPool
@@ -25,16 +17,80 @@ from engine.request import InvalidConfigError, Request
 ALLOCATORS = ("paged", "max", "pow2", "oracle")
 
 
+def check_allocator(name: str) -> str:
+    """``name`` if it is one of ALLOCATORS, else InvalidConfigError (the one place this is
+    checked)."""
+    if name not in ALLOCATORS:
+        raise InvalidConfigError(f"unknown allocator {name!r}; choose one of "
+                                 f"{', '.join(ALLOCATORS)}")
+    return name
+
+
+def check_block_size(block_size: int) -> int:
+    """``block_size`` if positive, else InvalidConfigError (the one place this is checked)."""
+    if block_size <= 0:
+        raise InvalidConfigError(f"block size must be positive, got {block_size}")
+    return block_size
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
 @dataclass(frozen=True)
 class AdmitRefusal:
+    """Why the head of the queue cannot be admitted now: ``reason`` (one of the
+    ``events.BLOCKED_*``), what admission asked for, the free total and the largest free run.
+    The scheduler publishes it unchanged as an ``AdmissionBlocked`` event."""
     reason: str
     need_slots: int
     free_slots: int
     largest_hole: int
+
+
+class Allocator(Protocol):
+    """The KV allocator contract.
+
+    - ``check_admit(req, num_tokens)`` -> None, or an ``AdmitRefusal`` saying why not;
+    - ``admit(req, num_tokens)`` reserves what admission needs (call only after a None check);
+    - ``grow(req, num_tokens) -> bool``: room for ``num_tokens`` tokens, False if impossible now;
+    - ``release(req_id)``: give everything back;
+    - ``block_table(req_id)``: physical blocks in units of ``view_block_size`` (1 for contiguous:
+      a run of slots is a table of one-slot blocks, so attention has a single entry point);
+    - ``slot(req_id, pos)``: the flat arena slot of a logical position;
+    - ``slots_needed(req)``: the most slots ``req`` could ever hold (feasibility check);
+    - ``free_slots`` / ``largest_hole``: the free total and the largest run one request could
+      be given (for paging any free block will do, so the two are equal)."""
+
+    name: str
+    view_block_size: int
+    num_slots: int
+    bus: E.EventBus
+
+    @property
+    def free_slots(self) -> int: ...
+
+    @property
+    def largest_hole(self) -> int: ...
+
+    @property
+    def slack_slots(self) -> int:
+        """Slots placed but in no request's table or run (buddy rounding); 0 for paging."""
+        ...
+
+    def slots_needed(self, req: Request) -> int: ...
+
+    def check_admit(self, req: Request, num_tokens: int) -> AdmitRefusal | None: ...
+
+    def admit(self, req: Request, num_tokens: int) -> None: ...
+
+    def grow(self, req: Request, num_tokens: int) -> bool: ...
+
+    def release(self, req_id: str) -> None: ...
+
+    def block_table(self, req_id: str) -> list[int]: ...
+
+    def slot(self, req_id: str, pos: int) -> int: ...
 
 
 class PagedAllocator:
@@ -55,6 +111,14 @@ class PagedAllocator:
     def free_slots(self) -> int:
         return self.pool.num_free * self.block_size
 
+    @property
+    def largest_hole(self) -> int:
+        return self.free_slots  # blocks need not be adjacent: every free block is usable
+
+    @property
+    def slack_slots(self) -> int:
+        return 0  # a block is handed out whole and counted in its table
+
     def slots_needed(self, req: Request) -> int:
         """Slots this request needs at the very most (for up-front feasibility checks)."""
         return cdiv(req.max_final_len, self.block_size) * self.block_size
@@ -64,7 +128,7 @@ class PagedAllocator:
         if need <= self.pool.num_free:
             return None
         return AdmitRefusal(E.BLOCKED_NO_FREE_BLOCK, need * self.block_size, self.free_slots,
-                            self.free_slots)
+                            self.largest_hole)
 
     def admit(self, req: Request, num_tokens: int) -> None:
         self.tables[req.req_id] = []
@@ -199,16 +263,13 @@ class ContiguousAllocator:
 
 
 def make_allocator(name: str, num_blocks: int, block_size: int, max_model_len: int,
-                   bus: E.EventBus, placement: str = "first-fit"
-                   ) -> PagedAllocator | ContiguousAllocator:
+                   bus: E.EventBus, placement: str = "first-fit") -> Allocator:
     """Build the allocator ``name`` (one of ALLOCATORS) over an arena of ``num_blocks`` blocks;
     ``placement`` (first-fit or buddy) applies to the contiguous ones."""
-    if block_size <= 0:
-        raise InvalidConfigError(f"block size must be positive, got {block_size}")
+    check_allocator(name)
+    check_block_size(block_size)
     if num_blocks <= 0:
         raise InvalidConfigError(f"the KV arena needs at least one block, got {num_blocks}")
     if name == "paged":
         return PagedAllocator(num_blocks, block_size, bus)
-    if name in ALLOCATORS:
-        return ContiguousAllocator(num_blocks, block_size, max_model_len, name, bus, placement)
-    raise InvalidConfigError(f"unknown allocator {name!r}; choose one of {', '.join(ALLOCATORS)}")
+    return ContiguousAllocator(num_blocks, block_size, max_model_len, name, bus, placement)

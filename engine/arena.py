@@ -108,7 +108,7 @@ class KVArena:
     @classmethod
     def from_budget(cls, config: ModelConfig, kv_budget_mb: float, block_size: int,
                     device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
-                    ) -> "KVArena":
+                    ) -> KVArena:
         """As many blocks as fit in ``kv_budget_mb`` MiB (K and V, all layers)."""
         return cls(config, blocks_for_budget(config, block_size, dtype, kv_budget_mb),
                    block_size, device, dtype)
@@ -138,6 +138,6 @@ class KVArena:
         if views is None:
             s = self.shape
             dims = (s.num_slots // block_size, block_size, s.num_kv_heads, s.head_dim)
-            views = [(k.view(dims), v.view(dims)) for k, v in zip(self.k, self.v)]
+            views = [(k.view(dims), v.view(dims)) for k, v in zip(self.k, self.v, strict=True)]
             self._views[block_size] = views
         return views

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.backends import BACKENDS
 from engine.request import InvalidConfigError
-
-BACKENDS = ("auto", "torch", "triton")
 
 
 @dataclass
@@ -67,17 +66,24 @@ class KernelAttention:
         self._store(k, v, k_cache, v_cache, meta.slot_mapping)
         n = meta.num_prefill_tokens
         if n == q.shape[0]:
-            return self._prefill(q, k_cache, v_cache, meta.prefill_block_tables,
-                                 meta.query_start_loc, meta.prefill_context_lens, self.scale)
+            return self._run_prefill(q, k_cache, v_cache, meta)
         if n == 0:
-            return self._decode(q, k_cache, v_cache, meta.decode_block_tables,
-                                meta.decode_context_lens, self.scale)
+            return self._run_decode(q, k_cache, v_cache, meta)
         out = torch.empty_like(q)
-        out[:n] = self._prefill(q[:n], k_cache, v_cache, meta.prefill_block_tables,
-                                meta.query_start_loc, meta.prefill_context_lens, self.scale)
-        out[n:] = self._decode(q[n:], k_cache, v_cache, meta.decode_block_tables,
-                               meta.decode_context_lens, self.scale)
+        out[:n] = self._run_prefill(q[:n], k_cache, v_cache, meta)
+        out[n:] = self._run_decode(q[n:], k_cache, v_cache, meta)
         return out
+
+    def _run_prefill(self, q, k_cache, v_cache, meta: AttentionMetadata) -> torch.Tensor:
+        tables, starts, lens = (meta.prefill_block_tables, meta.query_start_loc,
+                                meta.prefill_context_lens)
+        assert tables is not None and starts is not None and lens is not None, "no prefill"
+        return self._prefill(q, k_cache, v_cache, tables, starts, lens, self.scale)
+
+    def _run_decode(self, q, k_cache, v_cache, meta: AttentionMetadata) -> torch.Tensor:
+        tables, lens = meta.decode_block_tables, meta.decode_context_lens
+        assert tables is not None and lens is not None, "no decode sequences"
+        return self._decode(q, k_cache, v_cache, tables, lens, self.scale)
 
 
 class Attention:
@@ -88,6 +94,7 @@ class Attention:
 
     def __init__(self, backend: str, device: torch.device, scale: float) -> None:
         self.backend = resolve_backend(backend, device)
+        self._impl: TorchAttention | KernelAttention
         if self.backend == "torch":
             from engine.attention_torch import TorchAttention
             self._impl = TorchAttention(scale)

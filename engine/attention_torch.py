@@ -72,20 +72,19 @@ class TorchAttention:
         v_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
         n = meta.num_prefill_tokens
         if self._decode is not None and n == 0:
-            return self._attend_decode(q, k_cache, v_cache)
+            return self._attend_decode(q, k_cache, v_cache, self._decode)
         out = torch.empty_like(q)
         for p in self._prefill:
             out[p.start:p.end] = self._attend_prefill(q[p.start:p.end], k, v, k_cache, v_cache, p)
         if self._decode is not None:
-            out[n:] = self._attend_decode(q[n:], k_cache, v_cache)
+            out[n:] = self._attend_decode(q[n:], k_cache, v_cache, self._decode)
         return out
 
     def _gather(self, cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         hkv, d = cache.shape[2], cache.shape[3]
         return cache.view(-1, hkv * d).index_select(0, slots).view(*slots.shape, hkv, d)
 
-    def _attend_decode(self, q, k_cache, v_cache) -> torch.Tensor:
-        p = self._decode
+    def _attend_decode(self, q, k_cache, v_cache, p: _DecodePlan) -> torch.Tensor:
         hkv, d = k_cache.shape[2], k_cache.shape[3]
         k = self._gather(k_cache, p.slots).view(p.batch, p.length, hkv, d)
         v = self._gather(v_cache, p.slots).view(p.batch, p.length, hkv, d)

@@ -23,13 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m engine", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMANDS:
-        try:
-            mod = importlib.import_module(f"engine.cmd_{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"engine.cmd_{name}":
-                raise
-            continue
-        mod.add_parser(sub)
+        importlib.import_module(f"engine.cmd_{name}").add_parser(sub)
     return parser
 
 

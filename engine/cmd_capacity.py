@@ -7,8 +7,15 @@ import argparse
 import json
 import math
 
-from engine.capacity import (DTYPE_BYTES, GiB, PRESETS, CapacityReport, build_report,
-                             format_bytes, load_shape)
+from engine.capacity import (
+    DTYPE_BYTES,
+    PRESETS,
+    CapacityReport,
+    GiB,
+    build_report,
+    format_bytes,
+    load_shape,
+)
 from engine.request import InvalidConfigError
 
 
@@ -36,7 +43,8 @@ def _int_list(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from None
 
 
 def run(args) -> int:
@@ -67,7 +75,7 @@ def _shape_section(r: CapacityReport) -> str:
              _kv("KV per token per layer", s.bytes_per_token_per_layer),
              _kv("KV per token", s.bytes_per_token),
              _kv(f"KV per block per layer (block {b})", s.bytes_per_block_per_layer(b)),
-             _kv(f"KV per block, all layers", s.bytes_per_block(b))]
+             _kv(f"KV per block, all layers (block {b})", s.bytes_per_block(b))]
     return "\n".join(lines)
 
 
@@ -111,6 +119,8 @@ def _requests(n: int) -> str:
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    fmt = lambda cells: "  " + "  ".join(c.rjust(w) for c, w in zip(cells, widths))
+    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
+
+    def fmt(cells: list[str]) -> str:
+        return "  " + "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
     return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows)])

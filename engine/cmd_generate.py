@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from engine.allocators import ALLOCATORS
-from engine.attention import BACKENDS
+from engine.backends import BACKENDS
 from engine.engine_args import EngineArgs, check_output_path
 from engine.request import InvalidRequestError, SamplingParams, check_prompt
 

@@ -6,17 +6,14 @@ import sys
 from typing import Any
 
 from engine import workload
-from engine.allocators import ALLOCATORS
+from engine.allocators import ALLOCATORS, check_allocator
 from engine.engine_args import MAX_ARENA_SLOTS
-from engine.paper import default_num_slots
 from engine.placement import PLACEMENTS
 from engine.request import InvalidConfigError
-from engine.simulate import build_requests, run_policy
+from engine.simulate import DEFAULT_NUM_SLOTS, build_requests, run_policy
 
 #: More would take hours of CPU, not seconds.
 MAX_SIM_REQUESTS = 1_000_000
-#: OPT-13B's KV arena on an A100-40GB (the paper's Table 1): 12 GiB // 800 KiB = 15,728 slots.
-DEFAULT_NUM_SLOTS = default_num_slots()
 #: The paper's Orca places its reservations with a buddy allocator (§6.1).
 DEFAULT_PLACEMENT = "buddy"
 
@@ -48,10 +45,10 @@ def add_parser(sub) -> None:
 
 def _check(args) -> list[str]:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    bad = [p for p in policies if p not in ALLOCATORS]
-    if bad or not policies:
-        raise InvalidConfigError(f"unknown policy {bad[0] if bad else '(none)'}; "
-                                 f"choose from {', '.join(ALLOCATORS)}")
+    if not policies:
+        raise InvalidConfigError(f"no policy given; choose from {', '.join(ALLOCATORS)}")
+    for policy in policies:
+        check_allocator(policy)
     for name in ("requests", "block_size", "max_model_len", "num_slots"):
         if getattr(args, name) <= 0:
             raise InvalidConfigError(f"--{name.replace('_', '-')} must be positive")

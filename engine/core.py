@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 from engine import events as E
-from engine.allocators import ContiguousAllocator, PagedAllocator
+from engine.allocators import Allocator, check_allocator, check_block_size, make_allocator
 from engine.request import Batch, InvalidConfigError, InvalidRequestError, Request
 from engine.scheduler import Scheduler
 
@@ -13,6 +15,49 @@ from engine.scheduler import Scheduler
 class Runner(Protocol):
     def execute(self, batch: Batch) -> list[int]:
         """Run one step's forward pass and return one next token per scheduled sequence."""
+
+    def forget(self, req_id: str) -> None:
+        """Drop whatever the runner keeps for a request that has finished."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What an engine core is built from: the allocator by name over an arena of ``num_blocks``
+    blocks of ``block_size`` slots, and the scheduler's limits."""
+    allocator: str
+    num_blocks: int
+    block_size: int
+    max_model_len: int
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    placement: str = "first-fit"  # where a contiguous run goes: first-fit or buddy
+
+    def __post_init__(self) -> None:
+        check_allocator(self.allocator)
+        check_block_size(self.block_size)
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_blocks * self.block_size
+
+    def trace_config(self, view_block_size: int) -> dict:
+        """The run's ``config`` in a trace header (what the viewer needs to draw the arena)."""
+        return {"num_blocks": self.num_blocks, "block_size": self.block_size,
+                "num_slots": self.num_slots, "max_model_len": self.max_model_len,
+                "view_block_size": view_block_size}
+
+
+def build_core(config: EngineConfig, runner: Runner, eos_token_id: int | None,
+               bus: E.EventBus | None = None) -> EngineCore:
+    """The one assembly of an engine: a bus (``bus`` or a fresh one), the allocator named by
+    ``config`` emitting on it, and an EngineCore driving ``runner`` over both."""
+    bus = bus if bus is not None else E.EventBus()
+    alloc = make_allocator(config.allocator, config.num_blocks, config.block_size,
+                           config.max_model_len, bus, config.placement)
+    return EngineCore(alloc, runner, bus, max_model_len=config.max_model_len,
+                      max_num_seqs=config.max_num_seqs,
+                      max_num_batched_tokens=config.max_num_batched_tokens,
+                      eos_token_id=eos_token_id)
 
 
 class EngineCore:
@@ -22,7 +67,7 @@ class EngineCore:
     finish: an empty prompt, a prompt longer than ``max_model_len``, or a request the whole arena
     cannot hold. ``max_tokens`` is clipped so prompt plus output never exceeds ``max_model_len``."""
 
-    def __init__(self, allocator: PagedAllocator | ContiguousAllocator, runner: Runner,
+    def __init__(self, allocator: Allocator, runner: Runner,
                  bus: E.EventBus | None = None, *, max_model_len: int,
                  max_num_seqs: int = 256, max_num_batched_tokens: int | None = None,
                  eos_token_id: int | None = None) -> None:
@@ -66,16 +111,14 @@ class EngineCore:
         batch = self.scheduler.schedule(self.step_count)
         tokens = self.runner.execute(batch) if batch.seqs else []
         finished = self.scheduler.update(batch, tokens)
-        forget = getattr(self.runner, "forget", None)
         for req in finished:
-            if forget is not None:
-                forget(req.req_id)
+            self.runner.forget(req.req_id)
         self.bus.emit(E.StepEnd, num_running=len(self.scheduler.running),
                       num_waiting=len(self.scheduler.waiting))
         self.step_count += 1
         return finished
 
-    def run_to_completion(self, on_step: Callable[["EngineCore"], None] | None = None) -> None:
+    def run_to_completion(self, on_step: Callable[[EngineCore], None] | None = None) -> None:
         while self.has_unfinished():
             self.step()
             if on_step is not None:

@@ -11,15 +11,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import queue
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Callable, ClassVar
+from typing import IO, ClassVar
 
 #: Reasons a waiting request could not be admitted.
 BLOCKED_NO_FREE_BLOCK = "no_free_block"  # paging: fewer free blocks than the prompt needs
 BLOCKED_NO_HOLE = "no_hole"              # contiguous: free slots suffice in total, no hole is large enough
 BLOCKED_NO_SPACE = "no_space"            # contiguous: not enough free slots at all
 BLOCKED_BATCH_FULL = "batch_full"        # scheduler limit (max running requests / tokens per step)
-BLOCK_REASONS = (BLOCKED_NO_FREE_BLOCK, BLOCKED_NO_HOLE, BLOCKED_NO_SPACE, BLOCKED_BATCH_FULL)
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Event:
     seq: int
 
     def to_dict(self) -> dict:
-        d = {"kind": self.kind}
+        d: dict[str, object] = {"kind": self.kind}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             d[f.name] = list(v) if isinstance(v, tuple) else v
@@ -60,7 +60,7 @@ class AdmissionBlocked(Event):
 
     ``need_slots`` is what admission asked for, ``free_slots`` the arena's free total and
     ``largest_hole`` its largest contiguous free run (for paging: free blocks * block size).
-    ``reason`` is one of BLOCK_REASONS; ``no_hole`` is external fragmentation made visible."""
+    ``reason`` is one of the BLOCKED_* constants; ``no_hole`` is external fragmentation made visible."""
     kind: ClassVar[str] = "admission_blocked"
     req: str
     reason: str
@@ -159,17 +159,17 @@ def from_dict(d: dict) -> Event:
     """Rebuild an event from ``Event.to_dict`` output. Raises EventError on anything else."""
     if not isinstance(d, dict):
         raise EventError(f"event is not a JSON object: {d!r:.80}")
-    cls = EVENT_TYPES.get(d.get("kind"))
+    cls = EVENT_TYPES.get(str(d.get("kind")))
     if cls is None:
         raise EventError(f"unknown event kind {d.get('kind')!r}")
-    kwargs = {}
+    kwargs: dict[str, object] = {}
     for f in dataclasses.fields(cls):
         if f.name not in d:
             raise EventError(f"{cls.kind} event lacks field {f.name!r}")
         v = d[f.name]
         kwargs[f.name] = tuple(v) if isinstance(v, list) else v
     try:
-        return cls(**kwargs)
+        return cls(**kwargs)  # type: ignore[arg-type]  # field types are the callers' to check
     except TypeError as e:  # pragma: no cover - dataclass signature mismatch
         raise EventError(str(e)) from None
 
@@ -185,10 +185,6 @@ class EventBus:
 
     def subscribe(self, fn: Callable[[Event], None]) -> None:
         self._subscribers.append(fn)
-
-    @property
-    def active(self) -> bool:
-        return bool(self._subscribers)
 
     def emit(self, cls: type[Event], **fields) -> None:
         if not self._subscribers:
@@ -226,7 +222,7 @@ class JsonlSink:
 class QueueSink:
     """Puts events on a thread-safe queue, for a live viewer in the same process."""
 
-    def __init__(self, q: "queue.Queue[Event] | None" = None) -> None:
+    def __init__(self, q: queue.Queue[Event] | None = None) -> None:
         self.queue = q if q is not None else queue.Queue()
 
     def __call__(self, ev: Event) -> None:

@@ -81,7 +81,7 @@ class LlamaForward:
         t = input_ids.shape[0]
         cos, sin = self.rope.lookup(positions)
         h = F.embedding(input_ids, w.embed)
-        for layer, (k_cache, v_cache) in zip(w.layers, kv_caches):
+        for layer, (k_cache, v_cache) in zip(w.layers, kv_caches, strict=True):
             x = rms_norm(h, layer.input_norm, c.rms_norm_eps)
             q = _heads(linear(x, layer.q_proj), c.num_heads, c.head_dim)
             k = _heads(linear(x, layer.k_proj), c.num_kv_heads, c.head_dim)

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import operator
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from engine import events as E
-from engine.allocators import make_allocator
+from engine.allocators import check_allocator
 from engine.arena import KVArena, blocks_for_budget, bytes_per_block, check_fits
-from engine.core import EngineCore
+from engine.core import EngineConfig, EngineCore, build_core
 from engine.engine_args import EngineArgs, check_output_path
 from engine.model import LoadedModel, load_model
 from engine.request import (InvalidConfigError, InvalidRequestError, Request, SamplingParams,
@@ -49,6 +49,7 @@ class LLM:
                  trace: str | os.PathLike | Callable[[E.Event], None] | None = None,
                  progress: bool = True) -> None:
         # Cheap checks first: a typo should not cost a model load.
+        check_allocator(allocator)
         args = EngineArgs(num_blocks=num_blocks, kv_budget_mb=kv_budget_mb, block_size=block_size,
                           max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens, allocator=allocator)
@@ -94,15 +95,10 @@ class LLM:
         if not all(isinstance(p, SamplingParams) for p in plist):
             raise InvalidRequestError("params must be SamplingParams (or a list of them)")
         ids = [self._tokenize(i, p, chat) for i, p in enumerate(items)]
-        bus = E.EventBus()
-        alloc = make_allocator(self.allocator_name, self.arena.num_blocks, self.arena.block_size,
-                               self.max_model_len, bus)
-        core = EngineCore(alloc, self.runner, bus, max_model_len=self.max_model_len,
-                          max_num_seqs=self.max_num_seqs,
-                          max_num_batched_tokens=self.max_num_batched_tokens,
-                          eos_token_id=self.model.config.eos_token_id)
-        reqs = [core.add_request(Request(str(i), t, p)) for i, (t, p) in enumerate(zip(ids, plist))]
-        writer = self._attach_trace(bus, core)
+        core = build_core(self._engine_config(), self.runner, self.model.config.eos_token_id)
+        reqs = [core.add_request(Request(str(i), t, p))
+                for i, (t, p) in enumerate(zip(ids, plist, strict=True))]
+        writer = self._attach_trace(core)
         try:
             core.run_to_completion()
         except BaseException:
@@ -119,7 +115,7 @@ class LLM:
                               r.output_token_ids, self.tokenizer.decode(
                                   r.output_token_ids, skip_special_tokens=True),
                               r.finish_reason, r.num_preemptions)
-                for p, r in zip(items, reqs)]
+                for p, r in zip(items, reqs, strict=True)]
 
     def _tokenize(self, i: int, prompt: str | Sequence[int], chat: bool) -> list[int]:
         if isinstance(prompt, str):
@@ -144,16 +140,18 @@ class LLM:
             raise InvalidRequestError(f"prompt {i} holds token ids outside [0, {vocab})")
         return ids
 
-    def _attach_trace(self, bus: E.EventBus, core: EngineCore) -> TraceWriter | None:
+    def _engine_config(self) -> EngineConfig:
+        return EngineConfig(self.allocator_name, self.arena.num_blocks, self.arena.block_size,
+                            self.max_model_len, self.max_num_seqs, self.max_num_batched_tokens)
+
+    def _attach_trace(self, core: EngineCore) -> TraceWriter | None:
         if self.trace is None:
             return None
         if callable(self.trace):
-            bus.subscribe(self.trace)
+            core.bus.subscribe(self.trace)
             return None
         name = self.allocator_name
-        config = {"num_blocks": self.arena.num_blocks, "block_size": self.arena.block_size,
-                  "num_slots": self.arena.num_slots, "max_model_len": self.max_model_len,
-                  "view_block_size": core.allocator.view_block_size}
+        config = self._engine_config().trace_config(core.allocator.view_block_size)
         header = make_header([{"name": name, "allocator": name, "config": config}],
                              model=self.model.name, device=str(self.model.device))
         try:
@@ -161,5 +159,5 @@ class LLM:
         except OSError as e:
             raise InvalidConfigError(f"cannot write the trace {str(self.trace)[:200]!r}: "
                                      f"{e.strerror or type(e).__name__}") from None
-        bus.subscribe(writer.sink(name))
+        core.bus.subscribe(writer.sink(name))
         return writer

@@ -168,16 +168,16 @@ def extract_weights(hf, tokenizer=None) -> ModelWeights:
                          c.max_position_embeddings, eos[0] if isinstance(eos, list) else eos)
     m = hf.model
     layers = [LayerWeights(
-        input_norm=l.input_layernorm.weight.detach(),
-        q_proj=l.self_attn.q_proj.weight.detach(),
-        k_proj=l.self_attn.k_proj.weight.detach(),
-        v_proj=l.self_attn.v_proj.weight.detach(),
-        o_proj=l.self_attn.o_proj.weight.detach(),
-        post_norm=l.post_attention_layernorm.weight.detach(),
-        gate_proj=l.mlp.gate_proj.weight.detach(),
-        up_proj=l.mlp.up_proj.weight.detach(),
-        down_proj=l.mlp.down_proj.weight.detach(),
-    ) for l in m.layers]
+        input_norm=layer.input_layernorm.weight.detach(),
+        q_proj=layer.self_attn.q_proj.weight.detach(),
+        k_proj=layer.self_attn.k_proj.weight.detach(),
+        v_proj=layer.self_attn.v_proj.weight.detach(),
+        o_proj=layer.self_attn.o_proj.weight.detach(),
+        post_norm=layer.post_attention_layernorm.weight.detach(),
+        gate_proj=layer.mlp.gate_proj.weight.detach(),
+        up_proj=layer.mlp.up_proj.weight.detach(),
+        down_proj=layer.mlp.down_proj.weight.detach(),
+    ) for layer in m.layers]
     return ModelWeights(config, m.embed_tokens.weight.detach(), layers, m.norm.weight.detach(),
                         hf.lm_head.weight.detach(), m.rotary_emb.inv_freq.detach().float(),
                         float(m.rotary_emb.attention_scaling))

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Callable
+from typing import IO
 
-from engine import events as E
-from engine.allocators import ALLOCATORS, make_allocator
-from engine.core import EngineCore
+from engine.allocators import check_allocator
+from engine.core import EngineConfig, EngineCore, build_core
 from engine.engine_args import check_output_path
 from engine.request import InvalidConfigError, Request, SamplingParams
 from engine.scenario import FILLER_TEXT, Scenario
@@ -73,10 +73,10 @@ def record(scenario: Scenario, allocators: list[str], out: str | IO[str] | None 
     """Record ``scenario`` under each allocator. ``out`` (a path or stream) receives the trace;
     ``sinks`` maps run names to extra event subscribers; ``model`` is an already loaded model
     (else one is loaded). Returns the finished runs."""
-    bad = [a for a in allocators if a not in ALLOCATORS]
-    if bad or not allocators:
-        raise InvalidConfigError(f"unknown allocator {bad[0] if bad else '(none)'}; "
-                                 f"choose from {', '.join(ALLOCATORS)}")
+    if not allocators:
+        raise InvalidConfigError("no allocator to record")
+    for name in allocators:
+        check_allocator(name)
     if isinstance(out, (str, os.PathLike)):
         check_output_path(out, "trace")  # before the model loads
     say = progress or (lambda msg: None)
@@ -87,15 +87,12 @@ def record(scenario: Scenario, allocators: list[str], out: str | IO[str] | None 
         _tell_oracle(base, scenario, make_runner, eos, say)
     runs: dict[str, Run] = {}
     for name in allocators:
-        bus = E.EventBus()
-        alloc = make_allocator(name, scenario.num_blocks, scenario.block_size,
-                               scenario.max_model_len, bus)
-        core = EngineCore(alloc, make_runner(alloc), bus, max_model_len=scenario.max_model_len,
-                          eos_token_id=eos)
+        core = build_core(_engine_config(scenario, name), make_runner(), eos)
         reqs = [core.add_request(_copy(r)) for r in base]
         runs[name] = Run(name, core, reqs)
     header = make_header(
-        [{"name": n, "allocator": n, "config": _run_config(scenario, r.core)} for n, r in runs.items()],
+        [{"name": n, "allocator": n, "config": _engine_config(scenario, n).trace_config(
+            r.core.allocator.view_block_size)} for n, r in runs.items()],
         model=model_name, device=device_name, scenario=scenario.raw, forward=forward,
         requests=[{"id": r.req_id, "prompt_len": r.prompt_len,
                    "max_tokens": r.params.max_tokens} for r in base])
@@ -116,11 +113,9 @@ def record(scenario: Scenario, allocators: list[str], out: str | IO[str] | None 
     return runs
 
 
-def _run_config(scenario: Scenario, core: EngineCore) -> dict:
-    return {"num_blocks": scenario.num_blocks, "block_size": scenario.block_size,
-            "num_slots": scenario.num_blocks * scenario.block_size,
-            "max_model_len": scenario.max_model_len,
-            "view_block_size": core.allocator.view_block_size}
+def _engine_config(scenario: Scenario, allocator: str) -> EngineConfig:
+    return EngineConfig(allocator, scenario.num_blocks, scenario.block_size,
+                        scenario.max_model_len)
 
 
 def _lockstep(runs: list[Run], say: Callable[[str], None]) -> None:
@@ -137,20 +132,16 @@ def _lockstep(runs: list[Run], say: Callable[[str], None]) -> None:
 def _tell_oracle(base: list[Request], scenario: Scenario, make_runner, eos, say) -> None:
     """An oracle knows each final length in advance: learn them from a silent paged run."""
     say("probing final lengths for the oracle/pow2 policies ...")
-    bus = E.EventBus()
-    alloc = make_allocator("paged", scenario.num_blocks, scenario.block_size,
-                           scenario.max_model_len, bus)
-    core = EngineCore(alloc, make_runner(alloc), bus, max_model_len=scenario.max_model_len,
-                      eos_token_id=eos)
+    core = build_core(_engine_config(scenario, "paged"), make_runner(), eos)
     probe = [core.add_request(_copy(r)) for r in base]
     core.run_to_completion()
-    for r, p in zip(base, probe):
+    for r, p in zip(base, probe, strict=True):
         r.known_final_len = p.num_computed
 
 
 def _forward(forward, model_path, device, dtype, attention, scenario, say, model=None):
     if forward == "skip":
-        return (lambda alloc: DryRunner()), EOS, "none (forward skipped)", "none", None
+        return DryRunner, EOS, "none (forward skipped)", "none", None
     if forward != "model":
         raise InvalidConfigError(f"forward must be 'model' or 'skip', got {forward!r}")
     from engine.arena import KVArena
@@ -159,7 +150,7 @@ def _forward(forward, model_path, device, dtype, attention, scenario, say, model
     if model is None:
         model = load_model(model_path, device=device, dtype=dtype)
 
-    def make_runner(alloc):
+    def make_runner() -> ModelRunner:
         arena = KVArena(model.config, scenario.num_blocks, scenario.block_size, model.device,
                         model.dtype)
         return ModelRunner(model, arena, attention)

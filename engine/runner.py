@@ -52,7 +52,7 @@ class ModelRunner:
                                           meta, logits_indices)
             sampled = self.sampler(logits, [s.request for s in seqs])
         tokens = [0] * len(order)
-        for i, tok in zip(order, sampled):
+        for i, tok in zip(order, sampled, strict=True):
             tokens[i] = tok
         return tokens
 

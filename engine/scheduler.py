@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections import deque
 
 from engine import events as E
-from engine.allocators import ContiguousAllocator, PagedAllocator
+from engine.allocators import AdmitRefusal, Allocator
 from engine.request import Batch, Request, ScheduledSeq, Status
 
 
 class Scheduler:
-    def __init__(self, allocator: PagedAllocator | ContiguousAllocator, bus: E.EventBus,
+    def __init__(self, allocator: Allocator, bus: E.EventBus,
                  max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
                  eos_token_id: int | None = None) -> None:
         self.allocator = allocator
@@ -75,19 +75,19 @@ class Scheduler:
         self.bus.emit(E.Preempted, req=req.req_id, num_generated=len(req.output_token_ids))
 
     def _admit_waiting(self, num_batched: int) -> list[ScheduledSeq]:
-        seqs = []
+        seqs: list[ScheduledSeq] = []
         while self.waiting:
             req = self.waiting[0]
             n = req.num_tokens
             if len(self.running) >= self.max_num_seqs or (
                     seqs and num_batched + n > self.max_num_batched_tokens):
-                self._blocked(req, E.BLOCKED_BATCH_FULL, n)
+                alloc = self.allocator
+                self._blocked(req, AdmitRefusal(E.BLOCKED_BATCH_FULL, n, alloc.free_slots,
+                                                alloc.largest_hole))
                 break
             refusal = self.allocator.check_admit(req, n)
             if refusal is not None:
-                self.bus.emit(E.AdmissionBlocked, req=req.req_id, reason=refusal.reason,
-                              need_slots=refusal.need_slots, free_slots=refusal.free_slots,
-                              largest_hole=refusal.largest_hole)
+                self._blocked(req, refusal)
                 break
             self.waiting.popleft()
             self.bus.emit(E.Admitted, req=req.req_id, num_tokens=n)
@@ -98,10 +98,10 @@ class Scheduler:
             num_batched += n
         return seqs
 
-    def _blocked(self, req: Request, reason: str, n: int) -> None:
-        free = self.allocator.free_slots
-        self.bus.emit(E.AdmissionBlocked, req=req.req_id, reason=reason, need_slots=n,
-                      free_slots=free, largest_hole=getattr(self.allocator, "largest_hole", free))
+    def _blocked(self, req: Request, refusal: AdmitRefusal) -> None:
+        self.bus.emit(E.AdmissionBlocked, req=req.req_id, reason=refusal.reason,
+                      need_slots=refusal.need_slots, free_slots=refusal.free_slots,
+                      largest_hole=refusal.largest_hole)
 
     def _seq(self, req: Request) -> ScheduledSeq:
         """The tokens ``req`` feeds this step: everything not yet computed (its whole prompt on
@@ -117,7 +117,7 @@ class Scheduler:
         """Record this step's K/V writes and sampled tokens; finish and free what is done.
         Returns the requests that finished."""
         finished = []
-        for seq, token in zip(batch.seqs, next_tokens):
+        for seq, token in zip(batch.seqs, next_tokens, strict=True):
             req = seq.request
             self.bus.emit(E.TokensWritten, req=req.req_id, positions=tuple(seq.positions),
                           slots=tuple(seq.slot_mapping))

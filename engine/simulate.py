@@ -10,20 +10,31 @@ from dataclasses import dataclass, field
 
 from engine import events as E
 from engine.accounting import CATEGORIES, StepAccount, Tally
-from engine.allocators import make_allocator
-from engine.core import EngineCore
-from engine.request import Batch, Request, SamplingParams
+from engine.core import EngineConfig, build_core
+from engine.paper import default_num_slots
+from engine.request import Batch, InvalidRequestError, Request, SamplingParams
 from engine.workload import WorkItem
 
 EOS, FILLER = 1, 0
+#: OPT-13B's KV arena on an A100-40GB (the paper's Table 1): 12 GiB // 800 KiB = 15,728 slots.
+DEFAULT_NUM_SLOTS = default_num_slots()
 
 
 class DryRunner:
     """Stands in for the model: token FILLER until a request's forced output length, then EOS."""
 
     def execute(self, batch: Batch) -> list[int]:
-        return [EOS if len(s.request.output_token_ids) + 1 >= s.request.forced_output_len
-                else FILLER for s in batch.seqs]
+        return [EOS if len(s.request.output_token_ids) + 1 >= _forced(s.request) else FILLER
+                for s in batch.seqs]
+
+    def forget(self, req_id: str) -> None:
+        """Nothing is kept per request."""
+
+
+def _forced(req: Request) -> int:
+    if req.forced_output_len is None:
+        raise InvalidRequestError(f"request {req.req_id}: a dry run needs a given output length")
+    return req.forced_output_len
 
 
 @dataclass
@@ -86,14 +97,14 @@ def run_policy(policy: str, requests: list[Request], num_blocks: int, block_size
         tally.apply(ev)
         if ev.kind == E.StepEnd.kind:
             accounts.append(tally.close_step(ev.step))
-            slack.append(getattr(alloc, "slack_slots", 0))
+            slack.append(core.allocator.slack_slots)
 
     bus.subscribe(fold)
     for sink in sinks:
         bus.subscribe(sink)
-    alloc = make_allocator(policy, num_blocks, block_size, max_model_len, bus, placement)
-    core = EngineCore(alloc, DryRunner(), bus, max_model_len=max_model_len,
-                      max_num_seqs=max_num_seqs, eos_token_id=EOS)
+    config = EngineConfig(policy, num_blocks, block_size, max_model_len, max_num_seqs,
+                          placement=placement)
+    core = build_core(config, DryRunner(), EOS, bus)
     for r in requests:
         core.add_request(Request(req_id=r.req_id, prompt_token_ids=list(r.prompt_token_ids),
                                  params=r.params, arrival_step=r.arrival_step,

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import IO
 
 from engine.events import Event, JsonlSink
 from engine.trace_check import (FORMAT, LIMITS, SCHEMA_VERSION, Limits, TraceChecker,
@@ -51,7 +53,7 @@ def make_header(runs: list[dict], *, model: str, device: str, scenario: dict | N
     if len(set(names)) != len(names):
         raise ValueError(f"run names must be unique, got {names}")
     return {"format": FORMAT, "schema_version": SCHEMA_VERSION,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "model": model, "device": device, "scenario": scenario or {}, "runs": runs, **extra}
 
 
@@ -60,10 +62,11 @@ class TraceWriter:
     tags events with that run; ``close()`` writes the end line (a trace without it reads as
     truncated), ``abort()`` ends a failed run without one."""
 
-    def __init__(self, target: str | Path | IO[str], header: dict, flush: bool = False) -> None:
+    def __init__(self, target: str | os.PathLike | IO[str], header: dict, flush: bool = False) -> None:
         """Raises OSError when ``target`` cannot be opened for writing."""
-        self._own = not hasattr(target, "write")
-        self.stream: IO[str] = open(target, "w", encoding="utf-8") if self._own else target
+        self._own = isinstance(target, (str, os.PathLike))
+        self.stream: IO[str] = (open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+                                if isinstance(target, (str, os.PathLike)) else target)
         self.flush = flush
         self.num_events = 0
         self._write(header)
@@ -94,7 +97,7 @@ class TraceWriter:
         else:
             self.stream.flush()
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, exc_type, *exc) -> None:

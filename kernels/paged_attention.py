@@ -13,7 +13,7 @@ the partial softmaxes merged by a second small kernel, so a batch of one still f
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache
 
 import torch
 import triton
@@ -197,7 +197,7 @@ def _widen_for_interpreter(q: torch.Tensor) -> bool:
     return q.dtype == torch.bfloat16 and q.device.type == "cpu"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 

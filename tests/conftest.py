@@ -37,6 +37,7 @@ def tiny_llama_dir(tmp_path_factory, smollm):
 def app_url():
     """The app served on a free localhost port for the browser tests (log in test-artifacts/)."""
     from pathlib import Path
+
     from viz.serve import running_app
     artifacts = Path(__file__).resolve().parent.parent / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
@@ -48,6 +49,7 @@ def app_url():
 def browser():
     """Debian's Chromium driven by Playwright (never a downloaded browser)."""
     from playwright.sync_api import sync_playwright
+
     from viz.serve import launch_chromium
     with sync_playwright() as p:
         b = launch_chromium(p)

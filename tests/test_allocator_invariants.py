@@ -1,6 +1,7 @@
 """Hypothesis stateful tests: thousands of random allocate / grow / free / preempt operations
 against the block pool and both allocators, checking their bookkeeping after every step."""
 from collections import Counter
+from itertools import pairwise
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -151,7 +152,7 @@ class ContiguousMachine(RuleBasedStateMachine):
     @invariant()
     def holes_are_merged(self):
         holes = self.alloc.holes
-        for (s1, l1), (s2, _) in zip(holes, holes[1:]):
+        for (s1, l1), (s2, _) in pairwise(holes):
             assert s1 + l1 < s2
 
 

@@ -2,7 +2,8 @@
 live event stream equals that of the trace read back from disk."""
 import pytest
 
-from engine import accounting, events as E, trace
+from engine import accounting, trace
+from engine import events as E
 from engine.recorder import record
 from engine.scenario import Scenario, ScenarioRequest
 

@@ -18,8 +18,6 @@ from viz import lesson as L
 
 ROOT = Path(__file__).resolve().parent.parent
 SIX = ROOT / "lessons" / "six-steps"
-pytestmark = pytest.mark.skipif(not (SIX / "trace.jsonl").is_file(),
-                                reason="six-step trace not recorded yet")
 
 
 @pytest.fixture(scope="module")
@@ -226,6 +224,7 @@ def test_a_stopped_live_run_keeps_the_frames_that_arrived(tmp_path):
     """A child that streams part of a trace and then hangs: stopping it is not a failure, and
     what arrived folds into frames."""
     import sys
+
     from viz.live import LiveRun
     lines = (SIX / "trace.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
     part = tmp_path / "part.jsonl"
@@ -248,6 +247,7 @@ def test_figures_are_valid_plotly_at_every_keyframe(lesson, lang):
     """The app hands its figure dicts to Streamlit unvalidated (figures.Prebuilt); plotly's
     own validation runs here instead, on every keyframe, with the lecture figure too."""
     import plotly.graph_objects as go
+
     from viz import figures, svg
     titles = (lesson.left.title[lang], lesson.right.title[lang])
     layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)

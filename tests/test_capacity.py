@@ -3,23 +3,33 @@ turns bad input into one line (InvalidConfigError in code, exit 2 on the CLI, st
 page)."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `pytest` (not `python -m pytest`) leaves the repo root off
-    sys.path.insert(0, str(ROOT))
-
-from engine.capacity import (GiB, KiB, MiB, block_table_bytes, blocks_for, build_report,
-                             concurrency, from_gguf, from_hf_config, load_shape, preset)
+from engine import cli
+from engine.capacity import (
+    GiB,
+    KiB,
+    MiB,
+    block_table_bytes,
+    blocks_for,
+    build_report,
+    concurrency,
+    from_gguf,
+    from_hf_config,
+    load_shape,
+    preset,
+)
 from engine.request import InvalidConfigError
 
+ROOT = Path(__file__).resolve().parents[1]
 LLAMA_70B = preset("llama-2-70b")
 ESSAY_BUDGET = 40 * GiB
 
@@ -59,7 +69,7 @@ def test_essay_gb_only_works_as_gib_not_decimal_gb():
 
 def test_block_of_16_tokens_is_32_kib_of_k_plus_32_kib_of_v_per_layer():
     assert LLAMA_70B.bytes_per_block_per_layer(16) == 64 * KiB
-    assert 16 * 8 * 128 * 2 == 32 * KiB  # the essay's K half: (16, 8, 128) x 2 bytes
+    assert 32 * KiB == 16 * 8 * 128 * 2  # the essay's K half: (16, 8, 128) x 2 bytes
     assert LLAMA_70B.bytes_per_block(16) == 80 * 64 * KiB
 
 
@@ -221,8 +231,15 @@ def test_non_json_config_is_a_config_error(tmp_path):
 # --- the CLI -------------------------------------------------------------------------------
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine", "capacity", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    """``python -m engine capacity ARGS`` in-process (test_cli_imports.py runs the real entry
+    point in a child): its exit code and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = cli.main(["capacity", *args])
+        except SystemExit as e:  # argparse's own errors
+            rc = e.code if isinstance(e.code, int) else 2
+    return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
 
 
 def test_cli_json_has_exact_bytes_and_concurrency():

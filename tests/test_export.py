@@ -14,7 +14,12 @@ from viz import export
 from viz.lesson import load_spec
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no system Chromium for kaleido")
+
+
+def needs_chromium(test):
+    """kaleido draws through Chromium: a browser test."""
+    no_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no system Chromium for kaleido")
+    return pytest.mark.browser(no_chromium(test))
 STEPS = len(load_spec("six-steps").steps)
 
 

@@ -1,11 +1,10 @@
-"""``python -m engine generate`` end to end: prompts in, JSON lines out, same tokens as the API."""
+"""``python -m engine generate`` end to end: prompts in, JSON lines out, same tokens as the API.
+
+The CLI runs in-process (``cli.main``) on the session's model: a child process would only load
+the same model again. test_bad_input.py runs the real ``python -m engine`` entry point."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,14 +13,13 @@ from engine import cli
 from engine.llm import LLM
 from engine.request import SamplingParams
 
-ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = ["The capital of France is", "def add(a, b):", "Roses are red,"]
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "engine", "generate", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, env=env)
+@pytest.fixture
+def on_session_model(smollm, monkeypatch):
+    import engine.llm
+    monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
 
 
 def json_lines(stdout: str) -> tuple[list[dict], dict]:
@@ -31,17 +29,17 @@ def json_lines(stdout: str) -> tuple[list[dict], dict]:
 
 
 @pytest.mark.model
-def test_json_output_from_a_prompts_file_matches_the_api(smollm, tmp_path):
+def test_json_output_from_a_prompts_file_matches_the_api(smollm, on_session_model, capsys,
+                                                         tmp_path):
     f = tmp_path / "prompts.json"
     f.write_text(json.dumps(PROMPTS))
-    proc = run_cli("--prompts-file", str(f), "--max-tokens", "8", "--ignore-eos", "--json",
-                   "--device", "cpu", "--num-blocks", "4", "--block-size", "8")
-    assert proc.returncode == 0, proc.stderr
-    rows, summary = json_lines(proc.stdout)
+    assert cli.main(["generate", "--prompts-file", str(f), "--max-tokens", "8", "--ignore-eos",
+                     "--json", "--device", "cpu", "--num-blocks", "4", "--block-size", "8"]) == 0
+    rows, summary = json_lines(capsys.readouterr().out)
     assert [r["prompt"] for r in rows] == PROMPTS
     expected = LLM(smollm, kv_budget_mb=8).generate(
         PROMPTS, SamplingParams(max_tokens=8, ignore_eos=True))
-    for row, out in zip(rows, expected):
+    for row, out in zip(rows, expected, strict=True):
         assert {"prompt", "prompt_token_ids", "token_ids", "text"} <= row.keys()
         assert row["prompt_token_ids"] == smollm.tokenizer.encode(row["prompt"])
         assert row["token_ids"] == out.token_ids
@@ -52,9 +50,8 @@ def test_json_output_from_a_prompts_file_matches_the_api(smollm, tmp_path):
 
 
 @pytest.mark.model
-def test_prompts_file_with_one_prompt_per_line_and_plain_output(smollm, monkeypatch, capsys, tmp_path):
-    import engine.llm
-    monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
+def test_prompts_file_with_one_prompt_per_line_and_plain_output(on_session_model, capsys,
+                                                                tmp_path):
     f = tmp_path / "prompts.txt"
     f.write_text("\n".join(PROMPTS[:2]) + "\n\n")
     assert cli.main(["generate", PROMPTS[2], "--prompts-file", str(f), "--max-tokens", "5",
@@ -69,12 +66,11 @@ def test_prompts_file_with_one_prompt_per_line_and_plain_output(smollm, monkeypa
 
 
 @pytest.mark.model
-def test_a_local_llama_directory_runs_and_matches_hf_greedy(tiny_llama_dir):
+def test_a_local_llama_directory_runs_and_matches_hf_greedy(tiny_llama_dir, capsys):
     from transformers import AutoModelForCausalLM
-    proc = run_cli("1 2 3", "--model", str(tiny_llama_dir), "--max-tokens", "6", "--ignore-eos",
-                   "--json", "--device", "cpu")
-    assert proc.returncode == 0, proc.stderr
-    rows, _ = json_lines(proc.stdout)
+    assert cli.main(["generate", "1 2 3", "--model", str(tiny_llama_dir), "--max-tokens", "6",
+                     "--ignore-eos", "--json", "--device", "cpu"]) == 0
+    rows, _ = json_lines(capsys.readouterr().out)
     hf = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
     ids = list(rows[0]["prompt_token_ids"])
     with torch.inference_mode():
@@ -84,11 +80,9 @@ def test_a_local_llama_directory_runs_and_matches_hf_greedy(tiny_llama_dir):
 
 
 @pytest.mark.model
-def test_trace_flag_writes_a_complete_trace_of_the_run(smollm, monkeypatch, capsys, tmp_path):
-    import engine.llm
+def test_trace_flag_writes_a_complete_trace_of_the_run(on_session_model, capsys, tmp_path):
     from engine import events as E
     from engine import trace
-    monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
     path = tmp_path / "run.jsonl"
     assert cli.main(["generate", *PROMPTS[:2], "--max-tokens", "3", "--ignore-eos",
                      "--trace", str(path), "--block-size", "4", "--chat"]) == 0

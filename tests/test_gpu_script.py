@@ -103,6 +103,7 @@ def test_gpu_sh_is_valid_bash_and_its_dry_run_plans_every_step(tmp_path):
     assert (tmp_path / "kernels.log").exists()
 
 
+@pytest.mark.load
 def test_kernels_compile_for_hopper_without_a_gpu():
     # the interpreter runs kernels as numpy; only a real compile catches what the GPU would reject
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

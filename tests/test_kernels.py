@@ -22,8 +22,12 @@ import pytest
 
 from kernels import reference as ref
 from kernels.launch import interpreter_active
-from kernels.paged_attention import (decode_attention, paged_decode_attention,
-                                     paged_prefill_attention, pick_splits)
+from kernels.paged_attention import (
+    decode_attention,
+    paged_decode_attention,
+    paged_prefill_attention,
+    pick_splits,
+)
 from kernels.store_kv import store_kv
 
 ROOT = Path(__file__).resolve().parents[1]

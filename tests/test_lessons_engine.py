@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from engine import accounting, events as E, trace
+from engine import accounting, trace
+from engine import events as E
 from engine.recorder import record
 from engine.scenario import load
 from engine.simulate import build_requests, run_policy
@@ -82,8 +83,9 @@ def test_paged_preempts_under_pressure_and_still_finishes_everything():
 
 
 def test_simulate_cli_prints_one_json_object(tmp_path):
-    from engine.cli import main
     import contextlib
+
+    from engine.cli import main
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         rc = main(["simulate", "--requests", "40", "--policies", "max,paged", "--json"])

@@ -1,11 +1,14 @@
-"""Under memory pressure requests are preempted and recomputed, and nothing changes in the output."""
+"""Under memory pressure requests are preempted and recomputed, and nothing changes in the
+output; the victim is always the most recently admitted request."""
 from __future__ import annotations
 
 import pytest
 
-from engine.arena import bytes_per_block
-from engine.llm import LLM
-from engine.request import SamplingParams
+from engine import events as E
+from engine.accounting import Tally
+from engine.core import EngineConfig, build_core
+from engine.request import Request, SamplingParams
+from engine.simulate import EOS, FILLER, DryRunner
 
 SUBJECTS = ["the moon", "bread", "rivers", "chess", "volcanoes", "jazz", "bees", "glass",
             "trains", "salt", "owls", "paper", "rain", "clocks", "copper", "tea"]
@@ -13,24 +16,52 @@ NEW_TOKENS = 32
 BLOCK = 16
 
 
+def prompt_ids(tok) -> list[list[int]]:
+    return [tok.encode(f"Tell me three facts about {s}.") for s in SUBJECTS]
+
+
 @pytest.mark.model
 def test_quarter_of_the_needed_kv_memory_preempts_yet_every_output_is_unchanged(smollm):
-    tok = smollm.tokenizer
-    prompts = [f"Tell me three facts about {s}." for s in SUBJECTS]
-    need_blocks = sum(-(-(len(tok.encode(p)) + NEW_TOKENS) // BLOCK) for p in prompts)
-    mib = bytes_per_block(smollm.config, BLOCK, smollm.dtype) / 2**20
-    params = SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True)
+    from test_model_exact import golden
 
-    ample = LLM(smollm, block_size=BLOCK, kv_budget_mb=2 * need_blocks * mib)
-    reference = ample.generate(prompts, params)
-    assert ample.num_preemptions == 0
-
-    tight = LLM(smollm, block_size=BLOCK, kv_budget_mb=need_blocks * mib / 4)
-    assert tight.arena.num_blocks <= need_blocks // 4
-    squeezed = tight.generate(prompts, params)
+    from engine.llm import LLM
+    ids = prompt_ids(smollm.tokenizer)
+    stored = golden("preemption")
+    assert stored["prompt_ids"] == ids and stored["new_tokens"] == NEW_TOKENS, \
+        "golden_hf.json is stale: run tests/data/make_golden.py"
+    need_blocks = sum(-(-(len(p) + NEW_TOKENS) // BLOCK) for p in ids)
+    tight = LLM(smollm, block_size=BLOCK, num_blocks=need_blocks // 4)
+    squeezed = tight.generate(ids, SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True))
 
     assert tight.num_preemptions > 0
     assert sum(o.num_preemptions for o in squeezed) == tight.num_preemptions
-    for ref, out in zip(reference, squeezed):
+    for hf, out in zip(stored["hf_token_ids"], squeezed, strict=True):
         assert out.finish_reason == "length"
-        assert out.token_ids == ref.token_ids, out.prompt
+        assert out.token_ids == hf  # HF's own greedy tokens, computed without any preemption
+
+
+def test_the_most_recently_admitted_request_is_preempted_first():
+    """Dry run (no model): six requests grow in a small paged arena until memory runs out.
+    At every preemption the victim must be the last of the running batch in admission order."""
+    tally = Tally(num_slots=12 * 4, block_size=4)
+    victims: list[tuple[str, list[str]]] = []
+
+    def watch(ev: E.Event) -> None:
+        if isinstance(ev, E.Preempted):
+            victims.append((ev.req, list(tally.running)))  # the batch just before this event
+        tally.apply(ev)
+        if isinstance(ev, E.StepEnd):
+            tally.close_step(ev.step)
+
+    bus = E.EventBus()
+    bus.subscribe(watch)
+    core = build_core(EngineConfig("paged", num_blocks=12, block_size=4, max_model_len=64),
+                      DryRunner(), EOS, bus)
+    for i in range(6):
+        core.add_request(Request(f"r{i}", [FILLER] * 3, SamplingParams(max_tokens=20),
+                                 arrival_step=i, forced_output_len=20))
+    core.run_to_completion()
+    assert len(victims) >= 2
+    assert any(len(batch) > 2 for _, batch in victims)  # a choice among several was made
+    for victim, batch in victims:
+        assert victim == batch[-1], f"preempted {victim}, not the newest of {batch}"

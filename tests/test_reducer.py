@@ -3,21 +3,32 @@ its step says. Pure Python: no torch, no Streamlit."""
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine import events as E
 from engine.accounting import account
 from engine.trace import parse_lines, read
 from viz import lesson as L
-from viz.reducer import (HOLE, INTERNAL, PAGED, RESERVED, TOKEN, ArenaState, RunInfo, apply,
-                         fold, replay)
+from viz.reducer import (
+    HOLE,
+    INTERNAL,
+    PAGED,
+    RESERVED,
+    TOKEN,
+    ArenaState,
+    RunInfo,
+    apply,
+    fold,
+    replay,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
-needs_trace = pytest.mark.skipif(not TRACE.is_file(), reason="six-step trace not recorded yet")
 
 
 class Stream:
@@ -27,11 +38,11 @@ class Stream:
         self.events: list[E.Event] = []
         self.step = 0
 
-    def emit(self, cls, **fields) -> "Stream":
+    def emit(self, cls, **fields) -> Stream:
         self.events.append(cls(step=self.step, seq=len(self.events), **fields))
         return self
 
-    def end_step(self, running: int = 0, waiting: int = 0) -> "Stream":
+    def end_step(self, running: int = 0, waiting: int = 0) -> Stream:
         self.emit(E.StepEnd, num_running=running, num_waiting=waiting)
         self.step += 1
         return self
@@ -123,20 +134,18 @@ def _check_against_accounting(events, run: RunInfo) -> None:
     frames = replay(events, run)
     accounts = account(events, run.num_slots, run.block_size)
     assert len(frames) == len(accounts)
-    for f, a in zip(frames, accounts):
+    for f, a in zip(frames, accounts, strict=True):
         assert f.account == a
         assert (f.count(TOKEN), f.count(RESERVED), f.count(INTERNAL), f.count(HOLE),
                 f.count("F")) == (a.token_states, a.reservation, a.internal, a.external, a.free)
 
 
-@needs_trace
 @pytest.mark.parametrize("run", ["max", "paged"])
 def test_replaying_the_shipped_trace_reproduces_accounting_at_every_step(run):
     trace = read(TRACE)
     _check_against_accounting(trace.runs[run], RunInfo.from_header(trace.run_config(run)))
 
 
-@needs_trace
 def test_paging_wastes_less_than_one_block_per_request_at_every_frame():
     trace = read(TRACE)
     info = RunInfo.from_header(trace.run_config("paged"))
@@ -161,7 +170,6 @@ def test_any_dry_run_folds_to_the_engines_accounting(items, policy):
     _check_against_accounting(sink.events, RunInfo(policy, kind, num_slots=96, block_size=8))
 
 
-@needs_trace
 def test_a_live_stream_ends_with_the_frames_of_its_replay():
     """Folding a stream as it arrives (final lengths unknown) and replaying the finished trace
     must meet: the last live fold of the complete stream equals the replay, frame by frame."""
@@ -171,7 +179,7 @@ def test_a_live_stream_ends_with_the_frames_of_its_replay():
     for cut in (len(lines) // 3, 2 * len(lines) // 3):
         partial = L.build(spec, parse_lines(lines[:cut], require_end=False), complete=False)
         assert 0 < partial.num_frames <= replayed.num_frames
-        for a, b in zip(partial.left.frames, replayed.left.frames):
+        for a, b in zip(partial.left.frames, replayed.left.frames, strict=False):  # a prefix
             assert a.owners == b.owners and a.account.token_states == b.account.token_states
     live = L.build(spec, parse_lines(lines, require_end=True), source="live")
     for side in ("left", "right"):
@@ -183,8 +191,6 @@ def test_a_live_stream_ends_with_the_frames_of_its_replay():
 
 @pytest.fixture(scope="module")
 def lesson() -> L.Lesson:
-    if not TRACE.is_file():
-        pytest.skip("six-step trace not recorded yet")
     return L.build(L.load_spec("six-steps"), read(TRACE))
 
 
@@ -213,7 +219,7 @@ def test_step2_contiguous_runs_stack_up(lesson):
     i, left, right = _at(lesson, 1)
     runs = sorted(left.reservations.values())
     assert len(runs) >= 3
-    assert all(a[0] + a[1] == b[0] for a, b in zip(runs, runs[1:]))  # back to back
+    assert all(a[0] + a[1] == b[0] for a, b in pairwise(runs))  # back to back
     assert len(right.block_tables) == len(runs)
 
 
@@ -226,7 +232,7 @@ def test_step3_paging_grows_by_a_block_only_when_the_last_is_full(lesson):
         assert ev.logical * right.run.block_size == v.filled - 1  # its first slot, just written
         assert ev.logical > 0
     table = right.block_tables[grown[0].req]
-    assert any(b != a + 1 for a, b in zip(table, table[1:]))       # logical != physical order
+    assert any(b != a + 1 for a, b in pairwise(table))       # logical != physical order
     assert left.account.reservation > 0                              # waste creeping on the left
 
 
@@ -235,7 +241,7 @@ def test_step4_short_request_leaves_a_hole_left_and_returns_blocks_right(lesson)
     done = next(e.req for e in left.events if e.kind == E.Finished.kind)
     assert done not in left.reservations and done not in right.block_tables
     runs = sorted(left.reservations.values())
-    gaps = [b[0] - (a[0] + a[1]) for a, b in zip(runs, runs[1:])]
+    gaps = [b[0] - (a[0] + a[1]) for a, b in pairwise(runs)]
     assert any(g > 0 for g in gaps)                                  # a hole between live runs
     assert all(o != done for o in right.owners)
 

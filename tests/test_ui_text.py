@@ -18,3 +18,13 @@ def test_a_missing_translation_is_refused():
 def test_a_translation_that_drops_a_number_is_refused():
     with pytest.raises(ui_text.UITextError, match="different placeholders"):
         ui_text.check({"en": {"n": "{n:,} of {total}"}, "zh": {"n": "共 {total}"}}, "x.toml")
+
+
+def test_a_group_of_strings_must_match_too():
+    ok = ui_text.check({"en": {"r": {"a": "x {n}"}}, "zh": {"r": {"a": "甲 {n}"}}}, "x.toml")
+    assert ok["zh"]["r"]["a"] == "甲 {n}"
+    with pytest.raises(ui_text.UITextError, match=r"\[r\].*only in one language: b"):
+        ui_text.check({"en": {"r": {"a": "x", "b": "y"}}, "zh": {"r": {"a": "甲"}}}, "x.toml")
+    with pytest.raises(ui_text.UITextError, match="not a string"):
+        ui_text.check({"en": {"r": {"a": {"deep": "x"}}}, "zh": {"r": {"a": {"deep": "甲"}}}},
+                      "x.toml")

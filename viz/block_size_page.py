@@ -13,49 +13,12 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from engine.capacity import DEFAULT_ENTRY_BYTES, block_table_bytes
-from viz import sweep
+from viz import sweep, ui_text
 from viz.style import CATEGORY_COLOURS, INK, MUTED, SIDE_COLOURS, words
 
 LESSON = "block-size"
 
-UI = {
-    "en": {"block_size": "block size (slots)", "held": "share of held slots",
-           "empty": "empty share of held slots (reserved + never used)",
-           "entries": "block-table entries per request",
-           "tail": "never-used slots per request at its end",
-           "tail_axis": "never-used slots", "bound": "bound: block size − 1",
-           "long_bytes": "block table for {n} requests of {len} tokens",
-           "recorded": "Recorded from {model} on {device} (real forward pass) by `{cmd}`.",
-           "dry": "Dry run: the forward pass was skipped (`{cmd} --forward skip`); the "
-                  "allocator, scheduler and events are the real ones.",
-           "table": "All numbers", "no_kernel": "Kernel time was not measured on this machine "
-           "(it has no GPU). On a GPU, `{cmd}` writes the table this section shows.",
-           "kernel_cap": "Paged decode attention, median µs per call, measured by "
-                         "bench/kernels.py.",
-           "missing": "Placeholders with no value in the traces: {names}",
-           "cols": {"bs": "block size", "tokens": "token states", "reserved": "reserved",
-                    "internal": "never used", "per_req": "never-used / running request",
-                    "entries": "entries / request", "bytes": "table bytes / request",
-                    "tail": "tail at end (mean)", "peak": "peak slots held",
-                    "steps": "steps", "preempt": "preemptions"}},
-    "zh": {"block_size": "block 大小（槽位）", "held": "占用槽位中的占比",
-           "empty": "占用槽位中空着的比例（预留 + 永不使用）",
-           "entries": "每个请求的 block table 表项数",
-           "tail": "请求结束时永不使用的槽位",
-           "tail_axis": "永不使用的槽位", "bound": "上限：block 大小 − 1",
-           "long_bytes": "{n} 个 {len} token 请求的 block table",
-           "recorded": "由 `{cmd}` 录制自 {model}，设备 {device}（真实前向计算）。",
-           "dry": "空跑：跳过了前向计算（`{cmd} --forward skip`）；分配器、调度器和事件都是真实的。",
-           "table": "全部数字", "no_kernel": "本机没有 GPU，kernel 耗时没有测量。"
-           "在 GPU 上运行 `{cmd}` 会写出这一节要显示的表。",
-           "kernel_cap": "分页 decode attention，每次调用的中位耗时（µs），由 bench/kernels.py 测得。",
-           "missing": "trace 中没有数值的占位符：{names}",
-           "cols": {"bs": "block 大小", "tokens": "token 状态", "reserved": "预留",
-                    "internal": "永不使用", "per_req": "永不使用 / 运行中请求",
-                    "entries": "表项 / 请求", "bytes": "表字节 / 请求",
-                    "tail": "结束时尾巴（平均）", "peak": "峰值占用槽位",
-                    "steps": "步数", "preempt": "抢占次数"}},
-}
+UI = ui_text.load("block_size_page")  # viz/text/block_size_page.toml
 KERNEL_CMD = "bench/kernels.py --block-size N --out lessons/block-size/kernels/bN"
 LAYOUT = dict(paper_bgcolor="white", plot_bgcolor="white", dragmode=False,
               margin=dict(l=10, r=10, t=30, b=10), font=dict(color=INK))

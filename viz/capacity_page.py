@@ -14,74 +14,19 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from engine.capacity import (GiB, PRESETS, CapacityReport, ModelShape, build_report,
-                             format_bytes, preset)
+from engine.capacity import (
+    PRESETS,
+    CapacityReport,
+    GiB,
+    ModelShape,
+    build_report,
+    format_bytes,
+    preset,
+)
 from engine.request import InvalidConfigError
 from viz import model_files, safe, ui_text
 
-TEXT = {
-    "en": {
-        "title": "KV cache capacity calculator",
-        "intro": "How big is one token's K and V, one block, one request, one block table, and "
-                 "how many requests fit in a KV budget when each reserves its maximum length "
-                 "versus when each holds only the blocks it fills.",
-        "source": "Model", "preset": "Preset", "config": "config.json",
-        "gguf": "GGUF", "dtype": "KV dtype", "model_default": "model default",
-        "block": "Block size (tokens)", "budget": "KV budget (GiB)",
-        "max_len": "max_len (preallocation reserves this)",
-        "mean_len": "Mean length (what a request really fills)",
-        "lengths": "Lengths", "batches": "Batch sizes", "bad_list": "{what}: expected "
-        "comma-separated positive integers up to {most:,}, got {text!r}",
-        "per_token_layer": "per token, per layer", "per_token": "per token, all layers",
-        "per_block_layer": "per block, per layer", "per_block": "per block, all layers",
-        "requests_h": "KV cache per request",
-        "requests_cap": "GiB = 2^30 bytes. The essay writes GB but means this unit: only then do "
-                        "its 0.6 / 2.5 / 10 per request come out.",
-        "beyond": "Lengths {lens} exceed this model's {ctx:,}-token context; the bytes are still "
-                  "correct arithmetic, which is how the essay uses them.",
-        "table_h": "Block table per request", "length": "length", "blocks": "blocks",
-        "entries": "entries", "bytes": "bytes", "batch": "batch {b} (GiB)",
-        "conc_h": "How many requests fit", "prealloc": "preallocated", "paged": "paged",
-        "ratio": "paged / preallocated",
-        "conc_cap": "Preallocation reserves {max_len:,} tokens ({pre}) per request. Paging "
-                    "holds ceil({mean:,} / {bs}) = {blocks} blocks ({paged}) per request; the "
-                    "last block's {tail} unused slots are its only waste.",
-        "essay_h": "Where the essay rounds",
-        "essay": "For Llama-2-70B, a 40 GiB budget, max_len 8192, mean length 3000 and block 16, "
-                 "the essay says paging serves \"about 40\" requests, a 2.5x gain. The exact "
-                 "count is {paged} requests against {pre}, a {ratio:.2f}x gain (about 2.7x). Its "
-                 "per-request 0.6 GB is exactly 0.625 GiB.",
-    },
-    "zh": {
-        "title": "KV 缓存容量计算器",
-        "intro": "算一算：一个 token 的 K 和 V 占多少字节，一个 block、一个请求、一张 block table "
-                 "各占多少；在固定的 KV 预算里，按最大长度预留和按需分页各能同时容纳多少请求。",
-        "source": "模型", "preset": "预设", "config": "config.json",
-        "gguf": "GGUF", "dtype": "KV 数据类型", "model_default": "沿用模型设置",
-        "block": "Block 大小（token 数）", "budget": "KV 预算（GiB）",
-        "max_len": "max_len（预分配按它预留）", "mean_len": "平均长度（请求实际写满的 token 数）",
-        "lengths": "序列长度", "batches": "批大小",
-        "bad_list": "{what}：需要用逗号分隔、不超过 {most:,} 的正整数，收到的是 {text!r}",
-        "per_token_layer": "每 token 每层", "per_token": "每 token（全部层）",
-        "per_block_layer": "每 block 每层", "per_block": "每 block（全部层）",
-        "requests_h": "单个请求的 KV 缓存",
-        "requests_cap": "GiB 即 2^30 字节。原文写作 GB，实际指的就是这个单位，"
-                        "这样每请求 0.6 / 2.5 / 10 的数字才对得上。",
-        "beyond": "长度 {lens} 超出了该模型 {ctx:,} token 的上下文窗口；字节数的算术依然成立，"
-                  "原文也正是这样使用它们的。",
-        "table_h": "单个请求的 block table", "length": "长度", "blocks": "block 数",
-        "entries": "条目数", "bytes": "字节", "batch": "batch {b}（GiB）",
-        "conc_h": "能同时服务多少请求", "prealloc": "预分配", "paged": "分页",
-        "ratio": "分页 / 预分配",
-        "conc_cap": "预分配为每个请求预留 {max_len:,} 个 token（{pre}）。分页时每个请求占 "
-                    "ceil({mean:,} / {bs}) = {blocks} 个 block（{paged}），唯一的浪费是最后一个 "
-                    "block 里空着的 {tail} 个槽位。",
-        "essay_h": "原文在哪里做了取整",
-        "essay": "Llama-2-70B、40 GiB 预算、max_len 8192、平均长度 3000、block 16 这一设定下，"
-                 "原文说分页能服务“约 40 个”请求、提升 2.5 倍。精确结果是 {paged} 个对比 {pre} 个，"
-                 "提升 {ratio:.2f} 倍（约 2.7 倍）。原文的每请求 0.6 GB 精确值是 0.625 GiB。",
-    },
-}
+TEXT = ui_text.load("capacity_page")  # viz/text/capacity_page.toml
 DTYPES = ("fp32", "fp16", "bf16", "fp8")
 
 
@@ -159,9 +104,9 @@ def _settings(t: dict) -> dict:
                                key="capacity_budget")
     max_len = c[2].number_input(t["max_len"], min_value=1, value=8192, key="capacity_max_len")
     mean_len = c[3].number_input(t["mean_len"], min_value=1, value=3000, key="capacity_mean")
-    c = st.columns(2)
-    lengths = c[0].text_input(t["lengths"], "2048,8192,32768", key="capacity_lengths")
-    batches = c[1].text_input(t["batches"], "1,8,32", key="capacity_batches")
+    c2 = st.columns(2)
+    lengths = c2[0].text_input(t["lengths"], "2048,8192,32768", key="capacity_lengths")
+    batches = c2[1].text_input(t["batches"], "1,8,32", key="capacity_batches")
     return {"block_size": int(block), "budget_bytes": round(budget * GiB),
             "max_len": int(max_len), "mean_len": int(mean_len),
             "lengths": _int_list(lengths, t["lengths"], t),
@@ -191,7 +136,7 @@ def _unit_metrics(r: CapacityReport, t: dict) -> None:
     values = [("per_token_layer", s.bytes_per_token_per_layer), ("per_token", s.bytes_per_token),
               ("per_block_layer", s.bytes_per_block_per_layer(b)),
               ("per_block", s.bytes_per_block(b))]
-    for col, (key, n) in zip(st.columns(4), values):
+    for col, (key, n) in zip(st.columns(4), values, strict=True):
         col.metric(t[key], format_bytes(n), help=f"{n:,} B")
 
 

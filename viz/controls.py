@@ -6,7 +6,7 @@ with ← →. Plain buttons take focus too, but do nothing with arrow keys, so t
 shortcuts keep working."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import streamlit as st
 

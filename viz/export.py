@@ -17,8 +17,8 @@ import os
 import shutil
 import sys
 import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 import plotly.graph_objects as go
 

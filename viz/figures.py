@@ -10,15 +10,15 @@ from __future__ import annotations
 import html
 import math
 import re
-from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
 from engine.accounting import CATEGORIES, StepAccount
+from viz.layout import HOVER_MAX_SLOTS, GridLayout, changed_runs, grid_layout
 from viz.lesson import Lesson, RenderedStep, Summary
 from viz.panels import finished_labels, label_starts, queue_entries, table_rows
 from viz.percent import percents
-from viz.reducer import HOLE, INTERNAL, PAGED, Frame
+from viz.reducer import CELL_CATEGORY, HOLE, INTERNAL, PAGED, Frame
 from viz.safe import plotly_text
 from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, INK, MUTED, SIDE_COLOURS,
                        SIDE_DASH, cell_colour, cell_ink, request_colour, words)
@@ -26,28 +26,6 @@ from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, INK, MUTED, SIDE_
 FONT = dict(family="Inter, 'Noto Sans CJK SC', 'PingFang SC', 'Helvetica Neue', Arial, "
             "sans-serif", color=INK)
 CELL_GAP_PX = 2
-HOVER_MAX_SLOTS = 512
-
-
-@dataclass(frozen=True)
-class GridLayout:
-    """Slots laid out row-major, whole blocks per row, rows about as many as columns."""
-    num_slots: int
-    block_size: int
-    cols: int
-    rows: int
-
-    def xy(self, slot: int) -> tuple[int, int]:
-        return slot % self.cols, slot // self.cols
-
-
-def grid_layout(num_slots: int, block_size: int) -> GridLayout:
-    """Both sides use the layout of the paged side's block size: same scale, same arena."""
-    num_blocks = math.ceil(num_slots / block_size)
-    per_row = max(1, round(math.sqrt(num_blocks / block_size)))
-    cols = block_size * per_row
-    return GridLayout(num_slots, block_size, cols, math.ceil(num_slots / cols))
-
 
 # --- the arena grid --------------------------------------------------------------------------
 
@@ -57,7 +35,7 @@ def arena_parts(frame: Frame, layout: GridLayout, lang: str = "en", xaxis: str =
     slot coloured by owner and category, hatching on never-used slots, a cross on unusable
     holes, labels at the start of each block or run, outlines round what changed."""
     colours: dict[str, int] = {}
-    z = [[None] * layout.cols for _ in range(layout.rows)]
+    z: list[list[int | None]] = [[None] * layout.cols for _ in range(layout.rows)]
     for slot, code in enumerate(frame.cells):
         x, y = layout.xy(slot)
         owner = frame.owners[slot]
@@ -113,8 +91,7 @@ def slot_positions(frame: Frame) -> dict[int, int]:
 
 def _hover(frame: Frame, slot: int, code: str, owner: str | None, pos: int | None,
            w: dict) -> str:
-    cat = w[{"T": "token_states", "R": "reservation", "I": "internal", "F": "free",
-             "H": "external"}[code]]
+    cat = w[CELL_CATEGORY[code]]
     where = f"{w['slot']} {slot} · {w['block']} #{slot // frame.run.block_size}"
     if owner is None:
         return f"{where}<br>{cat}"
@@ -144,7 +121,7 @@ def _hatch_shapes(frame: Frame, layout: GridLayout, ref: dict) -> list[dict]:
         x, y = layout.xy(slot)
         d = 0.28
         if code == INTERNAL:  # one diagonal stroke: held, never to be filled
-            colour = cell_ink(code, frame.requests[frame.owners[slot]].order)
+            colour = cell_ink(code, frame.holder(slot).order)
             seg = f"M{x - d},{y + d}L{x + d},{y - d}"
         else:                 # a small cross: free, yet nobody waiting can use it
             colour = cell_ink(code, None)
@@ -173,18 +150,6 @@ def _changed_shapes(frame: Frame, layout: GridLayout, ref: dict) -> list[dict]:
         segs.append(f"M{x0 - 0.5},{y - 0.5}H{x1 + 0.5}V{y + 0.5}H{x0 - 0.5}Z")
     return [dict(type="path", path="".join(segs), line=dict(color=CHANGED, width=2.2),
                  layer="above", **ref)]
-
-
-def changed_runs(slots: list[int], layout: GridLayout) -> list[tuple[int, int, int]]:
-    """Consecutive changed slots merged into (row, first column, last column) runs."""
-    out: list[list[int]] = []
-    for s in slots:
-        x, y = layout.xy(s)
-        if out and out[-1][0] == y and out[-1][2] == x - 1:
-            out[-1][2] = x
-        else:
-            out.append([y, x, x])
-    return [tuple(r) for r in out]
 
 
 def arena_axes(frame: Frame, layout: GridLayout, anchor: str = "x") -> tuple[dict, dict]:
@@ -217,11 +182,6 @@ def arena_spec(frame: Frame, layout: GridLayout, lang: str = "en", height: int =
         hoverlabel=dict(bgcolor="white", font_size=12))}
 
 
-def arena_figure(frame: Frame, layout: GridLayout, lang: str = "en", height: int = 420,
-                 meta: object = None) -> go.Figure:
-    return go.Figure(arena_spec(frame, layout, lang, height, meta))
-
-
 class Prebuilt(go.Figure):
     """A figure dict built by this module, handed to ``st.plotly_chart`` as is.
 
@@ -229,8 +189,9 @@ class Prebuilt(go.Figure):
     costs more than drawing a frame; our dicts are built from fixed templates (and validated
     by the tests through ``go.Figure``), so the app skips that. Only ``to_dict`` is used."""
 
-    def __init__(self, spec: dict) -> None:  # noqa: super().__init__ skipped on purpose: it
-        self.__dict__["_spec"] = spec         # builds plotly's object model, the very cost avoided
+    def __init__(self, spec: dict) -> None:
+        # super().__init__ skipped on purpose: it builds plotly's object model, the cost avoided
+        self.__dict__["_spec"] = spec
 
     def to_dict(self) -> dict:
         return self.__dict__["_spec"]
@@ -261,7 +222,7 @@ def timeline_spec(lesson: Lesson, current: int | None, lang: str = "en",
     own playhead above a chart that never changes)."""
     w = words(lang)
     data = []
-    for side, title in zip(("left", "right"), titles):
+    for side, title in zip(("left", "right"), titles, strict=True):
         x, y = _share_series(lesson, side)
         data.append(dict(type="scatter", x=x, y=y, mode="lines", name=title,
                          line=dict(color=CATEGORY_COLOURS["token_states"], width=2.5,
@@ -313,12 +274,6 @@ def _share_series(lesson: Lesson, side: str, points: int = 600) -> tuple[list[in
     return out_x, out_y
 
 
-def timeline_figure(lesson: Lesson, current: int | None, lang: str = "en",
-                    titles: tuple = ("", ""),
-                    height: int = 210) -> go.Figure:
-    return go.Figure(timeline_spec(lesson, current, lang, titles, height))
-
-
 def scoreboard_figure(left: Summary, right: Summary, titles: tuple[str, str],
                       lang: str = "en", height: int = 230, meta: object = None) -> go.Figure:
     """Each run's time-averaged category shares as a 100% bar, with its concurrency beside."""
@@ -326,7 +281,7 @@ def scoreboard_figure(left: Summary, right: Summary, titles: tuple[str, str],
     fig = go.Figure()
     names = [f"<b>{t}</b><br><span style='font-size:12px;color:{MUTED}'>"
              f"{w['max_running']}: {s.max_running} · {w['steps']}: {s.steps}</span>"
-             for t, s in zip(titles, (left, right))]
+             for t, s in zip(titles, (left, right), strict=True)]
     shown = [percents(s.shares) for s in (left, right)]
     for c in CATEGORIES:
         vals = [100 * s.shares[c] for s in (left, right)]
@@ -506,7 +461,7 @@ def _hard_wrap(text: str, width: int) -> str:
             if used:
                 cur, used = cur + " ", used + 1
             continue
-        w = len(tok) * (2 if _TOKENS.match(tok) and "\u2e80" <= tok[0] else 1)
+        w = len(tok) * (2 if _TOKENS.match(tok) and tok[0] >= "\u2e80" else 1)
         if used + w > width and used:
             lines.append(cur.rstrip())
             cur, used = "", 0

@@ -147,7 +147,7 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
                 chips = chips[:MAX_MAPS - 2] + ["<span class='pk-dim'>…&nbsp;</span>"] + chips[-2:]
             body = f"<div class='pk-maps'>{''.join(chips)}</div>"
         else:
-            start, length = row.run
+            start, length = row.run or (0, 0)
             cls = "pk-map new" if row.new else "pk-map"
             body = (f"<span class='{cls}'>[{start}, {start + length})</span>"
                     f"<span class='pk-dim'>{row.filled}/{length}</span>")

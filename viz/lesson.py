@@ -250,9 +250,7 @@ def _side_matches(side: Side, i: int, rule: dict) -> bool:
     frame = side.frames[i]
     if "min_running" in rule and len(frame.running) < rule["min_running"]:
         return False
-    if "event" in rule and matching_event(side, i, rule) is None:
-        return False
-    return True
+    return "event" not in rule or matching_event(side, i, rule) is not None
 
 
 def matching_event(side: Side, i: int, rule: dict) -> E.Event | None:
@@ -270,7 +268,7 @@ def matching_event(side: Side, i: int, rule: dict) -> E.Event | None:
 
 def _admitted_in(frame: Frame, ev: E.Event) -> bool:
     req = getattr(ev, "req", None)
-    return any(e.kind == E.Admitted.kind and e.req == req for e in frame.events)
+    return any(isinstance(e, E.Admitted) and e.req == req for e in frame.events)
 
 
 # --- narration -------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ class LiveRun:
     _readers: list[threading.Thread] = field(default_factory=list)
 
     @classmethod
-    def start(cls, cmd: list[str], cwd: Path | None = None) -> "LiveRun":
+    def start(cls, cmd: list[str], cwd: Path | None = None) -> LiveRun:
         # Its own process group: stop() ends whatever the engine starts, too.
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, encoding="utf-8", errors="replace", bufsize=1,
@@ -92,7 +92,7 @@ class LiveRun:
         if not self.done or self.returncode == 0 or self.stopped:
             return None
         _, log = self.snapshot()
-        last = next((l.strip() for l in reversed(log) if l.strip()), "")
+        last = next((line.strip() for line in reversed(log) if line.strip()), "")
         return last or f"the engine exited with status {self.returncode}"
 
     def stop(self) -> None:

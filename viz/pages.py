@@ -7,10 +7,11 @@ top right of every page and in the URL as ``?lang=zh``.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import streamlit as st
+from streamlit.navigation.page import StreamlitPage
 
 from viz import safe, ui_text
 from viz.controls import choice_buttons
@@ -72,20 +73,14 @@ def language() -> str:
 def _page_body(spec: PageSpec) -> Callable[[], None]:
     def body() -> None:
         lang = language()
-        try:
-            mod = importlib.import_module(spec.module)
-        except ModuleNotFoundError as e:
-            if e.name != spec.module:
-                raise
-            st.header(ui_text.load("pages")[lang][spec.title])
-            st.info("This page is on its way." if lang == "en" else "这个页面即将上线。")
-            return
-        safe.boundary(ui_text.load("safe")[lang]["page_failed"])(mod.render)(lang)
+        # Imported on first visit: a page's plotly and engine imports cost only where it is shown.
+        render = importlib.import_module(spec.module).render
+        safe.boundary(ui_text.load("safe")[lang]["page_failed"])(render)(lang)
     body.__name__ = spec.url_path.replace("-", "_")  # st.Page needs a distinct name per page
     return body
 
 
-def navigation() -> st.navigation:
+def navigation() -> StreamlitPage:  # what st.navigation returns
     """Build the top navigation over ``PAGES``."""
     lang = st.session_state.get("lang") or st.query_params.get("lang", "en")
     lang = lang if lang in LANG_NAMES else "en"

@@ -3,7 +3,9 @@ the metrics strip. The app renders these rows as HTML, the lecture figure as plo
 so both always say the same thing. Pure Python."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from itertools import pairwise
 
 from engine import events as E
 from viz.reducer import PAGED, Frame
@@ -34,7 +36,7 @@ class TableRow:
     def scattered(self) -> bool:
         """Logical order differs from physical order (not one ascending adjacent run)."""
         phys = [m.physical for m in self.mappings]
-        return any(b != a + 1 for a, b in zip(phys, phys[1:]))
+        return any(b != a + 1 for a, b in pairwise(phys))
 
 
 @dataclass(frozen=True)
@@ -57,20 +59,21 @@ def label_starts(frame: Frame) -> list[tuple[int, str, str]]:
 
 
 def table_rows(frame: Frame) -> list[TableRow]:
-    new_blocks = {(e.req, e.logical) for e in frame.events if e.kind == E.BlockAllocated.kind}
-    new_runs = {e.req for e in frame.events if e.kind == E.SlotsReserved.kind}
+    new_blocks = {(e.req, e.logical) for e in frame.events if isinstance(e, E.BlockAllocated)}
+    new_runs = {e.req for e in frame.events if isinstance(e, E.SlotsReserved)}
     rows = []
     holders = frame.block_tables if frame.run.allocator == PAGED else frame.reservations
     for req in sorted(holders, key=lambda r: frame.requests[r].order):
         v = frame.requests[req]
-        common = dict(req=req, label=v.name, order=v.order, filled=v.filled,
-                      held=v.held, final_len=v.final_len)
+        row = TableRow(req=req, label=v.name, order=v.order, filled=v.filled, held=v.held,
+                       final_len=v.final_len)
         if frame.run.allocator == PAGED:
             maps = tuple(Mapping(i, p, (req, i) in new_blocks)
                          for i, p in enumerate(frame.block_tables[req]))
-            rows.append(TableRow(**common, mappings=maps))
+            rows.append(dataclasses.replace(row, mappings=maps))
         else:
-            rows.append(TableRow(**common, run=frame.reservations[req], new=req in new_runs))
+            rows.append(dataclasses.replace(row, run=frame.reservations[req],
+                                            new=req in new_runs))
     return rows
 
 

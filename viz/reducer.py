@@ -11,14 +11,16 @@ Frame ``i`` is the state right after the ``i``-th ``step_end`` of a run. Pure Py
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Any
 
 from engine import events as E
 from engine.accounting import StepAccount, Tally, final_lengths
 
 # One character per slot: compact, hashable, and cheap to compare between frames.
 TOKEN, RESERVED, INTERNAL, FREE, HOLE = "T", "R", "I", "F", "H"
+#: The accounting category (engine.accounting.CATEGORIES) each cell code draws.
 CELL_CATEGORY = {TOKEN: "token_states", RESERVED: "reservation", INTERNAL: "internal",
                  FREE: "free", HOLE: "external"}
 
@@ -36,7 +38,7 @@ class RunInfo:
     max_model_len: int = 0
 
     @classmethod
-    def from_header(cls, run: dict) -> "RunInfo":
+    def from_header(cls, run: dict) -> RunInfo:
         """Read ``{"name", "allocator", "config": {...}}``. Contiguous allocators may be named
         ``contiguous``, ``max``, ``pow2`` or ``oracle``; anything else that is not ``paged`` is
         treated as contiguous with that name as its policy."""
@@ -82,16 +84,6 @@ class RequestView:
 
 
 @dataclass(frozen=True)
-class Blocked:
-    """A waiting request the allocator refused this step, and the allocator's numbers why."""
-    req: str
-    reason: str
-    need_slots: int
-    free_slots: int
-    largest_hole: int
-
-
-@dataclass(frozen=True)
 class Frame:
     """The arena after one engine step. Treat every field as read-only.
 
@@ -109,7 +101,7 @@ class Frame:
     reservations: dict[str, tuple[int, int]]
     running: tuple[str, ...]
     waiting: tuple[str, ...]
-    blocked: tuple[Blocked, ...]
+    blocked: tuple[E.AdmissionBlocked, ...]   # refusals of waiting requests this step
     requests: dict[str, RequestView]
     events: tuple[E.Event, ...]
     account: StepAccount
@@ -117,13 +109,23 @@ class Frame:
     def count(self, code: str) -> int:
         return self.cells.count(code)
 
-    def blocked_by(self, reason: str) -> Blocked | None:
+    def blocked_by(self, reason: str) -> E.AdmissionBlocked | None:
         return next((b for b in self.blocked if b.reason == reason), None)
+
+    def holder(self, slot: int) -> RequestView:
+        """The request holding ``slot``; a KeyError for a free slot."""
+        owner = self.owners[slot]
+        if owner is None:
+            raise KeyError(f"slot {slot} is free")
+        return self.requests[owner]
 
 
 @dataclass
 class ArenaState:
-    """The fold's working state. ``last_frame`` is set at every ``step_end``."""
+    """The fold's working state. ``last_frame`` is set at every ``step_end``.
+
+    ``tally`` is the one fold of requests, queue, refusals and slot counts; this state adds
+    only where each slot sits (owners, positions, block tables, runs) and reads the rest."""
     run: RunInfo
     tally: Tally
     owners: list[str | None]
@@ -131,16 +133,12 @@ class ArenaState:
     written: list[bool]
     block_tables: dict[str, list[int]] = field(default_factory=dict)
     reservations: dict[str, tuple[int, int]] = field(default_factory=dict)
-    requests: dict[str, dict] = field(default_factory=dict)
-    running: list[str] = field(default_factory=list)
-    waiting: list[str] = field(default_factory=list)
-    blocked: dict[str, Blocked] = field(default_factory=dict)
     step_events: list[E.Event] = field(default_factory=list)
     last_frame: Frame | None = None
     num_frames: int = 0
 
     @classmethod
-    def empty(cls, run: RunInfo, final_lens: dict[str, int] | None = None) -> "ArenaState":
+    def empty(cls, run: RunInfo, final_lens: dict[str, int] | None = None) -> ArenaState:
         """A fresh arena. ``final_lens`` (from a complete trace) lets the fold tell slots a
         request will fill later from slots it never fills; without it each request's bound
         stands in until its ``finished`` event."""
@@ -148,7 +146,7 @@ class ArenaState:
         tally = Tally(num_slots=n, block_size=run.block_size, final_lens=dict(final_lens or {}))
         return cls(run=run, tally=tally, owners=[None] * n, pos=[-1] * n, written=[False] * n)
 
-    def clone(self) -> "ArenaState":
+    def clone(self) -> ArenaState:
         frame, self.last_frame = self.last_frame, None  # frames are immutable: share, don't copy
         try:
             twin = copy.deepcopy(self)
@@ -168,7 +166,7 @@ def apply(state: ArenaState, ev: E.Event) -> ArenaState:
 def step_in_place(s: ArenaState, ev: E.Event) -> None:
     """The transition itself, mutating ``s`` (``fold`` uses it; ``apply`` wraps it)."""
     s.tally.apply(ev)
-    if ev.kind == E.StepEnd.kind:
+    if isinstance(ev, E.StepEnd):
         s.last_frame = _close(s, ev)
         s.step_events = []
         return
@@ -176,24 +174,6 @@ def step_in_place(s: ArenaState, ev: E.Event) -> None:
     handler = _HANDLERS.get(ev.kind)
     if handler:
         handler(s, ev)
-
-
-def _arrived(s: ArenaState, ev: E.RequestArrived) -> None:
-    s.requests[ev.req] = {"order": len(s.requests), "prompt_len": ev.prompt_len,
-                          "max_tokens": ev.max_tokens, "status": "waiting"}
-    s.waiting.append(ev.req)
-
-
-def _admitted(s: ArenaState, ev: E.Admitted) -> None:
-    if ev.req in s.waiting:
-        s.waiting.remove(ev.req)
-    s.running.append(ev.req)
-    s.requests[ev.req]["status"] = "running"
-    s.blocked.pop(ev.req, None)
-
-
-def _admission_blocked(s: ArenaState, ev: E.AdmissionBlocked) -> None:
-    s.blocked[ev.req] = Blocked(ev.req, ev.reason, ev.need_slots, ev.free_slots, ev.largest_hole)
 
 
 def _block_allocated(s: ArenaState, ev: E.BlockAllocated) -> None:
@@ -236,50 +216,31 @@ def _reservation_released(s: ArenaState, ev: E.ReservationReleased) -> None:
     _clear(s, ev.start, ev.length)
 
 
-def _preempted(s: ArenaState, ev: E.Preempted) -> None:
-    if ev.req in s.running:
-        s.running.remove(ev.req)
-    s.waiting.insert(0, ev.req)  # back at the queue's front
-    s.requests[ev.req]["status"] = "waiting"
-
-
-def _finished(s: ArenaState, ev: E.Finished) -> None:
-    if ev.req in s.running:
-        s.running.remove(ev.req)
-    s.requests[ev.req]["status"] = "finished"
-    # Live streams learn a final length only now; later frames use it (a replay knew it already).
-    s.tally.final_lens.setdefault(ev.req, ev.final_len)
-
-
 def _clear(s: ArenaState, start: int, length: int) -> None:
     for slot in range(start, start + length):
         s.owners[slot], s.pos[slot], s.written[slot] = None, -1, False
 
 
-_HANDLERS = {
-    E.RequestArrived.kind: _arrived, E.Admitted.kind: _admitted,
-    E.AdmissionBlocked.kind: _admission_blocked, E.BlockAllocated.kind: _block_allocated,
-    E.SlotsReserved.kind: _slots_reserved, E.TokensWritten.kind: _tokens_written,
-    E.BlockFreed.kind: _block_freed, E.ReservationReleased.kind: _reservation_released,
-    E.Preempted.kind: _preempted, E.Finished.kind: _finished,
+_HANDLERS: dict[str, Callable[[ArenaState, Any], None]] = {
+    E.BlockAllocated.kind: _block_allocated, E.SlotsReserved.kind: _slots_reserved,
+    E.TokensWritten.kind: _tokens_written, E.BlockFreed.kind: _block_freed,
+    E.ReservationReleased.kind: _reservation_released,
 }
 
 
 def _close(s: ArenaState, ev: E.StepEnd) -> Frame:
-    # Tally.apply has already seen the step_end; close_step must come before we read blocked.
-    account = s.tally.close_step(ev.step)
+    account = s.tally.close_step(ev.step)  # also fixes this step's refusals
     hole = account.external > 0
     cells = "".join(_cell(s, slot, hole) for slot in range(s.run.num_slots))
     owners = tuple(s.owners)
     prev = s.last_frame
-    blocked = tuple(b for r, b in s.blocked.items() if r in s.waiting)
-    s.blocked.clear()
+    t = s.tally
     frame = Frame(
         index=s.num_frames, step=ev.step, run=s.run, cells=cells, owners=owners,
         changed=_changed(prev, cells, owners),
         block_tables={r: tuple(t) for r, t in s.block_tables.items()},
-        reservations=dict(s.reservations), running=tuple(s.running), waiting=tuple(s.waiting),
-        blocked=blocked, requests=_request_views(s), events=tuple(s.step_events),
+        reservations=dict(s.reservations), running=tuple(t.running), waiting=tuple(t.waiting),
+        blocked=t.refusals, requests=_request_views(t), events=tuple(s.step_events),
         account=account)
     s.num_frames += 1
     return frame
@@ -299,20 +260,18 @@ def _changed(prev: Frame | None, cells: str, owners: tuple) -> frozenset[int]:
     if prev is None:
         return frozenset(i for i, o in enumerate(owners) if o is not None)
     out = []
-    for i, (c, p) in enumerate(zip(cells, prev.cells)):
+    for i, (c, p) in enumerate(zip(cells, prev.cells, strict=True)):
         if owners[i] != prev.owners[i] or (c != p and not (c in "FH" and p in "FH")):
             out.append(i)
     return frozenset(out)
 
 
-def _request_views(s: ArenaState) -> dict[str, RequestView]:
-    t = s.tally
-    return {r: RequestView(req=r, name=display_name(r, d["order"]), order=d["order"],
-                           prompt_len=d["prompt_len"],
-                           max_tokens=d["max_tokens"], status=d["status"],
+def _request_views(t: Tally) -> dict[str, RequestView]:
+    return {r: RequestView(req=r, name=display_name(r, d.order), order=d.order,
+                           prompt_len=d.prompt_len, max_tokens=d.max_tokens, status=d.status,
                            filled=t.filled.get(r, 0), held=t.held.get(r, 0),
                            final_len=t.final_len(r))
-            for r, d in s.requests.items()}
+            for r, d in t.requests.items()}
 
 
 def fold(events: Iterable[E.Event], run: RunInfo,
@@ -321,7 +280,7 @@ def fold(events: Iterable[E.Event], run: RunInfo,
     state = ArenaState.empty(run, final_lens)
     for ev in events:
         step_in_place(state, ev)
-        if ev.kind == E.StepEnd.kind:
+        if state.last_frame is not None and isinstance(ev, E.StepEnd):
             yield state.last_frame
 
 

@@ -9,8 +9,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
+from typing import IO
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -35,7 +36,7 @@ def running_app(env: dict[str, str] | None = None, log: Path | None = None,
            "--server.headless", "true", "--server.port", str(port),
            "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
            "--browser.gatherUsageStats", "false"]
-    out = open(log, "w") if log else subprocess.DEVNULL
+    out: IO[str] | int = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out,
                             stderr=subprocess.STDOUT)
     if info is not None:
@@ -51,7 +52,7 @@ def running_app(env: dict[str, str] | None = None, log: Path | None = None,
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        if log:
+        if not isinstance(out, int):
             out.close()
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from html import escape
 
-from viz.figures import HOVER_MAX_SLOTS, GridLayout, changed_runs
+from viz.layout import HOVER_MAX_SLOTS, GridLayout, changed_runs
 from viz.panels import label_starts
-from viz.reducer import HOLE, INTERNAL, PAGED, Frame
+from viz.reducer import CELL_CATEGORY, HOLE, INTERNAL, PAGED, Frame
 from viz.style import CHANGED, MUTED, cell_colour, cell_ink, words
 
 CELL = 20            # user units per cell (pitch)
@@ -21,8 +21,6 @@ GAP = 2              # white gap between cells
 SEP = 5              # white rule between blocks that share a row
 LABEL_W = 34         # room for the row labels on the left
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")   # what may never reach an id attribute
-_CATEGORY = {"T": "token_states", "R": "reservation", "I": "internal", "F": "free",
-             "H": "external"}
 
 
 def _x(col: int) -> int:
@@ -62,7 +60,7 @@ def _patterns(frame: Frame, uid: str) -> tuple[str, dict[str, str]]:
     wanted: dict[str, tuple[str, str]] = {}
     for slot, code in enumerate(frame.cells):
         if code == INTERNAL:
-            order = frame.requests[frame.owners[slot]].order
+            order = frame.holder(slot).order
             wanted.setdefault(cell_colour(code, order), ("stroke", cell_ink(code, order)))
         elif code == HOLE:
             wanted.setdefault(cell_colour(code, None), ("cross", cell_ink(code, None)))
@@ -109,7 +107,7 @@ def _run_rect(frame: Frame, layout: GridLayout, s: int, e: int, fills: dict[str,
         return rect + "/>"
     who = f"{frame.requests[owner].name} · " if owner is not None else ""
     slots = f"{w['slot']} {s}" if e - s == 1 else f"{w['slot']} {s}–{e - 1}"
-    return f"{rect}><title>{escape(who)}{slots} · {escape(w[_CATEGORY[code]])}</title></rect>"
+    return f"{rect}><title>{escape(who)}{slots} · {escape(w[CELL_CATEGORY[code]])}</title></rect>"
 
 
 def _gaps(layout: GridLayout) -> str:

@@ -20,6 +20,7 @@ Streamlit, no torch.
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -121,7 +122,7 @@ def analyse(trace: T.Trace, run: str = "paged") -> SizeResult:
     if not accounts:
         raise SweepError(f"run {run!r} has no finished engine step")
     entries = _table_entries(events)
-    finals = [e.final_len for e in events if e.kind == E.Finished.kind]
+    finals = [e.final_len for e in events if isinstance(e, E.Finished)]
     h = trace.header
     return SizeResult(
         block_size=bs, num_slots=num_slots, steps=len(accounts), requests=len(finals),
@@ -149,12 +150,12 @@ def _table_entries(events: list[E.Event]) -> dict[str, int]:
     preempted request's table starts again, and its final table is what counts)."""
     entries: dict[str, int] = {}
     for ev in events:
-        if ev.kind == E.BlockAllocated.kind:
+        if isinstance(ev, E.BlockAllocated):
             entries[ev.req] = max(entries.get(ev.req, 0), ev.logical + 1)
     return entries
 
 
-def _mean(xs: list[float]) -> float:
+def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
@@ -230,7 +231,7 @@ def _bytes(n: float) -> str:
 def narration_context(results: list[SizeResult]) -> dict:
     """Values the narration may quote: ``b{size}.*`` per block size, and shared facts."""
     first = results[0]
-    ctx = {f"b{r.block_size}": _size_ns(r) for r in results}
+    ctx: dict[str, object] = {f"b{r.block_size}": _size_ns(r) for r in results}
     ctx.update(requests=first.requests, mean_len=f"{first.mean_final_len:.0f}",
                num_slots=f"{first.num_slots:,}", entry_bytes=DEFAULT_ENTRY_BYTES,
                long_len=f"{LONG_LEN:,}", long_batch=LONG_BATCH,

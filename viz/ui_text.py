@@ -2,7 +2,8 @@
 
 ``load(name)`` returns ``{"en": {...}, "zh": {...}}`` and refuses a file whose two languages do not
 have the same keys and the same ``{placeholders}`` per key, so a translation can never miss a
-string or quote a number the other language does not. Pure Python; read once per process.
+string or quote a number the other language does not. A value is a string or a table of strings
+(``[en.reasons]``: a group of strings looked up by a code). Pure Python; read once per process.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import functools
 import string
 import tomllib
 from pathlib import Path
+from typing import Any
 
 TEXT_DIR = Path(__file__).resolve().parent / "text"
 LANGS = ("en", "zh")
@@ -24,25 +26,32 @@ def placeholders(text: str) -> set[str]:
     return {f for _, f, _, _ in string.Formatter().parse(text) if f is not None}
 
 
-def check(tables: dict, where: str) -> dict[str, dict[str, str]]:
+def check(tables: dict, where: str) -> dict[str, dict[str, Any]]:
     """Validate ``{"en": {...}, "zh": {...}}``: both present, same keys, same placeholders."""
     for lang in LANGS:
         if not isinstance(tables.get(lang), dict):
             raise UITextError(f"{where}: no [{lang}] table")
-    en, zh = tables["en"], tables["zh"]
+    _same(tables["en"], tables["zh"], where, nested=True)
+    return {"en": dict(tables["en"]), "zh": dict(tables["zh"])}
+
+
+def _same(en: dict, zh: dict, where: str, nested: bool) -> None:
     if en.keys() != zh.keys():
         diff = sorted(en.keys() ^ zh.keys())
         raise UITextError(f"{where}: keys only in one language: {', '.join(diff)}")
     for key in en:
-        if not isinstance(en[key], str) or not isinstance(zh[key], str):
+        a, b = en[key], zh[key]
+        if nested and isinstance(a, dict) and isinstance(b, dict):
+            _same(a, b, f"{where}: [{key}]", nested=False)
+            continue
+        if not isinstance(a, str) or not isinstance(b, str):
             raise UITextError(f"{where}: {key!r} is not a string in both languages")
-        if placeholders(en[key]) != placeholders(zh[key]):
+        if placeholders(a) != placeholders(b):
             raise UITextError(f"{where}: {key!r} has different placeholders in en and zh")
-    return {"en": dict(en), "zh": dict(zh)}
 
 
 @functools.cache
-def load(name: str) -> dict[str, dict[str, str]]:
+def load(name: str) -> dict[str, dict[str, Any]]:
     """The strings of ``viz/text/<name>.toml``; raises UITextError naming what is wrong."""
     path = TEXT_DIR / f"{name}.toml"
     try:

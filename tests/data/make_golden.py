@@ -1,0 +1,44 @@
+"""Regenerate ``tests/data/golden_hf.json``: HF transformers' own greedy tokens on SmolLM2 (fp32,
+CPU) for the prompts of tests/test_model_exact.py and tests/test_preemption.py.
+
+The tests compare our engine against these stored ids instead of calling HF ``generate`` a few
+dozen times per run; one live HF check stays in test_model_exact.py. Rerun this script when the
+prompts, the model or transformers change:
+
+    .venv/bin/python tests/data/make_golden.py
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+OUT = HERE / "golden_hf.json"
+
+
+def main() -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    import test_model_exact as exact
+    import test_preemption as preemption
+
+    from engine.model import load_model
+    model = load_model(device="cpu", dtype="float32", keep_hf=True, progress=False)
+    cases = {"exact": (exact.all_prompt_ids(model.tokenizer), exact.NEW_TOKENS),
+             "preemption": (preemption.prompt_ids(model.tokenizer), preemption.NEW_TOKENS)}
+    golden: dict[str, object] = {"model": model.name}
+    for name, (prompts, n) in cases.items():
+        print(f"{name}: {len(prompts)} prompts x {n} tokens", file=sys.stderr, flush=True)
+        golden[name] = {"new_tokens": n, "prompt_ids": prompts,
+                        "hf_token_ids": [exact.hf_greedy(model.hf_model, ids, n)
+                                         for ids in prompts]}
+    OUT.write_text(json.dumps(golden, separators=(",", ":")) + "\n", encoding="utf-8")
+    print(f"wrote {OUT.relative_to(ROOT)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
