@@ -89,7 +89,8 @@ class LLM:
         items: Sequence[str | Sequence[int]] = \
             [prompts] if isinstance(prompts, str) else prompts
         params = params or SamplingParams()
-        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(items)
+        plist: list[SamplingParams] = (list(params) if isinstance(params, (list, tuple))
+                                       else [params] * len(items))  # type: ignore[list-item]
         if len(plist) != len(items):
             raise InvalidRequestError(f"{len(plist)} sampling params for {len(items)} prompts")
         if not all(isinstance(p, SamplingParams) for p in plist):

@@ -271,7 +271,7 @@ def _live(spec, root: Path, t: dict) -> Lesson | None:
         if st.button(t["live_stop"] if running else t["live_go"], key="pk_live_btn",
                      icon=":material/stop:" if running else ":material/play_arrow:",
                      type="secondary" if running else "primary"):
-            if running:
+            if run is not None and running:
                 run.stop()
             else:
                 cmd = record_command(scenario, forward or "model")
