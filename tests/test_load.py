@@ -105,17 +105,16 @@ class Sampler(threading.Thread):
             self.halt.wait(0.2)
 
 
-def test_twenty_sessions_step_while_one_uploads_a_maximal_trace(tmp_path):
-    from playwright.sync_api import sync_playwright
+def test_twenty_sessions_step_while_one_uploads_a_maximal_trace(tmp_path, browser):
+    # The suite's one Chromium (tests/conftest.py): a second sync Playwright in the same
+    # process would collide with the first one's event loop.
     t0 = time.monotonic()
     recording = MaxTrace(tmp_path)
     ARTIFACTS.mkdir(exist_ok=True)
-    with running_app(log=ARTIFACTS / "streamlit-load-test.log") as url, \
-            sync_playwright() as p:
+    with running_app(log=ARTIFACTS / "streamlit-load-test.log") as url:
         port = int(url.rsplit(":", 1)[1])
         sampler = Sampler(port)
         sampler.start()
-        browser = launch_chromium(p)
         ctx = browser.new_context(viewport={"width": 1280, "height": 900})
         pages = []
         for _ in range(SESSIONS):
@@ -148,7 +147,7 @@ def test_twenty_sessions_step_while_one_uploads_a_maximal_trace(tmp_path):
         errors = [pg.locator("[data-testid=stAlertContentError], [data-testid=stException]")
                   .count() for pg in pages]
         uploader.screenshot(path=str(ARTIFACTS / "load-uploader.png"))
-        browser.close()
+        ctx.close()
     print(f"\nload: sessions open at {t_open - t0:.0f} s, upload drawn at {t_upload - t0:.0f} s;"
           f" trace {trace.stat().st_size / 1e6:.1f} MB, server RSS idle with "
           f"{SESSIONS} sessions {idle_mb:.0f} MB, peak {sampler.peak:.0f} MB "
