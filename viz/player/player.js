@@ -43,6 +43,7 @@ class Player {
     this.pieces = body.pieces;
     this.frames = body.frames;
     this.shown = {};
+    this.shownChapter = undefined;     // another language: the chapter title is redrawn too
     this.static();
     this.i = -1;
     this.go(start);
@@ -148,6 +149,7 @@ class Player {
         return;
       }
       this.urlTimes.push(now);
+      if (this.data.standalone) { this.hashUrl(); return; }
       const u = new URL(window.location.href);
       u.searchParams.set("lesson", this.data.lesson);
       u.searchParams.set("frame", String(this.i));
@@ -157,6 +159,15 @@ class Player {
       else u.searchParams.delete("present");
       if (u.href !== window.location.href) window.history.replaceState(window.history.state, "", u.href);
     });
+  }
+
+  // A standalone file (viz/standalone.py) has no server to keep query params for: the
+  // frame, language and presenter mode live in the hash, which a file:// link keeps.
+  hashUrl() {
+    let h = "#frame=" + this.i;
+    if (this.data.lang !== "en") h += "&lang=" + this.data.lang;
+    if (this.present) h += "&present=1";
+    if (window.location.hash !== h) window.history.replaceState(window.history.state, "", h);
   }
 
   chapter(dir) {
@@ -302,7 +313,7 @@ function keepIcon(href) {
   }
 }
 
-export default function (component) {
+export default function mountPlayer(component) {
   const { data, parentElement } = component;
   const root = parentElement.querySelector(".pk-player");
   if (!root || !data) return;
@@ -320,6 +331,7 @@ export default function (component) {
     if (keep && data.follow && atEnd) start = data.num_frames - 1;
     p.loadedId = data.id;
     p.loadedLesson = data.lesson;
+    root.dataset.lang = data.lang;
     p.load(data, start);
     if (p.present === undefined) p.setPresent(!!data.present);
   }
