@@ -59,9 +59,18 @@ def check_fps(fps: float) -> float:
 
 
 def screenshots(html_text: str, frames: range, lang: str,
-                progress: Callable[[str], None] | None = None) -> Iterator[Shot]:
+                progress: Callable[[str], None] | None = None) -> list[Shot]:
     """Each frame in ``frames`` photographed: the standalone page in presenter mode at
-    ``SIZE``, every non-file request refused (there should be none)."""
+    ``SIZE``, every non-file request refused (there should be none). Runs in a thread of its
+    own: Playwright's sync API refuses a thread whose asyncio loop is already running (a
+    caller that drives a browser itself, or kaleido)."""
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: list(_photograph(html_text, frames, lang, progress))).result()
+
+
+def _photograph(html_text: str, frames: range, lang: str,
+                progress: Callable[[str], None] | None) -> Iterator[Shot]:
     from playwright.sync_api import sync_playwright
 
     from viz.serve import launch_chromium, wait_painted, wait_ready

@@ -176,9 +176,10 @@ def _lesson_files(lesson: Lesson, name: str, out: Path, formats: list[str], lang
         if not browser_available():
             raise ExportError("animations need Chromium (/usr/bin/chromium): run `make browser`")
         try:
-            shots = list(animate.screenshots(page, span, lg, say))
+            shots = animate.screenshots(page, span, lg, say)
         except Exception as e:  # Playwright raises its own types when Chromium cannot start
-            raise ExportError(f"cannot photograph the frames: {type(e).__name__}: {e}") from None
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise ExportError(f"cannot photograph the frames: {type(e).__name__}: {first}") from None
         for fmt in movies:
             stem = name if len(langs) == 1 else f"{name}-{lg}"
             path = animate.WRITERS[fmt](out / f"{stem}.{fmt}", shots, fps)

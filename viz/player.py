@@ -143,6 +143,20 @@ def scoreboard(lesson: Lesson, lang: str) -> str:
             f"</div>")
 
 
+def steps_nav(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> list[dict]:
+    """One entry per lesson step for the step buttons: the chapter that shows it, or, for a
+    step this trace never reaches, ``chapter`` None and the line saying so (the button is
+    greyed and the step's narration is never shown)."""
+    from viz.lesson import render_step
+    out = []
+    for k, step in enumerate(lesson.spec.steps):
+        kf = lesson.keyframes[k] if k < len(lesson.keyframes) else None
+        n = None if kf is None else next(j for j, c in enumerate(chs) if c.start <= kf <= c.end)
+        out.append({"title": f"{k + 1} · {step.title[lang]}", "chapter": n,
+                    "absent": "" if n is not None else render_step(lesson, k, lang).narration})
+    return out
+
+
 def payload(lesson: Lesson, lang: str) -> dict:
     """Everything the player needs for one lesson in one language (JSON-ready). The frames
     and their pieces travel deflated and base64-encoded in ``z``."""
@@ -163,6 +177,7 @@ def payload(lesson: Lesson, lang: str) -> dict:
         "chapters": [{"start": c.start, "end": c.end, "step": c.step,
                       "title": chapters.title(lesson, c, lang),
                       "score": c.step is not None and c.step == score_step} for c in chs],
+        "steps": steps_nav(lesson, chs, lang),
         "titles": {s: html.side_title(lesson.side(s).title[lang], s) for s in ("left", "right")},
         "legend": html.legend(lang), "timeline": timeline_svg(lesson, chs, lang),
         "timeline_caption": _html.escape(t["timeline"].format(

@@ -63,13 +63,19 @@ class Player {
     this.el("pk-tl-box").innerHTML = d.timeline;
     const nav = this.el("pk-p-nav");
     nav.innerHTML = "";
-    d.chapters.forEach((c, n) => {
-      if (c.step === null) return;
+    // One button per lesson step; a step this run never reaches is greyed, and says so.
+    d.steps.forEach((s) => {
       const b = document.createElement("button");
       b.type = "button";
-      b.textContent = c.title;
-      b.dataset.chapter = n;
-      b.onclick = () => { this.stop(); this.go(c.start); };
+      b.textContent = s.title;
+      if (s.chapter === null) {
+        b.disabled = true;
+        b.className = "pk-absent";
+        b.title = s.absent;
+      } else {
+        b.dataset.chapter = s.chapter;
+        b.onclick = () => { this.stop(); this.go(d.chapters[s.chapter].start); };
+      }
       nav.appendChild(b);
     });
     const help = [["← →", t.key_arrows], ["PageUp PageDown", t.key_pages],
