@@ -242,15 +242,22 @@ def summarize(frames: list[Frame], events: list[E.Event]) -> Summary:
 
 
 def find_keyframes(lesson: Lesson) -> tuple[int | None, ...]:
+    """Each step's keyframe: the first match after the previous step's keyframe; a step whose
+    event happened only earlier (another scenario than the one the lesson was written for)
+    takes its first match on a frame no other step holds, then any match. None means the
+    event never happens in this run, so the step's ``absent`` text is true."""
     out: list[int | None] = []
     prev = -1
     for step in lesson.spec.steps:
         start = prev + 1 if step.rule.get("after", True) else max(prev, 0)
         kf = next((i for i in range(start, lesson.num_frames) if _matches(lesson, i, step.rule)),
                   None)
+        if kf is None:
+            hits = [i for i in range(lesson.num_frames) if _matches(lesson, i, step.rule)]
+            kf = next((i for i in hits if i not in out), hits[0] if hits else None)
         out.append(kf)
         if kf is not None:
-            prev = kf
+            prev = max(prev, kf)
     return tuple(out)
 
 
