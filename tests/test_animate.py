@@ -88,3 +88,12 @@ def test_the_burned_in_caption_is_each_frames_own():
         assert s.png[:8] == b"\x89PNG\r\n\x1a\n"
         assert s.caption == captions.caption(lesson, s.frame, "zh")
     assert len({s.png for s in shots}) == 4
+
+
+def test_too_many_frames_for_one_animation_is_refused_before_any_work(monkeypatch, tmp_path,
+                                                                      capsys):
+    monkeypatch.setattr(animate, "MAX_FRAMES", 5)
+    code = export.main(["--lesson", "six-steps", "--out", str(tmp_path), "--format", "html,mp4"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--frames A:B" in err and "\n" not in err
+    assert animate.frame_range("0:5", 50) == range(5)

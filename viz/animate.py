@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 
 SIZE = (1280, 720)
 DEFAULT_FPS = 2.0
+MAX_FRAMES = 600          # an animation's frames are held in memory (about 3 MB each)
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ def frame_range(spec: str | None, num_frames: int) -> range:
     be left out, negative counts from the end). Raises AnimationError for anything else or an
     empty range."""
     if spec is None or spec.strip() in ("", ":"):
-        return range(num_frames)
+        return range(num_frames)   # checked against MAX_FRAMES only when animating
     parts = spec.split(":")
     if len(parts) != 2:
         raise AnimationError(f"--frames {spec!r} is not A:B (e.g. 0:20)")
@@ -49,6 +50,14 @@ def frame_range(spec: str | None, num_frames: int) -> range:
     if len(r) == 0:
         raise AnimationError(f"--frames {spec!r} selects no frame (the lesson has "
                              f"frames 0 to {num_frames - 1})")
+    return bounded(r)
+
+
+def bounded(r: range) -> range:
+    """``r`` if an animation may hold that many frames, else AnimationError."""
+    if len(r) > MAX_FRAMES:
+        raise AnimationError(f"{len(r)} frames is more than one animation holds ({MAX_FRAMES}); "
+                             f"choose a part with --frames A:B")
     return r
 
 

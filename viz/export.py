@@ -138,6 +138,8 @@ def export_lesson(name: str, out_dir: str | Path, formats: Iterable[str] = FORMA
         animate.check_fps(fps)
         lesson = load_lesson(name, root)
         span = animate.frame_range(frames, lesson.num_frames)
+        if any(f in animate.WRITERS for f in formats):
+            span = animate.bounded(span)
     except animate.AnimationError as e:
         raise ExportError(str(e)) from None
     out = Path(out_dir)
