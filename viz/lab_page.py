@@ -8,13 +8,20 @@ the same what-if; it is read once per session, as hostile input.
 """
 from __future__ import annotations
 
+import hashlib
+import tempfile
+from pathlib import Path
+
 import streamlit as st
 
 from viz import html, player, safe, ui_text
 from viz import scenario_lab as S
 from viz.controls import choice_buttons
+from viz.live import LiveRun, record_command
+from viz.live_registry import REGISTRY, session_id
 
 COLUMNS = S.REQUEST_FIELDS
+ENGINE_ROOT = Path(__file__).resolve().parent.parent  # where `python -m engine` resolves
 
 
 def _ss():
@@ -124,8 +131,58 @@ def render(lang: str = "en") -> None:
             st.error(safe.md_text(t["failed"].format(why=e)))
             return
         ss.lab_rec = (lab, rec)
+    _real_model(lab, errors, t, lang)
     _player(lab, texts, lang)
     st.caption(t["real_model"])
+
+
+def _scenario_file(lab: S.Lab) -> Path:
+    """The lab's TOML where the engine's child process can read it (one file per content)."""
+    folder = Path(tempfile.gettempdir()) / "paged-kv-lab"
+    folder.mkdir(exist_ok=True)
+    text = S.to_toml(lab)
+    path = folder / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _real_model(lab: S.Lab, errors: list, t: dict, lang: str) -> None:
+    """Record on the real model in a child process (the lesson page's live-run machinery:
+    one run per server), with progress; the player opens on the finished trace."""
+    ss = _ss()
+    run: LiveRun | None = ss.get("lab_live")
+    running = run is not None and not run.done
+    if st.button(t["model_stop"] if running else t["model_go"], key="lab_model",
+                 disabled=bool(errors) and not running,
+                 icon=":material/stop:" if running else ":material/memory:"):
+        if running:
+            run.stop()
+        else:
+            cmd = record_command(_scenario_file(lab), "model") + [
+                "--allocators", f"{lab.policy},paged"]
+            started = REGISTRY.start(session_id(), cmd, cwd=ENGINE_ROOT)
+            if started is None:
+                ss.lab_busy = True
+            else:
+                ss.lab_live, ss.lab_live_lab = started, lab
+        st.rerun()
+    if ss.pop("lab_busy", False):
+        st.warning(ui_text.load("safe")[lang]["live_busy"])
+    if run is None:
+        return
+    if not run.done:
+        st.fragment(_model_progress, run_every=1.0)(run, t)
+    elif run.returncode == 0 and not run.stopped and ss.get("lab_live_taken") is not run:
+        ss.lab_rec, ss.lab_live_taken = (ss.lab_live_lab, S.Recording(run.text())), run
+    elif run.error():
+        st.error(safe.md_text(t["failed"].format(why=run.error())))
+
+
+def _model_progress(run: LiveRun, t: dict) -> None:
+    if run.done:
+        st.rerun(scope="app")
+    st.info(t["model_running"].format(progress=safe.md_text(run.progress() or "…")),
+            icon=":material/hourglass_top:")
 
 
 def _base_url() -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import io
 import json
 import tempfile
@@ -311,4 +312,5 @@ def lesson_for(lab: Lab, rec: Recording, side_titles: dict[str, dict[str, str]],
     spec = replace(spec, name="lab", title=title, runs={"left": lab.policy, "right": "paged"},
                    side_titles=side_titles)
     lesson = build(spec, T.loads(rec.trace_text), source="lab")
-    return replace(lesson, key="lab:" + encode(lab))
+    digest = hashlib.sha256(rec.trace_text.encode("utf-8")).hexdigest()[:24]
+    return replace(lesson, key=f"lab:{lab.policy}:{digest}")
