@@ -95,3 +95,21 @@ def test_a_damaged_link_says_so_and_opens_the_example(page, app_url):
     warn.wait_for(timeout=30_000)
     got = S.decode(parse_qs(urlparse(_link(page)).query)["scenario"][0])[0]
     assert got == S.example()
+
+
+@pytest.mark.model
+def test_a_scenario_records_on_the_real_model_with_progress(page, app_url):
+    """The same table on SmolLM2 in a child process: progress while it runs, then the player
+    on the finished trace (its header says which model)."""
+    small = S.Lab((S.LabRequest("A", "The capital of France is", 6, 0),
+                   S.LabRequest("B2", "Count: one, two,", 5, 1)),
+                  num_blocks=8, block_size=4, max_model_len=24, policy="max")
+    _open(page, app_url, small)
+    page.get_by_role("button", name="Record on the real model").click()
+    page.locator("[data-testid='stAlert']").filter(has_text="Recording on the real model") \
+        .wait_for(timeout=60_000)
+    assert wait_ready(page, timeout_ms=300_000) == 0
+    page.keyboard.press("End")
+    last = page.evaluate("() => window.pkPlayer.frames.length - 1")
+    wait_painted(page, last)
+    assert last >= 5
