@@ -99,7 +99,7 @@ def _absent_steps_are_greyed(lesson: L.Lesson) -> None:
 
 @pytest.mark.parametrize("batch", range(4))
 def test_random_scenarios_are_narrated_truthfully(batch):
-    import test_captions as numbers            # tests/ is on sys.path under pytest
+    import test_captions as numbers  # tests/ is on sys.path under pytest
     rng = random.Random(1200 + batch)
     seen_absent, seen_early = 0, 0
     for _ in range(N_SCENARIOS // 4):

@@ -59,18 +59,19 @@ def test_wrong_types_in_a_link_become_field_errors_not_crashes():
 
 
 @pytest.mark.parametrize("change, row, field, says", [
-    (dict(req=dict(max_tokens=0)), 0, "max_tokens", "1 to"),
-    (dict(num_blocks=1, block_size=2, max_model_len=2), 0, "prompt", "more than the whole arena"),
-    (dict(req=dict(id="toolong")), 0, "id", "1 to 4"),
-    (dict(req=dict(id="Bé")), 1, "id", "used twice"),
-    (dict(req=dict(prompt="  ")), 0, "prompt", "empty"),
-    (dict(req=dict(stop_after=30)), 0, "stop_after", "max_tokens"),
-    (dict(req=dict(arrival_step=-1)), 0, "arrival_step", "0 to"),
-    (dict(max_model_len=1000), None, "max_model_len", "more than the arena"),
-    (dict(num_blocks=1000), None, "num_blocks", "readable grid"),
-    (dict(block_size=0), None, "block_size", "1 to"),
+    ({"req": {"max_tokens": 0}}, 0, "max_tokens", "1 to"),
+    ({"num_blocks": 1, "block_size": 2, "max_model_len": 2}, 0, "prompt", "more than the whole arena"),
+    ({"req": {"id": "toolong"}}, 0, "id", "1 to 4"),
+    ({"req": {"id": "Bé"}}, 1, "id", "used twice"),
+    ({"req": {"prompt": "  "}}, 0, "prompt", "empty"),
+    ({"req": {"stop_after": 30}}, 0, "stop_after", "max_tokens"),
+    ({"req": {"arrival_step": -1}}, 0, "arrival_step", "0 to"),
+    ({"max_model_len": 1000}, None, "max_model_len", "more than the arena"),
+    ({"num_blocks": 1000}, None, "num_blocks", "readable grid"),
+    ({"block_size": 0}, None, "block_size", "1 to"),
 ])
 def test_each_bad_value_is_named_by_row_and_field(change, row, field, says):
+    change = dict(change)
     req = change.pop("req", None)
     lab = LAB
     if req:

@@ -39,7 +39,7 @@ def test_the_file_reuses_the_players_own_code_and_carries_both_languages(exporte
     for asset in ("player.js", "player.css", "player.html"):
         assert player._asset(asset) in text, asset   # one player: the same files, verbatim
     data = json.loads(re.search(r"<script type='application/json' id='pk-data'>(.*?)</script>",
-                                text, re.S).group(1))
+                                text, re.DOTALL).group(1))
     assert set(data["payloads"]) == {"en", "zh"}
     assert data["payloads"]["en"]["num_frames"] == data["payloads"]["zh"]["num_frames"] > 5
 
@@ -48,7 +48,7 @@ def test_the_file_reuses_the_players_own_code_and_carries_both_languages(exporte
 def test_nothing_in_the_file_points_outside_it(exported):
     text = exported.read_text(encoding="utf-8")
     refs = re.findall(r"""(?:src|href)\s*=\s*['"]([^'"]*)""", text)
-    assert refs and all(r.startswith("data:") or r.startswith("#") for r in refs), refs
+    assert refs and all(r.startswith(("data:", "#")) for r in refs), refs
     assert "@import" not in text and "@font-face" not in text
     assert all(u.startswith(("data:", "'data:", '"data:')) for u in re.findall(r"url\(([^)]*)", text))
 

@@ -8,9 +8,9 @@ ffmpeg for MP4, H.264 in yuv420p so slides software plays it).
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 SIZE = (1280, 720)
 DEFAULT_FPS = 2.0
@@ -130,7 +130,7 @@ def write_mp4(path: Path, shots: list[Shot], fps: float) -> Path:
                          pixelformat="yuv420p", quality=8, macro_block_size=16,
                          ffmpeg_log_level="error") as w:
         for a in _arrays(shots):
-            w.append_data(a)
+            w.append_data(a)  # type: ignore[attr-defined]  # imageio's writer, untyped
     return path
 
 

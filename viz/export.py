@@ -29,7 +29,15 @@ from typing import Callable, Iterable
 import plotly.graph_objects as go
 
 from engine import trace as T
-from viz.lesson import LESSONS_DIR, Lesson, LessonError, build, load_spec, render_step, trace_path
+from viz.lesson import (
+    LESSONS_DIR,
+    Lesson,
+    LessonError,
+    build,
+    load_spec,
+    render_step,
+    trace_path,
+)
 
 MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
 FORMATS = tuple(MIME)

@@ -155,7 +155,7 @@ def _real_model(lab: S.Lab, errors: list, t: dict, lang: str) -> None:
     if st.button(t["model_stop"] if running else t["model_go"], key="lab_model",
                  disabled=bool(errors) and not running,
                  icon=":material/stop:" if running else ":material/memory:"):
-        if running:
+        if running and run is not None:
             run.stop()
         else:
             cmd = record_command(_scenario_file(lab), "model") + [

@@ -167,7 +167,7 @@ def load_spec(name: str, root: Path = LESSONS_DIR) -> LessonSpec:
                 unknown = {n for _, n in IF_TAG.findall(text)} - set(CONDITIONS)
                 if unknown:
                     raise LessonError(f"lessons/{name}/lesson.toml: unknown condition "
-                                      f"[if {sorted(unknown)[0]}]; known: "
+                                      f"[if {min(unknown)}]; known: "
                                       f"{', '.join(sorted(CONDITIONS))}")
         return LessonSpec(name=name, folder=folder, title=texts(doc["title"]),
                           trace_file=doc.get("trace", "trace.jsonl"),
@@ -418,7 +418,7 @@ class SafeFormatter(string.Formatter):
 
 # --- facts a paragraph may depend on ----------------------------------------------------------
 
-IF_TAG = re.compile(r"^\[(if|unless) ([a-z_]+)\]\s*", re.M)
+IF_TAG = re.compile(r"^\[(if|unless) ([a-z_]+)\]\s*", re.MULTILINE)
 
 
 def _ev(ctx: dict, name: str, default=None):

@@ -14,6 +14,7 @@ import binascii
 import hashlib
 import io
 import json
+import math
 import tempfile
 import zlib
 from dataclasses import asdict, dataclass, field, replace
@@ -98,7 +99,7 @@ def _int(v: object) -> int | None:
 
 
 def _blank(v: object) -> bool:
-    return v is None or (isinstance(v, float) and v != v) or (isinstance(v, str) and not v.strip())
+    return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip())
 
 
 def from_dict(d: object) -> tuple[Lab, list[FieldError]]:
