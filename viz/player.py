@@ -41,14 +41,29 @@ class Pieces:
         return n
 
 
+_CODE_SPAN = re.compile(r"(`+) (.*?) \1")            # as viz.safe writes them
+_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")          # CommonMark: backslash + ASCII punctuation
+_KEPT = re.compile("\ue000(\\d+)\ue001")
+
+
 def markdown(text: str) -> str:
     """The narration's small markdown (``**bold**``, ``*italic*``, blank-line paragraphs) as
-    HTML; everything else is escaped."""
+    HTML; everything else is escaped. Values quoted from a trace arrive escaped for markdown
+    by ``viz.safe.md_text`` (``\\#``, code spans): they are shown as the literal text."""
     out = []
     for para in text.split("\n\n"):
-        p = _html.escape(para.strip())
+        kept: list[str] = []
+
+        def keep(literal: str) -> str:
+            kept.append(literal)
+            return f"\ue000{len(kept) - 1}\ue001"
+        para = para.replace("\ue000", "").replace("\ue001", "")   # ours alone
+        raw = _CODE_SPAN.sub(lambda m: keep(m.group(2)), para.strip())
+        raw = _ESCAPE.sub(lambda m: keep(m.group(1)), raw)
+        p = _html.escape(raw)
         p = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", p)
         p = re.sub(r"\*(.+?)\*", r"<i>\1</i>", p)
+        p = _KEPT.sub(lambda m: _html.escape(kept[int(m.group(1))]), p)
         if p:
             out.append(f"<p>{p}</p>")
     return "".join(out)
