@@ -109,3 +109,12 @@ def test_the_in_process_dry_run_equals_the_engines_cli(tmp_path):
                           {"en": "t", "zh": "t"})
     assert lesson.left.run.allocator != lesson.right.run.allocator
     assert {v.name for f in lesson.right.frames for v in f.requests.values()} >= {"A", "Bé", "long"}
+
+
+def test_a_scenario_too_big_to_draw_is_refused_in_one_line():
+    big = S.Lab(tuple(S.LabRequest(f"R{i}", "tell me about the sky and the sea", 500, i * 5)
+                      for i in range(8)), num_blocks=256, block_size=16, max_model_len=600)
+    assert S.check(big) == []
+    with pytest.raises(S.LabError) as e:
+        S.record_dry(big)
+    assert "fewer blocks or shorter answers" in str(e.value) and "\n" not in str(e.value)

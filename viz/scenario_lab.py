@@ -33,6 +33,7 @@ MAX_SLOTS = 4096          # arena slots: a grid a class can still read
 MAX_BLOCK_SIZE = 64
 MAX_LINK_CHARS = 6000     # the ?scenario= token
 MAX_LINK_BYTES = 32_000   # what that token may inflate to
+MAX_FRAME_CELLS = 1 << 21  # steps x slots over both runs: the player draws it in seconds
 LINK_VERSION = 1
 
 
@@ -296,7 +297,13 @@ def record_dry(lab: Lab) -> Recording:
         runs = record(sc, [lab.policy, "paged"], buf, forward="skip")
     except InvalidConfigError as e:
         raise LabError(str(e)) from None
-    return Recording(buf.getvalue(), {n: r.core.step_count for n, r in runs.items()})
+    steps = {n: r.core.step_count for n, r in runs.items()}
+    cells = sum(steps.values()) * lab.num_slots
+    if cells > MAX_FRAME_CELLS:
+        raise LabError(f"this scenario runs {max(steps.values())} steps over {lab.num_slots} "
+                       f"slots: more than the player draws quickly; use fewer blocks or "
+                       f"shorter answers")
+    return Recording(buf.getvalue(), steps)
 
 
 def describe(e: FieldError) -> str:
