@@ -23,7 +23,7 @@ THREE = S.Lab((S.LabRequest("A", "Tell me about the moon and its phases", 30, 0)
 
 @pytest.fixture
 def page(browser):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     pg = ctx.new_page()
     yield pg
     ctx.close()
@@ -63,6 +63,12 @@ def test_a_linked_scenario_records_dry_and_steps_to_its_end(page, app_url):
         wait_painted(page, f)
     grids = page.locator("#pk-player").inner_text()
     assert "Bee" in grids and "C7" in grids
+    # the recording travels as one offline file too
+    button = page.get_by_role("button", name="Download as one HTML file")
+    with page.expect_download(timeout=60_000) as dl:
+        button.click()
+    text = Path(dl.value.path()).read_text(encoding="utf-8")
+    assert "window.pkPlayer" in text and '"lesson":"lab"' in text
     # a fresh page from the link opens the same scenario
     page.goto(link.replace(urlparse(link).netloc, urlparse(app_url).netloc))
     again = S.decode(parse_qs(urlparse(_link(page)).query)["scenario"][0])[0]

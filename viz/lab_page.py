@@ -14,7 +14,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from viz import html, player, safe, ui_text
+from viz import html, player, safe, standalone, ui_text
 from viz import scenario_lab as S
 from viz.controls import choice_buttons
 from viz.live import LiveRun, record_command
@@ -209,3 +209,7 @@ def _player(lab: S.Lab, texts: dict, lang: str) -> None:
         cache.clear()              # one scenario's frames per session: memory stays bounded
         cache[key] = player.payload(lesson, lang)
     player.mount(cache[key], 0, False, key="lab_player")
+    share = ui_text.load("standalone")[lang]
+    st.download_button(share["download"], data=lambda: standalone.page(lesson).encode("utf-8"),
+                       file_name="lab.html", mime="text/html", on_click="ignore",
+                       key="lab_html", icon=":material/download:", help=share["download_help"])
