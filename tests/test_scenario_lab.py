@@ -60,7 +60,8 @@ def test_wrong_types_in_a_link_become_field_errors_not_crashes():
 
 @pytest.mark.parametrize("change, row, field, says", [
     ({"req": {"max_tokens": 0}}, 0, "max_tokens", "1 to"),
-    ({"num_blocks": 1, "block_size": 2, "max_model_len": 2}, 0, "prompt", "more than the whole arena"),
+    ({"num_blocks": 1, "block_size": 2, "max_model_len": 2}, 0, "prompt",
+     "more than the whole arena"),
     ({"req": {"id": "toolong"}}, 0, "id", "1 to 4"),
     ({"req": {"id": "Bé"}}, 1, "id", "used twice"),
     ({"req": {"prompt": "  "}}, 0, "prompt", "empty"),
@@ -105,10 +106,11 @@ def test_the_in_process_dry_run_equals_the_engines_cli(tmp_path):
     assert mine.run_names == cli.run_names == ["oracle", "paged"]
     for name in mine.run_names:
         assert mine.runs[name] == cli.runs[name]
-    lesson = S.lesson_for(LAB, S.record_dry(LAB), {s: {"en": s, "zh": s} for s in ("left", "right")},
-                          {"en": "t", "zh": "t"})
+    sides = {s: {"en": s, "zh": s} for s in ("left", "right")}
+    lesson = S.lesson_for(LAB, S.record_dry(LAB), sides, {"en": "t", "zh": "t"})
     assert lesson.left.run.allocator != lesson.right.run.allocator
-    assert {v.name for f in lesson.right.frames for v in f.requests.values()} >= {"A", "Bé", "long"}
+    names = {v.name for f in lesson.right.frames for v in f.requests.values()}
+    assert names >= {"A", "Bé", "long"}
 
 
 def test_a_scenario_too_big_to_draw_is_refused_in_one_line():

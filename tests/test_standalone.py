@@ -50,7 +50,8 @@ def test_nothing_in_the_file_points_outside_it(exported):
     refs = re.findall(r"""(?:src|href)\s*=\s*['"]([^'"]*)""", text)
     assert refs and all(r.startswith(("data:", "#")) for r in refs), refs
     assert "@import" not in text and "@font-face" not in text
-    assert all(u.startswith(("data:", "'data:", '"data:')) for u in re.findall(r"url\(([^)]*)", text))
+    urls = re.findall(r"url\(([^)]*)", text)
+    assert all(u.startswith(("data:", "'data:", '"data:')) for u in urls)
 
 
 def test_a_hostile_title_cannot_close_the_script(lesson):
@@ -158,7 +159,8 @@ def test_a_hash_opens_that_frame_language_and_mode(offline_page, exported):
     assert seen["aborted"] == []
 
 
-@pytest.mark.parametrize("name, stem", [("trace.jsonl", "trace"), ("../../etc/passwd", "passwd"), ("a b;c.jsonl", "a-b-c"),
+@pytest.mark.parametrize("name, stem", [("trace.jsonl", "trace"), ("../../etc/passwd", "passwd"),
+                                        ("a b;c.jsonl", "a-b-c"),
                                         ("<script>.jsonl", "script"), ("", "lesson"),
                                         ("练习 1.jsonl", "1")])
 def test_download_names_from_uploads_are_tame(name, stem):

@@ -29,15 +29,7 @@ from typing import Callable, Iterable
 import plotly.graph_objects as go
 
 from engine import trace as T
-from viz.lesson import (
-    LESSONS_DIR,
-    Lesson,
-    LessonError,
-    build,
-    load_spec,
-    render_step,
-    trace_path,
-)
+from viz.lesson import LESSONS_DIR, Lesson, LessonError, build, load_spec, render_step, trace_path
 
 MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
 FORMATS = tuple(MIME)
@@ -189,12 +181,14 @@ def _lesson_files(lesson: Lesson, name: str, out: Path, formats: list[str], lang
             shots = animate.screenshots(page, span, lg, say)
         except Exception as e:  # Playwright raises its own types when Chromium cannot start
             first = (str(e).strip().splitlines() or [""])[0]
-            raise ExportError(f"cannot photograph the frames: {type(e).__name__}: {first}") from None
+            raise ExportError(f"cannot photograph the frames: {type(e).__name__}: "
+                              f"{first}") from None
         for fmt in movies:
             stem = name if len(langs) == 1 else f"{name}-{lg}"
             path = animate.WRITERS[fmt](out / f"{stem}.{fmt}", shots, fps)
             written.append(path)
-            say(f"{path.name}: {len(shots)} frames at {fps:g} fps, {path.stat().st_size / 1e6:.2f} MB")
+            say(f"{path.name}: {len(shots)} frames at {fps:g} fps, "
+                f"{path.stat().st_size / 1e6:.2f} MB")
     return written
 
 
@@ -229,11 +223,13 @@ def _split(text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m viz.export",
-                                description="Write a lesson's figures (one per step), its standalone page or animations.")
+                                description="Write a lesson's figures (one per step), its "
+                                            "standalone page or its animations.")
     p.add_argument("--lesson", default="six-steps", help="a folder under lessons/")
     p.add_argument("--out", required=True, help="folder to write into (created if missing)")
     p.add_argument("--format", default="png",
-                   help="comma-separated: png,svg,pdf (one per step), html,gif,mp4 (one per lesson)")
+                   help="comma-separated: png,svg,pdf (one per step), "
+                        "html,gif,mp4 (one per lesson)")
     p.add_argument("--lang", default="en", help="comma-separated: en,zh")
     p.add_argument("--frames", default=None, metavar="A:B",
                    help="gif/mp4: frames A (included) to B (not), Python slice rules")

@@ -100,7 +100,8 @@ def _int(v: object) -> int | None:
 
 
 def _blank(v: object) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip())
+    return (v is None or (isinstance(v, float) and math.isnan(v))
+            or (isinstance(v, str) and not v.strip()))
 
 
 def from_dict(d: object) -> tuple[Lab, list[FieldError]]:

@@ -23,7 +23,8 @@ SYSTEM_FONTS = ('system-ui, -apple-system, "Segoe UI", Roboto, "Noto Sans", "Hel
 PAGE_CSS = f"""
 html, body {{ margin: 0; background: white; }}
 *, *::before, *::after {{ box-sizing: border-box; }}
-[hidden] {{ display: none !important; }}   /* as in the app: a hidden side yields to the scoreboard */
+/* as in the app: a hidden side yields to the scoreboard */
+[hidden] {{ display: none !important; }}
 body {{ font-family: {SYSTEM_FONTS}; color: #1F2933; font-size: 16px; }}
 .pk-sa {{ max-width: 1600px; margin: 0 auto; padding: .8rem 1.4rem 2rem 1.4rem; }}
 .pk-sa-head {{ display: flex; align-items: baseline; gap: 1rem; flex-wrap: wrap;
