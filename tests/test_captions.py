@@ -67,6 +67,8 @@ def facts(lesson: L.Lesson, i: int) -> set[str]:
             for k, v in ev.to_dict().items():
                 if k not in ("step", "seq"):
                     out |= _ints(v)
+            if ev.kind == "block_allocated":      # "block {logical - 1} is full"
+                out.add(str(ev.logical - 1))
             key = (ev.kind, getattr(ev, "req", ""))
             counts[key] = counts.get(key, 0) + 1
         out |= {str(n) for n in counts.values()} | {"0"}

@@ -16,11 +16,18 @@ request was admitted in an earlier frame), ``min_running`` (requests running on 
 
 Narration may quote numbers only through ``{placeholders}`` filled from the frames (see
 ``narration_context``): every number on screen comes from the engine's events.
+
+Narration must stay true for any scenario, not only the one it was written for. A paragraph
+that starts with ``[if NAME]`` (or ``[unless NAME]``) is shown only when the named fact (see
+``CONDITIONS``) holds at the keyframe, so "paging finished in 40 steps instead of 40" is never
+said. A step whose keyframe never comes says nothing of it: its text is the step's ``absent``
+text (or a generic line), and the player greys it.
 """
 from __future__ import annotations
 
 import hashlib
 import math
+import re
 import string
 import tomllib
 from dataclasses import dataclass, replace
@@ -33,6 +40,7 @@ from engine.trace import Trace, TraceError
 from viz.percent import percents
 from viz.reducer import CONTIGUOUS, PAGED, Frame, RunInfo, fold, replay
 from viz.safe import md_text
+from viz.ui_text import load as load_text
 
 LESSONS_DIR = Path(__file__).resolve().parent.parent / "lessons"
 LANGS = ("en", "zh")
@@ -48,6 +56,7 @@ class LessonStep:
     title: dict[str, str]
     narration: dict[str, str]
     rule: dict
+    absent: dict[str, str] | None = None   # said instead when the keyframe never comes
 
 
 @dataclass(frozen=True)
@@ -150,8 +159,16 @@ def load_spec(name: str, root: Path = LESSONS_DIR) -> LessonSpec:
     """Parse ``root/name/lesson.toml``. Raises LessonError (one line) when it is unusable."""
     folder, doc = read_lesson_toml(name, "lesson.toml", root, LessonError)
     try:
-        steps = tuple(LessonStep(texts(s["title"]), texts(s["narration"]), dict(s["keyframe"]))
+        steps = tuple(LessonStep(texts(s["title"]), texts(s["narration"]), dict(s["keyframe"]),
+                                 texts(s["absent"]) if "absent" in s else None)
                       for s in doc["steps"])
+        for st in steps:
+            for text in st.narration.values():
+                unknown = {n for _, n in IF_TAG.findall(text)} - set(CONDITIONS)
+                if unknown:
+                    raise LessonError(f"lessons/{name}/lesson.toml: unknown condition "
+                                      f"[if {min(unknown)}]; known: "
+                                      f"{', '.join(sorted(CONDITIONS))}")
         return LessonSpec(name=name, folder=folder, title=texts(doc["title"]),
                           trace_file=doc.get("trace", "trace.jsonl"),
                           runs={side: doc[side]["run"] for side in SIDES},
@@ -225,15 +242,22 @@ def summarize(frames: list[Frame], events: list[E.Event]) -> Summary:
 
 
 def find_keyframes(lesson: Lesson) -> tuple[int | None, ...]:
+    """Each step's keyframe: the first match after the previous step's keyframe; a step whose
+    event happened only earlier (another scenario than the one the lesson was written for)
+    takes its first match on a frame no other step holds, then any match. None means the
+    event never happens in this run, so the step's ``absent`` text is true."""
     out: list[int | None] = []
     prev = -1
     for step in lesson.spec.steps:
         start = prev + 1 if step.rule.get("after", True) else max(prev, 0)
         kf = next((i for i in range(start, lesson.num_frames) if _matches(lesson, i, step.rule)),
                   None)
+        if kf is None:
+            hits = [i for i in range(lesson.num_frames) if _matches(lesson, i, step.rule)]
+            kf = next((i for i in hits if i not in out), hits[0] if hits else None)
         out.append(kf)
         if kf is not None:
-            prev = kf
+            prev = max(prev, kf)
     return tuple(out)
 
 
@@ -328,10 +352,25 @@ def _event_ns(lesson: Lesson, i: int, ev: E.Event) -> SimpleNamespace:
                      prompt_blocks=math.ceil(view.prompt_len / bs))
         run = left.reservations.get(req)
         d["left_reserved"] = run[1] if run else 0
+        d["hole_between"] = _hole_between(lesson, i, req)
         table = right.block_tables.get(req, ())
         d["right_blocks"] = len(table)
         d["right_table"] = ", ".join(f"{n}→#{p}" for n, p in enumerate(table)) or "-"
     return SimpleNamespace(**d)
+
+
+def _hole_between(lesson: Lesson, i: int, req: str) -> bool:
+    """Whether the left run ``req`` held just before frame ``i`` (and no longer holds) lies
+    between two runs still alive at ``i``."""
+    if i == 0 or i >= len(lesson.left.frames):
+        return False
+    gone = lesson.left.frames[i - 1].reservations.get(req)
+    live = lesson.left.frames[i].reservations
+    if gone is None or req in live:
+        return False
+    start, length = gone
+    return (any(s + n <= start for s, n in live.values())
+            and any(s >= start + length for s, n in live.values()))
 
 
 def _side_ns(side: Side, i: int) -> SimpleNamespace:
@@ -375,10 +414,54 @@ class SafeFormatter(string.Formatter):
         return md_text(text) if isinstance(value, str) else text
 
 
+# --- facts a paragraph may depend on ----------------------------------------------------------
+
+IF_TAG = re.compile(r"^\[(if|unless) ([a-z_]+)\]\s*", re.MULTILINE)
+
+
+def _ev(ctx: dict, name: str, default=None):
+    return getattr(ctx.get("ev"), name, default)
+
+
+#: ``[if NAME]`` conditions: each reads the narration context at the step's keyframe.
+CONDITIONS = {
+    # the step's request holds a reservation on the left / blocks on the right at the keyframe
+    "left_admitted": lambda ctx: _ev(ctx, "left_reserved", 0) > 0,
+    "right_admitted": lambda ctx: _ev(ctx, "right_blocks", 0) > 0,
+    # the left run released at the keyframe lay between two runs still alive
+    "hole_between": lambda ctx: bool(_ev(ctx, "hole_between", False)),
+    "fewer_steps": lambda ctx: ctx["R"].steps < ctx["L"].steps,
+    "same_steps": lambda ctx: ctx["R"].steps == ctx["L"].steps,
+    "more_steps": lambda ctx: ctx["R"].steps > ctx["L"].steps,
+    "more_concurrent": lambda ctx: ctx["R"].max_running > ctx["L"].max_running,
+}
+
+
+def _keep_true_paragraphs(text: str, ctx: dict) -> str:
+    """Drop each paragraph whose ``[if NAME]`` is false (or ``[unless NAME]`` true)."""
+    out = []
+    for para in text.split("\n\n"):
+        m = IF_TAG.match(para)
+        if m:
+            holds = CONDITIONS[m.group(2)](ctx)
+            if holds != (m.group(1) == "if"):
+                continue
+            para = para[m.end():]
+        out.append(para)
+    return "\n\n".join(out)
+
+
 def render_step(lesson: Lesson, k: int, lang: str) -> RenderedStep:
+    """Step ``k``'s narration filled from its keyframe. A step the trace never shows says so
+    (its ``absent`` text) and claims nothing of it."""
     step = lesson.spec.steps[k]
+    if lesson.keyframes and lesson.keyframes[k] is None:
+        absent = step.absent[lang] if step.absent else load_text("captions")[lang]["step_absent"]
+        return RenderedStep(k + 1, step.title[lang], _unwrap(absent, lang))
     fmt = SafeFormatter()
-    text = fmt.vformat(_unwrap(step.narration[lang], lang), (), narration_context(lesson, k))
+    ctx = narration_context(lesson, k)
+    text = _keep_true_paragraphs(_unwrap(step.narration[lang], lang), ctx)
+    text = fmt.vformat(text, (), ctx)
     return RenderedStep(k + 1, step.title[lang], text, tuple(fmt.missing))
 
 

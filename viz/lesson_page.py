@@ -20,7 +20,7 @@ from typing import Callable
 import streamlit as st
 
 from engine import trace as T
-from viz import export, html, player, safe, ui_text
+from viz import export, html, player, safe, standalone, ui_text
 from viz.lesson import (LESSONS_DIR, Lesson, LessonError, available, build, file_digest,
                         load_spec, trace_path)
 from viz.controls import choice_buttons
@@ -184,6 +184,7 @@ def render(lang: str = "en") -> None:
     st.fragment(safe.boundary(failed)(_stepping_view), run_every=0.75 if refresh else None)(
         View(lesson, lang, refresh), t)
     if refresh is None:
+        safe.boundary(failed)(_html_download)(lesson, lang)
         safe.boundary(failed)(_figure_downloads)(lesson, lang, t)
 
 
@@ -396,6 +397,27 @@ def _stepping_view(view: View, t: dict) -> None:
     present = st.query_params.get("present") == "1"
     player.mount(data, start, present, follow_end=follow)
     _sync_url(lesson.spec.name)
+
+
+def _html_download(lesson: Lesson, lang: str) -> None:
+    """The trace on screen (recorded, uploaded or a finished live run) as one offline HTML
+    file with the same player; drawn only when the button is clicked."""
+    t = ui_text.load("standalone")[lang]
+
+    def page() -> bytes:
+        drawn = ({lg: _cached_payload(lesson, lesson.key, lg) for lg in standalone.LANGS}
+                 if lesson.key else None)
+        return standalone.page(lesson, payloads=drawn).encode("utf-8")
+    name = lesson.spec.name if lesson.source in ("lesson", "live") else Path(
+        lesson.source).stem or lesson.spec.name
+    st.download_button(t["download"], data=page, file_name=f"{safe_file_stem(name)}.html",
+                       mime="text/html", on_click="ignore", key="pk_html_download",
+                       icon=":material/download:", help=t["download_help"])
+
+
+def safe_file_stem(name: str) -> str:
+    """A download's file name from a hostile upload name: letters, digits, ``-_.`` only."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")[:60] or "lesson"
 
 
 def _figure_downloads(lesson: Lesson, lang: str, t: dict) -> None:

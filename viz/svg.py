@@ -153,10 +153,22 @@ def _names(frame: Frame, layout: GridLayout) -> str:
     for slot, text, owner in label_starts(frame):
         col, row = layout.xy(slot)
         colour = cell_ink(frame.cells[slot], frame.requests[owner].order)
-        size = 9 if len(text) > 2 else 10
-        out.append(f"<text x='{_x(col) + (CELL - GAP) / 2}' y='{_y(row) + 13}' "
-                   f"font-size='{size}' font-weight='700' text-anchor='middle' fill='{colour}' "
-                   f"pointer-events='none'>{escape(text)}</text>")
+        head = (f"y='{_y(row) + 13}' font-weight='700' fill='{colour}' pointer-events='none'")
+        if len(text) <= 2:
+            out.append(f"<text x='{_x(col) + (CELL - GAP) / 2}' {head} font-size='10' "
+                       f"text-anchor='middle'>{escape(text)}</text>")
+            continue
+        # A longer name (ids of up to 4 characters, plus a block index) is shown whole: it
+        # starts at its first cell and runs over the owner's next cells in the row; with no
+        # such room it is narrowed to fit its one cell.
+        span = (frame.run.block_size if frame.run.allocator == PAGED
+                else frame.reservations[owner][1])
+        room = max(1, min(span, layout.cols - col)) * CELL - GAP - 3
+        size = max(6.0, min(9.0, room / (0.62 * len(text))))
+        fit = (f" textLength='{room}' lengthAdjust='spacingAndGlyphs'"
+               if 0.62 * size * len(text) > room else "")
+        out.append(f"<text x='{_x(col) + 1.5}' {head} font-size='{size:.1f}'{fit}>"
+                   f"{escape(text)}</text>")
     return "".join(out)
 
 
