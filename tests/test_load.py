@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from viz.lesson_page import MAX_UPLOAD_MB
-from viz.serve import CHROMIUM, launch_chromium, running_app, wait_idle
+from viz.serve import CHROMIUM, running_app, wait_idle
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
