@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from engine import trace as T
 from viz.lesson_page import MAX_UPLOAD_MB
 from viz.serve import CHROMIUM, running_app, wait_idle
 
@@ -60,12 +61,21 @@ class MaxTrace:
                                 stderr=subprocess.DEVNULL)
 
     def path(self) -> Path:
+        """The recording, once it is both under the byte cap and within the reader's drawing
+        budget (engine.trace_check.Limits: frames x arena slots): the largest trace the app
+        accepts, not one it refuses in a line."""
         while True:
             assert self.proc.wait(timeout=120) == 0
             size = self.out.stat().st_size
-            if size <= self.cap:
-                return self.out
-            self.requests = int(self.requests * self.cap / size * 0.97)
+            if size > self.cap:
+                self.requests = int(self.requests * self.cap / size * 0.97)
+            else:
+                try:
+                    T.read(self.out)
+                    return self.out
+                except T.TraceError as e:
+                    assert "too large to draw" in str(e), e
+                    self.requests = int(self.requests * 0.8)
             self.proc = self._record()
 
 
