@@ -13,7 +13,6 @@ import zmq
 
 from engine import kv_events as K
 
-
 # --- vLLM's documented schema, written independently of engine.kv_events ------------------------
 
 class VBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
