@@ -48,6 +48,8 @@ PAGES: list[PageSpec] = [
              ":material/bar_chart:", "paper"),
     PageSpec("viz.block_size_page", "block_size",
              ":material/grid_on:", "block-size"),
+    PageSpec("viz.watch_page", "watch",
+             ":material/sensors:", "watch"),
 ]
 
 
