@@ -55,6 +55,7 @@ class Subscriber:
         self.state = state if state is not None else WatchState()
         self.connected = False
         self.disconnects = 0
+        self._rejoined = False     # reconnected since the last batch: maybe a new server process
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -100,6 +101,7 @@ class Subscriber:
         while monitor.poll(0):
             ev = recv_monitor_message(monitor)["event"]
             if ev == zmq.EVENT_CONNECTED:
+                self._rejoined = self.disconnects > 0
                 self.connected = True
             elif ev == zmq.EVENT_DISCONNECTED:
                 self.connected = False
@@ -125,6 +127,10 @@ class Subscriber:
             st.malformed(f"seq {seq}: {e}")
             return
         kind = st.classify(seq)
+        if self._rejoined:
+            self._rejoined = False
+            if kind == "ok" and self._new_process(ctx):
+                kind = "restart"
         if kind == "restart":
             st.restart()
             if seq > 0:  # joined the new process late: ask for its first batches
@@ -133,22 +139,36 @@ class Subscriber:
             self._fill_gap(ctx, st.last_seq + 1, seq)
         st.apply(seq, batch, frames[2])
 
+    def _new_process(self, ctx: zmq.Context | None) -> bool:
+        """After a reconnect a seq of exactly last + 1 is ambiguous (the old process going on, or
+        a new one whose first batches we missed). Ask the replay socket for the last batch we
+        folded: the same bytes mean the same process. No replay socket: assume the same."""
+        st = self.state
+        if ctx is None or self.replay_url is None or st.last_seq is None or not st.ring:
+            return False
+        last, payload = st.ring[-1]
+        got, answered = self._replay(ctx, last, last + 1)
+        return answered and got != [(last, payload)]
+
     def _fill_gap(self, ctx: zmq.Context | None, start: int, upto: int) -> None:
         got = 0
         if ctx is not None and self.replay_url is not None and upto - start <= \
                 self.config.max_replay:
-            for seq, payload in self._replay(ctx, start, upto):
+            for seq, payload in self._replay(ctx, start, upto)[0]:
                 if self.state.feed(seq, payload, replayed=True):
                     got += 1
         missed = (upto - start) - got
         if missed > 0:
             self.state.mark_gap(missed)
 
-    def _replay(self, ctx: zmq.Context, start: int, upto: int) -> list[tuple[int, bytes]]:
-        """Batches ``start <= seq < upto`` from the replay socket, in order; whatever arrives
-        within the timeout (a fresh DEALER each time: no stale replies can leak across)."""
+    def _replay(self, ctx: zmq.Context, start: int,
+                upto: int) -> tuple[list[tuple[int, bytes]], bool]:
+        """Batches ``start <= seq < upto`` from the replay socket, in order, whatever arrives
+        within the timeout (a fresh DEALER each time: no stale replies can leak across); and
+        whether the socket answered at all."""
         assert self.replay_url is not None
         out: list[tuple[int, bytes]] = []
+        answered = False
         dealer = ctx.socket(zmq.DEALER)
         try:
             dealer.setsockopt(zmq.LINGER, 0)
@@ -162,6 +182,7 @@ class Subscriber:
                 if left <= 0 or not dealer.poll(int(left * 1000)):
                     break
                 frames = dealer.recv_multipart()
+                answered = True
                 if len(frames) != 3 or len(frames[1]) != 8 or frames[1] == END_SEQ:
                     break
                 seq = int.from_bytes(frames[1], "big")
@@ -174,4 +195,4 @@ class Subscriber:
             pass  # no replay socket reachable: the gap is marked
         finally:
             dealer.close(linger=0)
-        return out
+        return out, answered
