@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
 
 import msgspec
 import pytest
 import zmq
 
+from engine import events as E
 from engine import kv_events as K
 
 # --- vLLM's documented schema, written independently of engine.kv_events ------------------------
@@ -228,3 +231,58 @@ def test_decoder_accepts_newer_vllm_and_rejects_hostile():
                 msgspec.msgpack.encode([1.0, [["BlockStored", [1], None, [1], 0, None, None]]])]:
         with pytest.raises(K.MalformedBatch):
             K.decode_batch(bad)
+
+
+# --- the engine hook, through our real EventBus ---------------------------------------------------
+# STAND-INS again: Event subclasses shaped like the prefix cache's, emitted by the real bus.
+
+@dataclass(frozen=True)
+class BusStored(E.Event):
+    kind: ClassVar[str] = "block_stored"
+    block_hash: int
+    parent_block_hash: int | None
+    token_ids: tuple[int, ...]
+    block_size: int
+    physical: int
+
+
+@dataclass(frozen=True)
+class BusEvicted(E.Event):
+    kind: ClassVar[str] = "block_evicted"
+    block_hash: int
+    physical: int
+
+
+class ListPublisher:
+    def __init__(self) -> None:
+        self.batches: list[list] = []
+
+    def publish(self, events) -> None:
+        self.batches.append(list(events))
+
+
+def test_translator_batches_bus_events_per_step():
+    bus, pub = E.EventBus(), ListPublisher()
+    bus.subscribe(K.EngineEventTranslator(pub))  # type: ignore[arg-type]
+    bus.emit(E.Admitted, req="0", num_tokens=8)
+    bus.emit(BusStored, block_hash=-5, parent_block_hash=None, token_ids=(1, 2), block_size=2,
+             physical=4)
+    bus.emit(E.StepEnd, num_running=1, num_waiting=0)
+    bus.step = 1
+    bus.emit(BusEvicted, block_hash=-5, physical=4)
+    bus.emit(E.StepEnd, num_running=0, num_waiting=0)
+    h = (1 << 64) - 5
+    assert pub.batches == [[K.BlockStored([h], None, [1, 2], 2, None, "GPU")],
+                           [K.BlockRemoved([h], "GPU")]]
+
+
+@pytest.mark.parametrize("cmd", ["generate", "record"])
+def test_cli_refuses_a_remote_address_in_one_line(cmd, capsys, tmp_path):
+    from engine.cli import main
+    args = ["generate", "hi"] if cmd == "generate" else \
+        ["record", "--scenario", str(tmp_path / "none.toml"), "--out", str(tmp_path / "t.jsonl")]
+    if cmd == "record":  # the scenario is checked first; give it one that parses
+        args[2] = str(next((Path(__file__).parent.parent / "lessons").glob("*/scenario.toml")))
+    assert main([*args, "--kv-events", "tcp://0.0.0.0:5557"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "not loopback" in err[0]
