@@ -48,10 +48,12 @@ def test_prefix_tree_of_a_shared_system_prompt():
     assert big.hit_tokens == len(prompts[2])
     assert big.preview == tuple(SYSTEM[:BS])
     assert (lonely.num_blocks, lonely.depth, lonely.leaves, lonely.shared) == (3, 3, 1, 0)
-    # the tree nodes name parents that exist, and the root's value counts its whole chain
+    # the tree nodes name parents that exist, one node per held block, labelled by its tokens
     ids = {n[0] for n in snap.nodes}
+    assert len(ids) == len(snap.nodes) == snap.num_blocks
     assert all(p == "" or p in ids for _, p, _ in snap.nodes)
-    assert max(n[2] for n in snap.nodes) == 6
+    assert sum(p == "" for _, p, _ in snap.nodes) == 2
+    assert " ".join(map(str, SYSTEM[:BS])) in {n[2] for n in snap.nodes}
     # evicting request 2's leaf shortens the longest hit-ready prefix; clearing empties all
     leaf = request_blocks(prompts[2], 2).block_hashes[-1]
     state.feed(4, payload([K.BlockRemoved([leaf], "GPU")]))

@@ -67,7 +67,7 @@ class Snapshot:
     """What the page draws: counters, chains (largest first), rates per second."""
     num_blocks: int
     chains: list[Chain]
-    nodes: list[tuple[str, str, int]]      # (id, parent id or "", subtree blocks) for a tree plot
+    nodes: list[tuple[str, str, str]]      # (id, parent id or "", first token ids) for a plot
     rates: list[tuple[int, int, int]]      # (unix second, stored, removed)
     counters: dict[str, int]
     last_error: str
@@ -291,7 +291,7 @@ def fold(messages: Iterable[tuple[int, bytes]], upto: int | None = None) -> Watc
 
 
 def _chains(blocks: dict[Hash, Block], top: int,
-            max_nodes: int) -> tuple[list[Chain], list[tuple[str, str, int]]]:
+            max_nodes: int) -> tuple[list[Chain], list[tuple[str, str, str]]]:
     children: dict[Hash, list[Hash]] = {}
     roots = []
     for h, b in blocks.items():
@@ -304,13 +304,13 @@ def _chains(blocks: dict[Hash, Block], top: int,
     for r in roots:
         chains.append(_chain(r, blocks, children, sizes))
     chains.sort(key=lambda c: (-c.num_blocks, -c.depth, short_hash(c.root)))
-    nodes: list[tuple[str, str, int]] = []
+    nodes: list[tuple[str, str, str]] = []
     for c in chains[:top]:
         stack: list[tuple[Hash, str]] = [(c.root, "")]
         while stack and len(nodes) < max_nodes:
             h, parent_id = stack.pop()
             nid = short_hash(h)
-            nodes.append((nid, parent_id, sizes.get(h, 1)))
+            nodes.append((nid, parent_id, " ".join(str(t) for t in blocks[h].preview)))
             stack.extend((k, nid) for k in children.get(h, ()))
     return chains[:top], nodes
 

@@ -168,14 +168,15 @@ def _view(snap: Snapshot, t: dict) -> None:
 
 
 def _tree(snap: Snapshot, t: dict) -> go.Figure:
-    """The prefix tree: each box a held block, nested under its parent; width = blocks below."""
+    """The prefix tree: each box a held block, under its parent, as wide as the blocks below it;
+    labelled with its first token ids (what the events carry)."""
     ids = [n[0] for n in snap.nodes]
-    fig = go.Figure(go.Icicle(ids=ids, labels=[i[:6] for i in ids],
-                              parents=[n[1] for n in snap.nodes],
-                              values=[n[2] for n in snap.nodes], branchvalues="total",
+    fig = go.Figure(go.Icicle(ids=ids, parents=[n[1] for n in snap.nodes],
+                              labels=[safe.plotly_text(n[2]) or "·" for n in snap.nodes],
+                              values=[1] * len(ids), branchvalues="remainder",
                               hovertemplate=t["tree_hover"] + "<extra></extra>",
-                              tiling={"orientation": "v"}))
-    fig.update_layout(title=t["tree_title"], height=360, margin={"t": 40, "l": 0, "r": 0, "b": 0})
+                              tiling={"orientation": "v"}, maxdepth=8))
+    fig.update_layout(title=t["tree_title"], height=380, margin={"t": 40, "l": 0, "r": 0, "b": 0})
     return fig
 
 
