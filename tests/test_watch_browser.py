@@ -66,6 +66,19 @@ def until(cond, timeout: float = 20.0, tick=None) -> None:
     raise AssertionError("the page never showed it")
 
 
+def settled(page, key: str, timeout: float = 20.0) -> int:
+    """A metric once it has stopped moving (the view redraws every second; probes in flight
+    may still land)."""
+    last, end = metric(page, key), time.monotonic() + timeout
+    while time.monotonic() < end:
+        time.sleep(2.2)
+        now = metric(page, key)
+        if now == last and now is not None:
+            return now
+        last = now
+    raise AssertionError(f"{key} never settled")
+
+
 def test_watch_page_in_a_browser(own_app, browser):
     app, pid = own_app
     port, _ = free_ports()
@@ -87,7 +100,7 @@ def test_watch_page_in_a_browser(own_app, browser):
         assert metric(page, "m_chains") == 1
         page.get_by_text(T["chains_title"]).first.wait_for(timeout=10_000)
         page.locator(".js-plotly-plot").first.wait_for(timeout=20_000)
-        page.wait_for_timeout(1500)
+        page.wait_for_timeout(2500)
         page.screenshot(path=str(ARTIFACTS / "watch-shared-chain.png"), full_page=True)
         # killed: the view keeps its blocks; restarted: the new process's cache replaces it
         pub.close()
@@ -112,8 +125,7 @@ def test_watch_page_in_a_browser(own_app, browser):
             bad.bind(url)
             until(lambda: (metric(page, "m_malformed") or 0) > 0, 30,
                   tick=lambda: bad.send_multipart([b"", b"probe"]))
-            time.sleep(1.2)
-            base = metric(page, "m_malformed") or 0
+            base = settled(page, "m_malformed")
             for i in range(1000):
                 bad.send_multipart([b"", K.seq_bytes(i), b"\xc1" * (i % 7 + 1)])
             until(lambda: metric(page, "m_malformed") == base + 1000, 30)
@@ -124,7 +136,7 @@ def test_watch_page_in_a_browser(own_app, browser):
         pub = K.KVEventPublisher(url)
         until(lambda: metric(page, "m_blocks") == 0, 30,
               tick=lambda: pub.publish([K.AllBlocksCleared()]))
-        removed0 = metric(page, "m_removed") or 0
+        removed0 = settled(page, "m_removed")
         rss0 = rss_kib(pid)
         for b in range(1000):
             hs = [b * 100 + i for i in range(50)]

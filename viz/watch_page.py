@@ -175,8 +175,10 @@ def _tree(snap: Snapshot, t: dict) -> go.Figure:
                               labels=[safe.plotly_text(n[2]) or "·" for n in snap.nodes],
                               values=[1] * len(ids), branchvalues="remainder",
                               hovertemplate=t["tree_hover"] + "<extra></extra>",
-                              tiling={"orientation": "v"}, maxdepth=8))
-    fig.update_layout(title=t["tree_title"], height=380, margin={"t": 40, "l": 0, "r": 0, "b": 0})
+                              tiling={"orientation": "h"}, maxdepth=12))
+    # left to right is the prompt's own order; no animation: the view redraws every second
+    fig.update_layout(title=t["tree_title"], height=380, margin={"t": 40, "l": 0, "r": 0, "b": 0},
+                      transition={"duration": 0}, uirevision="kv-tree")
     return fig
 
 
