@@ -170,10 +170,13 @@ def _view(snap: Snapshot, t: dict) -> None:
 def _tree(snap: Snapshot, t: dict) -> go.Figure:
     """The prefix tree: each box a held block, under its parent, as wide as the blocks below it;
     labelled with its first token ids (what the events carry)."""
-    ids = [n[0] for n in snap.nodes]
-    fig = go.Figure(go.Icicle(ids=ids, parents=[n[1] for n in snap.nodes],
-                              labels=[safe.plotly_text(n[2]) or "·" for n in snap.nodes],
-                              values=[1] * len(ids), branchvalues="remainder",
+    # one synthetic root above the chains: plotly draws a lone root transparent
+    ids = ["cache"] + [n[0] for n in snap.nodes]
+    parents = [""] + [n[1] or "cache" for n in snap.nodes]
+    labels = [t["tree_root"]] + [safe.plotly_text(n[2]) or "·" for n in snap.nodes]
+    fig = go.Figure(go.Icicle(ids=ids, parents=parents, labels=labels,
+                              values=[0] + [1] * len(snap.nodes), branchvalues="remainder",
+                              root_color="#9e9e9e",
                               hovertemplate=t["tree_hover"] + "<extra></extra>",
                               tiling={"orientation": "h"}, maxdepth=12))
     # left to right is the prompt's own order; no animation: the view redraws every second
