@@ -5,7 +5,8 @@ starve the stop flag), zmq drops any message over ``MAX_MESSAGE_BYTES`` unread a
 queue is capped at ``rcvhwm``: memory stays bounded whatever the server sends. When sequence
 numbers jump, it asks the replay socket for the missing batches (a DEALER, which reads the whole
 reply stream) and marks a gap for whatever the replay could not give. A server that goes away is
-reconnected to by zmq itself; a restarted one (its seq goes back) resets the view.
+reconnected to by zmq itself; a restarted one (its seq goes back) resets the view. Joining a
+running server, it asks the replay socket for the batches before the first one it sees.
 
 No torch, no Streamlit.
 """
@@ -137,6 +138,8 @@ class Subscriber:
                 self._fill_gap(ctx, 0, seq)
         elif kind == "gap" and st.last_seq is not None:
             self._fill_gap(ctx, st.last_seq + 1, seq)
+        elif st.last_seq is None and seq > 0:  # joined a running server: ask for its past
+            self._fill_gap(ctx, 0, seq)
         st.apply(seq, batch, frames[2])
 
     def _new_process(self, ctx: zmq.Context | None) -> bool:
