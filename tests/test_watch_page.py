@@ -192,3 +192,21 @@ def test_a_foreign_recording_is_one_error_line():
         ("x.jsonl", b'{"format": "paged-kv-trace"}\n', "application/jsonl")).run()
     assert not at.exception
     assert len(at.error) == 1 and "not a KV-event recording" in at.error[0].value
+
+
+def test_a_gone_sessions_subscriber_is_stopped_on_the_next_connect(monkeypatch):
+    from viz import watch_page
+    from viz.kv_subscriber import Subscriber, SubscriberConfig
+    port, _ = free_ports()
+    gone = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}")).start()
+    here = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}")).start()
+    monkeypatch.setattr(watch_page, "_LIVE", [("gone", gone), ("here", here)])
+    monkeypatch.setattr(watch_page, "session_alive", lambda sid: sid != "gone")
+    try:
+        with watch_page._LIVE_LOCK:
+            watch_page._prune()
+        assert watch_page._LIVE == [("here", here)]
+        assert not gone.alive and here.alive
+    finally:
+        gone.stop()
+        here.stop()

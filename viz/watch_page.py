@@ -29,11 +29,12 @@ from viz.kv_watch import (
     read_recording,
     short_hash,
 )
+from viz.live_registry import session_alive, session_id
 
 TEXT = ui_text.load("watch_page")  # viz/text/watch_page.toml
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
 MAX_SUBSCRIBERS = 8        # live subscriber threads in this app process, all sessions together
-_LIVE: list[Subscriber] = []
+_LIVE: list[tuple[str, Subscriber]] = []    # (session id, its subscriber)
 _LIVE_LOCK = threading.Lock()
 
 
@@ -84,20 +85,32 @@ def _connect(addr: str, topic: str, remote: bool, t: dict) -> Subscriber | None:
         st.error(safe.md_text(e))
         return None
     with _LIVE_LOCK:
-        _LIVE[:] = [s for s in _LIVE if s.alive]
+        _prune()
         if len(_LIVE) >= MAX_SUBSCRIBERS:
             st.error(t["too_many"].format(n=MAX_SUBSCRIBERS))
             return None
-        _LIVE.append(sub.start())
+        _LIVE.append((session_id(), sub.start()))
     ss.kvw_sub = sub
     return sub
+
+
+def _prune() -> None:
+    """Stop the subscribers of sessions that have gone (a closed tab never says goodbye).
+    Called with ``_LIVE_LOCK`` held, on every connect: a gone session's thread lives, bounded,
+    until the next one."""
+    keep = []
+    for sid, sub in _LIVE:
+        if sub.alive and session_alive(sid):
+            keep.append((sid, sub))
+        else:
+            sub.stop()
+    _LIVE[:] = keep
 
 
 def _drop(sub: Subscriber) -> None:
     sub.stop()
     with _LIVE_LOCK:
-        if sub in _LIVE:
-            _LIVE.remove(sub)
+        _LIVE[:] = [(sid, s) for sid, s in _LIVE if s is not sub]
 
 
 def _live_view(sub: Subscriber, t: dict) -> None:
