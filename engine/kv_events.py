@@ -24,6 +24,7 @@ Pure Python plus pyzmq and msgspec: no torch (the viewer imports the decoder).
 """
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import queue
 import re
@@ -284,12 +285,14 @@ class KVEventPublisher:
 # --- the engine hook: our prefix-cache events -> vLLM's ----------------------------------------
 
 def wire_hash(h: Any) -> int | bytes:
-    """Our block hash as vLLM sends it: an int in msgpack's range (uint64), or bytes."""
+    """Our block hash as vLLM sends it: an int in msgpack's range (uint64), or bytes. Any other
+    hash object (a tuple, a string) becomes a stable 64-bit digest of its repr: a publisher must
+    never stop the engine over a hash's type."""
     if isinstance(h, bytes):
         return h
     if isinstance(h, int):
         return h % (1 << 64)
-    raise TypeError(f"block hash of type {type(h).__name__}")
+    return int.from_bytes(hashlib.blake2b(repr(h).encode(), digest_size=8).digest(), "big")
 
 
 class EngineEventTranslator:

@@ -198,6 +198,8 @@ def test_replay_after_forced_gap(pub):
         assert [b.events[0].block_hashes for _, b in replayed] == [[i] for i in range(1, 6)]
         assert replayed[-1][1].events == dec.decode(got[5][2]).events
         assert K.wire_hash(-1) == (1 << 64) - 1
+        assert K.wire_hash((1, 2)) == K.wire_hash((1, 2)) != K.wire_hash((2, 1))
+        assert 0 <= K.wire_hash("abc") < 1 << 64
     finally:
         ctx.destroy(linger=0)
 

@@ -15,6 +15,7 @@ from engine import kv_events as K
 from tests.test_kv_events import FakeStepEnd, FakeStored, free_ports
 from tests.test_watch_page import shared_prompt_workload
 from viz import ui_text
+from viz.kv_watch import fold, read_recording
 from viz.serve import CHROMIUM, running_app
 
 pytestmark = [pytest.mark.browser,
@@ -102,6 +103,11 @@ def test_watch_page_in_a_browser(own_app, browser):
         page.locator(".js-plotly-plot").first.wait_for(timeout=20_000)
         page.wait_for_timeout(2500)
         page.screenshot(path=str(ARTIFACTS / "watch-shared-chain.png"), full_page=True)
+        # the recording downloads as JSONL and folds back to the same cache
+        with page.expect_download(timeout=20_000) as dl:
+            page.get_by_role("button", name=T["download"]).click()
+        recorded = read_recording(Path(dl.value.path()).read_text(encoding="utf-8"))
+        assert fold(recorded).snapshot().num_blocks == 5
         # killed: the view keeps its blocks; restarted: the new process's cache replaces it
         pub.close()
         pub = None

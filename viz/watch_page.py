@@ -124,9 +124,10 @@ def _live_view(sub: Subscriber, t: dict) -> None:
     st.caption(safe.md_text(status) + "  \n" +
                t["status_counts"].format(disconnects=sub.disconnects, **snap.counters))
     _view(snap, t)
-    rec = "\n".join(sub.state.recording()) + "\n"
-    st.download_button(t["download"], rec, file_name="kv-events.jsonl", mime="application/jsonl",
-                       key="kvw_download")
+    state = sub.state  # the JSONL is built on click, not on every redraw (up to 16 MiB)
+    st.download_button(t["download"], lambda: "\n".join(state.recording()) + "\n",
+                       file_name="kv-events.jsonl", mime="application/jsonl",
+                       key="kvw_download", on_click="ignore")
 
 
 # --- recording --------------------------------------------------------------------------------
