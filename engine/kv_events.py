@@ -16,9 +16,10 @@ The wire format (read from vLLM's ``vllm/distributed/kv_events.py`` and its
   ``[b"", -1 (8 bytes, signed), b""]``. A REQ socket strips the empty delimiter but reads only the
   first reply of a stream; a DEALER (which sends ``[b"", seq]``) reads them all.
 
-Newer vLLM versions append fields (``lora_name``, ``extra_keys``, ``group_idx``...) and may send
-block hashes as bytes; the decoder here accepts both (array-like structs ignore extra trailing
-elements), with every length bounded because whatever comes off a socket is hostile.
+Newer vLLM versions append fields (``lora_name``, ``extra_keys``, ``group_idx``...), may send
+block hashes as bytes, and (from its PR #42892) send each event as a map with a ``"type"`` key
+instead of an array; the decoder here accepts all of these, with every length bounded because
+whatever comes off a socket is hostile. We publish the array form of the documented subscriber.
 
 Pure Python plus pyzmq and msgspec: no torch (the viewer imports the decoder).
 """
@@ -120,11 +121,70 @@ class InBatch(msgspec.Struct, array_like=True, gc=False):
     data_parallel_rank: int | None = None
 
 
+# Newer vLLM (its PR #42892) sends each event as a map with a "type" key and named fields; the
+# batch may stay an array or become a map. msgspec cannot mix array- and map-shaped structs in one
+# union, so these decode as a second and third try, then become the In* structs above.
+
+class _InMap(msgspec.Struct, gc=False, tag=True, tag_field="type"):
+    pass
+
+
+class _MapStored(_InMap, tag="BlockStored"):
+    block_hashes: _Hashes
+    parent_block_hash: _Hash | None
+    token_ids: _Tokens
+    block_size: Annotated[int, msgspec.Meta(ge=1, le=MAX_TOKENS)]
+    lora_id: int | None = None
+    medium: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+
+
+class _MapRemoved(_InMap, tag="BlockRemoved"):
+    block_hashes: _Hashes
+    medium: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+
+
+class _MapCleared(_InMap, tag="AllBlocksCleared"):
+    pass
+
+
+_MapEvents = Annotated[list[_MapStored | _MapRemoved | _MapCleared],
+                       msgspec.Meta(max_length=MAX_EVENTS)]
+
+
+class _BatchOfMaps(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: _MapEvents
+    data_parallel_rank: int | None = None
+
+
+class _MapBatch(msgspec.Struct, gc=False):
+    ts: float
+    events: _MapEvents
+    data_parallel_rank: int | None = None
+
+
 class MalformedBatch(ValueError):
     """A message off the wire is not a valid KV-event batch (one line saying why)."""
 
 
 _DECODER = msgspec.msgpack.Decoder(InBatch)
+_MAP_DECODERS = (msgspec.msgpack.Decoder(_BatchOfMaps), msgspec.msgpack.Decoder(_MapBatch))
+_FROM_MAP: dict[type, type] = {_MapStored: InStored, _MapRemoved: InRemoved,
+                               _MapCleared: InCleared}
+
+
+def _decode(payload: bytes) -> InBatch:
+    try:
+        return _DECODER.decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as first:
+        for dec in _MAP_DECODERS:
+            try:
+                b = dec.decode(payload)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            return InBatch(b.ts, [_FROM_MAP[type(e)](*msgspec.structs.astuple(e))
+                                  for e in b.events], b.data_parallel_rank)
+        raise first
 
 
 def decode_batch(payload: bytes) -> InBatch:
@@ -132,7 +192,7 @@ def decode_batch(payload: bytes) -> InBatch:
     if len(payload) > MAX_MESSAGE_BYTES:
         raise MalformedBatch(f"batch of {len(payload)} bytes exceeds {MAX_MESSAGE_BYTES}")
     try:
-        batch = _DECODER.decode(payload)
+        batch = _decode(payload)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise MalformedBatch(str(e).splitlines()[0][:200]) from None
     for ev in batch.events:

@@ -225,7 +225,19 @@ def test_decoder_accepts_newer_vllm_and_rejects_hostile():
          0])
     ev = K.decode_batch(newer).events[0]
     assert isinstance(ev, K.InStored) and ev.block_hashes == [b"\x01" * 32]
-    for bad in [b"", b"\xc1", msgspec.msgpack.encode({"ts": 1}),
+    # newer vLLM: events as maps with a "type" key (the batch an array, or a map too)
+    ev_map = {"type": "BlockStored", "block_hashes": [7], "parent_block_hash": 3,
+              "token_ids": [1, 2], "block_size": 2, "lora_id": None, "medium": "GPU",
+              "lora_name": None, "extra_keys": [None], "group_idx": 0,
+              "kv_cache_spec_kind": "full_attention"}
+    for batch in ([2.0, [ev_map, {"type": "BlockRemoved", "block_hashes": [7], "medium": None}],
+                   0],
+                  {"ts": 2.0, "events": [ev_map, {"type": "AllBlocksCleared"}]}):
+        got = K.decode_batch(msgspec.msgpack.encode(batch))
+        assert got.ts == 2.0 and got.events[0] == K.InStored([7], 3, [1, 2], 2, None, "GPU")
+        assert type(got.events[1]) in (K.InRemoved, K.InCleared)
+    for bad in [b"", b"\xc1",
+                msgspec.msgpack.encode([1.0, [dict(ev_map, token_ids=[0] * 5)]]), msgspec.msgpack.encode({"ts": 1}),
                 msgspec.msgpack.encode([1.0, [["Nope"]]]),
                 msgspec.msgpack.encode([1.0, [["BlockStored", [1], None, [0] * (K.MAX_TOKENS + 1),
                                                K.MAX_TOKENS, None, None]]]),

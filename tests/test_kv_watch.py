@@ -212,3 +212,33 @@ def test_subscriber_replays_a_gap_from_the_server():
     finally:
         pub.close()
         ctx.destroy(linger=0)
+
+
+def test_replay_with_a_topic_frame_as_newer_vllm_sends_it():
+    """Newer vLLM prefixes replay replies with the topic: [topic, seq, payload]."""
+    import threading
+    port, _ = free_ports()
+    ctx = zmq.Context()
+    try:
+        router = ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.bind(f"tcp://127.0.0.1:{port + 1}")
+        batches = {s: payload([K.BlockStored([s + 1], s or None, [s] * BS, BS, None, "GPU")])
+                   for s in range(4)}
+
+        def serve() -> None:
+            if router.poll(5000):
+                ident, _, start = router.recv_multipart()
+                for s in range(int.from_bytes(start, "big"), 4):
+                    router.send_multipart([ident, b"", b"kv-events", K.seq_bytes(s), batches[s]])
+                router.send_multipart([ident, b"", b"kv-events", K.END_SEQ, b""])
+        server = threading.Thread(target=serve)
+        server.start()
+        state = WatchState()
+        sub = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}"), state)
+        sub.on_message(ctx, [b"kv-events", K.seq_bytes(3), batches[3]])  # joined late, at 3
+        server.join(10)
+        assert state.counters["replayed"] == 3 and state.snapshot().num_blocks == 4
+        assert state.counters["gaps"] == 0
+    finally:
+        ctx.destroy(linger=0)

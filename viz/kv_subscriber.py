@@ -184,15 +184,18 @@ class Subscriber:
                 left = deadline - time.monotonic()
                 if left <= 0 or not dealer.poll(int(left * 1000)):
                     break
-                frames = dealer.recv_multipart()
+                # [b"", seq, payload], or [b"", topic, seq, payload] from newer vLLM
+                body = dealer.recv_multipart()[1:]
                 answered = True
-                if len(frames) != 3 or len(frames[1]) != 8 or frames[1] == END_SEQ:
+                if len(body) == 3:
+                    body = body[1:]
+                if len(body) != 2 or len(body[0]) != 8 or body[0] == END_SEQ:
                     break
-                seq = int.from_bytes(frames[1], "big")
+                seq = int.from_bytes(body[0], "big")
                 if seq >= upto:
                     break
                 if seq == expect:
-                    out.append((seq, frames[2]))
+                    out.append((seq, body[1]))
                     expect += 1
         except zmq.ZMQError:
             pass  # no replay socket reachable: the gap is marked
