@@ -80,6 +80,20 @@ def settled(page, key: str, timeout: float = 20.0) -> int:
     raise AssertionError(f"{key} never settled")
 
 
+def download(page) -> Path:
+    """Click the download button; the view redraws every second and may swap the button out
+    from under a click, so try a few times."""
+    from playwright.sync_api import Error as PlaywrightError
+    for _ in range(4):
+        try:
+            with page.expect_download(timeout=10_000) as dl:
+                page.get_by_role("button", name=T["download"]).click(timeout=10_000)
+            return Path(dl.value.path())
+        except PlaywrightError:
+            continue
+    raise AssertionError("the recording never downloaded")
+
+
 def test_watch_page_in_a_browser(own_app, browser):
     app, pid = own_app
     port, _ = free_ports()
@@ -104,9 +118,7 @@ def test_watch_page_in_a_browser(own_app, browser):
         page.wait_for_timeout(2500)
         page.screenshot(path=str(ARTIFACTS / "watch-shared-chain.png"), full_page=True)
         # the recording downloads as JSONL and folds back to the same cache
-        with page.expect_download(timeout=20_000) as dl:
-            page.get_by_role("button", name=T["download"]).click()
-        recorded = read_recording(Path(dl.value.path()).read_text(encoding="utf-8"))
+        recorded = read_recording(download(page).read_text(encoding="utf-8"))
         assert fold(recorded).snapshot().num_blocks == 5
         # killed: the view keeps its blocks; restarted: the new process's cache replaces it
         pub.close()
