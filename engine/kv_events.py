@@ -298,6 +298,8 @@ class KVEventPublisher:
 
     def publish(self, events: Iterable[BlockStored | BlockRemoved | AllBlocksCleared],
                 ts: float | None = None) -> None:
+        if not self._thread.is_alive():
+            raise RuntimeError("KV-event publisher is closed")
         evs = list(events)
         if evs:
             self._queue.put(EventBatch(time.time() if ts is None else ts, evs,

@@ -204,6 +204,18 @@ def test_replay_after_forced_gap(pub):
         ctx.destroy(linger=0)
 
 
+def test_a_closed_publisher_refuses_and_a_taken_port_is_one_error():
+    port, _ = free_ports()
+    p = K.KVEventPublisher(f"tcp://127.0.0.1:{port}")
+    try:
+        with pytest.raises(K.EndpointError, match="cannot bind"):
+            K.KVEventPublisher(f"tcp://127.0.0.1:{port}")
+    finally:
+        p.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        p.publish([K.AllBlocksCleared()])
+
+
 @pytest.mark.parametrize("addr", ["tcp://0.0.0.0:5557", "tcp://*:5557", "tcp://10.1.2.3:5557"])
 def test_remote_address_needs_opt_in(addr):
     with pytest.raises(K.EndpointError, match="not loopback"):
