@@ -242,3 +242,57 @@ def test_replay_with_a_topic_frame_as_newer_vllm_sends_it():
         assert state.counters["gaps"] == 0
     finally:
         ctx.destroy(linger=0)
+
+
+def collect(pub: K.KVEventPublisher, url: str, ctx: zmq.Context, events_for, n: int) -> list:
+    """Publish until a raw subscriber has caught ``n`` batches; returns their frames."""
+    raw = ctx.socket(zmq.SUB)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.setsockopt(zmq.SUBSCRIBE, b"")
+    raw.connect(url)
+    frames: list = []
+    for i in range(400):
+        pub.publish(events_for(i))
+        while raw.poll(20):
+            frames.append(raw.recv_multipart())
+        if len(frames) >= n:
+            break
+    raw.close(linger=0)
+    assert len(frames) >= n
+    return frames
+
+
+def test_a_reconnect_to_a_new_process_that_got_ahead_is_a_restart():
+    """Old process: seqs up to k. New process on the same port has sent more by the time we
+    reconnect, so its seq looks like a gap; the replay socket's different bytes for seq k show
+    it is a new process: the old blocks go, the new process's history is replayed."""
+    port, _ = free_ports()
+    url = f"tcp://127.0.0.1:{port}"
+    ctx = zmq.Context()
+    try:
+        state = WatchState()
+        sub = Subscriber(SubscriberConfig(url), state)
+        old = K.KVEventPublisher(url)
+        try:
+            for f in collect(old, url, ctx, lambda i: [K.BlockStored([10_000 + i], None, [1] * BS,
+                                                                     BS, None, "GPU")], 2)[:2]:
+                sub.on_message(ctx, f)
+        finally:
+            old.close()
+        k = state.last_seq
+        assert k is not None and state.snapshot().num_blocks == k + 1
+        new = K.KVEventPublisher(url)
+        try:
+            frames = collect(new, url, ctx, lambda i: [K.BlockStored([20_000 + i], None, [2] * BS,
+                                                                     BS, None, "GPU")], k + 4)
+            ahead = next(f for f in frames if int.from_bytes(f[1], "big") > k + 1)
+            sub._rejoined = True  # what the monitor sets on a reconnect
+            sub.on_message(ctx, ahead)
+            seq = int.from_bytes(ahead[1], "big")
+            assert state.counters["restarts"] == 1 and state.last_seq == seq
+            snap = state.snapshot()
+            assert snap.num_blocks == seq + 1 and all(c.preview == (2,) * BS for c in snap.chains)
+        finally:
+            new.close()
+    finally:
+        ctx.destroy(linger=0)

@@ -130,7 +130,7 @@ class Subscriber:
         kind = st.classify(seq)
         if self._rejoined:
             self._rejoined = False
-            if kind == "ok" and self._new_process(ctx):
+            if kind != "restart" and self._new_process(ctx):
                 kind = "restart"
         if kind == "restart":
             st.restart()
@@ -143,8 +143,8 @@ class Subscriber:
         st.apply(seq, batch, frames[2])
 
     def _new_process(self, ctx: zmq.Context | None) -> bool:
-        """After a reconnect a seq of exactly last + 1 is ambiguous (the old process going on, or
-        a new one whose first batches we missed). Ask the replay socket for the last batch we
+        """After a reconnect a seq above the last one is ambiguous (the old process going on, or
+        a new one that has sent more batches than the old one did). Ask the replay socket for the last batch we
         folded: the same bytes mean the same process. No replay socket: assume the same."""
         st = self.state
         if ctx is None or self.replay_url is None or st.last_seq is None or not st.ring:
