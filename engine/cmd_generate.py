@@ -40,6 +40,13 @@ def add_parser(sub) -> None:
     p.add_argument("--top-p", type=float, default=1.0, metavar="P")
     p.add_argument("--seed", type=int, default=None, metavar="S")
     p.add_argument("--trace", default=None, metavar="PATH", help="write the run's event trace")
+    p.add_argument("--kv-events", default=None, metavar="tcp://HOST:PORT",
+                   help="publish prefix-cache events in vLLM's KV-event format (PUB on PORT, "
+                        "replay on PORT+1); loopback unless --kv-events-allow-remote")
+    p.add_argument("--kv-events-allow-remote", action="store_true",
+                   help="allow a --kv-events address beyond this machine")
+    p.add_argument("--kv-events-hold", type=float, default=0.0, metavar="S",
+                   help="keep the KV-event sockets open S seconds after the run (for watchers)")
     p.set_defaults(run=run)
 
 
@@ -77,6 +84,17 @@ def read_prompts_file(path: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
+def check_kv_events(endpoint: str, allow_remote: bool, hold: float) -> None:
+    """The address's form and loopback rule, and a sane hold time, before the model loads."""
+    from engine.kv_events import EndpointError, parse_endpoint  # pyzmq stays off other commands
+    try:
+        parse_endpoint(endpoint, allow_remote)
+    except EndpointError as e:
+        raise InvalidRequestError(str(e)) from None
+    if not 0 <= hold <= 3600:
+        raise InvalidRequestError(f"--kv-events-hold must be 0..3600 seconds, not {hold}")
+
+
 def run(args) -> int:
     prompts = list(args.prompts)
     if args.prompts_file:
@@ -92,14 +110,22 @@ def run(args) -> int:
                max_num_seqs=args.max_num_seqs, allocator=args.allocator)
     if args.trace is not None:
         check_output_path(args.trace, "--trace")
+    if args.kv_events is not None:
+        check_kv_events(args.kv_events, args.kv_events_allow_remote, args.kv_events_hold)
     from engine.llm import LLM  # torch and transformers load only once the input is sane
     llm = LLM(args.model, device=args.device, dtype=args.dtype, num_blocks=args.num_blocks,
               kv_budget_mb=args.kv_budget_mb, block_size=args.block_size,
               max_model_len=args.max_model_len, allocator=args.allocator,
-              attention=args.attention, max_num_seqs=args.max_num_seqs, trace=args.trace)
+              attention=args.attention, max_num_seqs=args.max_num_seqs, trace=args.trace,
+              kv_events=args.kv_events, kv_events_allow_remote=args.kv_events_allow_remote)
     t0 = time.perf_counter()
-    outputs = llm.generate(prompts, params, chat=args.chat)
-    elapsed = time.perf_counter() - t0
+    try:
+        outputs = llm.generate(prompts, params, chat=args.chat)
+        elapsed = time.perf_counter() - t0
+        if llm.kv_publisher is not None and args.kv_events_hold > 0:
+            time.sleep(args.kv_events_hold)
+    finally:
+        llm.close()
     num_tokens = sum(len(o.token_ids) for o in outputs)
     summary = {"num_requests": len(outputs), "num_generated_tokens": num_tokens,
                "num_preemptions": llm.num_preemptions, "elapsed_s": round(elapsed, 3),

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine import events as E
+from engine import kv_events as KV
 from engine.allocators import check_allocator
 from engine.arena import KVArena, blocks_for_budget, bytes_per_block, check_fits
 from engine.core import EngineConfig, EngineCore, build_core
@@ -47,9 +48,15 @@ class LLM:
                  attention: str = "auto", max_num_seqs: int = 256,
                  max_num_batched_tokens: int | None = None,
                  trace: str | os.PathLike | Callable[[E.Event], None] | None = None,
-                 progress: bool = True) -> None:
+                 progress: bool = True, kv_events: str | None = None,
+                 kv_events_allow_remote: bool = False) -> None:
         # Cheap checks first: a typo should not cost a model load.
         check_allocator(allocator)
+        if kv_events is not None:
+            try:
+                KV.parse_endpoint(kv_events, kv_events_allow_remote)
+            except KV.EndpointError as e:
+                raise InvalidConfigError(str(e)) from None
         args = EngineArgs(num_blocks=num_blocks, kv_budget_mb=kv_budget_mb, block_size=block_size,
                           max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens, allocator=allocator)
@@ -70,6 +77,14 @@ class LLM:
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         self.trace = trace
         self.num_preemptions = 0
+        self.kv_publisher = None if kv_events is None else _publisher(kv_events,
+                                                                      kv_events_allow_remote)
+
+    def close(self) -> None:
+        """Send what the KV-event publisher still queues and close its sockets."""
+        if self.kv_publisher is not None:
+            self.kv_publisher.close()
+            self.kv_publisher = None
 
     @property
     def tokenizer(self):
@@ -100,6 +115,9 @@ class LLM:
         reqs = [core.add_request(Request(str(i), t, p))
                 for i, (t, p) in enumerate(zip(ids, plist, strict=True))]
         writer = self._attach_trace(core)
+        if self.kv_publisher is not None:  # a fresh allocator: the cache starts empty
+            self.kv_publisher.publish([KV.AllBlocksCleared()])
+            core.bus.subscribe(KV.EngineEventTranslator(self.kv_publisher))
         try:
             core.run_to_completion()
         except BaseException:
@@ -162,3 +180,10 @@ class LLM:
                                      f"{e.strerror or type(e).__name__}") from None
         core.bus.subscribe(writer.sink(name))
         return writer
+
+
+def _publisher(endpoint: str, allow_remote: bool) -> KV.KVEventPublisher:
+    try:
+        return KV.KVEventPublisher(endpoint, allow_remote=allow_remote)
+    except KV.EndpointError as e:  # the port is taken
+        raise InvalidConfigError(str(e)) from None

@@ -50,6 +50,8 @@ PAGES: list[PageSpec] = [
              ":material/grid_on:", "block-size"),
     PageSpec("viz.lab_page", "lab",
              ":material/science:", "lab"),
+    PageSpec("viz.watch_page", "watch",
+             ":material/sensors:", "watch"),
 ]
 
 
