@@ -1,6 +1,8 @@
 """``python -m engine record``: run a scenario on the real model and write its trace."""
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import sys
 
 from engine import scenario as scenario_mod
@@ -19,11 +21,16 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default=None)
     p.add_argument("--attention", default="auto", choices=("auto", "torch", "triton"))
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                   default=None, help="paging reuses cached prompt-prefix blocks (default: the "
+                                      "scenario's [arena] enable_prefix_caching, else off)")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     sc = scenario_mod.load(args.scenario)
+    if args.enable_prefix_caching is not None:
+        sc = dataclasses.replace(sc, enable_prefix_caching=args.enable_prefix_caching)
     allocators = [a.strip() for a in args.allocators.split(",") if a.strip()]
     out = sys.stdout if args.out == "-" else args.out
     runs = record(sc, allocators, out, forward=args.forward, model_path=args.model,

@@ -283,3 +283,26 @@ def test_parallel_samples_under_memory_pressure():
     assert core.num_preemptions > 0
     assert all(r.finish_reason for r in core.scheduler._by_id.values())
     _shares_add_up(events, config)
+
+
+# --- the viewer's fold ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["chat", "samples", "pressure"])
+def test_the_viewer_draws_each_shared_slot_once(case):
+    from viz.layout import grid_layout
+    from viz.reducer import HOLE, INTERNAL, PAGED, RESERVED, TOKEN, RunInfo, replay
+    from viz.svg import arena_svg, ref_counts
+    reqs, blocks = {"chat": (_chat(6), 64), "samples": (_samples(3, 21), 64),
+                    "pressure": (_chat(8, out_len=30), 14)}[case]
+    _, events, config = _run("paged", reqs, blocks, caching=True)
+    run = RunInfo("paged", PAGED, num_slots=config.num_slots, block_size=config.block_size)
+    frames = replay(events, run)
+    accts = account(events, config.num_slots, config.block_size)
+    for f, a in zip(frames, accts, strict=True):
+        assert (f.count(TOKEN), f.count(RESERVED), f.count(INTERNAL), f.count(HOLE),
+                f.count("F")) == (a.token_states, a.reservation, a.internal, a.external, a.free)
+        refs = ref_counts(f)
+        assert sum(n - 1 for n in refs.values()) * config.block_size == a.saved
+    shared = max(frames, key=lambda f: f.account.saved)
+    svg = arena_svg(shared, grid_layout(config.num_slots, config.block_size))
+    assert f"\u00d7{max(ref_counts(shared).values())}" in svg

@@ -1,0 +1,62 @@
+"""Sharing must not change a single token: greedy fp32 outputs with and without prefix caching,
+and ``n`` seeded samples against separate runs with those seeds, with room to spare and under
+memory pressure (preemption of requests that hold shared blocks)."""
+from __future__ import annotations
+
+import pytest
+
+from engine.llm import LLM
+from engine.request import SamplingParams
+
+SYSTEM = ("You are a helpful assistant for an operating systems course. Answer in one short "
+          "paragraph, plainly, and say so when you are not sure. ")
+QUESTIONS = ["What is a page table?", "Why does fragmentation waste memory?",
+             "What does a TLB cache?", "When is copy-on-write used?"]
+UNRELATED = ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4,",
+             "Once upon a time, in a land far away,"]
+GREEDY = SamplingParams(max_tokens=8, ignore_eos=True)
+
+
+def _tokens(model, prompts, caching, num_blocks, params=GREEDY):
+    llm = LLM(model, num_blocks=num_blocks, block_size=16, enable_prefix_caching=caching,
+              progress=False)
+    out = llm.generate(prompts, params)
+    return [o.token_ids for o in out], llm
+
+
+@pytest.mark.parametrize("num_blocks", [64, 7])
+def test_greedy_tokens_are_the_same_with_prefix_caching(smollm, num_blocks):
+    prompts = [SYSTEM + q for q in QUESTIONS]
+    plain, _ = _tokens(smollm, prompts, False, num_blocks)
+    cached, llm = _tokens(smollm, prompts, True, num_blocks)
+    assert cached == plain
+    ids = [llm.tokenizer.encode(p) for p in prompts]
+    common = next(i for i, col in enumerate(zip(*ids)) if len(set(col)) > 1)
+    assert common >= 16  # the system prompt fills at least one block: there is something to hit
+    assert llm.prefix_cache_hit_tokens >= 3 * (common // 16 * 16)
+    if num_blocks == 7:
+        assert llm.num_preemptions > 0
+
+
+def test_prompts_without_a_shared_prefix_are_unchanged(smollm):
+    plain, _ = _tokens(smollm, UNRELATED, False, 64)
+    cached, llm = _tokens(smollm, UNRELATED, True, 64)
+    assert cached == plain and llm.prefix_cache_hit_tokens == 0
+
+
+@pytest.mark.parametrize("num_blocks", [64, 5])
+def test_n_seeded_samples_equal_separate_runs(smollm, num_blocks):
+    prompt = SYSTEM + QUESTIONS[0]
+    sampled = SamplingParams(max_tokens=10, temperature=0.9, seed=11, ignore_eos=True)
+    together, llm = _tokens(smollm, [prompt], False, num_blocks,
+                            SamplingParams(max_tokens=10, temperature=0.9, seed=11, n=3,
+                                           ignore_eos=True))
+    alone = [_tokens(smollm, [prompt], False, 64,
+                     SamplingParams(max_tokens=10, temperature=0.9, seed=11 + k,
+                                    ignore_eos=True))[0][0] for k in range(3)]
+    assert together == alone
+    assert len(set(map(tuple, alone))) > 1  # the seeds do differ: the test can fail
+    assert llm.prefix_cache_hit_tokens == 2 * (len(llm.tokenizer.encode(prompt)) - 1)
+    if num_blocks == 5:
+        assert llm.num_preemptions > 0
+    assert sampled.n == 1
