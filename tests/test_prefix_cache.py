@@ -306,3 +306,32 @@ def test_the_viewer_draws_each_shared_slot_once(case):
     shared = max(frames, key=lambda f: f.account.saved)
     svg = arena_svg(shared, grid_layout(config.num_slots, config.block_size))
     assert f"\u00d7{max(ref_counts(shared).values())}" in svg
+
+
+@pytest.mark.parametrize("args, words", [
+    (["hi", "--n", "0"], ["n must be"]),
+    (["hi", "--n", "2", "--seed", str(2**64 - 1)], ["seed + n - 1"]),
+])
+def test_bad_sample_counts_are_one_line_before_any_model_loads(args, words):
+    from tests.test_bad_input import assert_one_error_line, run_cli
+    res = run_cli(*args)
+    assert res.returncode == 2
+    assert_one_error_line(res.stderr, *words)
+
+
+def test_a_scenario_may_ask_for_samples_and_prefix_caching(tmp_path):
+    from engine import scenario
+    from engine.recorder import build_requests
+    f = tmp_path / "s.toml"
+    f.write_text('[arena]\nnum_blocks = 8\nenable_prefix_caching = true\n'
+                 '[[requests]]\nid = "S"\nprompt_len = 20\nmax_tokens = 4\nn = 3\n'
+                 'temperature = 0.5\nseed = 4\n')
+    sc = scenario.load(f)
+    assert sc.enable_prefix_caching
+    reqs = build_requests(sc)
+    assert [(r.req_id, r.params.seed, r.parent_id) for r in reqs] == [
+        ("S.0", 4, None), ("S.1", 5, "S.0"), ("S.2", 6, "S.0")]
+    f.write_text('[arena]\nnum_blocks = 8\nenable_prefix_caching = 1\n'
+                 '[[requests]]\nprompt_len = 20\nmax_tokens = 4\n')
+    with pytest.raises(Exception, match="enable_prefix_caching must be true or false"):
+        scenario.load(f)

@@ -60,3 +60,29 @@ def test_n_seeded_samples_equal_separate_runs(smollm, num_blocks):
     if num_blocks == 5:
         assert llm.num_preemptions > 0
     assert sampled.n == 1
+
+
+def test_generate_json_reports_prefill_and_cache_hits(smollm, monkeypatch, capsys):
+    import json
+
+    import engine.llm
+    from engine import cli
+    monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
+    prompts = [SYSTEM + q for q in QUESTIONS[:2]]
+    runs = {}
+    for flag in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
+        assert cli.main(["generate", *prompts, "--max-tokens", "4", "--ignore-eos", "--json",
+                         "--num-blocks", "32", flag]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        runs[flag] = rows
+        summary = rows[-1]["summary"]
+        total = sum(len(r["prompt_token_ids"]) for r in rows[:-1])
+        assert summary["prefill_tokens_computed"] + summary["prefix_cache_hit_tokens"] == total
+    on, off = runs["--enable-prefix-caching"], runs["--no-enable-prefix-caching"]
+    assert on[-1]["summary"]["prefix_cache_hit_tokens"] > 0
+    assert off[-1]["summary"]["prefix_cache_hit_tokens"] == 0
+    assert [r["token_ids"] for r in on[:-1]] == [r["token_ids"] for r in off[:-1]]
+    assert cli.main(["generate", prompts[0], "--max-tokens", "3", "--json", "--n", "2",
+                     "--temperature", "0.8", "--seed", "1"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["sample_index"] for r in rows[:-1]] == [0, 1]
