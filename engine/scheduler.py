@@ -4,6 +4,11 @@ Each step: every running request gets room for its next token (when the arena ha
 recently admitted request is preempted - its memory freed, itself requeued at the front to be
 recomputed); then waiting requests are admitted first-come-first-served while their prompt fits.
 The head of the queue is never skipped, so a blocked head blocks everyone behind it.
+
+Sharing (paging): admission asks the allocator how much of a prompt is cached and feeds only the
+rest; a parallel sample waits until its first sibling has computed the prompt, then forks its
+blocks and computes just the last prompt token. ``commit`` tells the allocator what each step
+will have computed, so full blocks are cached as soon as their K/V exist.
 """
 from __future__ import annotations
 

@@ -24,17 +24,26 @@ def _tokens(model, prompts, caching, num_blocks, params=GREEDY):
     return [o.token_ids for o in out], llm
 
 
-@pytest.mark.parametrize("num_blocks", [64, 7])
-def test_greedy_tokens_are_the_same_with_prefix_caching(smollm, num_blocks):
+def _tight(model, prompts, max_tokens) -> int:
+    """One block more than the longest request needs alone: the others must wait, and a
+    request growing past a block boundary preempts another."""
+    longest = max(len(model.tokenizer.encode(p)) for p in prompts)
+    return -(-(longest + max_tokens - 1) // 16) + 1
+
+
+@pytest.mark.parametrize("pressure", [False, True])
+def test_greedy_tokens_are_the_same_with_prefix_caching(smollm, pressure):
     prompts = [SYSTEM + q for q in QUESTIONS]
-    plain, _ = _tokens(smollm, prompts, False, num_blocks)
-    cached, llm = _tokens(smollm, prompts, True, num_blocks)
+    params = SamplingParams(max_tokens=20, ignore_eos=True) if pressure else GREEDY
+    num_blocks = _tight(smollm, prompts, 20) if pressure else 64
+    plain, _ = _tokens(smollm, prompts, False, num_blocks, params)
+    cached, llm = _tokens(smollm, prompts, True, num_blocks, params)
     assert cached == plain
     ids = [llm.tokenizer.encode(p) for p in prompts]
     common = next(i for i, col in enumerate(zip(*ids)) if len(set(col)) > 1)
     assert common >= 16  # the system prompt fills at least one block: there is something to hit
     assert llm.prefix_cache_hit_tokens >= 3 * (common // 16 * 16)
-    if num_blocks == 7:
+    if pressure:
         assert llm.num_preemptions > 0
 
 
@@ -44,22 +53,22 @@ def test_prompts_without_a_shared_prefix_are_unchanged(smollm):
     assert cached == plain and llm.prefix_cache_hit_tokens == 0
 
 
-@pytest.mark.parametrize("num_blocks", [64, 5])
-def test_n_seeded_samples_equal_separate_runs(smollm, num_blocks):
+@pytest.mark.parametrize("pressure", [False, True])
+def test_n_seeded_samples_equal_separate_runs(smollm, pressure):
     prompt = SYSTEM + QUESTIONS[0]
-    sampled = SamplingParams(max_tokens=10, temperature=0.9, seed=11, ignore_eos=True)
-    together, llm = _tokens(smollm, [prompt], False, num_blocks,
-                            SamplingParams(max_tokens=10, temperature=0.9, seed=11, n=3,
-                                           ignore_eos=True))
-    alone = [_tokens(smollm, [prompt], False, 64,
-                     SamplingParams(max_tokens=10, temperature=0.9, seed=11 + k,
-                                    ignore_eos=True))[0][0] for k in range(3)]
+    num_blocks = _tight(smollm, [prompt], 20) if pressure else 64
+
+    def params(seed, n=1):
+        return SamplingParams(max_tokens=20, temperature=0.9, seed=seed, n=n, ignore_eos=True)
+
+    together, llm = _tokens(smollm, [prompt], False, num_blocks, params(11, n=3))
+    alone = [_tokens(smollm, [prompt], False, 64, params(11 + k))[0][0] for k in range(3)]
     assert together == alone
     assert len(set(map(tuple, alone))) > 1  # the seeds do differ: the test can fail
-    assert llm.prefix_cache_hit_tokens == 2 * (len(llm.tokenizer.encode(prompt)) - 1)
-    if num_blocks == 5:
+    if pressure:
         assert llm.num_preemptions > 0
-    assert sampled.n == 1
+    else:  # each later sample shared all but the last prompt token
+        assert llm.prefix_cache_hit_tokens == 2 * (len(llm.tokenizer.encode(prompt)) - 1)
 
 
 def test_generate_json_reports_prefill_and_cache_hits(smollm, monkeypatch, capsys):
