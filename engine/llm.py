@@ -110,8 +110,9 @@ class LLM:
         if not all(isinstance(p, SamplingParams) for p in plist):
             raise InvalidRequestError("params must be SamplingParams (or a list of them)")
         ids = [self._tokenize(i, p, chat) for i, p in enumerate(items)]
+        sps: list[SamplingParams] = [p for p in plist if isinstance(p, SamplingParams)]
         core = build_core(self._engine_config(), self.runner, self.model.config.eos_token_id)
-        reqs = [core.add_request(r) for i, (t, p) in enumerate(zip(ids, plist, strict=True))
+        reqs = [core.add_request(r) for i, (t, p) in enumerate(zip(ids, sps, strict=True))
                 for r in _sample_requests(str(i), t, p)]
         writer = self._attach_trace(core)
         try:
@@ -128,8 +129,8 @@ class LLM:
         self.num_preemptions = core.num_preemptions
         self.prefill_tokens_computed = core.prefill_tokens_computed
         self.prefix_cache_hit_tokens = core.prefix_cache_hit_tokens
-        prompt_of = [p for p, q in zip(items, plist, strict=True) for _ in range(q.n)]
-        index_of = [k for q in plist for k in range(q.n)]
+        prompt_of = [p for p, q in zip(items, sps, strict=True) for _ in range(q.n)]
+        index_of = [k for q in sps for k in range(q.n)]
         return [RequestOutput(p if isinstance(p, str) else None, r.prompt_token_ids,
                               r.output_token_ids, self.tokenizer.decode(
                                   r.output_token_ids, skip_special_tokens=True),

@@ -25,8 +25,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.request import (InvalidConfigError, InvalidRequestError, SamplingParams,
-                            check_prompt)
+from engine.request import InvalidConfigError, InvalidRequestError, SamplingParams, check_prompt
 from engine.trace_check import LIMITS
 
 # A fixed passage to cut synthetic prompts from, so they are real text the model can read.
