@@ -1,6 +1,7 @@
 """``python -m engine generate``: complete prompts on the real model through the paged engine."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -39,6 +40,12 @@ def add_parser(sub) -> None:
     p.add_argument("--temperature", type=float, default=0.0, metavar="T")
     p.add_argument("--top-p", type=float, default=1.0, metavar="P")
     p.add_argument("--seed", type=int, default=None, metavar="S")
+    p.add_argument("--n", type=int, default=1, metavar="N",
+                   help="samples per prompt (sample i seeded seed + i); paging shares the "
+                        "prompt's blocks and copies a block on write")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                   default=False, help="reuse cached K/V blocks of shared prompt prefixes "
+                                       "(paging only; default off)")
     p.add_argument("--trace", default=None, metavar="PATH", help="write the run's event trace")
     p.add_argument("--kv-events", default=None, metavar="tcp://HOST:PORT",
                    help="publish prefix-cache events in vLLM's KV-event format (PUB on PORT, "
@@ -104,7 +111,7 @@ def run(args) -> int:
     for i, p in enumerate(prompts):
         check_prompt(i, p)
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
-                            top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos)
+                            top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos, n=args.n)
     EngineArgs(num_blocks=args.num_blocks, kv_budget_mb=args.kv_budget_mb,
                block_size=args.block_size, max_model_len=args.max_model_len,
                max_num_seqs=args.max_num_seqs, allocator=args.allocator)
@@ -117,7 +124,8 @@ def run(args) -> int:
               kv_budget_mb=args.kv_budget_mb, block_size=args.block_size,
               max_model_len=args.max_model_len, allocator=args.allocator,
               attention=args.attention, max_num_seqs=args.max_num_seqs, trace=args.trace,
-              kv_events=args.kv_events, kv_events_allow_remote=args.kv_events_allow_remote)
+              kv_events=args.kv_events, kv_events_allow_remote=args.kv_events_allow_remote,
+              enable_prefix_caching=args.enable_prefix_caching)
     t0 = time.perf_counter()
     try:
         outputs = llm.generate(prompts, params, chat=args.chat)
@@ -132,13 +140,17 @@ def run(args) -> int:
                "tokens_per_s": round(num_tokens / elapsed, 2) if elapsed > 0 else None,
                "allocator": args.allocator, "attention": llm.runner.attention_backend,
                "device": str(llm.model.device), "num_blocks": llm.arena.num_blocks,
-               "block_size": llm.arena.block_size}
+               "block_size": llm.arena.block_size,
+               "enable_prefix_caching": args.enable_prefix_caching,
+               "prefill_tokens_computed": llm.prefill_tokens_computed,
+               "prefix_cache_hit_tokens": llm.prefix_cache_hit_tokens}
     if args.json:
         for o in outputs:
             print(json.dumps({"prompt": o.prompt, "prompt_token_ids": o.prompt_token_ids,
                               "token_ids": o.token_ids, "text": o.text,
                               "finish_reason": o.finish_reason,
-                              "num_preemptions": o.num_preemptions}, ensure_ascii=False))
+                              "num_preemptions": o.num_preemptions,
+                              "sample_index": o.sample_index}, ensure_ascii=False))
         print(json.dumps({"summary": summary}))
     else:
         for i, o in enumerate(outputs):

@@ -1,6 +1,8 @@
 """``python -m engine record``: run a scenario on the real model and write its trace."""
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import sys
 
 from engine import scenario as scenario_mod
@@ -23,11 +25,16 @@ def add_parser(sub) -> None:
                    help="publish the paged run's prefix-cache events in vLLM's KV-event format "
                         "(replay on PORT+1); loopback unless --kv-events-allow-remote")
     p.add_argument("--kv-events-allow-remote", action="store_true")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                   default=None, help="paging reuses cached prompt-prefix blocks (default: the "
+                                      "scenario's [arena] enable_prefix_caching, else off)")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     sc = scenario_mod.load(args.scenario)
+    if args.enable_prefix_caching is not None:
+        sc = dataclasses.replace(sc, enable_prefix_caching=args.enable_prefix_caching)
     allocators = [a.strip() for a in args.allocators.split(",") if a.strip()]
     out = sys.stdout if args.out == "-" else args.out
     publisher, sinks = _kv_events(args, allocators)

@@ -31,6 +31,8 @@ class EngineConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None
     placement: str = "first-fit"  # where a contiguous run goes: first-fit or buddy
+    #: Paging only. Off by default: the lessons' traces and the essay's baseline have no sharing.
+    enable_prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         check_allocator(self.allocator)
@@ -53,7 +55,8 @@ def build_core(config: EngineConfig, runner: Runner, eos_token_id: int | None,
     ``config`` emitting on it, and an EngineCore driving ``runner`` over both."""
     bus = bus if bus is not None else E.EventBus()
     alloc = make_allocator(config.allocator, config.num_blocks, config.block_size,
-                           config.max_model_len, bus, config.placement)
+                           config.max_model_len, bus, config.placement,
+                           config.enable_prefix_caching)
     return EngineCore(alloc, runner, bus, max_model_len=config.max_model_len,
                       max_num_seqs=config.max_num_seqs,
                       max_num_batched_tokens=config.max_num_batched_tokens,
@@ -83,6 +86,16 @@ class EngineCore:
     @property
     def num_preemptions(self) -> int:
         return self.scheduler.num_preemptions
+
+    @property
+    def prefill_tokens_computed(self) -> int:
+        """Tokens fed to the model on admission (prompts and recomputes), cached ones excluded."""
+        return self.scheduler.prefill_tokens_computed
+
+    @property
+    def prefix_cache_hit_tokens(self) -> int:
+        """Tokens admission found in the arena already (prefix cache hits and forked samples)."""
+        return self.scheduler.prefix_cache_hit_tokens
 
     def add_request(self, req: Request) -> Request:
         if req.prompt_len == 0:

@@ -38,6 +38,8 @@ from typing import Annotated, Any
 
 import msgspec
 
+from engine.prefix_hash import ROOT_HASH
+
 #: Medium vLLM tags device-resident blocks with; consumers filter on it, and our arena is the
 #: engine's one KV store, whatever the device.
 MEDIUM_GPU = "GPU"
@@ -370,6 +372,8 @@ class EngineEventTranslator:
         kind = getattr(ev, "kind", None)
         if kind == "block_stored":
             parent = ev.parent_block_hash
+            if parent == ROOT_HASH:  # our chains start at a fixed root; vLLM's first block has none
+                parent = None
             self.pending.append(BlockStored(
                 [wire_hash(ev.block_hash)], None if parent is None else wire_hash(parent),
                 [int(t) for t in ev.token_ids], int(ev.block_size), None, self.medium))

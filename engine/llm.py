@@ -5,6 +5,7 @@ fresh allocator and engine core over that arena, so ``num_preemptions`` describe
 """
 from __future__ import annotations
 
+import dataclasses
 import operator
 import os
 from collections.abc import Callable, Sequence
@@ -17,8 +18,13 @@ from engine.arena import KVArena, blocks_for_budget, bytes_per_block, check_fits
 from engine.core import EngineConfig, EngineCore, build_core
 from engine.engine_args import EngineArgs, check_output_path
 from engine.model import LoadedModel, load_model
-from engine.request import (InvalidConfigError, InvalidRequestError, Request, SamplingParams,
-                            check_prompt)
+from engine.request import (
+    InvalidConfigError,
+    InvalidRequestError,
+    Request,
+    SamplingParams,
+    check_prompt,
+)
 from engine.runner import ModelRunner
 from engine.trace import TraceWriter, make_header
 
@@ -35,10 +41,17 @@ class RequestOutput:
     text: str
     finish_reason: str | None
     num_preemptions: int
+    #: Which of the prompt's ``SamplingParams.n`` samples this is (0 when n is 1).
+    sample_index: int = 0
 
 
 class LLM:
-    """Raises InvalidConfigError for a bad setting (block size <= 0, both or neither-sane memory
+    """``enable_prefix_caching`` (paging only) lets a request reuse the cached K/V blocks of a
+    prompt prefix computed before in the same ``generate`` call. It is off by default, so a run
+    and its trace are what the essay's baseline describes; ``generate`` outputs are the same
+    either way (tested token for token in fp32).
+
+    Raises InvalidConfigError for a bad setting (block size <= 0, both or neither-sane memory
     sizes, a budget below one block, unknown allocator/backend/device, missing model path)."""
 
     def __init__(self, model: str | os.PathLike | LoadedModel | None = None, device: str = "auto",
@@ -49,7 +62,7 @@ class LLM:
                  max_num_batched_tokens: int | None = None,
                  trace: str | os.PathLike | Callable[[E.Event], None] | None = None,
                  progress: bool = True, kv_events: str | None = None,
-                 kv_events_allow_remote: bool = False) -> None:
+                 kv_events_allow_remote: bool = False, enable_prefix_caching: bool = False) -> None:
         # Cheap checks first: a typo should not cost a model load.
         check_allocator(allocator)
         if kv_events is not None:
@@ -57,6 +70,10 @@ class LLM:
                 KV.parse_endpoint(kv_events, kv_events_allow_remote)
             except KV.EndpointError as e:
                 raise InvalidConfigError(str(e)) from None
+        if type(enable_prefix_caching) is not bool:
+            raise InvalidConfigError(f"enable_prefix_caching must be true or false, got "
+                                     f"{enable_prefix_caching!r}")
+        self.enable_prefix_caching = enable_prefix_caching
         args = EngineArgs(num_blocks=num_blocks, kv_budget_mb=kv_budget_mb, block_size=block_size,
                           max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens, allocator=allocator)
@@ -77,6 +94,7 @@ class LLM:
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         self.trace = trace
         self.num_preemptions = 0
+        self.prefill_tokens_computed = self.prefix_cache_hit_tokens = 0
         self.kv_publisher = None if kv_events is None else _publisher(kv_events,
                                                                       kv_events_allow_remote)
 
@@ -93,7 +111,9 @@ class LLM:
     def generate(self, prompts: str | Sequence[str] | Sequence[Sequence[int]],
                  params: SamplingParams | Sequence[SamplingParams] | None = None,
                  chat: bool = False) -> list[RequestOutput]:
-        """Complete every prompt (text, or token ids) and return outputs in input order. A bare
+        """Complete every prompt (text, or token ids) and return outputs in input order; a prompt
+        whose params ask for ``n`` samples gives ``n`` consecutive outputs (``sample_index`` 0 to
+        n - 1), so the list is as long as the sum of the ``n``. A bare
         string is one prompt (as in vLLM), never a sequence of one-character prompts.
         ``chat`` wraps text prompts in the model's chat template. Everything is validated before
         the first step: InvalidRequestError for an empty, over-long or non-text prompt,
@@ -111,9 +131,10 @@ class LLM:
         if not all(isinstance(p, SamplingParams) for p in plist):
             raise InvalidRequestError("params must be SamplingParams (or a list of them)")
         ids = [self._tokenize(i, p, chat) for i, p in enumerate(items)]
+        sps: list[SamplingParams] = [p for p in plist if isinstance(p, SamplingParams)]
         core = build_core(self._engine_config(), self.runner, self.model.config.eos_token_id)
-        reqs = [core.add_request(Request(str(i), t, p))
-                for i, (t, p) in enumerate(zip(ids, plist, strict=True))]
+        reqs = [core.add_request(r) for i, (t, p) in enumerate(zip(ids, sps, strict=True))
+                for r in _sample_requests(str(i), t, p)]
         writer = self._attach_trace(core)
         if self.kv_publisher is not None:  # a fresh allocator: the cache starts empty
             self.kv_publisher.publish([KV.AllBlocksCleared()])
@@ -130,11 +151,15 @@ class LLM:
         if writer is not None:
             writer.close()
         self.num_preemptions = core.num_preemptions
+        self.prefill_tokens_computed = core.prefill_tokens_computed
+        self.prefix_cache_hit_tokens = core.prefix_cache_hit_tokens
+        prompt_of = [p for p, q in zip(items, sps, strict=True) for _ in range(q.n)]
+        index_of = [k for q in sps for k in range(q.n)]
         return [RequestOutput(p if isinstance(p, str) else None, r.prompt_token_ids,
                               r.output_token_ids, self.tokenizer.decode(
                                   r.output_token_ids, skip_special_tokens=True),
-                              r.finish_reason, r.num_preemptions)
-                for p, r in zip(items, reqs, strict=True)]
+                              r.finish_reason, r.num_preemptions, k)
+                for p, k, r in zip(prompt_of, index_of, reqs, strict=True)]
 
     def _tokenize(self, i: int, prompt: str | Sequence[int], chat: bool) -> list[int]:
         if isinstance(prompt, str):
@@ -161,7 +186,8 @@ class LLM:
 
     def _engine_config(self) -> EngineConfig:
         return EngineConfig(self.allocator_name, self.arena.num_blocks, self.arena.block_size,
-                            self.max_model_len, self.max_num_seqs, self.max_num_batched_tokens)
+                            self.max_model_len, self.max_num_seqs, self.max_num_batched_tokens,
+                            enable_prefix_caching=self.enable_prefix_caching)
 
     def _attach_trace(self, core: EngineCore) -> TraceWriter | None:
         if self.trace is None:
@@ -187,3 +213,16 @@ def _publisher(endpoint: str, allow_remote: bool) -> KV.KVEventPublisher:
         return KV.KVEventPublisher(endpoint, allow_remote=allow_remote)
     except KV.EndpointError as e:  # the port is taken
         raise InvalidConfigError(str(e)) from None
+
+
+def _sample_requests(rid: str, ids: list[int], params: SamplingParams) -> list[Request]:
+    """The requests behind one prompt: itself when ``params.n`` is 1, else ``n`` samples
+    ``rid.k`` seeded ``seed + k``, each after the first sharing the first one's prompt blocks."""
+    if params.n == 1:
+        return [Request(rid, ids, params)]
+    out = []
+    for k in range(params.n):
+        seed = None if params.seed is None else params.seed + k
+        p = dataclasses.replace(params, n=1, seed=seed)
+        out.append(Request(f"{rid}.{k}", list(ids), p, parent_id=f"{rid}.0" if k else None))
+    return out

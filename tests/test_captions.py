@@ -138,6 +138,8 @@ def test_a_blocked_request_is_captioned_with_the_allocators_numbers(lesson):
     the refusal's own numbers."""
     hits = [(i, b) for i in range(len(lesson.left.frames))
             for b in lesson.left.frames[i].blocked if b.reason == "no_hole"]
+    if not hits and lesson.spec.name in ("shared-prompt", "parallel-sampling"):
+        pytest.skip("the sharing lessons have no external-fragmentation refusal")
     assert hits, "the lesson has no external-fragmentation refusal to caption"
     for i, b in hits:
         text = captions.caption(lesson, i, "en")[0]

@@ -28,6 +28,7 @@ from kernels.paged_attention import (
     paged_prefill_attention,
     pick_splits,
 )
+from kernels.copy_blocks import copy_blocks
 from kernels.store_kv import store_kv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,8 +165,34 @@ def test_gqa_needs_query_heads_to_be_a_multiple_of_kv_heads():
 def test_signatures_match_the_reference():
     import inspect
     for name, fn in [("paged_decode_attention", paged_decode_attention),
-                     ("paged_prefill_attention", paged_prefill_attention), ("store_kv", store_kv)]:
+                     ("paged_prefill_attention", paged_prefill_attention), ("store_kv", store_kv),
+                     ("copy_blocks", copy_blocks)]:
         assert inspect.signature(fn) == inspect.signature(getattr(ref, name)), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reference_copy_blocks_copies_each_block_whole(dtype):
+    g = torch.Generator().manual_seed(3)
+    caches = [torch.randn(6, BLOCK, 3, 8, generator=g).to(dtype) for _ in range(3)]
+    before = [c.clone() for c in caches]
+    ref.copy_blocks(caches, torch.tensor([[1, 4], [2, 0]]))
+    for c, b in zip(caches, before, strict=True):
+        assert torch.equal(c[4], b[1]) and torch.equal(c[0], b[2])
+        assert torch.equal(c[[1, 2, 3, 5]], b[[1, 2, 3, 5]])  # sources and bystanders intact
+
+
+@interpreted
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_copy_blocks_kernel_matches_reference(dtype):
+    g = torch.Generator().manual_seed(4)
+    # a block of 16 x 2 x 40 = 1,280 elements spans two of the kernel's chunks
+    caches = [torch.randn(7, BLOCK, 2, 40, generator=g).to(dtype) for _ in range(2)]
+    expect = [c.clone() for c in caches]
+    mapping = torch.tensor([[0, 5], [3, 6], [2, 1]])
+    ref.copy_blocks(expect, mapping)
+    copy_blocks(caches, mapping)
+    for c, e in zip(caches, expect, strict=True):
+        assert torch.equal(c, e)
 
 
 @pytest.mark.skipif(IN_PROCESS, reason="the kernel checks already ran in this process")

@@ -391,7 +391,22 @@ def _side_ns(side: Side, i: int) -> SimpleNamespace:
         **{f"avg_{c}_share": avg[c] for c in CATEGORIES if c != "token_states"},
         max_running=s.max_running, mean_running=f"{s.mean_running:.1f}", steps=s.steps,
         blocked_req=req_label(f, blocked.req) if blocked else "-",
-        blocked_reason=blocked.reason if blocked else "-")
+        blocked_reason=blocked.reason if blocked else "-",
+        shared=a.shared, saved=a.saved, saved_share=pct(a.saved / a.num_slots if a.num_slots
+                                                         else 0.0),
+        **_sharing_so_far(side, i))
+
+
+def _sharing_so_far(side: Side, i: int) -> dict[str, int]:
+    """Prefill tokens the cache spared and blocks copied on write, up to frame ``i``."""
+    hit = copies = 0
+    for f in side.frames[:i + 1]:
+        for ev in f.events:
+            if isinstance(ev, E.CacheHit):
+                hit += ev.tokens_saved
+            elif isinstance(ev, E.BlockCopied):
+                copies += 1
+    return {"hit_tokens": hit, "copies": copies}
 
 
 class SafeFormatter(string.Formatter):

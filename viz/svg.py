@@ -42,7 +42,7 @@ def arena_svg(frame: Frame, layout: GridLayout, lang: str = "en", meta: int | No
     defs, fills = _patterns(frame, uid)
     body = [_runs(frame, layout, lang, fills), _gaps(layout), _owner_breaks(frame, layout),
             _row_labels(frame, layout),
-            _names(frame, layout), _changed(frame, layout)]
+            _names(frame, layout), _ref_counts(frame, layout), _changed(frame, layout)]
     tag = f" data-pk-frame='{meta}'" if meta is not None else ""
     # A margin of 3 units keeps the "changed" outline of an edge cell from being clipped.
     return (f"<svg class='pk-arena'{tag} viewBox='-1 -3 {width + 4} {height + 6}' "
@@ -169,6 +169,31 @@ def _names(frame: Frame, layout: GridLayout) -> str:
                if 0.62 * size * len(text) > room else "")
         out.append(f"<text x='{_x(col) + 1.5}' {head} font-size='{size:.1f}'{fit}>"
                    f"{escape(text)}</text>")
+    return "".join(out)
+
+
+def ref_counts(frame: Frame) -> dict[int, int]:
+    """Physical blocks in more than one block table (prefix sharing, parallel samples), with
+    how many tables point at each."""
+    counts: dict[int, int] = {}
+    for table in frame.block_tables.values():
+        for b in table:
+            if b >= 0:
+                counts[b] = counts.get(b, 0) + 1
+    return {b: n for b, n in counts.items() if n > 1}
+
+
+def _ref_counts(frame: Frame, layout: GridLayout) -> str:
+    """A shared block's ref count, "x3", in its last cell: one physical block, three tables."""
+    if frame.run.allocator != PAGED:
+        return ""
+    out = []
+    bs = frame.run.block_size
+    for b, n in sorted(ref_counts(frame).items()):
+        col, row = layout.xy(b * bs + bs - 1)
+        out.append(f"<text x='{_x(col) + (CELL - GAP) / 2}' y='{_y(row) + 13}' font-size='9' "
+                   f"font-weight='700' text-anchor='middle' fill='{CHANGED}' "
+                   f"pointer-events='none'>\u00d7{int(n)}</text>")
     return "".join(out)
 
 
