@@ -51,7 +51,8 @@ def test_generate_publishes_its_run(on_session_model):
     rc: list[int] = []
     run = threading.Thread(target=lambda: rc.append(cli.main(
         ["generate", *PROMPTS, "--max-tokens", "2", "--ignore-eos", "--block-size", "4",
-         "--kv-events", f"tcp://127.0.0.1:{port}", "--kv-events-hold", "3"])))
+         "--enable-prefix-caching", "--kv-events", f"tcp://127.0.0.1:{port}",
+         "--kv-events-hold", "3"])))
     run.start()
     got = None
     end = time.monotonic() + 180
