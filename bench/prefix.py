@@ -6,6 +6,7 @@ settings; on a shared machine a neighbour's burst can slow either side's round, 
 of each and the median of the per-round ratios are reported. Tokens computed in prefill come
 from the engine's own counters; the outputs must be identical token for token.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,12 +23,24 @@ from engine.model import load_model  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
 from engine.scenario import FILLER_TEXT  # noqa: E402
 
-QUESTIONS = ["What is a page?", "Why split memory into frames?", "What is a page fault?",
-             "Who keeps the page table?", "What is a TLB?", "What is swapping?",
-             "Why is fragmentation bad?", "What is a segment?", "What does mmap do?",
-             "What is copy-on-write?", "What is a huge page?", "What is thrashing?",
-             "What is demand paging?", "What is a dirty page?", "What is an MMU?",
-             "What is virtual memory?"]
+QUESTIONS = [
+    "What is a page?",
+    "Why split memory into frames?",
+    "What is a page fault?",
+    "Who keeps the page table?",
+    "What is a TLB?",
+    "What is swapping?",
+    "Why is fragmentation bad?",
+    "What is a segment?",
+    "What does mmap do?",
+    "What is copy-on-write?",
+    "What is a huge page?",
+    "What is thrashing?",
+    "What is demand paging?",
+    "What is a dirty page?",
+    "What is an MMU?",
+    "What is virtual memory?",
+]
 
 
 def workload(tokenizer, system_len: int) -> list[list[int]]:
@@ -36,8 +49,9 @@ def workload(tokenizer, system_len: int) -> list[list[int]]:
     while len(system) < system_len:
         system += filler
     system = system[:system_len]
-    return [system + tokenizer.encode(" Question: " + q, add_special_tokens=False)
-            for q in QUESTIONS]
+    return [
+        system + tokenizer.encode(" Question: " + q, add_special_tokens=False) for q in QUESTIONS
+    ]
 
 
 def one_round(llm: LLM, prompts: list[list[int]], new_tokens: int):
@@ -73,14 +87,20 @@ def main() -> int:
     n = len(prompts) * args.new_tokens
     best = {c: min(t) for c, t in times.items()}
     ratios = [off / on for off, on in zip(times[False], times[True], strict=True)]
-    print(f"{len(prompts)} requests, {args.system_len}-token shared system prompt, "
-          f"{args.new_tokens} new tokens each, device {model.device}")
+    print(
+        f"{len(prompts)} requests, {args.system_len}-token shared system prompt, "
+        f"{args.new_tokens} new tokens each, device {model.device}"
+    )
     for c in (False, True):
-        print(f"  prefix caching {'on ' if c else 'off'}: best {best[c]:.2f} s "
-              f"({n / best[c]:.1f} tok/s), prefill tokens computed {prefill[c]}, "
-              f"cache hit tokens {llms[c].prefix_cache_hit_tokens}")
-    print(f"throughput ratio on/off: best-of {best[False] / best[True]:.2f}x, "
-          f"median of rounds {statistics.median(ratios):.2f}x (goal >= 2, aim 3)")
+        print(
+            f"  prefix caching {'on ' if c else 'off'}: best {best[c]:.2f} s "
+            f"({n / best[c]:.1f} tok/s), prefill tokens computed {prefill[c]}, "
+            f"cache hit tokens {llms[c].prefix_cache_hit_tokens}"
+        )
+    print(
+        f"throughput ratio on/off: best-of {best[False] / best[True]:.2f}x, "
+        f"median of rounds {statistics.median(ratios):.2f}x (goal >= 2, aim 3)"
+    )
     print(f"prefill tokens computed on/off: {prefill[True] / prefill[False]:.1%} (goal <= 20%)")
     print("outputs identical: yes")
     return 0

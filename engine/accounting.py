@@ -19,6 +19,7 @@ the extra holders would need with private copies), so the memory sharing saves i
 event); for a request not yet finished the bound ``prompt_len + max_tokens - 1`` stands in.
 Pure Python, no torch.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -32,6 +33,7 @@ CATEGORIES = ("token_states", "reservation", "internal", "external", "free")
 @dataclass(frozen=True)
 class StepAccount:
     """Slot counts per category at the end of one step, plus the queue."""
+
     step: int
     num_slots: int
     token_states: int
@@ -42,8 +44,8 @@ class StepAccount:
     running: int
     waiting: int
     blocked: int
-    shared: int = 0   # physical slots in blocks held by more than one request
-    saved: int = 0    # slots the extra holders of shared blocks would need without sharing
+    shared: int = 0  # physical slots in blocks held by more than one request
+    saved: int = 0  # slots the extra holders of shared blocks would need without sharing
 
     def share(self, category: str) -> float:
         return getattr(self, category) / self.num_slots if self.num_slots else 0.0
@@ -56,6 +58,7 @@ class StepAccount:
 class RequestInfo:
     """What the fold knows of one request: its arrival rank, its declared lengths, and
     ``status`` (waiting / running / finished)."""
+
     order: int
     prompt_len: int
     max_tokens: int
@@ -74,11 +77,12 @@ class Tally:
     request (``requests``), the queue (``running`` in admission order, ``waiting`` in queue
     order) and the refusals of the step last closed (``refusals``). ``final_lens`` maps request
     ids to their final length when known; a ``finished`` event fills in the rest."""
+
     num_slots: int
     block_size: int
     final_lens: dict[str, int] = field(default_factory=dict)
-    held: dict[str, int] = field(default_factory=dict)      # slots held per request
-    filled: dict[str, int] = field(default_factory=dict)    # K/V slots written per request
+    held: dict[str, int] = field(default_factory=dict)  # slots held per request
+    filled: dict[str, int] = field(default_factory=dict)  # K/V slots written per request
     block_refs: dict[int, int] = field(default_factory=dict)
     block_written: dict[int, int] = field(default_factory=dict)  # K/V slots written per block
     requests: dict[str, RequestInfo] = field(default_factory=dict)
@@ -168,12 +172,20 @@ class Tally:
         waiting = set(self.waiting)
         self.refusals = tuple(b for r, b in self.blocked_now.items() if r in waiting)
         blocked = sum(1 for b in self.refusals if b.reason != E.BLOCKED_BATCH_FULL)
-        acct = StepAccount(step=step, num_slots=self.num_slots, token_states=token,
-                           reservation=reservation, internal=internal,
-                           external=free_total if blocked else 0,
-                           free=0 if blocked else free_total,
-                           running=len(self.running), waiting=len(self.waiting), blocked=blocked,
-                           shared=shared, saved=saved)
+        acct = StepAccount(
+            step=step,
+            num_slots=self.num_slots,
+            token_states=token,
+            reservation=reservation,
+            internal=internal,
+            external=free_total if blocked else 0,
+            free=0 if blocked else free_total,
+            running=len(self.running),
+            waiting=len(self.waiting),
+            blocked=blocked,
+            shared=shared,
+            saved=saved,
+        )
         self.blocked_now.clear()
         return acct
 

@@ -3,6 +3,7 @@
 Both allocators implement the ``Allocator`` protocol, the one interface the scheduler and the
 engine core use. They emit allocator events on the bus; the scheduler emits the rest.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,8 +23,9 @@ def check_allocator(name: str) -> str:
     """``name`` if it is one of ALLOCATORS, else InvalidConfigError (the one place this is
     checked)."""
     if name not in ALLOCATORS:
-        raise InvalidConfigError(f"unknown allocator {name!r}; choose one of "
-                                 f"{', '.join(ALLOCATORS)}")
+        raise InvalidConfigError(
+            f"unknown allocator {name!r}; choose one of {', '.join(ALLOCATORS)}"
+        )
     return name
 
 
@@ -43,6 +45,7 @@ class AdmitRefusal:
     """Why the head of the queue cannot be admitted now: ``reason`` (one of the
     ``events.BLOCKED_*``), what admission asked for, the free total and the largest free run.
     The scheduler publishes it unchanged as an ``AdmissionBlocked`` event."""
+
     reason: str
     need_slots: int
     free_slots: int
@@ -113,8 +116,9 @@ class PagedAllocator:
 
     name = "paged"
 
-    def __init__(self, num_blocks: int, block_size: int, bus: E.EventBus,
-                 enable_prefix_caching: bool = False) -> None:
+    def __init__(
+        self, num_blocks: int, block_size: int, bus: E.EventBus, enable_prefix_caching: bool = False
+    ) -> None:
         self.block_size = block_size
         self.view_block_size = block_size
         self.num_slots = num_blocks * block_size
@@ -122,7 +126,7 @@ class PagedAllocator:
         self.tables: dict[str, list[Block]] = {}
         self.bus = bus
         self.enable_prefix_caching = enable_prefix_caching
-        self.hashes: dict[str, list[str]] = {}   # chain hashes of each request's full blocks
+        self.hashes: dict[str, list[str]] = {}  # chain hashes of each request's full blocks
         #: (src, dst) block copies the next forward must make first (copy-on-write)
         self.pending_copies: list[tuple[int, int]] = []
 
@@ -151,7 +155,7 @@ class PagedAllocator:
         hits: list[Block] = []
         parent = ROOT_HASH
         for i in range((num_tokens - 1) // bs):
-            parent = block_hash(parent, tokens[i * bs:(i + 1) * bs])
+            parent = block_hash(parent, tokens[i * bs : (i + 1) * bs])
             block = self.pool.lookup(parent)
             if block is None:
                 break
@@ -164,8 +168,9 @@ class PagedAllocator:
         # a cached block nobody holds leaves the free queue when it is taken back
         if fresh + sum(1 for b in hits if b.ref_count == 0) <= self.pool.num_free:
             return None
-        return AdmitRefusal(E.BLOCKED_NO_FREE_BLOCK, fresh * self.block_size, self.free_slots,
-                            self.largest_hole)
+        return AdmitRefusal(
+            E.BLOCKED_NO_FREE_BLOCK, fresh * self.block_size, self.free_slots, self.largest_hole
+        )
 
     def admit(self, req: Request, num_tokens: int) -> int:
         """Reserve ``num_tokens`` tokens; returns how many of them the cache already holds."""
@@ -175,8 +180,12 @@ class PagedAllocator:
         for block in hits:
             self._share(req.req_id, block, self.block_size)
         if hits:
-            self.bus.emit(E.CacheHit, req=req.req_id, blocks=tuple(b.block_id for b in hits),
-                          tokens_saved=len(hits) * self.block_size)
+            self.bus.emit(
+                E.CacheHit,
+                req=req.req_id,
+                blocks=tuple(b.block_id for b in hits),
+                tokens_saved=len(hits) * self.block_size,
+            )
         self.hashes[req.req_id] = [b.block_hash for b in hits if b.block_hash is not None]
         if not self._append(req.req_id, num_tokens):
             raise RuntimeError("admit() called without a successful check_admit()")
@@ -192,21 +201,27 @@ class PagedAllocator:
         bs = self.block_size
         table: list[Block] = []
         self.tables[child.req_id] = table
-        for i, block in enumerate(self.tables[parent.req_id][:cdiv(num_tokens, bs)]):
+        for i, block in enumerate(self.tables[parent.req_id][: cdiv(num_tokens, bs)]):
             self._share(child.req_id, block, min(bs, num_tokens - i * bs))
-        self.hashes[child.req_id] = list(self.hashes.get(parent.req_id, []))[:num_tokens // bs]
+        self.hashes[child.req_id] = list(self.hashes.get(parent.req_id, []))[: num_tokens // bs]
         return num_tokens
 
     def _share(self, req_id: str, block: Block, num_tokens: int) -> None:
         self.pool.share(block)
         table = self.tables[req_id]
         table.append(block)
-        self.bus.emit(E.BlockShared, req=req_id, logical=len(table) - 1,
-                      physical=block.block_id, ref_count=block.ref_count, num_tokens=num_tokens)
+        self.bus.emit(
+            E.BlockShared,
+            req=req_id,
+            logical=len(table) - 1,
+            physical=block.block_id,
+            ref_count=block.ref_count,
+            num_tokens=num_tokens,
+        )
 
     def grow(self, req: Request, num_tokens: int) -> bool:
         table = self.tables[req.req_id]
-        first = req.num_computed // self.block_size   # the block the next write lands in
+        first = req.num_computed // self.block_size  # the block the next write lands in
         cow = first < len(table) and table[first].ref_count > 1
         need = cdiv(num_tokens, self.block_size) - len(table) + int(cow)
         if need > self.pool.num_free:
@@ -222,9 +237,15 @@ class PagedAllocator:
         refs = self.pool.release(src)
         table[logical] = dst
         self.pending_copies.append((src.block_id, dst.block_id))
-        self.bus.emit(E.BlockCopied, req=req.req_id, logical=logical, src=src.block_id,
-                      dst=dst.block_id, src_ref_count=refs,
-                      num_tokens=req.num_computed - logical * self.block_size)
+        self.bus.emit(
+            E.BlockCopied,
+            req=req.req_id,
+            logical=logical,
+            src=src.block_id,
+            dst=dst.block_id,
+            src_ref_count=refs,
+            num_tokens=req.num_computed - logical * self.block_size,
+        )
 
     def _append(self, req_id: str, num_tokens: int) -> bool:
         table = self.tables[req_id]
@@ -234,8 +255,9 @@ class PagedAllocator:
         for _ in range(need):
             block = self.pool.allocate()
             table.append(block)
-            self.bus.emit(E.BlockAllocated, req=req_id, logical=len(table) - 1,
-                          physical=block.block_id)
+            self.bus.emit(
+                E.BlockAllocated, req=req_id, logical=len(table) - 1, physical=block.block_id
+            )
         return True
 
     def commit(self, req: Request, num_tokens: int) -> None:
@@ -250,12 +272,18 @@ class PagedAllocator:
         tokens = req.all_token_ids
         parent = chain[-1] if chain else ROOT_HASH
         for i in range(len(chain), num_tokens // bs):
-            ids = tokens[i * bs:(i + 1) * bs]
+            ids = tokens[i * bs : (i + 1) * bs]
             h = block_hash(parent, ids)
             chain.append(h)
             if self.pool.cache(table[i], h):
-                self.bus.emit(E.BlockStored, block_hash=h, parent_block_hash=parent,
-                              token_ids=tuple(ids), block_size=bs, physical=table[i].block_id)
+                self.bus.emit(
+                    E.BlockStored,
+                    block_hash=h,
+                    parent_block_hash=parent,
+                    token_ids=tuple(ids),
+                    block_size=bs,
+                    physical=table[i].block_id,
+                )
             parent = h
 
     def take_copies(self) -> list[tuple[int, int]]:
@@ -285,8 +313,10 @@ class PagedAllocator:
         return [b.block_id for b in self.tables[req_id]]
 
     def slot(self, req_id: str, pos: int) -> int:
-        return self.tables[req_id][pos // self.block_size].block_id * self.block_size \
+        return (
+            self.tables[req_id][pos // self.block_size].block_id * self.block_size
             + pos % self.block_size
+        )
 
 
 class ContiguousAllocator:
@@ -308,8 +338,15 @@ class ContiguousAllocator:
     A request whose run fits in no hole waits even when the free total would do: the refusal's
     reason is then ``no_hole`` - external fragmentation."""
 
-    def __init__(self, num_blocks: int, block_size: int, max_model_len: int, policy: str,
-                 bus: E.EventBus, placement: str = "first-fit") -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        max_model_len: int,
+        policy: str,
+        bus: E.EventBus,
+        placement: str = "first-fit",
+    ) -> None:
         if policy not in ("max", "pow2", "oracle"):
             raise InvalidConfigError(f"unknown contiguous policy {policy!r}")
         self.name = policy
@@ -356,7 +393,8 @@ class ContiguousAllocator:
             raise InvalidConfigError(
                 f"request {req.req_id} needs a {need}-slot block but the largest "
                 f"{self.placement.name} block in a {self.num_slots}-slot arena is "
-                f"{self.placement.max_run}")
+                f"{self.placement.max_run}"
+            )
         return need
 
     def check_admit(self, req: Request, num_tokens: int) -> AdmitRefusal | None:
@@ -394,9 +432,15 @@ class ContiguousAllocator:
         return self.runs[req_id][0] + pos
 
 
-def make_allocator(name: str, num_blocks: int, block_size: int, max_model_len: int,
-                   bus: E.EventBus, placement: str = "first-fit",
-                   enable_prefix_caching: bool = False) -> Allocator:
+def make_allocator(
+    name: str,
+    num_blocks: int,
+    block_size: int,
+    max_model_len: int,
+    bus: E.EventBus,
+    placement: str = "first-fit",
+    enable_prefix_caching: bool = False,
+) -> Allocator:
     """Build the allocator ``name`` (one of ALLOCATORS) over an arena of ``num_blocks`` blocks;
     ``placement`` (first-fit or buddy) applies to the contiguous ones, prefix caching to paging
     only (a contiguous run is private to its request)."""

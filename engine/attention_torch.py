@@ -6,6 +6,7 @@ does it once in ``prepare`` and each layer only gathers (``index_select``, sever
 than advanced indexing on CPU) and calls SDPA with exactly the reference's arguments. The output
 is bit-identical to the reference; ``tests/test_arena.py`` holds it to that.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,8 +19,8 @@ from kernels.reference import gather_slots
 
 @dataclass
 class _DecodePlan:
-    slots: torch.Tensor   # [B * L] flat arena slots of every request's positions 0..L-1
-    mask: torch.Tensor    # [B, 1, 1, L] position < context_len
+    slots: torch.Tensor  # [B * L] flat arena slots of every request's positions 0..L-1
+    mask: torch.Tensor  # [B, 1, 1, L] position < context_len
     batch: int
     length: int
 
@@ -29,7 +30,7 @@ class _PrefillSeq:
     start: int
     end: int
     slots: torch.Tensor | None  # None: the whole context is new, its K/V are the step's own
-    mask: torch.Tensor | None   # [n, ctx] causal mask over cached + new tokens
+    mask: torch.Tensor | None  # [n, ctx] causal mask over cached + new tokens
 
 
 class TorchAttention:
@@ -50,8 +51,9 @@ class TorchAttention:
             pos = torch.arange(length, device=ctx.device)
             slots = gather_slots(meta.decode_block_tables, pos, block_size)
             mask = pos[None, :] < ctx[:, None].long()
-            self._decode = _DecodePlan(slots.reshape(-1), mask[:, None, None, :],
-                                       slots.shape[0], length)
+            self._decode = _DecodePlan(
+                slots.reshape(-1), mask[:, None, None, :], slots.shape[0], length
+            )
         if meta.prefill_block_tables is not None:
             starts = meta.query_start_loc.tolist()
             for b, ctx in enumerate(meta.prefill_context_lens.tolist()):
@@ -60,7 +62,7 @@ class TorchAttention:
                     self._prefill.append(_PrefillSeq(s, e, None, None))
                     continue
                 pos = torch.arange(ctx, device=meta.slot_mapping.device)
-                slots = gather_slots(meta.prefill_block_tables[b:b + 1], pos, block_size)[0]
+                slots = gather_slots(meta.prefill_block_tables[b : b + 1], pos, block_size)[0]
                 qpos = torch.arange(ctx - (e - s), ctx, device=pos.device)
                 self._prefill.append(_PrefillSeq(s, e, slots, pos[None, :] <= qpos[:, None]))
 
@@ -75,7 +77,9 @@ class TorchAttention:
             return self._attend_decode(q, k_cache, v_cache, self._decode)
         out = torch.empty_like(q)
         for p in self._prefill:
-            out[p.start:p.end] = self._attend_prefill(q[p.start:p.end], k, v, k_cache, v_cache, p)
+            out[p.start : p.end] = self._attend_prefill(
+                q[p.start : p.end], k, v, k_cache, v_cache, p
+            )
         if self._decode is not None:
             out[n:] = self._attend_decode(q[n:], k_cache, v_cache, self._decode)
         return out
@@ -89,20 +93,30 @@ class TorchAttention:
         k = self._gather(k_cache, p.slots).view(p.batch, p.length, hkv, d)
         v = self._gather(v_cache, p.slots).view(p.batch, p.length, hkv, d)
         out = F.scaled_dot_product_attention(
-            q.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=p.mask,
-            scale=self.scale, enable_gqa=q.shape[1] != hkv)
+            q.unsqueeze(2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=p.mask,
+            scale=self.scale,
+            enable_gqa=q.shape[1] != hkv,
+        )
         return out.squeeze(2)
 
     def _attend_prefill(self, q, k_new, v_new, k_cache, v_cache, p: _PrefillSeq) -> torch.Tensor:
         if p.slots is None:
             # the store above copied these very values into the arena: reading them back
             # would only cost a gather
-            k, v = k_new[p.start:p.end], v_new[p.start:p.end]
+            k, v = k_new[p.start : p.end], v_new[p.start : p.end]
         else:
             k, v = self._gather(k_cache, p.slots), self._gather(v_cache, p.slots)
         causal = p.mask is None
         o = F.scaled_dot_product_attention(
-            q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
-            v.transpose(0, 1).unsqueeze(0), attn_mask=p.mask, is_causal=causal,
-            scale=self.scale, enable_gqa=q.shape[1] != k_cache.shape[2])
+            q.transpose(0, 1).unsqueeze(0),
+            k.transpose(0, 1).unsqueeze(0),
+            v.transpose(0, 1).unsqueeze(0),
+            attn_mask=p.mask,
+            is_causal=causal,
+            scale=self.scale,
+            enable_gqa=q.shape[1] != k_cache.shape[2],
+        )
         return o[0].transpose(0, 1)

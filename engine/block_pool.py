@@ -6,6 +6,7 @@ same prefix can take it back (``share``) until the pool has to hand it out as a 
 then is the hash dropped (lazy eviction, reported through ``on_evict``). Without caching no block
 ever carries a hash and the pool is a plain FIFO free list.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -32,7 +33,7 @@ class FreeBlockQueue:
     and ``remove`` (a cached block taken back from the middle) are all O(1)."""
 
     def __init__(self, blocks: list[Block]) -> None:
-        self._head = Block(-1)   # sentinels: no edge cases at either end
+        self._head = Block(-1)  # sentinels: no edge cases at either end
         self._tail = Block(-1)
         self._head.next, self._tail.prev = self._tail, self._head
         self._len = 0
@@ -77,8 +78,9 @@ class BlockPool:
     late survive longest); a block is in the hash map ``cached`` exactly when it carries a
     hash, and no two blocks carry the same one; a block with holders is never handed out."""
 
-    def __init__(self, num_blocks: int,
-                 on_evict: Callable[[Block, str], None] | None = None) -> None:
+    def __init__(
+        self, num_blocks: int, on_evict: Callable[[Block, str], None] | None = None
+    ) -> None:
         if num_blocks <= 0:
             raise ValueError(f"num_blocks must be positive, got {num_blocks}")
         self.blocks = [Block(i) for i in range(num_blocks)]

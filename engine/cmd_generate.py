@@ -1,4 +1,5 @@
 """``python -m engine generate``: complete prompts on the real model through the paged engine."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,9 @@ from engine.request import InvalidRequestError, SamplingParams, check_prompt
 def add_parser(sub) -> None:
     p = sub.add_parser("generate", help="generate completions with the paged-KV engine")
     p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompt text (several allowed)")
-    p.add_argument("--prompts-file", metavar="F",
-                   help="a JSON list of strings, or one prompt per line")
+    p.add_argument(
+        "--prompts-file", metavar="F", help="a JSON list of strings, or one prompt per line"
+    )
     p.add_argument("--max-tokens", type=int, default=64, metavar="N", help="new tokens per prompt")
     p.add_argument("--json", action="store_true", help="one JSON object per prompt, then a summary")
     p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
@@ -25,35 +27,68 @@ def add_parser(sub) -> None:
     mem.add_argument("--num-blocks", type=int, metavar="N", help="KV arena size in blocks")
     mem.add_argument("--kv-budget-mb", type=float, metavar="M", help="KV arena size in MiB")
     p.add_argument("--block-size", type=int, default=16, metavar="B", help="tokens per KV block")
-    p.add_argument("--max-model-len", type=int, default=None, metavar="L",
-                   help="longest prompt + output (default: the model's context length)")
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        metavar="L",
+        help="longest prompt + output (default: the model's context length)",
+    )
     p.add_argument("--chat", action="store_true", help="wrap each prompt in the chat template")
-    p.add_argument("--model", default=None, metavar="PATH",
-                   help="local Llama-family HF directory (default: bundled SmolLM2-135M-Instruct)")
+    p.add_argument(
+        "--model",
+        default=None,
+        metavar="PATH",
+        help="local Llama-family HF directory (default: bundled SmolLM2-135M-Instruct)",
+    )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16")
-    p.add_argument("--allocator", default="paged", choices=ALLOCATORS,
-                   help="paged, or a contiguous policy; here pow2/oracle know only the "
-                        "prompt + max-tokens bound (exact with --ignore-eos)")
+    p.add_argument(
+        "--allocator",
+        default="paged",
+        choices=ALLOCATORS,
+        help="paged, or a contiguous policy; here pow2/oracle know only the "
+        "prompt + max-tokens bound (exact with --ignore-eos)",
+    )
     p.add_argument("--attention", default="auto", choices=BACKENDS)
     p.add_argument("--max-num-seqs", type=int, default=256, metavar="N")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T")
     p.add_argument("--top-p", type=float, default=1.0, metavar="P")
     p.add_argument("--seed", type=int, default=None, metavar="S")
-    p.add_argument("--n", type=int, default=1, metavar="N",
-                   help="samples per prompt (sample i seeded seed + i); paging shares the "
-                        "prompt's blocks and copies a block on write")
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
-                   default=False, help="reuse cached K/V blocks of shared prompt prefixes "
-                                       "(paging only; default off)")
+    p.add_argument(
+        "--n",
+        type=int,
+        default=1,
+        metavar="N",
+        help="samples per prompt (sample i seeded seed + i); paging shares the "
+        "prompt's blocks and copies a block on write",
+    )
+    p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="reuse cached K/V blocks of shared prompt prefixes (paging only; default off)",
+    )
     p.add_argument("--trace", default=None, metavar="PATH", help="write the run's event trace")
-    p.add_argument("--kv-events", default=None, metavar="tcp://HOST:PORT",
-                   help="publish prefix-cache events in vLLM's KV-event format (PUB on PORT, "
-                        "replay on PORT+1); loopback unless --kv-events-allow-remote")
-    p.add_argument("--kv-events-allow-remote", action="store_true",
-                   help="allow a --kv-events address beyond this machine")
-    p.add_argument("--kv-events-hold", type=float, default=0.0, metavar="S",
-                   help="keep the KV-event sockets open S seconds after the run (for watchers)")
+    p.add_argument(
+        "--kv-events",
+        default=None,
+        metavar="tcp://HOST:PORT",
+        help="publish prefix-cache events in vLLM's KV-event format (PUB on PORT, "
+        "replay on PORT+1); loopback unless --kv-events-allow-remote",
+    )
+    p.add_argument(
+        "--kv-events-allow-remote",
+        action="store_true",
+        help="allow a --kv-events address beyond this machine",
+    )
+    p.add_argument(
+        "--kv-events-hold",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="keep the KV-event sockets open S seconds after the run (for watchers)",
+    )
     p.set_defaults(run=run)
 
 
@@ -75,8 +110,9 @@ def read_prompts_file(path: str) -> list[str]:
         try:
             data = json.loads(text)
         except (ValueError, RecursionError) as e:
-            raise InvalidRequestError(f"prompts file {p} is not valid JSON: "
-                                      f"{getattr(e, 'msg', type(e).__name__)}") from None
+            raise InvalidRequestError(
+                f"prompts file {p} is not valid JSON: {getattr(e, 'msg', type(e).__name__)}"
+            ) from None
         if not isinstance(data, list) or not all(isinstance(s, str) for s in data):
             raise InvalidRequestError(f"prompts file {p} must hold a JSON list of strings")
         return data
@@ -86,14 +122,17 @@ def read_prompts_file(path: str) -> list[str]:
         except ValueError:
             pass  # a first line that starts with a quote: plain prompts
         else:
-            raise InvalidRequestError(f"prompts file {p} holds one JSON string; write a JSON "
-                                      "list of strings, or one prompt per line")
+            raise InvalidRequestError(
+                f"prompts file {p} holds one JSON string; write a JSON "
+                "list of strings, or one prompt per line"
+            )
     return [line for line in text.splitlines() if line.strip()]
 
 
 def check_kv_events(endpoint: str, allow_remote: bool, hold: float) -> None:
     """The address's form and loopback rule, and a sane hold time, before the model loads."""
     from engine.kv_events import EndpointError, parse_endpoint  # pyzmq stays off other commands
+
     try:
         parse_endpoint(endpoint, allow_remote)
     except EndpointError as e:
@@ -110,22 +149,44 @@ def run(args) -> int:
         raise InvalidRequestError("no prompts given (pass PROMPT arguments or --prompts-file)")
     for i, p in enumerate(prompts):
         check_prompt(i, p)
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
-                            top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos, n=args.n)
-    EngineArgs(num_blocks=args.num_blocks, kv_budget_mb=args.kv_budget_mb,
-               block_size=args.block_size, max_model_len=args.max_model_len,
-               max_num_seqs=args.max_num_seqs, allocator=args.allocator)
+    params = SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        ignore_eos=args.ignore_eos,
+        n=args.n,
+    )
+    EngineArgs(
+        num_blocks=args.num_blocks,
+        kv_budget_mb=args.kv_budget_mb,
+        block_size=args.block_size,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        allocator=args.allocator,
+    )
     if args.trace is not None:
         check_output_path(args.trace, "--trace")
     if args.kv_events is not None:
         check_kv_events(args.kv_events, args.kv_events_allow_remote, args.kv_events_hold)
     from engine.llm import LLM  # torch and transformers load only once the input is sane
-    llm = LLM(args.model, device=args.device, dtype=args.dtype, num_blocks=args.num_blocks,
-              kv_budget_mb=args.kv_budget_mb, block_size=args.block_size,
-              max_model_len=args.max_model_len, allocator=args.allocator,
-              attention=args.attention, max_num_seqs=args.max_num_seqs, trace=args.trace,
-              kv_events=args.kv_events, kv_events_allow_remote=args.kv_events_allow_remote,
-              enable_prefix_caching=args.enable_prefix_caching)
+
+    llm = LLM(
+        args.model,
+        device=args.device,
+        dtype=args.dtype,
+        num_blocks=args.num_blocks,
+        kv_budget_mb=args.kv_budget_mb,
+        block_size=args.block_size,
+        max_model_len=args.max_model_len,
+        allocator=args.allocator,
+        attention=args.attention,
+        max_num_seqs=args.max_num_seqs,
+        trace=args.trace,
+        kv_events=args.kv_events,
+        kv_events_allow_remote=args.kv_events_allow_remote,
+        enable_prefix_caching=args.enable_prefix_caching,
+    )
     t0 = time.perf_counter()
     try:
         outputs = llm.generate(prompts, params, chat=args.chat)
@@ -135,29 +196,46 @@ def run(args) -> int:
     finally:
         llm.close()
     num_tokens = sum(len(o.token_ids) for o in outputs)
-    summary = {"num_requests": len(outputs), "num_generated_tokens": num_tokens,
-               "num_preemptions": llm.num_preemptions, "elapsed_s": round(elapsed, 3),
-               "tokens_per_s": round(num_tokens / elapsed, 2) if elapsed > 0 else None,
-               "allocator": args.allocator, "attention": llm.runner.attention_backend,
-               "device": str(llm.model.device), "num_blocks": llm.arena.num_blocks,
-               "block_size": llm.arena.block_size,
-               "enable_prefix_caching": args.enable_prefix_caching,
-               "prefill_tokens_computed": llm.prefill_tokens_computed,
-               "prefix_cache_hit_tokens": llm.prefix_cache_hit_tokens}
+    summary = {
+        "num_requests": len(outputs),
+        "num_generated_tokens": num_tokens,
+        "num_preemptions": llm.num_preemptions,
+        "elapsed_s": round(elapsed, 3),
+        "tokens_per_s": round(num_tokens / elapsed, 2) if elapsed > 0 else None,
+        "allocator": args.allocator,
+        "attention": llm.runner.attention_backend,
+        "device": str(llm.model.device),
+        "num_blocks": llm.arena.num_blocks,
+        "block_size": llm.arena.block_size,
+        "enable_prefix_caching": args.enable_prefix_caching,
+        "prefill_tokens_computed": llm.prefill_tokens_computed,
+        "prefix_cache_hit_tokens": llm.prefix_cache_hit_tokens,
+    }
     if args.json:
         for o in outputs:
-            print(json.dumps({"prompt": o.prompt, "prompt_token_ids": o.prompt_token_ids,
-                              "token_ids": o.token_ids, "text": o.text,
-                              "finish_reason": o.finish_reason,
-                              "num_preemptions": o.num_preemptions,
-                              "sample_index": o.sample_index}, ensure_ascii=False))
+            print(
+                json.dumps(
+                    {
+                        "prompt": o.prompt,
+                        "prompt_token_ids": o.prompt_token_ids,
+                        "token_ids": o.token_ids,
+                        "text": o.text,
+                        "finish_reason": o.finish_reason,
+                        "num_preemptions": o.num_preemptions,
+                        "sample_index": o.sample_index,
+                    },
+                    ensure_ascii=False,
+                )
+            )
         print(json.dumps({"summary": summary}))
     else:
         for i, o in enumerate(outputs):
             if len(outputs) > 1:
                 print(f"--- [{i}] {o.prompt!r}")
             print(o.text)
-        print(f"{num_tokens} tokens for {len(outputs)} prompts in {elapsed:.2f} s "
-              f"({summary['tokens_per_s']} tok/s), {llm.num_preemptions} preemptions",
-              file=sys.stderr)
+        print(
+            f"{num_tokens} tokens for {len(outputs)} prompts in {elapsed:.2f} s "
+            f"({summary['tokens_per_s']} tok/s), {llm.num_preemptions} preemptions",
+            file=sys.stderr,
+        )
     return 0

@@ -1,4 +1,5 @@
 """``python -m engine record``: run a scenario on the real model and write its trace."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,21 +14,36 @@ def add_parser(sub) -> None:
     p = sub.add_parser("record", help="run a scenario under several allocators and write one trace")
     p.add_argument("--scenario", required=True, help="scenario TOML file")
     p.add_argument("--out", required=True, help="trace path (JSONL), or - for stdout")
-    p.add_argument("--allocators", default="max,paged",
-                   help="comma-separated runs to record side by side (default: max,paged)")
-    p.add_argument("--forward", default="model", choices=("model", "skip"),
-                   help="skip: dry run, requests stop at their output_len")
+    p.add_argument(
+        "--allocators",
+        default="max,paged",
+        help="comma-separated runs to record side by side (default: max,paged)",
+    )
+    p.add_argument(
+        "--forward",
+        default="model",
+        choices=("model", "skip"),
+        help="skip: dry run, requests stop at their output_len",
+    )
     p.add_argument("--model", default=None, help="local Llama-family HF directory")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default=None)
     p.add_argument("--attention", default="auto", choices=("auto", "torch", "triton"))
-    p.add_argument("--kv-events", default=None, metavar="tcp://HOST:PORT",
-                   help="publish the paged run's prefix-cache events in vLLM's KV-event format "
-                        "(replay on PORT+1); loopback unless --kv-events-allow-remote")
+    p.add_argument(
+        "--kv-events",
+        default=None,
+        metavar="tcp://HOST:PORT",
+        help="publish the paged run's prefix-cache events in vLLM's KV-event format "
+        "(replay on PORT+1); loopback unless --kv-events-allow-remote",
+    )
     p.add_argument("--kv-events-allow-remote", action="store_true")
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
-                   default=None, help="paging reuses cached prompt-prefix blocks (default: the "
-                                      "scenario's [arena] enable_prefix_caching, else off)")
+    p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="paging reuses cached prompt-prefix blocks (default: the "
+        "scenario's [arena] enable_prefix_caching, else off)",
+    )
     p.set_defaults(run=run)
 
 
@@ -39,15 +55,26 @@ def run(args) -> int:
     out = sys.stdout if args.out == "-" else args.out
     publisher, sinks = _kv_events(args, allocators)
     try:
-        runs = record(sc, allocators, out, forward=args.forward, model_path=args.model,
-                      device=args.device, dtype=args.dtype, attention=args.attention,
-                      progress=stderr_progress, sinks=sinks)
+        runs = record(
+            sc,
+            allocators,
+            out,
+            forward=args.forward,
+            model_path=args.model,
+            device=args.device,
+            dtype=args.dtype,
+            attention=args.attention,
+            progress=stderr_progress,
+            sinks=sinks,
+        )
     finally:
         if publisher is not None:
             publisher.close()
     for name, r in runs.items():
-        print(f"{name}: {r.core.step_count} steps, {r.core.num_preemptions} preemptions",
-              file=sys.stderr)
+        print(
+            f"{name}: {r.core.step_count} steps, {r.core.num_preemptions} preemptions",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -58,6 +85,7 @@ def _kv_events(args, allocators: list[str]):
         return None, None
     from engine.kv_events import EndpointError, EngineEventTranslator, KVEventPublisher
     from engine.request import InvalidRequestError
+
     try:
         pub = KVEventPublisher(args.kv_events, allow_remote=args.kv_events_allow_remote)
     except EndpointError as e:

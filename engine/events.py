@@ -6,6 +6,7 @@ JSON object each (``to_dict`` / ``from_dict``), which is what a JSONL trace stor
 
 This module is pure Python and must stay importable without torch: the viewer folds these events.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,9 +18,9 @@ from typing import IO, ClassVar
 
 #: Reasons a waiting request could not be admitted.
 BLOCKED_NO_FREE_BLOCK = "no_free_block"  # paging: fewer free blocks than the prompt needs
-BLOCKED_NO_HOLE = "no_hole"              # contiguous: free slots suffice in total, no hole is large enough
-BLOCKED_NO_SPACE = "no_space"            # contiguous: not enough free slots at all
-BLOCKED_BATCH_FULL = "batch_full"        # scheduler limit (max running requests / tokens per step)
+BLOCKED_NO_HOLE = "no_hole"  # contiguous: free slots suffice in total, no hole is large enough
+BLOCKED_NO_SPACE = "no_space"  # contiguous: not enough free slots at all
+BLOCKED_BATCH_FULL = "batch_full"  # scheduler limit (max running requests / tokens per step)
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Event:
 @dataclass(frozen=True)
 class RequestArrived(Event):
     """A request entered the waiting queue. ``max_tokens`` bounds its output."""
+
     kind: ClassVar[str] = "request_arrived"
     req: str
     prompt_len: int
@@ -49,6 +51,7 @@ class RequestArrived(Event):
 class Admitted(Event):
     """A waiting request joined the running batch. ``num_tokens`` is what it prefills now
     (its prompt, or prompt plus generated tokens when it is recomputed after a preemption)."""
+
     kind: ClassVar[str] = "admitted"
     req: str
     num_tokens: int
@@ -61,6 +64,7 @@ class AdmissionBlocked(Event):
     ``need_slots`` is what admission asked for, ``free_slots`` the arena's free total and
     ``largest_hole`` its largest contiguous free run (for paging: free blocks * block size).
     ``reason`` is one of the BLOCKED_* constants; ``no_hole`` is external fragmentation made visible."""
+
     kind: ClassVar[str] = "admission_blocked"
     req: str
     reason: str
@@ -72,6 +76,7 @@ class AdmissionBlocked(Event):
 @dataclass(frozen=True)
 class BlockAllocated(Event):
     """Paging: logical block ``logical`` of ``req`` now maps to physical block ``physical``."""
+
     kind: ClassVar[str] = "block_allocated"
     req: str
     logical: int
@@ -81,6 +86,7 @@ class BlockAllocated(Event):
 @dataclass(frozen=True)
 class SlotsReserved(Event):
     """Contiguous: slots ``[start, start + length)`` are reserved for ``req``."""
+
     kind: ClassVar[str] = "slots_reserved"
     req: str
     start: int
@@ -90,6 +96,7 @@ class SlotsReserved(Event):
 @dataclass(frozen=True)
 class TokensWritten(Event):
     """K/V of ``req``'s tokens at ``positions`` were written into arena ``slots`` this step."""
+
     kind: ClassVar[str] = "tokens_written"
     req: str
     positions: tuple[int, ...]
@@ -100,6 +107,7 @@ class TokensWritten(Event):
 class BlockFreed(Event):
     """Paging: ``req`` dropped its reference to ``physical``; ``ref_count`` is what remains
     (0 means the block is back in the free pool)."""
+
     kind: ClassVar[str] = "block_freed"
     req: str
     physical: int
@@ -109,6 +117,7 @@ class BlockFreed(Event):
 @dataclass(frozen=True)
 class ReservationReleased(Event):
     """Contiguous: ``req``'s run ``[start, start + length)`` is free again."""
+
     kind: ClassVar[str] = "reservation_released"
     req: str
     start: int
@@ -119,6 +128,7 @@ class ReservationReleased(Event):
 class Preempted(Event):
     """``req`` lost its memory (released just before this event) and is back at the queue's
     front; it will be recomputed from its prompt plus ``num_generated`` tokens."""
+
     kind: ClassVar[str] = "preempted"
     req: str
     num_generated: int
@@ -129,6 +139,7 @@ class Finished(Event):
     """``req`` finished. ``final_len`` is how many K/V slots it filled at most (prompt plus
     generated tokens minus the last one, whose K/V is never computed); ``num_generated`` its
     output length; ``reason`` is ``eos`` or ``length``."""
+
     kind: ClassVar[str] = "finished"
     req: str
     final_len: int
@@ -139,6 +150,7 @@ class Finished(Event):
 @dataclass(frozen=True)
 class StepEnd(Event):
     """The engine finished step ``step``: the frame boundary for the viewer."""
+
     kind: ClassVar[str] = "step_end"
     num_running: int
     num_waiting: int
@@ -149,6 +161,7 @@ class BlockStored(Event):
     """Prefix caching: physical block ``physical`` is full and now findable by ``block_hash``,
     the sha256 chain hash of ``parent_block_hash`` (``prefix_hash.ROOT_HASH`` for a first
     block) and its ``token_ids`` (``block_size`` of them). Named and shaped as vLLM's KV event."""
+
     kind: ClassVar[str] = "block_stored"
     block_hash: str
     parent_block_hash: str
@@ -161,6 +174,7 @@ class BlockStored(Event):
 class BlockEvicted(Event):
     """Prefix caching: the free cached block ``physical`` was handed out fresh, so its content
     ``block_hash`` can no longer be hit (lazy eviction)."""
+
     kind: ClassVar[str] = "block_evicted"
     block_hash: str
     physical: int
@@ -169,6 +183,7 @@ class BlockEvicted(Event):
 @dataclass(frozen=True)
 class AllBlocksCleared(Event):
     """Prefix caching: every cached hash was forgotten at once (the cache was reset)."""
+
     kind: ClassVar[str] = "all_blocks_cleared"
 
 
@@ -177,6 +192,7 @@ class BlockShared(Event):
     """Paging: logical block ``logical`` of ``req`` maps to ``physical``, a block another table
     holds or a cached one taken back from the free queue; ``ref_count`` is its holders now and
     ``num_tokens`` how many of its slots already hold ``req``'s K/V (not computed again)."""
+
     kind: ClassVar[str] = "block_shared"
     req: str
     logical: int
@@ -189,6 +205,7 @@ class BlockShared(Event):
 class CacheHit(Event):
     """``req``'s prompt begins with the cached ``blocks`` (physical ids in logical order); its
     prefill skips ``tokens_saved`` tokens."""
+
     kind: ClassVar[str] = "cache_hit"
     req: str
     blocks: tuple[int, ...]
@@ -200,6 +217,7 @@ class BlockCopied(Event):
     """Copy-on-write: ``req`` was about to write into ``src``, shared with others, so its
     logical block ``logical`` now maps to a fresh copy ``dst``; ``src_ref_count`` is what ``src``
     keeps and ``num_tokens`` the slots of ``req``'s K/V the copy carries."""
+
     kind: ClassVar[str] = "block_copied"
     req: str
     logical: int
@@ -210,10 +228,26 @@ class BlockCopied(Event):
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
-    cls.kind: cls for cls in (RequestArrived, Admitted, AdmissionBlocked, BlockAllocated,
-                              SlotsReserved, TokensWritten, BlockFreed, ReservationReleased,
-                              Preempted, Finished, StepEnd, BlockStored, BlockEvicted,
-                              AllBlocksCleared, BlockShared, CacheHit, BlockCopied)
+    cls.kind: cls
+    for cls in (
+        RequestArrived,
+        Admitted,
+        AdmissionBlocked,
+        BlockAllocated,
+        SlotsReserved,
+        TokensWritten,
+        BlockFreed,
+        ReservationReleased,
+        Preempted,
+        Finished,
+        StepEnd,
+        BlockStored,
+        BlockEvicted,
+        AllBlocksCleared,
+        BlockShared,
+        CacheHit,
+        BlockCopied,
+    )
 }
 
 
@@ -264,6 +298,7 @@ class EventBus:
 @dataclass
 class ListSink:
     """Collects events in memory."""
+
     events: list[Event] = field(default_factory=list)
 
     def __call__(self, ev: Event) -> None:
@@ -293,4 +328,3 @@ class QueueSink:
 
     def __call__(self, ev: Event) -> None:
         self.queue.put(ev)
-

@@ -23,6 +23,7 @@ whatever comes off a socket is hostile. We publish the array form of the documen
 
 Pure Python plus pyzmq and msgspec: no torch (the viewer imports the decoder).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -44,11 +45,11 @@ from engine.prefix_hash import ROOT_HASH
 #: engine's one KV store, whatever the device.
 MEDIUM_GPU = "GPU"
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
-MAX_MESSAGE_BYTES = 4 << 20     # one batch on the wire; zmq drops larger ones unread
-MAX_HASHES = 4096               # block hashes in one event
-MAX_TOKENS = 1 << 16            # token ids in one BlockStored event
-MAX_EVENTS = 1 << 14            # events in one batch
-MAX_HASH_BYTES = 64             # a bytes block hash (vLLM's are 32-byte SHA-256 digests)
+MAX_MESSAGE_BYTES = 4 << 20  # one batch on the wire; zmq drops larger ones unread
+MAX_HASHES = 4096  # block hashes in one event
+MAX_TOKENS = 1 << 16  # token ids in one BlockStored event
+MAX_EVENTS = 1 << 14  # events in one batch
+MAX_HASH_BYTES = 64  # a bytes block hash (vLLM's are 32-byte SHA-256 digests)
 
 _Hash = int | Annotated[bytes, msgspec.Meta(max_length=MAX_HASH_BYTES)]
 _Hashes = Annotated[list[_Hash], msgspec.Meta(max_length=MAX_HASHES)]
@@ -56,6 +57,7 @@ _Tokens = Annotated[list[int], msgspec.Meta(max_length=MAX_TOKENS)]
 
 
 # --- the wire, as we send it: every field vLLM's documented subscriber reads is always present --
+
 
 class _Wire(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
     """Base of the tagged, array-like event structs (the tag is the class name)."""
@@ -65,6 +67,7 @@ class BlockStored(_Wire):
     """Blocks now held and reusable as a prefix: ``block_hashes[i]`` covers
     ``token_ids[i*block_size:(i+1)*block_size]``; ``parent_block_hash`` is the block before the
     first one (None at a prompt's start), each later block's parent is the one before it."""
+
     block_hashes: list[int | bytes]
     parent_block_hash: int | bytes | None
     token_ids: list[int]
@@ -75,6 +78,7 @@ class BlockStored(_Wire):
 
 class BlockRemoved(_Wire):
     """Blocks evicted: their hashes no longer hit."""
+
     block_hashes: list[int | bytes]
     medium: str | None
 
@@ -85,12 +89,14 @@ class AllBlocksCleared(_Wire):
 
 class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     """One published message: a wall-clock ``ts`` and the events of one engine step."""
+
     ts: float
     events: list[BlockStored | BlockRemoved | AllBlocksCleared]
     data_parallel_rank: int | None = None
 
 
 # --- the wire, as we read it: vLLM's old and new shapes, every length bounded ---------------------
+
 
 class _In(msgspec.Struct, array_like=True, gc=False, tag=True, forbid_unknown_fields=False):
     pass
@@ -127,6 +133,7 @@ class InBatch(msgspec.Struct, array_like=True, gc=False):
 # batch may stay an array or become a map. msgspec cannot mix array- and map-shaped structs in one
 # union, so these decode as a second and third try, then become the In* structs above.
 
+
 class _InMap(msgspec.Struct, gc=False, tag=True, tag_field="type"):
     pass
 
@@ -149,8 +156,9 @@ class _MapCleared(_InMap, tag="AllBlocksCleared"):
     pass
 
 
-_MapEvents = Annotated[list[_MapStored | _MapRemoved | _MapCleared],
-                       msgspec.Meta(max_length=MAX_EVENTS)]
+_MapEvents = Annotated[
+    list[_MapStored | _MapRemoved | _MapCleared], msgspec.Meta(max_length=MAX_EVENTS)
+]
 
 
 class _BatchOfMaps(msgspec.Struct, array_like=True, gc=False):
@@ -171,8 +179,7 @@ class MalformedBatch(ValueError):
 
 _DECODER = msgspec.msgpack.Decoder(InBatch)
 _MAP_DECODERS = (msgspec.msgpack.Decoder(_BatchOfMaps), msgspec.msgpack.Decoder(_MapBatch))
-_FROM_MAP: dict[type, type] = {_MapStored: InStored, _MapRemoved: InRemoved,
-                               _MapCleared: InCleared}
+_FROM_MAP: dict[type, type] = {_MapStored: InStored, _MapRemoved: InRemoved, _MapCleared: InCleared}
 
 
 def _decode(payload: bytes) -> InBatch:
@@ -184,8 +191,11 @@ def _decode(payload: bytes) -> InBatch:
                 b = dec.decode(payload)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
-            return InBatch(b.ts, [_FROM_MAP[type(e)](*msgspec.structs.astuple(e))
-                                  for e in b.events], b.data_parallel_rank)
+            return InBatch(
+                b.ts,
+                [_FROM_MAP[type(e)](*msgspec.structs.astuple(e)) for e in b.events],
+                b.data_parallel_rank,
+            )
         raise first
 
 
@@ -199,8 +209,10 @@ def decode_batch(payload: bytes) -> InBatch:
         raise MalformedBatch(str(e).splitlines()[0][:200]) from None
     for ev in batch.events:
         if isinstance(ev, InStored) and len(ev.token_ids) > ev.block_size * len(ev.block_hashes):
-            raise MalformedBatch(f"BlockStored carries {len(ev.token_ids)} tokens for "
-                                 f"{len(ev.block_hashes)} blocks of {ev.block_size}")
+            raise MalformedBatch(
+                f"BlockStored carries {len(ev.token_ids)} tokens for "
+                f"{len(ev.block_hashes)} blocks of {ev.block_size}"
+            )
     return batch
 
 
@@ -220,7 +232,7 @@ class EndpointError(ValueError):
 
 @dataclass(frozen=True)
 class Endpoint:
-    host: str   # as written (brackets kept for IPv6)
+    host: str  # as written (brackets kept for IPv6)
     port: int
 
     @property
@@ -246,20 +258,26 @@ def parse_endpoint(text: str, allow_remote: bool = False) -> Endpoint:
     including ``*``, needs ``allow_remote=True``: the stream reveals which prompts are cached."""
     m = _ENDPOINT.match(text.strip()) if isinstance(text, str) and len(text) < 300 else None
     if m is None:
-        raise EndpointError(f"KV-events address must look like tcp://127.0.0.1:5557, "
-                            f"not {str(text)[:80]!r}")
+        raise EndpointError(
+            f"KV-events address must look like tcp://127.0.0.1:5557, not {str(text)[:80]!r}"
+        )
     ep = Endpoint(m.group(1), int(m.group(2)))
     if not 1 <= ep.port <= 65534:
-        raise EndpointError(f"KV-events port {ep.port} is out of range (1-65534; "
-                            "the replay socket takes the next one)")
+        raise EndpointError(
+            f"KV-events port {ep.port} is out of range (1-65534; "
+            "the replay socket takes the next one)"
+        )
     if not allow_remote and not ep.is_loopback:
-        raise EndpointError(f"KV-events address {ep.url} is not loopback; pass "
-                            "--kv-events-allow-remote (allow_remote=True) to publish beyond "
-                            "this machine")
+        raise EndpointError(
+            f"KV-events address {ep.url} is not loopback; pass "
+            "--kv-events-allow-remote (allow_remote=True) to publish beyond "
+            "this machine"
+        )
     return ep
 
 
 # --- the publisher ----------------------------------------------------------------------------
+
 
 class KVEventPublisher:
     """vLLM-compatible PUB + replay ROUTER, bound on ``endpoint`` and, by default, the next port.
@@ -268,13 +286,25 @@ class KVEventPublisher:
     background thread owns both sockets (zmq sockets are not thread-safe), numbers the batches,
     sends them and keeps the last ``buffer_steps`` for replay. ``close`` drains and stops."""
 
-    def __init__(self, endpoint: str, replay_endpoint: str | None = None, topic: str = "",
-                 allow_remote: bool = False, buffer_steps: int = 10_000, hwm: int = 100_000,
-                 max_queue: int = 10_000, data_parallel_rank: int = 0) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        replay_endpoint: str | None = None,
+        topic: str = "",
+        allow_remote: bool = False,
+        buffer_steps: int = 10_000,
+        hwm: int = 100_000,
+        max_queue: int = 10_000,
+        data_parallel_rank: int = 0,
+    ) -> None:
         import zmq
+
         ep = parse_endpoint(endpoint, allow_remote)
-        rep = parse_endpoint(replay_endpoint, allow_remote) if replay_endpoint else \
-            ep.with_port(ep.port + 1)
+        rep = (
+            parse_endpoint(replay_endpoint, allow_remote)
+            if replay_endpoint
+            else ep.with_port(ep.port + 1)
+        )
         self.endpoint, self.replay_endpoint = ep.url, rep.url
         self.topic = topic.encode("utf-8")
         self.data_parallel_rank = data_parallel_rank
@@ -298,14 +328,18 @@ class KVEventPublisher:
         self._thread = threading.Thread(target=self._loop, name="kv-events-pub", daemon=True)
         self._thread.start()
 
-    def publish(self, events: Iterable[BlockStored | BlockRemoved | AllBlocksCleared],
-                ts: float | None = None) -> None:
+    def publish(
+        self,
+        events: Iterable[BlockStored | BlockRemoved | AllBlocksCleared],
+        ts: float | None = None,
+    ) -> None:
         if not self._thread.is_alive():
             raise RuntimeError("KV-event publisher is closed")
         evs = list(events)
         if evs:
-            self._queue.put(EventBatch(time.time() if ts is None else ts, evs,
-                                       self.data_parallel_rank))
+            self._queue.put(
+                EventBatch(time.time() if ts is None else ts, evs, self.data_parallel_rank)
+            )
 
     def close(self, timeout: float = 2.0) -> None:
         """Send what is queued, then stop the thread and close the sockets."""
@@ -348,6 +382,7 @@ class KVEventPublisher:
 
 # --- the engine hook: our prefix-cache events -> vLLM's ----------------------------------------
 
+
 def wire_hash(h: Any) -> int | bytes:
     """Our block hash as vLLM sends it: an int in msgpack's range (uint64), or bytes. Any other
     hash object (a tuple, a string) becomes a stable 64-bit digest of its repr: a publisher must
@@ -374,9 +409,16 @@ class EngineEventTranslator:
             parent = ev.parent_block_hash
             if parent == ROOT_HASH:  # our chains start at a fixed root; vLLM's first block has none
                 parent = None
-            self.pending.append(BlockStored(
-                [wire_hash(ev.block_hash)], None if parent is None else wire_hash(parent),
-                [int(t) for t in ev.token_ids], int(ev.block_size), None, self.medium))
+            self.pending.append(
+                BlockStored(
+                    [wire_hash(ev.block_hash)],
+                    None if parent is None else wire_hash(parent),
+                    [int(t) for t in ev.token_ids],
+                    int(ev.block_size),
+                    None,
+                    self.medium,
+                )
+            )
         elif kind == "block_evicted":
             self.pending.append(BlockRemoved([wire_hash(ev.block_hash)], self.medium))
         elif kind == "all_blocks_cleared":

@@ -3,6 +3,7 @@
 One model, one KV arena and one runner live as long as the ``LLM``; each ``generate`` call gets a
 fresh allocator and engine core over that arena, so ``num_preemptions`` describes the last call.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +36,7 @@ DEFAULT_KV_BUDGET_MB = 512
 
 @dataclass
 class RequestOutput:
-    prompt: str | None          # None when the prompt was given as token ids
+    prompt: str | None  # None when the prompt was given as token ids
     prompt_token_ids: list[int]
     token_ids: list[int]
     text: str
@@ -54,15 +55,25 @@ class LLM:
     Raises InvalidConfigError for a bad setting (block size <= 0, both or neither-sane memory
     sizes, a budget below one block, unknown allocator/backend/device, missing model path)."""
 
-    def __init__(self, model: str | os.PathLike | LoadedModel | None = None, device: str = "auto",
-                 dtype: str | None = None, num_blocks: int | None = None,
-                 kv_budget_mb: float | None = None, block_size: int = 16,
-                 max_model_len: int | None = None, allocator: str = "paged",
-                 attention: str = "auto", max_num_seqs: int = 256,
-                 max_num_batched_tokens: int | None = None,
-                 trace: str | os.PathLike | Callable[[E.Event], None] | None = None,
-                 progress: bool = True, kv_events: str | None = None,
-                 kv_events_allow_remote: bool = False, enable_prefix_caching: bool = False) -> None:
+    def __init__(
+        self,
+        model: str | os.PathLike | LoadedModel | None = None,
+        device: str = "auto",
+        dtype: str | None = None,
+        num_blocks: int | None = None,
+        kv_budget_mb: float | None = None,
+        block_size: int = 16,
+        max_model_len: int | None = None,
+        allocator: str = "paged",
+        attention: str = "auto",
+        max_num_seqs: int = 256,
+        max_num_batched_tokens: int | None = None,
+        trace: str | os.PathLike | Callable[[E.Event], None] | None = None,
+        progress: bool = True,
+        kv_events: str | None = None,
+        kv_events_allow_remote: bool = False,
+        enable_prefix_caching: bool = False,
+    ) -> None:
         # Cheap checks first: a typo should not cost a model load.
         check_allocator(allocator)
         if kv_events is not None:
@@ -71,23 +82,35 @@ class LLM:
             except KV.EndpointError as e:
                 raise InvalidConfigError(str(e)) from None
         if type(enable_prefix_caching) is not bool:
-            raise InvalidConfigError(f"enable_prefix_caching must be true or false, got "
-                                     f"{enable_prefix_caching!r}")
+            raise InvalidConfigError(
+                f"enable_prefix_caching must be true or false, got {enable_prefix_caching!r}"
+            )
         self.enable_prefix_caching = enable_prefix_caching
-        args = EngineArgs(num_blocks=num_blocks, kv_budget_mb=kv_budget_mb, block_size=block_size,
-                          max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                          max_num_batched_tokens=max_num_batched_tokens, allocator=allocator)
+        args = EngineArgs(
+            num_blocks=num_blocks,
+            kv_budget_mb=kv_budget_mb,
+            block_size=block_size,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            allocator=allocator,
+        )
         if trace is not None and not callable(trace):
             check_output_path(trace, "trace")
-        self.model = model if isinstance(model, LoadedModel) else load_model(
-            model, device=device, dtype=dtype, progress=progress)
+        self.model = (
+            model
+            if isinstance(model, LoadedModel)
+            else load_model(model, device=device, dtype=dtype, progress=progress)
+        )
         cfg = self.model.config
         self.max_model_len = args.model_len(cfg.max_position_embeddings)
         if num_blocks is None:
-            num_blocks = blocks_for_budget(cfg, block_size, self.model.dtype,
-                                           kv_budget_mb or DEFAULT_KV_BUDGET_MB)
-        check_fits(num_blocks * bytes_per_block(cfg, block_size, self.model.dtype),
-                   self.model.device)
+            num_blocks = blocks_for_budget(
+                cfg, block_size, self.model.dtype, kv_budget_mb or DEFAULT_KV_BUDGET_MB
+            )
+        check_fits(
+            num_blocks * bytes_per_block(cfg, block_size, self.model.dtype), self.model.device
+        )
         self.arena = KVArena(cfg, num_blocks, block_size, self.model.device, self.model.dtype)
         self.runner = ModelRunner(self.model, self.arena, attention)
         self.allocator_name = allocator
@@ -95,8 +118,9 @@ class LLM:
         self.trace = trace
         self.num_preemptions = 0
         self.prefill_tokens_computed = self.prefix_cache_hit_tokens = 0
-        self.kv_publisher = None if kv_events is None else _publisher(kv_events,
-                                                                      kv_events_allow_remote)
+        self.kv_publisher = (
+            None if kv_events is None else _publisher(kv_events, kv_events_allow_remote)
+        )
 
     def close(self) -> None:
         """Send what the KV-event publisher still queues and close its sockets."""
@@ -108,9 +132,12 @@ class LLM:
     def tokenizer(self):
         return self.model.tokenizer
 
-    def generate(self, prompts: str | Sequence[str] | Sequence[Sequence[int]],
-                 params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 chat: bool = False) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts: str | Sequence[str] | Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        chat: bool = False,
+    ) -> list[RequestOutput]:
         """Complete every prompt (text, or token ids) and return outputs in input order; a prompt
         whose params ask for ``n`` samples gives ``n`` consecutive outputs (``sample_index`` 0 to
         n - 1), so the list is as long as the sum of the ``n``. A bare
@@ -121,11 +148,11 @@ class LLM:
 
         A run that fails part-way leaves its trace without an end line (it reads as truncated)
         and this ``LLM`` as it was: no per-request sampler state survives it."""
-        items: Sequence[str | Sequence[int]] = \
-            [prompts] if isinstance(prompts, str) else prompts
+        items: Sequence[str | Sequence[int]] = [prompts] if isinstance(prompts, str) else prompts
         params = params or SamplingParams()
-        plist: list[SamplingParams] = (list(params) if isinstance(params, (list, tuple))
-                                       else [params] * len(items))  # type: ignore[list-item]
+        plist: list[SamplingParams] = (
+            list(params) if isinstance(params, (list, tuple)) else [params] * len(items)  # type: ignore[list-item]
+        )
         if len(plist) != len(items):
             raise InvalidRequestError(f"{len(plist)} sampling params for {len(items)} prompts")
         if not all(isinstance(p, SamplingParams) for p in plist):
@@ -133,8 +160,11 @@ class LLM:
         ids = [self._tokenize(i, p, chat) for i, p in enumerate(items)]
         sps: list[SamplingParams] = [p for p in plist if isinstance(p, SamplingParams)]
         core = build_core(self._engine_config(), self.runner, self.model.config.eos_token_id)
-        reqs = [core.add_request(r) for i, (t, p) in enumerate(zip(ids, sps, strict=True))
-                for r in _sample_requests(str(i), t, p)]
+        reqs = [
+            core.add_request(r)
+            for i, (t, p) in enumerate(zip(ids, sps, strict=True))
+            for r in _sample_requests(str(i), t, p)
+        ]
         writer = self._attach_trace(core)
         if self.kv_publisher is not None:  # a fresh allocator: the cache starts empty
             self.kv_publisher.publish([KV.AllBlocksCleared()])
@@ -155,19 +185,29 @@ class LLM:
         self.prefix_cache_hit_tokens = core.prefix_cache_hit_tokens
         prompt_of = [p for p, q in zip(items, sps, strict=True) for _ in range(q.n)]
         index_of = [k for q in sps for k in range(q.n)]
-        return [RequestOutput(p if isinstance(p, str) else None, r.prompt_token_ids,
-                              r.output_token_ids, self.tokenizer.decode(
-                                  r.output_token_ids, skip_special_tokens=True),
-                              r.finish_reason, r.num_preemptions, k)
-                for p, k, r in zip(prompt_of, index_of, reqs, strict=True)]
+        return [
+            RequestOutput(
+                p if isinstance(p, str) else None,
+                r.prompt_token_ids,
+                r.output_token_ids,
+                self.tokenizer.decode(r.output_token_ids, skip_special_tokens=True),
+                r.finish_reason,
+                r.num_preemptions,
+                k,
+            )
+            for p, k, r in zip(prompt_of, index_of, reqs, strict=True)
+        ]
 
     def _tokenize(self, i: int, prompt: str | Sequence[int], chat: bool) -> list[int]:
         if isinstance(prompt, str):
             check_prompt(i, prompt)
             if chat:
                 msgs = [{"role": "user", "content": prompt}]
-                return list(self.tokenizer.apply_chat_template(
-                    msgs, add_generation_prompt=True, tokenize=True, return_dict=False))
+                return list(
+                    self.tokenizer.apply_chat_template(
+                        msgs, add_generation_prompt=True, tokenize=True, return_dict=False
+                    )
+                )
             return list(self.tokenizer.encode(prompt))
         try:
             if isinstance(prompt, (bytes, bytearray, dict, set)):
@@ -185,9 +225,15 @@ class LLM:
         return ids
 
     def _engine_config(self) -> EngineConfig:
-        return EngineConfig(self.allocator_name, self.arena.num_blocks, self.arena.block_size,
-                            self.max_model_len, self.max_num_seqs, self.max_num_batched_tokens,
-                            enable_prefix_caching=self.enable_prefix_caching)
+        return EngineConfig(
+            self.allocator_name,
+            self.arena.num_blocks,
+            self.arena.block_size,
+            self.max_model_len,
+            self.max_num_seqs,
+            self.max_num_batched_tokens,
+            enable_prefix_caching=self.enable_prefix_caching,
+        )
 
     def _attach_trace(self, core: EngineCore) -> TraceWriter | None:
         if self.trace is None:
@@ -197,13 +243,18 @@ class LLM:
             return None
         name = self.allocator_name
         config = self._engine_config().trace_config(core.allocator.view_block_size)
-        header = make_header([{"name": name, "allocator": name, "config": config}],
-                             model=self.model.name, device=str(self.model.device))
+        header = make_header(
+            [{"name": name, "allocator": name, "config": config}],
+            model=self.model.name,
+            device=str(self.model.device),
+        )
         try:
             writer = TraceWriter(self.trace, header)
         except OSError as e:
-            raise InvalidConfigError(f"cannot write the trace {str(self.trace)[:200]!r}: "
-                                     f"{e.strerror or type(e).__name__}") from None
+            raise InvalidConfigError(
+                f"cannot write the trace {str(self.trace)[:200]!r}: "
+                f"{e.strerror or type(e).__name__}"
+            ) from None
         core.bus.subscribe(writer.sink(name))
         return writer
 

@@ -6,6 +6,7 @@ as little-endian signed 64-bit integers, so the same prompt hashes the same in e
 does. The first block's parent is ``ROOT_HASH``. Hashes travel as 64-character hex strings, the
 form a trace stores. Pure Python, no torch.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,12 +23,13 @@ def block_hash(parent: str, tokens: Sequence[int]) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
-def chain_hashes(tokens: Sequence[int], block_size: int, parent: str = ROOT_HASH,
-                 start_block: int = 0) -> list[str]:
+def chain_hashes(
+    tokens: Sequence[int], block_size: int, parent: str = ROOT_HASH, start_block: int = 0
+) -> list[str]:
     """Hashes of the full blocks of ``tokens`` from block ``start_block`` on, each chained to
     the one before (``parent`` is the hash of block ``start_block - 1``)."""
     out = []
     for i in range(start_block, len(tokens) // block_size):
-        parent = block_hash(parent, tokens[i * block_size:(i + 1) * block_size])
+        parent = block_hash(parent, tokens[i * block_size : (i + 1) * block_size])
         out.append(parent)
     return out

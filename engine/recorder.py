@@ -4,6 +4,7 @@ Lockstep (step every run once per round) keeps the runs aligned step for step, s
 sees both sides of the comparison grow together. With the real model the forward pass runs for
 each allocator; with ``forward="skip"`` a stand-in model stops each request at its ``output_len``.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,11 +35,14 @@ def _tokenize(sr, tokenizer) -> list[int]:
         filler = tokenizer.encode(FILLER_TEXT, add_special_tokens=False)
         while len(ids) < sr.prompt_len:
             ids += filler
-        return ids[:sr.prompt_len]
+        return ids[: sr.prompt_len]
     if sr.chat:
         msgs = [{"role": "user", "content": sr.prompt}]
-        return list(tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
-                                                  return_dict=False))
+        return list(
+            tokenizer.apply_chat_template(
+                msgs, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        )
     return tokenizer.encode(sr.prompt)
 
 
@@ -55,27 +59,52 @@ def build_requests(scenario: Scenario, tokenizer=None) -> list[Request]:
         ids = _tokenize(sr, tokenizer) if tokenizer is not None else _dry_tokens(sr)
         for k in range(sr.n):
             seed = None if sr.seed is None else sr.seed + k
-            reqs.append(Request(
-                req_id=sr.id if sr.n == 1 else f"{sr.id}.{k}", prompt_token_ids=list(ids),
-                params=SamplingParams(max_tokens=sr.max_tokens, ignore_eos=sr.ignore_eos,
-                                      temperature=sr.temperature, seed=seed),
-                arrival_step=sr.arrival_step,
-                forced_output_len=None if tokenizer is not None
-                else (sr.output_len or sr.max_tokens),
-                parent_id=f"{sr.id}.0" if k else None))
+            reqs.append(
+                Request(
+                    req_id=sr.id if sr.n == 1 else f"{sr.id}.{k}",
+                    prompt_token_ids=list(ids),
+                    params=SamplingParams(
+                        max_tokens=sr.max_tokens,
+                        ignore_eos=sr.ignore_eos,
+                        temperature=sr.temperature,
+                        seed=seed,
+                    ),
+                    arrival_step=sr.arrival_step,
+                    forced_output_len=None
+                    if tokenizer is not None
+                    else (sr.output_len or sr.max_tokens),
+                    parent_id=f"{sr.id}.0" if k else None,
+                )
+            )
     return reqs
 
 
 def _copy(r: Request) -> Request:
-    return Request(req_id=r.req_id, prompt_token_ids=list(r.prompt_token_ids), params=r.params,
-                   arrival_step=r.arrival_step, forced_output_len=r.forced_output_len,
-                   known_final_len=r.known_final_len, parent_id=r.parent_id)
+    return Request(
+        req_id=r.req_id,
+        prompt_token_ids=list(r.prompt_token_ids),
+        params=r.params,
+        arrival_step=r.arrival_step,
+        forced_output_len=r.forced_output_len,
+        known_final_len=r.known_final_len,
+        parent_id=r.parent_id,
+    )
 
 
-def record(scenario: Scenario, allocators: list[str], out: str | IO[str] | None = None, *,
-           forward: str = "model", model_path: str | None = None, device: str = "auto",
-           dtype: str | None = None, attention: str = "auto", sinks: dict | None = None,
-           progress: Callable[[str], None] | None = None, model=None) -> dict[str, Run]:
+def record(
+    scenario: Scenario,
+    allocators: list[str],
+    out: str | IO[str] | None = None,
+    *,
+    forward: str = "model",
+    model_path: str | None = None,
+    device: str = "auto",
+    dtype: str | None = None,
+    attention: str = "auto",
+    sinks: dict | None = None,
+    progress: Callable[[str], None] | None = None,
+    model=None,
+) -> dict[str, Run]:
     """Record ``scenario`` under each allocator. ``out`` (a path or stream) receives the trace;
     ``sinks`` maps run names to extra event subscribers; ``model`` is an already loaded model
     (else one is loaded). Returns the finished runs."""
@@ -87,7 +116,8 @@ def record(scenario: Scenario, allocators: list[str], out: str | IO[str] | None 
         check_output_path(out, "trace")  # before the model loads
     say = progress or (lambda msg: None)
     make_runner, eos, model_name, device_name, tokenizer = _forward(
-        forward, model_path, device, dtype, attention, scenario, say, model)
+        forward, model_path, device, dtype, attention, scenario, say, model
+    )
     base = build_requests(scenario, tokenizer)
     if forward == "model" and any(a in ("oracle", "pow2") for a in allocators):
         _tell_oracle(base, scenario, make_runner, eos, say)
@@ -97,11 +127,25 @@ def record(scenario: Scenario, allocators: list[str], out: str | IO[str] | None 
         reqs = [core.add_request(_copy(r)) for r in base]
         runs[name] = Run(name, core, reqs)
     header = make_header(
-        [{"name": n, "allocator": n, "config": _engine_config(scenario, n).trace_config(
-            r.core.allocator.view_block_size)} for n, r in runs.items()],
-        model=model_name, device=device_name, scenario=scenario.raw, forward=forward,
-        requests=[{"id": r.req_id, "prompt_len": r.prompt_len,
-                   "max_tokens": r.params.max_tokens} for r in base])
+        [
+            {
+                "name": n,
+                "allocator": n,
+                "config": _engine_config(scenario, n).trace_config(
+                    r.core.allocator.view_block_size
+                ),
+            }
+            for n, r in runs.items()
+        ],
+        model=model_name,
+        device=device_name,
+        scenario=scenario.raw,
+        forward=forward,
+        requests=[
+            {"id": r.req_id, "prompt_len": r.prompt_len, "max_tokens": r.params.max_tokens}
+            for r in base
+        ],
+    )
     writer = TraceWriter(out, header, flush=True) if out is not None else None
     for name, run in runs.items():
         if writer is not None:
@@ -120,9 +164,13 @@ def record(scenario: Scenario, allocators: list[str], out: str | IO[str] | None 
 
 
 def _engine_config(scenario: Scenario, allocator: str) -> EngineConfig:
-    return EngineConfig(allocator, scenario.num_blocks, scenario.block_size,
-                        scenario.max_model_len,
-                        enable_prefix_caching=scenario.enable_prefix_caching)
+    return EngineConfig(
+        allocator,
+        scenario.num_blocks,
+        scenario.block_size,
+        scenario.max_model_len,
+        enable_prefix_caching=scenario.enable_prefix_caching,
+    )
 
 
 def _lockstep(runs: list[Run], say: Callable[[str], None]) -> None:
@@ -154,12 +202,14 @@ def _forward(forward, model_path, device, dtype, attention, scenario, say, model
     from engine.arena import KVArena
     from engine.model import load_model
     from engine.runner import ModelRunner
+
     if model is None:
         model = load_model(model_path, device=device, dtype=dtype)
 
     def make_runner() -> ModelRunner:
-        arena = KVArena(model.config, scenario.num_blocks, scenario.block_size, model.device,
-                        model.dtype)
+        arena = KVArena(
+            model.config, scenario.num_blocks, scenario.block_size, model.device, model.dtype
+        )
         return ModelRunner(model, arena, attention)
 
     say(f"model loaded on {model.device}")

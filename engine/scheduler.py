@@ -10,6 +10,7 @@ rest; a parallel sample waits until its first sibling has computed the prompt, t
 blocks and computes just the last prompt token. ``commit`` tells the allocator what each step
 will have computed, so full blocks are cached as soon as their K/V exist.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -20,20 +21,25 @@ from engine.request import Batch, Request, ScheduledSeq, Status
 
 
 class Scheduler:
-    def __init__(self, allocator: Allocator, bus: E.EventBus,
-                 max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
-                 eos_token_id: int | None = None) -> None:
+    def __init__(
+        self,
+        allocator: Allocator,
+        bus: E.EventBus,
+        max_num_seqs: int = 256,
+        max_num_batched_tokens: int = 8192,
+        eos_token_id: int | None = None,
+    ) -> None:
         self.allocator = allocator
         self.bus = bus
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.eos_token_id = eos_token_id
-        self.pending: list[Request] = []        # not arrived yet, by arrival step
+        self.pending: list[Request] = []  # not arrived yet, by arrival step
         self.waiting: deque[Request] = deque()
-        self.running: list[Request] = []        # in admission order
+        self.running: list[Request] = []  # in admission order
         self.num_preemptions = 0
-        self.prefill_tokens_computed = 0        # tokens fed on admission (prompts, recomputes)
-        self.prefix_cache_hit_tokens = 0        # tokens admission found cached or forked
+        self.prefill_tokens_computed = 0  # tokens fed on admission (prompts, recomputes)
+        self.prefix_cache_hit_tokens = 0  # tokens admission found cached or forked
         self._by_id: dict[str, Request] = {}
 
     def add(self, req: Request) -> None:
@@ -52,15 +58,22 @@ class Scheduler:
         if self.num_preemptions == preempted_before:
             seqs += self._admit_waiting(sum(len(s.token_ids) for s in seqs))
         take = getattr(self.allocator, "take_copies", None)
-        return Batch(seqs=seqs, block_size=self.allocator.view_block_size,
-                     copies=take() if take is not None else [])
+        return Batch(
+            seqs=seqs,
+            block_size=self.allocator.view_block_size,
+            copies=take() if take is not None else [],
+        )
 
     def _arrive(self, step: int) -> None:
         while self.pending and self.pending[0].arrival_step <= step:
             req = self.pending.pop(0)
             self.waiting.append(req)
-            self.bus.emit(E.RequestArrived, req=req.req_id, prompt_len=req.prompt_len,
-                          max_tokens=req.params.max_tokens)
+            self.bus.emit(
+                E.RequestArrived,
+                req=req.req_id,
+                prompt_len=req.prompt_len,
+                max_tokens=req.params.max_tokens,
+            )
 
     def _schedule_running(self) -> list[ScheduledSeq]:
         seqs, i = [], 0
@@ -91,10 +104,12 @@ class Scheduler:
             req = self.waiting[0]
             n = req.num_tokens
             if len(self.running) >= self.max_num_seqs or (
-                    seqs and num_batched + n > self.max_num_batched_tokens):
+                seqs and num_batched + n > self.max_num_batched_tokens
+            ):
                 alloc = self.allocator
-                self._blocked(req, AdmitRefusal(E.BLOCKED_BATCH_FULL, n, alloc.free_slots,
-                                                alloc.largest_hole))
+                self._blocked(
+                    req, AdmitRefusal(E.BLOCKED_BATCH_FULL, n, alloc.free_slots, alloc.largest_hole)
+                )
                 break
             parent = self._fork_source(req)
             if parent is False:
@@ -126,17 +141,26 @@ class Scheduler:
         """For a parallel sample: the running sibling whose prompt blocks it can share (paging
         only), False when that sibling is still computing them, None to admit it on its own."""
         parent = self._by_id.get(req.parent_id) if req.parent_id is not None else None
-        if parent is None or req.output_token_ids or parent.status is not Status.RUNNING \
-                or not hasattr(self.allocator, "fork"):
+        if (
+            parent is None
+            or req.output_token_ids
+            or parent.status is not Status.RUNNING
+            or not hasattr(self.allocator, "fork")
+        ):
             return None
         if parent.num_computed < req.prompt_len:
             return False
         return parent if self.allocator.can_fork() else None  # type: ignore[attr-defined]
 
     def _blocked(self, req: Request, refusal: AdmitRefusal) -> None:
-        self.bus.emit(E.AdmissionBlocked, req=req.req_id, reason=refusal.reason,
-                      need_slots=refusal.need_slots, free_slots=refusal.free_slots,
-                      largest_hole=refusal.largest_hole)
+        self.bus.emit(
+            E.AdmissionBlocked,
+            req=req.req_id,
+            reason=refusal.reason,
+            need_slots=refusal.need_slots,
+            free_slots=refusal.free_slots,
+            largest_hole=refusal.largest_hole,
+        )
 
     def _seq(self, req: Request) -> ScheduledSeq:
         """The tokens ``req`` feeds this step: everything not yet computed (its whole prompt on
@@ -145,9 +169,14 @@ class Scheduler:
         self.allocator.commit(req, end)
         positions = list(range(start, end))
         slots = [self.allocator.slot(req.req_id, p) for p in positions]
-        return ScheduledSeq(request=req, token_ids=req.all_token_ids[start:end],
-                            positions=positions, slot_mapping=slots,
-                            block_table=self.allocator.block_table(req.req_id), context_len=end)
+        return ScheduledSeq(
+            request=req,
+            token_ids=req.all_token_ids[start:end],
+            positions=positions,
+            slot_mapping=slots,
+            block_table=self.allocator.block_table(req.req_id),
+            context_len=end,
+        )
 
     def update(self, batch: Batch, next_tokens: list[int]) -> list[Request]:
         """Record this step's K/V writes and sampled tokens; finish and free what is done.
@@ -155,8 +184,12 @@ class Scheduler:
         finished = []
         for seq, token in zip(batch.seqs, next_tokens, strict=True):
             req = seq.request
-            self.bus.emit(E.TokensWritten, req=req.req_id, positions=tuple(seq.positions),
-                          slots=tuple(seq.slot_mapping))
+            self.bus.emit(
+                E.TokensWritten,
+                req=req.req_id,
+                positions=tuple(seq.positions),
+                slots=tuple(seq.slot_mapping),
+            )
             req.num_computed = seq.context_len
             req.output_token_ids.append(token)
             reason = self._finish_reason(req, token)
@@ -176,5 +209,10 @@ class Scheduler:
         self.running.remove(req)
         self.allocator.release(req.req_id)
         req.status, req.finish_reason = Status.FINISHED, reason
-        self.bus.emit(E.Finished, req=req.req_id, final_len=req.num_computed,
-                      num_generated=len(req.output_token_ids), reason=reason)
+        self.bus.emit(
+            E.Finished,
+            req=req.req_id,
+            final_len=req.num_computed,
+            num_generated=len(req.output_token_ids),
+            reason=reason,
+        )

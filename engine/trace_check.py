@@ -23,6 +23,7 @@ in [0, 1], no negative free space). The checks, in order:
 
 Any failure is one ``TraceError`` line naming the line number. Pure Python, no torch.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,17 +49,18 @@ class Limits:
     frame cells and 2.2k events) and bound the worst accepted trace, a 22 KiB file whose
     65,536-slot arena changes wholly at each of 30 steps, to about 150 MiB and 1.5 s of folding
     (measured on the dev box). Pass larger ``Limits`` to ``read`` for a big local trace."""
-    max_slots: int = 1 << 16           # arena slots per run
+
+    max_slots: int = 1 << 16  # arena slots per run
     max_runs: int = 8
-    max_requests: int = 4096           # per run
-    max_events: int = 200_000          # whole trace
+    max_requests: int = 4096  # per run
+    max_events: int = 200_000  # whole trace
     max_line_chars: int = 1 << 20
-    max_trace_chars: int = 64 << 20    # the app refuses uploads over 50 MB before this
-    max_depth: int = 32                # JSON nesting of one line
-    max_frame_cells: int = 1 << 22     # sum over runs of frames x arena slots
-    max_slot_touches: int = 1 << 22    # slots the fold walks for allocation, release, writes
-    max_int: int = 2**31 - 1           # any integer field
-    max_name_chars: int = 256          # run names, request ids, header strings
+    max_trace_chars: int = 64 << 20  # the app refuses uploads over 50 MB before this
+    max_depth: int = 32  # JSON nesting of one line
+    max_frame_cells: int = 1 << 22  # sum over runs of frames x arena slots
+    max_slot_touches: int = 1 << 22  # slots the fold walks for allocation, release, writes
+    max_int: int = 2**31 - 1  # any integer field
+    max_name_chars: int = 256  # run names, request ids, header strings
 
 
 LIMITS = Limits()
@@ -71,7 +73,8 @@ FINISH_REASONS = ("eos", "length")
 _HEADER_TEXT = ("created", "model", "device", "forward")
 _FIELD_TYPES = {  # the event dataclasses' annotations (strings: events.py defers them)
     kind: tuple((f.name, str(f.type)) for f in dataclasses.fields(cls))
-    for kind, cls in E.EVENT_TYPES.items()}
+    for kind, cls in E.EVENT_TYPES.items()
+}
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _BRACKET = re.compile(r"[\[\]{}]")
 _ZEROS = re.compile(b"\x00+")
@@ -97,8 +100,9 @@ def check_nesting(line: str, max_depth: int) -> bool:
 def parse_json_line(line: str, where: str, limits: Limits = LIMITS) -> object:
     """One line as JSON, refusing what is too long, too deep, or not strict JSON."""
     if len(line) > limits.max_line_chars + 1:
-        raise TraceError(f"trace is corrupt: {where} is longer than {limits.max_line_chars:,} "
-                         "characters")
+        raise TraceError(
+            f"trace is corrupt: {where} is longer than {limits.max_line_chars:,} characters"
+        )
     if not check_nesting(line, limits.max_depth):
         raise TraceError(f"trace is corrupt: {where} nests deeper than {limits.max_depth} levels")
     try:
@@ -109,9 +113,11 @@ def parse_json_line(line: str, where: str, limits: Limits = LIMITS) -> object:
 
 # --- the header ------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class RunSpec:
     """A run as the header declares it, checked."""
+
     name: str
     paged: bool
     num_slots: int
@@ -133,12 +139,18 @@ def check_header(obj: object, limits: Limits = LIMITS) -> tuple[dict, list[RunSp
         raise TraceError("not a paged-KV trace (its first line is not a trace header)")
     v = obj.get("schema_version")
     if type(v) is not int or v != SCHEMA_VERSION:
-        raise TraceError(f"trace schema version {v!r:.40} is not supported (this viewer reads "
-                         f"version {SCHEMA_VERSION})")
+        raise TraceError(
+            f"trace schema version {v!r:.40} is not supported (this viewer reads "
+            f"version {SCHEMA_VERSION})"
+        )
     for key in _HEADER_TEXT:
-        if key in obj and not (isinstance(obj[key], str) and len(obj[key]) <= limits.max_name_chars):
-            raise TraceError(f"trace header: {key} must be a string of at most "
-                             f"{limits.max_name_chars} characters")
+        if key in obj and not (
+            isinstance(obj[key], str) and len(obj[key]) <= limits.max_name_chars
+        ):
+            raise TraceError(
+                f"trace header: {key} must be a string of at most "
+                f"{limits.max_name_chars} characters"
+            )
     if not isinstance(obj.get("scenario", {}), dict):
         raise TraceError("trace header: scenario must be an object")
     runs = obj.get("runs")
@@ -151,20 +163,24 @@ def check_header(obj: object, limits: Limits = LIMITS) -> tuple[dict, list[RunSp
     if len(set(names)) != len(names):
         raise TraceError("trace header: run names must be unique")
     if len({s.num_slots for s in specs}) > 1:
-        raise TraceError("trace header: runs compare equal memory, so every run needs the same "
-                         "num_slots")
+        raise TraceError(
+            "trace header: runs compare equal memory, so every run needs the same num_slots"
+        )
     return obj, specs
 
 
 def _run_spec(i: int, run: dict, limits: Limits) -> RunSpec:
     where = f"trace header: run #{i + 1}"
     if not _text(run.get("name"), limits):
-        raise TraceError(f"{where} needs a name (a string of 1 to {limits.max_name_chars} "
-                         "characters)")
+        raise TraceError(
+            f"{where} needs a name (a string of 1 to {limits.max_name_chars} characters)"
+        )
     alloc = run.get("allocator")
     if alloc != PAGED and alloc not in CONTIGUOUS_ALLOCATORS:
-        raise TraceError(f"{where} has allocator {alloc!r:.40}; expected paged or one of "
-                         f"{', '.join(CONTIGUOUS_ALLOCATORS)}")
+        raise TraceError(
+            f"{where} has allocator {alloc!r:.40}; expected paged or one of "
+            f"{', '.join(CONTIGUOUS_ALLOCATORS)}"
+        )
     cfg = run.get("config")
     if not isinstance(cfg, dict):
         raise TraceError(f"{where} has no config object")
@@ -191,6 +207,7 @@ def _config_int(cfg: dict, key: str, default: int | None, lo: int, hi: int, wher
 
 # --- events ----------------------------------------------------------------------------------
 
+
 def build_event(obj: dict, limits: Limits = LIMITS) -> E.Event:
     """An event from its JSON object, every field of the exact type; raises TraceError."""
     tag = obj.get("kind")
@@ -210,9 +227,10 @@ def build_event(obj: dict, limits: Limits = LIMITS) -> E.Event:
             ok = isinstance(v, list) and all(_int_in(x, 0, limits.max_int) for x in v)
             v = tuple(v) if ok else v
         if not ok:
-            want = {"int": f"an integer in [0, {limits.max_int}]",
-                    "str": f"a string of 1 to {limits.max_name_chars} characters"
-                    }.get(typ, "a list of such integers")
+            want = {
+                "int": f"an integer in [0, {limits.max_int}]",
+                "str": f"a string of 1 to {limits.max_name_chars} characters",
+            }.get(typ, "a list of such integers")
             raise TraceError(f"{cls.kind} field {name!r} must be {want}, got {obj[name]!r:.40}")
         kwargs[name] = v
     return cls(**kwargs)
@@ -222,12 +240,12 @@ def build_event(obj: dict, limits: Limits = LIMITS) -> E.Event:
 class _Req:
     prompt_len: int
     max_tokens: int
-    status: str = "waiting"      # waiting / running / finished
-    generated: int = 0           # output tokens it had when last preempted (recomputed on entry)
-    filled: int = 0              # slots written since admission (the accounting's ``filled``)
-    held: int = 0                # slots it holds
-    table: list[int] = field(default_factory=list)   # paging: physical blocks in logical order
-    run: tuple[int, int] | None = None               # contiguous: (start, length)
+    status: str = "waiting"  # waiting / running / finished
+    generated: int = 0  # output tokens it had when last preempted (recomputed on entry)
+    filled: int = 0  # slots written since admission (the accounting's ``filled``)
+    held: int = 0  # slots it holds
+    table: list[int] = field(default_factory=list)  # paging: physical blocks in logical order
+    run: tuple[int, int] | None = None  # contiguous: (start, length)
 
 
 class RunChecker:
@@ -238,17 +256,17 @@ class RunChecker:
         n, bs = spec.num_slots, spec.block_size
         self.num_blocks = n // bs
         self.reqs: dict[str, _Req] = {}
-        self.refs = [0] * self.num_blocks                  # paging: holders per block
+        self.refs = [0] * self.num_blocks  # paging: holders per block
         self.hash_of: list[str | None] = [None] * self.num_blocks
-        self.stored_step = [-1] * self.num_blocks          # step a block was last cached in
-        self.cached: dict[str, int] = {}                   # hash -> block carrying it
-        self.known_hashes: set[str] = {ROOT_HASH}          # every hash ever stored
-        self.occupied = bytearray(n)     # contiguous: reserved slots
-        self.written = bytearray(n)      # slots holding a written token
+        self.stored_step = [-1] * self.num_blocks  # step a block was last cached in
+        self.cached: dict[str, int] = {}  # hash -> block carrying it
+        self.known_hashes: set[str] = {ROOT_HASH}  # every hash ever stored
+        self.occupied = bytearray(n)  # contiguous: reserved slots
+        self.written = bytearray(n)  # slots holding a written token
         self.free = n
         self.last_seq = -1
         self.last_step = 0
-        self.closed_step = -1            # step of the last step_end
+        self.closed_step = -1  # step of the last step_end
         self.num_running = self.num_waiting = 0
 
     def feed(self, ev: E.Event) -> None:
@@ -267,17 +285,22 @@ class RunChecker:
     def _req(self, ev: E.Event, status: str) -> _Req:
         r = self.reqs.get(ev.req)  # type: ignore[attr-defined]
         if r is None:
-            raise TraceError(f"{ev.kind} names request {ev.req!r:.40}, "  # type: ignore[attr-defined]
-                             "which never arrived")
+            raise TraceError(
+                f"{ev.kind} names request {ev.req!r:.40}, "  # type: ignore[attr-defined]
+                "which never arrived"
+            )
         if r.status != status:
-            raise TraceError(f"{ev.kind} for request {ev.req!r:.40} "  # type: ignore[attr-defined]
-                             f"while it is {r.status}, not {status}")
+            raise TraceError(
+                f"{ev.kind} for request {ev.req!r:.40} "  # type: ignore[attr-defined]
+                f"while it is {r.status}, not {status}"
+            )
         return r
 
     def _kind(self, ev: E.Event, paged: bool) -> None:
         if self.spec.paged != paged:
-            raise TraceError(f"{ev.kind} event in a {'paged' if self.spec.paged else 'contiguous'}"
-                             f" run")
+            raise TraceError(
+                f"{ev.kind} event in a {'paged' if self.spec.paged else 'contiguous'} run"
+            )
 
     def _touch(self, n: int) -> None:
         self.budget.touch(n)
@@ -300,23 +323,31 @@ class RunChecker:
     def _admitted(self, ev: E.Admitted) -> None:
         r = self._req(ev, "waiting")
         if ev.num_tokens != r.prompt_len + r.generated:
-            raise TraceError(f"admitted with {ev.num_tokens} tokens; the request has "
-                             f"{r.prompt_len + r.generated}")
+            raise TraceError(
+                f"admitted with {ev.num_tokens} tokens; the request has "
+                f"{r.prompt_len + r.generated}"
+            )
         r.status = "running"
         self.num_waiting -= 1
         self.num_running += 1
 
     def _admission_blocked(self, ev: E.AdmissionBlocked) -> None:
         self._req(ev, "waiting")
-        allowed = (E.BLOCKED_NO_FREE_BLOCK, E.BLOCKED_BATCH_FULL) if self.spec.paged else \
-            (E.BLOCKED_NO_HOLE, E.BLOCKED_NO_SPACE, E.BLOCKED_BATCH_FULL)
+        allowed = (
+            (E.BLOCKED_NO_FREE_BLOCK, E.BLOCKED_BATCH_FULL)
+            if self.spec.paged
+            else (E.BLOCKED_NO_HOLE, E.BLOCKED_NO_SPACE, E.BLOCKED_BATCH_FULL)
+        )
         if ev.reason not in allowed:
-            raise TraceError(f"admission_blocked reason {ev.reason!r:.40} is not one of "
-                             f"{', '.join(allowed)}")
+            raise TraceError(
+                f"admission_blocked reason {ev.reason!r:.40} is not one of {', '.join(allowed)}"
+            )
         hole = self.free if self.spec.paged else self._largest_hole()
         if (ev.free_slots, ev.largest_hole) != (self.free, hole):
-            raise TraceError(f"admission_blocked reports {ev.free_slots} free slots and a hole "
-                             f"of {ev.largest_hole}; the arena has {self.free} and {hole}")
+            raise TraceError(
+                f"admission_blocked reports {ev.free_slots} free slots and a hole "
+                f"of {ev.largest_hole}; the arena has {self.free} and {hole}"
+            )
         if ev.need_slots < 1:
             raise TraceError("admission_blocked needs a positive need_slots")
 
@@ -339,27 +370,35 @@ class RunChecker:
         if ev.reason not in FINISH_REASONS:
             raise TraceError(f"finish reason {ev.reason!r:.40} is not eos or length")
         if not 1 <= ev.num_generated <= r.max_tokens:
-            raise TraceError(f"finished with {ev.num_generated} tokens; max_tokens is "
-                             f"{r.max_tokens}")
+            raise TraceError(
+                f"finished with {ev.num_generated} tokens; max_tokens is {r.max_tokens}"
+            )
         if ev.final_len != r.filled or ev.final_len != r.prompt_len + ev.num_generated - 1:
-            raise TraceError(f"finished with final_len {ev.final_len}; it wrote {r.filled} slots "
-                             f"for a prompt of {r.prompt_len} and {ev.num_generated} tokens")
+            raise TraceError(
+                f"finished with final_len {ev.final_len}; it wrote {r.filled} slots "
+                f"for a prompt of {r.prompt_len} and {ev.num_generated} tokens"
+            )
         r.status, r.filled = "finished", 0
         self.num_running -= 1
 
     def _holds_nothing(self, ev: E.Event, r: _Req) -> None:
         if r.held or r.table or r.run is not None:
-            raise TraceError(f"{ev.kind} while request {ev.req!r:.40} "  # type: ignore[attr-defined]
-                             "still holds memory")
+            raise TraceError(
+                f"{ev.kind} while request {ev.req!r:.40} "  # type: ignore[attr-defined]
+                "still holds memory"
+            )
 
     def _step_end(self, ev: E.StepEnd) -> None:
         if (ev.num_running, ev.num_waiting) != (self.num_running, self.num_waiting):
-            raise TraceError(f"step_end reports {ev.num_running} running and {ev.num_waiting} "
-                             f"waiting; the run has {self.num_running} and {self.num_waiting}")
+            raise TraceError(
+                f"step_end reports {ev.num_running} running and {ev.num_waiting} "
+                f"waiting; the run has {self.num_running} and {self.num_waiting}"
+            )
         for name, r in self.reqs.items():
             if r.filled > r.held:
-                raise TraceError(f"request {name!r:.40} has written {r.filled} slots but holds "
-                                 f"{r.held}")
+                raise TraceError(
+                    f"request {name!r:.40} has written {r.filled} slots but holds {r.held}"
+                )
         self.closed_step = ev.step
         self.budget.frame(self.spec.num_slots)
 
@@ -374,14 +413,16 @@ class RunChecker:
         self._kind(ev, paged=True)
         r = self._req(ev, "running")
         if ev.logical != len(r.table):
-            raise TraceError(f"block_allocated at logical {ev.logical}; the table has "
-                             f"{len(r.table)} entries")
+            raise TraceError(
+                f"block_allocated at logical {ev.logical}; the table has {len(r.table)} entries"
+            )
         b = self._block(ev.physical)
         if self.refs[b]:
             raise TraceError(f"block {b} is already in {self.refs[b]} table(s)")
         if self.hash_of[b] is not None:
-            raise TraceError(f"block {b} is handed out fresh while still cached (no "
-                             "block_evicted before)")
+            raise TraceError(
+                f"block {b} is handed out fresh while still cached (no block_evicted before)"
+            )
         self._take(b, fresh=True)
         r.table.append(b)
         r.held += self.spec.block_size
@@ -392,7 +433,7 @@ class RunChecker:
         if self.refs[b] == 0:
             self.free -= bs
         if fresh:  # whatever it held before is gone
-            self.written[b * bs:(b + 1) * bs] = bytes(bs)
+            self.written[b * bs : (b + 1) * bs] = bytes(bs)
         self.refs[b] += 1
 
     def _block_shared(self, ev: E.BlockShared) -> None:
@@ -400,18 +441,22 @@ class RunChecker:
         r = self._req(ev, "running")
         b = self._block(ev.physical)
         if ev.logical != len(r.table):
-            raise TraceError(f"block_shared at logical {ev.logical}; the table has "
-                             f"{len(r.table)} entries")
+            raise TraceError(
+                f"block_shared at logical {ev.logical}; the table has {len(r.table)} entries"
+            )
         if b in r.table:
             raise TraceError(f"block {b} is already in request {ev.req!r:.40}'s table")
         if self.refs[b] == 0 and self.hash_of[b] is None:
             raise TraceError(f"block {b} is shared while free and not cached")
         if ev.ref_count != self.refs[b] + 1:
-            raise TraceError(f"block_shared gives block {b} ref_count {ev.ref_count}; it had "
-                             f"{self.refs[b]} holder(s)")
+            raise TraceError(
+                f"block_shared gives block {b} ref_count {ev.ref_count}; it had "
+                f"{self.refs[b]} holder(s)"
+            )
         if not 1 <= ev.num_tokens <= self.spec.block_size:
-            raise TraceError(f"block_shared carries {ev.num_tokens} tokens; a block holds "
-                             f"{self.spec.block_size}")
+            raise TraceError(
+                f"block_shared carries {ev.num_tokens} tokens; a block holds {self.spec.block_size}"
+            )
         self._take(b, fresh=False)
         r.table.append(b)
         r.held += self.spec.block_size
@@ -422,8 +467,9 @@ class RunChecker:
         r = self._req(ev, "running")
         n = len(ev.blocks)
         if not n or tuple(r.table[:n]) != ev.blocks:
-            raise TraceError(f"cache_hit names blocks that do not begin request "
-                             f"{ev.req!r:.40}'s table")
+            raise TraceError(
+                f"cache_hit names blocks that do not begin request {ev.req!r:.40}'s table"
+            )
         if ev.tokens_saved != n * self.spec.block_size:
             raise TraceError(f"cache_hit saves {ev.tokens_saved} tokens with {n} full blocks")
 
@@ -432,19 +478,25 @@ class RunChecker:
         r = self._req(ev, "running")
         src, dst = self._block(ev.src), self._block(ev.dst)
         if ev.logical >= len(r.table) or r.table[ev.logical] != src:
-            raise TraceError(f"block_copied: block {src} is not logical block {ev.logical} of "
-                             f"request {ev.req!r:.40}")
+            raise TraceError(
+                f"block_copied: block {src} is not logical block {ev.logical} of "
+                f"request {ev.req!r:.40}"
+            )
         if self.refs[src] < 2 or ev.src_ref_count != self.refs[src] - 1:
-            raise TraceError(f"block_copied leaves block {src} ref_count {ev.src_ref_count}; it "
-                             f"had {self.refs[src]} holder(s) (a copy needs at least two)")
+            raise TraceError(
+                f"block_copied leaves block {src} ref_count {ev.src_ref_count}; it "
+                f"had {self.refs[src]} holder(s) (a copy needs at least two)"
+            )
         if self.refs[dst] or self.hash_of[dst] is not None:
             raise TraceError(f"block_copied into block {dst}, which is not free and uncached")
         bs = self.spec.block_size
         if not 0 <= ev.num_tokens < bs:
-            raise TraceError(f"block_copied carries {ev.num_tokens} tokens; a copy precedes a "
-                             f"write into a block of {bs}")
+            raise TraceError(
+                f"block_copied carries {ev.num_tokens} tokens; a copy precedes a "
+                f"write into a block of {bs}"
+            )
         self._take(dst, fresh=True)
-        self.written[dst * bs:dst * bs + ev.num_tokens] = b"\x01" * ev.num_tokens
+        self.written[dst * bs : dst * bs + ev.num_tokens] = b"\x01" * ev.num_tokens
         self.refs[src] -= 1
         r.table[ev.logical] = dst
 
@@ -452,15 +504,18 @@ class RunChecker:
         self._kind(ev, paged=True)
         b = self._block(ev.physical)
         if ev.block_size != self.spec.block_size or len(ev.token_ids) != ev.block_size:
-            raise TraceError(f"block_stored holds {len(ev.token_ids)} tokens of block size "
-                             f"{ev.block_size}; the run's blocks hold {self.spec.block_size}")
+            raise TraceError(
+                f"block_stored holds {len(ev.token_ids)} tokens of block size "
+                f"{ev.block_size}; the run's blocks hold {self.spec.block_size}"
+            )
         if not self.refs[b] or self.hash_of[b] is not None:
             raise TraceError(f"block_stored for block {b}, which is free or already cached")
         if ev.block_hash in self.cached:
             raise TraceError(f"block_stored: hash {ev.block_hash:.16} is already cached")
         if ev.parent_block_hash not in self.known_hashes:
-            raise TraceError(f"block_stored: parent hash {ev.parent_block_hash:.16} was never "
-                             "stored")
+            raise TraceError(
+                f"block_stored: parent hash {ev.parent_block_hash:.16} was never stored"
+            )
         if len(self.known_hashes) > self.budget.limits.max_events:
             raise TraceError("trace stores more block hashes than it may hold events")
         self._touch(len(ev.token_ids))
@@ -473,8 +528,9 @@ class RunChecker:
         self._kind(ev, paged=True)
         b = self._block(ev.physical)
         if self.hash_of[b] != ev.block_hash or self.refs[b]:
-            raise TraceError(f"block_evicted: block {b} is not a free block cached as "
-                             f"{ev.block_hash:.16}")
+            raise TraceError(
+                f"block_evicted: block {b} is not a free block cached as {ev.block_hash:.16}"
+            )
         self.hash_of[b] = None
         del self.cached[ev.block_hash]
 
@@ -488,12 +544,12 @@ class RunChecker:
         self._kind(ev, paged=True)
         r = self._req(ev, "running")
         if ev.physical >= self.num_blocks or ev.physical not in r.table:
-            raise TraceError(f"block {ev.physical} freed but not in request {ev.req!r:.40}'s "
-                             "table")
+            raise TraceError(f"block {ev.physical} freed but not in request {ev.req!r:.40}'s table")
         b = ev.physical
         if ev.ref_count != self.refs[b] - 1:
-            raise TraceError(f"block {b} freed with ref_count {ev.ref_count}; it had "
-                             f"{self.refs[b]} holder(s)")
+            raise TraceError(
+                f"block {b} freed with ref_count {ev.ref_count}; it had {self.refs[b]} holder(s)"
+            )
         bs = self.spec.block_size
         # the fold finds the block in its table by a scan (in C: charged at a sixteenth)
         self._touch(bs + len(r.table) // 16)
@@ -506,7 +562,7 @@ class RunChecker:
         if self.refs[b] == 0:
             self.free += bs
             if self.hash_of[b] is None:  # nothing can read it again
-                self.written[b * bs:(b + 1) * bs] = bytes(bs)
+                self.written[b * bs : (b + 1) * bs] = bytes(bs)
 
     # --- contiguous ---
 
@@ -517,12 +573,14 @@ class RunChecker:
         if r.run is not None:
             raise TraceError(f"request {ev.req!r:.40} reserves a second run")
         if ev.length < 1 or end > self.spec.num_slots:
-            raise TraceError(f"slots [{ev.start}, {end}) are not a run inside the arena's "
-                             f"{self.spec.num_slots} slots")
+            raise TraceError(
+                f"slots [{ev.start}, {end}) are not a run inside the arena's "
+                f"{self.spec.num_slots} slots"
+            )
         if self.occupied.find(1, ev.start, end) != -1:
             raise TraceError(f"slots [{ev.start}, {end}) overlap another reservation")
         self._touch(ev.length)
-        self.occupied[ev.start:end] = b"\x01" * ev.length
+        self.occupied[ev.start : end] = b"\x01" * ev.length
         r.run, r.held = (ev.start, ev.length), ev.length
         self.free -= ev.length
 
@@ -530,12 +588,14 @@ class RunChecker:
         self._kind(ev, paged=False)
         r = self._req(ev, "running")
         if r.run != (ev.start, ev.length):
-            raise TraceError(f"request {ev.req!r:.40} releases [{ev.start}, "
-                             f"{ev.start + ev.length}), which is not its reservation")
+            raise TraceError(
+                f"request {ev.req!r:.40} releases [{ev.start}, "
+                f"{ev.start + ev.length}), which is not its reservation"
+            )
         self._touch(ev.length)
         zero = bytes(ev.length)
-        self.occupied[ev.start:ev.start + ev.length] = zero
-        self.written[ev.start:ev.start + ev.length] = zero
+        self.occupied[ev.start : ev.start + ev.length] = zero
+        self.written[ev.start : ev.start + ev.length] = zero
         r.run, r.held = None, 0
         self.free += ev.length
 
@@ -547,20 +607,25 @@ class RunChecker:
             raise TraceError("tokens_written needs as many positions as slots, at least one")
         self._touch(len(ev.slots))
         bs = self.spec.block_size
-        for pos, slot in zip(ev.positions, ev.slots):
+        for pos, slot in zip(ev.positions, ev.slots, strict=True):
             if self.spec.paged:
                 ok = pos // bs < len(r.table) and slot == r.table[pos // bs] * bs + pos % bs
             else:
                 ok = r.run is not None and pos < r.run[1] and slot == r.run[0] + pos
             if not ok:
-                raise TraceError(f"position {pos} of request {ev.req!r:.40} does not map to "
-                                 f"slot {slot} it holds")
+                raise TraceError(
+                    f"position {pos} of request {ev.req!r:.40} does not map to slot {slot} it holds"
+                )
             if self.written[slot]:
                 raise TraceError(f"slot {slot} is written twice")
-            if self.spec.paged and self.refs[slot // bs] > 1 \
-                    and self.stored_step[slot // bs] != ev.step:
-                raise TraceError(f"slot {slot} is written while its block is shared (no copy "
-                                 "on write)")
+            if (
+                self.spec.paged
+                and self.refs[slot // bs] > 1
+                and self.stored_step[slot // bs] != ev.step
+            ):
+                raise TraceError(
+                    f"slot {slot} is written while its block is shared (no copy on write)"
+                )
             self.written[slot] = 1
         r.filled += len(ev.slots)
 
@@ -568,6 +633,7 @@ class RunChecker:
 @dataclass
 class Budget:
     """Work the viewer will do for the whole trace, counted as the runs are replayed."""
+
     limits: Limits
     events: int = 0
     cells: int = 0
@@ -581,14 +647,18 @@ class Budget:
     def frame(self, num_slots: int) -> None:
         self.cells += num_slots
         if self.cells > self.limits.max_frame_cells:
-            raise TraceError(f"trace is too large to draw: frames x arena slots exceed "
-                             f"{self.limits.max_frame_cells:,}")
+            raise TraceError(
+                f"trace is too large to draw: frames x arena slots exceed "
+                f"{self.limits.max_frame_cells:,}"
+            )
 
     def touch(self, n: int) -> None:
         self.touches += n
         if self.touches > self.limits.max_slot_touches:
-            raise TraceError(f"trace is too large to draw: its events walk more than "
-                             f"{self.limits.max_slot_touches:,} slots")
+            raise TraceError(
+                f"trace is too large to draw: its events walk more than "
+                f"{self.limits.max_slot_touches:,} slots"
+            )
 
 
 class TraceChecker:
@@ -638,8 +708,9 @@ class TraceChecker:
         n = sum(len(v) for v in self.runs.values())
         got = obj.get("num_events")
         if type(got) is not int or got != n:
-            raise TraceError(f"trace is corrupt: end line counts {got!r:.40} events, the file "
-                             f"holds {n}")
+            raise TraceError(
+                f"trace is corrupt: end line counts {got!r:.40} events, the file holds {n}"
+            )
 
     def finish(self, require_end: bool = True) -> tuple[dict, dict[str, list[E.Event]]]:
         if self.header is None:

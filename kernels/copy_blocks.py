@@ -2,6 +2,7 @@
 
 Same contract as ``kernels.reference.copy_blocks``; layout documented in ``kernels/reference.py``.
 """
+
 from __future__ import annotations
 
 import torch

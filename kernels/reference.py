@@ -6,14 +6,20 @@ A flat slot index is ``physical_block * block_size + offset``. Block tables are 
 ``[batch, max_blocks]``; entries past a request's last block are ignored (any value).
 Query heads map to KV heads as in GQA: query head h reads KV head h // (Hq // Hkv).
 """
+
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
 
-def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-             slot_mapping: torch.Tensor) -> None:
+def store_kv(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
     """Write new tokens' K/V ``[T, Hkv, D]`` into the arena at ``slot_mapping`` (int64 ``[T]``);
     a slot of -1 means: skip this token."""
     keep = slot_mapping >= 0
@@ -24,7 +30,9 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     v_cache.view(-1, hkv, d).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
 
 
-def gather_slots(block_tables: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
+def gather_slots(
+    block_tables: torch.Tensor, positions: torch.Tensor, block_size: int
+) -> torch.Tensor:
     """Flat slot of each logical position: the block table lookup the MMU would do.
     ``block_tables`` [B, max_blocks], ``positions`` [L] -> slots [B, L] (int64)."""
     logical = (positions // block_size).long()
@@ -37,30 +45,46 @@ def _gather_kv(k_cache, v_cache, block_tables, length: int):
     pos = torch.arange(length, device=k_cache.device)
     # a shorter request's table past its last block may hold anything; clamp so gathering those
     # (masked-out) positions stays in bounds
-    slots = gather_slots(block_tables, pos, bs).clamp_(max=k_cache.shape[0] * bs - 1)   # [B, L]
-    k = k_cache.view(-1, hkv, d)[slots]                     # [B, L, Hkv, D]
+    slots = gather_slots(block_tables, pos, bs).clamp_(max=k_cache.shape[0] * bs - 1)  # [B, L]
+    k = k_cache.view(-1, hkv, d)[slots]  # [B, L, Hkv, D]
     v = v_cache.view(-1, hkv, d)[slots]
     return k, v, pos
 
 
-def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float) -> torch.Tensor:
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
     """One new query token per request attends to its first ``context_lens[b]`` cached tokens.
     ``q`` [B, Hq, D] -> out [B, Hq, D]."""
     b, hq, d = q.shape
     hkv = k_cache.shape[2]
     k, v, pos = _gather_kv(k_cache, v_cache, block_tables, int(context_lens.max()))
-    mask = pos[None, :] < context_lens[:, None].to(pos.device)          # [B, L]
+    mask = pos[None, :] < context_lens[:, None].to(pos.device)  # [B, L]
     out = F.scaled_dot_product_attention(
-        q.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2),             # [B, H, 1|L, D]
-        attn_mask=mask[:, None, None, :], scale=scale, enable_gqa=hq != hkv)
+        q.unsqueeze(2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),  # [B, H, 1|L, D]
+        attn_mask=mask[:, None, None, :],
+        scale=scale,
+        enable_gqa=hq != hkv,
+    )
     return out.squeeze(2)
 
 
-def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                            block_tables: torch.Tensor, query_start_loc: torch.Tensor,
-                            context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+def paged_prefill_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
     """Varlen prefill. Request b's new tokens are ``q[query_start_loc[b]:query_start_loc[b+1]]``
     (``[T, Hq, D]`` overall); they are the last tokens of its ``context_lens[b]`` tokens, whose
     K/V (new ones included) are already in the arena. Each attends causally to its cache and
@@ -73,13 +97,18 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         n = e - s
         if n == 0:
             continue
-        k, v, pos = _gather_kv(k_cache, v_cache, block_tables[b:b + 1], ctx)
+        k, v, pos = _gather_kv(k_cache, v_cache, block_tables[b : b + 1], ctx)
         qpos = torch.arange(ctx - n, ctx, device=q.device)
-        mask = pos[None, :] <= qpos[:, None]                                 # [n, ctx]
+        mask = pos[None, :] <= qpos[:, None]  # [n, ctx]
         o = F.scaled_dot_product_attention(
-            q[s:e].transpose(0, 1).unsqueeze(0), k.transpose(1, 2), v.transpose(1, 2),
-            attn_mask=None if n == ctx else mask, is_causal=n == ctx, scale=scale,
-            enable_gqa=hq != hkv)
+            q[s:e].transpose(0, 1).unsqueeze(0),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=None if n == ctx else mask,
+            is_causal=n == ctx,
+            scale=scale,
+            enable_gqa=hq != hkv,
+        )
         out[s:e] = o[0].transpose(0, 1)
     return out
 

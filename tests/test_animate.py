@@ -1,6 +1,7 @@
 """Lesson animations for slides (viz/animate.py via ``python -m viz.export --format gif,mp4``):
 the GIF and the MP4 hold exactly the frames asked for, at the asked rate, 16:9, read back with
 the libraries that wrote them."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,14 +27,16 @@ def test_frame_ranges_follow_slice_rules():
             animate.frame_range(bad, 10)
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--frames", "9:3"], "selects no frame"),
-    (["--frames", "x"], "is not A:B"),
-    (["--fps", "0"], "out of range"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--frames", "9:3"], "selects no frame"),
+        (["--frames", "x"], "is not A:B"),
+        (["--fps", "0"], "out of range"),
+    ],
+)
 def test_bad_animation_options_are_one_line_errors(tmp_path, capsys, argv, says):
-    code = export.main(["--lesson", "six-steps", "--out", str(tmp_path), "--format", "gif",
-                        *argv])
+    code = export.main(["--lesson", "six-steps", "--out", str(tmp_path), "--format", "gif", *argv])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("error: ") and says in err and "\n" not in err
 
@@ -45,10 +48,28 @@ def test_bad_animation_options_are_one_line_errors(tmp_path, capsys, argv, says)
 def test_gif_and_mp4_hold_the_frames_asked_for(tmp_path, frames, fps, lang):
     import imageio.v2 as iio2
     from PIL import Image
+
     a, b = (int(x) for x in frames.split(":"))
     want = b - a
-    assert export.main(["--lesson", "six-steps", "--out", str(tmp_path), "--format", "gif,mp4",
-                        "--frames", frames, "--fps", str(fps), "--lang", lang]) == 0
+    assert (
+        export.main(
+            [
+                "--lesson",
+                "six-steps",
+                "--out",
+                str(tmp_path),
+                "--format",
+                "gif,mp4",
+                "--frames",
+                frames,
+                "--fps",
+                str(fps),
+                "--lang",
+                lang,
+            ]
+        )
+        == 0
+    )
     gif, mp4 = tmp_path / "six-steps.gif", tmp_path / "six-steps.mp4"
     assert gif.read_bytes()[:6] == b"GIF89a"
     with Image.open(gif) as im:
@@ -58,7 +79,7 @@ def test_gif_and_mp4_hold_the_frames_asked_for(tmp_path, frames, fps, lang):
         im.seek(0)
         first = im.convert("RGB").tobytes()
         im.seek(want - 1)
-        assert im.convert("RGB").tobytes() != first       # the frames really differ
+        assert im.convert("RGB").tobytes() != first  # the frames really differ
     head = mp4.read_bytes()[:12]
     assert head[4:8] == b"ftyp"
     reader = iio2.get_reader(mp4)
@@ -81,6 +102,7 @@ def test_the_burned_in_caption_is_each_frames_own():
     from engine import trace as T
     from viz import captions, standalone
     from viz.lesson import build, load_spec
+
     lesson = build(load_spec("six-steps"), T.read(TRACE))
     shots = list(animate.screenshots(standalone.page(lesson, langs=("zh",)), range(6, 10), "zh"))
     assert [s.frame for s in shots] == [6, 7, 8, 9]
@@ -90,8 +112,9 @@ def test_the_burned_in_caption_is_each_frames_own():
     assert len({s.png for s in shots}) == 4
 
 
-def test_too_many_frames_for_one_animation_is_refused_before_any_work(monkeypatch, tmp_path,
-                                                                      capsys):
+def test_too_many_frames_for_one_animation_is_refused_before_any_work(
+    monkeypatch, tmp_path, capsys
+):
     monkeypatch.setattr(animate, "MAX_FRAMES", 5)
     code = export.main(["--lesson", "six-steps", "--out", str(tmp_path), "--format", "html,mp4"])
     err = capsys.readouterr().err.strip()

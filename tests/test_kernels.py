@@ -5,6 +5,7 @@ machine this module chooses it when it is first; otherwise (another module impor
 or a GPU is present and other tests want compiled kernels) the checks here are skipped in-process
 and rerun once in a fresh interpreter process, so they always run exactly once.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,11 +17,12 @@ from pathlib import Path
 import torch
 
 if "triton" not in sys.modules and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"   # the only way kernels run here; nobody else loses
+    os.environ["TRITON_INTERPRET"] = "1"  # the only way kernels run here; nobody else loses
 
 import pytest
 
 from kernels import reference as ref
+from kernels.copy_blocks import copy_blocks
 from kernels.launch import interpreter_active
 from kernels.paged_attention import (
     decode_attention,
@@ -28,16 +30,18 @@ from kernels.paged_attention import (
     paged_prefill_attention,
     pick_splits,
 )
-from kernels.copy_blocks import copy_blocks
 from kernels.store_kv import store_kv
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_PROCESS = interpreter_active()
-interpreted = pytest.mark.skipif(not IN_PROCESS, reason="triton was imported without "
-                                 "TRITON_INTERPRET; test_kernels_in_fresh_interpreter runs these")
+interpreted = pytest.mark.skipif(
+    not IN_PROCESS,
+    reason="triton was imported without "
+    "TRITON_INTERPRET; test_kernels_in_fresh_interpreter runs these",
+)
 
 BLOCK = 16
-LENGTHS = [1, 15, 16, 17, 100]          # one token, a block -1, exactly a block, a block +1, many
+LENGTHS = [1, 15, 16, 17, 100]  # one token, a block -1, exactly a block, a block +1, many
 # (atol, rtol): fp32 to 1e-4; half precisions to about one rounding of the output
 TOL = {torch.float32: (1e-4, 0.0), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1e-2, 1.6e-2)}
 
@@ -54,7 +58,7 @@ def _arena(lens, hkv, d, dtype, seed=0):
     tables = torch.full((len(lens), max(need)), num_blocks + 1000, dtype=torch.int32)
     used = 0
     for b, n in enumerate(need):
-        tables[b, :n] = physical[used:used + n]
+        tables[b, :n] = physical[used : used + n]
         used += n
     return k_cache, v_cache, tables, torch.tensor(lens, dtype=torch.int32), g
 
@@ -68,9 +72,10 @@ def _assert_close(out, expected, dtype):
 def _decode_case(lens, hkv, group, d, dtype=torch.float32, **knobs):
     k_cache, v_cache, tables, ctx, g = _arena(lens, hkv, d, dtype)
     q = torch.randn(len(lens), hkv * group, d, generator=g).to(dtype)
-    expected = ref.paged_decode_attention(q.float(), k_cache.float(), v_cache.float(),
-                                          tables, ctx, d ** -0.5)
-    out = decode_attention(q, k_cache, v_cache, tables, ctx, d ** -0.5, **knobs)
+    expected = ref.paged_decode_attention(
+        q.float(), k_cache.float(), v_cache.float(), tables, ctx, d**-0.5
+    )
+    out = decode_attention(q, k_cache, v_cache, tables, ctx, d**-0.5, **knobs)
     _assert_close(out, expected, dtype)
 
 
@@ -104,9 +109,10 @@ def _prefill_case(lens, new, hkv, group, d, dtype=torch.float32):
     k_cache, v_cache, tables, ctx, g = _arena(lens, hkv, d, dtype)
     starts = torch.tensor([0] + new).cumsum(0).int()
     q = torch.randn(int(starts[-1]), hkv * group, d, generator=g).to(dtype)
-    expected = ref.paged_prefill_attention(q.float(), k_cache.float(), v_cache.float(),
-                                           tables, starts, ctx, d ** -0.5)
-    out = paged_prefill_attention(q, k_cache, v_cache, tables, starts, ctx, d ** -0.5)
+    expected = ref.paged_prefill_attention(
+        q.float(), k_cache.float(), v_cache.float(), tables, starts, ctx, d**-0.5
+    )
+    out = paged_prefill_attention(q, k_cache, v_cache, tables, starts, ctx, d**-0.5)
     _assert_close(out, expected, dtype)
 
 
@@ -136,8 +142,8 @@ def test_store_kv_writes_slots_and_skips_minus_one(dtype):
     hkv, d, t = 3, 64, 12
     k_cache = torch.randn(6, BLOCK, hkv, d, generator=g).to(dtype)
     v_cache = torch.randn(6, BLOCK, hkv, d, generator=g).to(dtype)
-    qkv = torch.randn(t, 3 * hkv, d, generator=g)          # k, v as strided views, as a fused
-    k, v = qkv[:, hkv:2 * hkv], qkv[:, 2 * hkv:]              # QKV projection hands them over
+    qkv = torch.randn(t, 3 * hkv, d, generator=g)  # k, v as strided views, as a fused
+    k, v = qkv[:, hkv : 2 * hkv], qkv[:, 2 * hkv :]  # QKV projection hands them over
     slots = torch.randperm(6 * BLOCK, generator=g)[:t]
     slots[[2, 7]] = -1
     expected_k, expected_v = k_cache.clone(), v_cache.clone()
@@ -147,8 +153,9 @@ def test_store_kv_writes_slots_and_skips_minus_one(dtype):
     assert torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)
 
 
-@pytest.mark.parametrize("batch,ctx,splits",
-                         [(1, 8192, 32), (1, 300, 1), (8, 2048, 4), (64, 8192, 1)])
+@pytest.mark.parametrize(
+    "batch,ctx,splits", [(1, 8192, 32), (1, 300, 1), (8, 2048, 4), (64, 8192, 1)]
+)
 def test_decode_splits_long_contexts_only_when_the_batch_leaves_the_gpu_idle(batch, ctx, splits):
     # an H200: 132 SMs; 8 KV heads per request
     assert pick_splits(batch * 8, ctx, num_sms=132) == splits
@@ -157,16 +164,25 @@ def test_decode_splits_long_contexts_only_when_the_batch_leaves_the_gpu_idle(bat
 def test_gqa_needs_query_heads_to_be_a_multiple_of_kv_heads():
     k_cache = torch.zeros(2, BLOCK, 2, 64)
     with pytest.raises(ValueError, match="multiple"):
-        paged_decode_attention(torch.zeros(1, 3, 64), k_cache, k_cache,
-                               torch.zeros(1, 1, dtype=torch.int32),
-                               torch.ones(1, dtype=torch.int32), 1.0)
+        paged_decode_attention(
+            torch.zeros(1, 3, 64),
+            k_cache,
+            k_cache,
+            torch.zeros(1, 1, dtype=torch.int32),
+            torch.ones(1, dtype=torch.int32),
+            1.0,
+        )
 
 
 def test_signatures_match_the_reference():
     import inspect
-    for name, fn in [("paged_decode_attention", paged_decode_attention),
-                     ("paged_prefill_attention", paged_prefill_attention), ("store_kv", store_kv),
-                     ("copy_blocks", copy_blocks)]:
+
+    for name, fn in [
+        ("paged_decode_attention", paged_decode_attention),
+        ("paged_prefill_attention", paged_prefill_attention),
+        ("store_kv", store_kv),
+        ("copy_blocks", copy_blocks),
+    ]:
         assert inspect.signature(fn) == inspect.signature(getattr(ref, name)), name
 
 
@@ -198,9 +214,22 @@ def test_copy_blocks_kernel_matches_reference(dtype):
 @pytest.mark.skipif(IN_PROCESS, reason="the kernel checks already ran in this process")
 def test_kernels_in_fresh_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          str(Path(__file__).relative_to(ROOT))],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(Path(__file__).relative_to(ROOT)),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     summary = run.stdout.strip().splitlines()[-1]
-    assert re.search(r"\b1 skipped", summary), summary   # only this test; the checks all ran
+    assert re.search(r"\b1 skipped", summary), summary  # only this test; the checks all ran

@@ -2,6 +2,7 @@
 schema (its examples/online_serving/kv_events_subscriber.py, not our structs) decodes the stream
 exactly, including a replay after a forced gap. Loopback sockets on free ports; every wait is
 bounded."""
+
 from __future__ import annotations
 
 import socket
@@ -17,6 +18,7 @@ from engine import events as E
 from engine import kv_events as K
 
 # --- vLLM's documented schema, written independently of engine.kv_events ------------------------
+
 
 class VBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     ts: float
@@ -51,6 +53,7 @@ class VKVBatch(VBatch):
 
 # --- stand-ins for the prefix cache's events (engine/events.py gains the real ones in #14) -------
 # STAND-INS: same kind strings and field names as the events the prefix-cache issue adds.
+
 
 @dataclass(frozen=True)
 class FakeStored:
@@ -149,8 +152,10 @@ def test_documented_subscriber_decodes_translated_engine_events(pub):
         assert int.from_bytes(seq, "big") == first
         b1 = dec.decode(payload)
         assert isinstance(b1.ts, float)
-        assert b1.events == [VBlockStored([11], None, [1, 2, 3, 4], 4, None, "GPU"),
-                             VBlockStored([12], 11, [5, 6, 7, 8], 4, None, "GPU")]
+        assert b1.events == [
+            VBlockStored([11], None, [1, 2, 3, 4], 4, None, "GPU"),
+            VBlockStored([12], 11, [5, 6, 7, 8], 4, None, "GPU"),
+        ]
         _, seq2, payload2 = recv(sub)
         assert int.from_bytes(seq2, "big") == first + 1
         assert dec.decode(payload2).events == [VBlockRemoved([12], "GPU"), VAllBlocksCleared()]
@@ -223,9 +228,18 @@ def test_remote_address_needs_opt_in(addr):
     assert K.parse_endpoint(addr, allow_remote=True).url == addr
 
 
-@pytest.mark.parametrize("addr", ["", "127.0.0.1:5557", "ipc:///tmp/x", "tcp://127.0.0.1",
-                                  "tcp://127.0.0.1:99999", "tcp://127.0.0.1:1; rm -rf",
-                                  "tcp://" + "a" * 400 + ":1"])
+@pytest.mark.parametrize(
+    "addr",
+    [
+        "",
+        "127.0.0.1:5557",
+        "ipc:///tmp/x",
+        "tcp://127.0.0.1",
+        "tcp://127.0.0.1:99999",
+        "tcp://127.0.0.1:1; rm -rf",
+        "tcp://" + "a" * 400 + ":1",
+    ],
+)
 def test_malformed_addresses(addr):
     with pytest.raises(K.EndpointError):
         K.parse_endpoint(addr)
@@ -233,34 +247,50 @@ def test_malformed_addresses(addr):
 
 def test_decoder_accepts_newer_vllm_and_rejects_hostile():
     newer = msgspec.msgpack.encode(
-        [1.0, [["BlockStored", [b"\x01" * 32], None, [1, 2], 2, None, "GPU", "lora", None, 0]],
-         0])
+        [1.0, [["BlockStored", [b"\x01" * 32], None, [1, 2], 2, None, "GPU", "lora", None, 0]], 0]
+    )
     ev = K.decode_batch(newer).events[0]
     assert isinstance(ev, K.InStored) and ev.block_hashes == [b"\x01" * 32]
     # newer vLLM: events as maps with a "type" key (the batch an array, or a map too)
-    ev_map = {"type": "BlockStored", "block_hashes": [7], "parent_block_hash": 3,
-              "token_ids": [1, 2], "block_size": 2, "lora_id": None, "medium": "GPU",
-              "lora_name": None, "extra_keys": [None], "group_idx": 0,
-              "kv_cache_spec_kind": "full_attention"}
-    for batch in ([2.0, [ev_map, {"type": "BlockRemoved", "block_hashes": [7], "medium": None}],
-                   0],
-                  {"ts": 2.0, "events": [ev_map, {"type": "AllBlocksCleared"}]}):
+    ev_map = {
+        "type": "BlockStored",
+        "block_hashes": [7],
+        "parent_block_hash": 3,
+        "token_ids": [1, 2],
+        "block_size": 2,
+        "lora_id": None,
+        "medium": "GPU",
+        "lora_name": None,
+        "extra_keys": [None],
+        "group_idx": 0,
+        "kv_cache_spec_kind": "full_attention",
+    }
+    for batch in (
+        [2.0, [ev_map, {"type": "BlockRemoved", "block_hashes": [7], "medium": None}], 0],
+        {"ts": 2.0, "events": [ev_map, {"type": "AllBlocksCleared"}]},
+    ):
         got = K.decode_batch(msgspec.msgpack.encode(batch))
         assert got.ts == 2.0 and got.events[0] == K.InStored([7], 3, [1, 2], 2, None, "GPU")
         assert type(got.events[1]) in (K.InRemoved, K.InCleared)
-    for bad in [b"", b"\xc1",
-                msgspec.msgpack.encode([1.0, [dict(ev_map, token_ids=[0] * 5)]]), msgspec.msgpack.encode({"ts": 1}),
-                msgspec.msgpack.encode([1.0, [["Nope"]]]),
-                msgspec.msgpack.encode([1.0, [["BlockStored", [1], None, [0] * (K.MAX_TOKENS + 1),
-                                               K.MAX_TOKENS, None, None]]]),
-                msgspec.msgpack.encode([1.0, [["BlockRemoved", ["x"], None]]]),
-                msgspec.msgpack.encode([1.0, [["BlockStored", [1], None, [1], 0, None, None]]])]:
+    for bad in [
+        b"",
+        b"\xc1",
+        msgspec.msgpack.encode([1.0, [dict(ev_map, token_ids=[0] * 5)]]),
+        msgspec.msgpack.encode({"ts": 1}),
+        msgspec.msgpack.encode([1.0, [["Nope"]]]),
+        msgspec.msgpack.encode(
+            [1.0, [["BlockStored", [1], None, [0] * (K.MAX_TOKENS + 1), K.MAX_TOKENS, None, None]]]
+        ),
+        msgspec.msgpack.encode([1.0, [["BlockRemoved", ["x"], None]]]),
+        msgspec.msgpack.encode([1.0, [["BlockStored", [1], None, [1], 0, None, None]]]),
+    ]:
         with pytest.raises(K.MalformedBatch):
             K.decode_batch(bad)
 
 
 # --- the engine hook, through our real EventBus ---------------------------------------------------
 # STAND-INS again: Event subclasses shaped like the prefix cache's, emitted by the real bus.
+
 
 @dataclass(frozen=True)
 class BusStored(E.Event):
@@ -291,22 +321,35 @@ def test_translator_batches_bus_events_per_step():
     bus, pub = E.EventBus(), ListPublisher()
     bus.subscribe(K.EngineEventTranslator(pub))  # type: ignore[arg-type]
     bus.emit(E.Admitted, req="0", num_tokens=8)
-    bus.emit(BusStored, block_hash=-5, parent_block_hash=None, token_ids=(1, 2), block_size=2,
-             physical=4)
+    bus.emit(
+        BusStored, block_hash=-5, parent_block_hash=None, token_ids=(1, 2), block_size=2, physical=4
+    )
     bus.emit(E.StepEnd, num_running=1, num_waiting=0)
     bus.step = 1
     bus.emit(BusEvicted, block_hash=-5, physical=4)
     bus.emit(E.StepEnd, num_running=0, num_waiting=0)
     h = (1 << 64) - 5
-    assert pub.batches == [[K.BlockStored([h], None, [1, 2], 2, None, "GPU")],
-                           [K.BlockRemoved([h], "GPU")]]
+    assert pub.batches == [
+        [K.BlockStored([h], None, [1, 2], 2, None, "GPU")],
+        [K.BlockRemoved([h], "GPU")],
+    ]
 
 
 @pytest.mark.parametrize("cmd", ["generate", "record"])
 def test_cli_refuses_a_remote_address_in_one_line(cmd, capsys, tmp_path):
     from engine.cli import main
-    args = ["generate", "hi"] if cmd == "generate" else \
-        ["record", "--scenario", str(tmp_path / "none.toml"), "--out", str(tmp_path / "t.jsonl")]
+
+    args = (
+        ["generate", "hi"]
+        if cmd == "generate"
+        else [
+            "record",
+            "--scenario",
+            str(tmp_path / "none.toml"),
+            "--out",
+            str(tmp_path / "t.jsonl"),
+        ]
+    )
     if cmd == "record":  # the scenario is checked first; give it one that parses
         args[2] = str(next((Path(__file__).parent.parent / "lessons").glob("*/scenario.toml")))
     assert main([*args, "--kv-events", "tcp://0.0.0.0:5557"]) == 2

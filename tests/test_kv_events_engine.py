@@ -2,6 +2,7 @@
 replay socket, which holds them all: a PUB drops what it sends before a subscriber joins).
 Once the prefix cache emits its events (#14), the shared system prompt's blocks must arrive as
 ``BlockStored`` too; until then the run publishes only its opening ``AllBlocksCleared``."""
+
 from __future__ import annotations
 
 import threading
@@ -22,6 +23,7 @@ PROMPTS = [SYSTEM + q for q in ("What is paging?", "What is a block?", "Why shar
 @pytest.fixture
 def on_session_model(smollm, monkeypatch):
     import engine.llm
+
     monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
 
 
@@ -49,10 +51,26 @@ def replay_all(port: int, timeout: float = 1.0) -> list[tuple[int, K.InBatch]] |
 def test_generate_publishes_its_run(on_session_model):
     port, _ = free_ports()
     rc: list[int] = []
-    run = threading.Thread(target=lambda: rc.append(cli.main(
-        ["generate", *PROMPTS, "--max-tokens", "2", "--ignore-eos", "--block-size", "4",
-         "--enable-prefix-caching", "--kv-events", f"tcp://127.0.0.1:{port}",
-         "--kv-events-hold", "3"])))
+    run = threading.Thread(
+        target=lambda: rc.append(
+            cli.main(
+                [
+                    "generate",
+                    *PROMPTS,
+                    "--max-tokens",
+                    "2",
+                    "--ignore-eos",
+                    "--block-size",
+                    "4",
+                    "--enable-prefix-caching",
+                    "--kv-events",
+                    f"tcp://127.0.0.1:{port}",
+                    "--kv-events-hold",
+                    "3",
+                ]
+            )
+        )
+    )
     run.start()
     got = None
     end = time.monotonic() + 180

@@ -1,5 +1,6 @@
 """The watch page's state, without Streamlit: the prefix tree a stream builds, a publisher killed
 and restarted, malformed messages, a flood. Loopback sockets only; every wait is bounded."""
+
 from __future__ import annotations
 
 import time
@@ -15,15 +16,15 @@ from viz.kv_subscriber import Subscriber, SubscriberConfig
 from viz.kv_watch import RecordingError, WatchState, fold, read_recording
 
 BS = 4
-SYSTEM = list(range(100, 108))          # a shared system prompt: two full blocks
+SYSTEM = list(range(100, 108))  # a shared system prompt: two full blocks
 
 
 def request_blocks(prompt: list[int], tag: int) -> K.BlockStored:
     """One request's full blocks as vLLM stores them: hashes chained from the prompt's start.
     Hashes are derived from the token prefix, so equal prefixes give equal hashes."""
     n = len(prompt) // BS
-    hashes = [hash(tuple(prompt[:(i + 1) * BS])) % (1 << 63) for i in range(n)]
-    return K.BlockStored(hashes, None, prompt[:n * BS], BS, None, "GPU")
+    hashes = [hash(tuple(prompt[: (i + 1) * BS])) % (1 << 63) for i in range(n)]
+    return K.BlockStored(hashes, None, prompt[: n * BS], BS, None, "GPU")
 
 
 def payload(events: list, ts: float = 1000.0) -> bytes:
@@ -71,9 +72,13 @@ def test_recording_round_trips_and_steps():
     assert [s for s, _ in back] == [s for s, _ in msgs]
     assert fold(back).snapshot().chains == state.snapshot().chains
     assert fold(back, upto=1).snapshot().num_blocks == 3  # stepping: the first request only
-    for bad in ["", "{}", '{"format": "x", "version": 1}',
-                text.split("\n")[0] + '\n{"seq": 1, "batch": [1.0, [["Nope"]]]}',
-                text.split("\n")[0] + "\nnot json"]:
+    for bad in [
+        "",
+        "{}",
+        '{"format": "x", "version": 1}',
+        text.split("\n")[0] + '\n{"seq": 1, "batch": [1.0, [["Nope"]]]}',
+        text.split("\n")[0] + "\nnot json",
+    ]:
         with pytest.raises(RecordingError):
             read_recording(bad)
 
@@ -83,15 +88,22 @@ def test_malformed_messages_are_counted_and_change_nothing():
     state = fold(msgs)
     sub = Subscriber(SubscriberConfig("tcp://127.0.0.1:5557", replay_endpoint=""), state)
     before = state.snapshot()
-    garbage = [[b"x"], [b"", b"\x00" * 3, b"\x90"], [b"", K.seq_bytes(99), b"\xc1"],
-               [b"", K.seq_bytes(0), msgspec.msgpack.encode({"ts": 1.0})],
-               [b"", K.seq_bytes(7), payload([K.BlockStored([1], None, [0] * 99, BS, None, None)])]]
+    garbage = [
+        [b"x"],
+        [b"", b"\x00" * 3, b"\x90"],
+        [b"", K.seq_bytes(99), b"\xc1"],
+        [b"", K.seq_bytes(0), msgspec.msgpack.encode({"ts": 1.0})],
+        [b"", K.seq_bytes(7), payload([K.BlockStored([1], None, [0] * 99, BS, None, None)])],
+    ]
     for i in range(1000):
         sub.on_message(None, garbage[i % len(garbage)])
     after = state.snapshot()
     assert after.counters["malformed"] == 1000
-    assert (after.num_blocks, after.chains, after.last_seq) == \
-        (before.num_blocks, before.chains, before.last_seq)
+    assert (after.num_blocks, after.chains, after.last_seq) == (
+        before.num_blocks,
+        before.chains,
+        before.last_seq,
+    )
     assert "\n" not in after.last_error and after.last_error
 
 
@@ -101,8 +113,13 @@ def test_flood_keeps_memory_bounded():
     state = WatchState(max_blocks=5_000, ring_bytes=1 << 20)
     sub = Subscriber(SubscriberConfig("tcp://127.0.0.1:5557", replay_endpoint=""), state)
     tokens = list(range(64))
-    batches = [payload([K.BlockStored([b * 100 + i], None, tokens, 64, None, "GPU")
-                        for i in range(100)], ts=float(b)) for b in range(1000)]
+    batches = [
+        payload(
+            [K.BlockStored([b * 100 + i], None, tokens, 64, None, "GPU") for i in range(100)],
+            ts=float(b),
+        )
+        for b in range(1000)
+    ]
     streamed = sum(len(p) for p in batches)
     tracemalloc.start()
     try:
@@ -217,14 +234,17 @@ def test_subscriber_replays_a_gap_from_the_server():
 def test_replay_with_a_topic_frame_as_newer_vllm_sends_it():
     """Newer vLLM prefixes replay replies with the topic: [topic, seq, payload]."""
     import threading
+
     port, _ = free_ports()
     ctx = zmq.Context()
     try:
         router = ctx.socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
         router.bind(f"tcp://127.0.0.1:{port + 1}")
-        batches = {s: payload([K.BlockStored([s + 1], s or None, [s] * BS, BS, None, "GPU")])
-                   for s in range(4)}
+        batches = {
+            s: payload([K.BlockStored([s + 1], s or None, [s] * BS, BS, None, "GPU")])
+            for s in range(4)
+        }
 
         def serve() -> None:
             if router.poll(5000):
@@ -232,6 +252,7 @@ def test_replay_with_a_topic_frame_as_newer_vllm_sends_it():
                 for s in range(int.from_bytes(start, "big"), 4):
                     router.send_multipart([ident, b"", b"kv-events", K.seq_bytes(s), batches[s]])
                 router.send_multipart([ident, b"", b"kv-events", K.END_SEQ, b""])
+
         server = threading.Thread(target=serve)
         server.start()
         state = WatchState()
@@ -274,8 +295,13 @@ def test_a_reconnect_to_a_new_process_that_got_ahead_is_a_restart():
         sub = Subscriber(SubscriberConfig(url), state)
         old = K.KVEventPublisher(url)
         try:
-            for f in collect(old, url, ctx, lambda i: [K.BlockStored([10_000 + i], None, [1] * BS,
-                                                                     BS, None, "GPU")], 2)[:2]:
+            for f in collect(
+                old,
+                url,
+                ctx,
+                lambda i: [K.BlockStored([10_000 + i], None, [1] * BS, BS, None, "GPU")],
+                2,
+            )[:2]:
                 sub.on_message(ctx, f)
         finally:
             old.close()
@@ -283,8 +309,13 @@ def test_a_reconnect_to_a_new_process_that_got_ahead_is_a_restart():
         assert k is not None and state.snapshot().num_blocks == k + 1
         new = K.KVEventPublisher(url)
         try:
-            frames = collect(new, url, ctx, lambda i: [K.BlockStored([20_000 + i], None, [2] * BS,
-                                                                     BS, None, "GPU")], k + 4)
+            frames = collect(
+                new,
+                url,
+                ctx,
+                lambda i: [K.BlockStored([20_000 + i], None, [2] * BS, BS, None, "GPU")],
+                k + 4,
+            )
             ahead = next(f for f in frames if int.from_bytes(f[1], "big") > k + 1)
             sub._rejoined = True  # what the monitor sets on a reconnect
             sub.on_message(ctx, ahead)

@@ -1,6 +1,7 @@
 """The scenario lab in Chromium: a 3-request scenario opened from a link, recorded as a dry
 run and stepped to its end; bad values named by field with nothing recorded; the link on the
 page round-trips the scenario exactly."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,14 +12,23 @@ import pytest
 from viz import scenario_lab as S
 from viz.serve import CHROMIUM, shown_frame, wait_painted, wait_ready
 
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium"),
+]
 playwright = pytest.importorskip("playwright.sync_api")
 
-THREE = S.Lab((S.LabRequest("A", "Tell me about the moon and its phases", 30, 0),
-               S.LabRequest("Bee", "One word: sky colour?", 25, 1, 3),
-               S.LabRequest("C7", "Write two lines about rain", 20, 2)),
-              num_blocks=8, block_size=8, max_model_len=56, policy="pow2")
+THREE = S.Lab(
+    (
+        S.LabRequest("A", "Tell me about the moon and its phases", 30, 0),
+        S.LabRequest("Bee", "One word: sky colour?", 25, 1, 3),
+        S.LabRequest("C7", "Write two lines about rain", 20, 2),
+    ),
+    num_blocks=8,
+    block_size=8,
+    max_model_len=56,
+    policy="pow2",
+)
 
 
 @pytest.fixture
@@ -45,7 +55,7 @@ def test_a_linked_scenario_records_dry_and_steps_to_its_end(page, app_url):
     _open(page, app_url, THREE)
     link = _link(page)
     got, errors = S.decode(parse_qs(urlparse(link).query)["scenario"][0])
-    assert got == THREE and errors == []          # the form read the link back exactly
+    assert got == THREE and errors == []  # the form read the link back exactly
     page.get_by_role("button", name="Record (dry run)").click()
     assert wait_ready(page) == 0
     last = page.evaluate("() => window.pkPlayer.frames.length - 1")
@@ -76,8 +86,12 @@ def test_a_linked_scenario_records_dry_and_steps_to_its_end(page, app_url):
 
 
 def test_bad_values_are_named_by_field_and_record_nothing(page, app_url):
-    bad = S.Lab((S.LabRequest("A", "Tell me about the moon", 0, 0),) + THREE.requests[1:],
-                num_blocks=8, block_size=8, max_model_len=56)
+    bad = S.Lab(
+        (S.LabRequest("A", "Tell me about the moon", 0, 0),) + THREE.requests[1:],
+        num_blocks=8,
+        block_size=8,
+        max_model_len=56,
+    )
     _open(page, app_url, bad)
     alert = page.locator("[data-testid='stAlert']").filter(has_text="max_tokens")
     alert.wait_for(timeout=30_000)
@@ -107,13 +121,21 @@ def test_a_damaged_link_says_so_and_opens_the_example(page, app_url):
 def test_a_scenario_records_on_the_real_model_with_progress(page, app_url):
     """The same table on SmolLM2 in a child process: progress while it runs, then the player
     on the finished trace (its header says which model)."""
-    small = S.Lab((S.LabRequest("A", "The capital of France is", 6, 0),
-                   S.LabRequest("B2", "Count: one, two,", 5, 1)),
-                  num_blocks=8, block_size=4, max_model_len=24, policy="max")
+    small = S.Lab(
+        (
+            S.LabRequest("A", "The capital of France is", 6, 0),
+            S.LabRequest("B2", "Count: one, two,", 5, 1),
+        ),
+        num_blocks=8,
+        block_size=4,
+        max_model_len=24,
+        policy="max",
+    )
     _open(page, app_url, small)
     page.get_by_role("button", name="Record on the real model").click()
-    page.locator("[data-testid='stAlert']").filter(has_text="Recording on the real model") \
-        .wait_for(timeout=60_000)
+    page.locator("[data-testid='stAlert']").filter(has_text="Recording on the real model").wait_for(
+        timeout=60_000
+    )
     assert wait_ready(page, timeout_ms=300_000) == 0
     page.keyboard.press("End")
     last = page.evaluate("() => window.pkPlayer.frames.length - 1")

@@ -2,6 +2,7 @@
 a dry run, narrated by the six-step lesson. Every number shown on every frame is that frame's
 (the check of tests/test_captions.py), every claim a step makes holds at its keyframe, and a
 step whose event never happens is greyed and never narrated."""
+
 from __future__ import annotations
 
 import random
@@ -14,8 +15,28 @@ from viz import lesson as L
 from viz import scenario_lab as S
 
 N_SCENARIOS = 200
-WORDS = ("the", "memory", "page", "block", "table", "kernel", "answer", "quickly", "why", "is",
-         "sky", "blue", "tell", "me", "about", "rain", "two", "lines", "cache", "token")
+WORDS = (
+    "the",
+    "memory",
+    "page",
+    "block",
+    "table",
+    "kernel",
+    "answer",
+    "quickly",
+    "why",
+    "is",
+    "sky",
+    "blue",
+    "tell",
+    "me",
+    "about",
+    "rain",
+    "two",
+    "lines",
+    "cache",
+    "token",
+)
 TITLES = {"en": "lab", "zh": "lab"}
 SIDES = {"left": {"en": "left", "zh": "左"}, "right": {"en": "right", "zh": "右"}}
 
@@ -31,8 +52,13 @@ def random_lab(rng: random.Random) -> S.Lab:
         stop = rng.randint(1, max_tokens - 1) if max_tokens > 1 and rng.random() < 0.4 else None
         reqs.append(S.LabRequest(rid, prompt, max_tokens, rng.randint(0, 12), stop))
     bs = rng.choice((1, 2, 4, 8, 16))
-    lab = S.Lab(tuple(reqs), num_blocks=rng.randint(1, 40), block_size=bs,
-                max_model_len=rng.randint(8, 200), policy=rng.choice(S.POLICIES))
+    lab = S.Lab(
+        tuple(reqs),
+        num_blocks=rng.randint(1, 40),
+        block_size=bs,
+        max_model_len=rng.randint(8, 200),
+        policy=rng.choice(S.POLICIES),
+    )
     longest = max(S.prompt_tokens(r.prompt) for r in reqs)
     mml = max(lab.max_model_len, longest + 1)
     blocks = max(lab.num_blocks, -(-mml // bs))
@@ -72,7 +98,7 @@ def _claims_hold(lesson: L.Lesson, lab: S.Lab) -> None:
             assert f"**{req}** stops early" in text
             assert ("a hole opens *between*" in text) == _hole_between(lesson, kf, req)
         if rule.get("event") == "admission_blocked":
-            assert ev.free_slots >= ev.need_slots > ev.largest_hole, ev   # "which is enough"
+            assert ev.free_slots >= ev.need_slots > ev.largest_hole, ev  # "which is enough"
             running = bool(lesson.right.at(kf).block_tables.get(req))
             assert ("is already running here" in text) == running, (kf, text)
         if rule.get("frame") == "last":
@@ -93,13 +119,14 @@ def _absent_steps_are_greyed(lesson: L.Lesson) -> None:
             continue
         rule = lesson.spec.steps[k].rule
         assert not any(L._matches(lesson, i, rule) for i in range(lesson.num_frames)), k
-        assert nav[k]["chapter"] is None and nav[k]["absent"]       # greyed, says why
-        assert all(c.step != k for c in chs)                         # never narrated
+        assert nav[k]["chapter"] is None and nav[k]["absent"]  # greyed, says why
+        assert all(c.step != k for c in chs)  # never narrated
 
 
 @pytest.mark.parametrize("batch", range(4))
 def test_random_scenarios_are_narrated_truthfully(batch):
     import test_captions as numbers  # tests/ is on sys.path under pytest
+
     rng = random.Random(1200 + batch)
     seen_absent, seen_early = 0, 0
     for _ in range(N_SCENARIOS // 4):
@@ -111,4 +138,4 @@ def test_random_scenarios_are_narrated_truthfully(batch):
         _absent_steps_are_greyed(lesson)
         seen_absent += sum(kf is None for kf in lesson.keyframes)
         seen_early += lesson.keyframes[3] is not None
-    assert seen_absent and seen_early      # the sample covers both kinds of scenario
+    assert seen_absent and seen_early  # the sample covers both kinds of scenario

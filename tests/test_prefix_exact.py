@@ -1,6 +1,7 @@
 """Sharing must not change a single token: greedy fp32 outputs with and without prefix caching,
 and ``n`` seeded samples against separate runs with those seeds, with room to spare and under
 memory pressure (preemption of requests that hold shared blocks)."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,18 +9,29 @@ import pytest
 from engine.llm import LLM
 from engine.request import SamplingParams
 
-SYSTEM = ("You are a helpful assistant for an operating systems course. Answer in one short "
-          "paragraph, plainly, and say so when you are not sure. ")
-QUESTIONS = ["What is a page table?", "Why does fragmentation waste memory?",
-             "What does a TLB cache?", "When is copy-on-write used?"]
-UNRELATED = ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4,",
-             "Once upon a time, in a land far away,"]
+SYSTEM = (
+    "You are a helpful assistant for an operating systems course. Answer in one short "
+    "paragraph, plainly, and say so when you are not sure. "
+)
+QUESTIONS = [
+    "What is a page table?",
+    "Why does fragmentation waste memory?",
+    "What does a TLB cache?",
+    "When is copy-on-write used?",
+]
+UNRELATED = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "1, 2, 3, 4,",
+    "Once upon a time, in a land far away,",
+]
 GREEDY = SamplingParams(max_tokens=8, ignore_eos=True)
 
 
 def _tokens(model, prompts, caching, num_blocks, params=GREEDY):
-    llm = LLM(model, num_blocks=num_blocks, block_size=16, enable_prefix_caching=caching,
-              progress=False)
+    llm = LLM(
+        model, num_blocks=num_blocks, block_size=16, enable_prefix_caching=caching, progress=False
+    )
     out = llm.generate(prompts, params)
     return [o.token_ids for o in out], llm
 
@@ -76,12 +88,27 @@ def test_generate_json_reports_prefill_and_cache_hits(smollm, monkeypatch, capsy
 
     import engine.llm
     from engine import cli
+
     monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
     prompts = [SYSTEM + q for q in QUESTIONS[:2]]
     runs = {}
     for flag in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
-        assert cli.main(["generate", *prompts, "--max-tokens", "4", "--ignore-eos", "--json",
-                         "--num-blocks", "32", flag]) == 0
+        assert (
+            cli.main(
+                [
+                    "generate",
+                    *prompts,
+                    "--max-tokens",
+                    "4",
+                    "--ignore-eos",
+                    "--json",
+                    "--num-blocks",
+                    "32",
+                    flag,
+                ]
+            )
+            == 0
+        )
         rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         runs[flag] = rows
         summary = rows[-1]["summary"]
@@ -91,7 +118,23 @@ def test_generate_json_reports_prefill_and_cache_hits(smollm, monkeypatch, capsy
     assert on[-1]["summary"]["prefix_cache_hit_tokens"] > 0
     assert off[-1]["summary"]["prefix_cache_hit_tokens"] == 0
     assert [r["token_ids"] for r in on[:-1]] == [r["token_ids"] for r in off[:-1]]
-    assert cli.main(["generate", prompts[0], "--max-tokens", "3", "--json", "--n", "2",
-                     "--temperature", "0.8", "--seed", "1"]) == 0
+    assert (
+        cli.main(
+            [
+                "generate",
+                prompts[0],
+                "--max-tokens",
+                "3",
+                "--json",
+                "--n",
+                "2",
+                "--temperature",
+                "0.8",
+                "--seed",
+                "1",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["sample_index"] for r in rows[:-1]] == [0, 1]

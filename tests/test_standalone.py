@@ -1,6 +1,7 @@
 """The lesson as one HTML file (viz/standalone.py, ``python -m viz.export --format html``):
 self-contained, the app's own player, and offline in Chromium from file:// with every other
 request refused."""
+
 from __future__ import annotations
 
 import json
@@ -37,9 +38,12 @@ def test_the_file_reuses_the_players_own_code_and_carries_both_languages(exporte
     text = exported.read_text(encoding="utf-8")
     assert exported.stat().st_size <= MAX_BYTES
     for asset in ("player.js", "player.css", "player.html"):
-        assert player._asset(asset) in text, asset   # one player: the same files, verbatim
-    data = json.loads(re.search(r"<script type='application/json' id='pk-data'>(.*?)</script>",
-                                text, re.DOTALL).group(1))
+        assert player._asset(asset) in text, asset  # one player: the same files, verbatim
+    data = json.loads(
+        re.search(
+            r"<script type='application/json' id='pk-data'>(.*?)</script>", text, re.DOTALL
+        ).group(1)
+    )
     assert set(data["payloads"]) == {"en", "zh"}
     assert data["payloads"]["en"]["num_frames"] == data["payloads"]["zh"]["num_frames"] > 5
 
@@ -56,10 +60,11 @@ def test_nothing_in_the_file_points_outside_it(exported):
 
 def test_a_hostile_title_cannot_close_the_script(lesson):
     from dataclasses import replace
+
     evil = "</script><script>alert(1)</script>"
     spec = replace(lesson.spec, title={"en": evil, "zh": evil})
     text = standalone.page(replace(lesson, spec=spec), langs=("en",))
-    assert text.count("</script>") == 2          # the data block and the module, nothing else
+    assert text.count("</script>") == 2  # the data block and the module, nothing else
     assert "<script>alert(1)" not in text
 
 
@@ -72,8 +77,10 @@ def test_bad_formats_are_one_line_errors(tmp_path, capsys):
 
 # --- in Chromium, from file:// ---------------------------------------------------------------
 
+
 def _browser_ok() -> bool:
     from viz.serve import CHROMIUM
+
     return Path(CHROMIUM).exists()
 
 
@@ -91,6 +98,7 @@ def offline_page(browser):
         else:
             seen["aborted"].append(url)
             r.abort()
+
     ctx.route("**/*", route)
     page = ctx.new_page()
     page.on("pageerror", lambda e: seen.setdefault("errors", []).append(str(e)))
@@ -99,8 +107,10 @@ def offline_page(browser):
 
 
 def _hash(page) -> str:
-    return page.evaluate("() => new Promise(r => requestAnimationFrame(() => "
-                         "requestAnimationFrame(() => r(location.hash))))")
+    return page.evaluate(
+        "() => new Promise(r => requestAnimationFrame(() => "
+        "requestAnimationFrame(() => r(location.hash))))"
+    )
 
 
 @pytest.mark.browser
@@ -108,6 +118,7 @@ def _hash(page) -> str:
 @pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
 def test_offline_from_file_steps_switches_language_and_presents(offline_page, exported):
     from viz.serve import shown_frame, wait_painted, wait_ready
+
     page, seen = offline_page
     assert exported.stat().st_size <= MAX_BYTES
     page.goto(exported.as_uri())
@@ -120,7 +131,7 @@ def test_offline_from_file_steps_switches_language_and_presents(offline_page, ex
     page.click(".pk-sa-lang button[data-lang='zh']")
     page.wait_for_function("() => document.querySelector('#pk-player').dataset.lang === 'zh'")
     wait_painted(page, 5)
-    assert shown_frame(page) == 5                     # the language switch keeps the frame
+    assert shown_frame(page) == 5  # the language switch keeps the frame
     assert _hash(page) == "#frame=5&lang=zh"
     zh_caption = page.locator("#pk-cap-l").inner_text()
     assert zh_caption != en_caption and re.search(r"[\u4e00-\u9fff]", zh_caption)
@@ -134,7 +145,7 @@ def test_offline_from_file_steps_switches_language_and_presents(offline_page, ex
     (ROOT / "test-artifacts").mkdir(exist_ok=True)
     page.screenshot(path=str(ROOT / "test-artifacts" / "standalone-present-zh.png"))
     assert seen["aborted"] == [], seen["aborted"]
-    assert seen["file"] == [exported.as_uri()]        # the file itself, once: nothing else
+    assert seen["file"] == [exported.as_uri()]  # the file itself, once: nothing else
     assert not seen.get("errors")
 
 
@@ -143,6 +154,7 @@ def test_offline_from_file_steps_switches_language_and_presents(offline_page, ex
 @pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
 def test_a_hash_opens_that_frame_language_and_mode(offline_page, exported):
     from viz.serve import shown_frame, wait_painted, wait_ready
+
     page, seen = offline_page
     page.goto(exported.as_uri() + "#frame=40&lang=zh&present=1")
     assert wait_ready(page) == 40
@@ -151,22 +163,30 @@ def test_a_hash_opens_that_frame_language_and_mode(offline_page, exported):
     page.evaluate("() => { location.hash = '#frame=12&lang=zh&present=1'; }")
     wait_painted(page, 12)
     assert shown_frame(page) == 12
-    page.goto(exported.as_uri() + "#frame=banana&lang=xx")   # same document: nothing moves
+    page.goto(exported.as_uri() + "#frame=banana&lang=xx")  # same document: nothing moves
     assert shown_frame(page) == 12
-    page.reload()                                           # opened afresh: frame 0, English
+    page.reload()  # opened afresh: frame 0, English
     assert wait_ready(page) == 0
     assert page.evaluate("() => document.querySelector('#pk-player').dataset.lang") == "en"
     assert seen["aborted"] == []
 
 
-@pytest.mark.parametrize("name, stem", [("trace.jsonl", "trace"), ("../../etc/passwd", "passwd"),
-                                        ("a b;c.jsonl", "a-b-c"),
-                                        ("<script>.jsonl", "script"), ("", "lesson"),
-                                        ("练习 1.jsonl", "1")])
+@pytest.mark.parametrize(
+    "name, stem",
+    [
+        ("trace.jsonl", "trace"),
+        ("../../etc/passwd", "passwd"),
+        ("a b;c.jsonl", "a-b-c"),
+        ("<script>.jsonl", "script"),
+        ("", "lesson"),
+        ("练习 1.jsonl", "1"),
+    ],
+)
 def test_download_names_from_uploads_are_tame(name, stem):
     from pathlib import PurePath
 
     from viz.lesson_page import safe_file_stem
+
     got = safe_file_stem(PurePath(name).stem if name else name)
     assert got == stem and "/" not in got and len(got) <= 60
 
@@ -177,6 +197,7 @@ def test_download_names_from_uploads_are_tame(name, stem):
 def test_the_lesson_page_downloads_the_trace_on_screen_as_one_file(browser, app_url, tmp_path):
     """The app's button hands out the same standalone player, which then opens offline."""
     from viz.serve import wait_ready
+
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     page = ctx.new_page()
     try:
@@ -206,14 +227,19 @@ def test_presenter_mode_fits_the_screen_with_system_fonts(browser, exported, lan
     """The animations photograph this view: with the file's system fonts (not the app's) every
     label still lies inside the screen, none cut short, at the keyframes and the last frame."""
     from test_player_browser import LABELS_JS
+
     from viz.serve import wait_painted, wait_ready
+
     ctx = browser.new_context(viewport={"width": size[0], "height": size[1]})
     page = ctx.new_page()
     try:
         page.goto(f"{exported.as_uri()}#frame=0&lang={lang}&present=1")
         wait_ready(page)
-        frames = [c["start"] for c in page.evaluate("() => window.pkPlayer.data.chapters")
-                  if c["step"] is not None]
+        frames = [
+            c["start"]
+            for c in page.evaluate("() => window.pkPlayer.data.chapters")
+            if c["step"] is not None
+        ]
         for f in frames:
             page.evaluate(f"() => window.pkPlayer.go({f})")
             wait_painted(page, f)
@@ -224,16 +250,28 @@ def test_presenter_mode_fits_the_screen_with_system_fonts(browser, exported, lan
         ctx.close()
 
 
-@pytest.mark.parametrize("value", ["0→#6, 1→#7", "*evil* <b>x</b>", "http://x.y/`z`", "a\\b",
-                                   "\ue0000\ue001", "[link](http://e.vil)"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "0→#6, 1→#7",
+        "*evil* <b>x</b>",
+        "http://x.y/`z`",
+        "a\\b",
+        "\ue0000\ue001",
+        "[link](http://e.vil)",
+    ],
+)
 def test_quoted_values_show_literally_never_as_markup(value):
     """Narration quotes trace values escaped for markdown (viz.safe.md_text); the player shows
     them as the very text, with no stray backslash and no markup of their own."""
     import html as h
 
     from viz.safe import md_text
+
     out = player.markdown(f"**Left:** {md_text(value)} and *this*")
     shown = re.sub(r"<[^>]+>", "", out)
-    assert h.unescape(shown) == f"Left: {value.replace(chr(0xe000), '').replace(chr(0xe001), '')}" \
+    assert (
+        h.unescape(shown) == f"Left: {value.replace(chr(0xE000), '').replace(chr(0xE001), '')}"
         " and this"
+    )
     assert out.count("<b>") == 1 and out.count("<i>") == 1 and "<a" not in out

@@ -3,6 +3,7 @@ publisher on loopback fed the shared-system-prompt workload (stand-in prefix-cac
 the prefix cache lands), shows the shared chain, and survives the publisher being killed and
 restarted, 1,000 malformed messages and 100k events in a burst, with the app server's resident
 memory growth asserted. Every wait is bounded."""
+
 from __future__ import annotations
 
 import time
@@ -18,8 +19,10 @@ from viz import ui_text
 from viz.kv_watch import fold, read_recording
 from viz.serve import CHROMIUM, running_app
 
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium"),
+]
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 T = ui_text.load("watch_page")["en"]
@@ -84,6 +87,7 @@ def download(page) -> Path:
     """Click the download button; the view redraws every second and may swap the button out
     from under a click, so try a few times."""
     from playwright.sync_api import Error as PlaywrightError
+
     for _ in range(4):
         try:
             with page.expect_download(timeout=10_000) as dl:
@@ -110,8 +114,7 @@ def test_watch_page_in_a_browser(own_app, browser):
         # the shared chain: 5 blocks, one chain, the system prompt shared by three requests
         pub = K.KVEventPublisher(url)
         tr = K.EngineEventTranslator(pub)
-        until(lambda: metric(page, "m_blocks") == 5, 30,
-              tick=lambda: shared_prompt_workload(tr, 1))
+        until(lambda: metric(page, "m_blocks") == 5, 30, tick=lambda: shared_prompt_workload(tr, 1))
         assert metric(page, "m_chains") == 1
         page.get_by_text(T["chains_title"]).first.wait_for(timeout=10_000)
         page.locator(".js-plotly-plot").first.wait_for(timeout=20_000)
@@ -131,6 +134,7 @@ def test_watch_page_in_a_browser(own_app, browser):
         def one_block() -> None:
             tr(FakeStored(7, None, (9,) * BS, BS, physical=0))
             tr(FakeStepEnd())
+
         until(lambda: metric(page, "m_blocks") == 1, 30, tick=one_block)
         pub.close()
         pub = None
@@ -141,8 +145,11 @@ def test_watch_page_in_a_browser(own_app, browser):
             bad.setsockopt(zmq.LINGER, 0)
             bad.setsockopt(zmq.SNDHWM, 100_000)
             bad.bind(url)
-            until(lambda: (metric(page, "m_malformed") or 0) > 0, 30,
-                  tick=lambda: bad.send_multipart([b"", b"probe"]))
+            until(
+                lambda: (metric(page, "m_malformed") or 0) > 0,
+                30,
+                tick=lambda: bad.send_multipart([b"", b"probe"]),
+            )
             base = settled(page, "m_malformed")
             for i in range(1000):
                 bad.send_multipart([b"", K.seq_bytes(i), b"\xc1" * (i % 7 + 1)])
@@ -152,14 +159,19 @@ def test_watch_page_in_a_browser(own_app, browser):
             ctx.destroy(linger=0)
         # a flood: 100k events in a burst; the server's memory grows by a bounded amount
         pub = K.KVEventPublisher(url)
-        until(lambda: metric(page, "m_blocks") == 0, 30,
-              tick=lambda: pub.publish([K.AllBlocksCleared()]))
+        until(
+            lambda: metric(page, "m_blocks") == 0,
+            30,
+            tick=lambda: pub.publish([K.AllBlocksCleared()]),
+        )
         removed0 = settled(page, "m_removed")
         rss0 = rss_kib(pid)
         for b in range(1000):
             hs = [b * 100 + i for i in range(50)]
-            pub.publish([K.BlockStored([h], None, list(range(16)), 16, None, "GPU") for h in hs]
-                        + [K.BlockRemoved([h], "GPU") for h in hs])
+            pub.publish(
+                [K.BlockStored([h], None, list(range(16)), 16, None, "GPU") for h in hs]
+                + [K.BlockRemoved([h], "GPU") for h in hs]
+            )
         until(lambda: metric(page, "m_removed") == removed0 + 50_000, 90)
         assert metric(page, "m_blocks") == 0
         grown = rss_kib(pid) - rss0

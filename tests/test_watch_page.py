@@ -2,6 +2,7 @@
 prefix-cache events (the shared-system-prompt workload), and survives the publisher being killed
 and restarted, 1,000 malformed messages and 100k events in a burst (memory bounded, asserted).
 Every wait is bounded."""
+
 from __future__ import annotations
 
 import time
@@ -22,8 +23,7 @@ SYSTEM = tuple(range(100, 108))
 
 
 def page() -> AppTest:
-    at = AppTest.from_string("from viz.watch_page import render\nrender('en')",
-                             default_timeout=60)
+    at = AppTest.from_string("from viz.watch_page import render\nrender('en')", default_timeout=60)
     at.run()
     assert not at.exception, at.exception
     return at
@@ -77,8 +77,11 @@ def test_watch_page_follows_a_publisher_through_kill_restart_garbage_and_a_flood
         assert metric(at, "m_chains") == 1
         [table] = at.dataframe
         row = table.value.iloc[0]
-        assert (row[T["cols"]["blocks"]], row[T["cols"]["shared"]],
-                row[T["cols"]["leaves"]]) == (5, 2, 3)
+        assert (row[T["cols"]["blocks"]], row[T["cols"]["shared"]], row[T["cols"]["leaves"]]) == (
+            5,
+            2,
+            3,
+        )
         # 2. killed: the view keeps what it had; restarted: a new process, a new cache
         pub.close()
         rerun_until(at, lambda: not sub.connected)
@@ -189,7 +192,8 @@ def test_a_foreign_recording_is_one_error_line():
     at = page()
     at.radio(key="kvw_source").set_value("recording").run()
     at.file_uploader(key="kvw_upload").set_value(
-        ("x.jsonl", b'{"format": "paged-kv-trace"}\n', "application/jsonl")).run()
+        ("x.jsonl", b'{"format": "paged-kv-trace"}\n', "application/jsonl")
+    ).run()
     assert not at.exception
     assert len(at.error) == 1 and "not a KV-event recording" in at.error[0].value
 
@@ -197,6 +201,7 @@ def test_a_foreign_recording_is_one_error_line():
 def test_a_gone_sessions_subscriber_is_stopped_on_the_next_connect(monkeypatch):
     from viz import watch_page
     from viz.kv_subscriber import Subscriber, SubscriberConfig
+
     port, _ = free_ports()
     gone = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}")).start()
     here = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}")).start()

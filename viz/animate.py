@@ -5,6 +5,7 @@ photographed by Debian's Chromium: the very frame, caption and chapter title the
 nothing redrawn. The images are encoded by imageio (Pillow for GIF, imageio-ffmpeg's bundled
 ffmpeg for MP4, H.264 in yuv420p so slides software plays it).
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -14,19 +15,22 @@ from pathlib import Path
 
 SIZE = (1280, 720)
 DEFAULT_FPS = 2.0
-MAX_FRAMES = 600          # an animation's frames are held in memory (about 3 MB each)
+MAX_FRAMES = 600  # an animation's frames are held in memory (about 3 MB each)
 
 
 @dataclass(frozen=True)
 class Shot:
     """One photographed frame: its PNG and the caption that was on screen when taken."""
+
     frame: int
     png: bytes
     caption: tuple[str, str]
 
 
-CAPTION_JS = ("() => [document.querySelector('#pk-cap-l').textContent, "
-              "document.querySelector('#pk-cap-r').textContent]")
+CAPTION_JS = (
+    "() => [document.querySelector('#pk-cap-l').textContent, "
+    "document.querySelector('#pk-cap-r').textContent]"
+)
 
 
 class AnimationError(ValueError):
@@ -38,7 +42,7 @@ def frame_range(spec: str | None, num_frames: int) -> range:
     be left out, negative counts from the end). Raises AnimationError for anything else or an
     empty range."""
     if spec is None or spec.strip() in ("", ":"):
-        return range(num_frames)   # checked against MAX_FRAMES only when animating
+        return range(num_frames)  # checked against MAX_FRAMES only when animating
     parts = spec.split(":")
     if len(parts) != 2:
         raise AnimationError(f"--frames {spec!r} is not A:B (e.g. 0:20)")
@@ -48,16 +52,19 @@ def frame_range(spec: str | None, num_frames: int) -> range:
         raise AnimationError(f"--frames {spec!r}: A and B must be whole numbers") from None
     r = range(num_frames)[slice(bounds[0], bounds[1])]
     if len(r) == 0:
-        raise AnimationError(f"--frames {spec!r} selects no frame (the lesson has "
-                             f"frames 0 to {num_frames - 1})")
+        raise AnimationError(
+            f"--frames {spec!r} selects no frame (the lesson has frames 0 to {num_frames - 1})"
+        )
     return bounded(r)
 
 
 def bounded(r: range) -> range:
     """``r`` if an animation may hold that many frames, else AnimationError."""
     if len(r) > MAX_FRAMES:
-        raise AnimationError(f"{len(r)} frames is more than one animation holds ({MAX_FRAMES}); "
-                             f"choose a part with --frames A:B")
+        raise AnimationError(
+            f"{len(r)} frames is more than one animation holds ({MAX_FRAMES}); "
+            f"choose a part with --frames A:B"
+        )
     return r
 
 
@@ -67,22 +74,26 @@ def check_fps(fps: float) -> float:
     return fps
 
 
-def screenshots(html_text: str, frames: range, lang: str,
-                progress: Callable[[str], None] | None = None) -> list[Shot]:
+def screenshots(
+    html_text: str, frames: range, lang: str, progress: Callable[[str], None] | None = None
+) -> list[Shot]:
     """Each frame in ``frames`` photographed: the standalone page in presenter mode at
     ``SIZE``, every non-file request refused (there should be none). Runs in a thread of its
     own: Playwright's sync API refuses a thread whose asyncio loop is already running (a
     caller that drives a browser itself, or kaleido)."""
     from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(lambda: list(_photograph(html_text, frames, lang, progress))).result()
 
 
-def _photograph(html_text: str, frames: range, lang: str,
-                progress: Callable[[str], None] | None) -> Iterator[Shot]:
+def _photograph(
+    html_text: str, frames: range, lang: str, progress: Callable[[str], None] | None
+) -> Iterator[Shot]:
     from playwright.sync_api import sync_playwright
 
     from viz.serve import launch_chromium, wait_painted, wait_ready
+
     say = progress or (lambda msg: None)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "lesson.html"
@@ -91,8 +102,14 @@ def _photograph(html_text: str, frames: range, lang: str,
             browser = launch_chromium(p)
             try:
                 ctx = browser.new_context(viewport={"width": SIZE[0], "height": SIZE[1]})
-                ctx.route("**/*", lambda r: r.continue_() if r.request.url.startswith(
-                    ("file:", "data:", "blob:")) else r.abort())
+                ctx.route(
+                    "**/*",
+                    lambda r: (
+                        r.continue_()
+                        if r.request.url.startswith(("file:", "data:", "blob:"))
+                        else r.abort()
+                    ),
+                )
                 page = ctx.new_page()
                 page.goto(f"{path.as_uri()}#frame={frames[0]}&lang={lang}&present=1")
                 wait_ready(page)
@@ -112,23 +129,35 @@ def _arrays(shots: list[Shot]) -> list:
 
     import numpy as np
     from PIL import Image
+
     return [np.asarray(Image.open(io.BytesIO(s.png)).convert("RGB")) for s in shots]
 
 
 def write_gif(path: Path, shots: list[Shot], fps: float) -> Path:
     """An endlessly looping GIF, one image per frame, each shown 1/fps s."""
     import imageio.v3 as iio
-    iio.imwrite(path, _arrays(shots), extension=".gif", plugin="pillow",
-                duration=round(1000 / fps), loop=0)
+
+    iio.imwrite(
+        path, _arrays(shots), extension=".gif", plugin="pillow", duration=round(1000 / fps), loop=0
+    )
     return path
 
 
 def write_mp4(path: Path, shots: list[Shot], fps: float) -> Path:
     """H.264 MP4 (yuv420p, plays in PowerPoint, Keynote and browsers) at ``fps``."""
     import imageio.v2 as iio2
-    with iio2.get_writer(path, format="FFMPEG", mode="I", fps=fps, codec="libx264",
-                         pixelformat="yuv420p", quality=8, macro_block_size=16,
-                         ffmpeg_log_level="error") as w:
+
+    with iio2.get_writer(
+        path,
+        format="FFMPEG",
+        mode="I",
+        fps=fps,
+        codec="libx264",
+        pixelformat="yuv420p",
+        quality=8,
+        macro_block_size=16,
+        ffmpeg_log_level="error",
+    ) as w:
         for a in _arrays(shots):
             w.append_data(a)  # type: ignore[attr-defined]  # imageio's writer, untyped
     return path

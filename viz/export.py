@@ -16,6 +16,7 @@ language (``NAME.gif``, or ``NAME-zh.gif`` when several languages are asked for)
 The app's per-step download button uses ``download_args`` (lazy: nothing is rendered until the
 button is clicked). No Streamlit, no torch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,14 +34,14 @@ from viz.lesson import LESSONS_DIR, Lesson, LessonError, build, load_spec, rende
 
 MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
 FORMATS = tuple(MIME)
-LESSON_FORMATS = ("html", "gif", "mp4")    # one file per lesson, not per step
+LESSON_FORMATS = ("html", "gif", "mp4")  # one file per lesson, not per step
 ALL_FORMATS = FORMATS + LESSON_FORMATS
 LANGS = ("en", "zh")
 
 #: A figure without its own size is laid out at 1280 x 720 CSS px: text drawn in px is then a
 #: quarter larger against the slide than in a 1600-px layout, which is what a back row needs.
 LAYOUT_SIZE = (1280, 720)
-PNG_SCALE = 2.0            # 2560 x 1440 px from 1280 x 720: sharp on a 1440p projector
+PNG_SCALE = 2.0  # 2560 x 1440 px from 1280 x 720: sharp on a 1440p projector
 
 
 class ExportError(ValueError):
@@ -68,14 +69,17 @@ def step_figure(lesson: Lesson, k: int, lang: str = "en") -> go.Figure:
     keyframe the trace never shows is drawn at the last frame (its narration says so by
     showing ``?`` where numbers are missing)."""
     from viz.figures import scoreboard_lecture_figure, side_by_side_figure
+
     kf = lesson.keyframes[k]
     i = kf if kf is not None else lesson.num_frames - 1
     titles = (lesson.left.title[lang], lesson.right.title[lang])
     if lesson.spec.steps[k].rule.get("frame") == "last":  # the scoreboard: empty arenas by then
-        return scoreboard_lecture_figure(lesson.left.summary, lesson.right.summary,
-                                         render_step(lesson, k, lang), lang, titles)
-    fig = side_by_side_figure(lesson.left.at(i), lesson.right.at(i),
-                              render_step(lesson, k, lang), lang, titles)
+        return scoreboard_lecture_figure(
+            lesson.left.summary, lesson.right.summary, render_step(lesson, k, lang), lang, titles
+        )
+    fig = side_by_side_figure(
+        lesson.left.at(i), lesson.right.at(i), render_step(lesson, k, lang), lang, titles
+    )
     return fig if isinstance(fig, go.Figure) else go.Figure(fig)
 
 
@@ -86,7 +90,10 @@ def figure_bytes(fig: go.Figure, fmt: str, size: tuple[int, int] | None = None) 
     if fmt not in MIME:
         raise ExportError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
     _ensure_browser()
-    width, height = size or (fig.layout.width or LAYOUT_SIZE[0], fig.layout.height or LAYOUT_SIZE[1])
+    width, height = size or (
+        fig.layout.width or LAYOUT_SIZE[0],
+        fig.layout.height or LAYOUT_SIZE[1],
+    )
     scale = PNG_SCALE if fmt == "png" else 1.0
     try:
         with warnings.catch_warnings():
@@ -109,9 +116,12 @@ def step_image(lesson: Lesson, k: int, lang: str = "en", fmt: str = "png") -> by
 def download_args(lesson: Lesson, k: int, lang: str = "en", fmt: str = "png") -> dict:
     """Keyword arguments for ``st.download_button``: the image is rendered only when clicked
     (``data`` is a callable), so stepping through frames costs nothing."""
-    return dict(data=lambda: step_image(lesson, k, lang, fmt),
-                file_name=file_name(lesson.spec.name, k, lang, fmt), mime=MIME[fmt],
-                on_click="ignore")
+    return dict(
+        data=lambda: step_image(lesson, k, lang, fmt),
+        file_name=file_name(lesson.spec.name, k, lang, fmt),
+        mime=MIME[fmt],
+        on_click="ignore",
+    )
 
 
 def load_lesson(name: str, root: Path = LESSONS_DIR) -> Lesson:
@@ -124,16 +134,23 @@ def load_lesson(name: str, root: Path = LESSONS_DIR) -> Lesson:
         raise ExportError(str(e)) from None
 
 
-def export_lesson(name: str, out_dir: str | Path, formats: Iterable[str] = FORMATS,
-                  lang: str | Iterable[str] = "en", root: Path = LESSONS_DIR,
-                  progress: Callable[[str], None] | None = None, frames: str | None = None,
-                  fps: float = 2.0) -> list[Path]:
+def export_lesson(
+    name: str,
+    out_dir: str | Path,
+    formats: Iterable[str] = FORMATS,
+    lang: str | Iterable[str] = "en",
+    root: Path = LESSONS_DIR,
+    progress: Callable[[str], None] | None = None,
+    frames: str | None = None,
+    fps: float = 2.0,
+) -> list[Path]:
     """Write every step of lesson ``name`` in each format and language to ``out_dir`` (created
     if missing). Returns the written paths in order. Raises ExportError (one line) for a bad
     lesson, format or language."""
     formats = _checked(list(formats), ALL_FORMATS, "format")
     langs = _checked([lang] if isinstance(lang, str) else list(lang), LANGS, "language")
     from viz import animate
+
     try:
         animate.check_fps(fps)
         lesson = load_lesson(name, root)
@@ -145,8 +162,9 @@ def export_lesson(name: str, out_dir: str | Path, formats: Iterable[str] = FORMA
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda msg: None)
-    written = _lesson_files(lesson, name, out, [f for f in formats if f in LESSON_FORMATS],
-                            langs, span, fps, say)
+    written = _lesson_files(
+        lesson, name, out, [f for f in formats if f in LESSON_FORMATS], langs, span, fps, say
+    )
     figure_formats = [f for f in formats if f in FORMATS]
     if not figure_formats:
         return written
@@ -162,10 +180,19 @@ def export_lesson(name: str, out_dir: str | Path, formats: Iterable[str] = FORMA
     return written
 
 
-def _lesson_files(lesson: Lesson, name: str, out: Path, formats: list[str], langs: list[str],
-                  span: range, fps: float, say: Callable[[str], None]) -> list[Path]:
+def _lesson_files(
+    lesson: Lesson,
+    name: str,
+    out: Path,
+    formats: list[str],
+    langs: list[str],
+    span: range,
+    fps: float,
+    say: Callable[[str], None],
+) -> list[Path]:
     """The one-per-lesson files: the standalone page, then each language's animations."""
     from viz import animate, standalone
+
     written: list[Path] = []
     page = standalone.page(lesson) if formats else ""
     if "html" in formats:
@@ -181,22 +208,26 @@ def _lesson_files(lesson: Lesson, name: str, out: Path, formats: list[str], lang
             shots = animate.screenshots(page, span, lg, say)
         except Exception as e:  # Playwright raises its own types when Chromium cannot start
             first = (str(e).strip().splitlines() or [""])[0]
-            raise ExportError(f"cannot photograph the frames: {type(e).__name__}: "
-                              f"{first}") from None
+            raise ExportError(
+                f"cannot photograph the frames: {type(e).__name__}: {first}"
+            ) from None
         for fmt in movies:
             stem = name if len(langs) == 1 else f"{name}-{lg}"
             path = animate.WRITERS[fmt](out / f"{stem}.{fmt}", shots, fps)
             written.append(path)
-            say(f"{path.name}: {len(shots)} frames at {fps:g} fps, "
-                f"{path.stat().st_size / 1e6:.2f} MB")
+            say(
+                f"{path.name}: {len(shots)} frames at {fps:g} fps, "
+                f"{path.stat().st_size / 1e6:.2f} MB"
+            )
     return written
 
 
 def _checked(values: list[str], allowed: tuple[str, ...], what: str) -> list[str]:
     bad = [v for v in values if v not in allowed]
     if bad or not values:
-        raise ExportError(f"unknown {what} {bad[0] if bad else '(none)'!r}; "
-                          f"choose from {', '.join(allowed)}")
+        raise ExportError(
+            f"unknown {what} {bad[0] if bad else '(none)'!r}; choose from {', '.join(allowed)}"
+        )
     return values
 
 
@@ -205,6 +236,7 @@ class _one_browser:
 
     def __enter__(self):
         import kaleido
+
         _ensure_browser()
         try:
             kaleido.start_sync_server(silence_warnings=True)
@@ -214,6 +246,7 @@ class _one_browser:
 
     def __exit__(self, *exc) -> None:
         import kaleido
+
         kaleido.stop_sync_server(silence_warnings=True)
 
 
@@ -222,23 +255,37 @@ def _split(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m viz.export",
-                                description="Write a lesson's figures (one per step), its "
-                                            "standalone page or its animations.")
+    p = argparse.ArgumentParser(
+        prog="python -m viz.export",
+        description="Write a lesson's figures (one per step), its "
+        "standalone page or its animations.",
+    )
     p.add_argument("--lesson", default="six-steps", help="a folder under lessons/")
     p.add_argument("--out", required=True, help="folder to write into (created if missing)")
-    p.add_argument("--format", default="png",
-                   help="comma-separated: png,svg,pdf (one per step), "
-                        "html,gif,mp4 (one per lesson)")
+    p.add_argument(
+        "--format",
+        default="png",
+        help="comma-separated: png,svg,pdf (one per step), html,gif,mp4 (one per lesson)",
+    )
     p.add_argument("--lang", default="en", help="comma-separated: en,zh")
-    p.add_argument("--frames", default=None, metavar="A:B",
-                   help="gif/mp4: frames A (included) to B (not), Python slice rules")
+    p.add_argument(
+        "--frames",
+        default=None,
+        metavar="A:B",
+        help="gif/mp4: frames A (included) to B (not), Python slice rules",
+    )
     p.add_argument("--fps", default=2.0, type=float, help="gif/mp4 frames per second (2)")
     args = p.parse_args(argv)
     try:
-        paths = export_lesson(args.lesson, args.out, _split(args.format), _split(args.lang),
-                              progress=lambda m: print(m, file=sys.stderr, flush=True),
-                              frames=args.frames, fps=args.fps)
+        paths = export_lesson(
+            args.lesson,
+            args.out,
+            _split(args.format),
+            _split(args.lang),
+            progress=lambda m: print(m, file=sys.stderr, flush=True),
+            frames=args.frames,
+            fps=args.fps,
+        )
     except ExportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

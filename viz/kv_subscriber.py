@@ -10,6 +10,7 @@ running server, it asks the replay socket for the batches before the first one i
 
 No torch, no Streamlit.
 """
+
 from __future__ import annotations
 
 import threading
@@ -32,7 +33,7 @@ from viz.kv_watch import WatchState
 @dataclass(frozen=True)
 class SubscriberConfig:
     endpoint: str
-    replay_endpoint: str | None = None    # default: the endpoint's port + 1; "" for none
+    replay_endpoint: str | None = None  # default: the endpoint's port + 1; "" for none
     topic: str = ""
     allow_remote: bool = False
     rcvhwm: int = 10_000
@@ -48,15 +49,19 @@ class Subscriber:
     def __init__(self, config: SubscriberConfig, state: WatchState | None = None) -> None:
         ep = parse_endpoint(config.endpoint, config.allow_remote)
         rep = config.replay_endpoint
-        self.replay_url: str | None = (None if rep == "" else
-                                       parse_endpoint(rep, config.allow_remote).url if rep else
-                                       ep.with_port(ep.port + 1).url)
+        self.replay_url: str | None = (
+            None
+            if rep == ""
+            else parse_endpoint(rep, config.allow_remote).url
+            if rep
+            else ep.with_port(ep.port + 1).url
+        )
         self.url = ep.url
         self.config = config
         self.state = state if state is not None else WatchState()
         self.connected = False
         self.disconnects = 0
-        self._rejoined = False     # reconnected since the last batch: maybe a new server process
+        self._rejoined = False  # reconnected since the last batch: maybe a new server process
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -78,9 +83,13 @@ class Subscriber:
         ctx = zmq.Context()
         try:
             sub = ctx.socket(zmq.SUB)
-            for opt, val in ((zmq.LINGER, 0), (zmq.RCVHWM, self.config.rcvhwm),
-                             (zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES), (zmq.RECONNECT_IVL, 100),
-                             (zmq.RECONNECT_IVL_MAX, 1000)):
+            for opt, val in (
+                (zmq.LINGER, 0),
+                (zmq.RCVHWM, self.config.rcvhwm),
+                (zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES),
+                (zmq.RECONNECT_IVL, 100),
+                (zmq.RECONNECT_IVL_MAX, 1000),
+            ):
                 sub.setsockopt(opt, val)
             sub.setsockopt(zmq.SUBSCRIBE, self.config.topic.encode("utf-8"))
             monitor = sub.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
@@ -99,6 +108,7 @@ class Subscriber:
 
     def _on_monitor(self, monitor: zmq.Socket) -> None:
         from zmq.utils.monitor import recv_monitor_message
+
         while monitor.poll(0):
             ev = recv_monitor_message(monitor)["event"]
             if ev == zmq.EVENT_CONNECTED:
@@ -155,8 +165,11 @@ class Subscriber:
 
     def _fill_gap(self, ctx: zmq.Context | None, start: int, upto: int) -> None:
         got = 0
-        if ctx is not None and self.replay_url is not None and upto - start <= \
-                self.config.max_replay:
+        if (
+            ctx is not None
+            and self.replay_url is not None
+            and upto - start <= self.config.max_replay
+        ):
             for seq, payload in self._replay(ctx, start, upto)[0]:
                 if self.state.feed(seq, payload, replayed=True):
                     got += 1
@@ -164,8 +177,9 @@ class Subscriber:
         if missed > 0:
             self.state.mark_gap(missed)
 
-    def _replay(self, ctx: zmq.Context, start: int,
-                upto: int) -> tuple[list[tuple[int, bytes]], bool]:
+    def _replay(
+        self, ctx: zmq.Context, start: int, upto: int
+    ) -> tuple[list[tuple[int, bytes]], bool]:
         """Batches ``start <= seq < upto`` from the replay socket, in order, whatever arrives
         within the timeout (a fresh DEALER each time: no stale replies can leak across); and
         whether the socket answered at all."""

@@ -9,6 +9,7 @@ vLLM's events carry block hashes, each block's parent hash, its token ids and th
 They do not carry physical block ids, which request holds a block, reference counts or block
 tables, so nothing here pretends to know them.
 """
+
 from __future__ import annotations
 
 import threading
@@ -30,7 +31,7 @@ from engine.kv_events import (
 )
 
 Hash = int | bytes
-PREVIEW_TOKENS = 8          # token ids kept per block (the rest are counted, not stored)
+PREVIEW_TOKENS = 8  # token ids kept per block (the rest are counted, not stored)
 RECORD_FORMAT = "paged-kv/kv-events-jsonl"
 
 
@@ -45,7 +46,7 @@ def short_hash(h: Hash) -> str:
 class Block:
     parent: Hash | None
     num_tokens: int
-    preview: tuple[int, ...]     # the first PREVIEW_TOKENS token ids
+    preview: tuple[int, ...]  # the first PREVIEW_TOKENS token ids
 
 
 @dataclass(frozen=True)
@@ -53,22 +54,24 @@ class Chain:
     """One tree of blocks linked by parent hashes: a root (its parent is not held) and every held
     block below it. ``shared`` is how many blocks from the root lie above the deepest branch
     point, the prefix that two or more cached continuations share."""
+
     root: Hash
     num_blocks: int
-    depth: int                   # blocks on the longest root-to-leaf path
+    depth: int  # blocks on the longest root-to-leaf path
     leaves: int
     shared: int
-    hit_tokens: int              # tokens of the longest hit-ready prefix
+    hit_tokens: int  # tokens of the longest hit-ready prefix
     preview: tuple[int, ...]
 
 
 @dataclass(frozen=True)
 class Snapshot:
     """What the page draws: counters, chains (largest first), rates per second."""
+
     num_blocks: int
     chains: list[Chain]
-    nodes: list[tuple[str, str, str]]      # (id, parent id or "", first token ids) for a plot
-    rates: list[tuple[int, int, int]]      # (unix second, stored, removed)
+    nodes: list[tuple[str, str, str]]  # (id, parent id or "", first token ids) for a plot
+    rates: list[tuple[int, int, int]]  # (unix second, stored, removed)
     counters: dict[str, int]
     last_error: str
     last_seq: int | None
@@ -79,6 +82,7 @@ class Snapshot:
 @dataclass
 class WatchState:
     """The folded prefix cache of one server, plus the health of its stream."""
+
     max_blocks: int = 200_000
     ring_bytes: int = 16 << 20
     max_rate_seconds: int = 120
@@ -86,9 +90,24 @@ class WatchState:
     blocks: dict[Hash, Block] = field(default_factory=dict)
     ring: deque[tuple[int, bytes]] = field(default_factory=deque)
     rates: deque[list[int]] = field(default_factory=deque)
-    counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        ("batches", "events", "stored", "removed", "cleared", "malformed", "gaps", "missed",
-         "replayed", "restarts", "untracked"), 0))
+    counters: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            (
+                "batches",
+                "events",
+                "stored",
+                "removed",
+                "cleared",
+                "malformed",
+                "gaps",
+                "missed",
+                "replayed",
+                "restarts",
+                "untracked",
+            ),
+            0,
+        )
+    )
     last_error: str = ""
     last_seq: int | None = None
     block_size: int | None = None
@@ -126,8 +145,9 @@ class WatchState:
             self.counters["malformed"] += 1
             self.last_error = why[:200]
 
-    def feed(self, seq: int, payload: bytes, now: float | None = None,
-             replayed: bool = False) -> bool:
+    def feed(
+        self, seq: int, payload: bytes, now: float | None = None, replayed: bool = False
+    ) -> bool:
         """Decode and fold one batch. A malformed one is counted and changes nothing else (not
         even the sequence number: garbage cannot fake a gap or a restart). Returns whether it
         was applied."""
@@ -139,8 +159,14 @@ class WatchState:
         self.apply(seq, batch, payload, now, replayed)
         return True
 
-    def apply(self, seq: int, batch: InBatch, payload: bytes, now: float | None = None,
-              replayed: bool = False) -> None:
+    def apply(
+        self,
+        seq: int,
+        batch: InBatch,
+        payload: bytes,
+        now: float | None = None,
+        replayed: bool = False,
+    ) -> None:
         """Fold a batch already decoded from ``payload`` (kept in the ring for recording)."""
         with self.lock:
             self._apply(batch, int(time.time() if now is None else now))
@@ -169,7 +195,7 @@ class WatchState:
         self.block_size = ev.block_size
         parent, n = ev.parent_block_hash, 0
         for i, h in enumerate(ev.block_hashes):
-            toks = ev.token_ids[i * ev.block_size:(i + 1) * ev.block_size]
+            toks = ev.token_ids[i * ev.block_size : (i + 1) * ev.block_size]
             if h in self.blocks or len(self.blocks) < self.max_blocks:
                 self.blocks[h] = Block(parent, len(toks), tuple(toks[:PREVIEW_TOKENS]))
                 n += 1
@@ -200,12 +226,10 @@ class WatchState:
             blocks = dict(self.blocks)
             rates = [(s, a, b) for s, a, b in self.rates]
             counters = dict(self.counters)
-            age = None if self.last_message_at is None else \
-                time.monotonic() - self.last_message_at
+            age = None if self.last_message_at is None else time.monotonic() - self.last_message_at
             last_error, last_seq, bs = self.last_error, self.last_seq, self.block_size
         chains, nodes = _chains(blocks, top, self.max_nodes)
-        return Snapshot(len(blocks), chains, nodes, rates, counters, last_error, last_seq, bs,
-                        age)
+        return Snapshot(len(blocks), chains, nodes, rates, counters, last_error, last_seq, bs, age)
 
     def recording(self) -> Iterator[str]:
         """The ring as JSONL lines: a header, then one ``{"seq", "batch"}`` per batch."""
@@ -252,8 +276,9 @@ def read_recording(text: str) -> list[tuple[int, bytes]]:
     except (msgspec.DecodeError, msgspec.ValidationError):
         head = None
     if head is None or head.format != RECORD_FORMAT or head.version != 1:
-        raise RecordingError("not a KV-event recording (its first line is no "
-                             f"{RECORD_FORMAT} header)")
+        raise RecordingError(
+            f"not a KV-event recording (its first line is no {RECORD_FORMAT} header)"
+        )
     if len(lines) > MAX_RECORDING_LINES + 1:
         raise RecordingError(f"recording holds more than {MAX_RECORDING_LINES} batches")
     out = []
@@ -290,8 +315,9 @@ def fold(messages: Iterable[tuple[int, bytes]], upto: int | None = None) -> Watc
     return state
 
 
-def _chains(blocks: dict[Hash, Block], top: int,
-            max_nodes: int) -> tuple[list[Chain], list[tuple[str, str, str]]]:
+def _chains(
+    blocks: dict[Hash, Block], top: int, max_nodes: int
+) -> tuple[list[Chain], list[tuple[str, str, str]]]:
     children: dict[Hash, list[Hash]] = {}
     roots = []
     for h, b in blocks.items():
@@ -315,8 +341,9 @@ def _chains(blocks: dict[Hash, Block], top: int,
     return chains[:top], nodes
 
 
-def _chain(root: Hash, blocks: dict[Hash, Block], children: dict[Hash, list[Hash]],
-           sizes: dict[Hash, int]) -> Chain:
+def _chain(
+    root: Hash, blocks: dict[Hash, Block], children: dict[Hash, list[Hash]], sizes: dict[Hash, int]
+) -> Chain:
     """Walk one tree iteratively (a hostile stream may build chains deeper than the stack).
     Every block has one parent, so what hangs below a root is a tree; blocks whose parent links
     form a cycle have no root and are never reached."""
@@ -326,7 +353,7 @@ def _chain(root: Hash, blocks: dict[Hash, Block], children: dict[Hash, list[Hash
         h, d = stack.pop()
         order.append((h, d))
         stack.extend((k, d + 1) for k in children.get(h, ()))
-    below: dict[Hash, int] = {}       # tokens on the longest path from a block down
+    below: dict[Hash, int] = {}  # tokens on the longest path from a block down
     leaves = shared = 0
     for h, d in reversed(order):
         kids = children.get(h, ())
@@ -335,5 +362,12 @@ def _chain(root: Hash, blocks: dict[Hash, Block], children: dict[Hash, list[Hash
         leaves += not kids
         if len(kids) > 1:
             shared = max(shared, d)
-    return Chain(root, len(order), max(d for _, d in order), leaves, shared, below[root],
-                 blocks[root].preview)
+    return Chain(
+        root,
+        len(order),
+        max(d for _, d in order),
+        leaves,
+        shared,
+        below[root],
+        blocks[root].preview,
+    )

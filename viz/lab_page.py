@@ -6,6 +6,7 @@ this process (no torch: the scheduler and allocators with a stand-in model) and 
 player opens on it. The URL's ``?scenario=`` carries the scenario (deflated) so a link opens
 the same what-if; it is read once per session, as hostile input.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,23 +48,28 @@ def _table(lab: S.Lab, t: dict, gen: int) -> list[dict]:
     rows = [{k: getattr(r, k) for k in COLUMNS} for r in lab.requests]
     cc = st.column_config
     edited = st.data_editor(
-        rows, key=f"lab_table_{gen}", num_rows="dynamic", width="stretch", hide_index=False,
+        rows,
+        key=f"lab_table_{gen}",
+        num_rows="dynamic",
+        width="stretch",
+        hide_index=False,
         column_order=COLUMNS,
         column_config={
             "id": cc.TextColumn(t["col_id"], width="small"),
             "prompt": cc.TextColumn(t["col_prompt"], width="large"),
             "max_tokens": cc.NumberColumn(t["col_max_tokens"], step=1, format="%d"),
             "arrival_step": cc.NumberColumn(t["col_arrival_step"], step=1, format="%d"),
-            "stop_after": cc.NumberColumn(t["col_stop_after"], step=1, format="%d")})
+            "stop_after": cc.NumberColumn(t["col_stop_after"], step=1, format="%d"),
+        },
+    )
     return [dict(r) for r in edited]
 
 
 def _arena(lab: S.Lab, t: dict, gen: int) -> dict:
     cols = st.columns(3)
     out = {}
-    for col, key in zip(cols, ("num_blocks", "block_size", "max_model_len")):
-        out[key] = col.number_input(t[key], value=getattr(lab, key), step=1,
-                                    key=f"lab_{key}_{gen}")
+    for col, key in zip(cols, ("num_blocks", "block_size", "max_model_len"), strict=True):
+        out[key] = col.number_input(t[key], value=getattr(lab, key), step=1, key=f"lab_{key}_{gen}")
     return out
 
 
@@ -75,8 +81,12 @@ def _current(t: dict) -> tuple[S.Lab, list[S.FieldError]]:
     arena = _arena(ss.lab_base, t, ss.lab_gen)
     with st.container(horizontal=True, vertical_alignment="center"):
         st.markdown(f"**{t['policy']}**", width="content")
-        choice_buttons(S.POLICIES, "lab_policy", format_func=lambda p: t[f"policy_{p}"],
-                       key_prefix="lab_policy")
+        choice_buttons(
+            S.POLICIES,
+            "lab_policy",
+            format_func=lambda p: t[f"policy_{p}"],
+            key_prefix="lab_policy",
+        )
     try:
         lab, errors = S.from_dict({"requests": rows, **arena, "policy": ss.lab_policy})
     except S.LabError as e:
@@ -86,14 +96,20 @@ def _current(t: dict) -> tuple[S.Lab, list[S.FieldError]]:
 
 def _show_errors(errors: list[S.FieldError], t: dict) -> None:
     for e in errors:
-        where = (t["row"].format(n=e.row + 1, field=e.field) if e.row is not None
-                 else t["arena"].format(field=e.field))
-        st.error(t["bad_field"].format(where=safe.md_text(where), message=safe.md_text(e.message)),
-                 icon=":material/error:")
+        where = (
+            t["row"].format(n=e.row + 1, field=e.field)
+            if e.row is not None
+            else t["arena"].format(field=e.field)
+        )
+        st.error(
+            t["bad_field"].format(where=safe.md_text(where), message=safe.md_text(e.message)),
+            icon=":material/error:",
+        )
 
 
 def _side_titles(t_by_lang: dict, policy: str) -> dict[str, dict[str, str]]:
     from viz.lesson import load_spec
+
     right = load_spec("six-steps").side_titles["right"]
     return {"left": {lg: t_by_lang[lg][f"side_{policy}"] for lg in t_by_lang}, "right": right}
 
@@ -113,12 +129,23 @@ def render(lang: str = "en") -> None:
     _show_errors(errors, t)
     token = S.encode(lab) if not errors else None
     with st.container(horizontal=True, vertical_alignment="center"):
-        clicked = st.button(t["record"], key="lab_record", type="primary", disabled=bool(errors),
-                            icon=":material/play_arrow:")
-        st.download_button(t["download"], S.to_toml(lab) if not errors else "",
-                           file_name="lab.toml", mime="application/toml", key="lab_toml",
-                           disabled=bool(errors), on_click="ignore",
-                           icon=":material/download:")
+        clicked = st.button(
+            t["record"],
+            key="lab_record",
+            type="primary",
+            disabled=bool(errors),
+            icon=":material/play_arrow:",
+        )
+        st.download_button(
+            t["download"],
+            S.to_toml(lab) if not errors else "",
+            file_name="lab.toml",
+            mime="application/toml",
+            key="lab_toml",
+            disabled=bool(errors),
+            on_click="ignore",
+            icon=":material/download:",
+        )
     if token is not None:
         if st.query_params.get("scenario") != token:
             st.query_params["scenario"] = token
@@ -152,14 +179,19 @@ def _real_model(lab: S.Lab, errors: list, t: dict, lang: str) -> None:
     ss = _ss()
     run: LiveRun | None = ss.get("lab_live")
     running = run is not None and not run.done
-    if st.button(t["model_stop"] if running else t["model_go"], key="lab_model",
-                 disabled=bool(errors) and not running,
-                 icon=":material/stop:" if running else ":material/memory:"):
+    if st.button(
+        t["model_stop"] if running else t["model_go"],
+        key="lab_model",
+        disabled=bool(errors) and not running,
+        icon=":material/stop:" if running else ":material/memory:",
+    ):
         if running and run is not None:
             run.stop()
         else:
             cmd = record_command(_scenario_file(lab), "model") + [
-                "--allocators", f"{lab.policy},paged"]
+                "--allocators",
+                f"{lab.policy},paged",
+            ]
             started = REGISTRY.start(session_id(), cmd, cwd=ENGINE_ROOT)
             if started is None:
                 ss.lab_busy = True
@@ -181,8 +213,10 @@ def _real_model(lab: S.Lab, errors: list, t: dict, lang: str) -> None:
 def _model_progress(run: LiveRun, t: dict) -> None:
     if run.done:
         st.rerun(scope="app")
-    st.info(t["model_running"].format(progress=safe.md_text(run.progress() or "…")),
-            icon=":material/hourglass_top:")
+    st.info(
+        t["model_running"].format(progress=safe.md_text(run.progress() or "…")),
+        icon=":material/hourglass_top:",
+    )
 
 
 def _base_url() -> str:
@@ -199,17 +233,33 @@ def _player(lab: S.Lab, texts: dict, lang: str) -> None:
     shown, recording = rec
     if shown != lab:
         st.caption(t["stale"])
-    lesson = S.lesson_for(shown, recording, _side_titles(texts, shown.policy),
-                          {lg: texts[lg]["title"] for lg in texts})
-    st.caption(t["recorded"].format(frames=lesson.num_frames, left=lesson.left.summary.steps,
-                                    right=lesson.right.summary.steps))
+    lesson = S.lesson_for(
+        shown,
+        recording,
+        _side_titles(texts, shown.policy),
+        {lg: texts[lg]["title"] for lg in texts},
+    )
+    st.caption(
+        t["recorded"].format(
+            frames=lesson.num_frames,
+            left=lesson.left.summary.steps,
+            right=lesson.right.summary.steps,
+        )
+    )
     key = (lesson.key, lang)
     cache = _ss().setdefault("lab_payloads", {})
     if key not in cache:
-        cache.clear()              # one scenario's frames per session: memory stays bounded
+        cache.clear()  # one scenario's frames per session: memory stays bounded
         cache[key] = player.payload(lesson, lang)
     player.mount(cache[key], 0, False, key="lab_player")
     share = ui_text.load("standalone")[lang]
-    st.download_button(share["download"], data=lambda: standalone.page(lesson).encode("utf-8"),
-                       file_name="lab.html", mime="text/html", on_click="ignore",
-                       key="lab_html", icon=":material/download:", help=share["download_help"])
+    st.download_button(
+        share["download"],
+        data=lambda: standalone.page(lesson).encode("utf-8"),
+        file_name="lab.html",
+        mime="text/html",
+        on_click="ignore",
+        key="lab_html",
+        icon=":material/download:",
+        help=share["download_help"],
+    )

@@ -7,6 +7,7 @@ only a lab with no message is handed to the engine, which validates it again
 (``engine.scenario.load``). No Streamlit, no torch: the dry run (``forward="skip"``) runs the
 engine's scheduler and allocators with a stand-in model.
 """
+
 from __future__ import annotations
 
 import base64
@@ -29,10 +30,10 @@ MAX_ID_CHARS = 4
 MAX_PROMPT_CHARS = 600
 MAX_TOKENS = 512
 MAX_ARRIVAL = 200
-MAX_SLOTS = 4096          # arena slots: a grid a class can still read
+MAX_SLOTS = 4096  # arena slots: a grid a class can still read
 MAX_BLOCK_SIZE = 64
-MAX_LINK_CHARS = 6000     # the ?scenario= token
-MAX_LINK_BYTES = 32_000   # what that token may inflate to
+MAX_LINK_CHARS = 6000  # the ?scenario= token
+MAX_LINK_BYTES = 32_000  # what that token may inflate to
 MAX_FRAME_CELLS = 1 << 21  # steps x slots over both runs: the player draws it in seconds
 LINK_VERSION = 1
 
@@ -47,7 +48,7 @@ class LabRequest:
     prompt: str
     max_tokens: int
     arrival_step: int = 0
-    stop_after: int | None = None    # dry run: the stand-in model stops after this many tokens
+    stop_after: int | None = None  # dry run: the stand-in model stops after this many tokens
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Lab:
     num_blocks: int = 16
     block_size: int = 16
     max_model_len: int = 128
-    policy: str = "max"              # which contiguous preallocation stands on the left
+    policy: str = "max"  # which contiguous preallocation stands on the left
 
     @property
     def num_slots(self) -> int:
@@ -67,6 +68,7 @@ class Lab:
 class FieldError:
     """One bad value: ``row`` (0-based request row, None for the arena), ``field`` the column
     or arena field, ``message`` what is wrong, in words."""
+
     row: int | None
     field: str
     message: str
@@ -78,13 +80,21 @@ ARENA_FIELDS = ("num_blocks", "block_size", "max_model_len", "policy")
 
 def example() -> Lab:
     """The lab's starting point: three requests, one that stops early."""
-    return Lab((LabRequest("A", "Explain paging in one paragraph:", 40, 0),
-                LabRequest("B", "Answer in one word: what colour is the sky?", 30, 1, 4),
-                LabRequest("C", "Write a short poem about memory:", 36, 3)),
-               num_blocks=12, block_size=16, max_model_len=96, policy="max")
+    return Lab(
+        (
+            LabRequest("A", "Explain paging in one paragraph:", 40, 0),
+            LabRequest("B", "Answer in one word: what colour is the sky?", 30, 1, 4),
+            LabRequest("C", "Write a short poem about memory:", 36, 3),
+        ),
+        num_blocks=12,
+        block_size=16,
+        max_model_len=96,
+        policy="max",
+    )
 
 
 # --- hostile input ---------------------------------------------------------------------------
+
 
 def _int(v: object) -> int | None:
     """An integer as a form or JSON gives it (7, 7.0, "7"); None when it is not one."""
@@ -100,8 +110,11 @@ def _int(v: object) -> int | None:
 
 
 def _blank(v: object) -> bool:
-    return (v is None or (isinstance(v, float) and math.isnan(v))
-            or (isinstance(v, str) and not v.strip()))
+    return (
+        v is None
+        or (isinstance(v, float) and math.isnan(v))
+        or (isinstance(v, str) and not v.strip())
+    )
 
 
 def from_dict(d: object) -> tuple[Lab, list[FieldError]]:
@@ -122,8 +135,11 @@ def from_dict(d: object) -> tuple[Lab, list[FieldError]]:
         for key in REQUEST_FIELDS:
             v = r.get(key)
             if key in ("id", "prompt"):
-                vals[key] = v.strip() if isinstance(v, str) and key == "id" else (
-                    v if isinstance(v, str) else "")
+                vals[key] = (
+                    v.strip()
+                    if isinstance(v, str) and key == "id"
+                    else (v if isinstance(v, str) else "")
+                )
                 if not isinstance(v, str) and not _blank(v):
                     errors.append(FieldError(n, key, "must be text"))
             elif key == "stop_after" and _blank(v):
@@ -148,15 +164,20 @@ def from_dict(d: object) -> tuple[Lab, list[FieldError]]:
 
 
 def to_dict(lab: Lab) -> dict:
-    return {"requests": [asdict(r) for r in lab.requests], "num_blocks": lab.num_blocks,
-            "block_size": lab.block_size, "max_model_len": lab.max_model_len,
-            "policy": lab.policy}
+    return {
+        "requests": [asdict(r) for r in lab.requests],
+        "num_blocks": lab.num_blocks,
+        "block_size": lab.block_size,
+        "max_model_len": lab.max_model_len,
+        "policy": lab.policy,
+    }
 
 
 def prompt_tokens(prompt: str) -> int:
     """How many tokens a dry run gives this prompt (the engine's own stand-in count)."""
     from engine.recorder import build_requests
     from engine.scenario import Scenario, ScenarioRequest
+
     sc = Scenario("t", 1, 1, 1, (ScenarioRequest("x", 1, prompt=prompt),))
     return build_requests(sc)[0].prompt_len
 
@@ -173,13 +194,23 @@ def check(lab: Lab) -> list[FieldError]:
     if lab.num_blocks < 1:
         out.append(FieldError(None, "num_blocks", "must be at least 1"))
     elif lab.num_slots > MAX_SLOTS:
-        out.append(FieldError(None, "num_blocks", f"the arena holds {lab.num_slots} slots; at "
-                                                  f"most {MAX_SLOTS} fit a readable grid"))
+        out.append(
+            FieldError(
+                None,
+                "num_blocks",
+                f"the arena holds {lab.num_slots} slots; at most {MAX_SLOTS} fit a readable grid",
+            )
+        )
     if lab.max_model_len < 2:
         out.append(FieldError(None, "max_model_len", "must be at least 2"))
     elif lab.max_model_len > lab.num_slots and lab.num_blocks >= 1:
-        out.append(FieldError(None, "max_model_len", f"is {lab.max_model_len}, more than the "
-                                                     f"arena's {lab.num_slots} slots"))
+        out.append(
+            FieldError(
+                None,
+                "max_model_len",
+                f"is {lab.max_model_len}, more than the arena's {lab.num_slots} slots",
+            )
+        )
     seen: set[str] = set()
     for n, r in enumerate(lab.requests):
         out += _check_request(lab, n, r, seen)
@@ -197,16 +228,28 @@ def _check_request(lab: Lab, n: int, r: LabRequest, seen: set[str]) -> list[Fiel
     if not r.prompt.strip():
         out.append(FieldError(n, "prompt", "must not be empty"))
     elif len(r.prompt) > MAX_PROMPT_CHARS or not r.prompt.isprintable():
-        out.append(FieldError(n, "prompt", f"printable text of at most {MAX_PROMPT_CHARS} "
-                                           "characters"))
+        out.append(
+            FieldError(n, "prompt", f"printable text of at most {MAX_PROMPT_CHARS} characters")
+        )
     else:
         tokens = prompt_tokens(r.prompt)
         if lab.num_blocks >= 1 and tokens > lab.num_slots:
-            out.append(FieldError(n, "prompt", f"is {tokens} tokens: more than the whole "
-                                               f"arena ({lab.num_slots} slots)"))
+            out.append(
+                FieldError(
+                    n,
+                    "prompt",
+                    f"is {tokens} tokens: more than the whole arena ({lab.num_slots} slots)",
+                )
+            )
         elif tokens >= lab.max_model_len >= 2:
-            out.append(FieldError(n, "prompt", f"is {tokens} tokens: max_model_len "
-                                               f"{lab.max_model_len} leaves no room to answer"))
+            out.append(
+                FieldError(
+                    n,
+                    "prompt",
+                    f"is {tokens} tokens: max_model_len "
+                    f"{lab.max_model_len} leaves no room to answer",
+                )
+            )
     if not 1 <= r.max_tokens <= MAX_TOKENS:
         out.append(FieldError(n, "max_tokens", f"must be 1 to {MAX_TOKENS}"))
     if not 0 <= r.arrival_step <= MAX_ARRIVAL:
@@ -219,10 +262,12 @@ def _check_request(lab: Lab, n: int, r: LabRequest, seen: set[str]) -> list[Fiel
 
 # --- the link and the file -------------------------------------------------------------------
 
+
 def encode(lab: Lab) -> str:
     """The lab as a URL-safe token (JSON, deflated, base64 without padding)."""
-    body = json.dumps({"v": LINK_VERSION, **to_dict(lab)}, separators=(",", ":"),
-                      ensure_ascii=False).encode("utf-8")
+    body = json.dumps(
+        {"v": LINK_VERSION, **to_dict(lab)}, separators=(",", ":"), ensure_ascii=False
+    ).encode("utf-8")
     return base64.urlsafe_b64encode(zlib.compress(body, 9)).decode("ascii").rstrip("=")
 
 
@@ -248,19 +293,33 @@ def decode(token: str) -> tuple[Lab, list[FieldError]]:
 
 
 def _toml_str(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)   # a JSON string is a TOML basic string
+    return json.dumps(s, ensure_ascii=False)  # a JSON string is a TOML basic string
 
 
 def to_toml(lab: Lab, title: str = "Scenario lab") -> str:
     """An engine scenario file (``python -m engine record --scenario FILE``). Requests without
     an early stop ignore EOS, so the real model runs them to max_tokens as the dry run does."""
-    lines = [f"# Written by the scenario lab; left policy: {lab.policy}",
-             f"title = {_toml_str(title)}", "", "[lab]", f"policy = {_toml_str(lab.policy)}", "",
-             "[arena]", f"num_blocks = {lab.num_blocks}", f"block_size = {lab.block_size}",
-             f"max_model_len = {lab.max_model_len}"]
+    lines = [
+        f"# Written by the scenario lab; left policy: {lab.policy}",
+        f"title = {_toml_str(title)}",
+        "",
+        "[lab]",
+        f"policy = {_toml_str(lab.policy)}",
+        "",
+        "[arena]",
+        f"num_blocks = {lab.num_blocks}",
+        f"block_size = {lab.block_size}",
+        f"max_model_len = {lab.max_model_len}",
+    ]
     for r in lab.requests:
-        lines += ["", "[[requests]]", f"id = {_toml_str(r.id)}", f"prompt = {_toml_str(r.prompt)}",
-                  f"max_tokens = {r.max_tokens}", f"arrival_step = {r.arrival_step}"]
+        lines += [
+            "",
+            "[[requests]]",
+            f"id = {_toml_str(r.id)}",
+            f"prompt = {_toml_str(r.prompt)}",
+            f"max_tokens = {r.max_tokens}",
+            f"arrival_step = {r.arrival_step}",
+        ]
         if r.stop_after is None:
             lines.append("ignore_eos = true")
         else:
@@ -272,6 +331,7 @@ def engine_scenario(lab: Lab):
     """The lab as the engine's ``Scenario``, through the engine's own validation (it reads
     the TOML this lab writes). Raises InvalidConfigError (one line)."""
     from engine import scenario
+
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "lab.toml"
         path.write_text(to_toml(lab), encoding="utf-8")
@@ -292,6 +352,7 @@ def record_dry(lab: Lab) -> Recording:
     if bad:
         raise LabError(f"{len(bad)} bad value(s), first: {describe(bad[0])}")
     from engine.recorder import record
+
     try:
         sc = engine_scenario(lab)
         buf = io.StringIO()
@@ -301,9 +362,11 @@ def record_dry(lab: Lab) -> Recording:
     steps = {n: r.core.step_count for n, r in runs.items()}
     cells = sum(steps.values()) * lab.num_slots
     if cells > MAX_FRAME_CELLS:
-        raise LabError(f"this scenario runs {max(steps.values())} steps over {lab.num_slots} "
-                       f"slots: more than the player draws quickly; use fewer blocks or "
-                       f"shorter answers")
+        raise LabError(
+            f"this scenario runs {max(steps.values())} steps over {lab.num_slots} "
+            f"slots: more than the player draws quickly; use fewer blocks or "
+            f"shorter answers"
+        )
     return Recording(buf.getvalue(), steps)
 
 
@@ -312,14 +375,21 @@ def describe(e: FieldError) -> str:
     return f"{where}: {e.message}"
 
 
-def lesson_for(lab: Lab, rec: Recording, side_titles: dict[str, dict[str, str]],
-               title: dict[str, str]):
+def lesson_for(
+    lab: Lab, rec: Recording, side_titles: dict[str, dict[str, str]], title: dict[str, str]
+):
     """The six-step lesson's steps and narration over the lab's trace: its own left policy
     and titles. A step whose event this scenario never produces is greyed by the player."""
     from viz.lesson import build, load_spec
+
     spec = load_spec("six-steps")
-    spec = replace(spec, name="lab", title=title, runs={"left": lab.policy, "right": "paged"},
-                   side_titles=side_titles)
+    spec = replace(
+        spec,
+        name="lab",
+        title=title,
+        runs={"left": lab.policy, "right": "paged"},
+        side_titles=side_titles,
+    )
     lesson = build(spec, T.loads(rec.trace_text), source="lab")
     digest = hashlib.sha256(rec.trace_text.encode("utf-8")).hexdigest()[:24]
     return replace(lesson, key=f"lab:{lab.policy}:{digest}")

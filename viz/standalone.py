@@ -7,6 +7,7 @@ all: the icon is a data: URL, fonts are the system's, and the frames are inflate
 browser's own DecompressionStream. The player keeps ``#frame=N&lang=zh&present=1`` in the
 hash (a file has no server for query parameters), and a hash opens that frame.
 """
+
 from __future__ import annotations
 
 import html as _html
@@ -16,9 +17,11 @@ from viz import html, player, ui_text
 from viz.lesson import Lesson
 
 LANGS = ("en", "zh")
-SYSTEM_FONTS = ('system-ui, -apple-system, "Segoe UI", Roboto, "Noto Sans", "Helvetica Neue", '
-                'Arial, "PingFang SC", "Hiragino Sans GB", "Microsoft YaHei", '
-                '"Noto Sans CJK SC", sans-serif')
+SYSTEM_FONTS = (
+    'system-ui, -apple-system, "Segoe UI", Roboto, "Noto Sans", "Helvetica Neue", '
+    'Arial, "PingFang SC", "Hiragino Sans GB", "Microsoft YaHei", '
+    '"Noto Sans CJK SC", sans-serif'
+)
 
 PAGE_CSS = f"""
 html, body {{ margin: 0; background: white; }}
@@ -73,13 +76,19 @@ LANG_NAMES = {"en": "English", "zh": "中文"}
 
 def _script_json(obj: object) -> str:
     """JSON safe inside <script>: no ``</`` can close the element early, no ``<!--``."""
-    return (json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-            .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
-def page(lesson: Lesson, langs: tuple[str, ...] = LANGS,
-         payloads: dict[str, dict] | None = None) -> str:
+def page(
+    lesson: Lesson, langs: tuple[str, ...] = LANGS, payloads: dict[str, dict] | None = None
+) -> str:
     """The whole lesson as one HTML document (str). ``payloads`` may hand in payloads already
     drawn (the app caches them); missing languages are drawn here."""
     drawn = dict(payloads or {})
@@ -87,15 +96,22 @@ def page(lesson: Lesson, langs: tuple[str, ...] = LANGS,
         if lg not in drawn:
             drawn[lg] = player.payload(lesson, lg)
     text = ui_text.load("standalone")
-    data = {"langs": list(langs), "payloads": {lg: drawn[lg] for lg in langs},
-            "titles": {lg: lesson.spec.title[lg] for lg in langs},
-            "notes": {lg: text[lg]["made"] for lg in langs}}
+    data = {
+        "langs": list(langs),
+        "payloads": {lg: drawn[lg] for lg in langs},
+        "titles": {lg: lesson.spec.title[lg] for lg in langs},
+        "notes": {lg: text[lg]["made"] for lg in langs},
+    }
     icon = drawn[langs[0]]["icon"]
-    css = (player._asset("player.css") + html.CSS.replace("<style>", "").replace("</style>", "")
-           + PAGE_CSS)
+    css = (
+        player._asset("player.css")
+        + html.CSS.replace("<style>", "").replace("</style>", "")
+        + PAGE_CSS
+    )
     js = player._asset("player.js") + BOOT_JS
-    buttons = "".join(f"<button type='button' data-lang='{lg}'>{LANG_NAMES[lg]}</button>"
-                      for lg in langs)
+    buttons = "".join(
+        f"<button type='button' data-lang='{lg}'>{LANG_NAMES[lg]}</button>" for lg in langs
+    )
     first = langs[0]
     return (
         "<!doctype html>\n"
@@ -112,4 +128,5 @@ def page(lesson: Lesson, langs: tuple[str, ...] = LANGS,
         "<div class='pk-sa-note' id='pk-sa-note'></div></div>"
         f"<script type='application/json' id='pk-data'>{_script_json(data)}</script>"
         f"<script type='module'>{js}</script>"
-        "</body></html>\n")
+        "</body></html>\n"
+    )

@@ -11,6 +11,7 @@ line ``{"format": "paged-kv/kv-events-jsonl", "version": 1}``, then ``{"seq", "b
 batch, ``batch`` being vLLM's ``EventBatch`` as JSON arrays (bytes hashes in base64). Uploading
 such a file replays it batch by batch with a slider.
 """
+
 from __future__ import annotations
 
 import threading
@@ -33,8 +34,8 @@ from viz.live_registry import session_alive, session_id
 
 TEXT = ui_text.load("watch_page")  # viz/text/watch_page.toml
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
-MAX_SUBSCRIBERS = 8        # live subscriber threads in this app process, all sessions together
-_LIVE: list[tuple[str, Subscriber]] = []    # (session id, its subscriber)
+MAX_SUBSCRIBERS = 8  # live subscriber threads in this app process, all sessions together
+_LIVE: list[tuple[str, Subscriber]] = []  # (session id, its subscriber)
 _LIVE_LOCK = threading.Lock()
 
 
@@ -43,8 +44,13 @@ def render(lang: str = "en") -> None:
     st.header(t["title"])
     st.caption(t["intro"])
     st.info(t["not_carried"])
-    mode = st.radio(t["source"], ["live", "recording"], horizontal=True, key="kvw_source",
-                    format_func=lambda m: t[f"source_{m}"])
+    mode = st.radio(
+        t["source"],
+        ["live", "recording"],
+        horizontal=True,
+        key="kvw_source",
+        format_func=lambda m: t[f"source_{m}"],
+    )
     if mode == "live":
         _live(t)
     else:
@@ -52,6 +58,7 @@ def render(lang: str = "en") -> None:
 
 
 # --- live -------------------------------------------------------------------------------------
+
 
 def _live(t: dict) -> None:
     ss = st.session_state
@@ -121,16 +128,25 @@ def _live_view(sub: Subscriber, t: dict) -> None:
         status = t["status_connected"].format(url=sub.url)
     else:
         status = t["status_live"].format(url=sub.url, age=snap.last_message_age)
-    st.caption(safe.md_text(status) + "  \n" +
-               t["status_counts"].format(disconnects=sub.disconnects, **snap.counters))
+    st.caption(
+        safe.md_text(status)
+        + "  \n"
+        + t["status_counts"].format(disconnects=sub.disconnects, **snap.counters)
+    )
     _view(snap, t)
     state = sub.state  # the JSONL is built on click, not on every redraw (up to 16 MiB)
-    st.download_button(t["download"], lambda: "\n".join(state.recording()) + "\n",
-                       file_name="kv-events.jsonl", mime="application/jsonl",
-                       key="kvw_download", on_click="ignore")
+    st.download_button(
+        t["download"],
+        lambda: "\n".join(state.recording()) + "\n",
+        file_name="kv-events.jsonl",
+        mime="application/jsonl",
+        key="kvw_download",
+        on_click="ignore",
+    )
 
 
 # --- recording --------------------------------------------------------------------------------
+
 
 def _recording(t: dict) -> None:
     up = st.file_uploader(t["upload"], type=["jsonl"], key="kvw_upload")
@@ -160,6 +176,7 @@ def _recording(t: dict) -> None:
 
 # --- drawing (the same for live and recorded streams) -----------------------------------------
 
+
 def _view(snap: Snapshot, t: dict) -> None:
     c = st.columns(6)
     c[0].metric(t["m_blocks"], f"{snap.num_blocks:,}")
@@ -188,23 +205,44 @@ def _tree(snap: Snapshot, t: dict) -> go.Figure:
     ids = ["cache"] + [n[0] for n in snap.nodes]
     parents = [""] + [n[1] or "cache" for n in snap.nodes]
     labels = [t["tree_root"]] + [safe.plotly_text(n[2]) or "·" for n in snap.nodes]
-    fig = go.Figure(go.Icicle(ids=ids, parents=parents, labels=labels,
-                              values=[0] + [1] * len(snap.nodes), branchvalues="remainder",
-                              root_color="#9e9e9e",
-                              hovertemplate=t["tree_hover"] + "<extra></extra>",
-                              tiling={"orientation": "h"}, maxdepth=12))
+    fig = go.Figure(
+        go.Icicle(
+            ids=ids,
+            parents=parents,
+            labels=labels,
+            values=[0] + [1] * len(snap.nodes),
+            branchvalues="remainder",
+            root_color="#9e9e9e",
+            hovertemplate=t["tree_hover"] + "<extra></extra>",
+            tiling={"orientation": "h"},
+            maxdepth=12,
+        )
+    )
     # left to right is the prompt's own order; no animation: the view redraws every second
-    fig.update_layout(title=t["tree_title"], height=380, margin={"t": 40, "l": 0, "r": 0, "b": 0},
-                      transition={"duration": 0}, uirevision="kv-tree")
+    fig.update_layout(
+        title=t["tree_title"],
+        height=380,
+        margin={"t": 40, "l": 0, "r": 0, "b": 0},
+        transition={"duration": 0},
+        uirevision="kv-tree",
+    )
     return fig
 
 
 def _chain_table(snap: Snapshot, t: dict) -> None:
     cols = t["cols"]
-    rows = [{cols["root"]: short_hash(c.root), cols["blocks"]: c.num_blocks,
-             cols["depth"]: c.depth, cols["leaves"]: c.leaves, cols["shared"]: c.shared,
-             cols["hit"]: c.hit_tokens,
-             cols["tokens"]: " ".join(str(x) for x in c.preview)} for c in snap.chains]
+    rows = [
+        {
+            cols["root"]: short_hash(c.root),
+            cols["blocks"]: c.num_blocks,
+            cols["depth"]: c.depth,
+            cols["leaves"]: c.leaves,
+            cols["shared"]: c.shared,
+            cols["hit"]: c.hit_tokens,
+            cols["tokens"]: " ".join(str(x) for x in c.preview),
+        }
+        for c in snap.chains
+    ]
     st.subheader(t["chains_title"])
     st.caption(t["chains_caption"])
     st.dataframe(rows, hide_index=True, key="kvw_chains")
@@ -213,9 +251,17 @@ def _chain_table(snap: Snapshot, t: dict) -> None:
 def _rates(snap: Snapshot, t: dict) -> go.Figure:
     now = snap.rates[-1][0]
     xs = [s - now for s, _, _ in snap.rates]
-    fig = go.Figure([go.Bar(x=xs, y=[a for _, a, _ in snap.rates], name=t["stored"]),
-                     go.Bar(x=xs, y=[-b for _, _, b in snap.rates], name=t["removed"])])
-    fig.update_layout(title=t["rates_title"], barmode="relative", height=260,
-                      xaxis_title=t["rates_x"], margin={"t": 40, "l": 0, "r": 0, "b": 0})
+    fig = go.Figure(
+        [
+            go.Bar(x=xs, y=[a for _, a, _ in snap.rates], name=t["stored"]),
+            go.Bar(x=xs, y=[-b for _, _, b in snap.rates], name=t["removed"]),
+        ]
+    )
+    fig.update_layout(
+        title=t["rates_title"],
+        barmode="relative",
+        height=260,
+        xaxis_title=t["rates_x"],
+        margin={"t": 40, "l": 0, "r": 0, "b": 0},
+    )
     return fig
-
