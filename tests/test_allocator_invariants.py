@@ -107,6 +107,12 @@ class PagedMachine(RuleBasedStateMachine):
         for ev in self.sink.events:
             if ev.kind == "block_allocated":
                 tables.setdefault(ev.req, []).append(ev.physical)
+            elif ev.kind == "block_copied":  # copy-on-write: the writer's table moves to dst
+                table = tables.setdefault(ev.req, [])
+                if ev.src in table:
+                    table[table.index(ev.src)] = ev.dst
+                else:  # the source was shared by hand: no event ever put it in this table
+                    table.append(ev.dst)
             elif ev.kind == "block_freed" and ev.physical in tables.get(ev.req, ()):
                 tables[ev.req].remove(ev.physical)  # (a hand-shared block has no alloc event)
                 if not tables[ev.req]:
