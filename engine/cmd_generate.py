@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engine.allocators import ALLOCATORS
 from engine.backends import BACKENDS
-from engine.engine_args import EngineArgs, check_output_path
+from engine.engine_args import KV_CACHE_DTYPES, EngineArgs, check_output_path
 from engine.request import InvalidRequestError, SamplingParams, check_prompt
 
 
@@ -24,6 +24,8 @@ def add_parser(sub) -> None:
     mem.add_argument("--num-blocks", type=int, metavar="N", help="KV arena size in blocks")
     mem.add_argument("--kv-budget-mb", type=float, metavar="M", help="KV arena size in MiB")
     p.add_argument("--block-size", type=int, default=16, metavar="B", help="tokens per KV block")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
+                   help="KV arena element type: auto (the model's), fp8_e4m3 or fp8_e5m2")
     p.add_argument("--max-model-len", type=int, default=None, metavar="L",
                    help="longest prompt + output (default: the model's context length)")
     p.add_argument("--chat", action="store_true", help="wrap each prompt in the chat template")
@@ -89,14 +91,16 @@ def run(args) -> int:
                             top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos)
     EngineArgs(num_blocks=args.num_blocks, kv_budget_mb=args.kv_budget_mb,
                block_size=args.block_size, max_model_len=args.max_model_len,
-               max_num_seqs=args.max_num_seqs, allocator=args.allocator)
+               max_num_seqs=args.max_num_seqs, allocator=args.allocator,
+               kv_cache_dtype=args.kv_cache_dtype)
     if args.trace is not None:
         check_output_path(args.trace, "--trace")
     from engine.llm import LLM  # torch and transformers load only once the input is sane
     llm = LLM(args.model, device=args.device, dtype=args.dtype, num_blocks=args.num_blocks,
               kv_budget_mb=args.kv_budget_mb, block_size=args.block_size,
               max_model_len=args.max_model_len, allocator=args.allocator,
-              attention=args.attention, max_num_seqs=args.max_num_seqs, trace=args.trace)
+              attention=args.attention, max_num_seqs=args.max_num_seqs, trace=args.trace,
+              kv_cache_dtype=args.kv_cache_dtype)
     t0 = time.perf_counter()
     outputs = llm.generate(prompts, params, chat=args.chat)
     elapsed = time.perf_counter() - t0
@@ -106,7 +110,7 @@ def run(args) -> int:
                "tokens_per_s": round(num_tokens / elapsed, 2) if elapsed > 0 else None,
                "allocator": args.allocator, "attention": llm.runner.attention_backend,
                "device": str(llm.model.device), "num_blocks": llm.arena.num_blocks,
-               "block_size": llm.arena.block_size}
+               "block_size": llm.arena.block_size, "kv_cache_dtype": str(llm.arena.dtype)}
     if args.json:
         for o in outputs:
             print(json.dumps({"prompt": o.prompt, "prompt_token_ids": o.prompt_token_ids,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 from engine import scenario as scenario_mod
+from engine.engine_args import KV_CACHE_DTYPES
 from engine.recorder import record, stderr_progress
 
 
@@ -19,6 +20,8 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default=None)
     p.add_argument("--attention", default="auto", choices=("auto", "torch", "triton"))
+    p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
+                   help="KV arena element type: auto (the model's), fp8_e4m3 or fp8_e5m2")
     p.set_defaults(run=run)
 
 
@@ -28,7 +31,7 @@ def run(args) -> int:
     out = sys.stdout if args.out == "-" else args.out
     runs = record(sc, allocators, out, forward=args.forward, model_path=args.model,
                   device=args.device, dtype=args.dtype, attention=args.attention,
-                  progress=stderr_progress)
+                  progress=stderr_progress, kv_cache_dtype=args.kv_cache_dtype)
     for name, r in runs.items():
         print(f"{name}: {r.core.step_count} steps, {r.core.num_preemptions} preemptions",
               file=sys.stderr)

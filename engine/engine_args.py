@@ -21,6 +21,8 @@ from engine.request import InvalidConfigError
 MAX_ARENA_SLOTS = 1 << 26
 MAX_KV_BUDGET_MB = 1 << 20     # 1 TiB
 MAX_BLOCK_SIZE = 1 << 16
+#: ``--kv-cache-dtype`` choices (kernels/fp8.py maps them to torch dtypes; no torch here)
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
 
 
 def is_int(v: object) -> bool:
@@ -44,6 +46,7 @@ class EngineArgs:
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None
     allocator: str = "paged"
+    kv_cache_dtype: str = "auto"           # auto: the model's dtype; fp8_*: one byte an element
 
     def __post_init__(self) -> None:
         if not is_int(self.block_size) or not 0 < self.block_size <= MAX_BLOCK_SIZE:
@@ -77,6 +80,9 @@ class EngineArgs:
         if self.allocator not in ALLOCATORS:
             raise InvalidConfigError(f"unknown allocator {self.allocator!r}; choose one of "
                                      f"{', '.join(ALLOCATORS)}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise InvalidConfigError(f"unknown KV cache dtype {str(self.kv_cache_dtype)[:40]!r}; "
+                                     f"choose one of {', '.join(KV_CACHE_DTYPES)}")
 
     def model_len(self, context_len: int) -> int:
         """``max_model_len`` resolved against the model's context length; raises when it

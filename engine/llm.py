@@ -19,6 +19,7 @@ from engine.model import LoadedModel, load_model
 from engine.request import (InvalidConfigError, InvalidRequestError, Request, SamplingParams,
                             check_prompt)
 from engine.runner import ModelRunner
+from kernels.fp8 import resolve_kv_dtype
 from engine.trace import TraceWriter, make_header
 
 #: Arena size when neither num_blocks nor kv_budget_mb is given: for SmolLM2 in fp32 about 11k
@@ -47,24 +48,26 @@ class LLM:
                  attention: str = "auto", max_num_seqs: int = 256,
                  max_num_batched_tokens: int | None = None,
                  trace: str | os.PathLike | Callable[[E.Event], None] | None = None,
-                 progress: bool = True) -> None:
+                 progress: bool = True, kv_cache_dtype: str = "auto") -> None:
         # Cheap checks first: a typo should not cost a model load.
         check_allocator(allocator)
         args = EngineArgs(num_blocks=num_blocks, kv_budget_mb=kv_budget_mb, block_size=block_size,
                           max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                          max_num_batched_tokens=max_num_batched_tokens, allocator=allocator)
+                          max_num_batched_tokens=max_num_batched_tokens, allocator=allocator,
+                          kv_cache_dtype=kv_cache_dtype)
         if trace is not None and not callable(trace):
             check_output_path(trace, "trace")
         self.model = model if isinstance(model, LoadedModel) else load_model(
             model, device=device, dtype=dtype, progress=progress)
         cfg = self.model.config
         self.max_model_len = args.model_len(cfg.max_position_embeddings)
+        # the arena's element type, which sizes a --kv-budget-mb: float8 fits twice bf16's blocks
+        kv_dtype = resolve_kv_dtype(kv_cache_dtype, self.model.dtype)
         if num_blocks is None:
-            num_blocks = blocks_for_budget(cfg, block_size, self.model.dtype,
+            num_blocks = blocks_for_budget(cfg, block_size, kv_dtype,
                                            kv_budget_mb or DEFAULT_KV_BUDGET_MB)
-        check_fits(num_blocks * bytes_per_block(cfg, block_size, self.model.dtype),
-                   self.model.device)
-        self.arena = KVArena(cfg, num_blocks, block_size, self.model.device, self.model.dtype)
+        check_fits(num_blocks * bytes_per_block(cfg, block_size, kv_dtype), self.model.device)
+        self.arena = KVArena(cfg, num_blocks, block_size, self.model.device, kv_dtype)
         self.runner = ModelRunner(self.model, self.arena, attention)
         self.allocator_name = allocator
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens

@@ -27,7 +27,8 @@ class ModelRunner:
         self.device = torch.device(device) if device is not None else model.device
         c = model.config
         self.arena = arena
-        self.attention = Attention(attention_backend, self.device, c.head_dim ** -0.5)
+        self.attention = Attention(attention_backend, self.device, c.head_dim ** -0.5,
+                                   arena.k_scale, arena.v_scale)
         self.forward = LlamaForward(model.weights, self.attention, self.device, model.dtype)
         self.sampler = Sampler()
 

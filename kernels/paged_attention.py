@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.fp8 import is_fp8
 from kernels.launch import check_device, next_pow2
 
 LOG2E = 1.4426950408889634
@@ -29,12 +30,17 @@ NEG_BIG = tl.constexpr(-1.0e30)
 
 @triton.jit
 def _tile_kv(cache_ptr, bt_row_ptr, pos, valid, kvh, offs_d, d_mask,
-             stride_blk, stride_off, stride_head, BLOCK_SIZE: tl.constexpr):
-    """The MMU lookup: logical positions -> physical block -> [TILE_N, D] slice of one KV head."""
+             stride_blk, stride_off, stride_head, kv_scale,
+             BLOCK_SIZE: tl.constexpr, FP8: tl.constexpr):
+    """The MMU lookup: logical positions -> physical block -> [TILE_N, D] slice of one KV head.
+    A float8 arena is dequantized here, to fp32 times its per-tensor scale."""
     physical = tl.load(bt_row_ptr + pos // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
     rows = physical * stride_blk + (pos % BLOCK_SIZE) * stride_off + kvh * stride_head
-    return tl.load(cache_ptr + rows[:, None] + offs_d[None, :],
-                   mask=valid[:, None] & d_mask[None, :], other=0.0)
+    x = tl.load(cache_ptr + rows[:, None] + offs_d[None, :],
+                mask=valid[:, None] & d_mask[None, :], other=0.0)
+    if FP8:
+        x = x.to(tl.float32) * kv_scale
+    return x
 
 
 @triton.jit
@@ -56,13 +62,13 @@ def _online_softmax_step(q, k, v, visible, m, l, acc, qk_scale,
 
 @triton.jit
 def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, bt_ptr, ctx_ptr, out_ptr, part_ptr, ml_ptr,
-                   qk_scale, chunk,
+                   qk_scale, chunk, k_scale, v_scale,
                    stride_qb, stride_qh, stride_kb, stride_ks, stride_kh,
                    stride_vb, stride_vs, stride_vh, stride_bt, stride_ob, stride_oh,
                    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
                    D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, TILE_N: tl.constexpr,
                    NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                   WIDEN: tl.constexpr):
+                   WIDEN: tl.constexpr, FP8: tl.constexpr):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -86,9 +92,9 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, bt_ptr, ctx_ptr, out_ptr, pa
         pos = n0 + offs_n
         valid = pos < end
         k = _tile_kv(k_cache_ptr, bt_row, pos, valid, kvh, offs_d, d_mask,
-                     stride_kb, stride_ks, stride_kh, BLOCK_SIZE)
+                     stride_kb, stride_ks, stride_kh, k_scale, BLOCK_SIZE, FP8).to(q.dtype)
         v = _tile_kv(v_cache_ptr, bt_row, pos, valid, kvh, offs_d, d_mask,
-                     stride_vb, stride_vs, stride_vh, BLOCK_SIZE)
+                     stride_vb, stride_vs, stride_vh, v_scale, BLOCK_SIZE, FP8).to(q.dtype)
         m, l, acc = _online_softmax_step(q, k, v, valid[None, :], m, l, acc, qk_scale,
                                          DOT_PRECISION, WIDEN)
 
@@ -125,11 +131,13 @@ def _merge_splits_kernel(part_ptr, ml_ptr, out_ptr, stride_ob, stride_oh, num_he
 
 @triton.jit
 def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, bt_ptr, qsl_ptr, ctx_ptr, out_ptr, qk_scale,
+                    k_scale, v_scale,
                     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh,
                     stride_vb, stride_vs, stride_vh, stride_bt, stride_ot, stride_oh,
                     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
                     D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr,
-                    TILE_N: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr):
+                    TILE_N: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDEN: tl.constexpr,
+                    FP8: tl.constexpr):
     # rows are (new token, query head of this KV group) pairs, so one K/V tile serves the group
     tile = tl.program_id(0)
     b = tl.program_id(1)
@@ -161,9 +169,9 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, bt_ptr, qsl_ptr, ctx_ptr, o
         pos = n0 + offs_n
         valid = pos < hi
         k = _tile_kv(k_cache_ptr, bt_row, pos, valid, kvh, offs_d, d_mask,
-                     stride_kb, stride_ks, stride_kh, BLOCK_SIZE)
+                     stride_kb, stride_ks, stride_kh, k_scale, BLOCK_SIZE, FP8).to(q.dtype)
         v = _tile_kv(v_cache_ptr, bt_row, pos, valid, kvh, offs_d, d_mask,
-                     stride_vb, stride_vs, stride_vh, BLOCK_SIZE)
+                     stride_vb, stride_vs, stride_vh, v_scale, BLOCK_SIZE, FP8).to(q.dtype)
         visible = valid[None, :] & (pos[None, :] <= q_pos[:, None])
         m, l, acc = _online_softmax_step(q, k, v, visible, m, l, acc, qk_scale,
                                          DOT_PRECISION, WIDEN)
@@ -212,7 +220,8 @@ def pick_splits(programs: int, max_ctx: int, num_sms: int, min_chunk: int = 256)
 
 
 def decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,
-                     num_splits: int | None = None, tile_n: int = 64) -> torch.Tensor:
+                     num_splits: int | None = None, tile_n: int = 64,
+                     k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
     """``paged_decode_attention`` with its tuning knobs exposed (tests force the split path)."""
     b, hq, d = q.shape
     _check(q, k_cache, v_cache)
@@ -238,14 +247,14 @@ def decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,
         part = ml = out                                   # unused: the kernel writes out directly
     _decode_kernel[(b, hkv, splits)](
         q, k_cache, v_cache, block_tables, context_lens, out, part, ml,
-        scale * LOG2E, chunk,
+        scale * LOG2E, chunk, k_scale, v_scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1),
         GROUP=group, GROUP_PAD=max(16, next_pow2(group)),   # tl.dot needs >= 16 rows
         HEAD_DIM=d, D_PAD=d_pad, BLOCK_SIZE=block_size, TILE_N=tile_n,
         NUM_SPLITS=splits, DOT_PRECISION=_dot_precision(q.dtype),
-        WIDEN=_widen_for_interpreter(q))
+        WIDEN=_widen_for_interpreter(q), FP8=is_fp8(k_cache.dtype))
     if splits > 1:
         _merge_splits_kernel[(b, hq)](
             part, ml, out, out.stride(0), out.stride(1), hq,
@@ -255,16 +264,20 @@ def decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float) -> torch.Tensor:
+                           scale: float, k_scale: float = 1.0, v_scale: float = 1.0
+                           ) -> torch.Tensor:
     """One new query token per request attends to its first ``context_lens[b]`` cached tokens.
     ``q`` [B, Hq, D] -> out [B, Hq, D] in q's dtype (fp32 accumulation). Raises ValueError when
-    Hq is not a multiple of Hkv or head_dim is not the unit-stride dimension."""
-    return decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale)
+    Hq is not a multiple of Hkv or head_dim is not the unit-stride dimension. A float8 arena is
+    dequantized tile by tile (times ``k_scale`` / ``v_scale``)."""
+    return decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale,
+                            k_scale=k_scale, v_scale=v_scale)
 
 
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             block_tables: torch.Tensor, query_start_loc: torch.Tensor,
-                            context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+                            context_lens: torch.Tensor, scale: float,
+                            k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
     """Varlen prefill. Request b's new tokens are ``q[query_start_loc[b]:query_start_loc[b+1]]``
     (``[T, Hq, D]`` overall); they are the last tokens of its ``context_lens[b]`` tokens, whose
     K/V (new ones included) are already in the arena. Each attends causally to its cache and
@@ -285,10 +298,12 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     block_q = max(block_q, 16 // min(group_pad, 16))   # tl.dot needs >= 16 rows
     _prefill_kernel[(triton.cdiv(max_new, block_q), b, hkv)](
         q, k_cache, v_cache, block_tables, query_start_loc, context_lens, out, scale * LOG2E,
+        k_scale, v_scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1),
         GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=d, D_PAD=next_pow2(max(d, 16)),
         BLOCK_SIZE=k_cache.shape[1], BLOCK_Q=block_q, TILE_N=64,
-        DOT_PRECISION=_dot_precision(q.dtype), WIDEN=_widen_for_interpreter(q))
+        DOT_PRECISION=_dot_precision(q.dtype), WIDEN=_widen_for_interpreter(q),
+        FP8=is_fp8(k_cache.dtype))
     return out
