@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engine.allocators import ALLOCATORS
 from engine.backends import BACKENDS
-from engine.engine_args import KV_CACHE_DTYPES, EngineArgs, check_output_path
+from engine.engine_args import KV_CACHE_DTYPES, PREEMPTION_MODES, EngineArgs, check_output_path
 from engine.request import InvalidRequestError, SamplingParams, check_prompt
 
 
@@ -37,6 +37,11 @@ def add_parser(sub) -> None:
                    help="paged, or a contiguous policy; here pow2/oracle know only the "
                         "prompt + max-tokens bound (exact with --ignore-eos)")
     p.add_argument("--attention", default="auto", choices=BACKENDS)
+    p.add_argument("--preemption-mode", default="recompute", choices=PREEMPTION_MODES,
+                   help="when memory runs out: recompute the victim later, or swap its blocks "
+                        "to a CPU tier (paged allocator only)")
+    p.add_argument("--swap-space-mb", type=float, default=None, metavar="M",
+                   help="CPU tier size in MiB for --preemption-mode swap (default: the arena's)")
     p.add_argument("--max-num-seqs", type=int, default=256, metavar="N")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T")
     p.add_argument("--top-p", type=float, default=1.0, metavar="P")
@@ -92,7 +97,8 @@ def run(args) -> int:
     EngineArgs(num_blocks=args.num_blocks, kv_budget_mb=args.kv_budget_mb,
                block_size=args.block_size, max_model_len=args.max_model_len,
                max_num_seqs=args.max_num_seqs, allocator=args.allocator,
-               kv_cache_dtype=args.kv_cache_dtype)
+               kv_cache_dtype=args.kv_cache_dtype, preemption_mode=args.preemption_mode,
+               swap_space_mb=args.swap_space_mb)
     if args.trace is not None:
         check_output_path(args.trace, "--trace")
     from engine.llm import LLM  # torch and transformers load only once the input is sane
@@ -100,7 +106,8 @@ def run(args) -> int:
               kv_budget_mb=args.kv_budget_mb, block_size=args.block_size,
               max_model_len=args.max_model_len, allocator=args.allocator,
               attention=args.attention, max_num_seqs=args.max_num_seqs, trace=args.trace,
-              kv_cache_dtype=args.kv_cache_dtype)
+              kv_cache_dtype=args.kv_cache_dtype, preemption_mode=args.preemption_mode,
+              swap_space_mb=args.swap_space_mb)
     t0 = time.perf_counter()
     outputs = llm.generate(prompts, params, chat=args.chat)
     elapsed = time.perf_counter() - t0

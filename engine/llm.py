@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from engine import events as E
 from engine.allocators import check_allocator
-from engine.arena import KVArena, blocks_for_budget, bytes_per_block, check_fits
+from engine.arena import MIB, KVArena, blocks_for_budget, bytes_per_block, check_fits
+from engine.cpu_tier import CpuKVStore
 from engine.core import EngineConfig, EngineCore, build_core
 from engine.engine_args import EngineArgs, check_output_path
 from engine.model import LoadedModel, load_model
@@ -48,13 +49,15 @@ class LLM:
                  attention: str = "auto", max_num_seqs: int = 256,
                  max_num_batched_tokens: int | None = None,
                  trace: str | os.PathLike | Callable[[E.Event], None] | None = None,
-                 progress: bool = True, kv_cache_dtype: str = "auto") -> None:
+                 progress: bool = True, kv_cache_dtype: str = "auto",
+                 preemption_mode: str = "recompute", swap_space_mb: float | None = None) -> None:
         # Cheap checks first: a typo should not cost a model load.
         check_allocator(allocator)
         args = EngineArgs(num_blocks=num_blocks, kv_budget_mb=kv_budget_mb, block_size=block_size,
                           max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens, allocator=allocator,
-                          kv_cache_dtype=kv_cache_dtype)
+                          kv_cache_dtype=kv_cache_dtype, preemption_mode=preemption_mode,
+                          swap_space_mb=swap_space_mb)
         if trace is not None and not callable(trace):
             check_output_path(trace, "trace")
         self.model = model if isinstance(model, LoadedModel) else load_model(
@@ -68,7 +71,17 @@ class LLM:
                                            kv_budget_mb or DEFAULT_KV_BUDGET_MB)
         check_fits(num_blocks * bytes_per_block(cfg, block_size, kv_dtype), self.model.device)
         self.arena = KVArena(cfg, num_blocks, block_size, self.model.device, kv_dtype)
-        self.runner = ModelRunner(self.model, self.arena, attention)
+        self.preemption_mode = preemption_mode
+        self.num_cpu_blocks = 0
+        cpu_tier = None
+        if preemption_mode == "swap":
+            # the CPU tier holds blocks of the arena's own size and dtype; default: the arena's size
+            self.num_cpu_blocks = num_blocks if swap_space_mb is None else int(
+                swap_space_mb * MIB // bytes_per_block(cfg, block_size, kv_dtype))
+            if self.num_cpu_blocks:
+                check_fits(self.num_cpu_blocks * bytes_per_block(cfg, block_size, kv_dtype), "cpu")
+                cpu_tier = CpuKVStore(self.arena, self.num_cpu_blocks)
+        self.runner = ModelRunner(self.model, self.arena, attention, cpu_tier=cpu_tier)
         self.allocator_name = allocator
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         self.trace = trace
@@ -145,7 +158,9 @@ class LLM:
 
     def _engine_config(self) -> EngineConfig:
         return EngineConfig(self.allocator_name, self.arena.num_blocks, self.arena.block_size,
-                            self.max_model_len, self.max_num_seqs, self.max_num_batched_tokens)
+                            self.max_model_len, self.max_num_seqs, self.max_num_batched_tokens,
+                            preemption_mode=self.preemption_mode,
+                            num_cpu_blocks=self.num_cpu_blocks)
 
     def _attach_trace(self, core: EngineCore) -> TraceWriter | None:
         if self.trace is None:

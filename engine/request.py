@@ -147,6 +147,10 @@ class Batch:
     one-slot blocks, so both allocators go through one attention entry point)."""
     seqs: list[ScheduledSeq]
     block_size: int
+    #: block copies to run before the forward: ``(device, cpu)`` swap-outs, ``(cpu, device)``
+    #: swap-ins (engine/swap.py)
+    swap_out: list[tuple[int, int]] = field(default_factory=list)
+    swap_in: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:

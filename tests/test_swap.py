@@ -1,0 +1,232 @@
+"""Swap preemption and the CPU tier: the bookkeeping (a Hypothesis machine over both tiers),
+traces that validate and fold, hostile swap events refused, and blocks that come back bit for
+bit. The real-model acceptance runs are in ``test_swap_outputs_match_*`` (marked model)."""
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from engine import events as E
+from engine import trace as T
+from engine.accounting import account
+from engine.arena import KVArena
+from engine.core import EngineConfig, build_core
+from engine.cpu_tier import CpuKVStore
+from engine.engine_args import EngineArgs
+from engine.request import Batch, InvalidConfigError, Request, SamplingParams
+from engine.simulate import EOS, DryRunner
+from engine.swap import SwappingPagedAllocator
+from engine.trace_check import TraceError
+from kernels.fp8 import quantize
+from tests.test_fp8 import SMOL
+
+NUM_BLOCKS, NUM_CPU, BLOCK = 10, 8, 4
+
+
+# --- the bookkeeping, over both tiers ---------------------------------------------------------
+
+class TwoTierMachine(RuleBasedStateMachine):
+    """Random admit / grow / finish / swap-out / swap-in. After every rule: each device block is
+    in the free list or in exactly one table, each CPU block likewise, nothing leaked."""
+
+    @initialize()
+    def setup(self):
+        self.bus = E.EventBus()
+        self.alloc = SwappingPagedAllocator(NUM_BLOCKS, BLOCK, self.bus, NUM_CPU)
+        self.running: dict[str, Request] = {}
+        self.swapped: dict[str, tuple[Request, int]] = {}   # and its token count
+        self.tokens: dict[str, int] = {}
+        self.n = 0
+
+    @rule(prompt=st.integers(1, 14))
+    def admit(self, prompt):
+        req = Request(f"q{self.n}", [0] * prompt, SamplingParams(max_tokens=30))
+        self.n += 1
+        if self.alloc.check_admit(req, prompt) is None:
+            self.alloc.admit(req, prompt)
+            self.running[req.req_id], self.tokens[req.req_id] = req, prompt
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data(), extra=st.integers(1, 6))
+    def grow(self, data, extra):
+        rid = data.draw(st.sampled_from(sorted(self.running)))
+        if self.alloc.grow(self.running[rid], self.tokens[rid] + extra):
+            self.tokens[rid] += extra
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def finish(self, data):
+        rid = data.draw(st.sampled_from(sorted(self.running)))
+        self.alloc.release(rid)
+        del self.running[rid], self.tokens[rid]
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def swap_out(self, data):
+        rid = data.draw(st.sampled_from(sorted(self.running)))
+        table = self.alloc.block_table(rid)
+        fits = len(table) <= self.alloc.free_cpu_blocks
+        pairs = self.alloc.swap_out(rid)
+        assert (pairs is not None) == fits
+        if pairs is not None:
+            assert [d for d, _ in pairs] == table
+            self.swapped[rid] = (self.running.pop(rid), self.tokens.pop(rid))
+
+    @precondition(lambda self: self.swapped)
+    @rule(data=st.data(), extra=st.integers(0, 1))
+    def swap_in(self, data, extra):
+        rid = data.draw(st.sampled_from(sorted(self.swapped)))
+        req, tokens = self.swapped[rid]
+        cpu = [b.block_id for b in self.alloc.cpu_tables[rid]]
+        if self.alloc.check_admit(req, tokens + extra) is not None:
+            return
+        self.alloc.admit(req, tokens + extra)
+        _, inn = self.alloc.take_swaps()
+        assert [c for c, _ in inn[-len(cpu):]] == cpu      # the same CPU blocks, in order
+        assert [d for _, d in inn[-len(cpu):]] == self.alloc.block_table(rid)[:len(cpu)]
+        del self.swapped[rid]
+        self.running[rid], self.tokens[rid] = req, tokens + extra
+
+    @invariant()
+    def every_block_in_exactly_one_place(self):
+        if not hasattr(self, "alloc"):
+            return
+        a = self.alloc
+        for pool, tables, n in ((a.pool, a.tables, NUM_BLOCKS),
+                                (a.cpu_pool, a.cpu_tables, NUM_CPU)):
+            held = [b.block_id for t in tables.values() for b in t]
+            free = pool.free_ids()
+            assert sorted(held + free) == list(range(n))        # none leaked, none twice
+        assert set(a.tables) == set(self.running)
+        assert set(a.cpu_tables) == set(self.swapped)
+        for rid, n in self.tokens.items():
+            assert len(a.tables[rid]) == -(-n // BLOCK)
+
+
+TestTwoTiers = TwoTierMachine.TestCase
+TestTwoTiers.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+# --- dry runs: traces that validate and fold --------------------------------------------------
+
+def _dry_run(mode: str, num_cpu: int, num_blocks: int = 12) -> tuple[str, list]:
+    cfg = EngineConfig("paged", num_blocks, BLOCK, 64, preemption_mode=mode,
+                       num_cpu_blocks=num_cpu)
+    core = build_core(cfg, DryRunner(), EOS)
+    reqs = [core.add_request(Request(f"r{i}", [7] * (5 + 3 * i), SamplingParams(max_tokens=24),
+                                     forced_output_len=14 + 2 * i)) for i in range(6)]
+    buf = io.StringIO()
+    header = T.make_header([{"name": "paged", "allocator": "paged",
+                             "config": cfg.trace_config(BLOCK)}], model="none", device="none")
+    writer = T.TraceWriter(buf, header)
+    core.bus.subscribe(writer.sink("paged"))
+    core.run_to_completion()
+    writer.close()
+    return buf.getvalue(), reqs
+
+
+def test_dry_swap_run_writes_a_trace_that_validates_and_folds():
+    text, reqs = _dry_run("swap", NUM_CPU)
+    tr = T.loads(text)                                  # full replay of both tiers' invariants
+    kinds = [e.kind for e in tr.runs["paged"]]
+    assert kinds.count("swapped_out") > 0
+    assert kinds.count("swapped_in") == kinds.count("swapped_out")
+    assert all(r.finish_reason == "eos" for r in reqs)
+    accts = account(tr.runs["paged"], 12 * BLOCK, BLOCK, NUM_CPU)
+    assert max(a.cpu_used for a in accts) > 0 and accts[-1].cpu_used == 0
+    assert all(a.cpu_used <= a.cpu_blocks == NUM_CPU for a in accts)
+    # while a request is parked on the CPU tier, its tokens are counted nowhere in the arena
+    outs = [e for e in tr.runs["paged"] if e.kind == "swapped_out"]
+    assert all(len(e.block_map) >= 1 for e in outs)
+
+
+def test_a_full_cpu_tier_falls_back_to_recompute_and_says_so():
+    text, reqs = _dry_run("swap", 1)
+    kinds = [e.kind for e in T.loads(text).runs["paged"]]
+    assert kinds.count("swap_fallback") > 0
+    assert all(r.finish_reason == "eos" for r in reqs)
+
+
+def test_recompute_and_swap_finish_the_same_requests_in_the_same_lengths():
+    _, swap = _dry_run("swap", NUM_CPU)
+    _, recompute = _dry_run("recompute", 0)
+    assert [r.output_token_ids for r in swap] == [r.output_token_ids for r in recompute]
+    assert sum(r.num_preemptions for r in recompute) > 0
+
+
+def _tamper(text: str, kind: str, fn) -> str:
+    import json
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        obj = json.loads(line)
+        if obj.get("kind") == kind:
+            fn(obj)
+            lines[i] = json.dumps(obj)
+            break
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("kind,fn,msg", [
+    ("swapped_in", lambda o: o["block_map"][0].__setitem__(0, 7 - o["block_map"][0][0] % 7),
+     "CPU blocks"),
+    ("swapped_out", lambda o: o["block_map"][0].__setitem__(1, 999), "not free"),
+    ("swapped_out", lambda o: o["block_map"].pop(), "table"),
+    ("swapped_in", lambda o: o.__setitem__("block_map", [[1, 2, 3]]), "pairs"),
+])
+def test_hostile_swap_events_are_refused_in_one_line(kind, fn, msg):
+    text, _ = _dry_run("swap", NUM_CPU)
+    with pytest.raises(TraceError, match=msg) as e:
+        T.loads(_tamper(text, kind, fn))
+    assert "\n" not in str(e.value)
+
+
+def test_swap_needs_paging_and_a_sane_size():
+    with pytest.raises(InvalidConfigError, match="paged"):
+        EngineArgs(allocator="max", preemption_mode="swap")
+    with pytest.raises(InvalidConfigError, match="preemption mode"):
+        EngineArgs(preemption_mode="evict")
+    with pytest.raises(InvalidConfigError, match="swap space"):
+        EngineArgs(preemption_mode="swap", swap_space_mb=-1)
+    with pytest.raises(InvalidConfigError, match="paged"):
+        EngineConfig("max", 8, 4, 32, preemption_mode="swap")
+
+
+# --- the bytes: out and back, bit for bit ------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float8_e4m3fn])
+def test_blocks_swapped_out_and_in_come_back_bit_for_bit_in_other_blocks(dtype):
+    arena = KVArena(SMOL, 6, BLOCK, dtype=dtype)
+    g = torch.Generator().manual_seed(0)
+    for t in arena.k + arena.v:
+        t.copy_(quantize(torch.randn(t.shape, generator=g), dtype))
+    store = CpuKVStore(arena, 4)
+    mine = [4, 1, 3]                                       # a request's table
+    before = [(k[mine].view(torch.uint8).clone(), v[mine].view(torch.uint8).clone())
+              for k, v in zip(arena.k, arena.v, strict=True)]
+    store.swap_out([(4, 2), (1, 0), (3, 3)])
+    for t in arena.k + arena.v:                           # someone else overwrites the arena
+        t.view(torch.uint8).fill_(0x55)
+    store.swap_in([(2, 5), (0, 0), (3, 2)])                # back into other physical blocks
+    for (k0, v0), k, v in zip(before, arena.k, arena.v, strict=True):
+        assert torch.equal(k[[5, 0, 2]].view(torch.uint8), k0)
+        assert torch.equal(v[[5, 0, 2]].view(torch.uint8), v0)
+    assert store.bytes_out == store.bytes_in == 3 * store.block_bytes
+    assert store.block_bytes == 2 * SMOL.num_layers * BLOCK * 3 * 64 * arena.k[0].element_size()
+
+
+def test_the_runner_moves_blocks_before_the_forward():
+    from engine.runner import ModelRunner
+    from tests.test_model_exact import tiny_model
+    model = tiny_model()
+    arena = KVArena(model.config, 8, BLOCK)
+    runner = ModelRunner(model, arena, "torch", cpu_tier=CpuKVStore(arena, 4))
+    arena.k[0][3].fill_(2.5)
+    assert runner.execute(Batch([], BLOCK, swap_out=[(3, 1)])) == []
+    arena.k[0][3].zero_()
+    runner.execute(Batch([], BLOCK, swap_in=[(1, 6)]))
+    assert bool((arena.k[0][6] == 2.5).all())
