@@ -230,3 +230,37 @@ def test_the_runner_moves_blocks_before_the_forward():
     arena.k[0][3].zero_()
     runner.execute(Batch([], BLOCK, swap_in=[(1, 6)]))
     assert bool((arena.k[0][6] == 2.5).all())
+
+
+# --- the real model: swap changes where K/V waits, never what is generated ---------------------
+
+def quarter_of_need(prompts: list[list[int]], new_tokens: int, block_size: int) -> int:
+    """A quarter of the blocks the prompts need together at full length (at least the largest
+    one's, so every request can still run alone)."""
+    need = [-(-(len(p) + new_tokens) // block_size) for p in prompts]
+    return max(sum(need) // 4, max(need))
+
+
+@pytest.mark.model
+def test_swap_outputs_match_ample_memory_and_recompute(smollm):
+    from engine.llm import LLM
+    from tests.test_model_exact import PROMPTS
+    prompts = [smollm.tokenizer.encode(p) for p in PROMPTS[:8]]
+    params = SamplingParams(max_tokens=24, ignore_eos=True)
+    blocks = quarter_of_need(prompts, 24, 16)
+    ample = LLM(smollm, num_blocks=4 * blocks + 8, attention="torch", progress=False)
+    want = [o.token_ids for o in ample.generate(prompts, params)]
+    assert ample.num_preemptions == 0
+    got = {}
+    for mode in ("recompute", "swap"):
+        events = E.ListSink()
+        llm = LLM(smollm, num_blocks=blocks, attention="torch", preemption_mode=mode,
+                  trace=events, progress=False)
+        got[mode] = [o.token_ids for o in llm.generate(prompts, params)]
+        kinds = [e.kind for e in events.events]
+        assert llm.num_preemptions > 0, mode
+        if mode == "swap":
+            assert kinds.count("swapped_out") > 0 and kinds.count("swap_fallback") == 0
+            assert llm.runner.cpu_tier.bytes_in == llm.runner.cpu_tier.bytes_out > 0
+    assert got["swap"] == want
+    assert got["recompute"] == want
