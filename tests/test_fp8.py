@@ -107,6 +107,7 @@ def test_fp8_arena_agrees_with_full_precision_on_most_tokens(smollm):
     fp8 = LLM(smollm, kv_budget_mb=16, attention="torch", kv_cache_dtype="fp8_e4m3",
               progress=False)
     assert fp8.arena.dtype == torch.float8_e4m3fn
-    assert fp8.arena.num_blocks == 4 * full.arena.num_blocks       # fp32 weights, same MiB
+    n = full.arena.num_blocks                   # fp32 weights; float8 fits 4x in the same MiB,
+    assert 4 * n <= fp8.arena.num_blocks < 4 * (n + 1)   # and maybe some of fp32's leftover
     acc = measure(full, fp8, prompts, 16)
     assert acc.top1_agreement >= 0.9, acc

@@ -264,3 +264,32 @@ def test_swap_outputs_match_ample_memory_and_recompute(smollm):
             assert llm.runner.cpu_tier.bytes_in == llm.runner.cpu_tier.bytes_out > 0
     assert got["swap"] == want
     assert got["recompute"] == want
+
+
+@pytest.mark.parametrize("args, words", [
+    (["hello", "--allocator", "max", "--preemption-mode", "swap"], ["paged", "recompute only"]),
+    (["hello", "--preemption-mode", "swap", "--swap-space-mb", "nan"], ["swap space"]),
+    (["hello", "--preemption-mode", "swap", "--swap-space-mb", "-5"], ["swap space"]),
+])
+def test_cli_refuses_bad_swap_settings_in_one_line_before_loading(args, words, monkeypatch):
+    import engine.llm
+    from tests.test_bad_input import assert_one_error_line, run_cli
+
+    def boom(*a, **k):
+        raise AssertionError("the model was loaded before the input was checked")
+    monkeypatch.setattr(engine.llm, "load_model", boom)
+    proc = run_cli(*args)
+    assert proc.returncode == 2
+    assert_one_error_line(proc.stderr, *words)
+
+
+def test_llm_refuses_bad_swap_and_dtype_settings_before_loading(monkeypatch):
+    import engine.llm
+    from engine.llm import LLM
+    monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: pytest.fail("loaded"))
+    for kwargs, words in [({"preemption_mode": "swap", "allocator": "pow2"}, "paged"),
+                          ({"preemption_mode": "later"}, "preemption mode"),
+                          ({"kv_cache_dtype": "fp4"}, "KV cache dtype"),
+                          ({"preemption_mode": "swap", "swap_space_mb": True}, "swap space")]:
+        with pytest.raises(InvalidConfigError, match=words):
+            LLM("/never/loaded", **kwargs)
