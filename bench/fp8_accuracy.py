@@ -4,6 +4,11 @@ A dozen prompts, 48 greedy tokens each. Prints the teacher-forced top-1 agreemen
 >= 99 %) and the mean greedy common-prefix length, for e4m3 and e5m2, plus the full-precision
 arena against itself (must be 100 % and 48: the measurement itself adds no error).
 CPU, fp32 weights, torch attention backend.
+
+Measured (2026-11-30, this script, SmolLM2-135M-Instruct): fp32 vs itself 100.00 % / 48.0;
+fp8_e4m3 95.49 % / 17.8; fp8_e5m2 91.67 % / 17.8. The goal of >= 99 % top-1 is not met on this
+small model. Saturation is not the cause (|K| <= 20, |V| <= 10 in every layer, far inside e4m3's
+448): it is the 3-bit mantissa itself, which no per-tensor scale changes.
 """
 from __future__ import annotations
 

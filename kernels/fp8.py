@@ -5,7 +5,9 @@ when a checkpoint ships no calibrated scales. Why not a scale per token and head
 block? Because a scale beside the block costs bytes: with 64-dim heads a 4-byte per-token-per-head
 scale adds 6 % to every block, and "the same bytes hold exactly twice the blocks of bf16" would no
 longer be true. A per-tensor scale costs nothing per block, and the K/V of a small Llama (|x| well
-under e4m3's 448) lose little to it: ``bench/fp8_accuracy.py`` measures what they lose.
+under e4m3's 448) lose nothing to range; what they lose is precision (3 mantissa bits), which no
+scale changes: ``bench/fp8_accuracy.py`` measures it (SmolLM2-135M, e4m3: 95.5 % teacher-forced
+top-1 agreement with a fp32 arena).
 
 Quantize: ``clamp(x / scale, -max, +max)`` then round to nearest-even in torch (``Tensor.to``); the
 clamp matters because torch turns an out-of-range value into NaN, not into the largest finite one.
