@@ -1,5 +1,6 @@
 """PagedAttention, seen: the Streamlit entry point. Pages and navigation only; every page lives
 in viz/ (see viz/pages.py for the registry)."""
+
 from pathlib import Path
 
 import streamlit as st

@@ -10,6 +10,7 @@ fp8_e4m3 95.49 % / 17.8; fp8_e5m2 91.67 % / 17.8. The goal of >= 99 % top-1 is n
 small model. Saturation is not the cause (|K| <= 20, |V| <= 10 in every layer, far inside e4m3's
 448): it is the 3-bit mantissa itself, which no per-tensor scale changes.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,13 +48,14 @@ def main() -> None:
     full = LLM(model, kv_budget_mb=64, attention="torch", progress=False)
     print(f"{len(ids)} prompts x {NEW_TOKENS} greedy tokens, fp32 weights, per-tensor scale 1.0")
     for name in ("auto", "fp8_e4m3", "fp8_e5m2"):
-        other = LLM(model, kv_budget_mb=64, attention="torch", kv_cache_dtype=name,
-                    progress=False)
+        other = LLM(model, kv_budget_mb=64, attention="torch", kv_cache_dtype=name, progress=False)
         acc = measure(full, other, ids, NEW_TOKENS)
         label = "fp32 (itself)" if name == "auto" else name
-        print(f"{label:>14}: teacher-forced top-1 agreement {acc.top1_agreement:.2%} "
-              f"({acc.positions} positions), mean greedy common prefix "
-              f"{acc.mean_common_prefix:.1f} / {acc.new_tokens}")
+        print(
+            f"{label:>14}: teacher-forced top-1 agreement {acc.top1_agreement:.2%} "
+            f"({acc.positions} positions), mean greedy common prefix "
+            f"{acc.mean_common_prefix:.1f} / {acc.new_tokens}"
+        )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ It also prints the payload: distinct pieces, raw and deflated bytes.
 
     .venv/bin/python bench/frames.py
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,12 +53,25 @@ def make_trace(path: Path, min_events: int, seed: int = 0) -> int:
         if len(counter.events) >= min_events:
             break
         n = int(n * min_events / max(1, len(counter.events))) + 10
-    runs = [{"name": p, "allocator": p,
-             "config": {"num_blocks": NUM_BLOCKS, "block_size": BLOCK_SIZE,
-                        "num_slots": NUM_BLOCKS * BLOCK_SIZE, "max_model_len": MAX_MODEL_LEN}}
-            for p in POLICIES]
-    header = make_header(runs, model="dry-run (bench/frames.py)", device="none",
-                         scenario={"title": f"{n} alpaca-shaped requests"})
+    runs = [
+        {
+            "name": p,
+            "allocator": p,
+            "config": {
+                "num_blocks": NUM_BLOCKS,
+                "block_size": BLOCK_SIZE,
+                "num_slots": NUM_BLOCKS * BLOCK_SIZE,
+                "max_model_len": MAX_MODEL_LEN,
+            },
+        }
+        for p in POLICIES
+    ]
+    header = make_header(
+        runs,
+        model="dry-run (bench/frames.py)",
+        device="none",
+        scenario={"title": f"{n} alpaca-shaped requests"},
+    )
     with TraceWriter(path, header) as w:
         for policy in POLICIES:
             run_policy(policy, reqs, NUM_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN, sinks=(w.sink(policy),))
@@ -81,14 +95,20 @@ def payload_size(trace: Path, lessons: Path) -> dict:
     from engine import trace as T
     from viz import player
     from viz.lesson import build, load_spec
+
     t = time.perf_counter()
     lesson = build(load_spec("six-steps", lessons), T.read(trace))
     data = player.payload(lesson, "en")
     build_s = time.perf_counter() - t
     raw = zlib.decompress(base64.b64decode(data["z"]))
     body = json.loads(raw)
-    return {"frames": lesson.num_frames, "pieces": len(body["pieces"]), "raw_bytes": len(raw),
-            "sent_bytes": len(data["z"]), "build_s": round(build_s, 2)}
+    return {
+        "frames": lesson.num_frames,
+        "pieces": len(body["pieces"]),
+        "raw_bytes": len(raw),
+        "sent_bytes": len(data["z"]),
+        "build_s": round(build_s, 2),
+    }
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -104,6 +124,7 @@ def _cpu_s(pid: int) -> float:
 
 def _open(browser, url: str, viewport=(1600, 1000), sent: list | None = None):
     from viz.serve import wait_ready
+
     page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
     if sent is not None:  # what the page asks of the server: websocket messages and requests
         # (not /static/ files: a font the first italic word loads, once per page, from cache)
@@ -120,6 +141,7 @@ def measure(url: str, presses: int, start: int) -> dict:
 
     from viz.serve import current_frame as shown_frame
     from viz.serve import hold_key, launch_chromium, wait_painted
+
     with sync_playwright() as p:
         browser = launch_chromium(p)
         page = _open(browser, f"{url}/?frame={start}")
@@ -162,6 +184,7 @@ def viewers(url: str, pid: int, n: int, steps: int, batch: int) -> dict:
 
     from viz.serve import current_frame as shown_frame
     from viz.serve import launch_chromium, wait_painted
+
     load_cpu = step_cpu = idle_cpu = 0.0
     presses = messages = 0
     sent: list = []
@@ -169,8 +192,10 @@ def viewers(url: str, pid: int, n: int, steps: int, batch: int) -> dict:
         browser = launch_chromium(p)
         for b0 in range(0, n, batch):
             c0 = _cpu_s(pid)
-            pages = [_open(browser, f"{url}/?frame=0", (1280, 720), sent)
-                     for _ in range(min(batch, n - b0))]
+            pages = [
+                _open(browser, f"{url}/?frame=0", (1280, 720), sent)
+                for _ in range(min(batch, n - b0))
+            ]
             _settle(pid)  # the sessions' first runs finish (and their garbage is collected)
             c1 = _cpu_s(pid)
             m1 = len(sent)
@@ -191,11 +216,16 @@ def viewers(url: str, pid: int, n: int, steps: int, batch: int) -> dict:
             for page in pages:
                 page.close()
         browser.close()
-    return {"viewers": n, "viewer_presses": presses, "messages_to_server": messages, "server_cpu_step_s": round(step_cpu, 3),
-            "server_cpu_idle_s": round(idle_cpu, 3),
-            "server_cpu_ms_per_press": round(1000 * step_cpu / max(1, presses), 3),
-            "server_cpu_ms_per_press_net": round(1000 * (step_cpu - idle_cpu) / max(1, presses), 3),
-            "server_cpu_ms_per_page_open": round(1000 * load_cpu / n, 1)}
+    return {
+        "viewers": n,
+        "viewer_presses": presses,
+        "messages_to_server": messages,
+        "server_cpu_step_s": round(step_cpu, 3),
+        "server_cpu_idle_s": round(idle_cpu, 3),
+        "server_cpu_ms_per_press": round(1000 * step_cpu / max(1, presses), 3),
+        "server_cpu_ms_per_press_net": round(1000 * (step_cpu - idle_cpu) / max(1, presses), 3),
+        "server_cpu_ms_per_page_open": round(1000 * load_cpu / n, 1),
+    }
 
 
 def main() -> int:
@@ -206,12 +236,17 @@ def main() -> int:
     ap.add_argument("--viewers", type=int, default=30)
     ap.add_argument("--viewer-steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=6, help="viewers open at once")
-    ap.add_argument("--trace", type=Path, default=None,
-                    help="bench this trace instead (e.g. lessons/six-steps/trace.jsonl)")
+    ap.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        help="bench this trace instead (e.g. lessons/six-steps/trace.jsonl)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
     from viz.serve import running_app
+
     work = Path(tempfile.mkdtemp(prefix="bench-trace-"))
     trace = work / "trace.jsonl"
     t = time.perf_counter()
@@ -232,26 +267,43 @@ def main() -> int:
         shutil.rmtree(lessons, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
     times = keys["times"]
-    out = {"events": n, **size, "presses": len(times),
-           "p50_ms": round(statistics.median(times), 1), "p95_ms": round(_pct(times, 0.95), 1),
-           "max_ms": round(max(times), 1), "goal_p50_ms": 16, "goal_p95_ms": 50,
-           "held_presses": keys["held_presses"], "held_moved": keys["held_moved"], **crowd}
+    out = {
+        "events": n,
+        **size,
+        "presses": len(times),
+        "p50_ms": round(statistics.median(times), 1),
+        "p95_ms": round(_pct(times, 0.95), 1),
+        "max_ms": round(max(times), 1),
+        "goal_p50_ms": 16,
+        "goal_p95_ms": 50,
+        "held_presses": keys["held_presses"],
+        "held_moved": keys["held_moved"],
+        **crowd,
+    }
     if args.json:
         print(json.dumps(out))
         return 0
-    print(f"payload: {out['frames']} frames, {out['pieces']} distinct pieces, "
-          f"{out['raw_bytes'] / 1e6:.1f} MB drawn, {out['sent_bytes'] / 1e3:.0f} kB sent "
-          f"(built in {out['build_s']} s, once per trace and language)")
-    print(f"keypress -> painted: p50 {out['p50_ms']} ms, p95 {out['p95_ms']} ms, "
-          f"max {out['max_ms']} ms over {out['presses']} presses ({n} events; goals p50 <= 16, "
-          f"p95 <= 50)")
-    print(f"holding → 3 s at 30 ms: {out['held_moved']} frames for {out['held_presses']} "
-          f"presses ({'every press registered' if out['held_moved'] == out['held_presses'] else 'PRESSES LOST'})")
-    print(f"{out['viewers']} viewers x {args.viewer_steps} frames: server CPU "
-          f"{out['server_cpu_ms_per_press']} ms per keypress while stepping, "
-          f"{out['server_cpu_ms_per_press_net']} ms above the same time idle (goal <= 1 ms); "
-          f"{out['messages_to_server']} messages or requests sent to the server while stepping; "
-          f"opening the page cost {out['server_cpu_ms_per_page_open']} ms CPU per viewer")
+    print(
+        f"payload: {out['frames']} frames, {out['pieces']} distinct pieces, "
+        f"{out['raw_bytes'] / 1e6:.1f} MB drawn, {out['sent_bytes'] / 1e3:.0f} kB sent "
+        f"(built in {out['build_s']} s, once per trace and language)"
+    )
+    print(
+        f"keypress -> painted: p50 {out['p50_ms']} ms, p95 {out['p95_ms']} ms, "
+        f"max {out['max_ms']} ms over {out['presses']} presses ({n} events; goals p50 <= 16, "
+        f"p95 <= 50)"
+    )
+    print(
+        f"holding → 3 s at 30 ms: {out['held_moved']} frames for {out['held_presses']} "
+        f"presses ({'every press registered' if out['held_moved'] == out['held_presses'] else 'PRESSES LOST'})"
+    )
+    print(
+        f"{out['viewers']} viewers x {args.viewer_steps} frames: server CPU "
+        f"{out['server_cpu_ms_per_press']} ms per keypress while stepping, "
+        f"{out['server_cpu_ms_per_press_net']} ms above the same time idle (goal <= 1 ms); "
+        f"{out['messages_to_server']} messages or requests sent to the server while stepping; "
+        f"opening the page cost {out['server_cpu_ms_per_page_open']} ms CPU per viewer"
+    )
     return 0
 
 

@@ -10,6 +10,7 @@ tensors: its best case. Timing is Triton's ``do_bench`` median, L2 flushed betwe
 Without a GPU: ``--dry-run`` prints the plan, ``--compile-only`` compiles every kernel for a CUDA
 architecture (Triton's bundled ptxas) to catch what the interpreter cannot: compile errors.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,12 +26,23 @@ ROOT = Path(__file__).resolve().parents[1]
 if sys.path and Path(sys.path[0] or ".").resolve() == ROOT / "bench":
     sys.path[0] = str(ROOT)
 
-HEADS = {"llama": (32, 8, 128), "smollm2": (9, 3, 64)}            # Hq, Hkv, head_dim
+HEADS = {"llama": (32, 8, 128), "smollm2": (9, 3, 64)}  # Hq, Hkv, head_dim
 # HBM bandwidth in GB/s by device-name substring; first match wins, so GH200 precedes H200
 # and L40S precedes L4
-PEAK_GBPS = [("GH200", 4000), ("H200", 4800), ("H100 PCIe", 2000), ("H100 NVL", 3900),
-             ("H100", 3350), ("A100 80GB PCIe", 1935), ("A100-SXM4-80GB", 2039), ("A100", 1555),
-             ("L40S", 864), ("A10G", 600), ("L4", 300), ("RTX 4090", 1008)]
+PEAK_GBPS = [
+    ("GH200", 4000),
+    ("H200", 4800),
+    ("H100 PCIe", 2000),
+    ("H100 NVL", 3900),
+    ("H100", 3350),
+    ("A100 80GB PCIe", 1935),
+    ("A100-SXM4-80GB", 2039),
+    ("A100", 1555),
+    ("L40S", 864),
+    ("A10G", 600),
+    ("L4", 300),
+    ("RTX 4090", 1008),
+]
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
@@ -61,8 +73,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", default=os.environ.get("OUT"), help="write kernels.md/.csv here ($OUT)")
     p.add_argument("--no-check", action="store_true", help="skip the GPU correctness check")
     p.add_argument("--dry-run", action="store_true", help="print the planned grid and exit")
-    p.add_argument("--compile-only", action="store_true",
-                   help="compile every kernel for --arch without a GPU, then exit")
+    p.add_argument(
+        "--compile-only",
+        action="store_true",
+        help="compile every kernel for --arch without a GPU, then exit",
+    )
     p.add_argument("--arch", type=int, default=90, help="CUDA capability for --compile-only")
     return p.parse_args(argv)
 
@@ -75,8 +90,9 @@ def kv_bytes(batch: int, context: int, hkv: int, d: int, elem: int) -> int:
 def plan(args) -> list[Row]:
     _, hkv, d = HEADS[args.heads]
     elem = 4 if args.dtype == "fp32" else 2
-    return [Row(b, c, kv_bytes(b, c, hkv, d, elem) / 2**20)
-            for b in args.batches for c in args.contexts]
+    return [
+        Row(b, c, kv_bytes(b, c, hkv, d, elem) / 2**20) for b in args.batches for c in args.contexts
+    ]
 
 
 def peak_for(name: str) -> float | None:
@@ -85,9 +101,11 @@ def peak_for(name: str) -> float | None:
 
 # ------------------------------------------------------------------ GPU side
 
+
 def make_case(batch, context, hq, hkv, d, block_size, dtype, device, gen):
     """A paged arena with blocks in shuffled physical order, and the same K/V contiguous."""
     import torch
+
     per = -(-context // block_size)
     num_blocks = batch * per
     k_cache = torch.randn(num_blocks, block_size, hkv, d, device=device, dtype=dtype, generator=gen)
@@ -96,8 +114,9 @@ def make_case(batch, context, hq, hkv, d, block_size, dtype, device, gen):
     lens = torch.full((batch,), context, device=device, dtype=torch.int32)
     q = torch.randn(batch, hq, d, device=device, dtype=dtype, generator=gen)
 
-    def contiguous(cache):   # [B, Hkv, L, D]
+    def contiguous(cache):  # [B, Hkv, L, D]
         return cache[tables.long()].flatten(1, 2)[:, :context].transpose(1, 2).contiguous()
+
     return q, k_cache, v_cache, tables, lens, contiguous(k_cache), contiguous(v_cache)
 
 
@@ -108,13 +127,15 @@ def sdpa_backend(dtype):
 
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    if dtype == torch.float32:        # FlashAttention has no fp32: torch's choice
+
+    if dtype == torch.float32:  # FlashAttention has no fp32: torch's choice
         return contextlib.nullcontext()
     return sdpa_kernel(SDPBackend.FLASH_ATTENTION)
 
 
 def time_row(row: Row, args, hq, hkv, d, dtype, peak) -> Row:
     import torch
+
     _measure(row, args, hq, hkv, d, dtype)  # its tensors die when it returns
     torch.cuda.empty_cache()
     row.ratio = row.paged_us / row.contiguous_us
@@ -133,25 +154,30 @@ def _measure(row: Row, args, hq, hkv, d, dtype) -> None:
     from triton.testing import do_bench
 
     from kernels.paged_attention import paged_decode_attention
+
     gen = torch.Generator(device="cuda").manual_seed(row.batch * 100003 + row.context)
-    q, kc, vc, tables, lens, k, v = make_case(row.batch, row.context, hq, hkv, d,
-                                              args.block_size, dtype, "cuda", gen)
-    scale = d ** -0.5
+    q, kc, vc, tables, lens, k, v = make_case(
+        row.batch, row.context, hq, hkv, d, args.block_size, dtype, "cuda", gen
+    )
+    scale = d**-0.5
 
     def paged():
         return paged_decode_attention(q, kc, vc, tables, lens, scale)
 
     def contig():
-        return F.scaled_dot_product_attention(q.unsqueeze(2), k, v, scale=scale,
-                                              enable_gqa=hq != hkv).squeeze(2)
+        return F.scaled_dot_product_attention(
+            q.unsqueeze(2), k, v, scale=scale, enable_gqa=hq != hkv
+        ).squeeze(2)
+
     with sdpa_backend(dtype):
         row.max_abs_err = (paged().float() - contig().float()).abs().max().item()
         row.paged_us = do_bench(paged, rep=args.rep_ms, return_mode="median") * 1e3
         row.contiguous_us = do_bench(contig, rep=args.rep_ms, return_mode="median") * 1e3
 
 
-def check_against_reference(device="cuda", lens=(1, 15, 16, 17, 100, 3000),
-                            new=(1, 15, 3, 17, 70, 200)) -> list[tuple[str, float, bool]]:
+def check_against_reference(
+    device="cuda", lens=(1, 15, 16, 17, 100, 3000), new=(1, 15, 3, 17, 70, 200)
+) -> list[tuple[str, float, bool]]:
     """Compiled kernels vs the torch reference on the GPU: (case, max abs error, within
     tolerance). fp32 must agree to 1e-4; half precisions to their rounding of the output."""
     import torch
@@ -159,6 +185,7 @@ def check_against_reference(device="cuda", lens=(1, 15, 16, 17, 100, 3000),
     from kernels import reference as ref
     from kernels.paged_attention import decode_attention, paged_prefill_attention
     from kernels.store_kv import store_kv
+
     gen = torch.Generator(device=device).manual_seed(0)
     tol = {torch.float32: (1e-4, 0.0), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1e-2, 1.6e-2)}
     results = []
@@ -167,21 +194,25 @@ def check_against_reference(device="cuda", lens=(1, 15, 16, 17, 100, 3000),
         atol, rtol = tol[dtype]
         err = (got.float() - want).abs()
         results.append((case, err.max().item(), bool((err <= atol + rtol * want.abs()).all())))
+
     for dtype in tol:
         for hq, hkv, d in [(2, 2, 64), (9, 3, 64), (32, 4, 128)]:
             for splits in (1, 4):
-                q, kc, vc, tables, _, _, _ = make_case(len(lens), max(lens), hq, hkv, d, 16,
-                                                       dtype, device, gen)
+                q, kc, vc, tables, _, _, _ = make_case(
+                    len(lens), max(lens), hq, hkv, d, 16, dtype, device, gen
+                )
                 ctx = torch.tensor(lens, device=device, dtype=torch.int32)
-                want = ref.paged_decode_attention(q.float(), kc.float(), vc.float(), tables, ctx,
-                                                  d ** -0.5)
-                got = decode_attention(q, kc, vc, tables, ctx, d ** -0.5, num_splits=splits)
+                want = ref.paged_decode_attention(
+                    q.float(), kc.float(), vc.float(), tables, ctx, d**-0.5
+                )
+                got = decode_attention(q, kc, vc, tables, ctx, d**-0.5, num_splits=splits)
                 compare(f"decode {dtype} {hq}/{hkv}x{d} splits={splits}", got, want, dtype)
             starts = torch.tensor([0, *new], device=device).cumsum(0).int()
             qp = torch.randn(int(starts[-1]), hq, d, device=device, dtype=dtype, generator=gen)
-            want = ref.paged_prefill_attention(qp.float(), kc.float(), vc.float(), tables, starts,
-                                               ctx, d ** -0.5)
-            got = paged_prefill_attention(qp, kc, vc, tables, starts, ctx, d ** -0.5)
+            want = ref.paged_prefill_attention(
+                qp.float(), kc.float(), vc.float(), tables, starts, ctx, d**-0.5
+            )
+            got = paged_prefill_attention(qp, kc, vc, tables, starts, ctx, d**-0.5)
             compare(f"prefill {dtype} {hq}/{hkv}x{d}", got, want, dtype)
         k = torch.randn(64, 3, 64, device=device, generator=gen)
         slots = torch.randperm(8 * 16, device=device, generator=gen)[:64]
@@ -196,6 +227,7 @@ def check_against_reference(device="cuda", lens=(1, 15, 16, 17, 100, 3000),
 
 # ------------------------------------------------------------------ no-GPU side
 
+
 def compile_only(arch: int, heads: str) -> list[str]:
     """Compile each kernel variant the engine and this bench launch, for CUDA ``arch``."""
     from triton.backends.compiler import GPUTarget
@@ -204,6 +236,7 @@ def compile_only(arch: int, heads: str) -> list[str]:
 
     from kernels import paged_attention as pa
     from kernels import store_kv as sk
+
     hq, hkv, d = HEADS[heads]
     group = hq // hkv
     done = []
@@ -214,33 +247,75 @@ def compile_only(arch: int, heads: str) -> list[str]:
         done.append(label)
 
     for dt in ("bf16", "fp32"):
-        ptrs = {n: "*" + dt for n in ("q_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr",
-                                      "k_ptr", "v_ptr")}
-        ptrs.update(bt_ptr="*i32", ctx_ptr="*i32", qsl_ptr="*i32", part_ptr="*fp32",
-                    ml_ptr="*fp32", slot_ptr="*i64", qk_scale="fp32")
-        shape = dict(GROUP=group, HEAD_DIM=d, D_PAD=pa.next_pow2(max(d, 16)), BLOCK_SIZE=16,
-                     DOT_PRECISION="ieee" if dt == "fp32" else None, WIDEN=False)
+        ptrs = {
+            n: "*" + dt
+            for n in ("q_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr", "k_ptr", "v_ptr")
+        }
+        ptrs.update(
+            bt_ptr="*i32",
+            ctx_ptr="*i32",
+            qsl_ptr="*i32",
+            part_ptr="*fp32",
+            ml_ptr="*fp32",
+            slot_ptr="*i64",
+            qk_scale="fp32",
+        )
+        shape = dict(
+            GROUP=group,
+            HEAD_DIM=d,
+            D_PAD=pa.next_pow2(max(d, 16)),
+            BLOCK_SIZE=16,
+            DOT_PRECISION="ieee" if dt == "fp32" else None,
+            WIDEN=False,
+        )
         for splits in (1, 8):
-            build(pa._decode_kernel, ptrs, dict(shape, GROUP_PAD=max(16, pa.next_pow2(group)),
-                                                TILE_N=64, NUM_SPLITS=splits),
-                  f"decode {dt} splits={splits}")
-        build(pa._merge_splits_kernel, ptrs,
-              dict(HEAD_DIM=d, D_PAD=shape["D_PAD"], NUM_SPLITS=8), f"merge {dt}")
-        build(pa._prefill_kernel, ptrs, dict(shape, GROUP_PAD=pa.next_pow2(group),
-                                             BLOCK_Q=max(1, 64 // pa.next_pow2(group)), TILE_N=64),
-              f"prefill {dt}")
-        build(sk._store_kv_kernel, ptrs, dict(H_PAD=pa.next_pow2(hkv), D_PAD=shape["D_PAD"]),
-              f"store_kv {dt}")
+            build(
+                pa._decode_kernel,
+                ptrs,
+                dict(shape, GROUP_PAD=max(16, pa.next_pow2(group)), TILE_N=64, NUM_SPLITS=splits),
+                f"decode {dt} splits={splits}",
+            )
+        build(
+            pa._merge_splits_kernel,
+            ptrs,
+            dict(HEAD_DIM=d, D_PAD=shape["D_PAD"], NUM_SPLITS=8),
+            f"merge {dt}",
+        )
+        build(
+            pa._prefill_kernel,
+            ptrs,
+            dict(
+                shape,
+                GROUP_PAD=pa.next_pow2(group),
+                BLOCK_Q=max(1, 64 // pa.next_pow2(group)),
+                TILE_N=64,
+            ),
+            f"prefill {dt}",
+        )
+        build(
+            sk._store_kv_kernel,
+            ptrs,
+            dict(H_PAD=pa.next_pow2(hkv), D_PAD=shape["D_PAD"]),
+            f"store_kv {dt}",
+        )
     return done
 
 
 # ------------------------------------------------------------------ output
 
-COLUMNS = [("batch", "batch"), ("context", "context"), ("K/V MiB", "kv_mib"),
-           ("paged µs", "paged_us"), ("contiguous µs", "contiguous_us"),
-           ("paged/contig", "ratio"), ("paged GB/s", "paged_gbps"),
-           ("contig GB/s", "contiguous_gbps"), ("paged % peak", "paged_peak_pct"),
-           ("contig % peak", "contiguous_peak_pct"), ("max abs err", "max_abs_err")]
+COLUMNS = [
+    ("batch", "batch"),
+    ("context", "context"),
+    ("K/V MiB", "kv_mib"),
+    ("paged µs", "paged_us"),
+    ("contiguous µs", "contiguous_us"),
+    ("paged/contig", "ratio"),
+    ("paged GB/s", "paged_gbps"),
+    ("contig GB/s", "contiguous_gbps"),
+    ("paged % peak", "paged_peak_pct"),
+    ("contig % peak", "contiguous_peak_pct"),
+    ("max abs err", "max_abs_err"),
+]
 
 
 def _fmt(v) -> str:
@@ -271,8 +346,10 @@ def write_outputs(out: str, title: str, rows: list[Row]) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     hq, hkv, d = HEADS[args.heads]
-    title = (f"Paged decode vs contiguous SDPA: {args.heads} heads (Hq {hq}, Hkv {hkv}, D {d}), "
-             f"{args.dtype}, block {args.block_size}")
+    title = (
+        f"Paged decode vs contiguous SDPA: {args.heads} heads (Hq {hq}, Hkv {hkv}, D {d}), "
+        f"{args.dtype}, block {args.block_size}"
+    )
     if args.dry_run:
         print(f"plan: {title}")
         print(markdown(plan(args), COLUMNS[:3]))
@@ -286,9 +363,12 @@ def main(argv=None) -> int:
         return 0
 
     import torch
+
     if not torch.cuda.is_available():
-        print("error: bench/kernels.py needs a CUDA GPU (try --dry-run or --compile-only)",
-              file=sys.stderr)
+        print(
+            "error: bench/kernels.py needs a CUDA GPU (try --dry-run or --compile-only)",
+            file=sys.stderr,
+        )
         return 2
     name = torch.cuda.get_device_name()
     peak = args.peak_gbps or peak_for(name)

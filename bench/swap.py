@@ -11,6 +11,7 @@ arena 16; recompute 11.2 tok/s, 20 preemptions, 444 tokens recomputed; swap 6.5 
 preemptions (19 swap-outs, 1 fallback), 42.2 MiB moved; swap / recompute 0.58x; same tokens.
 (That run's "tokens recomputed" for swap was miscounted as 444; fixed since, not re-measured.)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,10 +27,30 @@ from engine.llm import LLM  # noqa: E402
 from engine.model import load_model  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
 
-SUBJECTS = ["the moon", "bread", "rivers", "chess", "volcanoes", "jazz", "bees", "glass",
-            "trains", "salt", "owls", "paper", "rain", "clocks", "copper", "tea"]
-PROMPTS = [f"Write a short paragraph about {s}, for a curious child." if i % 2 else
-           f"Tell me three facts about {s}." for i, s in enumerate(SUBJECTS)]
+SUBJECTS = [
+    "the moon",
+    "bread",
+    "rivers",
+    "chess",
+    "volcanoes",
+    "jazz",
+    "bees",
+    "glass",
+    "trains",
+    "salt",
+    "owls",
+    "paper",
+    "rain",
+    "clocks",
+    "copper",
+    "tea",
+]
+PROMPTS = [
+    f"Write a short paragraph about {s}, for a curious child."
+    if i % 2
+    else f"Tell me three facts about {s}."
+    for i, s in enumerate(SUBJECTS)
+]
 
 
 def recomputed_tokens(events: list[E.Event]) -> int:
@@ -58,10 +79,14 @@ def main() -> None:
     need = [-(-(len(p) + args.new_tokens) // 16) for p in ids]
     blocks = max(sum(need) // 4, max(need))
     params = SamplingParams(max_tokens=args.new_tokens, ignore_eos=True)
-    print(f"{len(ids)} prompts x {args.new_tokens} tokens; need {sum(need)} blocks, arena "
-          f"{blocks} (a quarter), CPU tier {blocks} blocks")
-    llms = {m: LLM(model, num_blocks=blocks, attention="torch", preemption_mode=m,
-                   progress=False) for m in ("recompute", "swap")}
+    print(
+        f"{len(ids)} prompts x {args.new_tokens} tokens; need {sum(need)} blocks, arena "
+        f"{blocks} (a quarter), CPU tier {blocks} blocks"
+    )
+    llms = {
+        m: LLM(model, num_blocks=blocks, attention="torch", preemption_mode=m, progress=False)
+        for m in ("recompute", "swap")
+    }
     best = {m: float("inf") for m in llms}
     facts: dict[str, dict] = {}
     outputs = {}
@@ -81,14 +106,17 @@ def main() -> None:
                 "swaps_out": kinds.count("swapped_out"),
                 "fallbacks": kinds.count("swap_fallback"),
                 "bytes_moved": ((tier.bytes_out + tier.bytes_in) if tier else 0) - moved0,
-                "recomputed_tokens": recomputed_tokens(sink.events)}
+                "recomputed_tokens": recomputed_tokens(sink.events),
+            }
     total = len(ids) * args.new_tokens
     for mode in llms:
         f = facts[mode]
-        print(f"{mode:>9}: {total / best[mode]:6.1f} tok/s (best of {args.rounds}), "
-              f"{f['preemptions']} preemptions, {f['swaps_out']} swap-outs, "
-              f"{f['fallbacks']} fallbacks, {f['bytes_moved'] / 2**20:.1f} MiB moved, "
-              f"{f['recomputed_tokens']} tokens recomputed")
+        print(
+            f"{mode:>9}: {total / best[mode]:6.1f} tok/s (best of {args.rounds}), "
+            f"{f['preemptions']} preemptions, {f['swaps_out']} swap-outs, "
+            f"{f['fallbacks']} fallbacks, {f['bytes_moved'] / 2**20:.1f} MiB moved, "
+            f"{f['recomputed_tokens']} tokens recomputed"
+        )
     print(f"throughput swap / recompute: {best['recompute'] / best['swap']:.2f}x")
     print(f"same tokens: {outputs['swap'] == outputs['recompute']}")
 

@@ -5,6 +5,7 @@
 the two; on a shared machine a neighbour's burst can halve either side's round, so we report the
 best round of each and the median of the per-round ratios (each pair ran back to back).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,10 +23,30 @@ from engine.llm import LLM  # noqa: E402
 from engine.model import load_model  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
 
-SUBJECTS = ["the moon", "bread", "rivers", "chess", "volcanoes", "jazz", "bees", "glass",
-            "trains", "salt", "owls", "paper", "rain", "clocks", "copper", "tea"]
-PROMPTS = [f"Write a short paragraph about {s}, for a curious child." if i % 2 else
-           f"Tell me three facts about {s}." for i, s in enumerate(SUBJECTS)]
+SUBJECTS = [
+    "the moon",
+    "bread",
+    "rivers",
+    "chess",
+    "volcanoes",
+    "jazz",
+    "bees",
+    "glass",
+    "trains",
+    "salt",
+    "owls",
+    "paper",
+    "rain",
+    "clocks",
+    "copper",
+    "tea",
+]
+PROMPTS = [
+    f"Write a short paragraph about {s}, for a curious child."
+    if i % 2
+    else f"Tell me three facts about {s}."
+    for i, s in enumerate(SUBJECTS)
+]
 
 
 def run_ours(llm: LLM, prompts: list[str], new_tokens: int) -> tuple[float, list[list[int]]]:
@@ -43,13 +64,17 @@ def run_hf(model, prompts: list[str], new_tokens: int) -> tuple[float, list[list
     batch = tok(prompts, return_tensors="pt", padding=True).to(model.device)
     t0 = time.perf_counter()
     with torch.inference_mode():
-        out = model.hf_model.generate(**batch, max_new_tokens=new_tokens,
-                                      min_new_tokens=new_tokens, do_sample=False,
-                                      pad_token_id=tok.pad_token_id)
+        out = model.hf_model.generate(
+            **batch,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+        )
     if model.device.type == "cuda":
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    gen = out[:, batch["input_ids"].shape[1]:]
+    gen = out[:, batch["input_ids"].shape[1] :]
     assert gen.shape[1] == new_tokens
     return dt, gen.tolist()
 
@@ -63,7 +88,7 @@ def main() -> int:
     ap.add_argument("--attention", default="auto")
     args = ap.parse_args()
     model = load_model(None, device=args.device, keep_hf=True)
-    prompts = (PROMPTS * (args.num_prompts // len(PROMPTS) + 1))[:args.num_prompts]
+    prompts = (PROMPTS * (args.num_prompts // len(PROMPTS) + 1))[: args.num_prompts]
     llm = LLM(model, attention=args.attention, progress=False)
     n = len(prompts) * args.new_tokens
     run_ours(llm, prompts[:2], 4)  # warm-up: first calls pay one-off allocation costs
@@ -77,13 +102,17 @@ def main() -> int:
         print(f"round {i + 1}: ours {ours[-1]:.1f} tok/s, HF {hf[-1]:.1f} tok/s", file=sys.stderr)
     # HF pads the batch, so its numerics differ a little from per-sequence runs; report agreement
     same = sum(a == b for a, b in zip(our_tokens, hf_tokens, strict=False))
-    print(f"{len(prompts)} prompts x {args.new_tokens} new tokens on {model.device} "
-          f"({torch.get_num_threads()} threads), attention={llm.runner.attention_backend}")
+    print(
+        f"{len(prompts)} prompts x {args.new_tokens} new tokens on {model.device} "
+        f"({torch.get_num_threads()} threads), attention={llm.runner.attention_backend}"
+    )
     print(f"ours (paged engine): {max(ours):.1f} tok/s")
     print(f"HF generate (padded batch): {max(hf):.1f} tok/s")
-    print(f"ratio ours/HF: {max(ours) / max(hf):.2f}x best vs best, "
-          f"{statistics.median(o / h for o, h in zip(ours, hf, strict=True)):.2f}x median of rounds  "
-          f"(target >= 1.0, goal 1.5)")
+    print(
+        f"ratio ours/HF: {max(ours) / max(hf):.2f}x best vs best, "
+        f"{statistics.median(o / h for o, h in zip(ours, hf, strict=True)):.2f}x median of rounds  "
+        f"(target >= 1.0, goal 1.5)"
+    )
     print(f"identical greedy outputs: {same}/{len(prompts)}")
     return 0
 

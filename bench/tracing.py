@@ -5,6 +5,7 @@ every event to a JSONL trace with one that has no subscriber at all, and prints 
 and their ratio (goal >= 0.95). Alternating and taking the best of several rounds keeps the
 machine's noise out of the ratio.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,9 @@ from engine.scenario import load  # noqa: E402
 def _run(sc, model, traced: bool) -> float:
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
-        runs = record(sc, ["max", "paged"], os.path.join(d, "t.jsonl") if traced else None,
-                      model=model)
+        runs = record(
+            sc, ["max", "paged"], os.path.join(d, "t.jsonl") if traced else None, model=model
+        )
         dt = time.perf_counter() - t0
     tokens = sum(len(r.output_token_ids) for run in runs.values() for r in run.requests)
     return tokens / dt

@@ -3,14 +3,15 @@
 ``from engine import LLM, SamplingParams``. The heavy parts (torch, the model) load lazily, so the
 pure-Python parts (events, traces, accounting, allocators, scheduler) import without torch.
 """
+
 from engine.request import EngineInputError, InvalidConfigError, InvalidRequestError, SamplingParams
 
-__all__ = ["LLM", "SamplingParams", "EngineInputError", "InvalidConfigError",
-           "InvalidRequestError"]
+__all__ = ["LLM", "SamplingParams", "EngineInputError", "InvalidConfigError", "InvalidRequestError"]
 
 
 def __getattr__(name: str):
     if name == "LLM":
         from engine.llm import LLM
+
         return LLM
     raise AttributeError(f"module 'engine' has no attribute {name!r}")

@@ -17,6 +17,7 @@ counted apart (``cpu_blocks``, ``cpu_used``, ``swapped``): its blocks are not ar
 event); for a request not yet finished the bound ``prompt_len + max_tokens - 1`` stands in.
 Pure Python, no torch.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -30,6 +31,7 @@ CATEGORIES = ("token_states", "reservation", "internal", "external", "free")
 @dataclass(frozen=True)
 class StepAccount:
     """Slot counts per category at the end of one step, plus the queue."""
+
     step: int
     num_slots: int
     token_states: int
@@ -40,9 +42,9 @@ class StepAccount:
     running: int
     waiting: int
     blocked: int
-    cpu_blocks: int = 0      # the CPU tier's size in blocks (0: no tier)
-    cpu_used: int = 0        # CPU blocks holding swapped-out K/V
-    swapped: int = 0         # requests whose K/V sit on the CPU tier
+    cpu_blocks: int = 0  # the CPU tier's size in blocks (0: no tier)
+    cpu_used: int = 0  # CPU blocks holding swapped-out K/V
+    swapped: int = 0  # requests whose K/V sit on the CPU tier
 
     def share(self, category: str) -> float:
         return getattr(self, category) / self.num_slots if self.num_slots else 0.0
@@ -55,6 +57,7 @@ class StepAccount:
 class RequestInfo:
     """What the fold knows of one request: its arrival rank, its declared lengths, and
     ``status`` (waiting / running / finished)."""
+
     order: int
     prompt_len: int
     max_tokens: int
@@ -73,11 +76,12 @@ class Tally:
     request (``requests``), the queue (``running`` in admission order, ``waiting`` in queue
     order) and the refusals of the step last closed (``refusals``). ``final_lens`` maps request
     ids to their final length when known; a ``finished`` event fills in the rest."""
+
     num_slots: int
     block_size: int
     final_lens: dict[str, int] = field(default_factory=dict)
-    held: dict[str, int] = field(default_factory=dict)      # slots held per request
-    filled: dict[str, int] = field(default_factory=dict)    # K/V slots written per request
+    held: dict[str, int] = field(default_factory=dict)  # slots held per request
+    filled: dict[str, int] = field(default_factory=dict)  # K/V slots written per request
     block_refs: dict[int, int] = field(default_factory=dict)
     requests: dict[str, RequestInfo] = field(default_factory=dict)
     running: list[str] = field(default_factory=list)
@@ -153,14 +157,21 @@ class Tally:
         waiting = set(self.waiting)
         self.refusals = tuple(b for r, b in self.blocked_now.items() if r in waiting)
         blocked = sum(1 for b in self.refusals if b.reason != E.BLOCKED_BATCH_FULL)
-        acct = StepAccount(step=step, num_slots=self.num_slots, token_states=token,
-                           reservation=reservation, internal=internal,
-                           external=free_total if blocked else 0,
-                           free=0 if blocked else free_total,
-                           running=len(self.running), waiting=len(self.waiting), blocked=blocked,
-                           cpu_blocks=self.num_cpu_blocks,
-                           cpu_used=sum(len(t) for t in self.cpu_tables.values()),
-                           swapped=len(self.cpu_tables))
+        acct = StepAccount(
+            step=step,
+            num_slots=self.num_slots,
+            token_states=token,
+            reservation=reservation,
+            internal=internal,
+            external=free_total if blocked else 0,
+            free=0 if blocked else free_total,
+            running=len(self.running),
+            waiting=len(self.waiting),
+            blocked=blocked,
+            cpu_blocks=self.num_cpu_blocks,
+            cpu_used=sum(len(t) for t in self.cpu_tables.values()),
+            swapped=len(self.cpu_tables),
+        )
         self.blocked_now.clear()
         return acct
 
@@ -175,11 +186,16 @@ def final_lengths(events: Iterable[E.Event]) -> dict[str, int]:
     return {ev.req: ev.final_len for ev in events if isinstance(ev, E.Finished)}
 
 
-def account(events: list[E.Event], num_slots: int, block_size: int,
-            num_cpu_blocks: int = 0) -> list[StepAccount]:
+def account(
+    events: list[E.Event], num_slots: int, block_size: int, num_cpu_blocks: int = 0
+) -> list[StepAccount]:
     """One StepAccount per ``step_end`` event, in order."""
-    tally = Tally(num_slots=num_slots, block_size=block_size, final_lens=final_lengths(events),
-                  num_cpu_blocks=num_cpu_blocks)
+    tally = Tally(
+        num_slots=num_slots,
+        block_size=block_size,
+        final_lens=final_lengths(events),
+        num_cpu_blocks=num_cpu_blocks,
+    )
     out = []
     for ev in events:
         tally.apply(ev)

@@ -3,6 +3,7 @@
 Both allocators implement the ``Allocator`` protocol, the one interface the scheduler and the
 engine core use. They emit allocator events on the bus; the scheduler emits the rest.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,8 +22,9 @@ def check_allocator(name: str) -> str:
     """``name`` if it is one of ALLOCATORS, else InvalidConfigError (the one place this is
     checked)."""
     if name not in ALLOCATORS:
-        raise InvalidConfigError(f"unknown allocator {name!r}; choose one of "
-                                 f"{', '.join(ALLOCATORS)}")
+        raise InvalidConfigError(
+            f"unknown allocator {name!r}; choose one of {', '.join(ALLOCATORS)}"
+        )
     return name
 
 
@@ -42,6 +44,7 @@ class AdmitRefusal:
     """Why the head of the queue cannot be admitted now: ``reason`` (one of the
     ``events.BLOCKED_*``), what admission asked for, the free total and the largest free run.
     The scheduler publishes it unchanged as an ``AdmissionBlocked`` event."""
+
     reason: str
     need_slots: int
     free_slots: int
@@ -127,8 +130,9 @@ class PagedAllocator:
         need = cdiv(num_tokens, self.block_size)
         if need <= self.pool.num_free:
             return None
-        return AdmitRefusal(E.BLOCKED_NO_FREE_BLOCK, need * self.block_size, self.free_slots,
-                            self.largest_hole)
+        return AdmitRefusal(
+            E.BLOCKED_NO_FREE_BLOCK, need * self.block_size, self.free_slots, self.largest_hole
+        )
 
     def admit(self, req: Request, num_tokens: int) -> None:
         self.tables[req.req_id] = []
@@ -143,8 +147,9 @@ class PagedAllocator:
         for _ in range(need):
             block = self.pool.allocate()
             table.append(block)
-            self.bus.emit(E.BlockAllocated, req=req.req_id, logical=len(table) - 1,
-                          physical=block.block_id)
+            self.bus.emit(
+                E.BlockAllocated, req=req.req_id, logical=len(table) - 1, physical=block.block_id
+            )
         return True
 
     def release(self, req_id: str) -> None:
@@ -157,8 +162,10 @@ class PagedAllocator:
         return [b.block_id for b in self.tables[req_id]]
 
     def slot(self, req_id: str, pos: int) -> int:
-        return self.tables[req_id][pos // self.block_size].block_id * self.block_size \
+        return (
+            self.tables[req_id][pos // self.block_size].block_id * self.block_size
             + pos % self.block_size
+        )
 
 
 class ContiguousAllocator:
@@ -180,8 +187,15 @@ class ContiguousAllocator:
     A request whose run fits in no hole waits even when the free total would do: the refusal's
     reason is then ``no_hole`` - external fragmentation."""
 
-    def __init__(self, num_blocks: int, block_size: int, max_model_len: int, policy: str,
-                 bus: E.EventBus, placement: str = "first-fit") -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        max_model_len: int,
+        policy: str,
+        bus: E.EventBus,
+        placement: str = "first-fit",
+    ) -> None:
         if policy not in ("max", "pow2", "oracle"):
             raise InvalidConfigError(f"unknown contiguous policy {policy!r}")
         self.name = policy
@@ -228,7 +242,8 @@ class ContiguousAllocator:
             raise InvalidConfigError(
                 f"request {req.req_id} needs a {need}-slot block but the largest "
                 f"{self.placement.name} block in a {self.num_slots}-slot arena is "
-                f"{self.placement.max_run}")
+                f"{self.placement.max_run}"
+            )
         return need
 
     def check_admit(self, req: Request, num_tokens: int) -> AdmitRefusal | None:
@@ -262,8 +277,14 @@ class ContiguousAllocator:
         return self.runs[req_id][0] + pos
 
 
-def make_allocator(name: str, num_blocks: int, block_size: int, max_model_len: int,
-                   bus: E.EventBus, placement: str = "first-fit") -> Allocator:
+def make_allocator(
+    name: str,
+    num_blocks: int,
+    block_size: int,
+    max_model_len: int,
+    bus: E.EventBus,
+    placement: str = "first-fit",
+) -> Allocator:
     """Build the allocator ``name`` (one of ALLOCATORS) over an arena of ``num_blocks`` blocks;
     ``placement`` (first-fit or buddy) applies to the contiguous ones."""
     check_allocator(name)

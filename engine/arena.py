@@ -4,6 +4,7 @@ Both allocators manage this same memory. The paged one hands out whole blocks; a
 sees the arena as ``num_slots`` blocks of one slot each. ``view(block_size)`` gives either picture
 without copying: a flat slot index means the same token slot in every view.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,9 @@ def bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) ->
     return 2 * config.num_layers * block_size * config.num_kv_heads * config.head_dim * elem
 
 
-def blocks_for_budget(config: ModelConfig, block_size: int, dtype: torch.dtype,
-                      kv_budget_mb: float) -> int:
+def blocks_for_budget(
+    config: ModelConfig, block_size: int, dtype: torch.dtype, kv_budget_mb: float
+) -> int:
     """How many whole blocks fit in ``kv_budget_mb`` MiB. Raises InvalidConfigError when not
     even one does."""
     if block_size <= 0:
@@ -34,7 +36,8 @@ def blocks_for_budget(config: ModelConfig, block_size: int, dtype: torch.dtype,
     if n <= 0:
         raise InvalidConfigError(
             f"KV budget of {kv_budget_mb} MiB is too small for one block of {block_size} tokens "
-            f"({per_block / MIB:.3f} MiB)")
+            f"({per_block / MIB:.3f} MiB)"
+        )
     return n
 
 
@@ -72,7 +75,8 @@ def check_fits(nbytes: int, device: torch.device | str) -> None:
     if total is not None and nbytes > total:
         raise InvalidConfigError(
             f"a KV arena of {nbytes / MIB:,.0f} MiB does not fit in the {total / MIB:,.0f} MiB "
-            f"of {device}; lower --num-blocks or --kv-budget-mb")
+            f"of {device}; lower --num-blocks or --kv-budget-mb"
+        )
 
 
 @dataclass(frozen=True)
@@ -92,8 +96,14 @@ class KVArena:
     count. The memory starts zeroed: attention may read (masked) slots never written, and
     masked garbage is only harmless while it is finite (0 * NaN is NaN)."""
 
-    def __init__(self, config: ModelConfig, num_blocks: int, block_size: int,
-                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        num_blocks: int,
+        block_size: int,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         if block_size <= 0:
             raise InvalidConfigError(f"block size must be positive, got {block_size}")
         if num_blocks <= 0:
@@ -109,12 +119,22 @@ class KVArena:
         self._views: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
 
     @classmethod
-    def from_budget(cls, config: ModelConfig, kv_budget_mb: float, block_size: int,
-                    device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
-                    ) -> KVArena:
+    def from_budget(
+        cls,
+        config: ModelConfig,
+        kv_budget_mb: float,
+        block_size: int,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> KVArena:
         """As many blocks as fit in ``kv_budget_mb`` MiB (K and V, all layers)."""
-        return cls(config, blocks_for_budget(config, block_size, dtype, kv_budget_mb),
-                   block_size, device, dtype)
+        return cls(
+            config,
+            blocks_for_budget(config, block_size, dtype, kv_budget_mb),
+            block_size,
+            device,
+            dtype,
+        )
 
     @property
     def num_blocks(self) -> int:
@@ -136,7 +156,9 @@ class KVArena:
         """Per layer ``(k, v)`` seen as ``[num_slots // block_size, block_size, Hkv, D]``.
         ``block_size`` must divide ``num_slots``; views are cached (they share storage)."""
         if block_size <= 0 or self.num_slots % block_size:
-            raise InvalidConfigError(f"cannot view {self.num_slots} slots as blocks of {block_size}")
+            raise InvalidConfigError(
+                f"cannot view {self.num_slots} slots as blocks of {block_size}"
+            )
         views = self._views.get(block_size)
         if views is None:
             s = self.shape

@@ -6,6 +6,7 @@ does it once in ``prepare`` and each layer only gathers (``index_select``, sever
 than advanced indexing on CPU) and calls SDPA with exactly the reference's arguments. The output
 is bit-identical to the reference; ``tests/test_arena.py`` holds it to that.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,8 +20,8 @@ from kernels.reference import gather_slots
 
 @dataclass
 class _DecodePlan:
-    slots: torch.Tensor   # [B * L] flat arena slots of every request's positions 0..L-1
-    mask: torch.Tensor    # [B, 1, 1, L] position < context_len
+    slots: torch.Tensor  # [B * L] flat arena slots of every request's positions 0..L-1
+    mask: torch.Tensor  # [B, 1, 1, L] position < context_len
     batch: int
     length: int
 
@@ -30,7 +31,7 @@ class _PrefillSeq:
     start: int
     end: int
     slots: torch.Tensor | None  # None: the whole context is new, its K/V are the step's own
-    mask: torch.Tensor | None   # [n, ctx] causal mask over cached + new tokens
+    mask: torch.Tensor | None  # [n, ctx] causal mask over cached + new tokens
 
 
 class TorchAttention:
@@ -40,7 +41,7 @@ class TorchAttention:
 
     def __init__(self, scale: float, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
         self.scale = scale
-        self.k_scale, self.v_scale = k_scale, v_scale   # per-tensor float8 scales (kernels/fp8.py)
+        self.k_scale, self.v_scale = k_scale, v_scale  # per-tensor float8 scales (kernels/fp8.py)
         self._decode: _DecodePlan | None = None
         self._prefill: list[_PrefillSeq] = []
 
@@ -52,8 +53,9 @@ class TorchAttention:
             pos = torch.arange(length, device=ctx.device)
             slots = gather_slots(meta.decode_block_tables, pos, block_size)
             mask = pos[None, :] < ctx[:, None].long()
-            self._decode = _DecodePlan(slots.reshape(-1), mask[:, None, None, :],
-                                       slots.shape[0], length)
+            self._decode = _DecodePlan(
+                slots.reshape(-1), mask[:, None, None, :], slots.shape[0], length
+            )
         if meta.prefill_block_tables is not None:
             starts = meta.query_start_loc.tolist()
             for b, ctx in enumerate(meta.prefill_context_lens.tolist()):
@@ -62,7 +64,7 @@ class TorchAttention:
                     self._prefill.append(_PrefillSeq(s, e, None, None))
                     continue
                 pos = torch.arange(ctx, device=meta.slot_mapping.device)
-                slots = gather_slots(meta.prefill_block_tables[b:b + 1], pos, block_size)[0]
+                slots = gather_slots(meta.prefill_block_tables[b : b + 1], pos, block_size)[0]
                 qpos = torch.arange(ctx - (e - s), ctx, device=pos.device)
                 self._prefill.append(_PrefillSeq(s, e, slots, pos[None, :] <= qpos[:, None]))
 
@@ -72,7 +74,10 @@ class TorchAttention:
         hkv, d = k_cache.shape[2], k_cache.shape[3]
         if is_fp8(k_cache.dtype):
             # attend to what the arena holds, the new tokens too: K/V after a float8 round trip
-            k8, v8 = quantize(k, k_cache.dtype, self.k_scale), quantize(v, v_cache.dtype, self.v_scale)
+            k8, v8 = (
+                quantize(k, k_cache.dtype, self.k_scale),
+                quantize(v, v_cache.dtype, self.v_scale),
+            )
             k, v = dequantize(k8, q.dtype, self.k_scale), dequantize(v8, q.dtype, self.v_scale)
             bits(k_cache).view(-1, hkv, d).index_copy_(0, meta.slot_mapping, bits(k8))
             bits(v_cache).view(-1, hkv, d).index_copy_(0, meta.slot_mapping, bits(v8))
@@ -84,13 +89,16 @@ class TorchAttention:
             return self._attend_decode(q, k_cache, v_cache, self._decode)
         out = torch.empty_like(q)
         for p in self._prefill:
-            out[p.start:p.end] = self._attend_prefill(q[p.start:p.end], k, v, k_cache, v_cache, p)
+            out[p.start : p.end] = self._attend_prefill(
+                q[p.start : p.end], k, v, k_cache, v_cache, p
+            )
         if self._decode is not None:
             out[n:] = self._attend_decode(q[n:], k_cache, v_cache, self._decode)
         return out
 
-    def _gather(self, cache: torch.Tensor, slots: torch.Tensor, out_dtype: torch.dtype,
-                kv_scale: float) -> torch.Tensor:
+    def _gather(
+        self, cache: torch.Tensor, slots: torch.Tensor, out_dtype: torch.dtype, kv_scale: float
+    ) -> torch.Tensor:
         hkv, d = cache.shape[2], cache.shape[3]
         rows = bits(cache).view(-1, hkv * d).index_select(0, slots).view(*slots.shape, hkv, d)
         if not is_fp8(cache.dtype):
@@ -102,21 +110,31 @@ class TorchAttention:
         k = self._gather(k_cache, p.slots, q.dtype, self.k_scale).view(p.batch, p.length, hkv, d)
         v = self._gather(v_cache, p.slots, q.dtype, self.v_scale).view(p.batch, p.length, hkv, d)
         out = F.scaled_dot_product_attention(
-            q.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=p.mask,
-            scale=self.scale, enable_gqa=q.shape[1] != hkv)
+            q.unsqueeze(2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=p.mask,
+            scale=self.scale,
+            enable_gqa=q.shape[1] != hkv,
+        )
         return out.squeeze(2)
 
     def _attend_prefill(self, q, k_new, v_new, k_cache, v_cache, p: _PrefillSeq) -> torch.Tensor:
         if p.slots is None:
             # the store above copied these very values into the arena: reading them back
             # would only cost a gather
-            k, v = k_new[p.start:p.end], v_new[p.start:p.end]
+            k, v = k_new[p.start : p.end], v_new[p.start : p.end]
         else:
             k = self._gather(k_cache, p.slots, q.dtype, self.k_scale)
             v = self._gather(v_cache, p.slots, q.dtype, self.v_scale)
         causal = p.mask is None
         o = F.scaled_dot_product_attention(
-            q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
-            v.transpose(0, 1).unsqueeze(0), attn_mask=p.mask, is_causal=causal,
-            scale=self.scale, enable_gqa=q.shape[1] != k_cache.shape[2])
+            q.transpose(0, 1).unsqueeze(0),
+            k.transpose(0, 1).unsqueeze(0),
+            v.transpose(0, 1).unsqueeze(0),
+            attn_mask=p.mask,
+            is_causal=causal,
+            scale=self.scale,
+            enable_gqa=q.shape[1] != k_cache.shape[2],
+        )
         return o[0].transpose(0, 1)

@@ -1,5 +1,6 @@
 """The pool of physical KV blocks: a free list plus a ref count (and room for a content hash) per
 block, so that shared prefix blocks and copy-on-write can be added without changing callers."""
+
 from __future__ import annotations
 
 from collections import deque

@@ -11,6 +11,7 @@ An arena whose size is not a power of two is tiled greedily by aligned power-of-
 largest first (15,728 = 8,192 + 4,096 + 2,048 + 1,024 + 256 + 64 + 32 + 16); two halves merge only
 when their parent lies inside the arena, so no block ever straddles its end.
 """
+
 from __future__ import annotations
 
 
@@ -31,7 +32,7 @@ class BuddyPlacement:
         if num_slots <= 0:
             raise ValueError(f"num_slots must be positive, got {num_slots}")
         self.num_slots = num_slots
-        self.free_lists: dict[int, set[int]] = {}   # order -> starts of free 2**order blocks
+        self.free_lists: dict[int, set[int]] = {}  # order -> starts of free 2**order blocks
         start = 0
         for order in range(num_slots.bit_length() - 1, -1, -1):
             if num_slots >> order & 1:

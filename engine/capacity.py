@@ -30,6 +30,7 @@ type llama.cpp uses unless told otherwise.
 
 Every bad input raises :class:`engine.request.InvalidConfigError` with a one-line message.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,11 +44,19 @@ KiB, MiB, GiB = 2**10, 2**20, 2**30
 DEFAULT_ENTRY_BYTES = 8  # one block-table entry: an int64 physical block id
 
 DTYPE_BYTES = {
-    "float64": 8, "fp64": 8,
-    "float32": 4, "fp32": 4,
-    "float16": 2, "fp16": 2, "half": 2,
-    "bfloat16": 2, "bf16": 2,
-    "float8": 1, "fp8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "float64": 8,
+    "fp64": 8,
+    "float32": 4,
+    "fp32": 4,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float8": 1,
+    "fp8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
 }
 
 
@@ -76,6 +85,7 @@ class ModelShape:
     ``kv_lora_rank + qk_rope_head_dim`` elements, stored here as one "head" of that width.
     ``num_sliding_layers`` of the layers attend only to the last ``sliding_window`` tokens, so
     they never hold more than that many."""
+
     name: str
     num_layers: int
     num_kv_heads: int
@@ -96,8 +106,9 @@ class ModelShape:
         if self.num_sliding_layers:
             _positive(f"{self.name}: sliding_window", self.sliding_window)
             if not 0 < self.num_sliding_layers <= self.num_layers:
-                raise InvalidConfigError(f"{self.name}: {self.num_sliding_layers} sliding layers "
-                                         f"of {self.num_layers}")
+                raise InvalidConfigError(
+                    f"{self.name}: {self.num_sliding_layers} sliding layers of {self.num_layers}"
+                )
 
     def with_dtype(self, dtype: str | int | None) -> ModelShape:
         """The same model with another KV element type; ``None`` keeps the current one."""
@@ -128,14 +139,17 @@ class ModelShape:
     def bytes_per_request(self, length: int, batch: int = 1) -> int:
         """KV bytes for ``batch`` requests of ``length`` tokens each, stored token by token."""
         _positive("length", length)
-        return self._layer_tokens(length) * _positive("batch", batch) \
-            * self.bytes_per_token_per_layer
+        return (
+            self._layer_tokens(length) * _positive("batch", batch) * self.bytes_per_token_per_layer
+        )
 
     def paged_bytes_per_request(self, length: int, block_size: int) -> int:
         """KV bytes of one request of ``length`` tokens held in whole blocks."""
         _positive("length", length)
-        return self._layer_tokens(length, _positive("block size", block_size)) \
+        return (
+            self._layer_tokens(length, _positive("block size", block_size))
             * self.bytes_per_token_per_layer
+        )
 
     def bytes_per_block_per_layer(self, block_size: int) -> int:
         return _positive("block size", block_size) * self.bytes_per_token_per_layer
@@ -146,19 +160,20 @@ class ModelShape:
 
 #: Presets, each from the model's published config.json (checked by hand in tests/test_capacity).
 PRESETS: dict[str, ModelShape] = {
-    "llama-2-70b": ModelShape("llama-2-70b", 80, 8, 128, 2, 4096),    # GQA: 64 query heads
+    "llama-2-70b": ModelShape("llama-2-70b", 80, 8, 128, 2, 4096),  # GQA: 64 query heads
     "llama-2-7b": ModelShape("llama-2-7b", 32, 32, 128, 2, 4096),
     "llama-3-8b": ModelShape("llama-3-8b", 32, 8, 128, 2, 8192),
     "llama-3-70b": ModelShape("llama-3-70b", 80, 8, 128, 2, 8192),
     # Mistral-7B-v0.1: every layer attends to a 4,096-token sliding window.
-    "mistral-7b": ModelShape("mistral-7b", 32, 8, 128, 2, 32768, sliding_window=4096,
-                             num_sliding_layers=32),
+    "mistral-7b": ModelShape(
+        "mistral-7b", 32, 8, 128, 2, 32768, sliding_window=4096, num_sliding_layers=32
+    ),
     # Qwen2.5-7B ships use_sliding_window: false, so every layer keeps the whole context.
     "qwen2.5-7b": ModelShape("qwen2.5-7b", 28, 4, 128, 2, 131072),
     # MLA: one latent of kv_lora_rank 512 + qk_rope_head_dim 64 = 576 per token per layer.
     "deepseek-v3": ModelShape("deepseek-v3", 61, 1, 512 + 64, 2, 163840, kv_tensors=1),
     "opt-13b": ModelShape("opt-13b", 40, 40, 128, 2, 2048),
-    "smollm2-135m": ModelShape("smollm2-135m", 30, 3, 64, 4, 8192),   # fp32: our CPU path
+    "smollm2-135m": ModelShape("smollm2-135m", 30, 3, 64, 4, 8192),  # fp32: our CPU path
 }
 
 
@@ -186,8 +201,9 @@ def from_hf_config(path: str | Path, dtype: str | int | None = None) -> ModelSha
     return shape_from_config(_read_json(path), path, path.parent.name, dtype)
 
 
-def shape_from_config(cfg: dict, path: str | Path, default_name: str,
-                      dtype: str | int | None = None) -> ModelShape:
+def shape_from_config(
+    cfg: dict, path: str | Path, default_name: str, dtype: str | int | None = None
+) -> ModelShape:
     """``from_hf_config`` on an already parsed config (an upload); ``path`` names it in errors."""
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = cfg["text_config"]  # multimodal configs nest the language model's shape
@@ -198,13 +214,30 @@ def shape_from_config(cfg: dict, path: str | Path, default_name: str,
     context = cfg.get("max_position_embeddings")
     if cfg.get("kv_lora_rank"):
         latent = _config_int(cfg, "kv_lora_rank", path) + _config_int(cfg, "qk_rope_head_dim", path)
-        return ModelShape(name, layers, 1, latent, kv_bytes, context, kv_tensors=1,
-                          sliding_window=window, num_sliding_layers=sliding)
+        return ModelShape(
+            name,
+            layers,
+            1,
+            latent,
+            kv_bytes,
+            context,
+            kv_tensors=1,
+            sliding_window=window,
+            num_sliding_layers=sliding,
+        )
     heads = _config_int(cfg, "num_attention_heads", path)
     kv_heads = cfg.get("num_key_value_heads") or heads
     head_dim = cfg.get("head_dim") or _config_int(cfg, "hidden_size", path) // heads
-    return ModelShape(name, layers, kv_heads, head_dim, kv_bytes, context,
-                      sliding_window=window, num_sliding_layers=sliding)
+    return ModelShape(
+        name,
+        layers,
+        kv_heads,
+        head_dim,
+        kv_bytes,
+        context,
+        sliding_window=window,
+        num_sliding_layers=sliding,
+    )
 
 
 def _kv_dtype(cfg: dict) -> str:
@@ -256,15 +289,19 @@ def from_gguf(path: str | Path, dtype: str | int | None = None) -> ModelShape:
     from gguf import GGUFReader  # heavy (numpy + format tables): only when a GGUF is asked for
 
     try:
-        meta = {k: f.contents() for k, f in GGUFReader(path).fields.items()
-                if not k.startswith("tokenizer.")}
+        meta = {
+            k: f.contents()
+            for k, f in GGUFReader(path).fields.items()
+            if not k.startswith("tokenizer.")
+        }
     except Exception as e:  # the reader signals a foreign file with assorted error types
         raise InvalidConfigError(f"cannot read {path} as GGUF: {e}") from None
     return shape_from_gguf_metadata(meta, path, path.stem, dtype)
 
 
-def shape_from_gguf_metadata(meta: dict, path: str | Path, default_name: str,
-                             dtype: str | int | None = None) -> ModelShape:
+def shape_from_gguf_metadata(
+    meta: dict, path: str | Path, default_name: str, dtype: str | int | None = None
+) -> ModelShape:
     """``from_gguf`` on already read metadata (key -> value; arrays as lists)."""
     arch = meta.get("general.architecture", "llama")
 
@@ -276,14 +313,22 @@ def shape_from_gguf_metadata(meta: dict, path: str | Path, default_name: str,
 
     heads = get("attention.head_count")
     head_dim = meta.get(f"{arch}.attention.key_length") or get("embedding_length") // heads
-    return ModelShape(str(meta.get("general.name", default_name)), get("block_count"),
-                      get("attention.head_count_kv", heads), head_dim,
-                      dtype_bytes(dtype if dtype is not None else "fp16"),
-                      meta.get(f"{arch}.context_length"))
+    return ModelShape(
+        str(meta.get("general.name", default_name)),
+        get("block_count"),
+        get("attention.head_count_kv", heads),
+        head_dim,
+        dtype_bytes(dtype if dtype is not None else "fp16"),
+        meta.get(f"{arch}.context_length"),
+    )
 
 
-def load_shape(preset_name: str | None = None, config: str | Path | None = None,
-               gguf: str | Path | None = None, dtype: str | int | None = None) -> ModelShape:
+def load_shape(
+    preset_name: str | None = None,
+    config: str | Path | None = None,
+    gguf: str | Path | None = None,
+    dtype: str | int | None = None,
+) -> ModelShape:
     """One entry point for the CLI and the page: a config path or GGUF path wins over a preset;
     with none given, the essay's Llama-2-70B."""
     if config is not None and gguf is not None:
@@ -309,6 +354,7 @@ def block_table_bytes(length: int, block_size: int, entry_bytes: int = DEFAULT_E
 class Concurrency:
     """How many requests a KV budget holds when each reserves ``max_len`` up front versus when
     each holds only the blocks its ``mean_len`` tokens fill (the essay's section 4.2 model)."""
+
     budget_bytes: int
     max_len: int
     mean_len: int
@@ -343,33 +389,49 @@ class Concurrency:
         return self.prealloc_requests * self.mean_request_bytes
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "prealloc": self.prealloc_requests, "paged": self.paged_requests,
-                "ratio": self.ratio,
-                "prealloc_bytes_per_request": self.prealloc_bytes_per_request,
-                "paged_blocks_per_request": self.paged_blocks_per_request,
-                "paged_bytes_per_request": self.paged_bytes_per_request,
-                "paged_tail_slots": (self.paged_blocks_per_request * self.block_size
-                                     - self.mean_len),
-                "prealloc_used_bytes": self.prealloc_used_bytes,
-                "prealloc_idle_bytes": self.budget_bytes - self.prealloc_used_bytes}
+        return {
+            **asdict(self),
+            "prealloc": self.prealloc_requests,
+            "paged": self.paged_requests,
+            "ratio": self.ratio,
+            "prealloc_bytes_per_request": self.prealloc_bytes_per_request,
+            "paged_blocks_per_request": self.paged_blocks_per_request,
+            "paged_bytes_per_request": self.paged_bytes_per_request,
+            "paged_tail_slots": (self.paged_blocks_per_request * self.block_size - self.mean_len),
+            "prealloc_used_bytes": self.prealloc_used_bytes,
+            "prealloc_idle_bytes": self.budget_bytes - self.prealloc_used_bytes,
+        }
 
 
-def concurrency(shape: ModelShape, budget_bytes: int, max_len: int, mean_len: int,
-                block_size: int) -> Concurrency:
+def concurrency(
+    shape: ModelShape, budget_bytes: int, max_len: int, mean_len: int, block_size: int
+) -> Concurrency:
     """Validate the inputs and build a :class:`Concurrency`."""
-    for what, value in (("budget bytes", budget_bytes), ("max_len", max_len),
-                        ("mean length", mean_len), ("block size", block_size)):
+    for what, value in (
+        ("budget bytes", budget_bytes),
+        ("max_len", max_len),
+        ("mean length", mean_len),
+        ("block size", block_size),
+    ):
         _positive(what, value)
     if mean_len > max_len:
         raise InvalidConfigError(f"mean length {mean_len} exceeds max_len {max_len}")
-    return Concurrency(budget_bytes, max_len, mean_len, block_size, shape.bytes_per_token,
-                       shape.bytes_per_request(max_len), shape.bytes_per_request(mean_len),
-                       shape.paged_bytes_per_request(mean_len, block_size))
+    return Concurrency(
+        budget_bytes,
+        max_len,
+        mean_len,
+        block_size,
+        shape.bytes_per_token,
+        shape.bytes_per_request(max_len),
+        shape.bytes_per_request(mean_len),
+        shape.paged_bytes_per_request(mean_len, block_size),
+    )
 
 
 @dataclass(frozen=True)
 class CapacityReport:
     """Everything the CLI and the page show, computed once from one shape and one setting."""
+
     shape: ModelShape
     block_size: int
     lengths: tuple[int, ...]
@@ -378,15 +440,27 @@ class CapacityReport:
     entry_bytes: int = DEFAULT_ENTRY_BYTES
 
     def per_request_rows(self) -> list[dict]:
-        return [{"length": n, "blocks": blocks_for(n, self.block_size),
-                 "by_batch": [{"batch": b, "bytes": self.shape.bytes_per_request(n, b)}
-                              for b in self.batches]} for n in self.lengths]
+        return [
+            {
+                "length": n,
+                "blocks": blocks_for(n, self.block_size),
+                "by_batch": [
+                    {"batch": b, "bytes": self.shape.bytes_per_request(n, b)} for b in self.batches
+                ],
+            }
+            for n in self.lengths
+        ]
 
     def block_table_rows(self) -> list[dict]:
-        return [{"length": n, "entries": blocks_for(n, self.block_size),
-                 "entry_bytes": self.entry_bytes,
-                 "bytes": block_table_bytes(n, self.block_size, self.entry_bytes)}
-                for n in self.lengths]
+        return [
+            {
+                "length": n,
+                "entries": blocks_for(n, self.block_size),
+                "entry_bytes": self.entry_bytes,
+                "bytes": block_table_bytes(n, self.block_size, self.entry_bytes),
+            }
+            for n in self.lengths
+        ]
 
     def lengths_beyond_context(self) -> list[int]:
         """Lengths past the model's trained context: still valid arithmetic, as in the essay."""
@@ -395,20 +469,32 @@ class CapacityReport:
 
     def to_dict(self) -> dict:
         s = self.shape
-        return {"model": asdict(s), "block_size": self.block_size, "units": "bytes; GiB = 2**30",
-                "bytes_per_token_per_layer": s.bytes_per_token_per_layer,
-                "bytes_per_token": s.bytes_per_token,
-                "bytes_per_block_per_layer": s.bytes_per_block_per_layer(self.block_size),
-                "bytes_per_block": s.bytes_per_block(self.block_size),
-                "per_request": self.per_request_rows(), "block_table": self.block_table_rows(),
-                "lengths_beyond_context": self.lengths_beyond_context(),
-                "concurrency": self.concurrency.to_dict()}
+        return {
+            "model": asdict(s),
+            "block_size": self.block_size,
+            "units": "bytes; GiB = 2**30",
+            "bytes_per_token_per_layer": s.bytes_per_token_per_layer,
+            "bytes_per_token": s.bytes_per_token,
+            "bytes_per_block_per_layer": s.bytes_per_block_per_layer(self.block_size),
+            "bytes_per_block": s.bytes_per_block(self.block_size),
+            "per_request": self.per_request_rows(),
+            "block_table": self.block_table_rows(),
+            "lengths_beyond_context": self.lengths_beyond_context(),
+            "concurrency": self.concurrency.to_dict(),
+        }
 
 
-def build_report(shape: ModelShape, *, block_size: int = 16, budget_bytes: int = 40 * GiB,
-                 max_len: int = 8192, mean_len: int = 3000,
-                 lengths: tuple[int, ...] = (2048, 8192, 32768), batches: tuple[int, ...] = (1, 8, 32),
-                 entry_bytes: int = DEFAULT_ENTRY_BYTES) -> CapacityReport:
+def build_report(
+    shape: ModelShape,
+    *,
+    block_size: int = 16,
+    budget_bytes: int = 40 * GiB,
+    max_len: int = 8192,
+    mean_len: int = 3000,
+    lengths: tuple[int, ...] = (2048, 8192, 32768),
+    batches: tuple[int, ...] = (1, 8, 32),
+    entry_bytes: int = DEFAULT_ENTRY_BYTES,
+) -> CapacityReport:
     """The essay's setting by default. Raises InvalidConfigError on any non-positive number."""
     if not lengths or not batches:
         raise InvalidConfigError("give at least one length and one batch size")

@@ -2,6 +2,7 @@
 exposing ``add_parser(subparsers)`` and ``run(args) -> int``.
 
 Bad input of any kind ends as one line on stderr and exit code 2, never a traceback."""
+
 from __future__ import annotations
 
 import argparse

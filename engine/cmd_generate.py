@@ -1,4 +1,5 @@
 """``python -m engine generate``: complete prompts on the real model through the paged engine."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,9 @@ from engine.request import InvalidRequestError, SamplingParams, check_prompt
 def add_parser(sub) -> None:
     p = sub.add_parser("generate", help="generate completions with the paged-KV engine")
     p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompt text (several allowed)")
-    p.add_argument("--prompts-file", metavar="F",
-                   help="a JSON list of strings, or one prompt per line")
+    p.add_argument(
+        "--prompts-file", metavar="F", help="a JSON list of strings, or one prompt per line"
+    )
     p.add_argument("--max-tokens", type=int, default=64, metavar="N", help="new tokens per prompt")
     p.add_argument("--json", action="store_true", help="one JSON object per prompt, then a summary")
     p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
@@ -24,24 +26,50 @@ def add_parser(sub) -> None:
     mem.add_argument("--num-blocks", type=int, metavar="N", help="KV arena size in blocks")
     mem.add_argument("--kv-budget-mb", type=float, metavar="M", help="KV arena size in MiB")
     p.add_argument("--block-size", type=int, default=16, metavar="B", help="tokens per KV block")
-    p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
-                   help="KV arena element type: auto (the model's), fp8_e4m3 or fp8_e5m2")
-    p.add_argument("--max-model-len", type=int, default=None, metavar="L",
-                   help="longest prompt + output (default: the model's context length)")
+    p.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=KV_CACHE_DTYPES,
+        help="KV arena element type: auto (the model's), fp8_e4m3 or fp8_e5m2",
+    )
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        metavar="L",
+        help="longest prompt + output (default: the model's context length)",
+    )
     p.add_argument("--chat", action="store_true", help="wrap each prompt in the chat template")
-    p.add_argument("--model", default=None, metavar="PATH",
-                   help="local Llama-family HF directory (default: bundled SmolLM2-135M-Instruct)")
+    p.add_argument(
+        "--model",
+        default=None,
+        metavar="PATH",
+        help="local Llama-family HF directory (default: bundled SmolLM2-135M-Instruct)",
+    )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16")
-    p.add_argument("--allocator", default="paged", choices=ALLOCATORS,
-                   help="paged, or a contiguous policy; here pow2/oracle know only the "
-                        "prompt + max-tokens bound (exact with --ignore-eos)")
+    p.add_argument(
+        "--allocator",
+        default="paged",
+        choices=ALLOCATORS,
+        help="paged, or a contiguous policy; here pow2/oracle know only the "
+        "prompt + max-tokens bound (exact with --ignore-eos)",
+    )
     p.add_argument("--attention", default="auto", choices=BACKENDS)
-    p.add_argument("--preemption-mode", default="recompute", choices=PREEMPTION_MODES,
-                   help="when memory runs out: recompute the victim later, or swap its blocks "
-                        "to a CPU tier (paged allocator only)")
-    p.add_argument("--swap-space-mb", type=float, default=None, metavar="M",
-                   help="CPU tier size in MiB for --preemption-mode swap (default: the arena's)")
+    p.add_argument(
+        "--preemption-mode",
+        default="recompute",
+        choices=PREEMPTION_MODES,
+        help="when memory runs out: recompute the victim later, or swap its blocks "
+        "to a CPU tier (paged allocator only)",
+    )
+    p.add_argument(
+        "--swap-space-mb",
+        type=float,
+        default=None,
+        metavar="M",
+        help="CPU tier size in MiB for --preemption-mode swap (default: the arena's)",
+    )
     p.add_argument("--max-num-seqs", type=int, default=256, metavar="N")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T")
     p.add_argument("--top-p", type=float, default=1.0, metavar="P")
@@ -68,8 +96,9 @@ def read_prompts_file(path: str) -> list[str]:
         try:
             data = json.loads(text)
         except (ValueError, RecursionError) as e:
-            raise InvalidRequestError(f"prompts file {p} is not valid JSON: "
-                                      f"{getattr(e, 'msg', type(e).__name__)}") from None
+            raise InvalidRequestError(
+                f"prompts file {p} is not valid JSON: {getattr(e, 'msg', type(e).__name__)}"
+            ) from None
         if not isinstance(data, list) or not all(isinstance(s, str) for s in data):
             raise InvalidRequestError(f"prompts file {p} must hold a JSON list of strings")
         return data
@@ -79,8 +108,10 @@ def read_prompts_file(path: str) -> list[str]:
         except ValueError:
             pass  # a first line that starts with a quote: plain prompts
         else:
-            raise InvalidRequestError(f"prompts file {p} holds one JSON string; write a JSON "
-                                      "list of strings, or one prompt per line")
+            raise InvalidRequestError(
+                f"prompts file {p} holds one JSON string; write a JSON "
+                "list of strings, or one prompt per line"
+            )
     return [line for line in text.splitlines() if line.strip()]
 
 
@@ -92,45 +123,85 @@ def run(args) -> int:
         raise InvalidRequestError("no prompts given (pass PROMPT arguments or --prompts-file)")
     for i, p in enumerate(prompts):
         check_prompt(i, p)
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
-                            top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos)
-    EngineArgs(num_blocks=args.num_blocks, kv_budget_mb=args.kv_budget_mb,
-               block_size=args.block_size, max_model_len=args.max_model_len,
-               max_num_seqs=args.max_num_seqs, allocator=args.allocator,
-               kv_cache_dtype=args.kv_cache_dtype, preemption_mode=args.preemption_mode,
-               swap_space_mb=args.swap_space_mb)
+    params = SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        ignore_eos=args.ignore_eos,
+    )
+    EngineArgs(
+        num_blocks=args.num_blocks,
+        kv_budget_mb=args.kv_budget_mb,
+        block_size=args.block_size,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        allocator=args.allocator,
+        kv_cache_dtype=args.kv_cache_dtype,
+        preemption_mode=args.preemption_mode,
+        swap_space_mb=args.swap_space_mb,
+    )
     if args.trace is not None:
         check_output_path(args.trace, "--trace")
     from engine.llm import LLM  # torch and transformers load only once the input is sane
-    llm = LLM(args.model, device=args.device, dtype=args.dtype, num_blocks=args.num_blocks,
-              kv_budget_mb=args.kv_budget_mb, block_size=args.block_size,
-              max_model_len=args.max_model_len, allocator=args.allocator,
-              attention=args.attention, max_num_seqs=args.max_num_seqs, trace=args.trace,
-              kv_cache_dtype=args.kv_cache_dtype, preemption_mode=args.preemption_mode,
-              swap_space_mb=args.swap_space_mb)
+
+    llm = LLM(
+        args.model,
+        device=args.device,
+        dtype=args.dtype,
+        num_blocks=args.num_blocks,
+        kv_budget_mb=args.kv_budget_mb,
+        block_size=args.block_size,
+        max_model_len=args.max_model_len,
+        allocator=args.allocator,
+        attention=args.attention,
+        max_num_seqs=args.max_num_seqs,
+        trace=args.trace,
+        kv_cache_dtype=args.kv_cache_dtype,
+        preemption_mode=args.preemption_mode,
+        swap_space_mb=args.swap_space_mb,
+    )
     t0 = time.perf_counter()
     outputs = llm.generate(prompts, params, chat=args.chat)
     elapsed = time.perf_counter() - t0
     num_tokens = sum(len(o.token_ids) for o in outputs)
-    summary = {"num_requests": len(outputs), "num_generated_tokens": num_tokens,
-               "num_preemptions": llm.num_preemptions, "elapsed_s": round(elapsed, 3),
-               "tokens_per_s": round(num_tokens / elapsed, 2) if elapsed > 0 else None,
-               "allocator": args.allocator, "attention": llm.runner.attention_backend,
-               "device": str(llm.model.device), "num_blocks": llm.arena.num_blocks,
-               "block_size": llm.arena.block_size, "kv_cache_dtype": str(llm.arena.dtype)}
+    summary = {
+        "num_requests": len(outputs),
+        "num_generated_tokens": num_tokens,
+        "num_preemptions": llm.num_preemptions,
+        "elapsed_s": round(elapsed, 3),
+        "tokens_per_s": round(num_tokens / elapsed, 2) if elapsed > 0 else None,
+        "allocator": args.allocator,
+        "attention": llm.runner.attention_backend,
+        "device": str(llm.model.device),
+        "num_blocks": llm.arena.num_blocks,
+        "block_size": llm.arena.block_size,
+        "kv_cache_dtype": str(llm.arena.dtype),
+    }
     if args.json:
         for o in outputs:
-            print(json.dumps({"prompt": o.prompt, "prompt_token_ids": o.prompt_token_ids,
-                              "token_ids": o.token_ids, "text": o.text,
-                              "finish_reason": o.finish_reason,
-                              "num_preemptions": o.num_preemptions}, ensure_ascii=False))
+            print(
+                json.dumps(
+                    {
+                        "prompt": o.prompt,
+                        "prompt_token_ids": o.prompt_token_ids,
+                        "token_ids": o.token_ids,
+                        "text": o.text,
+                        "finish_reason": o.finish_reason,
+                        "num_preemptions": o.num_preemptions,
+                    },
+                    ensure_ascii=False,
+                )
+            )
         print(json.dumps({"summary": summary}))
     else:
         for i, o in enumerate(outputs):
             if len(outputs) > 1:
                 print(f"--- [{i}] {o.prompt!r}")
             print(o.text)
-        print(f"{num_tokens} tokens for {len(outputs)} prompts in {elapsed:.2f} s "
-              f"({summary['tokens_per_s']} tok/s), {llm.num_preemptions} preemptions",
-              file=sys.stderr)
+        print(
+            f"{num_tokens} tokens for {len(outputs)} prompts in {elapsed:.2f} s "
+            f"({summary['tokens_per_s']} tok/s), {llm.num_preemptions} preemptions",
+            file=sys.stderr,
+        )
     return 0

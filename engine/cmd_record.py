@@ -1,4 +1,5 @@
 """``python -m engine record``: run a scenario on the real model and write its trace."""
+
 from __future__ import annotations
 
 import sys
@@ -12,16 +13,27 @@ def add_parser(sub) -> None:
     p = sub.add_parser("record", help="run a scenario under several allocators and write one trace")
     p.add_argument("--scenario", required=True, help="scenario TOML file")
     p.add_argument("--out", required=True, help="trace path (JSONL), or - for stdout")
-    p.add_argument("--allocators", default="max,paged",
-                   help="comma-separated runs to record side by side (default: max,paged)")
-    p.add_argument("--forward", default="model", choices=("model", "skip"),
-                   help="skip: dry run, requests stop at their output_len")
+    p.add_argument(
+        "--allocators",
+        default="max,paged",
+        help="comma-separated runs to record side by side (default: max,paged)",
+    )
+    p.add_argument(
+        "--forward",
+        default="model",
+        choices=("model", "skip"),
+        help="skip: dry run, requests stop at their output_len",
+    )
     p.add_argument("--model", default=None, help="local Llama-family HF directory")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default=None)
     p.add_argument("--attention", default="auto", choices=("auto", "torch", "triton"))
-    p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
-                   help="KV arena element type: auto (the model's), fp8_e4m3 or fp8_e5m2")
+    p.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=KV_CACHE_DTYPES,
+        help="KV arena element type: auto (the model's), fp8_e4m3 or fp8_e5m2",
+    )
     p.set_defaults(run=run)
 
 
@@ -29,10 +41,21 @@ def run(args) -> int:
     sc = scenario_mod.load(args.scenario)
     allocators = [a.strip() for a in args.allocators.split(",") if a.strip()]
     out = sys.stdout if args.out == "-" else args.out
-    runs = record(sc, allocators, out, forward=args.forward, model_path=args.model,
-                  device=args.device, dtype=args.dtype, attention=args.attention,
-                  progress=stderr_progress, kv_cache_dtype=args.kv_cache_dtype)
+    runs = record(
+        sc,
+        allocators,
+        out,
+        forward=args.forward,
+        model_path=args.model,
+        device=args.device,
+        dtype=args.dtype,
+        attention=args.attention,
+        progress=stderr_progress,
+        kv_cache_dtype=args.kv_cache_dtype,
+    )
     for name, r in runs.items():
-        print(f"{name}: {r.core.step_count} steps, {r.core.num_preemptions} preemptions",
-              file=sys.stderr)
+        print(
+            f"{name}: {r.core.step_count} steps, {r.core.num_preemptions} preemptions",
+            file=sys.stderr,
+        )
     return 0

@@ -1,4 +1,5 @@
 """``python -m engine simulate``: the paper's Fig. 2 comparison at a scale no CPU could run."""
+
 from __future__ import annotations
 
 import json
@@ -19,26 +20,49 @@ DEFAULT_PLACEMENT = "buddy"
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("simulate", help="dry-run the scheduler and allocators on a synthetic "
-                       "workload (forward pass skipped)")
+    p = sub.add_parser(
+        "simulate",
+        help="dry-run the scheduler and allocators on a synthetic workload (forward pass skipped)",
+    )
     p.add_argument("--workload", default="sharegpt", choices=sorted(workload.WORKLOADS))
     p.add_argument("--requests", type=int, default=1000)
-    p.add_argument("--policies", default="max,pow2,oracle,paged",
-                   help="comma-separated subset of " + ",".join(ALLOCATORS))
+    p.add_argument(
+        "--policies",
+        default="max,pow2,oracle,paged",
+        help="comma-separated subset of " + ",".join(ALLOCATORS),
+    )
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-model-len", type=int, default=2048)
-    p.add_argument("--num-slots", type=int, default=DEFAULT_NUM_SLOTS,
-                   help="KV arena size in token slots (default: OPT-13B on an A100-40GB)")
-    p.add_argument("--placement", default=DEFAULT_PLACEMENT, choices=PLACEMENTS,
-                   help="where the contiguous policies put a run (default: buddy, as the "
-                   "paper's Orca)")
-    p.add_argument("--length-dist", default="lognormal", choices=workload.LENGTH_DISTS,
-                   help="shape of the input and output lengths around the paper's means")
-    p.add_argument("--sigma", type=float, default=workload.SIGMA,
-                   help=f"log-normal spread (default {workload.SIGMA})")
+    p.add_argument(
+        "--num-slots",
+        type=int,
+        default=DEFAULT_NUM_SLOTS,
+        help="KV arena size in token slots (default: OPT-13B on an A100-40GB)",
+    )
+    p.add_argument(
+        "--placement",
+        default=DEFAULT_PLACEMENT,
+        choices=PLACEMENTS,
+        help="where the contiguous policies put a run (default: buddy, as the paper's Orca)",
+    )
+    p.add_argument(
+        "--length-dist",
+        default="lognormal",
+        choices=workload.LENGTH_DISTS,
+        help="shape of the input and output lengths around the paper's means",
+    )
+    p.add_argument(
+        "--sigma",
+        type=float,
+        default=workload.SIGMA,
+        help=f"log-normal spread (default {workload.SIGMA})",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--all-steps", action="store_true",
-                   help="average over every step, not only while requests wait")
+    p.add_argument(
+        "--all-steps",
+        action="store_true",
+        help="average over every step, not only while requests wait",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)
 
@@ -53,8 +77,10 @@ def _check(args) -> list[str]:
         if getattr(args, name) <= 0:
             raise InvalidConfigError(f"--{name.replace('_', '-')} must be positive")
     if args.num_slots > MAX_ARENA_SLOTS or args.requests > MAX_SIM_REQUESTS:
-        raise InvalidConfigError(f"--num-slots is at most {MAX_ARENA_SLOTS:,} and --requests at "
-                                 f"most {MAX_SIM_REQUESTS:,}")
+        raise InvalidConfigError(
+            f"--num-slots is at most {MAX_ARENA_SLOTS:,} and --requests at "
+            f"most {MAX_SIM_REQUESTS:,}"
+        )
     if args.num_slots < args.max_model_len:
         raise InvalidConfigError("--num-slots must hold at least one max-model-len request")
     return policies
@@ -72,25 +98,37 @@ def run(args) -> int:
     items = workload.generate(args.workload, args.requests, args.max_model_len, args.seed, dist)
     reqs = build_requests(items, args.max_model_len)
     num_blocks = args.num_slots // args.block_size
-    out: dict[str, Any] = {"forward": "skipped", "workload": {
-        "name": args.workload, "requests": args.requests, "seed": args.seed,
-        "length_dist": dist.name, **({"sigma": dist.sigma} if dist.name == "lognormal" else {}),
-        "placement": args.placement,
-        "mean_input": sum(i.input_len for i in items) / len(items),
-        "mean_output": sum(i.output_len for i in items) / len(items),
-        "max_model_len": args.max_model_len, "block_size": args.block_size,
-        "num_slots": num_blocks * args.block_size,
-        "averaged_over": "all steps" if args.all_steps else "steps with a non-empty queue"},
-        "policies": {}}
+    out: dict[str, Any] = {
+        "forward": "skipped",
+        "workload": {
+            "name": args.workload,
+            "requests": args.requests,
+            "seed": args.seed,
+            "length_dist": dist.name,
+            **({"sigma": dist.sigma} if dist.name == "lognormal" else {}),
+            "placement": args.placement,
+            "mean_input": sum(i.input_len for i in items) / len(items),
+            "mean_output": sum(i.output_len for i in items) / len(items),
+            "max_model_len": args.max_model_len,
+            "block_size": args.block_size,
+            "num_slots": num_blocks * args.block_size,
+            "averaged_over": "all steps" if args.all_steps else "steps with a non-empty queue",
+        },
+        "policies": {},
+    }
     for policy in policies:
         print(f"simulating {policy} ...", file=sys.stderr, flush=True)
-        res = run_policy(policy, reqs, num_blocks, args.block_size, args.max_model_len,
-                         placement=args.placement)
+        res = run_policy(
+            policy, reqs, num_blocks, args.block_size, args.max_model_len, placement=args.placement
+        )
         shares = res.shares(saturated_only=not args.all_steps)
-        out["policies"][policy] = {**{k: round(v, 4) for k, v in shares.items()},
-                                   "buddy_slack": round(res.slack_share(not args.all_steps), 4),
-                                   "mean_running": round(res.mean_running(not args.all_steps), 2),
-                                   "steps": res.steps, "preemptions": res.num_preemptions}
+        out["policies"][policy] = {
+            **{k: round(v, 4) for k, v in shares.items()},
+            "buddy_slack": round(res.slack_share(not args.all_steps), 4),
+            "mean_running": round(res.mean_running(not args.all_steps), 2),
+            "steps": res.steps,
+            "preemptions": res.num_preemptions,
+        }
     if args.json:
         print(json.dumps(out))
     else:

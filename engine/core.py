@@ -1,4 +1,5 @@
 """The step loop: schedule, run the model (or a stand-in), record tokens, repeat."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,6 +27,7 @@ class Runner(Protocol):
 class EngineConfig:
     """What an engine core is built from: the allocator by name over an arena of ``num_blocks``
     blocks of ``block_size`` slots, and the scheduler's limits."""
+
     allocator: str
     num_blocks: int
     block_size: int
@@ -34,7 +36,7 @@ class EngineConfig:
     max_num_batched_tokens: int | None = None
     placement: str = "first-fit"  # where a contiguous run goes: first-fit or buddy
     preemption_mode: str = "recompute"  # or swap (paged only): engine/swap.py
-    num_cpu_blocks: int = 0             # the CPU tier swap preemption moves blocks to
+    num_cpu_blocks: int = 0  # the CPU tier swap preemption moves blocks to
 
     def __post_init__(self) -> None:
         check_allocator(self.allocator)
@@ -49,30 +51,48 @@ class EngineConfig:
 
     def trace_config(self, view_block_size: int) -> dict:
         """The run's ``config`` in a trace header (what the viewer needs to draw the arena)."""
-        cfg = {"num_blocks": self.num_blocks, "block_size": self.block_size,
-               "num_slots": self.num_slots, "max_model_len": self.max_model_len,
-               "view_block_size": view_block_size}
+        cfg = {
+            "num_blocks": self.num_blocks,
+            "block_size": self.block_size,
+            "num_slots": self.num_slots,
+            "max_model_len": self.max_model_len,
+            "view_block_size": view_block_size,
+        }
         if self.preemption_mode == "swap":
             cfg |= {"preemption_mode": "swap", "num_cpu_blocks": self.num_cpu_blocks}
         return cfg
 
 
-def build_core(config: EngineConfig, runner: Runner, eos_token_id: int | None,
-               bus: E.EventBus | None = None) -> EngineCore:
+def build_core(
+    config: EngineConfig, runner: Runner, eos_token_id: int | None, bus: E.EventBus | None = None
+) -> EngineCore:
     """The one assembly of an engine: a bus (``bus`` or a fresh one), the allocator named by
     ``config`` emitting on it, and an EngineCore driving ``runner`` over both."""
     bus = bus if bus is not None else E.EventBus()
     alloc: Allocator
     if config.preemption_mode == "swap":
-        alloc = SwappingPagedAllocator(config.num_blocks, config.block_size, bus,
-                                       config.num_cpu_blocks)
+        alloc = SwappingPagedAllocator(
+            config.num_blocks, config.block_size, bus, config.num_cpu_blocks
+        )
     else:
-        alloc = make_allocator(config.allocator, config.num_blocks, config.block_size,
-                               config.max_model_len, bus, config.placement)
-    return EngineCore(alloc, runner, bus, max_model_len=config.max_model_len,
-                      max_num_seqs=config.max_num_seqs,
-                      max_num_batched_tokens=config.max_num_batched_tokens,
-                      eos_token_id=eos_token_id, preemption_mode=config.preemption_mode)
+        alloc = make_allocator(
+            config.allocator,
+            config.num_blocks,
+            config.block_size,
+            config.max_model_len,
+            bus,
+            config.placement,
+        )
+    return EngineCore(
+        alloc,
+        runner,
+        bus,
+        max_model_len=config.max_model_len,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        eos_token_id=eos_token_id,
+        preemption_mode=config.preemption_mode,
+    )
 
 
 class EngineCore:
@@ -82,17 +102,30 @@ class EngineCore:
     finish: an empty prompt, a prompt longer than ``max_model_len``, or a request the whole arena
     cannot hold. ``max_tokens`` is clipped so prompt plus output never exceeds ``max_model_len``."""
 
-    def __init__(self, allocator: Allocator, runner: Runner,
-                 bus: E.EventBus | None = None, *, max_model_len: int,
-                 max_num_seqs: int = 256, max_num_batched_tokens: int | None = None,
-                 eos_token_id: int | None = None, preemption_mode: str = "recompute") -> None:
+    def __init__(
+        self,
+        allocator: Allocator,
+        runner: Runner,
+        bus: E.EventBus | None = None,
+        *,
+        max_model_len: int,
+        max_num_seqs: int = 256,
+        max_num_batched_tokens: int | None = None,
+        eos_token_id: int | None = None,
+        preemption_mode: str = "recompute",
+    ) -> None:
         self.bus = bus if bus is not None else allocator.bus
         self.allocator = allocator
         self.runner = runner
         self.max_model_len = max_model_len
-        self.scheduler = Scheduler(allocator, self.bus, max_num_seqs,
-                                   max(max_num_batched_tokens or 0, max_model_len, 2048),
-                                   eos_token_id, preemption_mode)
+        self.scheduler = Scheduler(
+            allocator,
+            self.bus,
+            max_num_seqs,
+            max(max_num_batched_tokens or 0, max_model_len, 2048),
+            eos_token_id,
+            preemption_mode,
+        )
         self.step_count = 0
 
     @property
@@ -105,7 +138,8 @@ class EngineCore:
         if req.prompt_len > self.max_model_len:
             raise InvalidRequestError(
                 f"request {req.req_id}: prompt of {req.prompt_len} tokens exceeds the maximum "
-                f"model length of {self.max_model_len}")
+                f"model length of {self.max_model_len}"
+            )
         room = self.max_model_len - req.prompt_len + 1
         if req.params.max_tokens > room:
             req.params = dataclasses.replace(req.params, max_tokens=room)
@@ -113,7 +147,8 @@ class EngineCore:
         if need > self.allocator.num_slots:
             raise InvalidConfigError(
                 f"request {req.req_id} needs {need} KV slots but the arena holds only "
-                f"{self.allocator.num_slots}; raise --num-blocks or --kv-budget-mb")
+                f"{self.allocator.num_slots}; raise --num-blocks or --kv-budget-mb"
+            )
         self.scheduler.add(req)
         return req
 
@@ -130,8 +165,11 @@ class EngineCore:
         finished = self.scheduler.update(batch, tokens)
         for req in finished:
             self.runner.forget(req.req_id)
-        self.bus.emit(E.StepEnd, num_running=len(self.scheduler.running),
-                      num_waiting=len(self.scheduler.waiting))
+        self.bus.emit(
+            E.StepEnd,
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+        )
         self.step_count += 1
         return finished
 

@@ -5,6 +5,7 @@ so a block moves as raw bytes: a float8 block is copied as uint8 (CPU torch cann
 and comes back bit for bit. Pinned (page-locked) when the arena is on a CUDA device, so copies
 to and from it can use DMA.
 """
+
 from __future__ import annotations
 
 import torch
@@ -28,8 +29,9 @@ class CpuKVStore:
         layers = len(arena.k)
         self.k = [torch.zeros(dims, dtype=arena.dtype, pin_memory=pin) for _ in range(layers)]
         self.v = [torch.zeros(dims, dtype=arena.dtype, pin_memory=pin) for _ in range(layers)]
-        self.block_bytes = 2 * layers * s.block_size * s.num_kv_heads * s.head_dim \
-            * self.k[0].element_size()
+        self.block_bytes = (
+            2 * layers * s.block_size * s.num_kv_heads * s.head_dim * self.k[0].element_size()
+        )
         self.bytes_out = self.bytes_in = 0
 
     @property

@@ -6,6 +6,7 @@ What only the loaded model can judge (``max_model_len`` against its context, the
 against the device's memory) is checked by ``check_against_model`` / ``arena.check_fits``.
 Pure Python, no torch.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,7 +21,7 @@ from engine.swap import PREEMPTION_MODES, check_preemption_mode  # noqa: F401  (
 #: Sanity bounds, far above anything a machine here holds; the real limit is the device's memory
 #: (``arena.check_fits``), but these refuse typos like ``--num-blocks 10**15`` before a model loads.
 MAX_ARENA_SLOTS = 1 << 26
-MAX_KV_BUDGET_MB = 1 << 20     # 1 TiB
+MAX_KV_BUDGET_MB = 1 << 20  # 1 TiB
 MAX_BLOCK_SIZE = 1 << 16
 #: ``--kv-cache-dtype`` choices (kernels/fp8.py maps them to torch dtypes; no torch here)
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
@@ -40,57 +41,78 @@ def is_real(v: object) -> bool:
 class EngineArgs:
     """How big the KV arena is and how the scheduler batches. Give ``num_blocks`` or
     ``kv_budget_mb`` (MiB), not both; neither means the LLM's default budget."""
+
     num_blocks: int | None = None
     kv_budget_mb: float | None = None
     block_size: int = 16
-    max_model_len: int | None = None       # None: the model's context length
+    max_model_len: int | None = None  # None: the model's context length
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None
     allocator: str = "paged"
-    kv_cache_dtype: str = "auto"           # auto: the model's dtype; fp8_*: one byte an element
-    preemption_mode: str = "recompute"     # or swap: blocks go to a CPU tier (paged only)
-    swap_space_mb: float | None = None     # the CPU tier in MiB; None: as large as the arena
+    kv_cache_dtype: str = "auto"  # auto: the model's dtype; fp8_*: one byte an element
+    preemption_mode: str = "recompute"  # or swap: blocks go to a CPU tier (paged only)
+    swap_space_mb: float | None = None  # the CPU tier in MiB; None: as large as the arena
 
     def __post_init__(self) -> None:
         if not is_int(self.block_size) or not 0 < self.block_size <= MAX_BLOCK_SIZE:
-            raise InvalidConfigError(f"block size must be a positive integer up to "
-                                     f"{MAX_BLOCK_SIZE}, got {self.block_size!r}")
+            raise InvalidConfigError(
+                f"block size must be a positive integer up to "
+                f"{MAX_BLOCK_SIZE}, got {self.block_size!r}"
+            )
         if self.num_blocks is not None and self.kv_budget_mb is not None:
             raise InvalidConfigError("give either num_blocks or kv_budget_mb, not both")
         if self.num_blocks is not None:
             if not is_int(self.num_blocks) or self.num_blocks <= 0:
-                raise InvalidConfigError(f"number of KV blocks must be a positive integer, got "
-                                         f"{self.num_blocks!r}")
+                raise InvalidConfigError(
+                    f"number of KV blocks must be a positive integer, got {self.num_blocks!r}"
+                )
             if self.num_blocks * self.block_size > MAX_ARENA_SLOTS:
                 raise InvalidConfigError(
                     f"{self.num_blocks} blocks of {self.block_size} tokens is more than "
-                    f"{MAX_ARENA_SLOTS:,} KV slots; no machine here holds that")
+                    f"{MAX_ARENA_SLOTS:,} KV slots; no machine here holds that"
+                )
         if self.kv_budget_mb is not None and not (
-                is_real(self.kv_budget_mb) and 0 < self.kv_budget_mb <= MAX_KV_BUDGET_MB):
-            raise InvalidConfigError(f"KV budget must be a number of MiB in (0, "
-                                     f"{MAX_KV_BUDGET_MB:,}], got {self.kv_budget_mb!r}")
-        if self.max_model_len is not None and (not is_int(self.max_model_len)
-                                               or self.max_model_len < 1):
-            raise InvalidConfigError(f"max_model_len must be a positive integer, got "
-                                     f"{self.max_model_len!r}")
+            is_real(self.kv_budget_mb) and 0 < self.kv_budget_mb <= MAX_KV_BUDGET_MB
+        ):
+            raise InvalidConfigError(
+                f"KV budget must be a number of MiB in (0, "
+                f"{MAX_KV_BUDGET_MB:,}], got {self.kv_budget_mb!r}"
+            )
+        if self.max_model_len is not None and (
+            not is_int(self.max_model_len) or self.max_model_len < 1
+        ):
+            raise InvalidConfigError(
+                f"max_model_len must be a positive integer, got {self.max_model_len!r}"
+            )
         if not is_int(self.max_num_seqs) or self.max_num_seqs < 1:
-            raise InvalidConfigError(f"max_num_seqs must be at least 1 (no request could ever "
-                                     f"run), got {self.max_num_seqs!r}")
+            raise InvalidConfigError(
+                f"max_num_seqs must be at least 1 (no request could ever "
+                f"run), got {self.max_num_seqs!r}"
+            )
         if self.max_num_batched_tokens is not None and (
-                not is_int(self.max_num_batched_tokens) or self.max_num_batched_tokens < 1):
-            raise InvalidConfigError(f"max_num_batched_tokens must be a positive integer, got "
-                                     f"{self.max_num_batched_tokens!r}")
+            not is_int(self.max_num_batched_tokens) or self.max_num_batched_tokens < 1
+        ):
+            raise InvalidConfigError(
+                f"max_num_batched_tokens must be a positive integer, got "
+                f"{self.max_num_batched_tokens!r}"
+            )
         if self.allocator not in ALLOCATORS:
-            raise InvalidConfigError(f"unknown allocator {self.allocator!r}; choose one of "
-                                     f"{', '.join(ALLOCATORS)}")
+            raise InvalidConfigError(
+                f"unknown allocator {self.allocator!r}; choose one of {', '.join(ALLOCATORS)}"
+            )
         check_preemption_mode(self.preemption_mode, self.allocator)
         if self.swap_space_mb is not None and not (
-                is_real(self.swap_space_mb) and 0 <= self.swap_space_mb <= MAX_KV_BUDGET_MB):
-            raise InvalidConfigError(f"swap space must be a number of MiB in [0, "
-                                     f"{MAX_KV_BUDGET_MB:,}], got {self.swap_space_mb!r}")
+            is_real(self.swap_space_mb) and 0 <= self.swap_space_mb <= MAX_KV_BUDGET_MB
+        ):
+            raise InvalidConfigError(
+                f"swap space must be a number of MiB in [0, "
+                f"{MAX_KV_BUDGET_MB:,}], got {self.swap_space_mb!r}"
+            )
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise InvalidConfigError(f"unknown KV cache dtype {str(self.kv_cache_dtype)[:40]!r}; "
-                                     f"choose one of {', '.join(KV_CACHE_DTYPES)}")
+            raise InvalidConfigError(
+                f"unknown KV cache dtype {str(self.kv_cache_dtype)[:40]!r}; "
+                f"choose one of {', '.join(KV_CACHE_DTYPES)}"
+            )
 
     def model_len(self, context_len: int) -> int:
         """``max_model_len`` resolved against the model's context length; raises when it

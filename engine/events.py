@@ -6,6 +6,7 @@ JSON object each (``to_dict`` / ``from_dict``), which is what a JSONL trace stor
 
 This module is pure Python and must stay importable without torch: the viewer folds these events.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,9 +18,9 @@ from typing import IO, ClassVar
 
 #: Reasons a waiting request could not be admitted.
 BLOCKED_NO_FREE_BLOCK = "no_free_block"  # paging: fewer free blocks than the prompt needs
-BLOCKED_NO_HOLE = "no_hole"              # contiguous: free slots suffice in total, no hole is large enough
-BLOCKED_NO_SPACE = "no_space"            # contiguous: not enough free slots at all
-BLOCKED_BATCH_FULL = "batch_full"        # scheduler limit (max running requests / tokens per step)
+BLOCKED_NO_HOLE = "no_hole"  # contiguous: free slots suffice in total, no hole is large enough
+BLOCKED_NO_SPACE = "no_space"  # contiguous: not enough free slots at all
+BLOCKED_BATCH_FULL = "batch_full"  # scheduler limit (max running requests / tokens per step)
 
 
 @dataclass(frozen=True)
@@ -32,14 +33,16 @@ class Event:
         d: dict[str, object] = {"kind": self.kind}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            d[f.name] = [list(x) if isinstance(x, tuple) else x for x in v] \
-                if isinstance(v, tuple) else v
+            d[f.name] = (
+                [list(x) if isinstance(x, tuple) else x for x in v] if isinstance(v, tuple) else v
+            )
         return d
 
 
 @dataclass(frozen=True)
 class RequestArrived(Event):
     """A request entered the waiting queue. ``max_tokens`` bounds its output."""
+
     kind: ClassVar[str] = "request_arrived"
     req: str
     prompt_len: int
@@ -50,6 +53,7 @@ class RequestArrived(Event):
 class Admitted(Event):
     """A waiting request joined the running batch. ``num_tokens`` is what it prefills now
     (its prompt, or prompt plus generated tokens when it is recomputed after a preemption)."""
+
     kind: ClassVar[str] = "admitted"
     req: str
     num_tokens: int
@@ -62,6 +66,7 @@ class AdmissionBlocked(Event):
     ``need_slots`` is what admission asked for, ``free_slots`` the arena's free total and
     ``largest_hole`` its largest contiguous free run (for paging: free blocks * block size).
     ``reason`` is one of the BLOCKED_* constants; ``no_hole`` is external fragmentation made visible."""
+
     kind: ClassVar[str] = "admission_blocked"
     req: str
     reason: str
@@ -73,6 +78,7 @@ class AdmissionBlocked(Event):
 @dataclass(frozen=True)
 class BlockAllocated(Event):
     """Paging: logical block ``logical`` of ``req`` now maps to physical block ``physical``."""
+
     kind: ClassVar[str] = "block_allocated"
     req: str
     logical: int
@@ -82,6 +88,7 @@ class BlockAllocated(Event):
 @dataclass(frozen=True)
 class SlotsReserved(Event):
     """Contiguous: slots ``[start, start + length)`` are reserved for ``req``."""
+
     kind: ClassVar[str] = "slots_reserved"
     req: str
     start: int
@@ -91,6 +98,7 @@ class SlotsReserved(Event):
 @dataclass(frozen=True)
 class TokensWritten(Event):
     """K/V of ``req``'s tokens at ``positions`` were written into arena ``slots`` this step."""
+
     kind: ClassVar[str] = "tokens_written"
     req: str
     positions: tuple[int, ...]
@@ -101,6 +109,7 @@ class TokensWritten(Event):
 class BlockFreed(Event):
     """Paging: ``req`` dropped its reference to ``physical``; ``ref_count`` is what remains
     (0 means the block is back in the free pool)."""
+
     kind: ClassVar[str] = "block_freed"
     req: str
     physical: int
@@ -110,6 +119,7 @@ class BlockFreed(Event):
 @dataclass(frozen=True)
 class ReservationReleased(Event):
     """Contiguous: ``req``'s run ``[start, start + length)`` is free again."""
+
     kind: ClassVar[str] = "reservation_released"
     req: str
     start: int
@@ -120,6 +130,7 @@ class ReservationReleased(Event):
 class Preempted(Event):
     """``req`` lost its memory (released just before this event) and is back at the queue's
     front; it will be recomputed from its prompt plus ``num_generated`` tokens."""
+
     kind: ClassVar[str] = "preempted"
     req: str
     num_generated: int
@@ -130,6 +141,7 @@ class SwappedOut(Event):
     """Preemption by swap: ``req``'s K/V blocks were copied to the CPU tier, ``block_map`` pairs
     ``(device, cpu)`` in logical order (its whole table). Its ``block_freed`` events and its
     ``preempted`` follow; it keeps its computed tokens and is not recomputed."""
+
     kind: ClassVar[str] = "swapped_out"
     req: str
     block_map: tuple[tuple[int, int], ...]
@@ -140,6 +152,7 @@ class SwappedIn(Event):
     """A swapped request was admitted again: its CPU blocks were copied back into the device
     blocks just allocated for it, ``block_map`` pairs ``(cpu, device)`` in logical order (the
     block table is rewritten; the tokens are not recomputed). The CPU blocks are free again."""
+
     kind: ClassVar[str] = "swapped_in"
     req: str
     block_map: tuple[tuple[int, int], ...]
@@ -150,6 +163,7 @@ class SwapFallback(Event):
     """Swap preemption was asked for but the CPU tier has only ``free_cpu_blocks`` free of the
     ``need_blocks`` ``req`` holds: it is preempted by recompute instead (its ``block_freed``
     and ``preempted`` events follow)."""
+
     kind: ClassVar[str] = "swap_fallback"
     req: str
     need_blocks: int
@@ -161,6 +175,7 @@ class Finished(Event):
     """``req`` finished. ``final_len`` is how many K/V slots it filled at most (prompt plus
     generated tokens minus the last one, whose K/V is never computed); ``num_generated`` its
     output length; ``reason`` is ``eos`` or ``length``."""
+
     kind: ClassVar[str] = "finished"
     req: str
     final_len: int
@@ -171,15 +186,30 @@ class Finished(Event):
 @dataclass(frozen=True)
 class StepEnd(Event):
     """The engine finished step ``step``: the frame boundary for the viewer."""
+
     kind: ClassVar[str] = "step_end"
     num_running: int
     num_waiting: int
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
-    cls.kind: cls for cls in (RequestArrived, Admitted, AdmissionBlocked, BlockAllocated,
-                              SlotsReserved, TokensWritten, BlockFreed, ReservationReleased,
-                              Preempted, SwappedOut, SwappedIn, SwapFallback, Finished, StepEnd)
+    cls.kind: cls
+    for cls in (
+        RequestArrived,
+        Admitted,
+        AdmissionBlocked,
+        BlockAllocated,
+        SlotsReserved,
+        TokensWritten,
+        BlockFreed,
+        ReservationReleased,
+        Preempted,
+        SwappedOut,
+        SwappedIn,
+        SwapFallback,
+        Finished,
+        StepEnd,
+    )
 }
 
 
@@ -232,6 +262,7 @@ class EventBus:
 @dataclass
 class ListSink:
     """Collects events in memory."""
+
     events: list[Event] = field(default_factory=list)
 
     def __call__(self, ev: Event) -> None:
@@ -261,4 +292,3 @@ class QueueSink:
 
     def __call__(self, ev: Event) -> None:
         self.queue.put(ev)
-

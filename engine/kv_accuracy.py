@@ -8,6 +8,7 @@ Two numbers, both on the same prompts and the same weights:
 - **greedy common prefix**: both runs generate freely; how many leading tokens agree. One early
   disagreement ends the prefix, so this is the number a user sees.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,9 +21,9 @@ from engine.request import Request, SamplingParams, ScheduledSeq
 
 @dataclass(frozen=True)
 class KVAccuracy:
-    top1_agreement: float          # fraction of teacher-forced positions that agree
+    top1_agreement: float  # fraction of teacher-forced positions that agree
     positions: int
-    mean_common_prefix: float      # tokens, out of ``new_tokens``
+    mean_common_prefix: float  # tokens, out of ``new_tokens``
     new_tokens: int
 
 
@@ -35,8 +36,14 @@ def teacher_forced_argmax(llm: LLM, prompt: list[int], continuation: list[int]) 
     if -(-n // bs) > llm.arena.num_blocks:
         raise ValueError(f"{n} tokens do not fit in the arena")
     table = list(range(-(-n // bs)))
-    seq = ScheduledSeq(Request("tf", ids, SamplingParams()), ids, list(range(n)),
-                       [table[p // bs] * bs + p % bs for p in range(n)], table, n)
+    seq = ScheduledSeq(
+        Request("tf", ids, SamplingParams()),
+        ids,
+        list(range(n)),
+        [table[p // bs] * bs + p % bs for p in range(n)],
+        table,
+        n,
+    )
     with torch.inference_mode():
         input_ids, positions, meta, _ = runner._prepare([seq], 1, bs)
         runner.attention.prepare(meta, bs)

@@ -6,6 +6,7 @@ sequences separately, through their block tables. The numerics mirror HF's ``Lla
 (fp32 rsqrt RMSNorm, rotate-half RoPE on ``cat(freqs, freqs)``, scale ``1/sqrt(head_dim)``) so
 that greedy decoding is token-exact with HF ``generate`` in fp32.
 """
+
 from __future__ import annotations
 
 import torch
@@ -45,8 +46,14 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 class RotaryTable:
     """cos/sin for every position, computed once the way HF computes them per call."""
 
-    def __init__(self, inv_freq: torch.Tensor, scaling: float, max_positions: int,
-                 device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        inv_freq: torch.Tensor,
+        scaling: float,
+        max_positions: int,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
         pos = torch.arange(max_positions, dtype=torch.float32)
         freqs = pos[:, None] * inv_freq.float().cpu()[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
@@ -61,19 +68,26 @@ class RotaryTable:
 class LlamaForward:
     """``forward(input_ids, positions, kv_caches, meta, logits_indices) -> logits``."""
 
-    def __init__(self, weights: ModelWeights, attention: Attention, device: torch.device,
-                 dtype: torch.dtype) -> None:
+    def __init__(
+        self, weights: ModelWeights, attention: Attention, device: torch.device, dtype: torch.dtype
+    ) -> None:
         self.w = weights
         c = weights.config
         self.attention = attention
         self.linear = linear_weight_major if device.type == "cpu" else F.linear
-        self.rope = RotaryTable(weights.inv_freq, weights.rope_scaling,
-                                c.max_position_embeddings, device, dtype)
+        self.rope = RotaryTable(
+            weights.inv_freq, weights.rope_scaling, c.max_position_embeddings, device, dtype
+        )
 
     @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                kv_caches: list[tuple[torch.Tensor, torch.Tensor]], meta: AttentionMetadata,
-                logits_indices: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        meta: AttentionMetadata,
+        logits_indices: torch.Tensor,
+    ) -> torch.Tensor:
         """Run ``[T]`` tokens at ``positions`` through every layer, writing their K/V into
         ``kv_caches`` (one ``(k, v)`` arena view per layer), and return logits ``[B, vocab]``
         only for the flat rows in ``logits_indices`` (each sequence's last token)."""

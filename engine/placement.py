@@ -9,6 +9,7 @@ placement changes only which slots a run lands on and how much rounding slack it
 - ``buddy`` (engine.buddy): power-of-two blocks split and merged in halves, as the vLLM paper's
   Orca baseline places its reservations (Kwon et al., SOSP 2023, §6.1).
 """
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -88,7 +89,7 @@ class FirstFit:
         holes.insert(i, [start, need])
         if i + 1 < len(holes) and start + need == holes[i + 1][0]:  # merge with the next hole
             holes[i][1] += holes.pop(i + 1)[1]
-        if i > 0 and holes[i - 1][0] + holes[i - 1][1] == start:     # and with the previous
+        if i > 0 and holes[i - 1][0] + holes[i - 1][1] == start:  # and with the previous
             holes[i - 1][1] += holes.pop(i)[1]
 
     def holes(self) -> list[tuple[int, int]]:
@@ -98,6 +99,7 @@ class FirstFit:
 def make_placement(name: str, num_slots: int) -> Placement:
     """The placement ``name`` (one of PLACEMENTS) over ``num_slots`` slots."""
     from engine.buddy import BuddyPlacement
+
     if name == "first-fit":
         return FirstFit(num_slots)
     if name == "buddy":

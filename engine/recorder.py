@@ -4,6 +4,7 @@ Lockstep (step every run once per round) keeps the runs aligned step for step, s
 sees both sides of the comparison grow together. With the real model the forward pass runs for
 each allocator; with ``forward="skip"`` a stand-in model stops each request at its ``output_len``.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,11 +35,14 @@ def _tokenize(sr, tokenizer) -> list[int]:
         filler = tokenizer.encode(FILLER_TEXT, add_special_tokens=False)
         while len(ids) < sr.prompt_len:
             ids += filler
-        return ids[:sr.prompt_len]
+        return ids[: sr.prompt_len]
     if sr.chat:
         msgs = [{"role": "user", "content": sr.prompt}]
-        return list(tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
-                                                  return_dict=False))
+        return list(
+            tokenizer.apply_chat_template(
+                msgs, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        )
     return tokenizer.encode(sr.prompt)
 
 
@@ -51,26 +55,46 @@ def build_requests(scenario: Scenario, tokenizer=None) -> list[Request]:
     reqs = []
     for sr in scenario.requests:
         ids = _tokenize(sr, tokenizer) if tokenizer is not None else _dry_tokens(sr)
-        reqs.append(Request(req_id=sr.id, prompt_token_ids=ids,
-                            params=SamplingParams(max_tokens=sr.max_tokens,
-                                                  ignore_eos=sr.ignore_eos),
-                            arrival_step=sr.arrival_step,
-                            forced_output_len=None if tokenizer is not None
-                            else (sr.output_len or sr.max_tokens)))
+        reqs.append(
+            Request(
+                req_id=sr.id,
+                prompt_token_ids=ids,
+                params=SamplingParams(max_tokens=sr.max_tokens, ignore_eos=sr.ignore_eos),
+                arrival_step=sr.arrival_step,
+                forced_output_len=None
+                if tokenizer is not None
+                else (sr.output_len or sr.max_tokens),
+            )
+        )
     return reqs
 
 
 def _copy(r: Request) -> Request:
-    return Request(req_id=r.req_id, prompt_token_ids=list(r.prompt_token_ids), params=r.params,
-                   arrival_step=r.arrival_step, forced_output_len=r.forced_output_len,
-                   known_final_len=r.known_final_len)
+    return Request(
+        req_id=r.req_id,
+        prompt_token_ids=list(r.prompt_token_ids),
+        params=r.params,
+        arrival_step=r.arrival_step,
+        forced_output_len=r.forced_output_len,
+        known_final_len=r.known_final_len,
+    )
 
 
-def record(scenario: Scenario, allocators: list[str], out: str | IO[str] | None = None, *,
-           forward: str = "model", model_path: str | None = None, device: str = "auto",
-           dtype: str | None = None, attention: str = "auto", sinks: dict | None = None,
-           progress: Callable[[str], None] | None = None, model=None,
-           kv_cache_dtype: str = "auto") -> dict[str, Run]:
+def record(
+    scenario: Scenario,
+    allocators: list[str],
+    out: str | IO[str] | None = None,
+    *,
+    forward: str = "model",
+    model_path: str | None = None,
+    device: str = "auto",
+    dtype: str | None = None,
+    attention: str = "auto",
+    sinks: dict | None = None,
+    progress: Callable[[str], None] | None = None,
+    model=None,
+    kv_cache_dtype: str = "auto",
+) -> dict[str, Run]:
     """Record ``scenario`` under each allocator. ``out`` (a path or stream) receives the trace;
     ``sinks`` maps run names to extra event subscribers; ``model`` is an already loaded model
     (else one is loaded); ``kv_cache_dtype`` as in ``EngineArgs``. Returns the finished runs."""
@@ -84,7 +108,8 @@ def record(scenario: Scenario, allocators: list[str], out: str | IO[str] | None 
         check_output_path(out, "trace")  # before the model loads
     say = progress or (lambda msg: None)
     make_runner, eos, model_name, device_name, tokenizer = _forward(
-        forward, model_path, device, dtype, attention, scenario, say, model, kv_cache_dtype)
+        forward, model_path, device, dtype, attention, scenario, say, model, kv_cache_dtype
+    )
     base = build_requests(scenario, tokenizer)
     if forward == "model" and any(a in ("oracle", "pow2") for a in allocators):
         _tell_oracle(base, scenario, make_runner, eos, say)
@@ -94,11 +119,25 @@ def record(scenario: Scenario, allocators: list[str], out: str | IO[str] | None 
         reqs = [core.add_request(_copy(r)) for r in base]
         runs[name] = Run(name, core, reqs)
     header = make_header(
-        [{"name": n, "allocator": n, "config": _engine_config(scenario, n).trace_config(
-            r.core.allocator.view_block_size)} for n, r in runs.items()],
-        model=model_name, device=device_name, scenario=scenario.raw, forward=forward,
-        requests=[{"id": r.req_id, "prompt_len": r.prompt_len,
-                   "max_tokens": r.params.max_tokens} for r in base])
+        [
+            {
+                "name": n,
+                "allocator": n,
+                "config": _engine_config(scenario, n).trace_config(
+                    r.core.allocator.view_block_size
+                ),
+            }
+            for n, r in runs.items()
+        ],
+        model=model_name,
+        device=device_name,
+        scenario=scenario.raw,
+        forward=forward,
+        requests=[
+            {"id": r.req_id, "prompt_len": r.prompt_len, "max_tokens": r.params.max_tokens}
+            for r in base
+        ],
+    )
     writer = TraceWriter(out, header, flush=True) if out is not None else None
     for name, run in runs.items():
         if writer is not None:
@@ -117,8 +156,7 @@ def record(scenario: Scenario, allocators: list[str], out: str | IO[str] | None 
 
 
 def _engine_config(scenario: Scenario, allocator: str) -> EngineConfig:
-    return EngineConfig(allocator, scenario.num_blocks, scenario.block_size,
-                        scenario.max_model_len)
+    return EngineConfig(allocator, scenario.num_blocks, scenario.block_size, scenario.max_model_len)
 
 
 def _lockstep(runs: list[Run], say: Callable[[str], None]) -> None:
@@ -142,8 +180,17 @@ def _tell_oracle(base: list[Request], scenario: Scenario, make_runner, eos, say)
         r.known_final_len = p.num_computed
 
 
-def _forward(forward, model_path, device, dtype, attention, scenario, say, model=None,
-             kv_cache_dtype: str = "auto"):
+def _forward(
+    forward,
+    model_path,
+    device,
+    dtype,
+    attention,
+    scenario,
+    say,
+    model=None,
+    kv_cache_dtype: str = "auto",
+):
     if forward == "skip":
         return DryRunner, EOS, "none (forward skipped)", "none", None
     if forward != "model":
@@ -152,13 +199,15 @@ def _forward(forward, model_path, device, dtype, attention, scenario, say, model
     from engine.model import load_model
     from engine.runner import ModelRunner
     from kernels.fp8 import resolve_kv_dtype
+
     if model is None:
         model = load_model(model_path, device=device, dtype=dtype)
     kv_dtype = resolve_kv_dtype(kv_cache_dtype, model.dtype)
 
     def make_runner() -> ModelRunner:
-        arena = KVArena(model.config, scenario.num_blocks, scenario.block_size, model.device,
-                        kv_dtype)
+        arena = KVArena(
+            model.config, scenario.num_blocks, scenario.block_size, model.device, kv_dtype
+        )
         return ModelRunner(model, arena, attention)
 
     say(f"model loaded on {model.device}")

@@ -1,4 +1,5 @@
 """Requests, sampling parameters and the batch the scheduler hands to a runner. Pure Python."""
+
 from __future__ import annotations
 
 import enum
@@ -32,6 +33,7 @@ class SamplingParams:
     """How to pick tokens. ``temperature == 0`` is greedy, else it must be at least
     ``MIN_TEMPERATURE``; ``seed`` (an integer in [0, 2**64)) makes sampling repeatable. Every
     field is checked for type and range here, once: InvalidRequestError says which is wrong."""
+
     max_tokens: int = 16
     temperature: float = 0.0
     top_p: float = 1.0
@@ -40,28 +42,30 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if type(self.max_tokens) is not int or self.max_tokens < 1:
-            raise InvalidRequestError(f"max_tokens must be an integer of at least 1, got "
-                                      f"{self.max_tokens!r}")
+            raise InvalidRequestError(
+                f"max_tokens must be an integer of at least 1, got {self.max_tokens!r}"
+            )
         t = self.temperature
         if not _real(t) or t < 0 or 0 < t < MIN_TEMPERATURE:
-            raise InvalidRequestError(f"temperature must be 0 (greedy) or a finite number of at "
-                                      f"least {MIN_TEMPERATURE}, got {t!r}")
+            raise InvalidRequestError(
+                f"temperature must be 0 (greedy) or a finite number of at "
+                f"least {MIN_TEMPERATURE}, got {t!r}"
+            )
         if not _real(self.top_p) or not 0 < self.top_p <= 1:
             raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if self.seed is not None and (type(self.seed) is not int
-                                      or not 0 <= self.seed <= MAX_SEED):
+        if self.seed is not None and (type(self.seed) is not int or not 0 <= self.seed <= MAX_SEED):
             raise InvalidRequestError(f"seed must be an integer in [0, 2**64), got {self.seed!r}")
         if type(self.ignore_eos) is not bool:
-            raise InvalidRequestError(f"ignore_eos must be true or false, got "
-                                      f"{self.ignore_eos!r}")
+            raise InvalidRequestError(f"ignore_eos must be true or false, got {self.ignore_eos!r}")
 
 
 def check_prompt(i: int, prompt: object) -> str:
     """A text prompt the tokenizer can take: a non-blank string that is valid Unicode (no lone
     surrogates, which is what undecodable bytes on a command line become)."""
     if not isinstance(prompt, str):
-        raise InvalidRequestError(f"prompt {i} must be text or a list of token ids, got "
-                                  f"{type(prompt).__name__}")
+        raise InvalidRequestError(
+            f"prompt {i} must be text or a list of token ids, got {type(prompt).__name__}"
+        )
     if not prompt.strip():
         raise InvalidRequestError(f"prompt {i} is empty")
     try:
@@ -80,6 +84,7 @@ class Status(enum.Enum):
 @dataclass
 class Request:
     """One generation request. ``num_computed`` counts tokens whose K/V sit in the arena."""
+
     req_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
@@ -128,6 +133,7 @@ class ScheduledSeq:
     """One request's share of a step. The runner feeds ``token_ids`` at ``positions``, writes
     their K/V to ``slot_mapping`` (flat arena slot indices), attends over positions
     ``[0, context_len)`` through ``block_table`` and returns one next token."""
+
     request: Request
     token_ids: list[int]
     positions: list[int]
@@ -145,6 +151,7 @@ class Batch:
     """What one engine step runs. ``block_size`` is the granularity of the block tables: the
     paged allocator's block size, or 1 for contiguous runs (a run of slots is a table of
     one-slot blocks, so both allocators go through one attention entry point)."""
+
     seqs: list[ScheduledSeq]
     block_size: int
     #: block copies to run before the forward: ``(device, cpu)`` swap-outs, ``(cpu, device)``

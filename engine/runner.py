@@ -1,4 +1,5 @@
 """ModelRunner: turn a scheduler Batch into tensors, run the forward, sample one token per seq."""
+
 from __future__ import annotations
 
 import torch
@@ -23,17 +24,23 @@ class ModelRunner:
     ``execute`` promises one next token per ``batch.seqs`` entry, in that order, having written
     the K/V of every scheduled token to its ``slot_mapping`` slot."""
 
-    def __init__(self, model: LoadedModel, arena: KVArena, attention_backend: str = "auto",
-                 device: torch.device | str | None = None,
-                 cpu_tier: CpuKVStore | None = None) -> None:
+    def __init__(
+        self,
+        model: LoadedModel,
+        arena: KVArena,
+        attention_backend: str = "auto",
+        device: torch.device | str | None = None,
+        cpu_tier: CpuKVStore | None = None,
+    ) -> None:
         self.device = torch.device(device) if device is not None else model.device
         c = model.config
         self.arena = arena
-        self.attention = Attention(attention_backend, self.device, c.head_dim ** -0.5,
-                                   arena.k_scale, arena.v_scale)
+        self.attention = Attention(
+            attention_backend, self.device, c.head_dim**-0.5, arena.k_scale, arena.v_scale
+        )
         self.forward = LlamaForward(model.weights, self.attention, self.device, model.dtype)
         self.sampler = Sampler()
-        self.cpu_tier = cpu_tier        # where swap preemption parks blocks (engine/swap.py)
+        self.cpu_tier = cpu_tier  # where swap preemption parks blocks (engine/swap.py)
 
     @property
     def attention_backend(self) -> str:
@@ -52,10 +59,12 @@ class ModelRunner:
         seqs = [batch.seqs[i] for i in order]
         with torch.inference_mode():
             input_ids, positions, meta, logits_indices = self._prepare(
-                seqs, len(prefill), batch.block_size)
+                seqs, len(prefill), batch.block_size
+            )
             self.attention.prepare(meta, batch.block_size)
-            logits = self.forward.forward(input_ids, positions, self.arena.view(batch.block_size),
-                                          meta, logits_indices)
+            logits = self.forward.forward(
+                input_ids, positions, self.arena.view(batch.block_size), meta, logits_indices
+            )
             sampled = self.sampler(logits, [s.request for s in seqs])
         tokens = [0] * len(order)
         for i, tok in zip(order, sampled, strict=True):
@@ -83,7 +92,7 @@ class ModelRunner:
             last.append(len(ids) - 1)
         # Table entries past a sequence's context are never read: trim them (a contiguous run
         # reserved for max_model_len would otherwise ship thousands of unused entries per step).
-        tables = [s.block_table[:-(-s.context_len // block_size)] for s in seqs]
+        tables = [s.block_table[: -(-s.context_len // block_size)] for s in seqs]
         ctx = [s.context_len for s in seqs]
         pre, dec = seqs[:num_prefill], seqs[num_prefill:]
         num_prefill_tokens = sum(len(s.token_ids) for s in pre)
@@ -93,14 +102,22 @@ class ModelRunner:
         meta = AttentionMetadata(
             slot_mapping=self._tensor(slots, torch.int64),
             num_prefill_tokens=num_prefill_tokens,
-            prefill_block_tables=self._tensor(_pad(tables[:num_prefill]), torch.int32) if pre else None,
+            prefill_block_tables=self._tensor(_pad(tables[:num_prefill]), torch.int32)
+            if pre
+            else None,
             query_start_loc=self._tensor(qsl, torch.int32) if pre else None,
             prefill_context_lens=self._tensor(ctx[:num_prefill], torch.int32) if pre else None,
-            decode_block_tables=self._tensor(_pad(tables[num_prefill:]), torch.int32) if dec else None,
+            decode_block_tables=self._tensor(_pad(tables[num_prefill:]), torch.int32)
+            if dec
+            else None,
             decode_context_lens=self._tensor(ctx[num_prefill:], torch.int32) if dec else None,
         )
-        return (self._tensor(ids, torch.int64), self._tensor(pos, torch.int64), meta,
-                self._tensor(last, torch.int64))
+        return (
+            self._tensor(ids, torch.int64),
+            self._tensor(pos, torch.int64),
+            meta,
+            self._tensor(last, torch.int64),
+        )
 
     def _tensor(self, data, dtype: torch.dtype) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)

@@ -1,4 +1,5 @@
 """Pick one next token per sequence: greedy, or temperature + top-p with a per-request RNG."""
+
 from __future__ import annotations
 
 import torch
@@ -6,8 +7,9 @@ import torch
 from engine.request import Request, SamplingParams
 
 
-def top_p_sample(logits: torch.Tensor, params: SamplingParams,
-                 generator: torch.Generator | None) -> int:
+def top_p_sample(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+) -> int:
     """Sample from the smallest set of most likely tokens whose mass reaches ``top_p``."""
     probs = torch.softmax(logits.float() / params.temperature, dim=-1)
     if params.top_p < 1.0:

@@ -1,19 +1,20 @@
 """Scenarios: a small TOML file describing an arena and the requests that arrive at it.
 
-    title = "Six steps"
-    [arena]                # every size a positive integer; at most 65,536 slots (a trace's limit)
-    num_blocks = 16        # the arena holds num_blocks * block_size token slots
-    block_size = 16
-    max_model_len = 128
-    [[requests]]
-    id = "A"                          # a string, or an integer (read as its string)
-    prompt = "Why is the sky blue?"   # or prompt_len = 40 for a synthetic prompt
-    chat = true                       # apply the chat template (default false)
-    max_tokens = 48
-    ignore_eos = false
-    arrival_step = 0
-    output_len = 20                   # dry runs only: when the stand-in model stops
+title = "Six steps"
+[arena]                # every size a positive integer; at most 65,536 slots (a trace's limit)
+num_blocks = 16        # the arena holds num_blocks * block_size token slots
+block_size = 16
+max_model_len = 128
+[[requests]]
+id = "A"                          # a string, or an integer (read as its string)
+prompt = "Why is the sky blue?"   # or prompt_len = 40 for a synthetic prompt
+chat = true                       # apply the chat template (default false)
+max_tokens = 48
+ignore_eos = false
+arrival_step = 0
+output_len = 20                   # dry runs only: when the stand-in model stops
 """
+
 from __future__ import annotations
 
 import json
@@ -25,9 +26,11 @@ from engine.request import InvalidConfigError, InvalidRequestError, check_prompt
 from engine.trace_check import LIMITS
 
 # A fixed passage to cut synthetic prompts from, so they are real text the model can read.
-FILLER_TEXT = ("The kernel keeps a table for every process that maps each page of its virtual "
-               "address space to a frame of physical memory, so a program sees one contiguous "
-               "range while its data lies scattered wherever frames were free. ")
+FILLER_TEXT = (
+    "The kernel keeps a table for every process that maps each page of its virtual "
+    "address space to a frame of physical memory, so a program sees one contiguous "
+    "range while its data lies scattered wherever frames were free. "
+)
 
 
 @dataclass(frozen=True)
@@ -79,8 +82,9 @@ def _request(i: int, d: dict) -> ScenarioRequest:
     d["id"] = rid
     for key, low in _INT_KEYS.items():
         if key in d and (type(d[key]) is not int or not low <= d[key] <= LIMITS.max_int):
-            raise InvalidConfigError(f"{where} ({rid}): {key} must be an integer of at least "
-                                     f"{low}, got {d[key]!r}")
+            raise InvalidConfigError(
+                f"{where} ({rid}): {key} must be an integer of at least {low}, got {d[key]!r}"
+            )
     for key in _BOOL_KEYS:
         if key in d and type(d[key]) is not bool:
             raise InvalidConfigError(f"{where} ({rid}): {key} must be true or false")
@@ -95,8 +99,9 @@ def _request(i: int, d: dict) -> ScenarioRequest:
 def _arena_int(raw: dict, key: str, default: int | None, name: str) -> int:
     v = raw.get(key, default)
     if type(v) is not int or v <= 0:
-        raise InvalidConfigError(f"scenario {name}: [arena] {key} must be a positive integer, "
-                                 f"got {v!r}")
+        raise InvalidConfigError(
+            f"scenario {name}: [arena] {key} must be a positive integer, got {v!r}"
+        )
     return v
 
 
@@ -115,8 +120,9 @@ def load(path: str | Path) -> Scenario:
     try:
         json.dumps(raw)  # the trace header carries the scenario as written
     except (TypeError, ValueError):
-        raise InvalidConfigError(f"scenario {p.name} holds a value a trace cannot store (a TOML "
-                                 "date or time?)") from None
+        raise InvalidConfigError(
+            f"scenario {p.name} holds a value a trace cannot store (a TOML date or time?)"
+        ) from None
     arena = raw.get("arena", {})
     if not isinstance(arena, dict):
         raise InvalidConfigError(f"scenario {p.name}: [arena] must be a table")
@@ -124,8 +130,10 @@ def load(path: str | Path) -> Scenario:
     block_size = _arena_int(arena, "block_size", 16, p.name)
     max_model_len = _arena_int(arena, "max_model_len", 2048, p.name)
     if num_blocks * block_size > LIMITS.max_slots:
-        raise InvalidConfigError(f"scenario {p.name}: an arena of {num_blocks * block_size:,} "
-                                 f"slots is more than a trace may hold ({LIMITS.max_slots:,})")
+        raise InvalidConfigError(
+            f"scenario {p.name}: an arena of {num_blocks * block_size:,} "
+            f"slots is more than a trace may hold ({LIMITS.max_slots:,})"
+        )
     if not isinstance(raw.get("requests", []), list):
         raise InvalidConfigError(f"scenario {p.name}: requests must be [[requests]] tables")
     if len(raw.get("requests", [])) > LIMITS.max_requests:

@@ -6,6 +6,7 @@ recomputed, or with ``preemption_mode="swap"`` its blocks moved to the CPU tier,
 engine/swap.py); then waiting requests are admitted first-come-first-served while their prompt fits.
 The head of the queue is never skipped, so a blocked head blocks everyone behind it.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -16,18 +17,24 @@ from engine.request import Batch, Request, ScheduledSeq, Status
 
 
 class Scheduler:
-    def __init__(self, allocator: Allocator, bus: E.EventBus,
-                 max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
-                 eos_token_id: int | None = None, preemption_mode: str = "recompute") -> None:
+    def __init__(
+        self,
+        allocator: Allocator,
+        bus: E.EventBus,
+        max_num_seqs: int = 256,
+        max_num_batched_tokens: int = 8192,
+        eos_token_id: int | None = None,
+        preemption_mode: str = "recompute",
+    ) -> None:
         self.allocator = allocator
         self.preemption_mode = preemption_mode
         self.bus = bus
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.eos_token_id = eos_token_id
-        self.pending: list[Request] = []        # not arrived yet, by arrival step
+        self.pending: list[Request] = []  # not arrived yet, by arrival step
         self.waiting: deque[Request] = deque()
-        self.running: list[Request] = []        # in admission order
+        self.running: list[Request] = []  # in admission order
         self.num_preemptions = 0
 
     def add(self, req: Request) -> None:
@@ -46,15 +53,20 @@ class Scheduler:
             seqs += self._admit_waiting(sum(len(s.token_ids) for s in seqs))
         take = getattr(self.allocator, "take_swaps", None)
         out, inn = take() if take is not None else ([], [])
-        return Batch(seqs=seqs, block_size=self.allocator.view_block_size,
-                     swap_out=out, swap_in=inn)
+        return Batch(
+            seqs=seqs, block_size=self.allocator.view_block_size, swap_out=out, swap_in=inn
+        )
 
     def _arrive(self, step: int) -> None:
         while self.pending and self.pending[0].arrival_step <= step:
             req = self.pending.pop(0)
             self.waiting.append(req)
-            self.bus.emit(E.RequestArrived, req=req.req_id, prompt_len=req.prompt_len,
-                          max_tokens=req.params.max_tokens)
+            self.bus.emit(
+                E.RequestArrived,
+                req=req.req_id,
+                prompt_len=req.prompt_len,
+                max_tokens=req.params.max_tokens,
+            )
 
     def _schedule_running(self) -> list[ScheduledSeq]:
         seqs, i = [], 0
@@ -75,7 +87,7 @@ class Scheduler:
         swap_out = getattr(self.allocator, "swap_out", None)
         if self.preemption_mode != "swap" or swap_out is None or swap_out(req.req_id) is None:
             self.allocator.release(req.req_id)
-            req.num_computed = 0            # recomputed from its prompt on readmission
+            req.num_computed = 0  # recomputed from its prompt on readmission
         req.status = Status.WAITING
         req.num_preemptions += 1
         self.num_preemptions += 1
@@ -87,12 +99,14 @@ class Scheduler:
         while self.waiting:
             req = self.waiting[0]
             n = req.num_tokens
-            new = n - req.num_computed          # a swapped-in request feeds only its last token
+            new = n - req.num_computed  # a swapped-in request feeds only its last token
             if len(self.running) >= self.max_num_seqs or (
-                    seqs and num_batched + new > self.max_num_batched_tokens):
+                seqs and num_batched + new > self.max_num_batched_tokens
+            ):
                 alloc = self.allocator
-                self._blocked(req, AdmitRefusal(E.BLOCKED_BATCH_FULL, n, alloc.free_slots,
-                                                alloc.largest_hole))
+                self._blocked(
+                    req, AdmitRefusal(E.BLOCKED_BATCH_FULL, n, alloc.free_slots, alloc.largest_hole)
+                )
                 break
             refusal = self.allocator.check_admit(req, n)
             if refusal is not None:
@@ -108,9 +122,14 @@ class Scheduler:
         return seqs
 
     def _blocked(self, req: Request, refusal: AdmitRefusal) -> None:
-        self.bus.emit(E.AdmissionBlocked, req=req.req_id, reason=refusal.reason,
-                      need_slots=refusal.need_slots, free_slots=refusal.free_slots,
-                      largest_hole=refusal.largest_hole)
+        self.bus.emit(
+            E.AdmissionBlocked,
+            req=req.req_id,
+            reason=refusal.reason,
+            need_slots=refusal.need_slots,
+            free_slots=refusal.free_slots,
+            largest_hole=refusal.largest_hole,
+        )
 
     def _seq(self, req: Request) -> ScheduledSeq:
         """The tokens ``req`` feeds this step: everything not yet computed (its whole prompt on
@@ -118,9 +137,14 @@ class Scheduler:
         start, end = req.num_computed, req.num_tokens
         positions = list(range(start, end))
         slots = [self.allocator.slot(req.req_id, p) for p in positions]
-        return ScheduledSeq(request=req, token_ids=req.all_token_ids[start:end],
-                            positions=positions, slot_mapping=slots,
-                            block_table=self.allocator.block_table(req.req_id), context_len=end)
+        return ScheduledSeq(
+            request=req,
+            token_ids=req.all_token_ids[start:end],
+            positions=positions,
+            slot_mapping=slots,
+            block_table=self.allocator.block_table(req.req_id),
+            context_len=end,
+        )
 
     def update(self, batch: Batch, next_tokens: list[int]) -> list[Request]:
         """Record this step's K/V writes and sampled tokens; finish and free what is done.
@@ -128,8 +152,12 @@ class Scheduler:
         finished = []
         for seq, token in zip(batch.seqs, next_tokens, strict=True):
             req = seq.request
-            self.bus.emit(E.TokensWritten, req=req.req_id, positions=tuple(seq.positions),
-                          slots=tuple(seq.slot_mapping))
+            self.bus.emit(
+                E.TokensWritten,
+                req=req.req_id,
+                positions=tuple(seq.positions),
+                slots=tuple(seq.slot_mapping),
+            )
             req.num_computed = seq.context_len
             req.output_token_ids.append(token)
             reason = self._finish_reason(req, token)
@@ -149,5 +177,10 @@ class Scheduler:
         self.running.remove(req)
         self.allocator.release(req.req_id)
         req.status, req.finish_reason = Status.FINISHED, reason
-        self.bus.emit(E.Finished, req=req.req_id, final_len=req.num_computed,
-                      num_generated=len(req.output_token_ids), reason=reason)
+        self.bus.emit(
+            E.Finished,
+            req=req.req_id,
+            final_len=req.num_computed,
+            num_generated=len(req.output_token_ids),
+            reason=reason,
+        )

@@ -4,6 +4,7 @@ Each request's output length is given; a stand-in runner emits EOS when it is re
 is folded from the event stream as it is emitted (the same ``Tally`` the viewer uses), so a run of
 a thousand requests never holds its events in memory.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,8 +25,10 @@ class DryRunner:
     """Stands in for the model: token FILLER until a request's forced output length, then EOS."""
 
     def execute(self, batch: Batch) -> list[int]:
-        return [EOS if len(s.request.output_token_ids) + 1 >= _forced(s.request) else FILLER
-                for s in batch.seqs]
+        return [
+            EOS if len(s.request.output_token_ids) + 1 >= _forced(s.request) else FILLER
+            for s in batch.seqs
+        ]
 
     def forget(self, req_id: str) -> None:
         """Nothing is kept per request."""
@@ -68,28 +71,45 @@ class SimResult:
         return sum(a.running for a in accts) / len(accts)
 
 
-def build_requests(items: list[WorkItem], max_model_len: int,
-                   arrivals: list[int] | None = None) -> list[Request]:
+def build_requests(
+    items: list[WorkItem], max_model_len: int, arrivals: list[int] | None = None
+) -> list[Request]:
     """Requests that declare no output bound (they may run to ``max_model_len``) and stop at
     their given output length, as a real request stops at EOS."""
     reqs = []
     for i, it in enumerate(items):
         params = SamplingParams(max_tokens=max_model_len - it.input_len + 1)
-        reqs.append(Request(req_id=f"r{i}", prompt_token_ids=[FILLER] * it.input_len,
-                            params=params, arrival_step=arrivals[i] if arrivals else 0,
-                            forced_output_len=it.output_len))
+        reqs.append(
+            Request(
+                req_id=f"r{i}",
+                prompt_token_ids=[FILLER] * it.input_len,
+                params=params,
+                arrival_step=arrivals[i] if arrivals else 0,
+                forced_output_len=it.output_len,
+            )
+        )
     return reqs
 
 
-def run_policy(policy: str, requests: list[Request], num_blocks: int, block_size: int,
-               max_model_len: int, sinks: tuple = (), max_num_seqs: int = 256,
-               placement: str = "first-fit") -> SimResult:
+def run_policy(
+    policy: str,
+    requests: list[Request],
+    num_blocks: int,
+    block_size: int,
+    max_model_len: int,
+    sinks: tuple = (),
+    max_num_seqs: int = 256,
+    placement: str = "first-fit",
+) -> SimResult:
     """Run ``requests`` (fresh copies are made) under one allocator and account every step.
     ``placement`` (first-fit or buddy) places the contiguous policies' runs."""
     bus = E.EventBus()
     # The dry run knows every final length in advance, as a complete trace does at its end.
-    tally = Tally(num_slots=num_blocks * block_size, block_size=block_size,
-                  final_lens={r.req_id: r.true_final_len for r in requests})
+    tally = Tally(
+        num_slots=num_blocks * block_size,
+        block_size=block_size,
+        final_lens={r.req_id: r.true_final_len for r in requests},
+    )
     accounts: list[StepAccount] = []
     slack: list[int] = []
 
@@ -102,12 +122,19 @@ def run_policy(policy: str, requests: list[Request], num_blocks: int, block_size
     bus.subscribe(fold)
     for sink in sinks:
         bus.subscribe(sink)
-    config = EngineConfig(policy, num_blocks, block_size, max_model_len, max_num_seqs,
-                          placement=placement)
+    config = EngineConfig(
+        policy, num_blocks, block_size, max_model_len, max_num_seqs, placement=placement
+    )
     core = build_core(config, DryRunner(), EOS, bus)
     for r in requests:
-        core.add_request(Request(req_id=r.req_id, prompt_token_ids=list(r.prompt_token_ids),
-                                 params=r.params, arrival_step=r.arrival_step,
-                                 forced_output_len=r.forced_output_len))
+        core.add_request(
+            Request(
+                req_id=r.req_id,
+                prompt_token_ids=list(r.prompt_token_ids),
+                params=r.params,
+                arrival_step=r.arrival_step,
+                forced_output_len=r.forced_output_len,
+            )
+        )
     core.run_to_completion()
     return SimResult(policy, accounts, core.num_preemptions, core.step_count, slack)

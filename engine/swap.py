@@ -11,6 +11,7 @@ This module is the bookkeeping (pure Python, no torch). The scheduler asks for t
 bytes are moved by ``engine.cpu_tier.CpuKVStore`` at the start of the step's ``execute``, before
 the forward can overwrite a block just given up (``Batch.swap_out`` / ``Batch.swap_in``).
 """
+
 from __future__ import annotations
 
 from engine import events as E
@@ -24,11 +25,13 @@ PREEMPTION_MODES = ("recompute", "swap")
 def check_preemption_mode(mode: str, allocator: str) -> str:
     """``mode`` if valid for ``allocator``, else InvalidConfigError (swap needs paging)."""
     if mode not in PREEMPTION_MODES:
-        raise InvalidConfigError(f"unknown preemption mode {str(mode)[:40]!r}; choose "
-                                 f"recompute or swap")
+        raise InvalidConfigError(
+            f"unknown preemption mode {str(mode)[:40]!r}; choose recompute or swap"
+        )
     if mode == "swap" and allocator != "paged":
-        raise InvalidConfigError(f"swap preemption needs the paged allocator; {allocator!r} "
-                                 "preempts by recompute only")
+        raise InvalidConfigError(
+            f"swap preemption needs the paged allocator; {allocator!r} preempts by recompute only"
+        )
     return mode
 
 
@@ -41,8 +44,9 @@ class SwappingPagedAllocator(PagedAllocator):
     this step's ``(device, cpu)`` and ``(cpu, device)`` copies, in the order they must run.
     Promise: every block, device or CPU, is in exactly one place - a free list or one table."""
 
-    def __init__(self, num_blocks: int, block_size: int, bus: E.EventBus,
-                 num_cpu_blocks: int) -> None:
+    def __init__(
+        self, num_blocks: int, block_size: int, bus: E.EventBus, num_cpu_blocks: int
+    ) -> None:
         super().__init__(num_blocks, block_size, bus)
         self.cpu_pool = BlockPool(num_cpu_blocks) if num_cpu_blocks > 0 else None
         self.cpu_tables: dict[str, list[Block]] = {}
@@ -63,13 +67,17 @@ class SwappingPagedAllocator(PagedAllocator):
     def swap_out(self, req_id: str) -> list[tuple[int, int]] | None:
         table = self.tables[req_id]
         if len(table) > self.free_cpu_blocks or self.cpu_pool is None:
-            self.bus.emit(E.SwapFallback, req=req_id, need_blocks=len(table),
-                          free_cpu_blocks=self.free_cpu_blocks)
+            self.bus.emit(
+                E.SwapFallback,
+                req=req_id,
+                need_blocks=len(table),
+                free_cpu_blocks=self.free_cpu_blocks,
+            )
             return None
         cpu = [self.cpu_pool.allocate() for _ in table]
         pairs = [(d.block_id, c.block_id) for d, c in zip(table, cpu, strict=True)]
         self.bus.emit(E.SwappedOut, req=req_id, block_map=tuple(pairs))
-        self.release(req_id)               # device blocks back to the pool (block_freed events)
+        self.release(req_id)  # device blocks back to the pool (block_freed events)
         self.cpu_tables[req_id] = cpu
         self._out += pairs
         return pairs
@@ -83,14 +91,15 @@ class SwappingPagedAllocator(PagedAllocator):
         if cdiv(num_tokens, self.block_size) > self.pool.num_free:
             raise RuntimeError("admit() called without a successful check_admit()")
         self.tables[req.req_id] = []
-        self.grow(req, len(cpu) * self.block_size)          # any free device blocks will do
-        pairs = [(c.block_id, d.block_id)
-                 for c, d in zip(cpu, self.tables[req.req_id], strict=True)]
+        self.grow(req, len(cpu) * self.block_size)  # any free device blocks will do
+        pairs = [
+            (c.block_id, d.block_id) for c, d in zip(cpu, self.tables[req.req_id], strict=True)
+        ]
         self.bus.emit(E.SwappedIn, req=req.req_id, block_map=tuple(pairs))
         for c in cpu:
             self.cpu_pool.release(c)
         self._in += pairs
-        self.grow(req, num_tokens)                          # room for the token it feeds now
+        self.grow(req, num_tokens)  # room for the token it feeds now
 
     def take_swaps(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """This step's copies: ``(device, cpu)`` out, then ``(cpu, device)`` in. A step swaps

@@ -11,6 +11,7 @@ them side by side. Layout::
 
 The end line is what tells a complete trace from a truncated one. Pure Python, no torch.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -22,12 +23,23 @@ from pathlib import Path
 from typing import IO
 
 from engine.events import Event, JsonlSink
-from engine.trace_check import (FORMAT, LIMITS, SCHEMA_VERSION, Limits, TraceChecker,
-                                TraceError)
+from engine.trace_check import FORMAT, LIMITS, SCHEMA_VERSION, Limits, TraceChecker, TraceError
 from engine.trace_check import check_header as _check_header
 
-__all__ = ["FORMAT", "LIMITS", "SCHEMA_VERSION", "Limits", "Trace", "TraceError", "TraceWriter",
-           "check_header", "loads", "make_header", "parse_lines", "read"]
+__all__ = [
+    "FORMAT",
+    "LIMITS",
+    "SCHEMA_VERSION",
+    "Limits",
+    "Trace",
+    "TraceError",
+    "TraceWriter",
+    "check_header",
+    "loads",
+    "make_header",
+    "parse_lines",
+    "read",
+]
 
 
 @dataclass
@@ -46,15 +58,23 @@ class Trace:
         return [r["name"] for r in self.header["runs"]]
 
 
-def make_header(runs: list[dict], *, model: str, device: str, scenario: dict | None = None,
-                **extra) -> dict:
+def make_header(
+    runs: list[dict], *, model: str, device: str, scenario: dict | None = None, **extra
+) -> dict:
     """Build a header. Each run is ``{"name", "allocator", "config": {num_slots, block_size, ...}}``."""
     names = [r["name"] for r in runs]
     if len(set(names)) != len(names):
         raise ValueError(f"run names must be unique, got {names}")
-    return {"format": FORMAT, "schema_version": SCHEMA_VERSION,
-            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "model": model, "device": device, "scenario": scenario or {}, "runs": runs, **extra}
+    return {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "model": model,
+        "device": device,
+        "scenario": scenario or {},
+        "runs": runs,
+        **extra,
+    }
 
 
 class TraceWriter:
@@ -62,11 +82,16 @@ class TraceWriter:
     tags events with that run; ``close()`` writes the end line (a trace without it reads as
     truncated), ``abort()`` ends a failed run without one."""
 
-    def __init__(self, target: str | os.PathLike | IO[str], header: dict, flush: bool = False) -> None:
+    def __init__(
+        self, target: str | os.PathLike | IO[str], header: dict, flush: bool = False
+    ) -> None:
         """Raises OSError when ``target`` cannot be opened for writing."""
         self._own = isinstance(target, (str, os.PathLike))
-        self.stream: IO[str] = (open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
-                                if isinstance(target, (str, os.PathLike)) else target)
+        self.stream: IO[str] = (
+            open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            if isinstance(target, (str, os.PathLike))
+            else target
+        )
         self.flush = flush
         self.num_events = 0
         self._write(header)
@@ -82,6 +107,7 @@ class TraceWriter:
         def write(ev: Event) -> None:
             self.num_events += 1
             inner(ev)
+
         return write
 
     def close(self) -> None:
@@ -112,8 +138,9 @@ def check_header(obj: object) -> dict:
     return _check_header(obj)[0]
 
 
-def parse_lines(lines: Iterable[str], *, require_end: bool = True,
-                limits: Limits = LIMITS) -> Trace:
+def parse_lines(
+    lines: Iterable[str], *, require_end: bool = True, limits: Limits = LIMITS
+) -> Trace:
     """Parse and fully validate trace lines (header first; see ``engine.trace_check``). With
     ``require_end`` a missing end line is an error. Raises TraceError, one line, and nothing
     else."""
@@ -160,4 +187,3 @@ def loads(text: str, *, require_end: bool = True, limits: Limits = LIMITS) -> Tr
     if len(text) > limits.max_trace_chars:
         raise TraceError(f"trace is larger than {limits.max_trace_chars:,} characters")
     return parse_lines(text.split("\n"), require_end=require_end, limits=limits)
-

@@ -24,6 +24,7 @@ in [0, 1], no negative free space). The checks, in order:
 
 Any failure is one ``TraceError`` line naming the line number. Pure Python, no torch.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,17 +49,18 @@ class Limits:
     frame cells and 2.2k events) and bound the worst accepted trace, a 22 KiB file whose
     65,536-slot arena changes wholly at each of 30 steps, to about 150 MiB and 1.5 s of folding
     (measured on the dev box). Pass larger ``Limits`` to ``read`` for a big local trace."""
-    max_slots: int = 1 << 16           # arena slots per run
+
+    max_slots: int = 1 << 16  # arena slots per run
     max_runs: int = 8
-    max_requests: int = 4096           # per run
-    max_events: int = 200_000          # whole trace
+    max_requests: int = 4096  # per run
+    max_events: int = 200_000  # whole trace
     max_line_chars: int = 1 << 20
-    max_trace_chars: int = 64 << 20    # the app refuses uploads over 50 MB before this
-    max_depth: int = 32                # JSON nesting of one line
-    max_frame_cells: int = 1 << 22     # sum over runs of frames x arena slots
-    max_slot_touches: int = 1 << 22    # slots the fold walks for allocation, release, writes
-    max_int: int = 2**31 - 1           # any integer field
-    max_name_chars: int = 256          # run names, request ids, header strings
+    max_trace_chars: int = 64 << 20  # the app refuses uploads over 50 MB before this
+    max_depth: int = 32  # JSON nesting of one line
+    max_frame_cells: int = 1 << 22  # sum over runs of frames x arena slots
+    max_slot_touches: int = 1 << 22  # slots the fold walks for allocation, release, writes
+    max_int: int = 2**31 - 1  # any integer field
+    max_name_chars: int = 256  # run names, request ids, header strings
 
 
 LIMITS = Limits()
@@ -71,7 +73,8 @@ FINISH_REASONS = ("eos", "length")
 _HEADER_TEXT = ("created", "model", "device", "forward")
 _FIELD_TYPES = {  # the event dataclasses' annotations (strings: events.py defers them)
     kind: tuple((f.name, str(f.type)) for f in dataclasses.fields(cls))
-    for kind, cls in E.EVENT_TYPES.items()}
+    for kind, cls in E.EVENT_TYPES.items()
+}
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _BRACKET = re.compile(r"[\[\]{}]")
 _ZEROS = re.compile(b"\x00+")
@@ -97,8 +100,9 @@ def check_nesting(line: str, max_depth: int) -> bool:
 def parse_json_line(line: str, where: str, limits: Limits = LIMITS) -> object:
     """One line as JSON, refusing what is too long, too deep, or not strict JSON."""
     if len(line) > limits.max_line_chars + 1:
-        raise TraceError(f"trace is corrupt: {where} is longer than {limits.max_line_chars:,} "
-                         "characters")
+        raise TraceError(
+            f"trace is corrupt: {where} is longer than {limits.max_line_chars:,} characters"
+        )
     if not check_nesting(line, limits.max_depth):
         raise TraceError(f"trace is corrupt: {where} nests deeper than {limits.max_depth} levels")
     try:
@@ -109,9 +113,11 @@ def parse_json_line(line: str, where: str, limits: Limits = LIMITS) -> object:
 
 # --- the header ------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class RunSpec:
     """A run as the header declares it, checked."""
+
     name: str
     paged: bool
     num_slots: int
@@ -134,12 +140,18 @@ def check_header(obj: object, limits: Limits = LIMITS) -> tuple[dict, list[RunSp
         raise TraceError("not a paged-KV trace (its first line is not a trace header)")
     v = obj.get("schema_version")
     if type(v) is not int or v != SCHEMA_VERSION:
-        raise TraceError(f"trace schema version {v!r:.40} is not supported (this viewer reads "
-                         f"version {SCHEMA_VERSION})")
+        raise TraceError(
+            f"trace schema version {v!r:.40} is not supported (this viewer reads "
+            f"version {SCHEMA_VERSION})"
+        )
     for key in _HEADER_TEXT:
-        if key in obj and not (isinstance(obj[key], str) and len(obj[key]) <= limits.max_name_chars):
-            raise TraceError(f"trace header: {key} must be a string of at most "
-                             f"{limits.max_name_chars} characters")
+        if key in obj and not (
+            isinstance(obj[key], str) and len(obj[key]) <= limits.max_name_chars
+        ):
+            raise TraceError(
+                f"trace header: {key} must be a string of at most "
+                f"{limits.max_name_chars} characters"
+            )
     if not isinstance(obj.get("scenario", {}), dict):
         raise TraceError("trace header: scenario must be an object")
     runs = obj.get("runs")
@@ -152,20 +164,24 @@ def check_header(obj: object, limits: Limits = LIMITS) -> tuple[dict, list[RunSp
     if len(set(names)) != len(names):
         raise TraceError("trace header: run names must be unique")
     if len({s.num_slots for s in specs}) > 1:
-        raise TraceError("trace header: runs compare equal memory, so every run needs the same "
-                         "num_slots")
+        raise TraceError(
+            "trace header: runs compare equal memory, so every run needs the same num_slots"
+        )
     return obj, specs
 
 
 def _run_spec(i: int, run: dict, limits: Limits) -> RunSpec:
     where = f"trace header: run #{i + 1}"
     if not _text(run.get("name"), limits):
-        raise TraceError(f"{where} needs a name (a string of 1 to {limits.max_name_chars} "
-                         "characters)")
+        raise TraceError(
+            f"{where} needs a name (a string of 1 to {limits.max_name_chars} characters)"
+        )
     alloc = run.get("allocator")
     if alloc != PAGED and alloc not in CONTIGUOUS_ALLOCATORS:
-        raise TraceError(f"{where} has allocator {alloc!r:.40}; expected paged or one of "
-                         f"{', '.join(CONTIGUOUS_ALLOCATORS)}")
+        raise TraceError(
+            f"{where} has allocator {alloc!r:.40}; expected paged or one of "
+            f"{', '.join(CONTIGUOUS_ALLOCATORS)}"
+        )
     cfg = run.get("config")
     if not isinstance(cfg, dict):
         raise TraceError(f"{where} has no config object")
@@ -197,6 +213,7 @@ def _config_int(cfg: dict, key: str, default: int | None, lo: int, hi: int, wher
 
 # --- events ----------------------------------------------------------------------------------
 
+
 def build_event(obj: dict, limits: Limits = LIMITS) -> E.Event:
     """An event from its JSON object, every field of the exact type; raises TraceError."""
     tag = obj.get("kind")
@@ -214,16 +231,20 @@ def build_event(obj: dict, limits: Limits = LIMITS) -> E.Event:
             ok = _text(v, limits)
         elif typ.startswith("tuple[tuple"):  # a block map: [[a, b], ...]
             ok = isinstance(v, list) and all(
-                isinstance(x, list) and len(x) == 2
-                and all(_int_in(y, 0, limits.max_int) for y in x) for x in v)
+                isinstance(x, list)
+                and len(x) == 2
+                and all(_int_in(y, 0, limits.max_int) for y in x)
+                for x in v
+            )
             v = tuple(tuple(x) for x in v) if ok else v
         else:  # tuple[int, ...]
             ok = isinstance(v, list) and all(_int_in(x, 0, limits.max_int) for x in v)
             v = tuple(v) if ok else v
         if not ok:
-            want = {"int": f"an integer in [0, {limits.max_int}]",
-                    "str": f"a string of 1 to {limits.max_name_chars} characters"
-                    }.get(typ, "a list of such integers (or of [int, int] pairs)")
+            want = {
+                "int": f"an integer in [0, {limits.max_int}]",
+                "str": f"a string of 1 to {limits.max_name_chars} characters",
+            }.get(typ, "a list of such integers (or of [int, int] pairs)")
             raise TraceError(f"{cls.kind} field {name!r} must be {want}, got {obj[name]!r:.40}")
         kwargs[name] = v
     return cls(**kwargs)
@@ -233,15 +254,15 @@ def build_event(obj: dict, limits: Limits = LIMITS) -> E.Event:
 class _Req:
     prompt_len: int
     max_tokens: int
-    status: str = "waiting"      # waiting / running / finished
-    generated: int = 0           # output tokens it had when last preempted (recomputed on entry)
-    filled: int = 0              # slots written since admission (the accounting's ``filled``)
-    held: int = 0                # slots it holds
-    table: list[int] = field(default_factory=list)   # paging: physical blocks in logical order
-    run: tuple[int, int] | None = None               # contiguous: (start, length)
+    status: str = "waiting"  # waiting / running / finished
+    generated: int = 0  # output tokens it had when last preempted (recomputed on entry)
+    filled: int = 0  # slots written since admission (the accounting's ``filled``)
+    held: int = 0  # slots it holds
+    table: list[int] = field(default_factory=list)  # paging: physical blocks in logical order
+    run: tuple[int, int] | None = None  # contiguous: (start, length)
     cpu_table: list[int] = field(default_factory=list)  # swapped: CPU blocks in logical order
-    swapped_filled: int = 0      # slots it had written when swapped out (restored on swap-in)
-    swapping: bool = False       # between its swapped_out and its preempted event
+    swapped_filled: int = 0  # slots it had written when swapped out (restored on swap-in)
+    swapping: bool = False  # between its swapped_out and its preempted event
 
 
 class RunChecker:
@@ -253,14 +274,14 @@ class RunChecker:
         self.num_blocks = n // bs
         self.reqs: dict[str, _Req] = {}
         self.block_owner: list[str | None] = [None] * self.num_blocks
-        self.occupied = bytearray(n)     # contiguous: reserved slots
-        self.written = bytearray(n)      # slots holding a written token
+        self.occupied = bytearray(n)  # contiguous: reserved slots
+        self.written = bytearray(n)  # slots holding a written token
         self.free = n
         self.cpu_owner: list[str | None] = [None] * spec.num_cpu_blocks
         self.cpu_free = spec.num_cpu_blocks
         self.last_seq = -1
         self.last_step = 0
-        self.closed_step = -1            # step of the last step_end
+        self.closed_step = -1  # step of the last step_end
         self.num_running = self.num_waiting = 0
 
     def feed(self, ev: E.Event) -> None:
@@ -279,17 +300,22 @@ class RunChecker:
     def _req(self, ev: E.Event, status: str) -> _Req:
         r = self.reqs.get(ev.req)  # type: ignore[attr-defined]
         if r is None:
-            raise TraceError(f"{ev.kind} names request {ev.req!r:.40}, "  # type: ignore[attr-defined]
-                             "which never arrived")
+            raise TraceError(
+                f"{ev.kind} names request {ev.req!r:.40}, "  # type: ignore[attr-defined]
+                "which never arrived"
+            )
         if r.status != status:
-            raise TraceError(f"{ev.kind} for request {ev.req!r:.40} "  # type: ignore[attr-defined]
-                             f"while it is {r.status}, not {status}")
+            raise TraceError(
+                f"{ev.kind} for request {ev.req!r:.40} "  # type: ignore[attr-defined]
+                f"while it is {r.status}, not {status}"
+            )
         return r
 
     def _kind(self, ev: E.Event, paged: bool) -> None:
         if self.spec.paged != paged:
-            raise TraceError(f"{ev.kind} event in a {'paged' if self.spec.paged else 'contiguous'}"
-                             f" run")
+            raise TraceError(
+                f"{ev.kind} event in a {'paged' if self.spec.paged else 'contiguous'} run"
+            )
 
     def _touch(self, n: int) -> None:
         self.budget.touch(n)
@@ -313,23 +339,31 @@ class RunChecker:
         r = self._req(ev, "waiting")
         # a swapped request comes back holding all its tokens: prompt plus what it generated
         if ev.num_tokens != r.prompt_len + r.generated:
-            raise TraceError(f"admitted with {ev.num_tokens} tokens; the request has "
-                             f"{r.prompt_len + r.generated}")
+            raise TraceError(
+                f"admitted with {ev.num_tokens} tokens; the request has "
+                f"{r.prompt_len + r.generated}"
+            )
         r.status = "running"
         self.num_waiting -= 1
         self.num_running += 1
 
     def _admission_blocked(self, ev: E.AdmissionBlocked) -> None:
         self._req(ev, "waiting")
-        allowed = (E.BLOCKED_NO_FREE_BLOCK, E.BLOCKED_BATCH_FULL) if self.spec.paged else \
-            (E.BLOCKED_NO_HOLE, E.BLOCKED_NO_SPACE, E.BLOCKED_BATCH_FULL)
+        allowed = (
+            (E.BLOCKED_NO_FREE_BLOCK, E.BLOCKED_BATCH_FULL)
+            if self.spec.paged
+            else (E.BLOCKED_NO_HOLE, E.BLOCKED_NO_SPACE, E.BLOCKED_BATCH_FULL)
+        )
         if ev.reason not in allowed:
-            raise TraceError(f"admission_blocked reason {ev.reason!r:.40} is not one of "
-                             f"{', '.join(allowed)}")
+            raise TraceError(
+                f"admission_blocked reason {ev.reason!r:.40} is not one of {', '.join(allowed)}"
+            )
         hole = self.free if self.spec.paged else self._largest_hole()
         if (ev.free_slots, ev.largest_hole) != (self.free, hole):
-            raise TraceError(f"admission_blocked reports {ev.free_slots} free slots and a hole "
-                             f"of {ev.largest_hole}; the arena has {self.free} and {hole}")
+            raise TraceError(
+                f"admission_blocked reports {ev.free_slots} free slots and a hole "
+                f"of {ev.largest_hole}; the arena has {self.free} and {hole}"
+            )
         if ev.need_slots < 1:
             raise TraceError("admission_blocked needs a positive need_slots")
 
@@ -343,8 +377,10 @@ class RunChecker:
         if ev.num_generated > r.max_tokens:
             raise TraceError(f"preempted after {ev.num_generated} tokens, more than max_tokens")
         if r.swapping and ev.num_generated + r.prompt_len - 1 != r.swapped_filled:
-            raise TraceError(f"preempted after {ev.num_generated} tokens, but its swapped "
-                             f"blocks hold {r.swapped_filled} tokens")
+            raise TraceError(
+                f"preempted after {ev.num_generated} tokens, but its swapped "
+                f"blocks hold {r.swapped_filled} tokens"
+            )
         r.status, r.generated, r.filled, r.swapping = "waiting", ev.num_generated, 0, False
         self.num_running -= 1
         self.num_waiting += 1
@@ -355,30 +391,40 @@ class RunChecker:
         if ev.reason not in FINISH_REASONS:
             raise TraceError(f"finish reason {ev.reason!r:.40} is not eos or length")
         if not 1 <= ev.num_generated <= r.max_tokens:
-            raise TraceError(f"finished with {ev.num_generated} tokens; max_tokens is "
-                             f"{r.max_tokens}")
+            raise TraceError(
+                f"finished with {ev.num_generated} tokens; max_tokens is {r.max_tokens}"
+            )
         if ev.final_len != r.filled or ev.final_len != r.prompt_len + ev.num_generated - 1:
-            raise TraceError(f"finished with final_len {ev.final_len}; it wrote {r.filled} slots "
-                             f"for a prompt of {r.prompt_len} and {ev.num_generated} tokens")
+            raise TraceError(
+                f"finished with final_len {ev.final_len}; it wrote {r.filled} slots "
+                f"for a prompt of {r.prompt_len} and {ev.num_generated} tokens"
+            )
         r.status, r.filled = "finished", 0
         self.num_running -= 1
 
     def _holds_nothing(self, ev: E.Event, r: _Req) -> None:
         if ev.kind == E.Finished.kind and r.cpu_table:
-            raise TraceError(f"finished while request {ev.req!r:.40} "  # type: ignore[attr-defined]
-                             "still has blocks on the CPU tier")
+            raise TraceError(
+                f"finished while request {ev.req!r:.40} "  # type: ignore[attr-defined]
+                "still has blocks on the CPU tier"
+            )
         if r.held or r.table or r.run is not None:
-            raise TraceError(f"{ev.kind} while request {ev.req!r:.40} "  # type: ignore[attr-defined]
-                             "still holds memory")
+            raise TraceError(
+                f"{ev.kind} while request {ev.req!r:.40} "  # type: ignore[attr-defined]
+                "still holds memory"
+            )
 
     def _step_end(self, ev: E.StepEnd) -> None:
         if (ev.num_running, ev.num_waiting) != (self.num_running, self.num_waiting):
-            raise TraceError(f"step_end reports {ev.num_running} running and {ev.num_waiting} "
-                             f"waiting; the run has {self.num_running} and {self.num_waiting}")
+            raise TraceError(
+                f"step_end reports {ev.num_running} running and {ev.num_waiting} "
+                f"waiting; the run has {self.num_running} and {self.num_waiting}"
+            )
         for name, r in self.reqs.items():
             if r.filled > r.held:
-                raise TraceError(f"request {name!r:.40} has written {r.filled} slots but holds "
-                                 f"{r.held}")
+                raise TraceError(
+                    f"request {name!r:.40} has written {r.filled} slots but holds {r.held}"
+                )
         self.closed_step = ev.step
         self.budget.frame(self.spec.num_slots)
 
@@ -388,13 +434,16 @@ class RunChecker:
         self._kind(ev, paged=True)
         r = self._req(ev, "running")
         if ev.logical != len(r.table):
-            raise TraceError(f"block_allocated at logical {ev.logical}; the table has "
-                             f"{len(r.table)} entries")
+            raise TraceError(
+                f"block_allocated at logical {ev.logical}; the table has {len(r.table)} entries"
+            )
         if ev.physical >= self.num_blocks:
             raise TraceError(f"block {ev.physical} is outside the arena's {self.num_blocks} blocks")
         if self.block_owner[ev.physical] is not None:
-            raise TraceError(f"block {ev.physical} is already in request "
-                             f"{self.block_owner[ev.physical]!r:.40}'s table")
+            raise TraceError(
+                f"block {ev.physical} is already in request "
+                f"{self.block_owner[ev.physical]!r:.40}'s table"
+            )
         self._touch(self.spec.block_size)
         self.block_owner[ev.physical] = ev.req
         r.table.append(ev.physical)
@@ -405,11 +454,12 @@ class RunChecker:
         self._kind(ev, paged=True)
         r = self._req(ev, "running")
         if ev.physical >= self.num_blocks or self.block_owner[ev.physical] != ev.req:
-            raise TraceError(f"block {ev.physical} freed but not in request {ev.req!r:.40}'s "
-                             "table")
+            raise TraceError(f"block {ev.physical} freed but not in request {ev.req!r:.40}'s table")
         if ev.ref_count != 0:
-            raise TraceError(f"block {ev.physical} freed with ref_count {ev.ref_count}; "
-                             "its only holder let it go")
+            raise TraceError(
+                f"block {ev.physical} freed with ref_count {ev.ref_count}; "
+                "its only holder let it go"
+            )
         bs = self.spec.block_size
         # the fold finds the block in its table by a scan (in C: charged at a sixteenth)
         self._touch(bs + len(r.table) // 16)
@@ -418,7 +468,7 @@ class RunChecker:
         else:
             r.table.remove(ev.physical)
         self.block_owner[ev.physical] = None
-        self.written[ev.physical * bs:(ev.physical + 1) * bs] = bytes(bs)
+        self.written[ev.physical * bs : (ev.physical + 1) * bs] = bytes(bs)
         r.held -= bs
         self.free += bs
 
@@ -432,12 +482,16 @@ class RunChecker:
         device = [d for d, _ in ev.block_map]
         cpu = [c for _, c in ev.block_map]
         if not device or device != r.table:
-            raise TraceError(f"swapped_out maps blocks {device[:8]}, not request "
-                             f"{ev.req!r:.40}'s table")
-        if len(set(cpu)) != len(cpu) or any(c >= len(self.cpu_owner) or self.cpu_owner[c]
-                                            is not None for c in cpu):
-            raise TraceError("swapped_out moves blocks to CPU blocks that are not free ones of "
-                             f"its {len(self.cpu_owner)}-block tier")
+            raise TraceError(
+                f"swapped_out maps blocks {device[:8]}, not request {ev.req!r:.40}'s table"
+            )
+        if len(set(cpu)) != len(cpu) or any(
+            c >= len(self.cpu_owner) or self.cpu_owner[c] is not None for c in cpu
+        ):
+            raise TraceError(
+                "swapped_out moves blocks to CPU blocks that are not free ones of "
+                f"its {len(self.cpu_owner)}-block tier"
+            )
         self._touch(len(cpu) * self.spec.block_size)
         for c in cpu:
             self.cpu_owner[c] = ev.req
@@ -450,28 +504,36 @@ class RunChecker:
         cpu = [c for c, _ in ev.block_map]
         device = [d for _, d in ev.block_map]
         if not cpu or cpu != r.cpu_table:
-            raise TraceError(f"swapped_in brings back CPU blocks {cpu[:8]}, not the ones request "
-                             f"{ev.req!r:.40} was swapped to")
+            raise TraceError(
+                f"swapped_in brings back CPU blocks {cpu[:8]}, not the ones request "
+                f"{ev.req!r:.40} was swapped to"
+            )
         if device != r.table or r.filled:
-            raise TraceError(f"swapped_in must fill exactly the blocks request {ev.req!r:.40} "
-                             "was just given, before it writes anything")
+            raise TraceError(
+                f"swapped_in must fill exactly the blocks request {ev.req!r:.40} "
+                "was just given, before it writes anything"
+            )
         bs = self.spec.block_size
         self._touch(len(cpu) * bs)
         for c in cpu:
             self.cpu_owner[c] = None
         self.cpu_free += len(cpu)
-        for pos in range(r.swapped_filled):     # its tokens are back, in their new slots
+        for pos in range(r.swapped_filled):  # its tokens are back, in their new slots
             self.written[device[pos // bs] * bs + pos % bs] = 1
         r.filled, r.cpu_table, r.swapped_filled = r.swapped_filled, [], 0
 
     def _swap_fallback(self, ev: E.SwapFallback) -> None:
         self._kind(ev, paged=True)
         r = self._req(ev, "running")
-        if (ev.need_blocks, ev.free_cpu_blocks) != (len(r.table), self.cpu_free) \
-                or ev.need_blocks <= ev.free_cpu_blocks:
-            raise TraceError(f"swap_fallback reports {ev.need_blocks} blocks needed and "
-                             f"{ev.free_cpu_blocks} free on the CPU tier; the run has "
-                             f"{len(r.table)} and {self.cpu_free}")
+        if (ev.need_blocks, ev.free_cpu_blocks) != (
+            len(r.table),
+            self.cpu_free,
+        ) or ev.need_blocks <= ev.free_cpu_blocks:
+            raise TraceError(
+                f"swap_fallback reports {ev.need_blocks} blocks needed and "
+                f"{ev.free_cpu_blocks} free on the CPU tier; the run has "
+                f"{len(r.table)} and {self.cpu_free}"
+            )
 
     # --- contiguous ---
 
@@ -482,12 +544,14 @@ class RunChecker:
         if r.run is not None:
             raise TraceError(f"request {ev.req!r:.40} reserves a second run")
         if ev.length < 1 or end > self.spec.num_slots:
-            raise TraceError(f"slots [{ev.start}, {end}) are not a run inside the arena's "
-                             f"{self.spec.num_slots} slots")
+            raise TraceError(
+                f"slots [{ev.start}, {end}) are not a run inside the arena's "
+                f"{self.spec.num_slots} slots"
+            )
         if self.occupied.find(1, ev.start, end) != -1:
             raise TraceError(f"slots [{ev.start}, {end}) overlap another reservation")
         self._touch(ev.length)
-        self.occupied[ev.start:end] = b"\x01" * ev.length
+        self.occupied[ev.start : end] = b"\x01" * ev.length
         r.run, r.held = (ev.start, ev.length), ev.length
         self.free -= ev.length
 
@@ -495,12 +559,14 @@ class RunChecker:
         self._kind(ev, paged=False)
         r = self._req(ev, "running")
         if r.run != (ev.start, ev.length):
-            raise TraceError(f"request {ev.req!r:.40} releases [{ev.start}, "
-                             f"{ev.start + ev.length}), which is not its reservation")
+            raise TraceError(
+                f"request {ev.req!r:.40} releases [{ev.start}, "
+                f"{ev.start + ev.length}), which is not its reservation"
+            )
         self._touch(ev.length)
         zero = bytes(ev.length)
-        self.occupied[ev.start:ev.start + ev.length] = zero
-        self.written[ev.start:ev.start + ev.length] = zero
+        self.occupied[ev.start : ev.start + ev.length] = zero
+        self.written[ev.start : ev.start + ev.length] = zero
         r.run, r.held = None, 0
         self.free += ev.length
 
@@ -509,8 +575,9 @@ class RunChecker:
     def _tokens_written(self, ev: E.TokensWritten) -> None:
         r = self._req(ev, "running")
         if r.cpu_table:
-            raise TraceError(f"tokens written for request {ev.req!r:.40} while its blocks are "
-                             "on the CPU tier")
+            raise TraceError(
+                f"tokens written for request {ev.req!r:.40} while its blocks are on the CPU tier"
+            )
         if not ev.slots or len(ev.slots) != len(ev.positions):
             raise TraceError("tokens_written needs as many positions as slots, at least one")
         self._touch(len(ev.slots))
@@ -521,8 +588,9 @@ class RunChecker:
             else:
                 ok = r.run is not None and pos < r.run[1] and slot == r.run[0] + pos
             if not ok:
-                raise TraceError(f"position {pos} of request {ev.req!r:.40} does not map to "
-                                 f"slot {slot} it holds")
+                raise TraceError(
+                    f"position {pos} of request {ev.req!r:.40} does not map to slot {slot} it holds"
+                )
             if self.written[slot]:
                 raise TraceError(f"slot {slot} is written twice")
             self.written[slot] = 1
@@ -532,6 +600,7 @@ class RunChecker:
 @dataclass
 class Budget:
     """Work the viewer will do for the whole trace, counted as the runs are replayed."""
+
     limits: Limits
     events: int = 0
     cells: int = 0
@@ -545,14 +614,18 @@ class Budget:
     def frame(self, num_slots: int) -> None:
         self.cells += num_slots
         if self.cells > self.limits.max_frame_cells:
-            raise TraceError(f"trace is too large to draw: frames x arena slots exceed "
-                             f"{self.limits.max_frame_cells:,}")
+            raise TraceError(
+                f"trace is too large to draw: frames x arena slots exceed "
+                f"{self.limits.max_frame_cells:,}"
+            )
 
     def touch(self, n: int) -> None:
         self.touches += n
         if self.touches > self.limits.max_slot_touches:
-            raise TraceError(f"trace is too large to draw: its events walk more than "
-                             f"{self.limits.max_slot_touches:,} slots")
+            raise TraceError(
+                f"trace is too large to draw: its events walk more than "
+                f"{self.limits.max_slot_touches:,} slots"
+            )
 
 
 class TraceChecker:
@@ -602,8 +675,9 @@ class TraceChecker:
         n = sum(len(v) for v in self.runs.values())
         got = obj.get("num_events")
         if type(got) is not int or got != n:
-            raise TraceError(f"trace is corrupt: end line counts {got!r:.40} events, the file "
-                             f"holds {n}")
+            raise TraceError(
+                f"trace is corrupt: end line counts {got!r:.40} events, the file holds {n}"
+            )
 
     def finish(self, require_end: bool = True) -> tuple[dict, dict[str, list[E.Event]]]:
         if self.header is None:

@@ -11,6 +11,7 @@ queue. ``LENGTH_DISTS`` names the shapes a student can switch between:
 - ``uniform``: flat on [1, 2 x mean - 1], no tail (standard deviation 0.58 means);
 - ``fixed``: every request exactly the mean (no spread at all).
 """
+
 from __future__ import annotations
 
 import math
@@ -43,20 +44,23 @@ class WorkItem:
 class LengthDist:
     """How lengths scatter around their mean. Raises InvalidConfigError for an unknown name or
     a sigma outside (0, MAX_SIGMA]."""
+
     name: str = "lognormal"
     sigma: float = SIGMA
 
     def __post_init__(self) -> None:
         if self.name not in LENGTH_DISTS:
-            raise InvalidConfigError(f"unknown length distribution {self.name!r}; choose one "
-                                     f"of {', '.join(LENGTH_DISTS)}")
+            raise InvalidConfigError(
+                f"unknown length distribution {self.name!r}; choose one "
+                f"of {', '.join(LENGTH_DISTS)}"
+            )
         if not (isinstance(self.sigma, (int, float)) and 0 < self.sigma <= MAX_SIGMA):
             raise InvalidConfigError(f"sigma must be in (0, {MAX_SIGMA}], got {self.sigma!r}")
 
     def draw(self, rng: random.Random, mean: float, cap: int) -> int:
         """One length with mean ``mean`` before rounding, clipped to [1, cap]."""
         if self.name == "lognormal":
-            mu = math.log(mean) - self.sigma ** 2 / 2   # E[lognormal] = exp(mu + sigma^2 / 2)
+            mu = math.log(mean) - self.sigma**2 / 2  # E[lognormal] = exp(mu + sigma^2 / 2)
             x = rng.lognormvariate(mu, self.sigma)
         elif self.name == "exponential":
             x = rng.expovariate(1 / mean)
@@ -67,8 +71,9 @@ class LengthDist:
         return max(1, min(cap, round(x)))
 
 
-def generate(name: str, num_requests: int, max_model_len: int, seed: int = 0,
-             dist: LengthDist | None = None) -> list[WorkItem]:
+def generate(
+    name: str, num_requests: int, max_model_len: int, seed: int = 0, dist: LengthDist | None = None
+) -> list[WorkItem]:
     """``num_requests`` (input, output) length pairs for workload ``name``."""
     if name not in WORKLOADS:
         raise ValueError(f"unknown workload {name!r}; choose one of {', '.join(WORKLOADS)}")

@@ -15,6 +15,7 @@ Every store path (``kernels.reference.store_kv``, ``kernels.store_kv``, the torc
 ``quantize`` here, so the arena holds the same bits on every backend. Dequantize on load:
 ``x.float() * scale``, inside the attention kernels (Triton and reference).
 """
+
 from __future__ import annotations
 
 import torch

@@ -4,6 +4,7 @@ On CPU tensors the kernels run through Triton's interpreter, which must be chose
 ``TRITON_INTERPRET=1`` *before the first* ``import triton``: Triton's own library functions
 (``tl.zeros``, ``tl.max``...) are decorated at that import, in whichever mode was set then.
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,8 +24,10 @@ def interpreter_active() -> bool:
 def check_device(x: torch.Tensor) -> None:
     """Raise a clear error instead of Triton's when CPU tensors meet compiled kernels."""
     if x.device.type == "cpu" and not interpreter_active():
-        raise RuntimeError("Triton kernels on CPU tensors need TRITON_INTERPRET=1 set before "
-                           "triton is first imported; or use kernels.reference")
+        raise RuntimeError(
+            "Triton kernels on CPU tensors need TRITON_INTERPRET=1 set before "
+            "triton is first imported; or use kernels.reference"
+        )
 
 
 def next_pow2(n: int) -> int:

@@ -6,6 +6,7 @@ A flat slot index is ``physical_block * block_size + offset``. Block tables are 
 ``[batch, max_blocks]``; entries past a request's last block are ignored (any value).
 Query heads map to KV heads as in GQA: query head h reads KV head h // (Hq // Hkv).
 """
+
 from __future__ import annotations
 
 import torch
@@ -14,8 +15,15 @@ import torch.nn.functional as F
 from kernels.fp8 import bits, dequantize, quantize
 
 
-def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-             slot_mapping: torch.Tensor, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+def store_kv(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> None:
     """Write new tokens' K/V ``[T, Hkv, D]`` into the arena at ``slot_mapping`` (int64 ``[T]``);
     a slot of -1 means: skip this token. A float8 arena stores ``K / k_scale`` and ``V / v_scale``
     (``kernels.fp8.quantize``); the scales are ignored otherwise."""
@@ -23,13 +31,17 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     if not bool(keep.all()):
         k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
     hkv, d = k_cache.shape[2], k_cache.shape[3]
-    bits(k_cache).view(-1, hkv, d).index_copy_(0, slot_mapping,
-                                               bits(quantize(k, k_cache.dtype, k_scale)))
-    bits(v_cache).view(-1, hkv, d).index_copy_(0, slot_mapping,
-                                               bits(quantize(v, v_cache.dtype, v_scale)))
+    bits(k_cache).view(-1, hkv, d).index_copy_(
+        0, slot_mapping, bits(quantize(k, k_cache.dtype, k_scale))
+    )
+    bits(v_cache).view(-1, hkv, d).index_copy_(
+        0, slot_mapping, bits(quantize(v, v_cache.dtype, v_scale))
+    )
 
 
-def gather_slots(block_tables: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
+def gather_slots(
+    block_tables: torch.Tensor, positions: torch.Tensor, block_size: int
+) -> torch.Tensor:
     """Flat slot of each logical position: the block table lookup the MMU would do.
     ``block_tables`` [B, max_blocks], ``positions`` [L] -> slots [B, L] (int64)."""
     logical = (positions // block_size).long()
@@ -37,40 +49,66 @@ def gather_slots(block_tables: torch.Tensor, positions: torch.Tensor, block_size
     return physical * block_size + (positions % block_size).long()
 
 
-def _gather_kv(k_cache, v_cache, block_tables, length: int, out_dtype: torch.dtype,
-               k_scale: float = 1.0, v_scale: float = 1.0):
+def _gather_kv(
+    k_cache,
+    v_cache,
+    block_tables,
+    length: int,
+    out_dtype: torch.dtype,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+):
     bs, hkv, d = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
     pos = torch.arange(length, device=k_cache.device)
     # a shorter request's table past its last block may hold anything; clamp so gathering those
     # (masked-out) positions stays in bounds
-    slots = gather_slots(block_tables, pos, bs).clamp_(max=k_cache.shape[0] * bs - 1)   # [B, L]
-    k = dequantize(k_cache.view(-1, hkv, d)[slots], out_dtype, k_scale)      # [B, L, Hkv, D]
+    slots = gather_slots(block_tables, pos, bs).clamp_(max=k_cache.shape[0] * bs - 1)  # [B, L]
+    k = dequantize(k_cache.view(-1, hkv, d)[slots], out_dtype, k_scale)  # [B, L, Hkv, D]
     v = dequantize(v_cache.view(-1, hkv, d)[slots], out_dtype, v_scale)
     return k, v, pos
 
 
-def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float, k_scale: float = 1.0, v_scale: float = 1.0
-                           ) -> torch.Tensor:
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> torch.Tensor:
     """One new query token per request attends to its first ``context_lens[b]`` cached tokens.
     ``q`` [B, Hq, D] -> out [B, Hq, D]. A float8 arena is dequantized (times ``k_scale`` /
     ``v_scale``) to q's dtype as it is gathered."""
     b, hq, d = q.shape
     hkv = k_cache.shape[2]
-    k, v, pos = _gather_kv(k_cache, v_cache, block_tables, int(context_lens.max()),
-                           q.dtype, k_scale, v_scale)
-    mask = pos[None, :] < context_lens[:, None].to(pos.device)          # [B, L]
+    k, v, pos = _gather_kv(
+        k_cache, v_cache, block_tables, int(context_lens.max()), q.dtype, k_scale, v_scale
+    )
+    mask = pos[None, :] < context_lens[:, None].to(pos.device)  # [B, L]
     out = F.scaled_dot_product_attention(
-        q.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2),             # [B, H, 1|L, D]
-        attn_mask=mask[:, None, None, :], scale=scale, enable_gqa=hq != hkv)
+        q.unsqueeze(2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),  # [B, H, 1|L, D]
+        attn_mask=mask[:, None, None, :],
+        scale=scale,
+        enable_gqa=hq != hkv,
+    )
     return out.squeeze(2)
 
 
-def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                            block_tables: torch.Tensor, query_start_loc: torch.Tensor,
-                            context_lens: torch.Tensor, scale: float,
-                            k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
+def paged_prefill_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> torch.Tensor:
     """Varlen prefill. Request b's new tokens are ``q[query_start_loc[b]:query_start_loc[b+1]]``
     (``[T, Hq, D]`` overall); they are the last tokens of its ``context_lens[b]`` tokens, whose
     K/V (new ones included) are already in the arena. Each attends causally to its cache and
@@ -83,13 +121,19 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         n = e - s
         if n == 0:
             continue
-        k, v, pos = _gather_kv(k_cache, v_cache, block_tables[b:b + 1], ctx, q.dtype,
-                                 k_scale, v_scale)
+        k, v, pos = _gather_kv(
+            k_cache, v_cache, block_tables[b : b + 1], ctx, q.dtype, k_scale, v_scale
+        )
         qpos = torch.arange(ctx - n, ctx, device=q.device)
-        mask = pos[None, :] <= qpos[:, None]                                 # [n, ctx]
+        mask = pos[None, :] <= qpos[:, None]  # [n, ctx]
         o = F.scaled_dot_product_attention(
-            q[s:e].transpose(0, 1).unsqueeze(0), k.transpose(1, 2), v.transpose(1, 2),
-            attn_mask=None if n == ctx else mask, is_causal=n == ctx, scale=scale,
-            enable_gqa=hq != hkv)
+            q[s:e].transpose(0, 1).unsqueeze(0),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=None if n == ctx else mask,
+            is_causal=n == ctx,
+            scale=scale,
+            enable_gqa=hq != hkv,
+        )
         out[s:e] = o[0].transpose(0, 1)
     return out

@@ -2,6 +2,7 @@
 
 Same contract as ``kernels.reference.store_kv``; layout documented there.
 """
+
 from __future__ import annotations
 
 import torch
@@ -13,12 +14,28 @@ from kernels.launch import check_device, next_pow2
 
 
 @triton.jit
-def _store_kv_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
-                     stride_kt, stride_kh, stride_vt, stride_vh,
-                     stride_kcb, stride_kcs, stride_kch,
-                     stride_vcb, stride_vcs, stride_vch,
-                     block_size, num_heads, head_dim,
-                     H_PAD: tl.constexpr, D_PAD: tl.constexpr):
+def _store_kv_kernel(
+    k_ptr,
+    v_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    slot_ptr,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_kcb,
+    stride_kcs,
+    stride_kch,
+    stride_vcb,
+    stride_vcs,
+    stride_vch,
+    block_size,
+    num_heads,
+    head_dim,
+    H_PAD: tl.constexpr,
+    D_PAD: tl.constexpr,
+):
     t = tl.program_id(0)
     slot = tl.load(slot_ptr + t).to(tl.int64)
     blk = slot // block_size
@@ -46,8 +63,15 @@ def _last_dim_contiguous(*tensors: torch.Tensor) -> None:
             raise ValueError(f"kernels need a unit stride on head_dim, got strides {x.stride()}")
 
 
-def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-             slot_mapping: torch.Tensor, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+def store_kv(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> None:
     """Write new tokens' K/V ``[T, Hkv, D]`` into the arena at ``slot_mapping`` (int64 ``[T]``);
     a slot of -1 means: skip this token. A float8 arena gets ``K / k_scale``, ``V / v_scale``. One program per token; K/V may be strided views
     (e.g. slices of a fused QKV projection) as long as head_dim is contiguous."""
@@ -62,9 +86,24 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     check_device(k_cache)
     slot_mapping = slot_mapping.contiguous()
     _store_kv_kernel[(t,)](
-        k, v, k_cache, v_cache, slot_mapping,
-        k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        k_cache.shape[1], hkv, d,
-        H_PAD=next_pow2(hkv), D_PAD=next_pow2(d))
+        k,
+        v,
+        k_cache,
+        v_cache,
+        slot_mapping,
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
+        k_cache.shape[1],
+        hkv,
+        d,
+        H_PAD=next_pow2(hkv),
+        D_PAD=next_pow2(d),
+    )

@@ -1,4 +1,5 @@
 """Shared fixtures. The real model loads once per session; nothing is ever downloaded."""
+
 from __future__ import annotations
 
 import os
@@ -13,6 +14,7 @@ def smollm():
     """SmolLM2-135M-Instruct on CPU in fp32, with its HF module kept so tests can compare
     against HF ``generate`` on the very same weights."""
     from engine.model import load_model
+
     return load_model(device="cpu", dtype="float32", keep_hf=True, progress=False)
 
 
@@ -22,11 +24,21 @@ def tiny_llama_dir(tmp_path_factory, smollm):
     tokenizer): exercises ``--model PATH`` and GQA shapes the real model does not have."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(smollm.tokenizer), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
-                         max_position_embeddings=256, rope_theta=500.0, tie_word_embeddings=True,
-                         eos_token_id=smollm.config.eos_token_id, initializer_range=0.2)
+    config = LlamaConfig(
+        vocab_size=len(smollm.tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rope_theta=500.0,
+        tie_word_embeddings=True,
+        eos_token_id=smollm.config.eos_token_id,
+        initializer_range=0.2,
+    )
     path = tmp_path_factory.mktemp("tiny-llama")
     LlamaForCausalLM(config).save_pretrained(path)
     smollm.tokenizer.save_pretrained(path)
@@ -39,6 +51,7 @@ def app_url():
     from pathlib import Path
 
     from viz.serve import running_app
+
     artifacts = Path(__file__).resolve().parent.parent / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
     with running_app(log=artifacts / "streamlit-browser-tests.log") as url:
@@ -51,6 +64,7 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     from viz.serve import launch_chromium
+
     with sync_playwright() as p:
         b = launch_chromium(p)
         yield b

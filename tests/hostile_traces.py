@@ -1,6 +1,7 @@
 """Valid traces with hostile text in them, built from the shipped six-step trace by renaming
 (so they still fold and draw): every name a viewer could see or an id could reach carries a
 script, SVG, attribute break-out or markdown payload. Shared by the browser and app tests."""
+
 from __future__ import annotations
 
 import json
@@ -12,16 +13,22 @@ SIX_TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
 # Any element these create, any dialog they open or any request they send is a failure. Each
 # sets window.__pk_pwned, so a test can also ask the page whether any of them ran.
 REMOTE = "http://127.0.0.2:9"
-RUN_NAMES = {"max": "max'/><svg onload=\"window.__pk_pwned=1;alert(1)\"><x y='",
-             "paged": '"><img src=x onerror="window.__pk_pwned=2;alert(2)">'}
-REQUEST_IDS = {"A": "<svg onload=\"window.__pk_pwned=3;alert(3)\">",
-               "B": f"![b]({REMOTE}/b.png)",
-               "C": "<u>",            # short ids are shown as they are: in grids and panels
-               "D": "'\"><img src=x onerror=\"window.__pk_pwned=4\">",
-               "E": "$x$"}
-HEADER = {"model": f"![m]({REMOTE}/m.png) <img src=x onerror=\"window.__pk_pwned=5\">",
-          "device": f"\"><svg onload=\"window.__pk_pwned=6\"> [l]({REMOTE}/l) :red[red]",
-          "created": "<script>window.__pk_pwned=7</script>"}
+RUN_NAMES = {
+    "max": "max'/><svg onload=\"window.__pk_pwned=1;alert(1)\"><x y='",
+    "paged": '"><img src=x onerror="window.__pk_pwned=2;alert(2)">',
+}
+REQUEST_IDS = {
+    "A": '<svg onload="window.__pk_pwned=3;alert(3)">',
+    "B": f"![b]({REMOTE}/b.png)",
+    "C": "<u>",  # short ids are shown as they are: in grids and panels
+    "D": '\'"><img src=x onerror="window.__pk_pwned=4">',
+    "E": "$x$",
+}
+HEADER = {
+    "model": f'![m]({REMOTE}/m.png) <img src=x onerror="window.__pk_pwned=5">',
+    "device": f'"><svg onload="window.__pk_pwned=6"> [l]({REMOTE}/l) :red[red]',
+    "created": "<script>window.__pk_pwned=7</script>",
+}
 TITLE = f"![t]({REMOTE}/t.png)"
 
 

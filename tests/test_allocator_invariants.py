@@ -1,5 +1,6 @@
 """Hypothesis stateful tests: thousands of random allocate / grow / free / preempt operations
 against the block pool and both allocators, checking their bookkeeping after every step."""
+
 from collections import Counter
 from itertools import pairwise
 
@@ -15,8 +16,9 @@ NUM_BLOCKS, BLOCK = 12, 4
 
 
 def _req(i: int, prompt: int, max_tokens: int) -> Request:
-    return Request(req_id=f"q{i}", prompt_token_ids=[0] * prompt,
-                   params=SamplingParams(max_tokens=max_tokens))
+    return Request(
+        req_id=f"q{i}", prompt_token_ids=[0] * prompt, params=SamplingParams(max_tokens=max_tokens)
+    )
 
 
 class PagedMachine(RuleBasedStateMachine):

@@ -1,5 +1,6 @@
 """Issue: every allocator serves the real model the same greedy tokens, and the accounting of the
 live event stream equals that of the trace read back from disk."""
+
 import pytest
 
 from engine import accounting, trace
@@ -13,13 +14,22 @@ ALL = ["paged", "max", "pow2", "oracle"]
 
 
 def _scenario() -> Scenario:
-    reqs = (ScenarioRequest(id="A", prompt="The three primary colours are", max_tokens=10,
-                            ignore_eos=True),
-            ScenarioRequest(id="B", prompt="Answer briefly: what is two plus two?", chat=True,
-                            max_tokens=12, arrival_step=1),
-            ScenarioRequest(id="C", prompt_len=21, max_tokens=9, ignore_eos=True, arrival_step=2))
-    return Scenario("allocators agree", num_blocks=14, block_size=8, max_model_len=80,
-                    requests=reqs)
+    reqs = (
+        ScenarioRequest(
+            id="A", prompt="The three primary colours are", max_tokens=10, ignore_eos=True
+        ),
+        ScenarioRequest(
+            id="B",
+            prompt="Answer briefly: what is two plus two?",
+            chat=True,
+            max_tokens=12,
+            arrival_step=1,
+        ),
+        ScenarioRequest(id="C", prompt_len=21, max_tokens=9, ignore_eos=True, arrival_step=2),
+    )
+    return Scenario(
+        "allocators agree", num_blocks=14, block_size=8, max_model_len=80, requests=reqs
+    )
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +42,9 @@ def recorded(smollm, tmp_path_factory):
 
 def test_every_allocator_yields_the_same_greedy_tokens(recorded):
     runs, _, _ = recorded
-    outputs = {name: {r.req_id: r.output_token_ids for r in run.requests}
-               for name, run in runs.items()}
+    outputs = {
+        name: {r.req_id: r.output_token_ids for r in run.requests} for name, run in runs.items()
+    }
     assert all(len(toks) > 0 for toks in outputs["paged"].values())
     for name in ALL[1:]:
         assert outputs[name] == outputs["paged"], f"{name} diverged from paged"

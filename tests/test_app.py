@@ -1,6 +1,7 @@
 """The app through Streamlit's AppTest: what the server hands the player (start frame, frames,
 language), the URL, lessons, uploads, live runs. No browser; stepping, keys and the URL the
 player writes are tested in test_player_browser.py."""
+
 from __future__ import annotations
 
 import base64
@@ -131,12 +132,18 @@ def two_lessons(tmp_path: Path) -> Path:
     shutil.copytree(SIX, other)
     from engine import scenario
     from engine.recorder import record
+
     (other / "trace.jsonl").unlink()
-    record(scenario.load(str(other / "scenario.toml")), ["max", "paged"],
-           str(other / "trace.jsonl"), forward="skip")
+    record(
+        scenario.load(str(other / "scenario.toml")),
+        ["max", "paged"],
+        str(other / "trace.jsonl"),
+        forward="skip",
+    )
     toml = (other / "lesson.toml").read_text(encoding="utf-8")
     (other / "lesson.toml").write_text(
-        toml.replace('en = "PagedAttention in six steps"', 'en = "Dry-run lesson"'), "utf-8")
+        toml.replace('en = "PagedAttention in six steps"', 'en = "Dry-run lesson"'), "utf-8"
+    )
     return tmp_path
 
 
@@ -172,7 +179,7 @@ CORRUPT = [
 @pytest.mark.parametrize("name,make,words", CORRUPT)
 def test_a_corrupt_upload_shows_one_clear_error(name, make, words):
     good = (SIX / "trace.jsonl").read_text(encoding="utf-8")
-    data = bytes([0xff, 0xfe, 0x00, 0x81]) * 8 if make is None else make(good).encode()
+    data = bytes([0xFF, 0xFE, 0x00, 0x81]) * 8 if make is None else make(good).encode()
     at = open_app()
     press(at, "pk_source_pick_upload")
     at.file_uploader(key="pk_upload").set_value((name, data, "application/jsonl")).run()
@@ -188,7 +195,9 @@ def test_a_good_upload_replays(lesson):
     at.file_uploader(key="pk_upload").set_value(("mine.jsonl", data, "application/jsonl")).run()
     assert not at.exception and not at.error
     data = player(at)
-    assert data["num_frames"] == lesson.num_frames and len(frames(data)["frames"]) == lesson.num_frames
+    assert (
+        data["num_frames"] == lesson.num_frames and len(frames(data)["frames"]) == lesson.num_frames
+    )
 
 
 def test_a_corrupt_recorded_lesson_trace_shows_one_error(tmp_path, monkeypatch):
@@ -226,11 +235,14 @@ def test_a_stopped_live_run_keeps_the_frames_that_arrived(tmp_path):
     import sys
 
     from viz.live import LiveRun
+
     lines = (SIX / "trace.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
     part = tmp_path / "part.jsonl"
     part.write_text("".join(lines[:200]), encoding="utf-8")
-    code = (f"import sys, time\nsys.stdout.write(open({str(part)!r}).read()); sys.stdout.flush()\n"
-            "print('working', file=sys.stderr, flush=True)\ntime.sleep(600)\n")
+    code = (
+        f"import sys, time\nsys.stdout.write(open({str(part)!r}).read()); sys.stdout.flush()\n"
+        "print('working', file=sys.stderr, flush=True)\ntime.sleep(600)\n"
+    )
     run = LiveRun.start([sys.executable, "-c", code])
     deadline = time.monotonic() + 60
     while len(run.snapshot()[0]) < 200 and time.monotonic() < deadline:
@@ -239,7 +251,11 @@ def test_a_stopped_live_run_keeps_the_frames_that_arrived(tmp_path):
     run.stop()
     assert run.done and run.stopped and run.error() is None
     partial = L.build(L.load_spec("six-steps"), run.trace(), complete=False)
-    assert 0 < partial.num_frames < L.build(L.load_spec("six-steps"), read(SIX / "trace.jsonl")).num_frames
+    assert (
+        0
+        < partial.num_frames
+        < L.build(L.load_spec("six-steps"), read(SIX / "trace.jsonl")).num_frames
+    )
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -249,6 +265,7 @@ def test_figures_are_valid_plotly_at_every_keyframe(lesson, lang):
     import plotly.graph_objects as go
 
     from viz import figures, svg
+
     titles = (lesson.left.title[lang], lesson.right.title[lang])
     layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
     go.Figure(figures.timeline_spec(lesson, None, lang, titles, legend=False))
@@ -256,8 +273,7 @@ def test_figures_are_valid_plotly_at_every_keyframe(lesson, lang):
         left, right = lesson.left.at(kf), lesson.right.at(kf)
         go.Figure(figures.timeline_spec(lesson, kf, lang, titles))
         go.Figure(figures.arena_spec(left, layout, lang, meta=kf))
-        fig = figures.side_by_side_figure(left, right, L.render_step(lesson, k, lang), lang,
-                                          titles)
+        fig = figures.side_by_side_figure(left, right, L.render_step(lesson, k, lang), lang, titles)
         assert fig.layout.width * 9 == fig.layout.height * 16
         for frame in (left, right):
             drawn = svg.arena_svg(frame, layout, lang, meta=kf)
@@ -266,6 +282,7 @@ def test_figures_are_valid_plotly_at_every_keyframe(lesson, lang):
 
 def test_every_step_offers_its_lecture_figure_for_download(lesson, monkeypatch):
     from viz import export
+
     monkeypatch.setattr(export, "browser_available", lambda: True)
     at = open_app()
     keys = {getattr(b, "key", None) for b in at.get("download_button")}
@@ -275,8 +292,11 @@ def test_every_step_offers_its_lecture_figure_for_download(lesson, monkeypatch):
 
 def test_without_chromium_the_page_says_how_to_get_figures(monkeypatch):
     from viz import export
+
     monkeypatch.setattr(export, "browser_available", lambda: False)
     at = open_app({"frame": "3"})
-    assert not [b for b in at.get("download_button") if str(getattr(b, "key", "")).startswith("pk_fig")]
+    assert not [
+        b for b in at.get("download_button") if str(getattr(b, "key", "")).startswith("pk_fig")
+    ]
     assert any("make browser" in c.value for c in at.caption)
     assert not at.exception

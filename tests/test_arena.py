@@ -1,4 +1,5 @@
 """The KV arena: sizing, validation, and one memory seen as blocks or as single slots."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,8 +10,17 @@ from engine.attention import resolve_backend
 from engine.model import ModelConfig
 from engine.request import InvalidConfigError
 
-CFG = ModelConfig(num_layers=3, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16,
-                  vocab_size=100, rms_norm_eps=1e-5, max_position_embeddings=64, eos_token_id=2)
+CFG = ModelConfig(
+    num_layers=3,
+    hidden_size=64,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    vocab_size=100,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=64,
+    eos_token_id=2,
+)
 
 
 def test_bytes_per_block_counts_k_and_v_in_every_layer():
@@ -28,13 +38,16 @@ def test_budget_buys_whole_blocks_only():
     assert arena.k[0].shape == (10, 4, 2, 16) and len(arena.v) == 3
 
 
-@pytest.mark.parametrize("make", [
-    lambda: KVArena(CFG, 8, 0),
-    lambda: KVArena(CFG, 8, -2),
-    lambda: KVArena(CFG, 0, 4),
-    lambda: KVArena.from_budget(CFG, bytes_per_block(CFG, 4, torch.float32) * 0.9 / 2**20, 4),
-    lambda: blocks_for_budget(CFG, 0, torch.float32, 1.0),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: KVArena(CFG, 8, 0),
+        lambda: KVArena(CFG, 8, -2),
+        lambda: KVArena(CFG, 0, 4),
+        lambda: KVArena.from_budget(CFG, bytes_per_block(CFG, 4, torch.float32) * 0.9 / 2**20, 4),
+        lambda: blocks_for_budget(CFG, 0, torch.float32, 1.0),
+    ],
+)
 def test_bad_sizes_raise_invalid_config(make):
     with pytest.raises(InvalidConfigError):
         make()
@@ -45,7 +58,7 @@ def test_slot_view_and_block_view_share_memory_slot_for_slot():
     blocks, slots = arena.view(4), arena.view(1)
     assert slots[1][0].shape == (24, 1, 2, 16)
     value = torch.arange(32, dtype=torch.float32).view(2, 16)
-    slots[1][0][13, 0] = value                 # flat slot 13 = block 3, offset 1
+    slots[1][0][13, 0] = value  # flat slot 13 = block 3, offset 1
     assert torch.equal(blocks[1][0][3, 1], value)
     assert torch.equal(arena.k[1][3, 1], value)
     assert not arena.v[1].any() and not arena.k[0].any()  # other layers and V untouched

@@ -1,4 +1,5 @@
 """Every bad input ends as one clear line and exit code 2 (CLI) or a specific exception (API)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -36,14 +37,17 @@ def assert_one_error_line(stderr: str, *words: str) -> None:
 
 
 # Refused before any model is loaded.
-@pytest.mark.parametrize("args, words", [
-    (["", "--max-tokens", "4"], ["empty"]),
-    (["hello", "--block-size", "0"], ["block size"]),
-    (["hello", "--block-size", "-16"], ["block size"]),
-    (["hello", "--model", "/no/such/model-dir"], ["/no/such/model-dir", "does not exist"]),
-    (["--prompts-file", "/no/such/prompts.json"], ["prompts file", "does not exist"]),
-    (["hello", "--num-blocks", "0"], ["blocks"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["", "--max-tokens", "4"], ["empty"]),
+        (["hello", "--block-size", "0"], ["block size"]),
+        (["hello", "--block-size", "-16"], ["block size"]),
+        (["hello", "--model", "/no/such/model-dir"], ["/no/such/model-dir", "does not exist"]),
+        (["--prompts-file", "/no/such/prompts.json"], ["prompts file", "does not exist"]),
+        (["hello", "--num-blocks", "0"], ["blocks"]),
+    ],
+)
 def test_cli_refuses_bad_input_before_loading_the_model(args, words):
     proc = run_cli(*args)
     assert proc.returncode == 2
@@ -55,19 +59,24 @@ def test_cli_refuses_bad_input_before_loading_the_model(args, words):
 def cli_on_loaded_model(smollm, monkeypatch):
     """``python -m engine generate`` in-process, reusing the session's model."""
     import engine.llm
+
     monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
 
     def run(*args: str) -> int:
         return cli.main(["generate", *args])
+
     return run
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("args, words", [
-    ([LONG_PROMPT, "--max-model-len", "64"], ["exceeds the maximum model length of 64"]),
-    ([LONG_PROMPT, "--num-blocks", "2", "--block-size", "16"], ["KV slots", "arena"]),
-    (["hello", "--kv-budget-mb", "0.01"], ["too small for one block"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        ([LONG_PROMPT, "--max-model-len", "64"], ["exceeds the maximum model length of 64"]),
+        ([LONG_PROMPT, "--num-blocks", "2", "--block-size", "16"], ["KV slots", "arena"]),
+        (["hello", "--kv-budget-mb", "0.01"], ["too small for one block"]),
+    ],
+)
 def test_cli_refuses_what_only_the_model_can_judge(cli_on_loaded_model, capsys, args, words):
     assert cli_on_loaded_model(*args) == 2
     captured = capsys.readouterr()
@@ -77,12 +86,14 @@ def test_cli_refuses_what_only_the_model_can_judge(cli_on_loaded_model, capsys, 
 
 def test_api_refuses_a_nonexistent_model_path():
     from engine.llm import LLM
+
     with pytest.raises(InvalidConfigError, match="does not exist"):
         LLM("/no/such/model-dir")
 
 
 def test_api_refuses_non_positive_block_size_before_loading():
     from engine.llm import LLM
+
     for bs in (0, -4):
         with pytest.raises(InvalidConfigError, match="block size"):
             LLM("/never/loaded", block_size=bs)
@@ -91,6 +102,7 @@ def test_api_refuses_non_positive_block_size_before_loading():
 @pytest.mark.model
 def test_api_raises_specific_errors(smollm):
     from engine.llm import LLM
+
     llm = LLM(smollm, kv_budget_mb=8, max_model_len=64)
     params = SamplingParams(max_tokens=4)
     with pytest.raises(InvalidRequestError, match="empty"):
@@ -113,6 +125,7 @@ def test_api_raises_specific_errors(smollm):
 
 # --- issue 9: every case below is one `error:` line and exit 2, in-process, no model loaded ---
 
+
 @pytest.fixture
 def no_model_load(monkeypatch):
     """Fail loudly if a refusal came only after loading the model."""
@@ -121,6 +134,7 @@ def no_model_load(monkeypatch):
 
     def boom(*a, **k):
         raise AssertionError("the model was loaded before the input was checked")
+
     monkeypatch.setattr(engine.llm, "load_model", boom)
     monkeypatch.setattr(engine.model, "load_model", boom)
 
@@ -135,7 +149,9 @@ def files(tmp_path):
     (tmp_path / "deep.json").write_text("[" * 100_000)
     good = (ROOT / "lessons" / "six-steps" / "scenario.toml").read_text()
     (tmp_path / "str_tokens.toml").write_text(good.replace("max_tokens = 84", 'max_tokens = "5"'))
-    (tmp_path / "float_blocks.toml").write_text(good.replace("num_blocks = 16", "num_blocks = 16.5"))
+    (tmp_path / "float_blocks.toml").write_text(
+        good.replace("num_blocks = 16", "num_blocks = 16.5")
+    )
     (tmp_path / "bool_id.toml").write_text(good.replace('id = "A"', "id = true"))
     (tmp_path / "huge.toml").write_text(good.replace("num_blocks = 16", "num_blocks = 100000000"))
     (tmp_path / "a_dir").mkdir()
@@ -155,7 +171,7 @@ CLI_CASES = [
     (["generate", "hi", "--max-model-len", "0"], ["max_model_len"]),
     (["generate", "hi", "--max-num-seqs", "0"], ["max_num_seqs"]),
     (["generate", "hi", "--max-tokens", "0"], ["max_tokens"]),
-    (["generate", "caf\udce9"], ["UTF-8"]),             # a non-UTF-8 byte in argv
+    (["generate", "caf\udce9"], ["UTF-8"]),  # a non-UTF-8 byte in argv
     (["generate", "lone \ud800 surrogate"], ["UTF-8"]),
     (["generate", "hi", "--trace", "{tmp}/missing/run.jsonl"], ["does not exist"]),
     (["generate", "hi", "--trace", "{tmp}/a_dir"], ["directory"]),
@@ -166,15 +182,30 @@ CLI_CASES = [
     (["generate", "--prompts-file", "{tmp}/deep.json"], ["not valid JSON"]),
     (["generate", "--prompts-file", "{tmp}/a_dir"], ["cannot be read"]),
     (["record", "--scenario", "{tmp}/str_tokens.toml", "--out", "{tmp}/t.jsonl"], ["max_tokens"]),
-    (["record", "--scenario", "{tmp}/float_blocks.toml", "--out", "{tmp}/t.jsonl"],
-     ["num_blocks"]),
+    (["record", "--scenario", "{tmp}/float_blocks.toml", "--out", "{tmp}/t.jsonl"], ["num_blocks"]),
     (["record", "--scenario", "{tmp}/bool_id.toml", "--out", "{tmp}/t.jsonl"], ["id"]),
     (["record", "--scenario", "{tmp}/huge.toml", "--out", "{tmp}/t.jsonl"], ["slots"]),
     (["record", "--scenario", "{tmp}/a_dir", "--out", "{tmp}/t.jsonl"], ["scenario"]),
-    (["record", "--scenario", str(ROOT / "lessons/six-steps/scenario.toml"), "--out",
-      "{tmp}/missing/t.jsonl"], ["does not exist"]),
-    (["record", "--scenario", str(ROOT / "lessons/six-steps/scenario.toml"), "--out",
-      "{tmp}/a_dir"], ["directory"]),
+    (
+        [
+            "record",
+            "--scenario",
+            str(ROOT / "lessons/six-steps/scenario.toml"),
+            "--out",
+            "{tmp}/missing/t.jsonl",
+        ],
+        ["does not exist"],
+    ),
+    (
+        [
+            "record",
+            "--scenario",
+            str(ROOT / "lessons/six-steps/scenario.toml"),
+            "--out",
+            "{tmp}/a_dir",
+        ],
+        ["directory"],
+    ),
     (["capacity", "--budget-gb", "nan"], ["--budget-gb"]),
     (["capacity", "--budget-gb", "inf"], ["--budget-gb"]),
     (["capacity", "--budget-gb", "-1"], ["--budget-gb"]),
@@ -182,8 +213,9 @@ CLI_CASES = [
 
 
 @pytest.mark.parametrize("argv, words", CLI_CASES, ids=[" ".join(a)[:60] for a, _ in CLI_CASES])
-def test_cli_bad_input_is_one_error_line_before_the_model_loads(argv, words, files, capsys,
-                                                                 no_model_load):
+def test_cli_bad_input_is_one_error_line_before_the_model_loads(
+    argv, words, files, capsys, no_model_load
+):
     argv = [a.replace("{tmp}", str(files)) for a in argv]
     assert cli.main(argv) == 2
     captured = capsys.readouterr()
@@ -192,13 +224,22 @@ def test_cli_bad_input_is_one_error_line_before_the_model_loads(argv, words, fil
     assert not (files / "t.jsonl").exists()
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    ({"max_tokens": 2.5}, "max_tokens"), ({"max_tokens": True}, "max_tokens"),
-    ({"max_tokens": "5"}, "max_tokens"), ({"temperature": 1e-45}, "temperature"),
-    ({"temperature": float("nan")}, "temperature"), ({"temperature": float("inf")}, "temperature"),
-    ({"top_p": float("nan")}, "top_p"), ({"seed": 2**64}, "seed"), ({"seed": -1}, "seed"),
-    ({"seed": 1.5}, "seed"), ({"ignore_eos": "yes"}, "ignore_eos"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"max_tokens": 2.5}, "max_tokens"),
+        ({"max_tokens": True}, "max_tokens"),
+        ({"max_tokens": "5"}, "max_tokens"),
+        ({"temperature": 1e-45}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"temperature": float("inf")}, "temperature"),
+        ({"top_p": float("nan")}, "top_p"),
+        ({"seed": 2**64}, "seed"),
+        ({"seed": -1}, "seed"),
+        ({"seed": 1.5}, "seed"),
+        ({"ignore_eos": "yes"}, "ignore_eos"),
+    ],
+)
 def test_sampling_params_refuse_wrong_types_and_ranges(kwargs, words):
     with pytest.raises(InvalidRequestError, match=words):
         SamplingParams(**kwargs)
@@ -209,22 +250,32 @@ def test_sampling_params_accept_their_edges():
     SamplingParams(temperature=0, seed=0)
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    ({"max_num_seqs": 0}, "max_num_seqs"), ({"max_num_seqs": -3}, "max_num_seqs"),
-    ({"max_model_len": 0}, "max_model_len"), ({"kv_budget_mb": float("nan")}, "KV budget"),
-    ({"kv_budget_mb": float("inf")}, "KV budget"), ({"kv_budget_mb": 1e12}, "KV budget"),
-    ({"num_blocks": 10**15}, "KV slots"), ({"num_blocks": 2.0}, "blocks"),
-    ({"block_size": True}, "block size"), ({"max_num_batched_tokens": 0}, "batched"),
-    ({"allocator": "buddy"}, "allocator"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"max_num_seqs": 0}, "max_num_seqs"),
+        ({"max_num_seqs": -3}, "max_num_seqs"),
+        ({"max_model_len": 0}, "max_model_len"),
+        ({"kv_budget_mb": float("nan")}, "KV budget"),
+        ({"kv_budget_mb": float("inf")}, "KV budget"),
+        ({"kv_budget_mb": 1e12}, "KV budget"),
+        ({"num_blocks": 10**15}, "KV slots"),
+        ({"num_blocks": 2.0}, "blocks"),
+        ({"block_size": True}, "block size"),
+        ({"max_num_batched_tokens": 0}, "batched"),
+        ({"allocator": "buddy"}, "allocator"),
+    ],
+)
 def test_llm_refuses_bad_settings_before_loading(kwargs, words, no_model_load):
     from engine.llm import LLM
+
     with pytest.raises(InvalidConfigError, match=words):
         LLM("/never/loaded", **kwargs)
 
 
 def test_llm_refuses_an_unwritable_trace_before_loading(tmp_path, no_model_load):
     from engine.llm import LLM
+
     for bad in (tmp_path / "missing" / "t.jsonl", tmp_path, ""):
         with pytest.raises(InvalidConfigError, match="trace"):
             LLM("/never/loaded", trace=bad)
@@ -233,6 +284,7 @@ def test_llm_refuses_an_unwritable_trace_before_loading(tmp_path, no_model_load)
 @pytest.mark.model
 def test_a_bare_string_is_one_prompt_and_odd_prompts_are_refused(smollm):
     from engine.llm import LLM
+
     llm = LLM(smollm, kv_budget_mb=8, max_model_len=64)
     params = SamplingParams(max_tokens=3, ignore_eos=True)
     [one] = llm.generate("hello", params)
@@ -246,10 +298,10 @@ def test_a_bare_string_is_one_prompt_and_odd_prompts_are_refused(smollm):
 
 
 @pytest.mark.model
-def test_a_failed_run_writes_no_end_line_and_leaves_the_llm_as_fresh(smollm, tmp_path,
-                                                                     monkeypatch):
+def test_a_failed_run_writes_no_end_line_and_leaves_the_llm_as_fresh(smollm, tmp_path, monkeypatch):
     from engine import trace
     from engine.llm import LLM
+
     prompts = ["Once upon a time", "The weather today"]
     params = SamplingParams(max_tokens=6, temperature=0.8, seed=1234, ignore_eos=True)
     path = tmp_path / "crashed.jsonl"
@@ -261,6 +313,7 @@ def test_a_failed_run_writes_no_end_line_and_leaves_the_llm_as_fresh(smollm, tmp
         if len(calls) == 3:
             raise RuntimeError("device lost")
         return execute(batch)
+
     monkeypatch.setattr(llm.runner, "execute", failing)
     with pytest.raises(RuntimeError, match="device lost"):
         llm.generate(prompts, params)
@@ -277,6 +330,7 @@ def test_a_failed_run_writes_no_end_line_and_leaves_the_llm_as_fresh(smollm, tmp
 
 def test_an_arena_larger_than_the_device_is_refused_before_allocating():
     from engine.arena import check_fits, device_memory
+
     total = device_memory("cpu")
     assert total and total > 0
     check_fits(total // 2, "cpu")
@@ -288,6 +342,7 @@ def test_an_arena_larger_than_the_device_is_refused_before_allocating():
 def test_llm_refuses_a_budget_the_machine_cannot_hold(smollm, monkeypatch):
     import engine.arena
     from engine.llm import LLM
+
     monkeypatch.setattr(engine.arena, "device_memory", lambda device: 64 << 20)
     with pytest.raises(InvalidConfigError, match="does not fit"):
         LLM(smollm, kv_budget_mb=512)

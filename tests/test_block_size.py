@@ -1,5 +1,6 @@
 """The block-size lesson: its traces say what the essay says (small blocks waste little, large
 blocks need few table entries), re-recording reproduces them, and the page renders."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -67,8 +68,9 @@ def test_dry_rerecording_reproduces_every_event(tmp_path, spec):
     assert rec.main(["--forward", "skip", "--out", str(tmp_path)]) == 0
     for bs in spec.block_sizes:
         shipped, again = T.read(spec.trace_path(bs)), T.read(tmp_path / f"b{bs}.jsonl")
-        assert [e.to_dict() for e in again.runs["paged"]] == \
-               [e.to_dict() for e in shipped.runs["paged"]], f"block size {bs}"
+        assert [e.to_dict() for e in again.runs["paged"]] == [
+            e.to_dict() for e in shipped.runs["paged"]
+        ], f"block size {bs}"
 
 
 def _load_record_script():
@@ -92,14 +94,17 @@ def test_chinese_lines_join_without_gaps_but_keep_latin_words_apart():
 
 
 def test_viz_pages_never_import_torch():
-    code = ("import sys, viz.block_size_page, viz.paper_page, viz.export, viz.sweep; "
-            "sys.exit('torch' in sys.modules)")
+    code = (
+        "import sys, viz.block_size_page, viz.paper_page, viz.export, viz.sweep; "
+        "sys.exit('torch' in sys.modules)"
+    )
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120).returncode == 0
 
 
 def _page(lang: str) -> AppTest:
-    return AppTest.from_string(f"from viz.block_size_page import render\nrender({lang!r})",
-                               default_timeout=60).run()
+    return AppTest.from_string(
+        f"from viz.block_size_page import render\nrender({lang!r})", default_timeout=60
+    ).run()
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

@@ -1,6 +1,7 @@
 """The lesson in a real browser (Debian's Chromium through Playwright): keys step frames, links
 open frames, nothing swallows the arrow keys. Screenshots land in test-artifacts/. The player's
 other keys, presenter mode and the offline check are in test_player_browser.py."""
+
 from __future__ import annotations
 
 import re
@@ -77,13 +78,13 @@ def test_page_and_end_keys_jump(page, app_url):
 
 def test_clicking_the_timeline_or_the_language_switch_keeps_arrows_working(page, app_url):
     assert open_frame(page, f"{app_url}/?frame=3") == 3
-    page.locator("#pk-tl-box svg").click(position={"x": 1, "y": 40})   # the timeline's left end
+    page.locator("#pk-tl-box svg").click(position={"x": 1, "y": 40})  # the timeline's left end
     wait_painted(page, 0)
     press(page, "ArrowRight", 1)
     page.get_by_role("button", name="中文", exact=True).click()
     page.wait_for_function("() => document.querySelector('#pk-frame').innerText.includes('帧')")
     wait_idle(page)
-    assert shown_frame(page) == 1   # the language switch keeps the frame shown
+    assert shown_frame(page) == 1  # the language switch keeps the frame shown
     press(page, "ArrowRight", 2)
     wait_for_query(page, r"[?&]lang=zh(&|$)")
     wait_for_query(page, r"[?&]frame=2(&|$)")

@@ -1,5 +1,6 @@
 """Buddy placement, the paper's Orca baseline: power-of-two blocks split in halves and merge
 back, checked against a brute-force model of which slots are taken after every operation."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,8 +22,16 @@ from engine.request import InvalidConfigError, Request, SamplingParams
 
 def test_arena_that_is_not_a_power_of_two_is_tiled_by_aligned_blocks_largest_first():
     b = BuddyPlacement(15_728)
-    assert b.holes() == [(0, 8192), (8192, 4096), (12288, 2048), (14336, 1024),
-                         (15360, 256), (15616, 64), (15680, 32), (15712, 16)]
+    assert b.holes() == [
+        (0, 8192),
+        (8192, 4096),
+        (12288, 2048),
+        (14336, 1024),
+        (15360, 256),
+        (15616, 64),
+        (15680, 32),
+        (15712, 16),
+    ]
     assert b.free_slots == 15_728 and b.max_run == 8192
 
 
@@ -43,7 +52,7 @@ def test_freeing_merges_buddies_back_into_the_whole_arena():
     starts = [b.place(8) for _ in range(4)]
     assert starts == [0, 8, 16, 24] and b.largest_hole == 0
     b.free(8, 8)
-    b.free(16, 8)          # 8 and 16 are neighbours but not buddies: no merge
+    b.free(16, 8)  # 8 and 16 are neighbours but not buddies: no merge
     assert b.holes() == [(8, 8), (16, 8)]
     b.free(0, 8)
     b.free(24, 8)
@@ -51,7 +60,7 @@ def test_freeing_merges_buddies_back_into_the_whole_arena():
 
 
 def test_halves_never_merge_past_the_end_of_the_arena():
-    b = BuddyPlacement(24)     # 16 + 8: the 8-block at 16 has no buddy inside the arena
+    b = BuddyPlacement(24)  # 16 + 8: the 8-block at 16 has no buddy inside the arena
     assert b.place(8) == 16
     b.free(16, 8)
     assert b.holes() == [(0, 16), (16, 8)]
@@ -82,8 +91,8 @@ class BuddyMachine(RuleBasedStateMachine):
         size = self.b.footprint(need)
         assert start % size == 0, "a block sits at a multiple of its size"
         assert start + size <= len(self.owner)
-        assert not any(self.owner[start:start + size]), "blocks never overlap"
-        self.owner[start:start + size] = [True] * size
+        assert not any(self.owner[start : start + size]), "blocks never overlap"
+        self.owner[start : start + size] = [True] * size
         self.taken[start] = (need, size)
 
     @precondition(lambda self: self.taken)
@@ -92,15 +101,15 @@ class BuddyMachine(RuleBasedStateMachine):
         start = data.draw(st.sampled_from(sorted(self.taken)))
         need, size = self.taken.pop(start)
         self.b.free(start, need)
-        self.owner[start:start + size] = [False] * size
+        self.owner[start : start + size] = [False] * size
 
     @invariant()
     def free_lists_are_exactly_the_untaken_slots(self):
         free = [False] * len(self.owner)
         for start, size in self.b.holes():
             assert start % size == 0
-            assert not any(free[start:start + size]), "free blocks never overlap"
-            free[start:start + size] = [True] * size
+            assert not any(free[start : start + size]), "free blocks never overlap"
+            free[start : start + size] = [True] * size
         assert free == [not t for t in self.owner]
         assert self.b.free_slots == self.owner.count(False)
 
@@ -123,14 +132,18 @@ TestBuddyPlacement.settings = settings(max_examples=80, stateful_step_count=60, 
 
 
 def _req(prompt: int, output: int, max_tokens: int = 200) -> Request:
-    return Request(req_id="r", prompt_token_ids=[0] * prompt,
-                   params=SamplingParams(max_tokens=max_tokens), forced_output_len=output)
+    return Request(
+        req_id="r",
+        prompt_token_ids=[0] * prompt,
+        params=SamplingParams(max_tokens=max_tokens),
+        forced_output_len=output,
+    )
 
 
 def test_pow2_over_reserves_the_output_only_as_in_the_paper():
     # §6.1: a 25-token output reserves 32 output positions; the prompt is reserved exactly.
     alloc = ContiguousAllocator(64, 16, 1024, "pow2", E.EventBus())
-    req = _req(prompt=100, output=26)     # 26 tokens sampled, 25 of them leave K/V behind
+    req = _req(prompt=100, output=26)  # 26 tokens sampled, 25 of them leave K/V behind
     assert req.true_final_len == 125
     assert alloc.reservation(req) == 100 + 32
 
@@ -146,7 +159,7 @@ def test_buddy_run_events_carry_the_run_and_the_slack_stays_outside_it():
     bus, sink = E.EventBus(), E.ListSink()
     bus.subscribe(sink)
     alloc = ContiguousAllocator(4, 16, 64, "oracle", bus, placement="buddy")
-    req = _req(prompt=10, output=11)      # final length 20: a 32-slot block
+    req = _req(prompt=10, output=11)  # final length 20: a 32-slot block
     alloc.admit(req, 10)
     ev = sink.events[-1]
     assert (ev.kind, ev.start, ev.length) == ("slots_reserved", 0, 20)

@@ -1,6 +1,7 @@
 """The capacity calculator reproduces the essay's figures exactly, reads real model files, and
 turns bad input into one line (InvalidConfigError in code, exit 2 on the CLI, st.error on the
 page)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -42,18 +43,26 @@ def smollm2_gguf() -> Path:
 
 # --- the essay's numbers -------------------------------------------------------------------
 
+
 def test_llama2_70b_token_costs_4_kib_per_layer_and_320_kib_across_80_layers():
     assert LLAMA_70B.bytes_per_token_per_layer == 4096 == 4 * KiB
     assert LLAMA_70B.bytes_per_token == 327_680 == 320 * KiB
 
 
-@pytest.mark.parametrize("length, batch, exact_bytes, essay_gb", [
-    (2048, 1, 671_088_640, "0.6"), (8192, 1, 2_684_354_560, "2.5"),
-    (32768, 1, 10_737_418_240, "10"),
-    (2048, 8, 5 * GiB, "5"), (2048, 32, 20 * GiB, "20"),
-    (8192, 8, 20 * GiB, "20"), (8192, 32, 80 * GiB, "80"),
-    (32768, 8, 80 * GiB, "80"), (32768, 32, 320 * GiB, "320"),
-])
+@pytest.mark.parametrize(
+    "length, batch, exact_bytes, essay_gb",
+    [
+        (2048, 1, 671_088_640, "0.6"),
+        (8192, 1, 2_684_354_560, "2.5"),
+        (32768, 1, 10_737_418_240, "10"),
+        (2048, 8, 5 * GiB, "5"),
+        (2048, 32, 20 * GiB, "20"),
+        (8192, 8, 20 * GiB, "20"),
+        (8192, 32, 80 * GiB, "80"),
+        (32768, 8, 80 * GiB, "80"),
+        (32768, 32, 320 * GiB, "320"),
+    ],
+)
 def test_essay_request_table_is_exact_in_gib(length, batch, exact_bytes, essay_gb):
     n = LLAMA_70B.bytes_per_request(length, batch)
     assert n == exact_bytes
@@ -111,6 +120,7 @@ def test_report_defaults_are_the_essay_setting():
 
 # --- other models and files ----------------------------------------------------------------
 
+
 def test_presets_match_known_per_token_sizes():
     assert preset("opt-13b").bytes_per_token == 800 * KiB  # the vLLM paper's 800 KB figure
     assert preset("llama-2-7b").bytes_per_token == 512 * KiB
@@ -120,48 +130,90 @@ def test_presets_match_known_per_token_sizes():
 
 
 def test_hf_config_falls_back_to_attention_heads_and_hidden_size(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({
-        "num_hidden_layers": 40, "num_attention_heads": 40, "hidden_size": 5120,
-        "torch_dtype": "bfloat16", "max_position_embeddings": 2048, "model_type": "opt"}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": 40,
+                "num_attention_heads": 40,
+                "hidden_size": 5120,
+                "torch_dtype": "bfloat16",
+                "max_position_embeddings": 2048,
+                "model_type": "opt",
+            }
+        )
+    )
     shape = from_hf_config(tmp_path)  # a folder works as well as the file
-    assert (shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.dtype_bytes) == \
-        (40, 40, 128, 2)
+    assert (shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.dtype_bytes) == (
+        40,
+        40,
+        128,
+        2,
+    )
     assert shape.bytes_per_token == preset("opt-13b").bytes_per_token
 
 
 def test_hf_config_with_gqa_and_explicit_head_dim(tmp_path):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"text_config": {
-        "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
-        "hidden_size": 576, "head_dim": 64, "torch_dtype": "float32"}}))
+    path.write_text(
+        json.dumps(
+            {
+                "text_config": {
+                    "num_hidden_layers": 30,
+                    "num_attention_heads": 9,
+                    "num_key_value_heads": 3,
+                    "hidden_size": 576,
+                    "head_dim": 64,
+                    "torch_dtype": "float32",
+                }
+            }
+        )
+    )
     shape = load_shape(config=path)
     # An fp32 checkpoint is served with a half-precision KV cache; --dtype overrides.
-    assert (shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.dtype_bytes) == \
-        (30, 3, 64, 2)
+    assert (shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.dtype_bytes) == (
+        30,
+        3,
+        64,
+        2,
+    )
     assert load_shape(config=path, dtype="fp32").dtype_bytes == 4
 
 
 # Each new preset against its published config.json, the arithmetic written out by hand:
 # K and V (2) x KV heads x head_dim x 2 B (bf16) x layers.
-@pytest.mark.parametrize("name, bytes_per_token", [
-    ("llama-3-8b", 2 * 8 * 128 * 2 * 32),     # 32 layers, 8 KV heads, head_dim 128
-    ("llama-3-70b", 2 * 8 * 128 * 2 * 80),    # 80 layers, 8 KV heads, head_dim 128
-    ("mistral-7b", 2 * 8 * 128 * 2 * 32),     # 32 layers, 8 KV heads, 4096 / 32 heads
-    ("qwen2.5-7b", 2 * 4 * 128 * 2 * 28),     # 28 layers, 4 KV heads, 3584 / 28 heads
-    ("deepseek-v3", 1 * (512 + 64) * 2 * 61),  # MLA: one latent, kv_lora_rank + rope dim
-])
+@pytest.mark.parametrize(
+    "name, bytes_per_token",
+    [
+        ("llama-3-8b", 2 * 8 * 128 * 2 * 32),  # 32 layers, 8 KV heads, head_dim 128
+        ("llama-3-70b", 2 * 8 * 128 * 2 * 80),  # 80 layers, 8 KV heads, head_dim 128
+        ("mistral-7b", 2 * 8 * 128 * 2 * 32),  # 32 layers, 8 KV heads, 4096 / 32 heads
+        ("qwen2.5-7b", 2 * 4 * 128 * 2 * 28),  # 28 layers, 4 KV heads, 3584 / 28 heads
+        ("deepseek-v3", 1 * (512 + 64) * 2 * 61),  # MLA: one latent, kv_lora_rank + rope dim
+    ],
+)
 def test_new_presets_match_their_published_configs(name, bytes_per_token):
     assert preset(name).bytes_per_token == bytes_per_token
 
 
 def test_mla_caches_one_latent_not_k_and_v(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({  # DeepSeek-V3's config, trimmed
-        "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
-        "hidden_size": 7168, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
-        "qk_nope_head_dim": 128, "v_head_dim": 128, "torch_dtype": "bfloat16"}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {  # DeepSeek-V3's config, trimmed
+                "num_hidden_layers": 61,
+                "num_attention_heads": 128,
+                "num_key_value_heads": 128,
+                "hidden_size": 7168,
+                "kv_lora_rank": 512,
+                "qk_rope_head_dim": 64,
+                "qk_nope_head_dim": 128,
+                "v_head_dim": 128,
+                "torch_dtype": "bfloat16",
+            }
+        )
+    )
     shape = from_hf_config(tmp_path)
     assert shape.bytes_per_token == 61 * 576 * 2 == 70_272 == preset("deepseek-v3").bytes_per_token
-    as_mha = 61 * 2 * 128 * (128 + 64) * 2    # what K and V per head would cost
+    as_mha = 61 * 2 * 128 * (128 + 64) * 2  # what K and V per head would cost
     assert as_mha / shape.bytes_per_token > 40
 
 
@@ -171,9 +223,17 @@ def test_sliding_window_layers_hold_at_most_the_window(tmp_path):
     assert mistral.bytes_per_request(32768) == mistral.bytes_per_request(4096)
     path = tmp_path / "config.json"
     half = ["sliding_attention", "full_attention"] * 2
-    path.write_text(json.dumps({"num_hidden_layers": 4, "num_attention_heads": 4,
-                                "hidden_size": 256, "sliding_window": 100,
-                                "layer_types": half}))
+    path.write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": 4,
+                "num_attention_heads": 4,
+                "hidden_size": 256,
+                "sliding_window": 100,
+                "layer_types": half,
+            }
+        )
+    )
     shape = from_hf_config(path)
     per_layer = 2 * 4 * 64 * 2
     assert shape.bytes_per_request(1000) == (2 * 1000 + 2 * 100) * per_layer
@@ -181,10 +241,19 @@ def test_sliding_window_layers_hold_at_most_the_window(tmp_path):
 
 
 def test_qwen_style_sliding_window_switched_off_is_ignored(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({
-        "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
-        "hidden_size": 3584, "sliding_window": 131072, "use_sliding_window": False,
-        "torch_dtype": "bfloat16"}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": 28,
+                "num_attention_heads": 28,
+                "num_key_value_heads": 4,
+                "hidden_size": 3584,
+                "sliding_window": 131072,
+                "use_sliding_window": False,
+                "torch_dtype": "bfloat16",
+            }
+        )
+    )
     shape = from_hf_config(tmp_path)
     assert shape.num_sliding_layers == 0
     assert shape.bytes_per_token == preset("qwen2.5-7b").bytes_per_token
@@ -192,7 +261,7 @@ def test_qwen_style_sliding_window_switched_off_is_ignored(tmp_path):
 
 def test_sliding_window_changes_concurrency_only_past_the_window():
     c = concurrency(preset("mistral-7b"), 40 * GiB, max_len=32768, mean_len=3000, block_size=16)
-    assert c.prealloc_bytes_per_request == 4096 * 131_072    # not 32,768 tokens' worth
+    assert c.prealloc_bytes_per_request == 4096 * 131_072  # not 32,768 tokens' worth
     assert c.paged_bytes_per_request == 3008 * 131_072
 
 
@@ -203,18 +272,21 @@ def test_gguf_metadata_of_the_shipped_smollm2():
     assert shape.max_position_embeddings == 8192
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: preset("gpt-5"), "unknown preset"),
-    (lambda: from_hf_config("/no/such/config.json"), "no config file"),
-    (lambda: from_gguf("/no/such/model.gguf"), "no GGUF file"),
-    (lambda: from_gguf(Path(__file__)), "cannot read"),
-    (lambda: preset("llama-2-7b", dtype="int3"), "unknown dtype"),
-    (lambda: LLAMA_70B.bytes_per_block(0), "block size"),
-    (lambda: LLAMA_70B.bytes_per_request(-1), "length"),
-    (lambda: concurrency(LLAMA_70B, 0, 8192, 3000, 16), "budget"),
-    (lambda: concurrency(LLAMA_70B, GiB, 1000, 3000, 16), "exceeds max_len"),
-    (lambda: build_report(LLAMA_70B, batches=()), "at least one"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: preset("gpt-5"), "unknown preset"),
+        (lambda: from_hf_config("/no/such/config.json"), "no config file"),
+        (lambda: from_gguf("/no/such/model.gguf"), "no GGUF file"),
+        (lambda: from_gguf(Path(__file__)), "cannot read"),
+        (lambda: preset("llama-2-7b", dtype="int3"), "unknown dtype"),
+        (lambda: LLAMA_70B.bytes_per_block(0), "block size"),
+        (lambda: LLAMA_70B.bytes_per_request(-1), "length"),
+        (lambda: concurrency(LLAMA_70B, 0, 8192, 3000, 16), "budget"),
+        (lambda: concurrency(LLAMA_70B, GiB, 1000, 3000, 16), "exceeds max_len"),
+        (lambda: build_report(LLAMA_70B, batches=()), "at least one"),
+    ],
+)
 def test_bad_input_raises_one_line_config_error(call, message):
     with pytest.raises(InvalidConfigError, match=message) as err:
         call()
@@ -229,6 +301,7 @@ def test_non_json_config_is_a_config_error(tmp_path):
 
 
 # --- the CLI -------------------------------------------------------------------------------
+
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     """``python -m engine capacity ARGS`` in-process (test_cli_imports.py runs the real entry
@@ -249,11 +322,18 @@ def test_cli_json_has_exact_bytes_and_concurrency():
     assert d["bytes_per_token_per_layer"] == 4096
     assert d["bytes_per_token"] == 327_680
     assert d["bytes_per_block_per_layer"] == 65_536
-    assert d["block_table"][-1] == {"length": 32768, "entries": 2048, "entry_bytes": 8,
-                                    "bytes": 16384}
+    assert d["block_table"][-1] == {
+        "length": 32768,
+        "entries": 2048,
+        "entry_bytes": 8,
+        "bytes": 16384,
+    }
     assert d["per_request"][0]["by_batch"][0] == {"batch": 1, "bytes": 671_088_640}
-    assert {k: d["concurrency"][k] for k in ("prealloc", "paged", "ratio")} == \
-        {"prealloc": 16, "paged": 43, "ratio": 2.6875}
+    assert {k: d["concurrency"][k] for k in ("prealloc", "paged", "ratio")} == {
+        "prealloc": 16,
+        "paged": 43,
+        "ratio": 2.6875,
+    }
 
 
 def test_cli_deepseek_v3_is_61_layers_of_576_half_precision_elements():
@@ -269,11 +349,18 @@ def test_cli_text_shows_the_tables():
     assert "16 requests" in out.stdout and "43 requests" in out.stdout and "2.69x" in out.stdout
 
 
-@pytest.mark.parametrize("args", [
-    ("--block-size", "0"), ("--gguf", "/no/such.gguf"), ("--config", "/no/such.json"),
-    ("--lengths", "2048,x"), ("--preset", "gpt-5"), ("--budget-gb", "-1"),
-    ("--mean-len", "9000", "--max-len", "8192"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--block-size", "0"),
+        ("--gguf", "/no/such.gguf"),
+        ("--config", "/no/such.json"),
+        ("--lengths", "2048,x"),
+        ("--preset", "gpt-5"),
+        ("--budget-gb", "-1"),
+        ("--mean-len", "9000", "--max-len", "8192"),
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line(args):
     out = run_cli(*args)
     assert out.returncode == 2
@@ -283,18 +370,22 @@ def test_cli_bad_input_exits_2_with_one_line(args):
 
 # --- the page ------------------------------------------------------------------------------
 
+
 def _page_en():
     from viz.capacity_page import render
+
     render()
 
 
 def _page_zh():
     from viz.capacity_page import render
+
     render(lang="zh")
 
 
 def test_page_renders_the_essay_numbers_without_exceptions():
     from streamlit.testing.v1 import AppTest
+
     at = AppTest.from_function(_page_en, default_timeout=60).run()
     assert not at.exception and not at.error
     metrics = {m.label: m.value for m in at.metric}
@@ -305,6 +396,7 @@ def test_page_renders_the_essay_numbers_without_exceptions():
 
 def test_page_in_chinese_renders():
     from streamlit.testing.v1 import AppTest
+
     at = AppTest.from_function(_page_zh, default_timeout=60).run()
     assert not at.exception and not at.error
     assert at.header[0].value == "KV 缓存容量计算器"
@@ -318,6 +410,7 @@ def _plain(md: str) -> str:
 def _page_on(address: str | None, monkeypatch):
     from streamlit.testing.v1 import AppTest
     from viz import capacity_page
+
     monkeypatch.setattr(capacity_page, "_server_address", lambda: address)
     at = AppTest.from_function(_page_en, default_timeout=60).run()
     at.radio(key="capacity_source").set_value("gguf").run()
@@ -329,7 +422,8 @@ def test_page_on_localhost_reads_a_path_boundedly_and_a_real_gguf_loads(monkeypa
     at.text_input(key="capacity_gguf_path").set_value("/no/such.gguf").run()
     assert not at.exception
     assert [_plain(e.value) for e in at.error] == [
-        "cannot open /no/such.gguf: No such file or directory"]
+        "cannot open /no/such.gguf: No such file or directory"
+    ]
     for special in ("/dev/zero", "/tmp"):  # never read a device forever, nor a folder
         at.text_input(key="capacity_gguf_path").set_value(special).run()
         assert not at.exception
@@ -349,13 +443,19 @@ def test_page_served_on_a_network_offers_no_server_path(address, monkeypatch):
 
 def test_page_reads_an_uploaded_gguf_prefix_and_config(monkeypatch):
     at = _page_on("0.0.0.0", monkeypatch)
-    head = smollm2_gguf().read_bytes()[:300_000]   # the metadata, not the weights
+    head = smollm2_gguf().read_bytes()[:300_000]  # the metadata, not the weights
     at.file_uploader(key="capacity_gguf_upload").set_value(("head.gguf", head, "")).run()
     assert not at.exception and not at.error
     assert {m.label: m.value for m in at.metric}["per token, per layer"] == "768 B"
     at.radio(key="capacity_source").set_value("config").run()
-    cfg = json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64,
-                      "_name_or_path": "![x](http://127.0.0.2:9/x.png)"}).encode()
+    cfg = json.dumps(
+        {
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "hidden_size": 64,
+            "_name_or_path": "![x](http://127.0.0.2:9/x.png)",
+        }
+    ).encode()
     at.file_uploader(key="capacity_config_upload").set_value(("config.json", cfg, "")).run()
     assert not at.exception and not at.error
     title = at.subheader[0].value
@@ -363,11 +463,14 @@ def test_page_reads_an_uploaded_gguf_prefix_and_config(monkeypatch):
     assert "![" not in outside_code and "![x](http://127.0.0.2:9/x.png)" in title
 
 
-@pytest.mark.parametrize("data, words", [
-    (b"GGUF\x03\x00\x00\x00" + b"\xff" * 16, "metadata keys"),
-    (b"not a gguf at all, just text", "not a GGUF file"),
-    (b"GGUF", "too short"),
-])
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        (b"GGUF\x03\x00\x00\x00" + b"\xff" * 16, "metadata keys"),
+        (b"not a gguf at all, just text", "not a GGUF file"),
+        (b"GGUF", "too short"),
+    ],
+)
 def test_page_hostile_gguf_upload_is_one_error_line(data, words, monkeypatch):
     at = _page_on("0.0.0.0", monkeypatch)
     at.file_uploader(key="capacity_gguf_upload").set_value(("bad.gguf", data, "")).run()
@@ -379,8 +482,10 @@ def test_a_twenty_digit_length_is_a_field_error_not_a_traceback():
     """The calculator page, through AppTest: an absurd length gives one error line naming the
     field, and a sane one clears it."""
     from streamlit.testing.v1 import AppTest
+
     at = AppTest.from_string(
-        "from viz.capacity_page import render\nrender('en')\n", default_timeout=120)
+        "from viz.capacity_page import render\nrender('en')\n", default_timeout=120
+    )
     at.run()
     at.text_input(key="capacity_lengths").set_value("12345678901234567890").run()
     assert not at.exception

@@ -1,5 +1,6 @@
 """Narration on every frame: the captions and chapter text shown on a frame say only numbers that
 frame's own fold holds, and chapters cover the run with text true on every frame they span."""
+
 from __future__ import annotations
 
 import re
@@ -29,8 +30,10 @@ def lesson(request) -> L.Lesson:
 def bench_lesson(tmp_path_factory) -> L.Lesson:
     """The six-step text over a longer dry-run trace (the benchmark's generator, small)."""
     import sys
+
     sys.path.insert(0, str(ROOT / "bench"))
     import frames as bench
+
     path = tmp_path_factory.mktemp("cap") / "trace.jsonl"
     bench.make_trace(path, 1500)
     return L.build(L.load_spec("six-steps"), read(path))
@@ -87,8 +90,9 @@ def facts(lesson: L.Lesson, i: int) -> set[str]:
 
 def shown(lesson: L.Lesson, i: int, ch: chapters.Chapter, lang: str) -> str:
     left, right = captions.caption(lesson, i, lang)
-    return " ".join((left, right, chapters.title(lesson, ch, lang),
-                     chapters.body(lesson, ch, i, lang)))
+    return " ".join(
+        (left, right, chapters.title(lesson, ch, lang), chapters.body(lesson, ch, i, lang))
+    )
 
 
 def _literal_numbers(template: str) -> set[str]:
@@ -98,8 +102,11 @@ def _literal_numbers(template: str) -> set[str]:
 def _narration_facts(lesson: L.Lesson, k: int) -> set[str]:
     out: set[str] = set()
     for v in L.narration_context(lesson, k).values():
-        out |= _ints(v) if not hasattr(v, "__dict__") else set().union(
-            *(_ints(x) for x in vars(v).values()))
+        out |= (
+            _ints(v)
+            if not hasattr(v, "__dict__")
+            else set().union(*(_ints(x) for x in vars(v).values()))
+        )
     return out
 
 
@@ -134,13 +141,19 @@ def test_a_long_run_is_narrated_frame_by_frame_too(bench_lesson, lang):
 def test_a_blocked_request_is_captioned_with_the_allocators_numbers(lesson):
     """Where the left refuses a request for want of a hole, that frame's caption says so with
     the refusal's own numbers."""
-    hits = [(i, b) for i in range(len(lesson.left.frames))
-            for b in lesson.left.frames[i].blocked if b.reason == "no_hole"]
+    hits = [
+        (i, b)
+        for i in range(len(lesson.left.frames))
+        for b in lesson.left.frames[i].blocked
+        if b.reason == "no_hole"
+    ]
     assert hits, "the lesson has no external-fragmentation refusal to caption"
     for i, b in hits:
         text = captions.caption(lesson, i, "en")[0]
-        assert f"needs {b.need_slots} slots, {b.free_slots} free, largest hole {b.largest_hole}" \
+        assert (
+            f"needs {b.need_slots} slots, {b.free_slots} free, largest hole {b.largest_hole}"
             in text
+        )
 
 
 def test_no_chapter_title_outlives_what_it_says(lesson):

@@ -1,4 +1,5 @@
 """Lecture figures: every step of six-steps in every format, legible and not blank."""
+
 from __future__ import annotations
 
 import io
@@ -20,6 +21,8 @@ def needs_chromium(test):
     """kaleido draws through Chromium: a browser test."""
     no_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no system Chromium for kaleido")
     return pytest.mark.browser(no_chromium(test))
+
+
 STEPS = len(load_spec("six-steps").steps)
 
 
@@ -73,8 +76,12 @@ def test_unknown_format_is_one_line_and_exit_2(capsys, tmp_path):
 
 
 def test_module_runs_as_a_script(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "viz.export", "--out", str(tmp_path),
-                           "--lang", "fr"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "viz.export", "--out", str(tmp_path), "--lang", "fr"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "fr" in proc.stderr
 
 
@@ -89,6 +96,7 @@ def test_every_step_has_a_figure_with_its_title():
     lesson = export.load_lesson("six-steps")
     for k, step in enumerate(lesson.spec.steps):
         fig = export.step_figure(lesson, k, "zh")
-        texts = " ".join([fig.layout.title.text or ""] +
-                         [a.text or "" for a in fig.layout.annotations])
+        texts = " ".join(
+            [fig.layout.title.text or ""] + [a.text or "" for a in fig.layout.annotations]
+        )
         assert step.title["zh"] in texts

@@ -2,6 +2,7 @@
 
 The CLI runs in-process (``cli.main``) on the session's model: a child process would only load
 the same model again. test_bad_input.py runs the real ``python -m engine`` entry point."""
+
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ PROMPTS = ["The capital of France is", "def add(a, b):", "Roses are red,"]
 @pytest.fixture
 def on_session_model(smollm, monkeypatch):
     import engine.llm
+
     monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
 
 
@@ -29,16 +31,36 @@ def json_lines(stdout: str) -> tuple[list[dict], dict]:
 
 
 @pytest.mark.model
-def test_json_output_from_a_prompts_file_matches_the_api(smollm, on_session_model, capsys,
-                                                         tmp_path):
+def test_json_output_from_a_prompts_file_matches_the_api(
+    smollm, on_session_model, capsys, tmp_path
+):
     f = tmp_path / "prompts.json"
     f.write_text(json.dumps(PROMPTS))
-    assert cli.main(["generate", "--prompts-file", str(f), "--max-tokens", "8", "--ignore-eos",
-                     "--json", "--device", "cpu", "--num-blocks", "4", "--block-size", "8"]) == 0
+    assert (
+        cli.main(
+            [
+                "generate",
+                "--prompts-file",
+                str(f),
+                "--max-tokens",
+                "8",
+                "--ignore-eos",
+                "--json",
+                "--device",
+                "cpu",
+                "--num-blocks",
+                "4",
+                "--block-size",
+                "8",
+            ]
+        )
+        == 0
+    )
     rows, summary = json_lines(capsys.readouterr().out)
     assert [r["prompt"] for r in rows] == PROMPTS
     expected = LLM(smollm, kv_budget_mb=8).generate(
-        PROMPTS, SamplingParams(max_tokens=8, ignore_eos=True))
+        PROMPTS, SamplingParams(max_tokens=8, ignore_eos=True)
+    )
     for row, out in zip(rows, expected, strict=True):
         assert {"prompt", "prompt_token_ids", "token_ids", "text"} <= row.keys()
         assert row["prompt_token_ids"] == smollm.tokenizer.encode(row["prompt"])
@@ -50,12 +72,13 @@ def test_json_output_from_a_prompts_file_matches_the_api(smollm, on_session_mode
 
 
 @pytest.mark.model
-def test_prompts_file_with_one_prompt_per_line_and_plain_output(on_session_model, capsys,
-                                                                tmp_path):
+def test_prompts_file_with_one_prompt_per_line_and_plain_output(on_session_model, capsys, tmp_path):
     f = tmp_path / "prompts.txt"
     f.write_text("\n".join(PROMPTS[:2]) + "\n\n")
-    assert cli.main(["generate", PROMPTS[2], "--prompts-file", str(f), "--max-tokens", "5",
-                     "--json"]) == 0
+    assert (
+        cli.main(["generate", PROMPTS[2], "--prompts-file", str(f), "--max-tokens", "5", "--json"])
+        == 0
+    )
     rows, summary = json_lines(capsys.readouterr().out)
     # positional prompts first, then the file's lines in order; blank lines are not prompts
     assert [r["prompt"] for r in rows] == [PROMPTS[2], *PROMPTS[:2]]
@@ -68,24 +91,56 @@ def test_prompts_file_with_one_prompt_per_line_and_plain_output(on_session_model
 @pytest.mark.model
 def test_a_local_llama_directory_runs_and_matches_hf_greedy(tiny_llama_dir, capsys):
     from transformers import AutoModelForCausalLM
-    assert cli.main(["generate", "1 2 3", "--model", str(tiny_llama_dir), "--max-tokens", "6",
-                     "--ignore-eos", "--json", "--device", "cpu"]) == 0
+
+    assert (
+        cli.main(
+            [
+                "generate",
+                "1 2 3",
+                "--model",
+                str(tiny_llama_dir),
+                "--max-tokens",
+                "6",
+                "--ignore-eos",
+                "--json",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     rows, _ = json_lines(capsys.readouterr().out)
     hf = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
     ids = list(rows[0]["prompt_token_ids"])
     with torch.inference_mode():
         for _ in range(6):
             ids.append(int(hf(torch.tensor([ids])).logits[0, -1].argmax()))
-    assert rows[0]["token_ids"] == ids[len(rows[0]["prompt_token_ids"]):]
+    assert rows[0]["token_ids"] == ids[len(rows[0]["prompt_token_ids"]) :]
 
 
 @pytest.mark.model
 def test_trace_flag_writes_a_complete_trace_of_the_run(on_session_model, capsys, tmp_path):
     from engine import events as E
     from engine import trace
+
     path = tmp_path / "run.jsonl"
-    assert cli.main(["generate", *PROMPTS[:2], "--max-tokens", "3", "--ignore-eos",
-                     "--trace", str(path), "--block-size", "4", "--chat"]) == 0
+    assert (
+        cli.main(
+            [
+                "generate",
+                *PROMPTS[:2],
+                "--max-tokens",
+                "3",
+                "--ignore-eos",
+                "--trace",
+                str(path),
+                "--block-size",
+                "4",
+                "--chat",
+            ]
+        )
+        == 0
+    )
     t = trace.read(path)
     assert t.run_names == ["paged"] and t.run_config("paged")["config"]["block_size"] == 4
     finished = [ev for ev in t.runs["paged"] if isinstance(ev, E.Finished)]

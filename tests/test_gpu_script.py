@@ -1,5 +1,6 @@
 """The GPU bench's CPU side: its arguments, its plan, its refusal without CUDA, the kernels
 compiling for a Hopper GPU, and bench/gpu.sh being valid bash. Nothing here needs a GPU."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -30,8 +31,14 @@ bench = _load_bench()
 
 def _run(*args, env=None, timeout=120):
     env = {k: v for k, v in (env or os.environ).items() if k != "OUT"}
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_help_lists_the_options_without_touching_a_gpu():
@@ -44,8 +51,9 @@ def test_help_lists_the_options_without_touching_a_gpu():
 def test_dry_run_plans_batches_times_contexts_with_the_kv_bytes_each_reads():
     run = _run("--dry-run")
     assert run.returncode == 0, run.stderr
-    rows = [line for line in run.stdout.splitlines()
-            if line.startswith("| ") and "batch" not in line]
+    rows = [
+        line for line in run.stdout.splitlines() if line.startswith("| ") and "batch" not in line
+    ]
     assert len(rows) == 4 * 3
     # 64 requests x 8192 tokens x 8 KV heads x 128 dims x 2 bytes x (K and V) = 2 GiB
     assert "| 64 | 8192 | 2,048.00 |" in rows
@@ -66,20 +74,31 @@ def test_without_cuda_the_bench_says_so_in_one_line_and_exits_2():
     assert run.stderr.strip().count("\n") == 0 and "CUDA" in run.stderr
 
 
-@pytest.mark.parametrize("name,peak", [("NVIDIA H200", 4800), ("NVIDIA GH200 480GB", 4000),
-                                       ("NVIDIA H100 80GB HBM3", 3350), ("NVIDIA H100 PCIe", 2000),
-                                       ("NVIDIA A100-SXM4-80GB", 2039), ("NVIDIA L40S", 864),
-                                       ("NVIDIA L4", 300), ("Some Future GPU", None)])
+@pytest.mark.parametrize(
+    "name,peak",
+    [
+        ("NVIDIA H200", 4800),
+        ("NVIDIA GH200 480GB", 4000),
+        ("NVIDIA H100 80GB HBM3", 3350),
+        ("NVIDIA H100 PCIe", 2000),
+        ("NVIDIA A100-SXM4-80GB", 2039),
+        ("NVIDIA L40S", 864),
+        ("NVIDIA L4", 300),
+        ("Some Future GPU", None),
+    ],
+)
 def test_peak_bandwidth_is_looked_up_by_device_name(name, peak):
     assert bench.peak_for(name) == peak
 
 
 def test_contiguous_baseline_holds_the_same_kv_as_the_paged_arena():
     from kernels import reference as ref
+
     gen = torch.Generator().manual_seed(0)
     q, kc, vc, tables, lens, k, v = bench.make_case(3, 40, 6, 2, 64, 16, torch.float32, "cpu", gen)
     contiguous = torch.nn.functional.scaled_dot_product_attention(
-        q.unsqueeze(2), k, v, scale=0.125, enable_gqa=True).squeeze(2)
+        q.unsqueeze(2), k, v, scale=0.125, enable_gqa=True
+    ).squeeze(2)
     paged = ref.paged_decode_attention(q, kc, vc, tables, lens, 0.125)
     torch.testing.assert_close(contiguous, paged, atol=1e-5, rtol=1e-5)
 
@@ -96,8 +115,14 @@ def test_gpu_sh_is_valid_bash_and_its_dry_run_plans_every_step(tmp_path):
     script = ROOT / "bench" / "gpu.sh"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     env = {**os.environ, "OUT": str(tmp_path)}
-    run = subprocess.run(["bash", str(script), "--dry-run"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        ["bash", str(script), "--dry-run"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "=== summary" in run.stdout and "kernels: ok" in run.stdout
     assert (tmp_path / "kernels.log").exists()

@@ -5,6 +5,7 @@ machine this module chooses it when it is first; otherwise (another module impor
 or a GPU is present and other tests want compiled kernels) the checks here are skipped in-process
 and rerun once in a fresh interpreter process, so they always run exactly once.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 import torch
 
 if "triton" not in sys.modules and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"   # the only way kernels run here; nobody else loses
+    os.environ["TRITON_INTERPRET"] = "1"  # the only way kernels run here; nobody else loses
 
 import pytest
 
@@ -33,11 +34,14 @@ from kernels.store_kv import store_kv
 
 ROOT = Path(__file__).resolve().parents[1]
 IN_PROCESS = interpreter_active()
-interpreted = pytest.mark.skipif(not IN_PROCESS, reason="triton was imported without "
-                                 "TRITON_INTERPRET; test_kernels_in_fresh_interpreter runs these")
+interpreted = pytest.mark.skipif(
+    not IN_PROCESS,
+    reason="triton was imported without "
+    "TRITON_INTERPRET; test_kernels_in_fresh_interpreter runs these",
+)
 
 BLOCK = 16
-LENGTHS = [1, 15, 16, 17, 100]          # one token, a block -1, exactly a block, a block +1, many
+LENGTHS = [1, 15, 16, 17, 100]  # one token, a block -1, exactly a block, a block +1, many
 # (atol, rtol): fp32 to 1e-4; half precisions to about one rounding of the output
 TOL = {torch.float32: (1e-4, 0.0), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1e-2, 1.6e-2)}
 
@@ -54,7 +58,7 @@ def _arena(lens, hkv, d, dtype, seed=0):
     tables = torch.full((len(lens), max(need)), num_blocks + 1000, dtype=torch.int32)
     used = 0
     for b, n in enumerate(need):
-        tables[b, :n] = physical[used:used + n]
+        tables[b, :n] = physical[used : used + n]
         used += n
     return k_cache, v_cache, tables, torch.tensor(lens, dtype=torch.int32), g
 
@@ -68,9 +72,10 @@ def _assert_close(out, expected, dtype):
 def _decode_case(lens, hkv, group, d, dtype=torch.float32, **knobs):
     k_cache, v_cache, tables, ctx, g = _arena(lens, hkv, d, dtype)
     q = torch.randn(len(lens), hkv * group, d, generator=g).to(dtype)
-    expected = ref.paged_decode_attention(q.float(), k_cache.float(), v_cache.float(),
-                                          tables, ctx, d ** -0.5)
-    out = decode_attention(q, k_cache, v_cache, tables, ctx, d ** -0.5, **knobs)
+    expected = ref.paged_decode_attention(
+        q.float(), k_cache.float(), v_cache.float(), tables, ctx, d**-0.5
+    )
+    out = decode_attention(q, k_cache, v_cache, tables, ctx, d**-0.5, **knobs)
     _assert_close(out, expected, dtype)
 
 
@@ -104,9 +109,10 @@ def _prefill_case(lens, new, hkv, group, d, dtype=torch.float32):
     k_cache, v_cache, tables, ctx, g = _arena(lens, hkv, d, dtype)
     starts = torch.tensor([0] + new).cumsum(0).int()
     q = torch.randn(int(starts[-1]), hkv * group, d, generator=g).to(dtype)
-    expected = ref.paged_prefill_attention(q.float(), k_cache.float(), v_cache.float(),
-                                           tables, starts, ctx, d ** -0.5)
-    out = paged_prefill_attention(q, k_cache, v_cache, tables, starts, ctx, d ** -0.5)
+    expected = ref.paged_prefill_attention(
+        q.float(), k_cache.float(), v_cache.float(), tables, starts, ctx, d**-0.5
+    )
+    out = paged_prefill_attention(q, k_cache, v_cache, tables, starts, ctx, d**-0.5)
     _assert_close(out, expected, dtype)
 
 
@@ -136,8 +142,8 @@ def test_store_kv_writes_slots_and_skips_minus_one(dtype):
     hkv, d, t = 3, 64, 12
     k_cache = torch.randn(6, BLOCK, hkv, d, generator=g).to(dtype)
     v_cache = torch.randn(6, BLOCK, hkv, d, generator=g).to(dtype)
-    qkv = torch.randn(t, 3 * hkv, d, generator=g)          # k, v as strided views, as a fused
-    k, v = qkv[:, hkv:2 * hkv], qkv[:, 2 * hkv:]              # QKV projection hands them over
+    qkv = torch.randn(t, 3 * hkv, d, generator=g)  # k, v as strided views, as a fused
+    k, v = qkv[:, hkv : 2 * hkv], qkv[:, 2 * hkv :]  # QKV projection hands them over
     slots = torch.randperm(6 * BLOCK, generator=g)[:t]
     slots[[2, 7]] = -1
     expected_k, expected_v = k_cache.clone(), v_cache.clone()
@@ -152,8 +158,10 @@ FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
 K_SCALE, V_SCALE = 0.5, 2.0
 # fp8 vs full precision: about one float8 rounding of V (3 mantissa bits in e4m3, 2 in e5m2),
 # plus what K's rounding does to the weights; a scale applied the wrong way is off by 4x
-FP8_TOL = {torch.float8_e4m3fn: dict(atol=0.1, rtol=0.13),
-           torch.float8_e5m2: dict(atol=0.2, rtol=0.26)}
+FP8_TOL = {
+    torch.float8_e4m3fn: dict(atol=0.1, rtol=0.13),
+    torch.float8_e5m2: dict(atol=0.2, rtol=0.26),
+}
 
 
 def _fp8_arena(lens, hkv, d, dtype):
@@ -168,11 +176,11 @@ def _fp8_arena(lens, hkv, d, dtype):
 def test_fp8_decode_dequantizes_like_the_reference(group, dtype):
     k32, v32, k8, v8, tables, ctx, g = _fp8_arena(LENGTHS, 2, 64, dtype)
     q = torch.randn(len(LENGTHS), 2 * group, 64, generator=g)
-    expected = ref.paged_decode_attention(q, k8, v8, tables, ctx, 64 ** -0.5, K_SCALE, V_SCALE)
-    out = paged_decode_attention(q, k8, v8, tables, ctx, 64 ** -0.5, K_SCALE, V_SCALE)
+    expected = ref.paged_decode_attention(q, k8, v8, tables, ctx, 64**-0.5, K_SCALE, V_SCALE)
+    out = paged_decode_attention(q, k8, v8, tables, ctx, 64**-0.5, K_SCALE, V_SCALE)
     _assert_close(out, expected, torch.float32)
     # and the dequantized arena is the full-precision one up to float8 rounding
-    exact = ref.paged_decode_attention(q, k32, v32, tables, ctx, 64 ** -0.5)
+    exact = ref.paged_decode_attention(q, k32, v32, tables, ctx, 64**-0.5)
     torch.testing.assert_close(out, exact, **FP8_TOL[dtype])
 
 
@@ -183,7 +191,7 @@ def test_fp8_prefill_dequantizes_like_the_reference(group, dtype):
     k32, v32, k8, v8, tables, ctx, g = _fp8_arena(PREFILL_LENS, 2, 64, dtype)
     starts = torch.tensor([0] + PREFILL_NEW).cumsum(0).int()
     q = torch.randn(int(starts[-1]), 2 * group, 64, generator=g)
-    args = (tables, starts, ctx, 64 ** -0.5)
+    args = (tables, starts, ctx, 64**-0.5)
     expected = ref.paged_prefill_attention(q, k8, v8, *args, K_SCALE, V_SCALE)
     out = paged_prefill_attention(q, k8, v8, *args, K_SCALE, V_SCALE)
     _assert_close(out, expected, torch.float32)
@@ -200,8 +208,8 @@ def test_fp8_store_kv_quantizes_to_the_same_bits_and_saturates(src, dtype):
     k_cache = torch.zeros(6, BLOCK, hkv, d, dtype=dtype)
     v_cache = torch.zeros(6, BLOCK, hkv, d, dtype=dtype)
     qkv = (torch.randn(t, 3 * hkv, d, generator=g) * 4).to(src)
-    k, v = qkv[:, hkv:2 * hkv], qkv[:, 2 * hkv:]
-    k[0, 0, 0] = 1e5                                    # far past float8's range: saturates
+    k, v = qkv[:, hkv : 2 * hkv], qkv[:, 2 * hkv :]
+    k[0, 0, 0] = 1e5  # far past float8's range: saturates
     slots = torch.randperm(6 * BLOCK, generator=g)[:t]
     slots[3] = -1
     expected_k, expected_v = k_cache.clone(), v_cache.clone()
@@ -210,17 +218,17 @@ def test_fp8_store_kv_quantizes_to_the_same_bits_and_saturates(src, dtype):
     assert torch.equal(k_cache.view(torch.uint8), expected_k.view(torch.uint8))
     assert torch.equal(v_cache.view(torch.uint8), expected_v.view(torch.uint8))
     flat = k_cache.view(-1, hkv, d).float()
-    assert flat[slots[0], 0, 0] == torch.finfo(dtype).max      # not NaN, not inf
+    assert flat[slots[0], 0, 0] == torch.finfo(dtype).max  # not NaN, not inf
     assert torch.isfinite(flat).all()
     # stored is V / v_scale: reading it back times the scale is V to float8's precision
     back = v_cache.view(-1, hkv, d)[slots[slots >= 0]].float() * V_SCALE
     want = v[slots >= 0].float()
-    assert torch.allclose(back, want, rtol=0.26 if dtype == torch.float8_e5m2 else 0.13,
-                          atol=1e-2)
+    assert torch.allclose(back, want, rtol=0.26 if dtype == torch.float8_e5m2 else 0.13, atol=1e-2)
 
 
-@pytest.mark.parametrize("batch,ctx,splits",
-                         [(1, 8192, 32), (1, 300, 1), (8, 2048, 4), (64, 8192, 1)])
+@pytest.mark.parametrize(
+    "batch,ctx,splits", [(1, 8192, 32), (1, 300, 1), (8, 2048, 4), (64, 8192, 1)]
+)
 def test_decode_splits_long_contexts_only_when_the_batch_leaves_the_gpu_idle(batch, ctx, splits):
     # an H200: 132 SMs; 8 KV heads per request
     assert pick_splits(batch * 8, ctx, num_sms=132) == splits
@@ -229,24 +237,46 @@ def test_decode_splits_long_contexts_only_when_the_batch_leaves_the_gpu_idle(bat
 def test_gqa_needs_query_heads_to_be_a_multiple_of_kv_heads():
     k_cache = torch.zeros(2, BLOCK, 2, 64)
     with pytest.raises(ValueError, match="multiple"):
-        paged_decode_attention(torch.zeros(1, 3, 64), k_cache, k_cache,
-                               torch.zeros(1, 1, dtype=torch.int32),
-                               torch.ones(1, dtype=torch.int32), 1.0)
+        paged_decode_attention(
+            torch.zeros(1, 3, 64),
+            k_cache,
+            k_cache,
+            torch.zeros(1, 1, dtype=torch.int32),
+            torch.ones(1, dtype=torch.int32),
+            1.0,
+        )
 
 
 def test_signatures_match_the_reference():
     import inspect
-    for name, fn in [("paged_decode_attention", paged_decode_attention),
-                     ("paged_prefill_attention", paged_prefill_attention), ("store_kv", store_kv)]:
+
+    for name, fn in [
+        ("paged_decode_attention", paged_decode_attention),
+        ("paged_prefill_attention", paged_prefill_attention),
+        ("store_kv", store_kv),
+    ]:
         assert inspect.signature(fn) == inspect.signature(getattr(ref, name)), name
 
 
 @pytest.mark.skipif(IN_PROCESS, reason="the kernel checks already ran in this process")
 def test_kernels_in_fresh_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          str(Path(__file__).relative_to(ROOT))],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(Path(__file__).relative_to(ROOT)),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     summary = run.stdout.strip().splitlines()[-1]
-    assert re.search(r"\b1 skipped", summary), summary   # only this test; the checks all ran
+    assert re.search(r"\b1 skipped", summary), summary  # only this test; the checks all ran

@@ -1,4 +1,5 @@
 """The lesson's claims, checked on the real scheduler and allocators (forward pass skipped)."""
+
 import io
 import json
 
@@ -15,12 +16,18 @@ SIX_STEPS = "lessons/six-steps/scenario.toml"
 
 
 def _blocked_no_hole(events):
-    return [ev for ev in events if ev.kind == "admission_blocked" and ev.reason == E.BLOCKED_NO_HOLE]
+    return [
+        ev for ev in events if ev.kind == "admission_blocked" and ev.reason == E.BLOCKED_NO_HOLE
+    ]
 
 
 def test_preallocation_blocks_request_despite_enough_free_slots():
-    runs = record(load(SIX_STEPS), ["max", "paged"], forward="skip",
-                  sinks={"max": [left := E.ListSink()], "paged": [right := E.ListSink()]})
+    runs = record(
+        load(SIX_STEPS),
+        ["max", "paged"],
+        forward="skip",
+        sinks={"max": [left := E.ListSink()], "paged": [right := E.ListSink()]},
+    )
     blocked = _blocked_no_hole(left.events)
     assert blocked, "preallocation never hit external fragmentation"
     first = blocked[0]
@@ -46,8 +53,9 @@ def test_live_events_and_trace_read_back_give_identical_accounting():
     for run in ("max", "paged"):
         live_events = live[run][0].events
         assert back.runs[run] == live_events
-        assert accounting.account(back.runs[run], n, sc.block_size) == \
-            accounting.account(live_events, n, sc.block_size)
+        assert accounting.account(back.runs[run], n, sc.block_size) == accounting.account(
+            live_events, n, sc.block_size
+        )
 
 
 def test_every_slot_is_in_exactly_one_category_every_step():
@@ -69,8 +77,10 @@ def test_paging_fits_more_requests_than_preallocation_on_equal_memory():
 
 def test_policies_rank_as_in_the_paper_for_token_states():
     reqs = build_requests(generate("sharegpt", 200, 2048, seed=0), 2048)
-    shares = {p: run_policy(p, reqs, 960, 16, 2048).shares()["token_states"]
-              for p in ("max", "pow2", "oracle", "paged")}
+    shares = {
+        p: run_policy(p, reqs, 960, 16, 2048).shares()["token_states"]
+        for p in ("max", "pow2", "oracle", "paged")
+    }
     assert shares["max"] < shares["pow2"] < shares["oracle"] < shares["paged"]
     assert shares["paged"] >= 0.9
 
@@ -86,6 +96,7 @@ def test_simulate_cli_prints_one_json_object(tmp_path):
     import contextlib
 
     from engine.cli import main
+
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         rc = main(["simulate", "--requests", "40", "--policies", "max,paged", "--json"])
@@ -94,4 +105,3 @@ def test_simulate_cli_prints_one_json_object(tmp_path):
     assert obj["forward"] == "skipped" and set(obj["policies"]) == {"max", "paged"}
     for row in obj["policies"].values():
         assert sum(row[c] for c in accounting.CATEGORIES) == pytest.approx(1, abs=1e-3)
-

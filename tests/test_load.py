@@ -3,6 +3,7 @@ one of them uploads a maximal-size trace (as large as the upload cap allows, rec
 engine's dry run so it is valid). The server (streamlit and any children) must stay under
 ``RSS_BOUND_MB`` the whole time and no session may show an error. Marked ``load``: bounded to
 about a minute and a half; run it with ``pytest -m load tests/test_load.py``."""
+
 from __future__ import annotations
 
 import subprocess
@@ -33,12 +34,22 @@ playwright = pytest.importorskip("playwright.sync_api")
 
 def load_scenario(requests: int) -> str:
     """A long dry-run workload: many requests through a small arena (preemptions, holes)."""
-    lines = ['title = "Load"', "[arena]", "num_blocks = 64", "block_size = 16",
-             "max_model_len = 256"]
+    lines = [
+        'title = "Load"',
+        "[arena]",
+        "num_blocks = 64",
+        "block_size = 16",
+        "max_model_len = 256",
+    ]
     for i in range(requests):
-        lines += ["[[requests]]", f'id = "r{i}"', f"prompt_len = {20 + (i * 7) % 60}",
-                  f"max_tokens = {60 + (i * 13) % 150}", "ignore_eos = true",
-                  f"arrival_step = {i * 3}"]
+        lines += [
+            "[[requests]]",
+            f'id = "r{i}"',
+            f"prompt_len = {20 + (i * 7) % 60}",
+            f"max_tokens = {60 + (i * 13) % 150}",
+            "ignore_eos = true",
+            f"arrival_step = {i * 3}",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -54,10 +65,23 @@ class MaxTrace:
 
     def _record(self) -> subprocess.Popen:
         self.scenario.write_text(load_scenario(self.requests), encoding="utf-8")
-        return subprocess.Popen([sys.executable, "-m", "engine", "record", "--scenario",
-                                 str(self.scenario), "--out", str(self.out), "--forward",
-                                 "skip"], cwd=ROOT, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "engine",
+                "record",
+                "--scenario",
+                str(self.scenario),
+                "--out",
+                str(self.out),
+                "--forward",
+                "skip",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def path(self) -> Path:
         while True:
@@ -80,10 +104,16 @@ def server_rss_mb(port: int) -> float:
             except OSError:
                 continue
             fields = dict(l.split(":", 1) for l in status.splitlines() if ":" in l)
-            procs[int(d.name)] = (int(fields.get("PPid", "0").strip()), cmd,
-                                  int(fields.get("VmRSS", "0 kB").split()[0]))
-    roots = [p for p, (_, cmd, _) in procs.items()
-             if b"streamlit" in b" ".join(cmd) and str(port).encode() in cmd]
+            procs[int(d.name)] = (
+                int(fields.get("PPid", "0").strip()),
+                cmd,
+                int(fields.get("VmRSS", "0 kB").split()[0]),
+            )
+    roots = [
+        p
+        for p, (_, cmd, _) in procs.items()
+        if b"streamlit" in b" ".join(cmd) and str(port).encode() in cmd
+    ]
     seen, todo = set(), list(roots)
     while todo:
         p = todo.pop()
@@ -107,11 +137,11 @@ class Sampler(threading.Thread):
 
 def test_twenty_sessions_step_while_one_uploads_a_maximal_trace(tmp_path):
     from playwright.sync_api import sync_playwright
+
     t0 = time.monotonic()
     recording = MaxTrace(tmp_path)
     ARTIFACTS.mkdir(exist_ok=True)
-    with running_app(log=ARTIFACTS / "streamlit-load-test.log") as url, \
-            sync_playwright() as p:
+    with running_app(log=ARTIFACTS / "streamlit-load-test.log") as url, sync_playwright() as p:
         port = int(url.rsplit(":", 1)[1])
         sampler = Sampler(port)
         sampler.start()
@@ -137,22 +167,30 @@ def test_twenty_sessions_step_while_one_uploads_a_maximal_trace(tmp_path):
                 wait_idle(pg, timeout_ms=60_000)
         uploader.wait_for_function(
             "() => document.querySelectorAll('svg[data-pk-frame]').length === 2"
-            " && document.body.innerText.includes('Replaying')", timeout=80_000)
+            " && document.body.innerText.includes('Replaying')",
+            timeout=80_000,
+        )
         t_upload = time.monotonic()
         uploader.keyboard.press("End")
         wait_idle(uploader, timeout_ms=60_000)
         sampler.halt.set()
         sampler.join()
-        frames = [pg.evaluate("() => Number(document.querySelector('#pk-frame')"
-                              ".dataset.frame)") for pg in steppers]
-        errors = [pg.locator("[data-testid=stAlertContentError], [data-testid=stException]")
-                  .count() for pg in pages]
+        frames = [
+            pg.evaluate("() => Number(document.querySelector('#pk-frame').dataset.frame)")
+            for pg in steppers
+        ]
+        errors = [
+            pg.locator("[data-testid=stAlertContentError], [data-testid=stException]").count()
+            for pg in pages
+        ]
         uploader.screenshot(path=str(ARTIFACTS / "load-uploader.png"))
         browser.close()
-    print(f"\nload: sessions open at {t_open - t0:.0f} s, upload drawn at {t_upload - t0:.0f} s;"
-          f" trace {trace.stat().st_size / 1e6:.1f} MB, server RSS idle with "
-          f"{SESSIONS} sessions {idle_mb:.0f} MB, peak {sampler.peak:.0f} MB "
-          f"(bound {RSS_BOUND_MB} MB)")
+    print(
+        f"\nload: sessions open at {t_open - t0:.0f} s, upload drawn at {t_upload - t0:.0f} s;"
+        f" trace {trace.stat().st_size / 1e6:.1f} MB, server RSS idle with "
+        f"{SESSIONS} sessions {idle_mb:.0f} MB, peak {sampler.peak:.0f} MB "
+        f"(bound {RSS_BOUND_MB} MB)"
+    )
     assert errors == [0] * SESSIONS
     assert all(f > 0 for f in frames), frames  # every session really stepped
     assert 0 < sampler.peak < RSS_BOUND_MB

@@ -2,6 +2,7 @@
 
 HF's greedy tokens are stored in tests/data/golden_hf.json (tests/data/make_golden.py writes
 them); one prompt is still checked against a live HF ``generate``."""
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,13 @@ def all_prompt_ids(tok) -> list[list[int]]:
     """PROMPTS tokenized, then CHAT_PROMPT through the chat template."""
     ids = [tok.encode(p) for p in PROMPTS]
     chat = [{"role": "user", "content": CHAT_PROMPT}]
-    ids.append(list(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True,
-                                            return_dict=False)))
+    ids.append(
+        list(
+            tok.apply_chat_template(
+                chat, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        )
+    )
     return ids
 
 
@@ -66,9 +72,15 @@ def eos_ignored(hf):
 def hf_greedy(hf, ids: list[int], n: int) -> list[int]:
     x = torch.tensor([ids])
     with eos_ignored(hf), torch.inference_mode():
-        out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n,
-                          do_sample=False, eos_token_id=None, pad_token_id=0)
-    return out[0, len(ids):].tolist()
+        out = hf.generate(
+            x,
+            attention_mask=torch.ones_like(x),
+            max_new_tokens=n,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+    return out[0, len(ids) :].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +116,9 @@ def test_live_hf_generate_still_gives_the_stored_tokens(smollm, prompt_ids, page
 
 
 @pytest.mark.model
-def test_contiguous_allocator_view_gives_the_same_tokens_as_paging(smollm, prompt_ids, paged_outputs):
+def test_contiguous_allocator_view_gives_the_same_tokens_as_paging(
+    smollm, prompt_ids, paged_outputs
+):
     llm = LLM(smollm, block_size=16, kv_budget_mb=64, allocator="max", max_model_len=128)
     outs = llm.generate(prompt_ids[:4], SamplingParams(max_tokens=24, ignore_eos=True))
     for paged, contiguous in zip(paged_outputs[:4], outs, strict=True):
@@ -126,10 +140,20 @@ def test_seeded_sampling_does_not_depend_on_batch_company(smollm):
 
 def tiny_model(seed: int = 0) -> LoadedModel:
     from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=128,
-                      rope_theta=1000.0, initializer_range=0.3, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        rope_theta=1000.0,
+        initializer_range=0.3,
+        tie_word_embeddings=True,
+    )
     hf = LlamaForCausalLM(cfg).eval()
     return LoadedModel("tiny", extract_weights(hf), None, torch.device("cpu"), torch.float32, hf)
 
@@ -142,8 +166,10 @@ def test_mixed_prefill_decode_batch_on_shuffled_blocks_matches_hf_argmax():
     runner = ModelRunner(model, arena, "torch")
     physical = list(range(32))
     rng.shuffle(physical)  # no request owns neighbouring blocks
-    tables = {r: physical[8 * i:8 * i + 8] for i, r in enumerate("abc")}
-    seqs = {r: [rng.randrange(512) for _ in range(n)] for r, n in zip("abc", (13, 5, 7), strict=True)}
+    tables = {r: physical[8 * i : 8 * i + 8] for i, r in enumerate("abc")}
+    seqs = {
+        r: [rng.randrange(512) for _ in range(n)] for r, n in zip("abc", (13, 5, 7), strict=True)
+    }
 
     def sched(r: str, start: int) -> ScheduledSeq:
         pos = list(range(start, len(seqs[r])))
@@ -168,28 +194,34 @@ def attention_case(seed: int = 0):
     """A mixed step on a shuffled arena: two prefills (one fresh, one after 6 cached tokens)
     and three decodes with context lengths that are not multiples of the block size."""
     from engine.attention import AttentionMetadata
+
     g = torch.Generator().manual_seed(seed)
     block, hq, hkv, d = 4, 8, 2, 16
     k_cache = torch.randn(24, block, hkv, d, generator=g)
     v_cache = torch.randn(24, block, hkv, d, generator=g)
     tables = torch.randperm(24, generator=g).view(6, 4).int()
-    new = [5, 3, 1, 1, 1]               # tokens fed this step per sequence
+    new = [5, 3, 1, 1, 1]  # tokens fed this step per sequence
     ctx = [5, 9, 7, 13, 2]
     slots = []
-    for row, n, c in zip(tables.tolist()[:len(new)], new, ctx, strict=True):  # row 6: unused
+    for row, n, c in zip(tables.tolist()[: len(new)], new, ctx, strict=True):  # row 6: unused
         slots += [row[p // block] * block + p % block for p in range(c - n, c)]
     t = sum(new)
     meta = AttentionMetadata(
-        slot_mapping=torch.tensor(slots), num_prefill_tokens=8,
-        prefill_block_tables=tables[:2], query_start_loc=torch.tensor([0, 5, 8], dtype=torch.int32),
+        slot_mapping=torch.tensor(slots),
+        num_prefill_tokens=8,
+        prefill_block_tables=tables[:2],
+        query_start_loc=torch.tensor([0, 5, 8], dtype=torch.int32),
         prefill_context_lens=torch.tensor(ctx[:2], dtype=torch.int32),
-        decode_block_tables=tables[2:5], decode_context_lens=torch.tensor(ctx[2:], dtype=torch.int32))
+        decode_block_tables=tables[2:5],
+        decode_context_lens=torch.tensor(ctx[2:], dtype=torch.int32),
+    )
     qkv = [torch.randn(t, h, d, generator=g) for h in (hq, hkv, hkv)]
     return qkv, k_cache, v_cache, meta, block
 
 
 def test_planned_torch_attention_is_bit_identical_to_the_reference():
     from engine.attention import Attention
+
     outs = []
     for backend in ("reference", "torch"):
         (q, k, v), k_cache, v_cache, meta, block = attention_case()
@@ -222,8 +254,15 @@ def test_triton_backend_is_wired_to_the_kernels_with_the_reference_signatures():
     import subprocess
     import sys
     from pathlib import Path
+
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", TRITON_CHECK], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parent.parent, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", TRITON_CHECK],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert float(proc.stdout.strip().splitlines()[-1]) < 1e-4

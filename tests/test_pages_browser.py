@@ -4,6 +4,7 @@ shows no exception, no error box and no traceback.
 Starts the app with ``viz.serve.running_app`` and drives Debian's Chromium with Playwright.
 A failing page leaves a screenshot in ``test-artifacts/``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,8 +15,10 @@ from viz import capacity_page, paper_page, sweep
 from viz.lesson import load_spec
 from viz.serve import CHROMIUM
 
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium"),
+]
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 
@@ -30,8 +33,10 @@ PAGES = {
 
 def _settle(page, timeout_ms: int = 240_000) -> None:
     """Wait until the script has run and stays idle (a run may trigger one more rerun)."""
-    idle = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
-            " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }")
+    idle = (
+        "() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
+        " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }"
+    )
     for _ in range(2):
         page.wait_for_function(idle, timeout=timeout_ms)
         page.wait_for_timeout(600)

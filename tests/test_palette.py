@@ -1,5 +1,6 @@
 """One meaning per colour, and colour-blind safe: the five accounting categories stay apart for a
 viewer with deuteranopia, and the grid never paints a category with another one's colour."""
+
 from __future__ import annotations
 
 import itertools
@@ -15,17 +16,20 @@ from viz.reducer import CELL_CATEGORY
 from viz.style import CATEGORY_COLOURS, REQUEST_COLOURS, cell_colour
 
 # Machado, Oliveira & Fernandes (2009), deuteranomaly at severity 1.0, on linear RGB.
-DEUTERANOPIA = ((0.367322, 0.860646, -0.227968),
-                (0.280085, 0.672501, 0.047413),
-                (-0.011820, 0.042940, 0.968881))
-MIN_DELTA_E = 20.0   # CIE76 distance; ~2.3 is a just-noticeable difference
+DEUTERANOPIA = (
+    (0.367322, 0.860646, -0.227968),
+    (0.280085, 0.672501, 0.047413),
+    (-0.011820, 0.042940, 0.968881),
+)
+MIN_DELTA_E = 20.0  # CIE76 distance; ~2.3 is a just-noticeable difference
 
 
 def _linear(hex_colour: str) -> tuple[float, ...]:
     def one(c: int) -> float:
         v = c / 255
         return v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4
-    return tuple(one(int(hex_colour[i:i + 2], 16)) for i in (1, 3, 5))
+
+    return tuple(one(int(hex_colour[i : i + 2], 16)) for i in (1, 3, 5))
 
 
 def _lab(rgb: tuple[float, ...]) -> tuple[float, float, float]:
@@ -36,6 +40,7 @@ def _lab(rgb: tuple[float, ...]) -> tuple[float, float, float]:
 
     def f(t: float) -> float:
         return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+
     return 116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))
 
 
@@ -80,10 +85,16 @@ def test_one_screen_uses_each_colour_for_one_category():
         pytest.skip("six-step trace not recorded")
     lesson = L.build(spec, read(path))
     layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
-    allowed = {c.upper() for c in CATEGORY_COLOURS.values()} | {"#1F2933", "#111827", "#6B7785", "WHITE"}
+    allowed = {c.upper() for c in CATEGORY_COLOURS.values()} | {
+        "#1F2933",
+        "#111827",
+        "#6B7785",
+        "WHITE",
+    }
     for i in (lesson.keyframes[4], lesson.num_frames // 2):
         for side in (lesson.left, lesson.right):
-            page = (svg.arena_svg(side.at(i), layout) + html.metrics_strip(side.at(i))
-                    + html.legend())
+            page = (
+                svg.arena_svg(side.at(i), layout) + html.metrics_strip(side.at(i)) + html.legend()
+            )
             fills = {f.upper() for f in re.findall(r"fill='(#[0-9A-Fa-f]{6}|white)'", page)}
             assert fills <= allowed, fills - allowed

@@ -1,6 +1,7 @@
 """The paper's numbers page: the paper's full Fig. 2 and Fig. 13 beside ours, ratios computed
 not typed, the shipped default results current, the essay's claims corrected exactly, and the
 page rendering in both languages."""
+
 from __future__ import annotations
 
 import pytest
@@ -58,9 +59,8 @@ def test_figure_shows_the_papers_full_breakdown_beside_ours(rows):
     assert list(by["never used (internal)"][1::2]) == pytest.approx([57.3, 13.6, 0.0, None])
     assert list(by["unusable hole (external)"][1::2]) == pytest.approx([8.9, 41.6, 36.6, None])
     paper_rest = next(t for t in fig.data if t.name == P.text("en")["paper_rest"])
-    assert paper_rest.y[-1] == pytest.approx(100 - 96.3)   # vLLM: no breakdown printed
-    assert by["token states"][0::2] == pytest.approx([100 * r.shares["token_states"]
-                                                      for r in rows])
+    assert paper_rest.y[-1] == pytest.approx(100 - 96.3)  # vLLM: no breakdown printed
+    assert by["token states"][0::2] == pytest.approx([100 * r.shares["token_states"] for r in rows])
 
 
 def test_table_sets_external_plus_free_against_the_papers_external_and_others(rows):
@@ -73,8 +73,10 @@ def test_table_sets_external_plus_free_against_the_papers_external_and_others(ro
 
 
 def test_concurrency_ratios_are_computed_from_both_sides():
-    rows = [R.PolicyRow(p, {c: 0.2 for c in CATEGORIES}, 0.0, m, 1, 0)
-            for p, m in zip(paper.POLICIES, (5.0, 7.5, 10.0, 20.0))]
+    rows = [
+        R.PolicyRow(p, {c: 0.2 for c in CATEGORIES}, 0.0, m, 1, 0)
+        for p, m in zip(paper.POLICIES, (5.0, 7.5, 10.0, 20.0))
+    ]
     ratios = P.concurrency_ratios(rows, "sharegpt")
     assert ratios["paged"] == pytest.approx((4.0, 30.42 / 7.00))
     assert ratios["paged/oracle"] == pytest.approx((2.0, 30.42 / 13.62))
@@ -84,23 +86,26 @@ def test_concurrency_ratios_are_computed_from_both_sides():
 
 def test_essay_arithmetic_is_recomputed_exactly():
     fixes = {f.key: f.values for f in essay_fixes.arithmetic_fixes()}
-    kv = 32 * 32768 * (2 * 8 * 128 * 2 * 80)          # batch x tokens x K+V, heads, dim, fp16, layers
+    kv = 32 * 32768 * (2 * 8 * 128 * 2 * 80)  # batch x tokens x K+V, heads, dim, fp16, layers
     assert kv == 320 * 2**30
     assert fixes["fix_kv_weights"]["ratio"] == f"{kv / 140e9:.2f}" == "2.45"
-    assert fixes["fix_tail"]["per_layer"] == "32 KiB"            # 8 x 2 x 8 x 128 x 2 B
-    assert fixes["fix_tail"]["all_layers"] == "2.5 MiB"          # x 80 layers
-    assert fixes["fix_prealloc"]["used"] == "36.62 %"            # 3000 / 8192
+    assert fixes["fix_tail"]["per_layer"] == "32 KiB"  # 8 x 2 x 8 x 128 x 2 B
+    assert fixes["fix_tail"]["all_layers"] == "2.5 MiB"  # x 80 layers
+    assert fixes["fix_prealloc"]["used"] == "36.62 %"  # 3000 / 8192
     idle = 40 * 2**30 - 16 * 3000 * 327_680
     assert fixes["fix_prealloc"]["idle"] == f"{idle / 2**30:.2f}" == "25.35"
-    assert fixes["fix_block_table"]["mib"] == "3.125"           # 100 x 4096 entries x 8 B
+    assert fixes["fix_block_table"]["mib"] == "3.125"  # 100 x 4096 entries x 8 B
 
 
 def test_table_fixes_quote_the_papers_figures():
     fixes = {f.key: f.values for f in essay_fixes.table_fixes()}
     assert fixes["fix_618"]["waste"] == "61.8 %"
     assert fixes["fix_sources"]["max_int"] == "57.3 %"
-    assert essay_fixes.concurrency_fix().values == {"pow2": "1.40", "oracle": "1.95",
-                                                    "paged": "4.35"}
+    assert essay_fixes.concurrency_fix().values == {
+        "pow2": "1.40",
+        "oracle": "1.95",
+        "paged": "4.35",
+    }
 
 
 def _page_text(at: AppTest) -> str:
@@ -110,22 +115,22 @@ def _page_text(at: AppTest) -> str:
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_default_page_renders_from_the_shipped_results(lang):
-    at = AppTest.from_string(f"from viz.paper_page import render\nrender({lang!r})",
-                             default_timeout=60)
+    at = AppTest.from_string(
+        f"from viz.paper_page import render\nrender({lang!r})", default_timeout=60
+    )
     at.run()
     assert not at.exception, at.exception
     assert not at.error
     text = _page_text(at)
     assert paper.FIG2_SOURCE in text and paper.FIG13_SOURCE in text
-    assert "26.8 %" in text and "32.0" in text      # the essay's figure is named, then corrected
+    assert "26.8 %" in text and "32.0" in text  # the essay's figure is named, then corrected
     assert "3.125 MiB" in text and "4.35" in text
 
 
 def test_a_changed_setting_simulates_instead():
-    at = AppTest.from_string("from viz.paper_page import render\nrender('en')",
-                             default_timeout=180)
+    at = AppTest.from_string("from viz.paper_page import render\nrender('en')", default_timeout=180)
     at.query_params["requests"] = "100"
-    at.query_params["workload"] = "Alpaca"   # the URL carries the label shown
+    at.query_params["workload"] = "Alpaca"  # the URL carries the label shown
     at.query_params["placement"] = "first-fit"
     at.run()
     assert not at.exception, at.exception

@@ -1,6 +1,7 @@
 """The lesson player in Chromium: every key, autoplay, the timeline scrubber, the help overlay,
 presenter mode at projector and full-HD sizes in both languages (screenshots in test-artifacts/),
 the URL following each key, and the whole page working with the network cut off."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -46,8 +47,10 @@ def last_frame(page) -> int:
 
 
 def url_after_one_animation_frame(page) -> str:
-    return page.evaluate("() => new Promise(r => requestAnimationFrame(() => "
-                         "requestAnimationFrame(() => r(location.search))))")
+    return page.evaluate(
+        "() => new Promise(r => requestAnimationFrame(() => "
+        "requestAnimationFrame(() => r(location.search))))"
+    )
 
 
 def test_arrows_home_end_and_chapter_keys(page, app_url):
@@ -61,11 +64,11 @@ def test_arrows_home_end_and_chapter_keys(page, app_url):
     nxt = next(s for s in starts if s > 9)
     page.keyboard.press("PageDown")
     assert shown_frame(page) == nxt
-    page.keyboard.press("PageUp")          # at a chapter's start: to the previous chapter's
+    page.keyboard.press("PageUp")  # at a chapter's start: to the previous chapter's
     assert shown_frame(page) == max(s for s in starts if s < nxt)
     page.keyboard.press("End")
     assert shown_frame(page) == last_frame(page)
-    page.keyboard.press("ArrowRight")      # past the end: stays
+    page.keyboard.press("ArrowRight")  # past the end: stays
     assert shown_frame(page) == last_frame(page)
     page.keyboard.press("Home")
     assert shown_frame(page) == 0
@@ -73,7 +76,7 @@ def test_arrows_home_end_and_chapter_keys(page, app_url):
     for _ in starts[1:]:
         page.keyboard.press("PageDown")
         seen.append(shown_frame(page))
-    assert seen == starts[1:]              # a clicker walks every chapter in order
+    assert seen == starts[1:]  # a clicker walks every chapter in order
 
 
 def test_the_url_follows_each_key_within_an_animation_frame(page, app_url):
@@ -90,7 +93,7 @@ def test_stepping_asks_nothing_of_the_server(page, app_url):
     asked: list[str] = []
     page.on("websocket", lambda ws: ws.on("framesent", lambda f: asked.append("ws")))
     open_player(page, f"{app_url}/?frame=2")
-    page.wait_for_timeout(1500)   # the page's own loading (fonts, first runs) is over
+    page.wait_for_timeout(1500)  # the page's own loading (fonts, first runs) is over
     asked.clear()
     page.on("request", lambda r: asked.append(r.url) if "/static/" not in r.url else None)
     for n in range(3, 23):
@@ -102,7 +105,7 @@ def test_stepping_asks_nothing_of_the_server(page, app_url):
 
 def test_a_held_arrow_registers_every_repeat(page, app_url):
     open_player(page, f"{app_url}/?frame=0")
-    sent = hold_key(page, 1.5, 0.030)      # key repeat at 30 ms: every repeat is a step
+    sent = hold_key(page, 1.5, 0.030)  # key repeat at 30 ms: every repeat is a step
     assert sent >= 40
     wait_painted(page, min(sent, last_frame(page)))
 
@@ -117,7 +120,7 @@ def test_autoplay_advances_pauses_and_stops_at_the_end(page, app_url):
     assert slower < fps and str(slower) in page.locator("#pk-speed").inner_text()
     page.keyboard.press(" ")
     page.wait_for_function("() => Number(document.querySelector('#pk-frame').dataset.frame) >= 3")
-    page.keyboard.press(" ")               # pause: the frame holds
+    page.keyboard.press(" ")  # pause: the frame holds
     held = shown_frame(page)
     page.wait_for_timeout(600)
     assert shown_frame(page) == held and page.evaluate(ROOT_JS)["playing"] == "0"
@@ -126,8 +129,9 @@ def test_autoplay_advances_pauses_and_stops_at_the_end(page, app_url):
     page.keyboard.press("ArrowLeft")
     page.keyboard.press("ArrowLeft")
     page.keyboard.press(" ")
-    page.wait_for_function("() => document.querySelector('#pk-player').dataset.playing === '0'",
-                           timeout=10_000)
+    page.wait_for_function(
+        "() => document.querySelector('#pk-player').dataset.playing === '0'", timeout=10_000
+    )
     assert shown_frame(page) == last
 
 
@@ -135,14 +139,17 @@ def test_clicking_and_dragging_the_timeline_scrubs(page, app_url):
     open_player(page, f"{app_url}/?frame=0")
     page.locator("#pk-tl-box").scroll_into_view_if_needed()
     box = page.locator("#pk-tl-box svg").bounding_box()
-    geo = page.evaluate("() => { const s = document.querySelector('#pk-tl-box svg'); return "
-                        "[+s.dataset.left, +s.dataset.right, +s.dataset.width]; }")
+    geo = page.evaluate(
+        "() => { const s = document.querySelector('#pk-tl-box svg'); return "
+        "[+s.dataset.left, +s.dataset.right, +s.dataset.width]; }"
+    )
     n = last_frame(page) + 1
     x0 = box["x"] + box["width"] * geo[0] / geo[2]
     x1 = box["x"] + box["width"] * (1 - geo[1] / geo[2])
 
     def x_of(frame: int) -> float:
         return x0 + (x1 - x0) * (frame + 0.5) / n
+
     y = box["y"] + box["height"] / 2
     page.mouse.click(x_of(40), y)
     assert shown_frame(page) == 40
@@ -152,7 +159,7 @@ def test_clicking_and_dragging_the_timeline_scrubs(page, app_url):
     page.mouse.move(x_of(70), y, steps=8)
     assert shown_frame(page) == 70
     page.mouse.up()
-    page.mouse.move(x_of(90), y)          # released: moving no longer scrubs
+    page.mouse.move(x_of(90), y)  # released: moving no longer scrubs
     assert shown_frame(page) == 70
     page.keyboard.press("ArrowRight")
     assert shown_frame(page) == 71
@@ -245,6 +252,7 @@ def test_the_app_opens_and_steps_with_the_network_cut_off(browser, app_url):
         else:
             outside.append(r.request.url)
             r.abort()
+
     ctx.route("**/*", route)
     page = ctx.new_page()
     try:
@@ -265,16 +273,20 @@ def test_every_frame_shows_its_own_caption_and_chapter(page, app_url):
     from viz import captions
     from viz import chapters as C
     from viz.lesson import build, load_spec
+
     lesson = build(load_spec("six-steps"), read(TRACE))
     chs = C.chapters(lesson)
     open_player(page, f"{app_url}/?frame=0")
-    shown = page.evaluate("""(n) => { const out = [];
+    shown = page.evaluate(
+        """(n) => { const out = [];
       for (let i = 0; i < n; i++) { window.pkPlayer.go(i);
         out.push([document.querySelector('#pk-cap-l').textContent,
                   document.querySelector('#pk-cap-r').textContent,
                   document.querySelector('#pk-chapter').textContent,
                   Number(document.querySelector('#pk-frame').dataset.frame)]); }
-      return out; }""", lesson.num_frames)
+      return out; }""",
+        lesson.num_frames,
+    )
     for i, (left, right, title, frame) in enumerate(shown):
         ch = next(c for c in chs if c.start <= i <= c.end)
         assert frame == i

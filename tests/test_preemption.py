@@ -1,5 +1,6 @@
 """Under memory pressure requests are preempted and recomputed, and nothing changes in the
 output; the victim is always the most recently admitted request."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,8 +11,24 @@ from engine.core import EngineConfig, build_core
 from engine.request import Request, SamplingParams
 from engine.simulate import EOS, FILLER, DryRunner
 
-SUBJECTS = ["the moon", "bread", "rivers", "chess", "volcanoes", "jazz", "bees", "glass",
-            "trains", "salt", "owls", "paper", "rain", "clocks", "copper", "tea"]
+SUBJECTS = [
+    "the moon",
+    "bread",
+    "rivers",
+    "chess",
+    "volcanoes",
+    "jazz",
+    "bees",
+    "glass",
+    "trains",
+    "salt",
+    "owls",
+    "paper",
+    "rain",
+    "clocks",
+    "copper",
+    "tea",
+]
 NEW_TOKENS = 32
 BLOCK = 16
 
@@ -25,10 +42,12 @@ def test_quarter_of_the_needed_kv_memory_preempts_yet_every_output_is_unchanged(
     from test_model_exact import golden
 
     from engine.llm import LLM
+
     ids = prompt_ids(smollm.tokenizer)
     stored = golden("preemption")
-    assert stored["prompt_ids"] == ids and stored["new_tokens"] == NEW_TOKENS, \
+    assert stored["prompt_ids"] == ids and stored["new_tokens"] == NEW_TOKENS, (
         "golden_hf.json is stale: run tests/data/make_golden.py"
+    )
     need_blocks = sum(-(-(len(p) + NEW_TOKENS) // BLOCK) for p in ids)
     tight = LLM(smollm, block_size=BLOCK, num_blocks=need_blocks // 4)
     squeezed = tight.generate(ids, SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True))
@@ -55,11 +74,19 @@ def test_the_most_recently_admitted_request_is_preempted_first():
 
     bus = E.EventBus()
     bus.subscribe(watch)
-    core = build_core(EngineConfig("paged", num_blocks=12, block_size=4, max_model_len=64),
-                      DryRunner(), EOS, bus)
+    core = build_core(
+        EngineConfig("paged", num_blocks=12, block_size=4, max_model_len=64), DryRunner(), EOS, bus
+    )
     for i in range(6):
-        core.add_request(Request(f"r{i}", [FILLER] * 3, SamplingParams(max_tokens=20),
-                                 arrival_step=i, forced_output_len=20))
+        core.add_request(
+            Request(
+                f"r{i}",
+                [FILLER] * 3,
+                SamplingParams(max_tokens=20),
+                arrival_step=i,
+                forced_output_len=20,
+            )
+        )
     core.run_to_completion()
     assert len(victims) >= 2
     assert any(len(batch) > 2 for _, batch in victims)  # a choice among several was made

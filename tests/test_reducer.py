@@ -1,5 +1,6 @@
 """The viewer's fold against the engine's own accounting, and each lesson keyframe against what
 its step says. Pure Python: no torch, no Streamlit."""
+
 from __future__ import annotations
 
 import math
@@ -55,14 +56,21 @@ def contiguous_fragmented() -> list[E.Event]:
         s.emit(E.RequestArrived, req=req, prompt_len=4, max_tokens=n - 3)
         s.emit(E.Admitted, req=req, num_tokens=4)
         s.emit(E.SlotsReserved, req=req, start=start, length=n)
-        s.emit(E.TokensWritten, req=req, positions=(0, 1, 2, 3),
-               slots=tuple(range(start, start + 4)))
+        s.emit(
+            E.TokensWritten, req=req, positions=(0, 1, 2, 3), slots=tuple(range(start, start + 4))
+        )
     s.end_step(running=2)
     s.emit(E.ReservationReleased, req="A", start=0, length=10)
     s.emit(E.Finished, req="A", final_len=4, num_generated=1, reason="eos")
     s.emit(E.RequestArrived, req="C", prompt_len=12, max_tokens=4)
-    s.emit(E.AdmissionBlocked, req="C", reason=E.BLOCKED_NO_HOLE, need_slots=15,
-           free_slots=20, largest_hole=10)
+    s.emit(
+        E.AdmissionBlocked,
+        req="C",
+        reason=E.BLOCKED_NO_HOLE,
+        need_slots=15,
+        free_slots=20,
+        largest_hole=10,
+    )
     s.emit(E.TokensWritten, req="B", positions=(4,), slots=(14,))
     s.end_step(running=1, waiting=1)
     return s.events
@@ -93,7 +101,7 @@ def test_preallocation_blocks_request_despite_enough_free_slots():
     assert blocked is not None and blocked.req == "C"
     assert blocked.free_slots >= blocked.need_slots > blocked.largest_hole
     assert last.count(HOLE) == blocked.free_slots  # every free slot is unusable
-    assert last.cells[:10] == HOLE * 10            # A's old run is a hole between runs
+    assert last.cells[:10] == HOLE * 10  # A's old run is a hole between runs
     assert last.waiting == ("C",) and last.running == ("B",)
 
 
@@ -136,8 +144,13 @@ def _check_against_accounting(events, run: RunInfo) -> None:
     assert len(frames) == len(accounts)
     for f, a in zip(frames, accounts, strict=True):
         assert f.account == a
-        assert (f.count(TOKEN), f.count(RESERVED), f.count(INTERNAL), f.count(HOLE),
-                f.count("F")) == (a.token_states, a.reservation, a.internal, a.external, a.free)
+        assert (
+            f.count(TOKEN),
+            f.count(RESERVED),
+            f.count(INTERNAL),
+            f.count(HOLE),
+            f.count("F"),
+        ) == (a.token_states, a.reservation, a.internal, a.external, a.free)
 
 
 @pytest.mark.parametrize("run", ["max", "paged"])
@@ -156,12 +169,16 @@ def test_paging_wastes_less_than_one_block_per_request_at_every_frame():
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 40), st.integers(1, 40), st.integers(0, 6)),
-                min_size=1, max_size=7),
-       st.sampled_from(["max", "pow2", "oracle", "paged"]))
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 40), st.integers(1, 40), st.integers(0, 6)), min_size=1, max_size=7
+    ),
+    st.sampled_from(["max", "pow2", "oracle", "paged"]),
+)
 def test_any_dry_run_folds_to_the_engines_accounting(items, policy):
     from engine.simulate import build_requests, run_policy
     from engine.workload import WorkItem
+
     work = [WorkItem(i, o) for i, o, _ in items]
     reqs = build_requests(work, max_model_len=96, arrivals=[a for _, _, a in items])
     sink = E.ListSink()
@@ -188,6 +205,7 @@ def test_a_live_stream_ends_with_the_frames_of_its_replay():
 
 
 # --- the six keyframes show what their steps say -----------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def lesson() -> L.Lesson:
@@ -232,8 +250,8 @@ def test_step3_paging_grows_by_a_block_only_when_the_last_is_full(lesson):
         assert ev.logical * right.run.block_size == v.filled - 1  # its first slot, just written
         assert ev.logical > 0
     table = right.block_tables[grown[0].req]
-    assert any(b != a + 1 for a, b in pairwise(table))       # logical != physical order
-    assert left.account.reservation > 0                              # waste creeping on the left
+    assert any(b != a + 1 for a, b in pairwise(table))  # logical != physical order
+    assert left.account.reservation > 0  # waste creeping on the left
 
 
 def test_step4_short_request_leaves_a_hole_left_and_returns_blocks_right(lesson):
@@ -242,7 +260,7 @@ def test_step4_short_request_leaves_a_hole_left_and_returns_blocks_right(lesson)
     assert done not in left.reservations and done not in right.block_tables
     runs = sorted(left.reservations.values())
     gaps = [b[0] - (a[0] + a[1]) for a, b in pairwise(runs)]
-    assert any(g > 0 for g in gaps)                                  # a hole between live runs
+    assert any(g > 0 for g in gaps)  # a hole between live runs
     assert all(o != done for o in right.owners)
 
 

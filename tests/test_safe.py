@@ -1,5 +1,6 @@
 """Hostile text stays text (viz.safe at every output), a drawing error is one line, and live
 runs are limited: one per server, ended with their session, never left as zombies."""
+
 from __future__ import annotations
 
 import logging
@@ -25,11 +26,23 @@ needs_trace = pytest.mark.skipif(not SIX_TRACE.is_file(), reason="six-step trace
 
 # --- escaping --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text", [
-    "![x](http://127.0.0.2:9/x.png)", "<img src=x onerror=alert(1)>", ":red[red] $x$ **b**",
-    "- item", "# head", "1. first", "> quote", "a\nb\u2028c", "`code` ```fence```",
-    "see www.example.com or a@b.co", "\\![x](y)",
-])
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "![x](http://127.0.0.2:9/x.png)",
+        "<img src=x onerror=alert(1)>",
+        ":red[red] $x$ **b**",
+        "- item",
+        "# head",
+        "1. first",
+        "> quote",
+        "a\nb\u2028c",
+        "`code` ```fence```",
+        "see www.example.com or a@b.co",
+        "\\![x](y)",
+    ],
+)
 def test_md_text_leaves_no_markup(text):
     out = safe.md_text(text)
     assert "\n" not in out and "\u2028" not in out
@@ -66,10 +79,25 @@ def test_every_frame_of_a_hostile_trace_draws_only_our_own_markup():
     for i in range(lesson.num_frames):
         for side in ("left", "right"):
             frame = lesson.side(side).at(i)
-            parser.feed(svg.arena_svg(frame, layout, meta=i) + html.tables_panel(frame)
-                        + html.queue_panel(frame) + html.metrics_strip(frame))
-    assert parser.tags <= {"svg", "defs", "pattern", "rect", "path", "text", "title", "div",
-                           "span", "h5", "b"}
+            parser.feed(
+                svg.arena_svg(frame, layout, meta=i)
+                + html.tables_panel(frame)
+                + html.queue_panel(frame)
+                + html.metrics_strip(frame)
+            )
+    assert parser.tags <= {
+        "svg",
+        "defs",
+        "pattern",
+        "rect",
+        "path",
+        "text",
+        "title",
+        "div",
+        "span",
+        "h5",
+        "b",
+    }
     assert not [a for a in parser.attrs if a.startswith("on") or a in ("href", "src")]
     assert {i for i in parser.attrs.get("id", set())} <= {"pk-contiguous-0", "pk-paged-0"}
     assert "u" not in parser.tags and REQUEST_IDS["C"] not in "".join(parser.attrs["class"])
@@ -82,8 +110,9 @@ def test_hostile_names_in_plotly_text_are_escaped():
     for kf in (k for k in lesson.keyframes if k is not None):
         left, right = lesson.left.at(kf), lesson.right.at(kf)
         spec = repr(figures.arena_spec(left, layout, "en", meta=kf))
-        fig = figures.side_by_side_figure(left, right, L.render_step(lesson, 0, "en"), "en",
-                                          ("l", "r"))
+        fig = figures.side_by_side_figure(
+            left, right, L.render_step(lesson, 0, "en"), "en", ("l", "r")
+        )
         text = spec + repr([a.text for a in fig.layout.annotations])
         for payload in (*REQUEST_IDS.values(), *RUN_NAMES.values()):
             if payload.startswith(("<", "'")):
@@ -92,12 +121,15 @@ def test_hostile_names_in_plotly_text_are_escaped():
 
 # --- the error boundary ----------------------------------------------------------------------
 
+
 @needs_trace
 def test_an_error_while_drawing_a_frame_is_one_line_without_paths(monkeypatch, caplog):
     def broken(*a, **k):
         raise RuntimeError("/srv/secret/server/path.py exploded")
+
     monkeypatch.setattr(html, "tables_panel", broken)
     from viz import lesson_page
+
     lesson_page._cached_payload.clear()  # frames drawn by an earlier test would hide the failure
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     with caplog.at_level(logging.ERROR, logger="viz.safe"):
@@ -117,11 +149,14 @@ def test_an_error_in_any_page_is_one_line(monkeypatch):
 
     def broken(t, lang):
         raise KeyError("/etc/passwd")
+
     monkeypatch.setattr(capacity_page, "_pick_model", broken)
 
     def page():
         from viz import pages
+
         pages._page_body(pages.PAGES[1])()
+
     at = AppTest.from_function(page, default_timeout=60).run()
     assert not at.exception
     assert len(at.error) == 1 and "KeyError" in at.error[0].value
@@ -132,10 +167,15 @@ def test_an_error_in_any_page_is_one_line(monkeypatch):
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 # A child that starts a grandchild in its process group, then waits.
-FAMILY = [sys.executable, "-c",
-          ("import subprocess, sys, time\n"
-           "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
-           "print(g.pid, flush=True)\ntime.sleep(600)\n")]
+FAMILY = [
+    sys.executable,
+    "-c",
+    (
+        "import subprocess, sys, time\n"
+        "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        "print(g.pid, flush=True)\ntime.sleep(600)\n"
+    ),
+]
 
 
 def _state(pid: int) -> str | None:
@@ -201,6 +241,7 @@ def test_a_finished_child_is_reaped_without_anyone_asking():
 @needs_trace
 def test_the_page_tells_a_second_session_a_live_run_is_in_progress():
     from viz.live_registry import REGISTRY
+
     other = REGISTRY.start("another-session", SLEEPER)
     assert other is not None
     try:

@@ -1,6 +1,7 @@
 """A hostile trace and a hostile link in a real browser (Debian's Chromium through Playwright):
 script, SVG and markdown payloads in run names, request ids, header fields and the URL must
 stay text. No dialog, no injected element, no request to any host but the app's."""
+
 from __future__ import annotations
 
 import time
@@ -87,8 +88,11 @@ def test_a_hostile_trace_is_drawn_as_text(page, app_url, tmp_path):
     hostile = tmp_path / "<img src=x onerror=window.__pk_pwned=9>.jsonl"
     hostile.write_text(hostile_trace_text(), encoding="utf-8")
     page.locator("input[type=file]").set_input_files(str(hostile))
-    page.wait_for_function("() => document.querySelectorAll('svg[data-pk-frame]').length === 2"
-                           " && document.body.innerText.includes('Replaying')", timeout=60_000)
+    page.wait_for_function(
+        "() => document.querySelectorAll('svg[data-pk-frame]').length === 2"
+        " && document.body.innerText.includes('Replaying')",
+        timeout=60_000,
+    )
     wait_idle(page)
     assert page.locator("[data-testid=stAlertContentError]").count() == 0
     # The header's words are shown, as the text they are.
@@ -152,14 +156,16 @@ def slow_live_app(tmp_path):
     so a live run is still going when a second session asks and when its tab closes."""
     from tests.test_load import load_scenario
     from viz.serve import running_app
+
     lesson = tmp_path / "six-steps"
     lesson.mkdir()
     src = SIX_TRACE.parent
     for name in ("lesson.toml", "trace.jsonl"):
         (lesson / name).write_bytes((src / name).read_bytes())
     (lesson / "scenario.toml").write_text(load_scenario(2000), encoding="utf-8")
-    with running_app(env={"PAGED_KV_LESSONS": str(tmp_path)},
-                     log=ARTIFACTS / "streamlit-live-limit.log") as url:
+    with running_app(
+        env={"PAGED_KV_LESSONS": str(tmp_path)}, log=ARTIFACTS / "streamlit-live-limit.log"
+    ) as url:
         yield url
 
 

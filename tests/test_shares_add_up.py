@@ -1,5 +1,6 @@
 """Every set of shares the six-step lesson prints adds up to 100 %, on every frame of both sides:
 the metrics strip, the figure's metrics line, the scoreboard card and step 6's narration."""
+
 from __future__ import annotations
 
 import re
@@ -62,4 +63,4 @@ def test_largest_remainder_sums_to_100_and_stays_within_one_unit(weights, decima
     values = {k: float(v.rstrip("%")) for k, v in shown.items()}
     assert round(sum(values.values()), 6) == 100
     for k, v in values.items():
-        assert abs(v - 100 * shares[k]) < 10 ** -decimals + 1e-9
+        assert abs(v - 100 * shares[k]) < 10**-decimals + 1e-9

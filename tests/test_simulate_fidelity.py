@@ -1,6 +1,7 @@
 """The dry-run simulation against the vLLM paper's own figures: Orca as §6.1 describes it (buddy
 placement, output-only Pow2), the Table 1 arena, and Fig. 2 / Fig. 13 within the issue's bounds.
 The full-size run (1,000 requests) is reported in the note; here 300 keep the test fast."""
+
 from __future__ import annotations
 
 import contextlib
@@ -28,7 +29,7 @@ def _simulate(*args: str) -> tuple[int, str, str]:
 
 def test_default_arena_is_opt_13b_in_table_1s_twelve_gib():
     opt = PRESETS["opt-13b"]
-    assert opt.bytes_per_token == 2 * 40 * 5120 * 2 == 800 * KiB   # K+V x layers x hidden x fp16
+    assert opt.bytes_per_token == 2 * 40 * 5120 * 2 == 800 * KiB  # K+V x layers x hidden x fp16
     assert paper.default_num_slots() == 12 * 1024 * 1024 // 800 == 15_728
     assert f"{paper.default_num_slots() / 1000:.1f}K" == paper.TABLE1_OPT13B_SLOTS_PRINTED
 
@@ -67,12 +68,13 @@ def test_buddy_slack_is_counted_with_external_fragmentation(sharegpt):
         row = sharegpt["policies"][policy]
         assert row["internal"] == 0 or policy == "pow2"
         assert 0 < row["buddy_slack"] <= row["external"] + row["free"] + 1e-4
-    assert sharegpt["policies"]["max"]["buddy_slack"] == 0   # 2,048 is a power of two
+    assert sharegpt["policies"]["max"]["buddy_slack"] == 0  # 2,048 is a power of two
 
 
 def test_first_fit_has_no_slack_and_less_external_fragmentation():
-    rc, out, _ = _simulate("--requests", "120", "--policies", "oracle", "--placement",
-                           "first-fit", "--json")
+    rc, out, _ = _simulate(
+        "--requests", "120", "--policies", "oracle", "--placement", "first-fit", "--json"
+    )
     ff = json.loads(out)["policies"]["oracle"]
     rc2, out2, _ = _simulate("--requests", "120", "--policies", "oracle", "--json")
     buddy = json.loads(out2)["policies"]["oracle"]
@@ -90,16 +92,20 @@ def test_every_length_distribution_keeps_the_papers_means(name):
 def test_spread_grows_with_sigma_and_is_zero_when_fixed():
     def spread(dist: LengthDist) -> float:
         return statistics.pstdev(i.output_len for i in generate("alpaca", 3000, 2048, 1, dist))
+
     assert spread(LengthDist("fixed")) == 0
     assert spread(LengthDist("uniform")) < spread(LengthDist("exponential"))
     assert spread(LengthDist("lognormal", 0.5)) < spread(LengthDist("lognormal", 1.2))
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--sigma", "0"], "sigma must be in"),
-    (["--sigma", "9"], "sigma must be in"),
-    (["--length-dist", "uniform", "--sigma", "0.5"], "only to --length-dist lognormal"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sigma", "0"], "sigma must be in"),
+        (["--sigma", "9"], "sigma must be in"),
+        (["--length-dist", "uniform", "--sigma", "0.5"], "only to --length-dist lognormal"),
+    ],
+)
 def test_bad_length_options_are_one_line_errors(args, message):
     rc, _, err = _simulate("--requests", "5", *args)
     assert rc == 2 and message in err and "Traceback" not in err

@@ -1,6 +1,7 @@
 """Swap preemption and the CPU tier: the bookkeeping (a Hypothesis machine over both tiers),
 traces that validate and fold, hostile swap events refused, and blocks that come back bit for
 bit. The real-model acceptance runs are in ``test_swap_outputs_match_*`` (marked model)."""
+
 from __future__ import annotations
 
 import io
@@ -30,6 +31,7 @@ NUM_BLOCKS, NUM_CPU, BLOCK = 10, 8, 4
 
 # --- the bookkeeping, over both tiers ---------------------------------------------------------
 
+
 class TwoTierMachine(RuleBasedStateMachine):
     """Random admit / grow / finish / swap-out / swap-in. After every rule: each device block is
     in the free list or in exactly one table, each CPU block likewise, nothing leaked."""
@@ -39,7 +41,7 @@ class TwoTierMachine(RuleBasedStateMachine):
         self.bus = E.EventBus()
         self.alloc = SwappingPagedAllocator(NUM_BLOCKS, BLOCK, self.bus, NUM_CPU)
         self.running: dict[str, Request] = {}
-        self.swapped: dict[str, tuple[Request, int]] = {}   # and its token count
+        self.swapped: dict[str, tuple[Request, int]] = {}  # and its token count
         self.tokens: dict[str, int] = {}
         self.n = 0
 
@@ -87,8 +89,8 @@ class TwoTierMachine(RuleBasedStateMachine):
             return
         self.alloc.admit(req, tokens + extra)
         _, inn = self.alloc.take_swaps()
-        assert [c for c, _ in inn[-len(cpu):]] == cpu      # the same CPU blocks, in order
-        assert [d for _, d in inn[-len(cpu):]] == self.alloc.block_table(rid)[:len(cpu)]
+        assert [c for c, _ in inn[-len(cpu) :]] == cpu  # the same CPU blocks, in order
+        assert [d for _, d in inn[-len(cpu) :]] == self.alloc.block_table(rid)[: len(cpu)]
         del self.swapped[rid]
         self.running[rid], self.tokens[rid] = req, tokens + extra
 
@@ -97,11 +99,13 @@ class TwoTierMachine(RuleBasedStateMachine):
         if not hasattr(self, "alloc"):
             return
         a = self.alloc
-        for pool, tables, n in ((a.pool, a.tables, NUM_BLOCKS),
-                                (a.cpu_pool, a.cpu_tables, NUM_CPU)):
+        for pool, tables, n in (
+            (a.pool, a.tables, NUM_BLOCKS),
+            (a.cpu_pool, a.cpu_tables, NUM_CPU),
+        ):
             held = [b.block_id for t in tables.values() for b in t]
             free = pool.free_ids()
-            assert sorted(held + free) == list(range(n))        # none leaked, none twice
+            assert sorted(held + free) == list(range(n))  # none leaked, none twice
         assert set(a.tables) == set(self.running)
         assert set(a.cpu_tables) == set(self.swapped)
         for rid, n in self.tokens.items():
@@ -114,15 +118,27 @@ TestTwoTiers.settings = settings(max_examples=150, stateful_step_count=40, deadl
 
 # --- dry runs: traces that validate and fold --------------------------------------------------
 
+
 def _dry_run(mode: str, num_cpu: int, num_blocks: int = 12) -> tuple[str, list]:
-    cfg = EngineConfig("paged", num_blocks, BLOCK, 64, preemption_mode=mode,
-                       num_cpu_blocks=num_cpu)
+    cfg = EngineConfig("paged", num_blocks, BLOCK, 64, preemption_mode=mode, num_cpu_blocks=num_cpu)
     core = build_core(cfg, DryRunner(), EOS)
-    reqs = [core.add_request(Request(f"r{i}", [7] * (5 + 3 * i), SamplingParams(max_tokens=24),
-                                     forced_output_len=14 + 2 * i)) for i in range(6)]
+    reqs = [
+        core.add_request(
+            Request(
+                f"r{i}",
+                [7] * (5 + 3 * i),
+                SamplingParams(max_tokens=24),
+                forced_output_len=14 + 2 * i,
+            )
+        )
+        for i in range(6)
+    ]
     buf = io.StringIO()
-    header = T.make_header([{"name": "paged", "allocator": "paged",
-                             "config": cfg.trace_config(BLOCK)}], model="none", device="none")
+    header = T.make_header(
+        [{"name": "paged", "allocator": "paged", "config": cfg.trace_config(BLOCK)}],
+        model="none",
+        device="none",
+    )
     writer = T.TraceWriter(buf, header)
     core.bus.subscribe(writer.sink("paged"))
     core.run_to_completion()
@@ -132,7 +148,7 @@ def _dry_run(mode: str, num_cpu: int, num_blocks: int = 12) -> tuple[str, list]:
 
 def test_dry_swap_run_writes_a_trace_that_validates_and_folds():
     text, reqs = _dry_run("swap", NUM_CPU)
-    tr = T.loads(text)                                  # full replay of both tiers' invariants
+    tr = T.loads(text)  # full replay of both tiers' invariants
     kinds = [e.kind for e in tr.runs["paged"]]
     assert kinds.count("swapped_out") > 0
     assert kinds.count("swapped_in") == kinds.count("swapped_out")
@@ -161,6 +177,7 @@ def test_recompute_and_swap_finish_the_same_requests_in_the_same_lengths():
 
 def _tamper(text: str, kind: str, fn) -> str:
     import json
+
     lines = text.splitlines()
     for i, line in enumerate(lines):
         obj = json.loads(line)
@@ -171,13 +188,19 @@ def _tamper(text: str, kind: str, fn) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize("kind,fn,msg", [
-    ("swapped_in", lambda o: o["block_map"][0].__setitem__(0, 7 - o["block_map"][0][0] % 7),
-     "CPU blocks"),
-    ("swapped_out", lambda o: o["block_map"][0].__setitem__(1, 999), "not free"),
-    ("swapped_out", lambda o: o["block_map"].pop(), "table"),
-    ("swapped_in", lambda o: o.__setitem__("block_map", [[1, 2, 3]]), "pairs"),
-])
+@pytest.mark.parametrize(
+    "kind,fn,msg",
+    [
+        (
+            "swapped_in",
+            lambda o: o["block_map"][0].__setitem__(0, 7 - o["block_map"][0][0] % 7),
+            "CPU blocks",
+        ),
+        ("swapped_out", lambda o: o["block_map"][0].__setitem__(1, 999), "not free"),
+        ("swapped_out", lambda o: o["block_map"].pop(), "table"),
+        ("swapped_in", lambda o: o.__setitem__("block_map", [[1, 2, 3]]), "pairs"),
+    ],
+)
 def test_hostile_swap_events_are_refused_in_one_line(kind, fn, msg):
     text, _ = _dry_run("swap", NUM_CPU)
     with pytest.raises(TraceError, match=msg) as e:
@@ -198,6 +221,7 @@ def test_swap_needs_paging_and_a_sane_size():
 
 # --- the bytes: out and back, bit for bit ------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float8_e4m3fn])
 def test_blocks_swapped_out_and_in_come_back_bit_for_bit_in_other_blocks(dtype):
     arena = KVArena(SMOL, 6, BLOCK, dtype=dtype)
@@ -205,13 +229,15 @@ def test_blocks_swapped_out_and_in_come_back_bit_for_bit_in_other_blocks(dtype):
     for t in arena.k + arena.v:
         t.copy_(quantize(torch.randn(t.shape, generator=g), dtype))
     store = CpuKVStore(arena, 4)
-    mine = [4, 1, 3]                                       # a request's table
-    before = [(k[mine].view(torch.uint8).clone(), v[mine].view(torch.uint8).clone())
-              for k, v in zip(arena.k, arena.v, strict=True)]
+    mine = [4, 1, 3]  # a request's table
+    before = [
+        (k[mine].view(torch.uint8).clone(), v[mine].view(torch.uint8).clone())
+        for k, v in zip(arena.k, arena.v, strict=True)
+    ]
     store.swap_out([(4, 2), (1, 0), (3, 3)])
-    for t in arena.k + arena.v:                           # someone else overwrites the arena
+    for t in arena.k + arena.v:  # someone else overwrites the arena
         t.view(torch.uint8).fill_(0x55)
-    store.swap_in([(2, 5), (0, 0), (3, 2)])                # back into other physical blocks
+    store.swap_in([(2, 5), (0, 0), (3, 2)])  # back into other physical blocks
     for (k0, v0), k, v in zip(before, arena.k, arena.v, strict=True):
         assert torch.equal(k[[5, 0, 2]].view(torch.uint8), k0)
         assert torch.equal(v[[5, 0, 2]].view(torch.uint8), v0)
@@ -222,6 +248,7 @@ def test_blocks_swapped_out_and_in_come_back_bit_for_bit_in_other_blocks(dtype):
 def test_the_runner_moves_blocks_before_the_forward():
     from engine.runner import ModelRunner
     from tests.test_model_exact import tiny_model
+
     model = tiny_model()
     arena = KVArena(model.config, 8, BLOCK)
     runner = ModelRunner(model, arena, "torch", cpu_tier=CpuKVStore(arena, 4))
@@ -234,6 +261,7 @@ def test_the_runner_moves_blocks_before_the_forward():
 
 # --- the real model: swap changes where K/V waits, never what is generated ---------------------
 
+
 def quarter_of_need(prompts: list[list[int]], new_tokens: int, block_size: int) -> int:
     """A quarter of the blocks the prompts need together at full length (at least the largest
     one's, so every request can still run alone)."""
@@ -245,6 +273,7 @@ def quarter_of_need(prompts: list[list[int]], new_tokens: int, block_size: int) 
 def test_swap_outputs_match_ample_memory_and_recompute(smollm):
     from engine.llm import LLM
     from tests.test_model_exact import PROMPTS
+
     prompts = [smollm.tokenizer.encode(p) for p in PROMPTS[:8]]
     params = SamplingParams(max_tokens=24, ignore_eos=True)
     blocks = quarter_of_need(prompts, 24, 16)
@@ -254,8 +283,14 @@ def test_swap_outputs_match_ample_memory_and_recompute(smollm):
     got = {}
     for mode in ("recompute", "swap"):
         events = E.ListSink()
-        llm = LLM(smollm, num_blocks=blocks, attention="torch", preemption_mode=mode,
-                  trace=events, progress=False)
+        llm = LLM(
+            smollm,
+            num_blocks=blocks,
+            attention="torch",
+            preemption_mode=mode,
+            trace=events,
+            progress=False,
+        )
         got[mode] = [o.token_ids for o in llm.generate(prompts, params)]
         kinds = [e.kind for e in events.events]
         assert llm.num_preemptions > 0, mode
@@ -266,17 +301,21 @@ def test_swap_outputs_match_ample_memory_and_recompute(smollm):
     assert got["recompute"] == want
 
 
-@pytest.mark.parametrize("args, words", [
-    (["hello", "--allocator", "max", "--preemption-mode", "swap"], ["paged", "recompute only"]),
-    (["hello", "--preemption-mode", "swap", "--swap-space-mb", "nan"], ["swap space"]),
-    (["hello", "--preemption-mode", "swap", "--swap-space-mb", "-5"], ["swap space"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["hello", "--allocator", "max", "--preemption-mode", "swap"], ["paged", "recompute only"]),
+        (["hello", "--preemption-mode", "swap", "--swap-space-mb", "nan"], ["swap space"]),
+        (["hello", "--preemption-mode", "swap", "--swap-space-mb", "-5"], ["swap space"]),
+    ],
+)
 def test_cli_refuses_bad_swap_settings_in_one_line_before_loading(args, words, monkeypatch):
     import engine.llm
     from tests.test_bad_input import assert_one_error_line, run_cli
 
     def boom(*a, **k):
         raise AssertionError("the model was loaded before the input was checked")
+
     monkeypatch.setattr(engine.llm, "load_model", boom)
     proc = run_cli(*args)
     assert proc.returncode == 2
@@ -286,10 +325,13 @@ def test_cli_refuses_bad_swap_settings_in_one_line_before_loading(args, words, m
 def test_llm_refuses_bad_swap_and_dtype_settings_before_loading(monkeypatch):
     import engine.llm
     from engine.llm import LLM
+
     monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: pytest.fail("loaded"))
-    for kwargs, words in [({"preemption_mode": "swap", "allocator": "pow2"}, "paged"),
-                          ({"preemption_mode": "later"}, "preemption mode"),
-                          ({"kv_cache_dtype": "fp4"}, "KV cache dtype"),
-                          ({"preemption_mode": "swap", "swap_space_mb": True}, "swap space")]:
+    for kwargs, words in [
+        ({"preemption_mode": "swap", "allocator": "pow2"}, "paged"),
+        ({"preemption_mode": "later"}, "preemption mode"),
+        ({"kv_cache_dtype": "fp4"}, "KV cache dtype"),
+        ({"preemption_mode": "swap", "swap_space_mb": True}, "swap space"),
+    ]:
         with pytest.raises(InvalidConfigError, match=words):
             LLM("/never/loaded", **kwargs)

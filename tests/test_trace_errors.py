@@ -1,4 +1,5 @@
 """A trace that cannot be used raises one clear TraceError, whatever is wrong with it."""
+
 import io
 import json
 
@@ -12,8 +13,11 @@ from engine.trace import SCHEMA_VERSION, TraceError, TraceWriter, make_header, r
 
 
 def _write_trace(path):
-    header = make_header([{"name": "paged", "allocator": "paged", "config": {"num_slots": 64}}],
-                         model="m", device="cpu")
+    header = make_header(
+        [{"name": "paged", "allocator": "paged", "config": {"num_slots": 64}}],
+        model="m",
+        device="cpu",
+    )
     with TraceWriter(path, header) as w:
         bus = E.EventBus()
         bus.subscribe(w.sink("paged"))
@@ -27,16 +31,21 @@ def test_a_good_trace_round_trips(tmp_path):
     assert [e.kind for e in t.runs["paged"]] == ["request_arrived", "step_end"]
 
 
-@pytest.mark.parametrize("mangle, message", [
-    (lambda text: "", "empty"),
-    (lambda text: text[: len(text) - 30], "truncated"),                       # cut mid-line
-    (lambda text: "\n".join(text.splitlines()[:-1]) + "\n", "truncated"),     # end line lost
-    (lambda text: text.replace('"kind":"step_end"', '"kind":"bogus"'), "unknown event kind"),
-    (lambda text: text.replace("{", "{{", 3), "corrupt"),
-    (lambda text: text.replace(f'"schema_version":{SCHEMA_VERSION}', '"schema_version":99'),
-     "schema version 99"),
-    (lambda text: json.dumps({"hello": "world"}) + "\n", "not a paged-KV trace"),
-])
+@pytest.mark.parametrize(
+    "mangle, message",
+    [
+        (lambda text: "", "empty"),
+        (lambda text: text[: len(text) - 30], "truncated"),  # cut mid-line
+        (lambda text: "\n".join(text.splitlines()[:-1]) + "\n", "truncated"),  # end line lost
+        (lambda text: text.replace('"kind":"step_end"', '"kind":"bogus"'), "unknown event kind"),
+        (lambda text: text.replace("{", "{{", 3), "corrupt"),
+        (
+            lambda text: text.replace(f'"schema_version":{SCHEMA_VERSION}', '"schema_version":99'),
+            "schema version 99",
+        ),
+        (lambda text: json.dumps({"hello": "world"}) + "\n", "not a paged-KV trace"),
+    ],
+)
 def test_unusable_traces_raise_one_clear_error(tmp_path, mangle, message):
     good = _write_trace(tmp_path / "good.jsonl").read_text()
     bad = tmp_path / "bad.jsonl"
@@ -56,6 +65,7 @@ def test_binary_and_missing_files(tmp_path):
 
 def test_a_live_queue_subscriber_sees_the_same_stream_in_order():
     import threading
+
     bus, q, listed = E.EventBus(), E.QueueSink(), E.ListSink()
     bus.subscribe(q)
     bus.subscribe(listed)
@@ -127,6 +137,7 @@ def test_a_recording_that_fails_writes_no_end_line(tmp_path):
     def crash(ev):
         if ev.seq == 6:
             raise RuntimeError("killed")
+
     with pytest.raises(RuntimeError):
         record(load_scenario(path), ["paged"], str(out), forward="skip", sinks={"paged": [crash]})
     with pytest.raises(TraceError, match="truncated"):
@@ -153,33 +164,47 @@ def _edit(lines: list[str], kind: str, run: str, nth: int = 0, fn=None, **change
     raise AssertionError(f"no {kind} #{nth} in {run}")
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda ls: _edit(ls, "slots_reserved", "max", 1, start=2), "overlap"),
-    (lambda ls: _edit(ls, "block_allocated", "paged", 1, physical=0), "already in"),
-    (lambda ls: _edit(ls, "block_allocated", "paged", 0, physical=4), "outside the arena"),
-    (lambda ls: _edit(ls, "block_allocated", "paged", 0, logical=3), "logical"),
-    (lambda ls: _edit(ls, "block_freed", "paged", 0, ref_count=1), "ref_count"),
-    (lambda ls: _edit(ls, "tokens_written", "paged", 0,
-                                  fn=lambda o: o["slots"].__setitem__(0, 9)), "does not map"),
-    (lambda ls: _edit(ls, "tokens_written", "max", 2, positions=[0], slots=[0]), "twice"),
-    (lambda ls: _edit(ls, "admitted", "paged", 0, req="Q"), "never arrived"),
-    (lambda ls: _edit(ls, "request_arrived", "paged", 0, prompt_len=True), "integer"),
-    (lambda ls: _edit(ls, "request_arrived", "paged", 0, max_tokens=3.0), "integer"),
-    (lambda ls: _edit(ls, "step_end", "paged", 0, num_waiting=7), "waiting"),
-    (lambda ls: _edit(ls, "step_end", "paged", 1, seq=0), "seq"),
-    (lambda ls: _edit(ls, "finished", "max", 0, final_len=99), "final_len"),
-    (lambda ls: _edit(ls, "admission_blocked", "max", 0, free_slots=12), "free slots"),
-    (lambda ls: _edit(ls, "admission_blocked", "max", 0, reason="no_free_block"), "reason"),
-    (lambda ls: [ls[0].replace('"num_slots":16', '"num_slots":1000000000')] + ls[1:],
-     "num_slots"),
-    (lambda ls: [ls[0].replace('"block_size":4', '"block_size":3')] + ls[1:], "block_size"),
-    (lambda ls: [ls[0]] + [x for x in ls[1:] if '"kind":"block_freed"' not in x], "memory"),
-    (lambda ls: [ls[0], '{"kind":"step_end","run":"max","v":' + "[" * 10**5 + "]" * 10**5 + "}"],
-     "nests"),
-    (lambda ls: [ls[0], '{"run":"max","x":"' + "a" * (2 << 20) + '"}'], "longer"),
-    (lambda ls: [ls[0], '{"kind":"step_end","run":"max","step":' + "9" * 5000 + "}"], "JSON"),
-    (lambda ls: [ls[0], '{"kind":"step_end","run":"max","step":NaN}'], "JSON"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda ls: _edit(ls, "slots_reserved", "max", 1, start=2), "overlap"),
+        (lambda ls: _edit(ls, "block_allocated", "paged", 1, physical=0), "already in"),
+        (lambda ls: _edit(ls, "block_allocated", "paged", 0, physical=4), "outside the arena"),
+        (lambda ls: _edit(ls, "block_allocated", "paged", 0, logical=3), "logical"),
+        (lambda ls: _edit(ls, "block_freed", "paged", 0, ref_count=1), "ref_count"),
+        (
+            lambda ls: _edit(
+                ls, "tokens_written", "paged", 0, fn=lambda o: o["slots"].__setitem__(0, 9)
+            ),
+            "does not map",
+        ),
+        (lambda ls: _edit(ls, "tokens_written", "max", 2, positions=[0], slots=[0]), "twice"),
+        (lambda ls: _edit(ls, "admitted", "paged", 0, req="Q"), "never arrived"),
+        (lambda ls: _edit(ls, "request_arrived", "paged", 0, prompt_len=True), "integer"),
+        (lambda ls: _edit(ls, "request_arrived", "paged", 0, max_tokens=3.0), "integer"),
+        (lambda ls: _edit(ls, "step_end", "paged", 0, num_waiting=7), "waiting"),
+        (lambda ls: _edit(ls, "step_end", "paged", 1, seq=0), "seq"),
+        (lambda ls: _edit(ls, "finished", "max", 0, final_len=99), "final_len"),
+        (lambda ls: _edit(ls, "admission_blocked", "max", 0, free_slots=12), "free slots"),
+        (lambda ls: _edit(ls, "admission_blocked", "max", 0, reason="no_free_block"), "reason"),
+        (
+            lambda ls: [ls[0].replace('"num_slots":16', '"num_slots":1000000000')] + ls[1:],
+            "num_slots",
+        ),
+        (lambda ls: [ls[0].replace('"block_size":4', '"block_size":3')] + ls[1:], "block_size"),
+        (lambda ls: [ls[0]] + [x for x in ls[1:] if '"kind":"block_freed"' not in x], "memory"),
+        (
+            lambda ls: [
+                ls[0],
+                '{"kind":"step_end","run":"max","v":' + "[" * 10**5 + "]" * 10**5 + "}",
+            ],
+            "nests",
+        ),
+        (lambda ls: [ls[0], '{"run":"max","x":"' + "a" * (2 << 20) + '"}'], "longer"),
+        (lambda ls: [ls[0], '{"kind":"step_end","run":"max","step":' + "9" * 5000 + "}"], "JSON"),
+        (lambda ls: [ls[0], '{"kind":"step_end","run":"max","step":NaN}'], "JSON"),
+    ],
+)
 def test_impossible_traces_are_one_line_naming_the_line(tmp_path, edit, message):
     lines = edit(_lines(tmp_path))
     with pytest.raises(TraceError, match=message) as info:

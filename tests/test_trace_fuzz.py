@@ -7,6 +7,7 @@ Seeded random, so a failure names its case and replays. ``FUZZ_CASES`` (default 
 ``FUZZ_SECONDS`` (default 60, a cap for slow machines) run it longer on demand, e.g.
 ``FUZZ_CASES=20000 FUZZ_SECONDS=1200 pytest tests/test_trace_fuzz.py -s``.
 """
+
 from __future__ import annotations
 
 import io
@@ -40,19 +41,60 @@ from viz.reducer import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = [ROOT / "lessons" / "six-steps" / "trace.jsonl",
-           *sorted((ROOT / "lessons" / "block-size" / "traces").glob("*.jsonl"))]
+SOURCES = [
+    ROOT / "lessons" / "six-steps" / "trace.jsonl",
+    *sorted((ROOT / "lessons" / "block-size" / "traces").glob("*.jsonl")),
+]
 CASES = int(os.environ.get("FUZZ_CASES", "4000"))
 SECONDS = float(os.environ.get("FUZZ_SECONDS", "60"))
 SEED = int(os.environ.get("FUZZ_SEED", "9"))
-RECORDED = 24      # random dry-run recordings mutated alongside the shipped traces
+RECORDED = 24  # random dry-run recordings mutated alongside the shipped traces
 RENDER_FRAMES = 3  # frames drawn per accepted case (every frame is folded and checked)
 
 KINDS = list(E.EVENT_TYPES)
-ODD_VALUES = [-1, 0, 1, 2, 3, 15, 16, 17, 255, 256, 2**31 - 1, 2**31, 2**63, 10**30, -10**9,
-              0.5, 1.0, 16.0, 1e308, float("nan"), float("inf"), True, False, None, "5", "", "A",
-              "B", "Z", "paged", "max", "x" * 300, "\u2028", "<script>", [], {}, [1], [0, 1],
-              {"a": 1}, "no_hole", "eos"]
+ODD_VALUES = [
+    -1,
+    0,
+    1,
+    2,
+    3,
+    15,
+    16,
+    17,
+    255,
+    256,
+    2**31 - 1,
+    2**31,
+    2**63,
+    10**30,
+    -(10**9),
+    0.5,
+    1.0,
+    16.0,
+    1e308,
+    float("nan"),
+    float("inf"),
+    True,
+    False,
+    None,
+    "5",
+    "",
+    "A",
+    "B",
+    "Z",
+    "paged",
+    "max",
+    "x" * 300,
+    "\u2028",
+    "<script>",
+    [],
+    {},
+    [1],
+    [0, 1],
+    {"a": 1},
+    "no_hole",
+    "eos",
+]
 
 
 @dataclass
@@ -64,6 +106,7 @@ class Tally:
 
 
 # --- mutations -------------------------------------------------------------------------------
+
 
 def _leaf_paths(obj, path=()):
     yield path
@@ -153,19 +196,31 @@ def mutate_lines(rng: random.Random, lines: list[str]) -> str:
         return f"long line at {i + 1}"
     if op == 6:
         k = rng.randrange(len(lines[i]) + 1)
-        lines[i] = lines[i][:k] + rng.choice(["\u2028", "\n", "\r", "\x00", "\ufeff", "}"]) \
-            + lines[i][k:]
+        lines[i] = (
+            lines[i][:k] + rng.choice(["\u2028", "\n", "\r", "\x00", "\ufeff", "}"]) + lines[i][k:]
+        )
         return f"insert a character in line {i + 1}"
     if op == 7:
-        lines[i] = lines[i][:rng.randrange(len(lines[i]) + 1)]
+        lines[i] = lines[i][: rng.randrange(len(lines[i]) + 1)]
         return f"cut line {i + 1}"
     lines[:] = lines[:i]
     return f"truncate at line {i + 1}"
 
 
-HOSTILE_NAMES = ["<script>alert(1)</script>", "a\u2028b", "x" * 200, "\U0001f642", "A B",
-                 '"q"', "</svg><img src=x>", "{L.running}", "![i](http://example.invalid/x)",
-                 "r\u0000", "\\", "AA"]
+HOSTILE_NAMES = [
+    "<script>alert(1)</script>",
+    "a\u2028b",
+    "x" * 200,
+    "\U0001f642",
+    "A B",
+    '"q"',
+    "</svg><img src=x>",
+    "{L.running}",
+    "![i](http://example.invalid/x)",
+    "r\u0000",
+    "\\",
+    "AA",
+]
 
 
 def mutate_rename(rng: random.Random, lines: list[str]) -> str:
@@ -205,11 +260,16 @@ def recorded_texts(rng: random.Random, n: int) -> dict[str, str]:
         reqs = []
         for i in range(rng.randint(1, 8)):
             p = rng.randint(1, mml - 1)
-            reqs.append(ScenarioRequest(
-                id=rng.choice([f"R{i}", str(i), f"request-{i}-" + "x" * rng.randint(0, 8)]),
-                max_tokens=rng.randint(1, mml - p + 1), prompt_len=p,
-                ignore_eos=rng.random() < 0.5, arrival_step=rng.randint(0, 6),
-                output_len=rng.randint(1, 24)))
+            reqs.append(
+                ScenarioRequest(
+                    id=rng.choice([f"R{i}", str(i), f"request-{i}-" + "x" * rng.randint(0, 8)]),
+                    max_tokens=rng.randint(1, mml - p + 1),
+                    prompt_len=p,
+                    ignore_eos=rng.random() < 0.5,
+                    arrival_step=rng.randint(0, 6),
+                    output_len=rng.randint(1, 24),
+                )
+            )
         sc = Scenario("fuzz", rng.randint(need, 3 * need), bs, mml, tuple(reqs))
         buf = io.StringIO()
         record(sc, [rng.choice(["max", "pow2", "oracle"]), "paged"], buf, forward="skip")
@@ -219,6 +279,7 @@ def recorded_texts(rng: random.Random, n: int) -> dict[str, str]:
 
 # --- what an accepted trace must satisfy -----------------------------------------------------
 
+
 def check_frame(f: Frame) -> None:
     a, n = f.account, f.run.num_slots
     counts = [getattr(a, c) for c in CATEGORIES]
@@ -226,8 +287,13 @@ def check_frame(f: Frame) -> None:
     shares = a.shares()
     assert all(0 <= s <= 1 for s in shares.values()) and math.isclose(sum(shares.values()), 1)
     assert len(f.cells) == len(f.owners) == n
-    assert (f.count(TOKEN), f.count(RESERVED), f.count(INTERNAL), f.count(HOLE),
-            f.count(FREE)) == (a.token_states, a.reservation, a.internal, a.external, a.free)
+    assert (f.count(TOKEN), f.count(RESERVED), f.count(INTERNAL), f.count(HOLE), f.count(FREE)) == (
+        a.token_states,
+        a.reservation,
+        a.internal,
+        a.external,
+        a.free,
+    )
     assert all(o is None or o in f.requests for o in f.owners)
     assert all(0 <= v.filled <= v.held <= n for v in f.requests.values())
     num_blocks = n // f.run.block_size
@@ -239,8 +305,12 @@ def check_frame(f: Frame) -> None:
 
 
 def render(frame: Frame, layout: figures.GridLayout, lang: str) -> None:
-    out = [svg.arena_svg(frame, layout, lang, meta=frame.index), html.metrics_strip(frame, lang),
-           html.tables_panel(frame, lang), html.queue_panel(frame, lang)]
+    out = [
+        svg.arena_svg(frame, layout, lang, meta=frame.index),
+        html.metrics_strip(frame, lang),
+        html.tables_panel(frame, lang),
+        html.queue_panel(frame, lang),
+    ]
     assert all(isinstance(s, str) and s for s in out)
 
 
@@ -275,9 +345,12 @@ def check_accepted(trace: Trace, rng: random.Random) -> None:
         layout = figures.grid_layout(info.num_slots, info.block_size)
         for f in rng.sample(frames, min(RENDER_FRAMES, len(frames))):
             render(f, layout, "en")
-    if "paged" in trace.run_names and trace.runs["paged"] and any(
-            e.kind == E.StepEnd.kind for e in trace.runs["paged"]):
-        res = sweep.analyse(trace)   # the block-size page's fold
+    if (
+        "paged" in trace.run_names
+        and trace.runs["paged"]
+        and any(e.kind == E.StepEnd.kind for e in trace.runs["paged"])
+    ):
+        res = sweep.analyse(trace)  # the block-size page's fold
         assert all(0 <= s <= 1 for s in res.arena_shares.values())
 
 
@@ -318,17 +391,31 @@ def test_mutated_traces_are_refused_in_one_line_or_fold_into_possible_frames():
         name = rng.choice(names)
         mutated, done = mutate(rng, texts[name])
         run_case(mutated, random.Random(case), tally, f"case {case} {name} {done}")
-    print(f"\nfuzz: {tally.cases} cases ({len(texts)} unmutated) in "
-          f"{time.monotonic() - t0:.1f} s: {tally.accepted} accepted, {tally.rejected} refused, "
-          f"{len(tally.failures)} failures")
+    print(
+        f"\nfuzz: {tally.cases} cases ({len(texts)} unmutated) in "
+        f"{time.monotonic() - t0:.1f} s: {tally.accepted} accepted, {tally.rejected} refused, "
+        f"{len(tally.failures)} failures"
+    )
     assert not tally.failures, "\n".join(tally.failures[:10])
     assert tally.rejected > 0 and tally.accepted > len(texts)  # both outcomes were exercised
 
 
-@pytest.mark.parametrize("doc", ["{}", "[]", "null", "5", '"x"', "{" * 100_000, "[" * 100_000,
-                                 '{"format":"paged-kv-trace","schema_version":1,"runs":'
-                                 + "[" * 50_000 + "]" * 50_000 + "}",
-                                 "\u2028", "\x00" * 1000, "\ufeff{}"])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        "{}",
+        "[]",
+        "null",
+        "5",
+        '"x"',
+        "{" * 100_000,
+        "[" * 100_000,
+        '{"format":"paged-kv-trace","schema_version":1,"runs":' + "[" * 50_000 + "]" * 50_000 + "}",
+        "\u2028",
+        "\x00" * 1000,
+        "\ufeff{}",
+    ],
+)
 def test_odd_documents_are_one_trace_error(doc):
     with pytest.raises(TraceError) as info:
         loads(doc)

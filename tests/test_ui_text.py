@@ -1,4 +1,5 @@
 """UI strings live in viz/text/*.toml: both languages must carry the same keys and placeholders."""
+
 import pytest
 
 from viz import ui_text
@@ -26,5 +27,6 @@ def test_a_group_of_strings_must_match_too():
     with pytest.raises(ui_text.UITextError, match=r"\[r\].*only in one language: b"):
         ui_text.check({"en": {"r": {"a": "x", "b": "y"}}, "zh": {"r": {"a": "甲"}}}, "x.toml")
     with pytest.raises(ui_text.UITextError, match="not a string"):
-        ui_text.check({"en": {"r": {"a": {"deep": "x"}}}, "zh": {"r": {"a": {"deep": "甲"}}}},
-                      "x.toml")
+        ui_text.check(
+            {"en": {"r": {"a": {"deep": "x"}}}, "zh": {"r": {"a": {"deep": "甲"}}}}, "x.toml"
+        )

@@ -4,6 +4,7 @@ drawn as the trade between empty slots and block-table entries (the essay's §3.
 The text and the traces live in ``lessons/block-size/`` (see ``viz.sweep``); this module only
 lays them out. No torch.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,13 @@ LESSON = "block-size"
 
 UI = ui_text.load("block_size_page")  # viz/text/block_size_page.toml
 KERNEL_CMD = "bench/kernels.py --block-size N --out lessons/block-size/kernels/bN"
-LAYOUT = dict(paper_bgcolor="white", plot_bgcolor="white", dragmode=False,
-              margin=dict(l=10, r=10, t=30, b=10), font=dict(color=INK))
+LAYOUT = dict(
+    paper_bgcolor="white",
+    plot_bgcolor="white",
+    dragmode=False,
+    margin=dict(l=10, r=10, t=30, b=10),
+    font=dict(color=INK),
+)
 
 
 def lessons_root() -> Path:
@@ -83,15 +89,24 @@ def _provenance(r: sweep.SizeResult, spec: sweep.SweepSpec, u: dict) -> None:
         st.caption(u["dry"].format(cmd=spec.record))
 
 
-def _chart(kind: str, spec: sweep.SweepSpec, results: list[sweep.SizeResult], lang: str,
-           u: dict) -> None:
-    figures = {"composition": composition_figure, "tradeoff": tradeoff_figure,
-               "long_table": long_table_figure, "tail": tail_figure}
+def _chart(
+    kind: str, spec: sweep.SweepSpec, results: list[sweep.SizeResult], lang: str, u: dict
+) -> None:
+    figures = {
+        "composition": composition_figure,
+        "tradeoff": tradeoff_figure,
+        "long_table": long_table_figure,
+        "tail": tail_figure,
+    }
     if kind == "kernel":
         _kernel(spec, u)
     elif kind in figures:
-        st.plotly_chart(figures[kind](results, lang), theme=None, key=f"bs_{kind}",
-                        config={"displayModeBar": False})
+        st.plotly_chart(
+            figures[kind](results, lang),
+            theme=None,
+            key=f"bs_{kind}",
+            config={"displayModeBar": False},
+        )
 
 
 def _x(results: list[sweep.SizeResult]) -> list[str]:
@@ -99,74 +114,132 @@ def _x(results: list[sweep.SizeResult]) -> list[str]:
     return [str(r.block_size) for r in results]
 
 
-def composition_figure(results: list[sweep.SizeResult], lang: str = "en",
-                       height: int = 340) -> go.Figure:
+def composition_figure(
+    results: list[sweep.SizeResult], lang: str = "en", height: int = 340
+) -> go.Figure:
     """Token states, reserved and never-used slots as shares of what requests held."""
     u, w = UI[lang], words(lang)
     fig = go.Figure()
     for c in sweep.HELD:
         vals = [100 * r.held_shares[c] for r in results]
-        fig.add_bar(x=_x(results), y=vals, name=w[c], marker_color=CATEGORY_COLOURS[c],
-                    text=[f"{v:.0f}%" if v >= 6 else "" for v in vals], textposition="inside",
-                    textfont=dict(color="white", size=13),
-                    hovertemplate=f"{w[c]}: %{{y:.1f}}%<extra></extra>")
-    fig.update_layout(**LAYOUT, barmode="stack", height=height,
-                      legend=dict(orientation="h", x=0, y=-0.25, traceorder="normal"),
-                      xaxis=dict(title=u["block_size"], type="category", fixedrange=True, automargin=True),
-                      yaxis=dict(title=u["held"], range=[0, 100], ticksuffix="%",
-                                 gridcolor="#EEF0F3", fixedrange=True, automargin=True))
+        fig.add_bar(
+            x=_x(results),
+            y=vals,
+            name=w[c],
+            marker_color=CATEGORY_COLOURS[c],
+            text=[f"{v:.0f}%" if v >= 6 else "" for v in vals],
+            textposition="inside",
+            textfont=dict(color="white", size=13),
+            hovertemplate=f"{w[c]}: %{{y:.1f}}%<extra></extra>",
+        )
+    fig.update_layout(
+        **LAYOUT,
+        barmode="stack",
+        height=height,
+        legend=dict(orientation="h", x=0, y=-0.25, traceorder="normal"),
+        xaxis=dict(title=u["block_size"], type="category", fixedrange=True, automargin=True),
+        yaxis=dict(
+            title=u["held"],
+            range=[0, 100],
+            ticksuffix="%",
+            gridcolor="#EEF0F3",
+            fixedrange=True,
+            automargin=True,
+        ),
+    )
     return fig
 
 
-def tradeoff_figure(results: list[sweep.SizeResult], lang: str = "en",
-                    height: int = 340) -> go.Figure:
+def tradeoff_figure(
+    results: list[sweep.SizeResult], lang: str = "en", height: int = 340
+) -> go.Figure:
     """Two curves over block size: the empty share of held slots rises, table entries fall."""
     u = UI[lang]
     empty = [100 * (1 - r.held_shares["token_states"]) for r in results]
     fig = go.Figure()
-    fig.add_scatter(x=_x(results), y=empty, name=u["empty"], mode="lines+markers+text",
-                    line=dict(color=CATEGORY_COLOURS["internal"], width=3),
-                    text=[f"{v:.0f}%" for v in empty], textposition="top left",
-                    hovertemplate="%{y:.1f}%<extra></extra>")
-    fig.add_scatter(x=_x(results), y=[r.mean_entries for r in results], name=u["entries"],
-                    yaxis="y2", mode="lines+markers+text",
-                    line=dict(color=SIDE_COLOURS["right"], width=3, dash="dot"),
-                    text=[f"{r.mean_entries:.1f}" for r in results], textposition="top right",
-                    hovertemplate="%{y:.1f}<extra></extra>")
-    fig.update_layout(**LAYOUT, height=height,
-                      legend=dict(orientation="h", x=0, y=-0.25),
-                      xaxis=dict(title=u["block_size"], type="category", fixedrange=True, automargin=True),
-                      yaxis=dict(title=dict(text=u["empty"].split(" (")[0].split("（")[0],
-                                            font=dict(color=CATEGORY_COLOURS["internal"])),
-                                 range=[0, 100], ticksuffix="%", gridcolor="#EEF0F3",
-                                 fixedrange=True, automargin=True),
-                      yaxis2=dict(title=dict(text=u["entries"],
-                                             font=dict(color=SIDE_COLOURS["right"])),
-                                  type="log", overlaying="y", side="right", showgrid=False,
-                                  tickvals=[1, 10, 100, 1000], fixedrange=True,
-                                  range=[-0.15, 2.6],  # log10 units: room for the labels
-                                  automargin=True))
+    fig.add_scatter(
+        x=_x(results),
+        y=empty,
+        name=u["empty"],
+        mode="lines+markers+text",
+        line=dict(color=CATEGORY_COLOURS["internal"], width=3),
+        text=[f"{v:.0f}%" for v in empty],
+        textposition="top left",
+        hovertemplate="%{y:.1f}%<extra></extra>",
+    )
+    fig.add_scatter(
+        x=_x(results),
+        y=[r.mean_entries for r in results],
+        name=u["entries"],
+        yaxis="y2",
+        mode="lines+markers+text",
+        line=dict(color=SIDE_COLOURS["right"], width=3, dash="dot"),
+        text=[f"{r.mean_entries:.1f}" for r in results],
+        textposition="top right",
+        hovertemplate="%{y:.1f}<extra></extra>",
+    )
+    fig.update_layout(
+        **LAYOUT,
+        height=height,
+        legend=dict(orientation="h", x=0, y=-0.25),
+        xaxis=dict(title=u["block_size"], type="category", fixedrange=True, automargin=True),
+        yaxis=dict(
+            title=dict(
+                text=u["empty"].split(" (")[0].split("（")[0],
+                font=dict(color=CATEGORY_COLOURS["internal"]),
+            ),
+            range=[0, 100],
+            ticksuffix="%",
+            gridcolor="#EEF0F3",
+            fixedrange=True,
+            automargin=True,
+        ),
+        yaxis2=dict(
+            title=dict(text=u["entries"], font=dict(color=SIDE_COLOURS["right"])),
+            type="log",
+            overlaying="y",
+            side="right",
+            showgrid=False,
+            tickvals=[1, 10, 100, 1000],
+            fixedrange=True,
+            range=[-0.15, 2.6],  # log10 units: room for the labels
+            automargin=True,
+        ),
+    )
     return fig
 
 
-def long_table_figure(results: list[sweep.SizeResult], lang: str = "en",
-                      height: int = 320) -> go.Figure:
+def long_table_figure(
+    results: list[sweep.SizeResult], lang: str = "en", height: int = 320
+) -> go.Figure:
     """Block-table bytes for the essay's batch of long requests, per block size (arithmetic
     from ``engine.capacity``, not from the traces: our requests are short)."""
     u = UI[lang]
-    mib = [sweep.LONG_BATCH * block_table_bytes(sweep.LONG_LEN, r.block_size) / 2 ** 20
-           for r in results]
-    fig = go.Figure(go.Bar(x=_x(results), y=mib, marker_color=SIDE_COLOURS["right"],
-                           text=[_mib(v) for v in mib], textposition="outside",
-                           cliponaxis=False, hovertemplate="%{y:,.2f} MiB<extra></extra>"))
-    fig.update_layout(**{**LAYOUT, "margin": dict(l=10, r=10, t=40, b=10)}, height=height,
-                      title=dict(text=u["long_bytes"].format(n=sweep.LONG_BATCH,
-                                                             len=f"{sweep.LONG_LEN:,}"),
-                                 font=dict(size=14), x=0),
-                      xaxis=dict(title=u["block_size"], type="category", fixedrange=True,
-                                 automargin=True),
-                      yaxis=dict(title="MiB", gridcolor="#EEF0F3", fixedrange=True,
-                                 automargin=True))
+    mib = [
+        sweep.LONG_BATCH * block_table_bytes(sweep.LONG_LEN, r.block_size) / 2**20 for r in results
+    ]
+    fig = go.Figure(
+        go.Bar(
+            x=_x(results),
+            y=mib,
+            marker_color=SIDE_COLOURS["right"],
+            text=[_mib(v) for v in mib],
+            textposition="outside",
+            cliponaxis=False,
+            hovertemplate="%{y:,.2f} MiB<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        **{**LAYOUT, "margin": dict(l=10, r=10, t=40, b=10)},
+        height=height,
+        title=dict(
+            text=u["long_bytes"].format(n=sweep.LONG_BATCH, len=f"{sweep.LONG_LEN:,}"),
+            font=dict(size=14),
+            x=0,
+        ),
+        xaxis=dict(title=u["block_size"], type="category", fixedrange=True, automargin=True),
+        yaxis=dict(title="MiB", gridcolor="#EEF0F3", fixedrange=True, automargin=True),
+    )
     return fig
 
 
@@ -174,24 +247,36 @@ def _mib(v: float) -> str:
     return f"{v:.1f} MiB" if v >= 1 else f"{v * 1024:.0f} KiB"
 
 
-def tail_figure(results: list[sweep.SizeResult], lang: str = "en",
-                height: int = 320) -> go.Figure:
+def tail_figure(results: list[sweep.SizeResult], lang: str = "en", height: int = 320) -> go.Figure:
     """Mean never-used slots per request at its end, against the bound block size − 1."""
     u = UI[lang]
     tails = [r.mean_entries * r.block_size - r.mean_final_len for r in results]
     fig = go.Figure()
-    fig.add_bar(x=_x(results), y=tails, name=u["tail"],
-                marker_color=CATEGORY_COLOURS["internal"], text=[f"{t:.1f}" for t in tails],
-                textposition="outside", cliponaxis=False,
-                hovertemplate="%{y:.1f}<extra></extra>")
-    fig.add_scatter(x=_x(results), y=[r.block_size - 1 for r in results], name=u["bound"],
-                    mode="lines+markers", line=dict(color=MUTED, dash="dash", width=2),
-                    hovertemplate="%{y}<extra></extra>")
-    fig.update_layout(**LAYOUT, height=height,
-                      legend=dict(orientation="h", x=0, y=-0.25),
-                      xaxis=dict(title=u["block_size"], type="category", fixedrange=True, automargin=True),
-                      yaxis=dict(title=u["tail_axis"],
-                                 gridcolor="#EEF0F3", fixedrange=True, automargin=True))
+    fig.add_bar(
+        x=_x(results),
+        y=tails,
+        name=u["tail"],
+        marker_color=CATEGORY_COLOURS["internal"],
+        text=[f"{t:.1f}" for t in tails],
+        textposition="outside",
+        cliponaxis=False,
+        hovertemplate="%{y:.1f}<extra></extra>",
+    )
+    fig.add_scatter(
+        x=_x(results),
+        y=[r.block_size - 1 for r in results],
+        name=u["bound"],
+        mode="lines+markers",
+        line=dict(color=MUTED, dash="dash", width=2),
+        hovertemplate="%{y}<extra></extra>",
+    )
+    fig.update_layout(
+        **LAYOUT,
+        height=height,
+        legend=dict(orientation="h", x=0, y=-0.25),
+        xaxis=dict(title=u["block_size"], type="category", fixedrange=True, automargin=True),
+        yaxis=dict(title=u["tail_axis"], gridcolor="#EEF0F3", fixedrange=True, automargin=True),
+    )
     return fig
 
 
@@ -200,20 +285,37 @@ def _kernel(spec: sweep.SweepSpec, u: dict) -> None:
     if not rows:
         st.info(u["no_kernel"].format(cmd=KERNEL_CMD))
         return
-    st.dataframe([{"block size": r.block_size, "batch": r.batch, "context": r.context,
-                   "paged µs": round(r.paged_us, 1), "contiguous µs": round(r.contiguous_us, 1)}
-                  for r in rows], hide_index=True)
+    st.dataframe(
+        [
+            {
+                "block size": r.block_size,
+                "batch": r.batch,
+                "context": r.context,
+                "paged µs": round(r.paged_us, 1),
+                "contiguous µs": round(r.contiguous_us, 1),
+            }
+            for r in rows
+        ],
+        hide_index=True,
+    )
     st.caption(u["kernel_cap"])
 
 
 def _table(results: list[sweep.SizeResult], u: dict) -> list[dict]:
     c = u["cols"]
-    return [{c["bs"]: r.block_size, c["tokens"]: f"{r.held_shares['token_states']:.1%}",
-             c["reserved"]: f"{r.held_shares['reservation']:.1%}",
-             c["internal"]: f"{r.held_shares['internal']:.1%}",
-             c["per_req"]: round(r.internal_per_request, 1),
-             c["entries"]: round(r.mean_entries, 2),
-             c["bytes"]: round(r.mean_entries * DEFAULT_ENTRY_BYTES),
-             c["tail"]: round(r.mean_entries * r.block_size - r.mean_final_len, 1),
-             c["peak"]: r.peak_held, c["steps"]: r.steps, c["preempt"]: r.preemptions}
-            for r in results]
+    return [
+        {
+            c["bs"]: r.block_size,
+            c["tokens"]: f"{r.held_shares['token_states']:.1%}",
+            c["reserved"]: f"{r.held_shares['reservation']:.1%}",
+            c["internal"]: f"{r.held_shares['internal']:.1%}",
+            c["per_req"]: round(r.internal_per_request, 1),
+            c["entries"]: round(r.mean_entries, 2),
+            c["bytes"]: round(r.mean_entries * DEFAULT_ENTRY_BYTES),
+            c["tail"]: round(r.mean_entries * r.block_size - r.mean_final_len, 1),
+            c["peak"]: r.peak_held,
+            c["steps"]: r.steps,
+            c["preempt"]: r.preemptions,
+        }
+        for r in results
+    ]

@@ -9,6 +9,7 @@ Resource limits: model files arrive by upload (config.json at most 1 MiB; a GGUF
 the app listens on localhost alone, and is read the same bounded way, regular files only
 (see :mod:`viz.model_files`).
 """
+
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -54,8 +55,12 @@ def _pick_model(t: dict, lang: str) -> ModelShape | None:
     kinds = {"preset": t["preset"], "config": t["config"], "gguf": t["gguf"]}
     c1, c2, c3 = st.columns([2, 3, 1])
     kind = c1.radio(t["source"], list(kinds), format_func=kinds.get, key="capacity_source")
-    dtype = c3.selectbox(t["dtype"], (None, *DTYPES), key="capacity_dtype",
-                         format_func=lambda d: t["model_default"] if d is None else d)
+    dtype = c3.selectbox(
+        t["dtype"],
+        (None, *DTYPES),
+        key="capacity_dtype",
+        format_func=lambda d: t["model_default"] if d is None else d,
+    )
     if kind == "preset":
         return preset(c2.selectbox(t["preset"], list(PRESETS), key="capacity_preset"), dtype)
     with c2:
@@ -74,11 +79,16 @@ def _model_file(kind: str, s: dict) -> tuple[bytes, str] | None:
     limit = model_files.GGUF_MAX_BYTES if kind == "gguf" else model_files.CONFIG_MAX_BYTES
     mb = max(1, limit >> 20)
     if kind == "gguf":
-        up = st.file_uploader(s["gguf_upload"].format(mb=mb), key="capacity_gguf_upload",
-                              max_upload_size=mb, help=s["gguf_help"].format(mb=mb))
+        up = st.file_uploader(
+            s["gguf_upload"].format(mb=mb),
+            key="capacity_gguf_upload",
+            max_upload_size=mb,
+            help=s["gguf_help"].format(mb=mb),
+        )
     else:
-        up = st.file_uploader(s["config_upload"], type=["json"], key="capacity_config_upload",
-                              max_upload_size=mb)
+        up = st.file_uploader(
+            s["config_upload"], type=["json"], key="capacity_config_upload", max_upload_size=mb
+        )
     path = ""
     if model_files.server_paths_allowed(_server_address()):
         path = st.text_input(s["local_path"], key=f"capacity_{kind}_path").strip()
@@ -100,17 +110,22 @@ def _server_address() -> str | None:
 def _settings(t: dict) -> dict:
     c = st.columns(4)
     block = c[0].number_input(t["block"], min_value=1, value=16, step=1, key="capacity_block")
-    budget = c[1].number_input(t["budget"], min_value=0.001, value=40.0, step=1.0,
-                               key="capacity_budget")
+    budget = c[1].number_input(
+        t["budget"], min_value=0.001, value=40.0, step=1.0, key="capacity_budget"
+    )
     max_len = c[2].number_input(t["max_len"], min_value=1, value=8192, key="capacity_max_len")
     mean_len = c[3].number_input(t["mean_len"], min_value=1, value=3000, key="capacity_mean")
     c2 = st.columns(2)
     lengths = c2[0].text_input(t["lengths"], "2048,8192,32768", key="capacity_lengths")
     batches = c2[1].text_input(t["batches"], "1,8,32", key="capacity_batches")
-    return {"block_size": int(block), "budget_bytes": round(budget * GiB),
-            "max_len": int(max_len), "mean_len": int(mean_len),
-            "lengths": _int_list(lengths, t["lengths"], t),
-            "batches": _int_list(batches, t["batches"], t)}
+    return {
+        "block_size": int(block),
+        "budget_bytes": round(budget * GiB),
+        "max_len": int(max_len),
+        "mean_len": int(mean_len),
+        "lengths": _int_list(lengths, t["lengths"], t),
+        "batches": _int_list(batches, t["batches"], t),
+    }
 
 
 #: The largest length or batch size the calculator takes (a 20-digit number is a typo, and
@@ -124,38 +139,57 @@ def _int_list(text: str, what: str, t: dict) -> tuple[int, ...]:
     except ValueError:
         values = ()
     if not values or min(values) <= 0 or max(values) > MAX_INPUT:
-        raise InvalidConfigError(t["bad_list"].format(what=what, text=text[:40],
-                                                      most=MAX_INPUT))
+        raise InvalidConfigError(t["bad_list"].format(what=what, text=text[:40], most=MAX_INPUT))
     return values
 
 
 def _unit_metrics(r: CapacityReport, t: dict) -> None:
     s, b = r.shape, r.block_size
-    st.subheader(f"{safe.md_text(s.name, 80)}: {s.num_layers} x {s.num_kv_heads} KV heads x {s.head_dim}, "
-                 f"{s.dtype_bytes} B")
-    values = [("per_token_layer", s.bytes_per_token_per_layer), ("per_token", s.bytes_per_token),
-              ("per_block_layer", s.bytes_per_block_per_layer(b)),
-              ("per_block", s.bytes_per_block(b))]
+    st.subheader(
+        f"{safe.md_text(s.name, 80)}: {s.num_layers} x {s.num_kv_heads} KV heads x {s.head_dim}, "
+        f"{s.dtype_bytes} B"
+    )
+    values = [
+        ("per_token_layer", s.bytes_per_token_per_layer),
+        ("per_token", s.bytes_per_token),
+        ("per_block_layer", s.bytes_per_block_per_layer(b)),
+        ("per_block", s.bytes_per_block(b)),
+    ]
     for col, (key, n) in zip(st.columns(4), values, strict=True):
         col.metric(t[key], format_bytes(n), help=f"{n:,} B")
 
 
 def _request_table(r: CapacityReport, t: dict) -> None:
     st.markdown(f"**{t['requests_h']}**")
-    rows = [{t["length"]: row["length"], t["blocks"]: row["blocks"],
-             **{t["batch"].format(b=c["batch"]): round(c["bytes"] / GiB, 4)
-                for c in row["by_batch"]}} for row in r.per_request_rows()]
+    rows = [
+        {
+            t["length"]: row["length"],
+            t["blocks"]: row["blocks"],
+            **{
+                t["batch"].format(b=c["batch"]): round(c["bytes"] / GiB, 4) for c in row["by_batch"]
+            },
+        }
+        for row in r.per_request_rows()
+    ]
     st.dataframe(rows, hide_index=True)
     st.caption(t["requests_cap"])
     if beyond := r.lengths_beyond_context():
-        st.caption(t["beyond"].format(lens=", ".join(f"{n:,}" for n in beyond),
-                                      ctx=r.shape.max_position_embeddings))
+        st.caption(
+            t["beyond"].format(
+                lens=", ".join(f"{n:,}" for n in beyond), ctx=r.shape.max_position_embeddings
+            )
+        )
 
 
 def _block_table(r: CapacityReport, t: dict) -> None:
     st.markdown(f"**{t['table_h']}** (block {r.block_size}, {r.entry_bytes} B / entry)")
-    st.dataframe([{t["length"]: x["length"], t["entries"]: x["entries"], t["bytes"]: x["bytes"]}
-                  for x in r.block_table_rows()], hide_index=True)
+    st.dataframe(
+        [
+            {t["length"]: x["length"], t["entries"]: x["entries"], t["bytes"]: x["bytes"]}
+            for x in r.block_table_rows()
+        ],
+        hide_index=True,
+    )
 
 
 def _concurrency(r: CapacityReport, t: dict) -> None:
@@ -165,21 +199,33 @@ def _concurrency(r: CapacityReport, t: dict) -> None:
     m[0].metric(t["prealloc"], c.prealloc_requests)
     m[1].metric(t["paged"], c.paged_requests)
     m[2].metric(t["ratio"], "—" if c.ratio is None else f"{c.ratio:.2f}x")
-    fig = go.Figure(go.Bar(x=[t["prealloc"], t["paged"]],
-                           y=[c.prealloc_requests, c.paged_requests],
-                           text=[c.prealloc_requests, c.paged_requests],
-                           marker_color=["#d62728", "#2ca02c"]))
+    fig = go.Figure(
+        go.Bar(
+            x=[t["prealloc"], t["paged"]],
+            y=[c.prealloc_requests, c.paged_requests],
+            text=[c.prealloc_requests, c.paged_requests],
+            marker_color=["#d62728", "#2ca02c"],
+        )
+    )
     fig.update_layout(height=280, margin=dict(l=10, r=10, t=10, b=10))
     st.plotly_chart(fig, key="capacity_chart")
-    st.caption(t["conc_cap"].format(
-        max_len=c.max_len, pre=format_bytes(c.prealloc_bytes_per_request), mean=c.mean_len,
-        bs=c.block_size, blocks=c.paged_blocks_per_request,
-        paged=format_bytes(c.paged_bytes_per_request),
-        tail=c.paged_blocks_per_request * c.block_size - c.mean_len))
+    st.caption(
+        t["conc_cap"].format(
+            max_len=c.max_len,
+            pre=format_bytes(c.prealloc_bytes_per_request),
+            mean=c.mean_len,
+            bs=c.block_size,
+            blocks=c.paged_blocks_per_request,
+            paged=format_bytes(c.paged_bytes_per_request),
+            tail=c.paged_blocks_per_request * c.block_size - c.mean_len,
+        )
+    )
 
 
 def _essay_note(t: dict) -> None:
     # Computed, not typed in: the note stays true if the arithmetic ever changes.
     c = build_report(preset("llama-2-70b")).concurrency
-    st.info(f"**{t['essay_h']}** — " + t["essay"].format(
-        paged=c.paged_requests, pre=c.prealloc_requests, ratio=c.ratio))
+    st.info(
+        f"**{t['essay_h']}** — "
+        + t["essay"].format(paged=c.paged_requests, pre=c.prealloc_requests, ratio=c.ratio)
+    )

@@ -5,6 +5,7 @@ logical 3 → physical #7", "D waits: needs 100 slots, 112 free, largest hole 80
 joins both sides. Every number comes from the frame's events or its account, so a caption is
 true of the frame it is shown on by construction. Templates: viz/text/captions.toml. Pure Python.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -14,7 +15,7 @@ from viz import ui_text
 from viz.lesson import Lesson, pct
 from viz.reducer import PAGED, Frame
 
-MAX_PHRASES = 3   # per side; the rest are counted ("+2 more")
+MAX_PHRASES = 3  # per side; the rest are counted ("+2 more")
 
 
 def text(lang: str) -> dict[str, str]:
@@ -49,8 +50,9 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
             name = _name(frame, e.req)
             if paged:
                 n = freed.get(e.req, 0)
-                out.append(t[_one("finished_paged", n)].format(req=name, length=e.final_len,
-                                                               blocks=n))
+                out.append(
+                    t[_one("finished_paged", n)].format(req=name, length=e.final_len, blocks=n)
+                )
             else:
                 held = released[e.req].length if e.req in released else 0
                 out.append(t["finished_contig"].format(req=name, length=e.final_len, held=held))
@@ -61,20 +63,33 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
         prompt = view.prompt_len if view else a.num_tokens
         if paged:
             n = blocks.get(a.req, 0)
-            out.append(t[_one("admitted_paged", n)].format(req=_name(frame, a.req),
-                                                           prompt=prompt, blocks=n))
+            out.append(
+                t[_one("admitted_paged", n)].format(
+                    req=_name(frame, a.req), prompt=prompt, blocks=n
+                )
+            )
         elif a.req in reserved:
             r = reserved[a.req]
-            out.append(t["admitted_contig"].format(req=_name(frame, a.req), start=r.start,
-                                                   length=r.length))
+            out.append(
+                t["admitted_contig"].format(req=_name(frame, a.req), start=r.start, length=r.length)
+            )
     for b in frame.blocked:
         key = "blocked_hole" if b.reason == "no_hole" else "blocked_space"
-        out.append(t[key].format(req=_name(frame, b.req), need=b.need_slots, free=b.free_slots,
-                                 hole=b.largest_hole))
+        out.append(
+            t[key].format(
+                req=_name(frame, b.req), need=b.need_slots, free=b.free_slots, hole=b.largest_hole
+            )
+        )
     for e in evs:
         if isinstance(e, E.BlockAllocated) and e.req not in admitted_ids and e.logical > 0:
-            out.append(t["block_full"].format(req=_name(frame, e.req), prev=e.logical - 1,
-                                              logical=e.logical, physical=e.physical))
+            out.append(
+                t["block_full"].format(
+                    req=_name(frame, e.req),
+                    prev=e.logical - 1,
+                    logical=e.logical,
+                    physical=e.physical,
+                )
+            )
     if not out:
         writers = {e.req for e in evs if isinstance(e, E.TokensWritten)}
         out.append(t["decode"].format(n=len(writers)) if writers else t["idle"])
@@ -106,7 +121,15 @@ def state_line(frame: Frame, lang: str = "en") -> str:
     a = frame.account
     b = frame.blocked_by("no_hole")
     if b is not None:
-        return t["state_hole"].format(running=len(frame.running), waiting=len(frame.waiting),
-                                      free=b.free_slots, hole=b.largest_hole)
-    return t["state"].format(running=len(frame.running), waiting=len(frame.waiting),
-                             tokens=pct(a.share("token_states")), free=pct(a.share("free")))
+        return t["state_hole"].format(
+            running=len(frame.running),
+            waiting=len(frame.waiting),
+            free=b.free_slots,
+            hole=b.largest_hole,
+        )
+    return t["state"].format(
+        running=len(frame.running),
+        waiting=len(frame.waiting),
+        tokens=pct(a.share("token_states")),
+        free=pct(a.share("free")),
+    )

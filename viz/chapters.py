@@ -5,6 +5,7 @@ between keyframes are grouped by what holds on each of them (who is waiting on w
 chapter title such as "The left makes requests wait; paging keeps going" is never shown on a
 frame where it is false. PageUp / PageDown move between chapters. Pure Python.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ STEP = "step"
 class Chapter:
     """Frames ``start`` .. ``end`` (inclusive). ``kind`` is ``step`` (a lesson step, ``step``
     its 0-based index) or a phase name (``left_waits``, ``running``, ...)."""
+
     start: int
     end: int
     kind: str
@@ -37,7 +39,8 @@ def phase(lesson: Lesson, i: int) -> str:
     if all(i >= len(s.frames) - 1 for s in sides) and not any(f.running for f in frames):
         return "end"
     if not any(f.running for f in frames) and not any(
-            v.status == "finished" for f in frames for v in f.requests.values()):
+        v.status == "finished" for f in frames for v in f.requests.values()
+    ):
         return "start"
     lw, rw = _waiting(lesson, "left", i) > 0, _waiting(lesson, "right", i) > 0
     if lw and rw:

@@ -3,6 +3,7 @@ where that value comes from. Every corrected number is computed here from the pa
 figures (engine.paper) or from exact capacity arithmetic (engine.capacity); the page supplies
 the sentences (viz/text/paper_fidelity.toml). Pure Python, no torch.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ ARITHMETIC_SOURCE = "exact arithmetic (engine.capacity)"
 @dataclass(frozen=True)
 class Fix:
     """One correction: ``key`` names its sentences in the text file, ``values`` fill them."""
+
     key: str
     values: dict[str, str]
     source: str
@@ -36,42 +38,79 @@ def table_fixes() -> list[Fix]:
     mx, p2, orc = FIG2["max"], FIG2["pow2"], FIG2["oracle"]
     return [
         Fix("fix_pow2", {"paper": _pct(p2.token_states)}, FIG2_SOURCE),
-        Fix("fix_sources", {"max_int": _pct(mx.internal or 0), "max_res": _pct(mx.reservation or 0),
-                            "max_ext": _pct(mx.external or 0),
-                            "or_res": _pct(orc.reservation or 0),
-                            "or_ext": _pct(orc.external or 0)}, FIG2_SOURCE),
-        Fix("fix_618", {"waste": _pct(orc.waste), "or_res": _pct(orc.reservation or 0),
-                        "or_ext": _pct(orc.external or 0)}, FIG2_SOURCE),
+        Fix(
+            "fix_sources",
+            {
+                "max_int": _pct(mx.internal or 0),
+                "max_res": _pct(mx.reservation or 0),
+                "max_ext": _pct(mx.external or 0),
+                "or_res": _pct(orc.reservation or 0),
+                "or_ext": _pct(orc.external or 0),
+            },
+            FIG2_SOURCE,
+        ),
+        Fix(
+            "fix_618",
+            {
+                "waste": _pct(orc.waste),
+                "or_res": _pct(orc.reservation or 0),
+                "or_ext": _pct(orc.external or 0),
+            },
+            FIG2_SOURCE,
+        ),
         Fix("fix_terms", {}, TERMS_SOURCE),
     ]
 
 
 def concurrency_fix() -> Fix:
     """The table's concurrency column against Fig. 13a."""
-    return Fix("fix_concurrency", {p: f"{fig13_ratio('sharegpt', p):.2f}"
-                                   for p in ("pow2", "oracle", "paged")},
-               f"{FIG13_SOURCE}a; {ABSTRACT_SOURCE}")
+    return Fix(
+        "fix_concurrency",
+        {p: f"{fig13_ratio('sharegpt', p):.2f}" for p in ("pow2", "oracle", "paged")},
+        f"{FIG13_SOURCE}a; {ABSTRACT_SOURCE}",
+    )
 
 
 def arithmetic_fixes() -> list[Fix]:
     """The essay's capacity arithmetic (§1.2, §4.2, §5.2, §5.3), recomputed exactly."""
-    kv = 32 * 32_768 * LLAMA70B.bytes_per_token          # batch 32 at 32k tokens
-    tail = 8 * LLAMA70B.bytes_per_token_per_layer        # half a 16-token block, on average
+    kv = 32 * 32_768 * LLAMA70B.bytes_per_token  # batch 32 at 32k tokens
+    tail = 8 * LLAMA70B.bytes_per_token_per_layer  # half a 16-token block, on average
     c = concurrency(LLAMA70B, 40 * GiB, 8192, 3000, 16)
     table = 100 * block_table_bytes(32_768, 8)
     return [
-        Fix("fix_kv_weights", {"kv_gib": f"{kv / GiB:,.0f}", "kv_gb": f"{kv / 1e9:,.1f}",
-                               "w_gb": f"{ESSAY_WEIGHT_BYTES / 1e9:,.0f}",
-                               "w_gib": f"{ESSAY_WEIGHT_BYTES / GiB:,.1f}",
-                               "ratio": f"{kv / ESSAY_WEIGHT_BYTES:.2f}"}, ARITHMETIC_SOURCE),
-        Fix("fix_tail", {"per_layer": f"{tail / KiB:g} KiB",
-                         "layers": str(LLAMA70B.num_layers),
-                         "all_layers": f"{tail * LLAMA70B.num_layers / MiB:g} MiB"},
-            ARITHMETIC_SOURCE),
-        Fix("fix_prealloc", {"used": f"{100 * 3000 / 8192:.2f} %",
-                             "idle": f"{(c.budget_bytes - c.prealloc_used_bytes) / GiB:.2f}",
-                             "paged": str(c.paged_requests), "gain": f"{c.ratio:.2f}"},
-            ARITHMETIC_SOURCE),
-        Fix("fix_block_table", {"bytes": f"{table:,}", "mib": f"{table / MiB:g}",
-                                "mb": f"{table / 1e6:.2f}"}, ARITHMETIC_SOURCE),
+        Fix(
+            "fix_kv_weights",
+            {
+                "kv_gib": f"{kv / GiB:,.0f}",
+                "kv_gb": f"{kv / 1e9:,.1f}",
+                "w_gb": f"{ESSAY_WEIGHT_BYTES / 1e9:,.0f}",
+                "w_gib": f"{ESSAY_WEIGHT_BYTES / GiB:,.1f}",
+                "ratio": f"{kv / ESSAY_WEIGHT_BYTES:.2f}",
+            },
+            ARITHMETIC_SOURCE,
+        ),
+        Fix(
+            "fix_tail",
+            {
+                "per_layer": f"{tail / KiB:g} KiB",
+                "layers": str(LLAMA70B.num_layers),
+                "all_layers": f"{tail * LLAMA70B.num_layers / MiB:g} MiB",
+            },
+            ARITHMETIC_SOURCE,
+        ),
+        Fix(
+            "fix_prealloc",
+            {
+                "used": f"{100 * 3000 / 8192:.2f} %",
+                "idle": f"{(c.budget_bytes - c.prealloc_used_bytes) / GiB:.2f}",
+                "paged": str(c.paged_requests),
+                "gain": f"{c.ratio:.2f}",
+            },
+            ARITHMETIC_SOURCE,
+        ),
+        Fix(
+            "fix_block_table",
+            {"bytes": f"{table:,}", "mib": f"{table / MiB:g}", "mb": f"{table / 1e6:.2f}"},
+            ARITHMETIC_SOURCE,
+        ),
     ]

@@ -10,6 +10,7 @@ Chromium running for the whole lesson, so each image after the first takes well 
 The app's per-step download button uses ``download_args`` (lazy: nothing is rendered until the
 button is clicked). No Streamlit, no torch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,7 @@ LANGS = ("en", "zh")
 #: A figure without its own size is laid out at 1280 x 720 CSS px: text drawn in px is then a
 #: quarter larger against the slide than in a 1600-px layout, which is what a back row needs.
 LAYOUT_SIZE = (1280, 720)
-PNG_SCALE = 2.0            # 2560 x 1440 px from 1280 x 720: sharp on a 1440p projector
+PNG_SCALE = 2.0  # 2560 x 1440 px from 1280 x 720: sharp on a 1440p projector
 
 
 class ExportError(ValueError):
@@ -60,14 +61,17 @@ def step_figure(lesson: Lesson, k: int, lang: str = "en") -> go.Figure:
     keyframe the trace never shows is drawn at the last frame (its narration says so by
     showing ``?`` where numbers are missing)."""
     from viz.figures import scoreboard_lecture_figure, side_by_side_figure
+
     kf = lesson.keyframes[k]
     i = kf if kf is not None else lesson.num_frames - 1
     titles = (lesson.left.title[lang], lesson.right.title[lang])
     if lesson.spec.steps[k].rule.get("frame") == "last":  # the scoreboard: empty arenas by then
-        return scoreboard_lecture_figure(lesson.left.summary, lesson.right.summary,
-                                         render_step(lesson, k, lang), lang, titles)
-    fig = side_by_side_figure(lesson.left.at(i), lesson.right.at(i),
-                              render_step(lesson, k, lang), lang, titles)
+        return scoreboard_lecture_figure(
+            lesson.left.summary, lesson.right.summary, render_step(lesson, k, lang), lang, titles
+        )
+    fig = side_by_side_figure(
+        lesson.left.at(i), lesson.right.at(i), render_step(lesson, k, lang), lang, titles
+    )
     return fig if isinstance(fig, go.Figure) else go.Figure(fig)
 
 
@@ -78,7 +82,10 @@ def figure_bytes(fig: go.Figure, fmt: str, size: tuple[int, int] | None = None) 
     if fmt not in MIME:
         raise ExportError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
     _ensure_browser()
-    width, height = size or (fig.layout.width or LAYOUT_SIZE[0], fig.layout.height or LAYOUT_SIZE[1])
+    width, height = size or (
+        fig.layout.width or LAYOUT_SIZE[0],
+        fig.layout.height or LAYOUT_SIZE[1],
+    )
     scale = PNG_SCALE if fmt == "png" else 1.0
     try:
         with warnings.catch_warnings():
@@ -101,9 +108,12 @@ def step_image(lesson: Lesson, k: int, lang: str = "en", fmt: str = "png") -> by
 def download_args(lesson: Lesson, k: int, lang: str = "en", fmt: str = "png") -> dict:
     """Keyword arguments for ``st.download_button``: the image is rendered only when clicked
     (``data`` is a callable), so stepping through frames costs nothing."""
-    return dict(data=lambda: step_image(lesson, k, lang, fmt),
-                file_name=file_name(lesson.spec.name, k, lang, fmt), mime=MIME[fmt],
-                on_click="ignore")
+    return dict(
+        data=lambda: step_image(lesson, k, lang, fmt),
+        file_name=file_name(lesson.spec.name, k, lang, fmt),
+        mime=MIME[fmt],
+        on_click="ignore",
+    )
 
 
 def load_lesson(name: str, root: Path = LESSONS_DIR) -> Lesson:
@@ -116,9 +126,14 @@ def load_lesson(name: str, root: Path = LESSONS_DIR) -> Lesson:
         raise ExportError(str(e)) from None
 
 
-def export_lesson(name: str, out_dir: str | Path, formats: Iterable[str] = FORMATS,
-                  lang: str | Iterable[str] = "en", root: Path = LESSONS_DIR,
-                  progress: Callable[[str], None] | None = None) -> list[Path]:
+def export_lesson(
+    name: str,
+    out_dir: str | Path,
+    formats: Iterable[str] = FORMATS,
+    lang: str | Iterable[str] = "en",
+    root: Path = LESSONS_DIR,
+    progress: Callable[[str], None] | None = None,
+) -> list[Path]:
     """Write every step of lesson ``name`` in each format and language to ``out_dir`` (created
     if missing). Returns the written paths in order. Raises ExportError (one line) for a bad
     lesson, format or language."""
@@ -144,8 +159,9 @@ def export_lesson(name: str, out_dir: str | Path, formats: Iterable[str] = FORMA
 def _checked(values: list[str], allowed: tuple[str, ...], what: str) -> list[str]:
     bad = [v for v in values if v not in allowed]
     if bad or not values:
-        raise ExportError(f"unknown {what} {bad[0] if bad else '(none)'!r}; "
-                          f"choose from {', '.join(allowed)}")
+        raise ExportError(
+            f"unknown {what} {bad[0] if bad else '(none)'!r}; choose from {', '.join(allowed)}"
+        )
     return values
 
 
@@ -154,6 +170,7 @@ class _one_browser:
 
     def __enter__(self):
         import kaleido
+
         _ensure_browser()
         try:
             kaleido.start_sync_server(silence_warnings=True)
@@ -163,6 +180,7 @@ class _one_browser:
 
     def __exit__(self, *exc) -> None:
         import kaleido
+
         kaleido.stop_sync_server(silence_warnings=True)
 
 
@@ -171,16 +189,22 @@ def _split(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m viz.export",
-                                description="Write each lesson step's side-by-side figure.")
+    p = argparse.ArgumentParser(
+        prog="python -m viz.export", description="Write each lesson step's side-by-side figure."
+    )
     p.add_argument("--lesson", default="six-steps", help="a folder under lessons/")
     p.add_argument("--out", required=True, help="folder to write into (created if missing)")
     p.add_argument("--format", default="png", help="comma-separated: png,svg,pdf")
     p.add_argument("--lang", default="en", help="comma-separated: en,zh")
     args = p.parse_args(argv)
     try:
-        paths = export_lesson(args.lesson, args.out, _split(args.format), _split(args.lang),
-                              progress=lambda m: print(m, file=sys.stderr, flush=True))
+        paths = export_lesson(
+            args.lesson,
+            args.out,
+            _split(args.format),
+            _split(args.lang),
+            progress=lambda m: print(m, file=sys.stderr, flush=True),
+        )
     except ExportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

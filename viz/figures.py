@@ -5,6 +5,7 @@ Each panel has a ``*_parts`` builder that returns traces and shapes for any pair
 app (one figure per panel) and ``side_by_side_figure`` (one figure, many panels) draw the same
 thing. Light theme, large type; colours come from ``viz.style``. No Streamlit here.
 """
+
 from __future__ import annotations
 
 import html
@@ -20,17 +21,32 @@ from viz.panels import finished_labels, label_starts, queue_entries, table_rows
 from viz.percent import percents
 from viz.reducer import CELL_CATEGORY, HOLE, INTERNAL, PAGED, Frame
 from viz.safe import plotly_text
-from viz.style import (CATEGORY_COLOURS, CHANGED, FREE_COLOUR, INK, MUTED, SIDE_COLOURS,
-                       SIDE_DASH, cell_colour, cell_ink, request_colour, words)
+from viz.style import (
+    CATEGORY_COLOURS,
+    CHANGED,
+    FREE_COLOUR,
+    INK,
+    MUTED,
+    SIDE_COLOURS,
+    SIDE_DASH,
+    cell_colour,
+    cell_ink,
+    request_colour,
+    words,
+)
 
-FONT = dict(family="Inter, 'Noto Sans CJK SC', 'PingFang SC', 'Helvetica Neue', Arial, "
-            "sans-serif", color=INK)
+FONT = dict(
+    family="Inter, 'Noto Sans CJK SC', 'PingFang SC', 'Helvetica Neue', Arial, sans-serif",
+    color=INK,
+)
 CELL_GAP_PX = 2
 
 # --- the arena grid --------------------------------------------------------------------------
 
-def arena_parts(frame: Frame, layout: GridLayout, lang: str = "en", xaxis: str = "x",
-                yaxis: str = "y") -> tuple[list[dict], list[dict]]:
+
+def arena_parts(
+    frame: Frame, layout: GridLayout, lang: str = "en", xaxis: str = "x", yaxis: str = "y"
+) -> tuple[list[dict], list[dict]]:
     """Traces and shapes that draw ``frame``'s arena on axes ``xaxis``/``yaxis``: one cell per
     slot coloured by owner and category, hatching on never-used slots, a cross on unusable
     holes, labels at the start of each block or run, outlines round what changed."""
@@ -46,16 +62,36 @@ def arena_parts(frame: Frame, layout: GridLayout, lang: str = "en", xaxis: str =
     scale = []
     for colour, i in colours.items():
         scale += [[i / n, colour], [(i + 1) / n, colour]]
-    heat = dict(type="heatmap", z=z, zmin=-0.5, zmax=n - 0.5,
-                colorscale=_stretch(scale, n), showscale=False,
-                xgap=CELL_GAP_PX, ygap=CELL_GAP_PX, xaxis=xaxis, yaxis=yaxis)
+    heat = dict(
+        type="heatmap",
+        z=z,
+        zmin=-0.5,
+        zmax=n - 0.5,
+        colorscale=_stretch(scale, n),
+        showscale=False,
+        xgap=CELL_GAP_PX,
+        ygap=CELL_GAP_PX,
+        xaxis=xaxis,
+        yaxis=yaxis,
+    )
     if frame.run.num_slots <= HOVER_MAX_SLOTS:  # past this, hover text outweighs the picture
         w, positions = words(lang), slot_positions(frame)
-        heat["customdata"] = [[_hover(frame, y * layout.cols + x, frame.cells[y * layout.cols + x],
-                                      frame.owners[y * layout.cols + x],
-                                      positions.get(y * layout.cols + x), w)
-                               if y * layout.cols + x < frame.run.num_slots else ""
-                               for x in range(layout.cols)] for y in range(layout.rows)]
+        heat["customdata"] = [
+            [
+                _hover(
+                    frame,
+                    y * layout.cols + x,
+                    frame.cells[y * layout.cols + x],
+                    frame.owners[y * layout.cols + x],
+                    positions.get(y * layout.cols + x),
+                    w,
+                )
+                if y * layout.cols + x < frame.run.num_slots
+                else ""
+                for x in range(layout.cols)
+            ]
+            for y in range(layout.rows)
+        ]
         heat["hovertemplate"] = "%{customdata}<extra></extra>"
     else:
         heat["hoverinfo"] = "skip"
@@ -89,8 +125,7 @@ def slot_positions(frame: Frame) -> dict[int, int]:
     return pos
 
 
-def _hover(frame: Frame, slot: int, code: str, owner: str | None, pos: int | None,
-           w: dict) -> str:
+def _hover(frame: Frame, slot: int, code: str, owner: str | None, pos: int | None, w: dict) -> str:
     cat = w[CELL_CATEGORY[code]]
     where = f"{w['slot']} {slot} · {w['block']} #{slot // frame.run.block_size}"
     if owner is None:
@@ -108,9 +143,18 @@ def _labels_trace(frame: Frame, layout: GridLayout, xaxis: str, yaxis: str) -> d
         ys.append(y)
         texts.append(f"<b>{plotly_text(text)}</b>")
         colours.append(cell_ink(frame.cells[slot], frame.requests[owner].order))
-    return dict(type="scatter", x=xs, y=ys, text=texts, mode="text", hoverinfo="skip",
-                textfont=dict(size=11, color=colours, family=FONT["family"]),
-                xaxis=xaxis, yaxis=yaxis, showlegend=False)
+    return dict(
+        type="scatter",
+        x=xs,
+        y=ys,
+        text=texts,
+        mode="text",
+        hoverinfo="skip",
+        textfont=dict(size=11, color=colours, family=FONT["family"]),
+        xaxis=xaxis,
+        yaxis=yaxis,
+        showlegend=False,
+    )
 
 
 def _hatch_shapes(frame: Frame, layout: GridLayout, ref: dict) -> list[dict]:
@@ -123,12 +167,14 @@ def _hatch_shapes(frame: Frame, layout: GridLayout, ref: dict) -> list[dict]:
         if code == INTERNAL:  # one diagonal stroke: held, never to be filled
             colour = cell_ink(code, frame.holder(slot).order)
             seg = f"M{x - d},{y + d}L{x + d},{y - d}"
-        else:                 # a small cross: free, yet nobody waiting can use it
+        else:  # a small cross: free, yet nobody waiting can use it
             colour = cell_ink(code, None)
             seg = f"M{x - d},{y - d}L{x + d},{y + d}M{x - d},{y + d}L{x + d},{y - d}"
         by_colour.setdefault(colour, []).append(seg)
-    return [dict(type="path", path="".join(segs), line=dict(color=c, width=1.4), layer="above",
-                 **ref) for c, segs in by_colour.items()]
+    return [
+        dict(type="path", path="".join(segs), line=dict(color=c, width=1.4), layer="above", **ref)
+        for c, segs in by_colour.items()
+    ]
 
 
 def _block_rules(layout: GridLayout, ref: dict) -> list[dict]:
@@ -136,10 +182,10 @@ def _block_rules(layout: GridLayout, ref: dict) -> list[dict]:
     per_row = layout.cols // layout.block_size
     if per_row < 2:
         return []
-    path = "".join(f"M{k * layout.block_size - 0.5},-0.5V{layout.rows - 0.5}"
-                   for k in range(1, per_row))
-    return [dict(type="path", path=path, line=dict(color="white", width=4), layer="above",
-                 **ref)]
+    path = "".join(
+        f"M{k * layout.block_size - 0.5},-0.5V{layout.rows - 0.5}" for k in range(1, per_row)
+    )
+    return [dict(type="path", path=path, line=dict(color="white", width=4), layer="above", **ref)]
 
 
 def _changed_shapes(frame: Frame, layout: GridLayout, ref: dict) -> list[dict]:
@@ -148,8 +194,15 @@ def _changed_shapes(frame: Frame, layout: GridLayout, ref: dict) -> list[dict]:
     segs = []
     for y, x0, x1 in changed_runs(sorted(frame.changed), layout):
         segs.append(f"M{x0 - 0.5},{y - 0.5}H{x1 + 0.5}V{y + 0.5}H{x0 - 0.5}Z")
-    return [dict(type="path", path="".join(segs), line=dict(color=CHANGED, width=2.2),
-                 layer="above", **ref)]
+    return [
+        dict(
+            type="path",
+            path="".join(segs),
+            line=dict(color=CHANGED, width=2.2),
+            layer="above",
+            **ref,
+        )
+    ]
 
 
 def arena_axes(frame: Frame, layout: GridLayout, anchor: str = "x") -> tuple[dict, dict]:
@@ -160,26 +213,55 @@ def arena_axes(frame: Frame, layout: GridLayout, anchor: str = "x") -> tuple[dic
     ticks = list(range(layout.rows))
     text = [f"#{r * per_row}" if paged else str(r * layout.cols) for r in ticks]
     step = max(1, math.ceil(layout.rows / 24))
-    xa = dict(range=[-0.5, layout.cols - 0.5], showgrid=False, zeroline=False,
-              showticklabels=False, ticks="", fixedrange=True, constrain="domain")
-    ya = dict(range=[layout.rows - 0.5, -0.5], showgrid=False, zeroline=False,
-              tickvals=ticks[::step], ticktext=text[::step], ticks="", fixedrange=True,
-              tickfont=dict(size=10, color=MUTED), scaleanchor=anchor, scaleratio=1,
-              constrain="domain")
+    xa = dict(
+        range=[-0.5, layout.cols - 0.5],
+        showgrid=False,
+        zeroline=False,
+        showticklabels=False,
+        ticks="",
+        fixedrange=True,
+        constrain="domain",
+    )
+    ya = dict(
+        range=[layout.rows - 0.5, -0.5],
+        showgrid=False,
+        zeroline=False,
+        tickvals=ticks[::step],
+        ticktext=text[::step],
+        ticks="",
+        fixedrange=True,
+        tickfont=dict(size=10, color=MUTED),
+        scaleanchor=anchor,
+        scaleratio=1,
+        constrain="domain",
+    )
     return xa, ya
 
 
-def arena_spec(frame: Frame, layout: GridLayout, lang: str = "en", height: int = 420,
-               meta: object = None) -> dict:
+def arena_spec(
+    frame: Frame, layout: GridLayout, lang: str = "en", height: int = 420, meta: object = None
+) -> dict:
     """One side's arena as a plotly figure dict (what the app shows per column). ``meta`` is
     stored in ``layout.meta`` so a browser test can tell which frame is painted."""
     traces, shapes = arena_parts(frame, layout, lang)
     xa, ya = arena_axes(frame, layout)
-    return {"data": traces, "layout": dict(
-        shapes=shapes, xaxis=xa, yaxis=ya, height=height, meta=meta,
-        margin=dict(l=34, r=4, t=4, b=4), paper_bgcolor="white", plot_bgcolor="white",
-        font=FONT, showlegend=False, dragmode=False,
-        hoverlabel=dict(bgcolor="white", font_size=12))}
+    return {
+        "data": traces,
+        "layout": dict(
+            shapes=shapes,
+            xaxis=xa,
+            yaxis=ya,
+            height=height,
+            meta=meta,
+            margin=dict(l=34, r=4, t=4, b=4),
+            paper_bgcolor="white",
+            plot_bgcolor="white",
+            font=FONT,
+            showlegend=False,
+            dragmode=False,
+            hoverlabel=dict(bgcolor="white", font_size=12),
+        ),
+    }
 
 
 class Prebuilt(go.Figure):
@@ -199,24 +281,43 @@ class Prebuilt(go.Figure):
 
 # --- metrics, timeline, scoreboard -----------------------------------------------------------
 
-def metrics_parts(account: StepAccount, lang: str, xaxis: str = "x", yaxis: str = "y",
-                  y: str = "") -> list[dict]:
+
+def metrics_parts(
+    account: StepAccount, lang: str, xaxis: str = "x", yaxis: str = "y", y: str = ""
+) -> list[dict]:
     """A 100% stacked horizontal bar of the five accounting categories."""
     w = words(lang)
     shown = percents(account.shares())
-    return [dict(type="bar", x=[100 * account.share(c)], y=[y], orientation="h", name=w[c],
-                 marker=dict(color=CATEGORY_COLOURS[c], line=dict(width=0)),
-                 text=[shown[c] if account.share(c) >= 0.07 else ""],
-                 textposition="inside", insidetextanchor="middle",
-                 textfont=dict(color="white" if c != "free" else INK, size=13),
-                 hovertemplate=f"{w[c]}: %{{x:.1f}}%<extra></extra>", xaxis=xaxis,
-                 yaxis=yaxis, showlegend=False)
-            for c in CATEGORIES]
+    return [
+        dict(
+            type="bar",
+            x=[100 * account.share(c)],
+            y=[y],
+            orientation="h",
+            name=w[c],
+            marker=dict(color=CATEGORY_COLOURS[c], line=dict(width=0)),
+            text=[shown[c] if account.share(c) >= 0.07 else ""],
+            textposition="inside",
+            insidetextanchor="middle",
+            textfont=dict(color="white" if c != "free" else INK, size=13),
+            hovertemplate=f"{w[c]}: %{{x:.1f}}%<extra></extra>",
+            xaxis=xaxis,
+            yaxis=yaxis,
+            showlegend=False,
+        )
+        for c in CATEGORIES
+    ]
 
 
-def timeline_spec(lesson: Lesson, current: int | None, lang: str = "en",
-                  titles: tuple = ("", ""), height: int = 210,
-                  margins: tuple[int, int] = (44, 10), legend: bool = True) -> dict:
+def timeline_spec(
+    lesson: Lesson,
+    current: int | None,
+    lang: str = "en",
+    titles: tuple = ("", ""),
+    height: int = 210,
+    margins: tuple[int, int] = (44, 10),
+    legend: bool = True,
+) -> dict:
     """Token-state share per frame for both sides, the lesson's keyframes marked 1..n and the
     current frame as a vertical rule (none when ``current`` is None: the app then draws its
     own playhead above a chart that never changes)."""
@@ -224,43 +325,94 @@ def timeline_spec(lesson: Lesson, current: int | None, lang: str = "en",
     data = []
     for side, title in zip(("left", "right"), titles, strict=True):
         x, y = _share_series(lesson, side)
-        data.append(dict(type="scatter", x=x, y=y, mode="lines", name=title,
-                         line=dict(color=CATEGORY_COLOURS["token_states"], width=2.5,
-                                   dash=SIDE_DASH[side]),
-                         hovertemplate=f"{title}<br>{w['frame']} %{{x}}: %{{y:.0f}}%"
-                                       "<extra></extra>"))
-    shapes = [] if current is None else [
-        dict(type="line", x0=current, x1=current, y0=0, y1=1, yref="paper",
-             line=dict(color=CHANGED, width=2))]
-    notes = [dict(x=kf, y=1.0, yref="paper", text=f"<b>{k + 1}</b>", showarrow=False,
-                  yanchor="bottom", font=dict(size=12, color="white"), bgcolor=MUTED,
-                  borderpad=2)
-             for k, kf in enumerate(lesson.keyframes) if kf is not None]
-    return {"data": data, "layout": dict(
-        # Same data revision while only the current frame moves: Plotly.react then redraws
-        # the rule instead of recomputing both series on every keypress.
-        datarevision=f"{lesson.key}:{lesson.left.frames[-1].index}:{lesson.right.frames[-1].index}",
-        uirevision=lesson.key or "live",
-        # Fixed margins (no auto-expansion) keep the plot area where the app's playhead
-        # expects it; the legend, when shown, sits inside the bottom margin.
-        height=height, margin=dict(l=margins[0], r=margins[1], t=26, b=56 if legend else 30,
-                                   autoexpand=False),
-        shapes=shapes, annotations=notes, showlegend=legend,
-        paper_bgcolor="white", plot_bgcolor="white", font=FONT, meta=current, dragmode=False,
-        legend=dict(orientation="h", x=0, y=0, yref="container", yanchor="bottom",
-                    font=dict(size=12)),
-        xaxis=dict(range=[-0.5, lesson.num_frames - 0.5], fixedrange=True, showgrid=False,
-                   tickfont=dict(size=11)),
-        yaxis=dict(range=[0, 100], fixedrange=True, ticksuffix="%", gridcolor="#EEF0F3",
-                   tickfont=dict(size=11)))}
+        data.append(
+            dict(
+                type="scatter",
+                x=x,
+                y=y,
+                mode="lines",
+                name=title,
+                line=dict(color=CATEGORY_COLOURS["token_states"], width=2.5, dash=SIDE_DASH[side]),
+                hovertemplate=f"{title}<br>{w['frame']} %{{x}}: %{{y:.0f}}%<extra></extra>",
+            )
+        )
+    shapes = (
+        []
+        if current is None
+        else [
+            dict(
+                type="line",
+                x0=current,
+                x1=current,
+                y0=0,
+                y1=1,
+                yref="paper",
+                line=dict(color=CHANGED, width=2),
+            )
+        ]
+    )
+    notes = [
+        dict(
+            x=kf,
+            y=1.0,
+            yref="paper",
+            text=f"<b>{k + 1}</b>",
+            showarrow=False,
+            yanchor="bottom",
+            font=dict(size=12, color="white"),
+            bgcolor=MUTED,
+            borderpad=2,
+        )
+        for k, kf in enumerate(lesson.keyframes)
+        if kf is not None
+    ]
+    return {
+        "data": data,
+        "layout": dict(
+            # Same data revision while only the current frame moves: Plotly.react then redraws
+            # the rule instead of recomputing both series on every keypress.
+            datarevision=f"{lesson.key}:{lesson.left.frames[-1].index}:{lesson.right.frames[-1].index}",
+            uirevision=lesson.key or "live",
+            # Fixed margins (no auto-expansion) keep the plot area where the app's playhead
+            # expects it; the legend, when shown, sits inside the bottom margin.
+            height=height,
+            margin=dict(l=margins[0], r=margins[1], t=26, b=56 if legend else 30, autoexpand=False),
+            shapes=shapes,
+            annotations=notes,
+            showlegend=legend,
+            paper_bgcolor="white",
+            plot_bgcolor="white",
+            font=FONT,
+            meta=current,
+            dragmode=False,
+            legend=dict(
+                orientation="h", x=0, y=0, yref="container", yanchor="bottom", font=dict(size=12)
+            ),
+            xaxis=dict(
+                range=[-0.5, lesson.num_frames - 0.5],
+                fixedrange=True,
+                showgrid=False,
+                tickfont=dict(size=11),
+            ),
+            yaxis=dict(
+                range=[0, 100],
+                fixedrange=True,
+                ticksuffix="%",
+                gridcolor="#EEF0F3",
+                tickfont=dict(size=11),
+            ),
+        ),
+    }
 
 
 def _share_series(lesson: Lesson, side: str, points: int = 600) -> tuple[list[int], list[float]]:
     """Token-state share per frame; a long run keeps each stretch's min and max, so the line
     keeps its peaks at a fraction of the points (it is re-sent on every keypress)."""
     frames = lesson.side(side).frames
-    xs, ys = [f.index for f in frames], [round(100 * f.account.share("token_states"), 2)
-                                          for f in frames]
+    xs, ys = (
+        [f.index for f in frames],
+        [round(100 * f.account.share("token_states"), 2) for f in frames],
+    )
     if len(xs) <= points:
         return xs, ys
     step = math.ceil(len(xs) / (points // 2))
@@ -274,38 +426,64 @@ def _share_series(lesson: Lesson, side: str, points: int = 600) -> tuple[list[in
     return out_x, out_y
 
 
-def scoreboard_figure(left: Summary, right: Summary, titles: tuple[str, str],
-                      lang: str = "en", height: int = 230, meta: object = None) -> go.Figure:
+def scoreboard_figure(
+    left: Summary,
+    right: Summary,
+    titles: tuple[str, str],
+    lang: str = "en",
+    height: int = 230,
+    meta: object = None,
+) -> go.Figure:
     """Each run's time-averaged category shares as a 100% bar, with its concurrency beside."""
     w = words(lang)
     fig = go.Figure()
-    names = [f"<b>{t}</b><br><span style='font-size:12px;color:{MUTED}'>"
-             f"{w['max_running']}: {s.max_running} · {w['steps']}: {s.steps}</span>"
-             for t, s in zip(titles, (left, right), strict=True)]
+    names = [
+        f"<b>{t}</b><br><span style='font-size:12px;color:{MUTED}'>"
+        f"{w['max_running']}: {s.max_running} · {w['steps']}: {s.steps}</span>"
+        for t, s in zip(titles, (left, right), strict=True)
+    ]
     shown = [percents(s.shares) for s in (left, right)]
     for c in CATEGORIES:
         vals = [100 * s.shares[c] for s in (left, right)]
-        fig.add_bar(y=names, x=vals, orientation="h", name=w[c],
-                    marker=dict(color=CATEGORY_COLOURS[c]),
-                    text=[p[c] if v >= 4 else "" for p, v in zip(shown, vals)],
-                    textposition="inside",
-                    textfont=dict(color="white" if c != "free" else INK, size=14),
-                    hovertemplate=f"{w[c]}: %{{x:.1f}}%<extra></extra>")
-    fig.update_layout(barmode="stack", height=height, paper_bgcolor="white", meta=meta,
-                      plot_bgcolor="white", font=FONT, margin=dict(l=10, r=10, t=10, b=10),
-                      legend=dict(orientation="h", x=0, y=-0.12, font=dict(size=12),
-                                  traceorder="normal"),
-                      xaxis=dict(range=[0, 100], visible=False, fixedrange=True),
-                      yaxis=dict(autorange="reversed", fixedrange=True, automargin=True,
-                                 tickfont=dict(size=14)), dragmode=False)
+        fig.add_bar(
+            y=names,
+            x=vals,
+            orientation="h",
+            name=w[c],
+            marker=dict(color=CATEGORY_COLOURS[c]),
+            text=[p[c] if v >= 4 else "" for p, v in zip(shown, vals)],
+            textposition="inside",
+            textfont=dict(color="white" if c != "free" else INK, size=14),
+            hovertemplate=f"{w[c]}: %{{x:.1f}}%<extra></extra>",
+        )
+    fig.update_layout(
+        barmode="stack",
+        height=height,
+        paper_bgcolor="white",
+        meta=meta,
+        plot_bgcolor="white",
+        font=FONT,
+        margin=dict(l=10, r=10, t=10, b=10),
+        legend=dict(orientation="h", x=0, y=-0.12, font=dict(size=12), traceorder="normal"),
+        xaxis=dict(range=[0, 100], visible=False, fixedrange=True),
+        yaxis=dict(autorange="reversed", fixedrange=True, automargin=True, tickfont=dict(size=14)),
+        dragmode=False,
+    )
     return fig
 
 
 # --- the whole frame, for lectures -----------------------------------------------------------
 
-def side_by_side_figure(left: Frame, right: Frame, step: RenderedStep | None, lang: str = "en",
-                        titles: tuple[str, str] = ("", ""), width: int = 1280,
-                        height: int = 720) -> go.Figure:
+
+def side_by_side_figure(
+    left: Frame,
+    right: Frame,
+    step: RenderedStep | None,
+    lang: str = "en",
+    titles: tuple[str, str] = ("", ""),
+    width: int = 1280,
+    height: int = 720,
+) -> go.Figure:
     """One frame of the lesson as a single 16:9 figure: both arenas at the same scale, their
     metrics bars, block tables or reservations, queues, a legend and the step's narration.
     Everything is placed in paper coordinates, so it scales with ``width`` x ``height``."""
@@ -315,46 +493,84 @@ def side_by_side_figure(left: Frame, right: Frame, step: RenderedStep | None, la
     halves = {"left": (0.0, 0.485), "right": (0.515, 1.0)}
     for n, (side, frame) in enumerate((("left", left), ("right", right))):
         x0, x1 = halves[side]
-        gx, gy, mx, my = (_axis(2 * n + 1, "x"), _axis(2 * n + 1, "y"),
-                          _axis(2 * n + 2, "x"), _axis(2 * n + 2, "y"))
+        gx, gy, mx, my = (
+            _axis(2 * n + 1, "x"),
+            _axis(2 * n + 1, "y"),
+            _axis(2 * n + 2, "x"),
+            _axis(2 * n + 2, "y"),
+        )
         traces, shapes = arena_parts(frame, layout, lang, gx, gy)
         fig.add_traces(traces + metrics_parts(frame.account, lang, mx, my))
         fig.layout.shapes = tuple(fig.layout.shapes) + tuple(shapes)
         xa, ya = arena_axes(frame, layout, anchor=gx)
         axes[_layout_key(gx)] = {**xa, "domain": [x0, x0 + 0.56 * (x1 - x0)], "anchor": gy}
         axes[_layout_key(gy)] = {**ya, "domain": [0.35, 0.86], "anchor": gx}
-        axes[_layout_key(mx)] = dict(domain=[x0, x1], range=[0, 100], visible=False,
-                                     fixedrange=True, anchor=my)
+        axes[_layout_key(mx)] = dict(
+            domain=[x0, x1], range=[0, 100], visible=False, fixedrange=True, anchor=my
+        )
         axes[_layout_key(my)] = dict(domain=[0.935, 0.965], visible=False, anchor=mx)
-        fig.add_annotation(x=x0, xref="paper", yref="paper", y=0.975, xanchor="left",
-                           yanchor="bottom", showarrow=False, font=dict(size=17),
-                           text=f"<b style='color:{SIDE_COLOURS[side]}'>{titles[n]}</b>")
-        fig.add_annotation(x=x0, xref="paper", yref="paper", y=0.928, xanchor="left",
-                           yanchor="top", showarrow=False, font=dict(size=11, color=MUTED),
-                           text=_metrics_line(frame, lang))
+        fig.add_annotation(
+            x=x0,
+            xref="paper",
+            yref="paper",
+            y=0.975,
+            xanchor="left",
+            yanchor="bottom",
+            showarrow=False,
+            font=dict(size=17),
+            text=f"<b style='color:{SIDE_COLOURS[side]}'>{titles[n]}</b>",
+        )
+        fig.add_annotation(
+            x=x0,
+            xref="paper",
+            yref="paper",
+            y=0.928,
+            xanchor="left",
+            yanchor="top",
+            showarrow=False,
+            font=dict(size=11, color=MUTED),
+            text=_metrics_line(frame, lang),
+        )
         _side_text(fig, frame, x0 + 0.59 * (x1 - x0), lang)
-    fig.update_layout(**axes, barmode="stack", width=width, height=height,
-                      paper_bgcolor="white", plot_bgcolor="white", font=FONT, showlegend=False,
-                      margin=dict(l=28, r=16, t=64, b=12))
+    fig.update_layout(
+        **axes,
+        barmode="stack",
+        width=width,
+        height=height,
+        paper_bgcolor="white",
+        plot_bgcolor="white",
+        font=FONT,
+        showlegend=False,
+        margin=dict(l=28, r=16, t=64, b=12),
+    )
     _legend_line(fig, lang)
     _header_and_narration(fig, step, lang)
     return fig
 
 
-def scoreboard_lecture_figure(left: Summary, right: Summary, step: RenderedStep | None,
-                              lang: str = "en", titles: tuple[str, str] = ("", ""),
-                              width: int = 1280, height: int = 720) -> go.Figure:
+def scoreboard_lecture_figure(
+    left: Summary,
+    right: Summary,
+    step: RenderedStep | None,
+    lang: str = "en",
+    titles: tuple[str, str] = ("", ""),
+    width: int = 1280,
+    height: int = 720,
+) -> go.Figure:
     """The scoreboard step as a 16:9 lecture figure: both runs' time-averaged shares as large
     100% bars (the on-screen scoreboard, enlarged) under the step's title and narration."""
     fig = scoreboard_figure(left, right, titles, lang, height=height)
     fig.update_traces(textfont_size=22)
     # Fixed domains: an automatic margin for the long run titles would shift "paper" x=0 and
     # push the narration, which is placed in paper coordinates, off the right edge.
-    fig.update_layout(width=width, height=height, margin=dict(l=28, r=28, t=64, b=12),
-                      xaxis=dict(domain=[0.36, 1.0]),
-                      yaxis=dict(domain=[0.42, 0.88], tickfont=dict(size=18), automargin=False),
-                      legend=dict(orientation="h", x=0, y=0.36, yanchor="top",
-                                  font=dict(size=16)))
+    fig.update_layout(
+        width=width,
+        height=height,
+        margin=dict(l=28, r=28, t=64, b=12),
+        xaxis=dict(domain=[0.36, 1.0]),
+        yaxis=dict(domain=[0.42, 0.88], tickfont=dict(size=18), automargin=False),
+        legend=dict(orientation="h", x=0, y=0.36, yanchor="top", font=dict(size=16)),
+    )
     _header_and_narration(fig, step, lang)
     return fig
 
@@ -362,10 +578,14 @@ def scoreboard_lecture_figure(left: Summary, right: Summary, step: RenderedStep 
 def _metrics_line(frame: Frame, lang: str) -> str:
     w, a = words(lang), frame.account
     shown = percents(a.shares())
-    shares = " · ".join(f"<span style='color:{CATEGORY_COLOURS[c]}'>■</span> "
-                        f"{w['cat_short'][c]} {shown[c]}" for c in CATEGORIES)
-    return (f"{shares}   |   {w['running_n']} {a.running} · {w['waiting_n']} {a.waiting}"
-            f" · {w['blocked_n']} {a.blocked}")
+    shares = " · ".join(
+        f"<span style='color:{CATEGORY_COLOURS[c]}'>■</span> {w['cat_short'][c]} {shown[c]}"
+        for c in CATEGORIES
+    )
+    return (
+        f"{shares}   |   {w['running_n']} {a.running} · {w['waiting_n']} {a.waiting}"
+        f" · {w['blocked_n']} {a.blocked}"
+    )
 
 
 def _axis(n: int, letter: str) -> str:
@@ -388,50 +608,98 @@ def _side_text(fig: go.Figure, frame: Frame, x0: float, lang: str) -> None:
         if row.run is not None:
             body = f"[{row.run[0]}, {row.run[0] + row.run[1]})  {row.filled}/{row.run[1]}"
         else:
-            body = "  ".join(f"<b>{m.logical}→#{m.physical}</b>" if m.new else
-                             f"{m.logical}→#{m.physical}" for m in row.mappings[:6])
+            body = "  ".join(
+                f"<b>{m.logical}→#{m.physical}</b>" if m.new else f"{m.logical}→#{m.physical}"
+                for m in row.mappings[:6]
+            )
             body += " …" if len(row.mappings) > 6 else ""
-        lines.append(f"<b style='color:{request_colour(row.order)}'>{plotly_text(row.label)}</b>"
-                     f"  {body}")
+        lines.append(
+            f"<b style='color:{request_colour(row.order)}'>{plotly_text(row.label)}</b>  {body}"
+        )
     if not rows:
         lines.append(f"<span style='color:{MUTED}'>{w['none']}</span>")
     lines += ["", f"<b>{w['queue']}</b>"]
     for e in queue_entries(frame, lang):
-        lines.append(f"<b style='color:{request_colour(e.order)}'>{plotly_text(e.label)}</b> "
-                     f"{w[e.state]}")
+        lines.append(
+            f"<b style='color:{request_colour(e.order)}'>{plotly_text(e.label)}</b> {w[e.state]}"
+        )
         if e.why:
-            lines += [f"<span style='color:{INK}'>{plotly_text(part)}</span>"
-                      for part in _hard_wrap(e.why, 36).split("<br>")]
+            lines += [
+                f"<span style='color:{INK}'>{plotly_text(part)}</span>"
+                for part in _hard_wrap(e.why, 36).split("<br>")
+            ]
     done = finished_labels(frame)
     if done:
-        lines.append(f"<span style='color:{MUTED}'>{w['finished']}: "
-                     f"{plotly_text(', '.join(done), 400)}</span>")
-    fig.add_annotation(x=x0, y=0.86, xref="paper", yref="paper", xanchor="left", yanchor="top",
-                       align="left", showarrow=False, text="<br>".join(lines),
-                       font=dict(size=12))
+        lines.append(
+            f"<span style='color:{MUTED}'>{w['finished']}: "
+            f"{plotly_text(', '.join(done), 400)}</span>"
+        )
+    fig.add_annotation(
+        x=x0,
+        y=0.86,
+        xref="paper",
+        yref="paper",
+        xanchor="left",
+        yanchor="top",
+        align="left",
+        showarrow=False,
+        text="<br>".join(lines),
+        font=dict(size=12),
+    )
 
 
 def _legend_line(fig: go.Figure, lang: str) -> None:
     """The grid legend in words and coloured squares (a figure cannot borrow the app's CSS)."""
     w = words(lang)
     c = CATEGORY_COLOURS
-    items = [(c["token_states"], "■", w["token_states"]), (c["reservation"], "■", w["reservation"]),
-             (c["internal"], "▨", w["internal"]), ("#C9CED6", "■", w["free"]),
-             (c["external"], "☒", w["external"]), (CHANGED, "□", w["changed"])]
+    items = [
+        (c["token_states"], "■", w["token_states"]),
+        (c["reservation"], "■", w["reservation"]),
+        (c["internal"], "▨", w["internal"]),
+        ("#C9CED6", "■", w["free"]),
+        (c["external"], "☒", w["external"]),
+        (CHANGED, "□", w["changed"]),
+    ]
     text = "    ".join(f"<span style='color:{c}'>{g}</span> {t}" for c, g, t in items)
-    fig.add_annotation(x=0, y=0.30, xref="paper", yref="paper", xanchor="left", yanchor="bottom",
-                       showarrow=False, text=text, font=dict(size=12, color=INK))
+    fig.add_annotation(
+        x=0,
+        y=0.30,
+        xref="paper",
+        yref="paper",
+        xanchor="left",
+        yanchor="bottom",
+        showarrow=False,
+        text=text,
+        font=dict(size=12, color=INK),
+    )
 
 
 def _header_and_narration(fig: go.Figure, step: RenderedStep | None, lang: str) -> None:
     if step is None:
         return
-    fig.update_layout(title=dict(text=f"<b>{step.number}. {step.title}</b>", x=0.012, y=0.97,
-                                 xanchor="left", yanchor="top", yref="container",
-                                 font=dict(size=24, color=INK)))
-    fig.add_annotation(x=0, y=0.27, xref="paper", yref="paper", xanchor="left", yanchor="top",
-                       align="left", showarrow=False, font=dict(size=14),
-                       text=_wrap_markdown(step.narration, 150))
+    fig.update_layout(
+        title=dict(
+            text=f"<b>{step.number}. {step.title}</b>",
+            x=0.012,
+            y=0.97,
+            xanchor="left",
+            yanchor="top",
+            yref="container",
+            font=dict(size=24, color=INK),
+        )
+    )
+    fig.add_annotation(
+        x=0,
+        y=0.27,
+        xref="paper",
+        yref="paper",
+        xanchor="left",
+        yanchor="top",
+        align="left",
+        showarrow=False,
+        font=dict(size=14),
+        text=_wrap_markdown(step.narration, 150),
+    )
 
 
 def _wrap_markdown(text: str, width: int) -> str:
@@ -445,8 +713,10 @@ def _wrap_markdown(text: str, width: int) -> str:
     return "<br><br>".join(out)
 
 
-_TOKENS = re.compile(r"<[^>]+>|[\u2e80-\u9fff\u3000-\u303f\uff00-\uffef]|"
-                     r"[^\s<\u2e80-\u9fff\u3000-\u303f\uff00-\uffef]+|\s+")
+_TOKENS = re.compile(
+    r"<[^>]+>|[\u2e80-\u9fff\u3000-\u303f\uff00-\uffef]|"
+    r"[^\s<\u2e80-\u9fff\u3000-\u303f\uff00-\uffef]+|\s+"
+)
 
 
 def _hard_wrap(text: str, width: int) -> str:

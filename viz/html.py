@@ -1,6 +1,7 @@
 """Small HTML pieces for the lesson page: metrics strip, block tables / reservations, queue,
 legend. Pure functions from frames to strings (testable without a browser); the CSS lives here
 too so the look is defined in one place. Everything shown is escaped or generated."""
+
 from __future__ import annotations
 
 from html import escape
@@ -9,16 +10,26 @@ from engine.accounting import CATEGORIES
 from viz.panels import finished_labels, queue_entries, table_rows
 from viz.percent import percents
 from viz.reducer import PAGED, Frame
-from viz.style import (CATEGORY_COLOURS, CATEGORY_MARKS, CHANGED, INK, MUTED, REQUEST_COLOURS,
-                       SIDE_COLOURS, words)
+from viz.style import (
+    CATEGORY_COLOURS,
+    CATEGORY_MARKS,
+    CHANGED,
+    INK,
+    MUTED,
+    REQUEST_COLOURS,
+    SIDE_COLOURS,
+    words,
+)
 
-MAX_ROWS = 14   # requests listed per panel; a classroom arena never has more
-MAX_MAPS = 12   # block-table entries shown per request (first ones, "…", the last two)
+MAX_ROWS = 14  # requests listed per panel; a classroom arena never has more
+MAX_MAPS = 12  # block-table entries shown per request (first ones, "…", the last two)
 MAX_CHIPS = 16  # queue entries shown per group
 
 _CHIP_COLOURS = "".join(
     f".pk-c{i} {{ background:{c}; border-color:{c}; }} .pk-c{i}.waiting, .pk-c{i}.blocked "
-    f"{{ color:{c}; }}\n" for i, c in enumerate(REQUEST_COLOURS))
+    f"{{ color:{c}; }}\n"
+    for i, c in enumerate(REQUEST_COLOURS)
+)
 
 CSS = f"""
 <style>
@@ -73,8 +84,7 @@ CSS = f"""
 
 
 def side_title(title: str, side: str) -> str:
-    return (f"<div class='pk-side-title' style='color:{SIDE_COLOURS[side]}'>"
-            f"{escape(title)}</div>")
+    return f"<div class='pk-side-title' style='color:{SIDE_COLOURS[side]}'>{escape(title)}</div>"
 
 
 def metrics_strip(frame: Frame, lang: str = "en") -> str:
@@ -89,16 +99,24 @@ def metrics_strip(frame: Frame, lang: str = "en") -> str:
             continue
         text = shown[c] if share >= 0.08 else ""
         colour = "white" if c != "free" else INK
-        segs.append(f"<div title='{escape(w[c])}: {getattr(a, c)} {w['slots']}' "
-                    f"style='width:{100 * share:.3f}%;background:{CATEGORY_COLOURS[c]};"
-                    f"color:{colour}'>{text}</div>")
+        segs.append(
+            f"<div title='{escape(w[c])}: {getattr(a, c)} {w['slots']}' "
+            f"style='width:{100 * share:.3f}%;background:{CATEGORY_COLOURS[c]};"
+            f"color:{colour}'>{text}</div>"
+        )
     nums = "".join(
         f"<span><span class='sw' style='background:{CATEGORY_COLOURS[c]}'></span>"
-        f"{escape(w['cat_short'][c])} <b>{shown[c]}</b></span>" for c in CATEGORIES)
-    queue = (f"<span class='pk-q'>{w['running_n']} <b>{a.running}</b> · {w['waiting_n']} "
-             f"<b>{a.waiting}</b> · {w['blocked_n']} <b>{a.blocked}</b></span>")
-    return (f"<div class='pk-strip'><div class='pk-bar'>{''.join(segs)}</div>"
-            f"<div class='pk-nums'>{nums}{queue}</div></div>")
+        f"{escape(w['cat_short'][c])} <b>{shown[c]}</b></span>"
+        for c in CATEGORIES
+    )
+    queue = (
+        f"<span class='pk-q'>{w['running_n']} <b>{a.running}</b> · {w['waiting_n']} "
+        f"<b>{a.waiting}</b> · {w['blocked_n']} <b>{a.blocked}</b></span>"
+    )
+    return (
+        f"<div class='pk-strip'><div class='pk-bar'>{''.join(segs)}</div>"
+        f"<div class='pk-nums'>{nums}{queue}</div></div>"
+    )
 
 
 def scoreboard_card(summary, lang: str = "en") -> str:
@@ -109,23 +127,29 @@ def scoreboard_card(summary, lang: str = "en") -> str:
         f"<div style='width:{100 * summary.shares[c]:.3f}%;background:{CATEGORY_COLOURS[c]};"
         f"color:{'white' if c != 'free' else INK}'>"
         f"{shown[c] if summary.shares[c] >= 0.1 else ''}</div>"
-        for c in CATEGORIES if summary.shares[c] > 0)
+        for c in CATEGORIES
+        if summary.shares[c] > 0
+    )
     rows = "".join(
         f"<div class='pk-row'><span class='sw' style='background:{CATEGORY_COLOURS[c]}'></span>"
         f"<span style='flex:1'>{escape(w[c])}</span><b>{shown[c]}</b></div>"
-        for c in CATEGORIES)
-    big = (f"<div class='pk-big'><div><b>{summary.max_running}</b>{escape(w['max_running'])}"
-           f"</div><div><b>{summary.mean_running:.1f}</b>{escape(w['mean_running'])}</div>"
-           f"<div><b>{summary.steps}</b>{escape(w['steps'])}</div></div>")
-    return (f"<div class='pk-panel pk-score'><h5>{escape(w['scoreboard'])}</h5>"
-            f"<div class='pk-bar'>{segs}</div><div style='margin-top:.4rem'>{rows}</div>"
-            f"{big}</div>")
+        for c in CATEGORIES
+    )
+    big = (
+        f"<div class='pk-big'><div><b>{summary.max_running}</b>{escape(w['max_running'])}"
+        f"</div><div><b>{summary.mean_running:.1f}</b>{escape(w['mean_running'])}</div>"
+        f"<div><b>{summary.steps}</b>{escape(w['steps'])}</div></div>"
+    )
+    return (
+        f"<div class='pk-panel pk-score'><h5>{escape(w['scoreboard'])}</h5>"
+        f"<div class='pk-bar'>{segs}</div><div style='margin-top:.4rem'>{rows}</div>"
+        f"{big}</div>"
+    )
 
 
 def _chip(text: str, order: int, cls: str = "") -> str:
     """A request's name on its colour (the colour classes live in CSS: short HTML)."""
-    return (f"<span class='pk-chip pk-c{order % len(REQUEST_COLOURS)} {cls}'>"
-            f"{escape(text)}</span>")
+    return f"<span class='pk-chip pk-c{order % len(REQUEST_COLOURS)} {cls}'>{escape(text)}</span>"
 
 
 def _map_chip(m) -> str:
@@ -144,13 +168,15 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
         if paged:
             chips = [_map_chip(m) for m in row.mappings]
             if len(chips) > MAX_MAPS:  # first ones, an ellipsis, the newest two
-                chips = chips[:MAX_MAPS - 2] + ["<span class='pk-dim'>…&nbsp;</span>"] + chips[-2:]
+                chips = chips[: MAX_MAPS - 2] + ["<span class='pk-dim'>…&nbsp;</span>"] + chips[-2:]
             body = f"<div class='pk-maps'>{''.join(chips)}</div>"
         else:
             start, length = row.run or (0, 0)
             cls = "pk-map new" if row.new else "pk-map"
-            body = (f"<span class='{cls}'>[{start}, {start + length})</span>"
-                    f"<span class='pk-dim'>{row.filled}/{length}</span>")
+            body = (
+                f"<span class='{cls}'>[{start}, {start + length})</span>"
+                f"<span class='pk-dim'>{row.filled}/{length}</span>"
+            )
         out.append(f"<div class='pk-row'>{_chip(row.label, row.order)}{body}</div>")
     if len(rows) > MAX_ROWS:
         out.append(f"<div class='pk-dim'>+{len(rows) - MAX_ROWS}</div>")
@@ -162,22 +188,30 @@ def queue_panel(frame: Frame, lang: str = "en") -> str:
     w = words(lang)
     entries = queue_entries(frame, lang)
     out = [f"<h5>{escape(w['queue'])}</h5>"]
-    groups = [("running", [e for e in entries if e.state == "running"]),
-              ("waiting", [e for e in entries if e.state != "running"])]
+    groups = [
+        ("running", [e for e in entries if e.state == "running"]),
+        ("waiting", [e for e in entries if e.state != "running"]),
+    ]
     for state, items in groups:
         if not items:
             continue
-        chips = "".join(f"<span class='pk-q-entry'>{_chip(e.label, e.order, e.state)}</span>"
-                        for e in items[:MAX_CHIPS])
+        chips = "".join(
+            f"<span class='pk-q-entry'>{_chip(e.label, e.order, e.state)}</span>"
+            for e in items[:MAX_CHIPS]
+        )
         if len(items) > MAX_CHIPS:
             chips += f"<span class='pk-dim'>+{len(items) - MAX_CHIPS}</span>"
-        out.append(f"<div class='pk-row'><span class='pk-dim' style='min-width:4.2rem'>"
-                   f"{escape(w[state])}</span><span>{chips}</span></div>")
+        out.append(
+            f"<div class='pk-row'><span class='pk-dim' style='min-width:4.2rem'>"
+            f"{escape(w[state])}</span><span>{chips}</span></div>"
+        )
         for e in items[:MAX_CHIPS]:
             if e.why:
                 colon = "：" if lang == "zh" else ": "
-                out.append(f"<div class='pk-why'><b>{escape(e.label)}</b> "
-                           f"{escape(w['blocked'])}{colon}{escape(e.why)}</div>")
+                out.append(
+                    f"<div class='pk-why'><b>{escape(e.label)}</b> "
+                    f"{escape(w['blocked'])}{colon}{escape(e.why)}</div>"
+                )
     done = finished_labels(frame)
     if done:
         out.append(f"<div class='pk-dim'>{escape(w['finished'])}: {escape(', '.join(done))}</div>")
@@ -193,15 +227,21 @@ def legend(lang: str = "en") -> str:
     c, m = CATEGORY_COLOURS, CATEGORY_MARKS
 
     def marked(cat: str, angles: tuple[int, ...]) -> str:
-        lines = ", ".join(f"linear-gradient({a}deg, transparent 42%, {m[cat]} 43%, {m[cat]} 57%, "
-                          f"transparent 58%)" for a in angles)
+        lines = ", ".join(
+            f"linear-gradient({a}deg, transparent 42%, {m[cat]} 43%, {m[cat]} 57%, transparent 58%)"
+            for a in angles
+        )
         return f"background:{lines}, {c[cat]}"
-    items = [(f"background:{c['token_states']}", w["token_states"]),
-             (f"background:{c['reservation']}", w["reservation"]),
-             (marked("internal", (45,)), w["internal"]),
-             (f"background:{c['free']}", w["free"]),
-             (marked("external", (45, 135)), w["external"]),
-             (f"background:white;border:2px solid {CHANGED}", w["changed"])]
-    cells = "".join(f"<span><span class='cell' style='{s}'></span>{escape(t)}</span>"
-                    for s, t in items)
+
+    items = [
+        (f"background:{c['token_states']}", w["token_states"]),
+        (f"background:{c['reservation']}", w["reservation"]),
+        (marked("internal", (45,)), w["internal"]),
+        (f"background:{c['free']}", w["free"]),
+        (marked("external", (45, 135)), w["external"]),
+        (f"background:white;border:2px solid {CHANGED}", w["changed"]),
+    ]
+    cells = "".join(
+        f"<span><span class='cell' style='{s}'></span>{escape(t)}</span>" for s, t in items
+    )
     return f"<div class='pk-legend'>{cells}</div>"

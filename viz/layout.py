@@ -2,6 +2,7 @@
 
 Plotly-free, so the SVG renderer does not pay for plotly's import.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,6 +15,7 @@ HOVER_MAX_SLOTS = 512
 @dataclass(frozen=True)
 class GridLayout:
     """Slots laid out row-major, whole blocks per row, rows about as many as columns."""
+
     num_slots: int
     block_size: int
     cols: int

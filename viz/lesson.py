@@ -17,6 +17,7 @@ request was admitted in an earlier frame), ``min_running`` (requests running on 
 Narration may quote numbers only through ``{placeholders}`` filled from the frames (see
 ``narration_context``): every number on screen comes from the engine's events.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -53,11 +54,12 @@ class LessonStep:
 @dataclass(frozen=True)
 class LessonSpec:
     """What ``lesson.toml`` says."""
+
     name: str
     folder: Path
     title: dict[str, str]
     trace_file: str
-    runs: dict[str, str]                 # side -> run name in the trace
+    runs: dict[str, str]  # side -> run name in the trace
     side_titles: dict[str, dict[str, str]]
     steps: tuple[LessonStep, ...]
 
@@ -65,7 +67,8 @@ class LessonSpec:
 @dataclass(frozen=True)
 class Summary:
     """One run over its whole length: the scoreboard's numbers."""
-    shares: dict[str, float]             # time-averaged share per accounting category
+
+    shares: dict[str, float]  # time-averaged share per accounting category
     max_running: int
     mean_running: float
     steps: int
@@ -89,13 +92,14 @@ class Side:
 class Lesson:
     """A spec folded over a trace: both sides' frames and each step's keyframe (None when the
     trace never shows what the step's rule looks for)."""
+
     spec: LessonSpec
     left: Side
     right: Side
     keyframes: tuple[int | None, ...]
-    source: str                          # "lesson", a file name, or "live"
-    key: str = ""                        # content hash when cached (a stable cache key)
-    origin: tuple[tuple[str, str], ...] = ()   # the trace header's model, device, created...
+    source: str  # "lesson", a file name, or "live"
+    key: str = ""  # content hash when cached (a stable cache key)
+    origin: tuple[tuple[str, str], ...] = ()  # the trace header's model, device, created...
 
     @property
     def num_frames(self) -> int:
@@ -119,6 +123,7 @@ class Lesson:
 @dataclass(frozen=True)
 class RenderedStep:
     """A step's text in one language, placeholders filled."""
+
     number: int
     title: str
     narration: str
@@ -127,13 +132,15 @@ class RenderedStep:
 
 # --- reading lesson.toml ---------------------------------------------------------------------
 
+
 def available(root: Path = LESSONS_DIR) -> list[str]:
     """Lesson names, sorted, that have a lesson.toml."""
     return sorted(p.parent.name for p in root.glob("*/lesson.toml"))
 
 
-def read_lesson_toml(name: str, file_name: str, root: Path, error: type[ValueError],
-                     what: str = "lesson") -> tuple[Path, dict]:
+def read_lesson_toml(
+    name: str, file_name: str, root: Path, error: type[ValueError], what: str = "lesson"
+) -> tuple[Path, dict]:
     """Find ``root/name/file_name`` (refusing names that leave ``root``) and parse it. Raises
     ``error`` with one line for a missing lesson or bad TOML."""
     folder = root / name
@@ -150,13 +157,19 @@ def load_spec(name: str, root: Path = LESSONS_DIR) -> LessonSpec:
     """Parse ``root/name/lesson.toml``. Raises LessonError (one line) when it is unusable."""
     folder, doc = read_lesson_toml(name, "lesson.toml", root, LessonError)
     try:
-        steps = tuple(LessonStep(texts(s["title"]), texts(s["narration"]), dict(s["keyframe"]))
-                      for s in doc["steps"])
-        return LessonSpec(name=name, folder=folder, title=texts(doc["title"]),
-                          trace_file=doc.get("trace", "trace.jsonl"),
-                          runs={side: doc[side]["run"] for side in SIDES},
-                          side_titles={side: texts(doc[side]["title"]) for side in SIDES},
-                          steps=steps)
+        steps = tuple(
+            LessonStep(texts(s["title"]), texts(s["narration"]), dict(s["keyframe"]))
+            for s in doc["steps"]
+        )
+        return LessonSpec(
+            name=name,
+            folder=folder,
+            title=texts(doc["title"]),
+            trace_file=doc.get("trace", "trace.jsonl"),
+            runs={side: doc[side]["run"] for side in SIDES},
+            side_titles={side: texts(doc[side]["title"]) for side in SIDES},
+            steps=steps,
+        )
     except (KeyError, TypeError) as e:
         raise LessonError(f"lessons/{name}/lesson.toml lacks {e}") from None
 
@@ -179,15 +192,18 @@ def file_digest(path: Path) -> str:
 
 # --- folding a trace into a lesson -----------------------------------------------------------
 
-def build(spec: LessonSpec, trace: Trace, source: str = "lesson",
-          complete: bool = True) -> Lesson:
+
+def build(spec: LessonSpec, trace: Trace, source: str = "lesson", complete: bool = True) -> Lesson:
     """Fold both sides and find the keyframes. A trace whose run names differ from the spec's
     (an uploaded file) puts its contiguous run left and its paged run right.
     ``complete=False`` (a live stream) folds without knowing final lengths up front."""
     runs = pick_runs(spec, trace)
     sides = {side: _side(trace, runs[side], spec.side_titles[side], complete) for side in SIDES}
-    origin = tuple((k, str(trace.header[k])) for k in ("model", "device", "created", "forward")
-                   if trace.header.get(k) not in (None, ""))
+    origin = tuple(
+        (k, str(trace.header[k]))
+        for k in ("model", "device", "created", "forward")
+        if trace.header.get(k) not in (None, "")
+    )
     lesson = Lesson(spec, sides["left"], sides["right"], (), source, origin=origin)
     return replace(lesson, keyframes=find_keyframes(lesson))
 
@@ -200,8 +216,10 @@ def pick_runs(spec: LessonSpec, trace: Trace) -> dict[str, str]:
     left = next((n for n in names if kinds[n] == CONTIGUOUS), None)
     right = next((n for n in names if kinds[n] == PAGED), None)
     if left is None or right is None:
-        raise TraceError("this trace needs one contiguous run and one paged run to compare "
-                         f"(it has {', '.join(f'{n} ({kinds[n]})' for n in names)})")
+        raise TraceError(
+            "this trace needs one contiguous run and one paged run to compare "
+            f"(it has {', '.join(f'{n} ({kinds[n]})' for n in names)})"
+        )
     return {"left": left, "right": right}
 
 
@@ -216,12 +234,14 @@ def _side(trace: Trace, run: str, title: dict, complete: bool) -> Side:
 
 def summarize(frames: list[Frame], events: list[E.Event]) -> Summary:
     accounts = [f.account for f in frames]
-    return Summary(shares=time_averaged_shares(accounts),
-                   max_running=max(a.running for a in accounts),
-                   mean_running=sum(a.running for a in accounts) / len(accounts),
-                   steps=len(frames),
-                   finished=sum(1 for e in events if e.kind == E.Finished.kind),
-                   preemptions=sum(1 for e in events if e.kind == E.Preempted.kind))
+    return Summary(
+        shares=time_averaged_shares(accounts),
+        max_running=max(a.running for a in accounts),
+        mean_running=sum(a.running for a in accounts) / len(accounts),
+        steps=len(frames),
+        finished=sum(1 for e in events if e.kind == E.Finished.kind),
+        preemptions=sum(1 for e in events if e.kind == E.Preempted.kind),
+    )
 
 
 def find_keyframes(lesson: Lesson) -> tuple[int | None, ...]:
@@ -229,8 +249,9 @@ def find_keyframes(lesson: Lesson) -> tuple[int | None, ...]:
     prev = -1
     for step in lesson.spec.steps:
         start = prev + 1 if step.rule.get("after", True) else max(prev, 0)
-        kf = next((i for i in range(start, lesson.num_frames) if _matches(lesson, i, step.rule)),
-                  None)
+        kf = next(
+            (i for i in range(start, lesson.num_frames) if _matches(lesson, i, step.rule)), None
+        )
         out.append(kf)
         if kf is not None:
             prev = kf
@@ -273,6 +294,7 @@ def _admitted_in(frame: Frame, ev: E.Event) -> bool:
 
 # --- narration -------------------------------------------------------------------------------
 
+
 def req_label(frame: Frame, req: str) -> str:
     view = frame.requests.get(req)
     return view.name if view else req
@@ -290,11 +312,15 @@ def narration_context(lesson: Lesson, k: int) -> dict:
     kf = lesson.keyframes[k]
     i = kf if kf is not None else lesson.num_frames - 1
     rule = lesson.spec.steps[k].rule
-    ctx = {"L": _side_ns(lesson.left, i), "R": _side_ns(lesson.right, i),
-           "frame": i, "block_size": lesson.right.run.block_size,
-           "num_slots": lesson.right.run.num_slots,
-           "num_blocks": lesson.right.run.num_slots // lesson.right.run.block_size,
-           "max_model_len": lesson.left.run.max_model_len or lesson.right.run.max_model_len}
+    ctx = {
+        "L": _side_ns(lesson.left, i),
+        "R": _side_ns(lesson.right, i),
+        "frame": i,
+        "block_size": lesson.right.run.block_size,
+        "num_slots": lesson.right.run.num_slots,
+        "num_blocks": lesson.right.run.num_slots // lesson.right.run.block_size,
+        "max_model_len": lesson.left.run.max_model_len or lesson.right.run.max_model_len,
+    }
     ev = _rule_event(lesson, i, rule)
     if ev is not None:
         ctx["ev"] = _event_ns(lesson, i, ev)
@@ -324,8 +350,11 @@ def _event_ns(lesson: Lesson, i: int, ev: E.Event) -> SimpleNamespace:
         d["req"] = view.name if view else req
         if view:
             bs = lesson.right.run.block_size
-            d.update(prompt_len=view.prompt_len, max_tokens=view.max_tokens,
-                     prompt_blocks=math.ceil(view.prompt_len / bs))
+            d.update(
+                prompt_len=view.prompt_len,
+                max_tokens=view.max_tokens,
+                prompt_blocks=math.ceil(view.prompt_len / bs),
+            )
         run = left.reservations.get(req)
         d["left_reserved"] = run[1] if run else 0
         table = right.block_tables.get(req, ())
@@ -341,18 +370,26 @@ def _side_ns(side: Side, i: int) -> SimpleNamespace:
     # Shares as the strip (whole) and the scoreboard (one decimal) print them: each set sums to 100.
     now, avg = percents(a.shares()), percents(s.shares, 1)
     return SimpleNamespace(
-        running=len(f.running), waiting=len(f.waiting), step=f.step,
+        running=len(f.running),
+        waiting=len(f.waiting),
+        step=f.step,
         **{f"{c.removesuffix('_states')}_share": now[c] for c in CATEGORIES},
         token_states=a.token_states,
-        reservation=a.reservation, internal=a.internal, external=a.external, free=a.free,
+        reservation=a.reservation,
+        internal=a.internal,
+        external=a.external,
+        free=a.free,
         waste=a.reservation + a.internal + a.external,
         blocks=sum(len(t) for t in f.block_tables.values()),
         avg_token_share=avg["token_states"],
         avg_waste_share=f"{100 - float(avg['token_states'].rstrip('%')):.1f}%",
         **{f"avg_{c}_share": avg[c] for c in CATEGORIES if c != "token_states"},
-        max_running=s.max_running, mean_running=f"{s.mean_running:.1f}", steps=s.steps,
+        max_running=s.max_running,
+        mean_running=f"{s.mean_running:.1f}",
+        steps=s.steps,
         blocked_req=req_label(f, blocked.req) if blocked else "-",
-        blocked_reason=blocked.reason if blocked else "-")
+        blocked_reason=blocked.reason if blocked else "-",
+    )
 
 
 class SafeFormatter(string.Formatter):

@@ -7,6 +7,7 @@ the URL; a page run reads ``?frame`` back, so a link opens that exact frame. Sta
 to replay (lesson, source, live run, upload). Controls are buttons, so they never take the
 arrow keys; the one input (file upload) shows only when opening a file.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,71 +22,90 @@ import streamlit as st
 
 from engine import trace as T
 from viz import export, html, player, safe, ui_text
-from viz.lesson import (LESSONS_DIR, Lesson, LessonError, available, build, file_digest,
-                        load_spec, trace_path)
+from viz.lesson import (
+    LESSONS_DIR,
+    Lesson,
+    LessonError,
+    available,
+    build,
+    file_digest,
+    load_spec,
+    trace_path,
+)
 from viz.controls import choice_buttons
 from viz.live import LiveRun, record_command
 from viz.live_registry import REGISTRY, session_id
 
 ENGINE_ROOT = Path(__file__).resolve().parent.parent  # where `python -m engine` resolves
-MAX_UPLOAD_MB = 8    # an uploaded trace, also server.maxUploadSize (README: resource limits)
+MAX_UPLOAD_MB = 8  # an uploaded trace, also server.maxUploadSize (README: resource limits)
 SOURCES = ("lesson", "live", "upload")
 
 UI = {
-    "en": {"source": "What to replay", "sources": {"lesson": "Recorded lesson",
-           "live": "Run it live now", "upload": "Open a trace file"},
-           "lesson": "Lesson", "upload": "A trace (.jsonl) recorded by the engine",
-           "no_trace": "This lesson has no recorded trace yet ({path}). Record one with "
-                       "`python -m engine record --scenario {scenario} --out {path}`, or run "
-                       "it live (“Run it live now”).",
-           "bad_frame": "The link's frame {raw!r} is not a frame number; showing frame 0.",
-           "bad_lesson": "There is no lesson named {raw!r}; showing {name}.",
-           "recorded": "Every frame below is folded from allocator events the engine "
-                       "recorded running {model} on {device} ({created}).",
-           "uploaded": "Replaying {name}: events recorded running {model} on {device} "
-                       "({created}).",
-           "live_go": "Record on the engine now", "live_stop": "Stop",
-           "live_wait": "Starting the engine… (loading the model takes a moment)",
-           "live_running": "Recording: {frames} frames so far. {progress}",
-           "live_done": "Recorded {frames} frames live. The view below is the finished trace.",
-           "live_failed": "The live run failed: {why}",
-           "live_stopped": "Stopped after {frames} frames; step through what was recorded.",
-           "live_hint": "Runs this lesson's scenario on the real engine in a separate process "
-                        "and shows every frame as its events stream in.",
-           "live_save": "Download this trace",
-           "figure": "Lecture figures (one per step, for slides)", "no_browser":
-               "Lecture figures need Chromium: run `make browser`, or "
-               "`python -m viz.export --lesson NAME --out DIR` where it is installed.",
-           "forward": "Forward pass", "forwards": {"model": "Real model (SmolLM2-135M)",
-                                                   "skip": "Dry run (no model)"},
-           "upload_help": "Open any trace with one contiguous and one paged run.",
-           "no_scenario": "This lesson has no scenario.toml to run live."},
-    "zh": {"source": "回放内容", "sources": {"lesson": "已录制的课程", "live": "现在实时运行",
-           "upload": "打开 trace 文件"},
-           "lesson": "课程", "upload": "引擎录制的 trace（.jsonl）",
-           "no_trace": "这个课程还没有录制好的 trace（{path}）。可以用 "
-                       "`python -m engine record --scenario {scenario} --out {path}` 录制，"
-                       "或选择“现在实时运行”。",
-           "bad_frame": "链接里的帧号 {raw!r} 不是数字，已显示第 0 帧。",
-           "bad_lesson": "没有名为 {raw!r} 的课程，已显示 {name}。",
-           "recorded": "下面每一帧都由引擎运行 {model}（设备 {device}，{created}）时记录的"
-                       "分配器事件逐条折叠而来。",
-           "uploaded": "回放 {name}：引擎运行 {model}（设备 {device}，{created}）时记录的事件。",
-           "live_go": "现在用引擎录制", "live_stop": "停止",
-           "live_wait": "正在启动引擎……（加载模型需要一点时间）",
-           "live_running": "录制中：已有 {frames} 帧。{progress}",
-           "live_done": "实时录制了 {frames} 帧。下面显示的是完整的 trace。",
-           "live_failed": "实时运行失败：{why}",
-           "live_stopped": "已在第 {frames} 帧处停止，可以逐帧查看已录下的部分。",
-           "live_hint": "在单独的进程里用真实引擎运行本课的场景，事件一边产生一边显示成帧。",
-           "live_save": "下载这份 trace",
-           "figure": "课堂插图（每步一张，可放进幻灯片）", "no_browser":
-               "导出插图需要 Chromium：运行 `make browser`，或在装有它的机器上运行 "
-               "`python -m viz.export --lesson NAME --out DIR`。",
-           "forward": "前向计算", "forwards": {"model": "真实模型（SmolLM2-135M）",
-                                              "skip": "空跑（不加载模型）"},
-           "upload_help": "可打开任何包含一个连续分配运行和一个分页运行的 trace。",
-           "no_scenario": "这个课程没有可实时运行的 scenario.toml。"},
+    "en": {
+        "source": "What to replay",
+        "sources": {
+            "lesson": "Recorded lesson",
+            "live": "Run it live now",
+            "upload": "Open a trace file",
+        },
+        "lesson": "Lesson",
+        "upload": "A trace (.jsonl) recorded by the engine",
+        "no_trace": "This lesson has no recorded trace yet ({path}). Record one with "
+        "`python -m engine record --scenario {scenario} --out {path}`, or run "
+        "it live (“Run it live now”).",
+        "bad_frame": "The link's frame {raw!r} is not a frame number; showing frame 0.",
+        "bad_lesson": "There is no lesson named {raw!r}; showing {name}.",
+        "recorded": "Every frame below is folded from allocator events the engine "
+        "recorded running {model} on {device} ({created}).",
+        "uploaded": "Replaying {name}: events recorded running {model} on {device} ({created}).",
+        "live_go": "Record on the engine now",
+        "live_stop": "Stop",
+        "live_wait": "Starting the engine… (loading the model takes a moment)",
+        "live_running": "Recording: {frames} frames so far. {progress}",
+        "live_done": "Recorded {frames} frames live. The view below is the finished trace.",
+        "live_failed": "The live run failed: {why}",
+        "live_stopped": "Stopped after {frames} frames; step through what was recorded.",
+        "live_hint": "Runs this lesson's scenario on the real engine in a separate process "
+        "and shows every frame as its events stream in.",
+        "live_save": "Download this trace",
+        "figure": "Lecture figures (one per step, for slides)",
+        "no_browser": "Lecture figures need Chromium: run `make browser`, or "
+        "`python -m viz.export --lesson NAME --out DIR` where it is installed.",
+        "forward": "Forward pass",
+        "forwards": {"model": "Real model (SmolLM2-135M)", "skip": "Dry run (no model)"},
+        "upload_help": "Open any trace with one contiguous and one paged run.",
+        "no_scenario": "This lesson has no scenario.toml to run live.",
+    },
+    "zh": {
+        "source": "回放内容",
+        "sources": {"lesson": "已录制的课程", "live": "现在实时运行", "upload": "打开 trace 文件"},
+        "lesson": "课程",
+        "upload": "引擎录制的 trace（.jsonl）",
+        "no_trace": "这个课程还没有录制好的 trace（{path}）。可以用 "
+        "`python -m engine record --scenario {scenario} --out {path}` 录制，"
+        "或选择“现在实时运行”。",
+        "bad_frame": "链接里的帧号 {raw!r} 不是数字，已显示第 0 帧。",
+        "bad_lesson": "没有名为 {raw!r} 的课程，已显示 {name}。",
+        "recorded": "下面每一帧都由引擎运行 {model}（设备 {device}，{created}）时记录的"
+        "分配器事件逐条折叠而来。",
+        "uploaded": "回放 {name}：引擎运行 {model}（设备 {device}，{created}）时记录的事件。",
+        "live_go": "现在用引擎录制",
+        "live_stop": "停止",
+        "live_wait": "正在启动引擎……（加载模型需要一点时间）",
+        "live_running": "录制中：已有 {frames} 帧。{progress}",
+        "live_done": "实时录制了 {frames} 帧。下面显示的是完整的 trace。",
+        "live_failed": "实时运行失败：{why}",
+        "live_stopped": "已在第 {frames} 帧处停止，可以逐帧查看已录下的部分。",
+        "live_hint": "在单独的进程里用真实引擎运行本课的场景，事件一边产生一边显示成帧。",
+        "live_save": "下载这份 trace",
+        "figure": "课堂插图（每步一张，可放进幻灯片）",
+        "no_browser": "导出插图需要 Chromium：运行 `make browser`，或在装有它的机器上运行 "
+        "`python -m viz.export --lesson NAME --out DIR`。",
+        "forward": "前向计算",
+        "forwards": {"model": "真实模型（SmolLM2-135M）", "skip": "空跑（不加载模型）"},
+        "upload_help": "可打开任何包含一个连续分配运行和一个分页运行的 trace。",
+        "no_scenario": "这个课程没有可实时运行的 scenario.toml。",
+    },
 }
 
 
@@ -95,6 +115,7 @@ def lessons_root() -> Path:
 
 
 # --- cached folds ----------------------------------------------------------------------------
+
 
 @st.cache_resource(max_entries=16, show_spinner=False)
 def _recorded_lesson(name: str, root: str, digest: str) -> Lesson:
@@ -111,10 +132,12 @@ def _uploaded_lesson(name: str, root: str, digest: str, _text: str, file_name: s
 
 # --- session state ---------------------------------------------------------------------------
 
+
 @dataclass
 class View:
     """What the stepping view needs for one run of the page. ``refresh`` rebuilds the lesson
     from a live stream on every tick (None for a recorded trace, which never changes)."""
+
     lesson: Lesson
     lang: str
     refresh: Callable[[], Lesson | None] | None = None
@@ -151,6 +174,7 @@ def _move_to(i: int) -> None:
 
 # --- the page --------------------------------------------------------------------------------
 
+
 def render(lang: str = "en") -> None:
     """Draw the lesson page in ``lang`` ("en" or "zh")."""
     t = UI.get(lang, UI["en"])
@@ -182,7 +206,8 @@ def render(lang: str = "en") -> None:
         refresh = lambda: _live_fold(run, spec_)  # noqa: E731 - a tick's rebuild
     failed = ui_text.load("safe")[lang]["frame_failed"]
     st.fragment(safe.boundary(failed)(_stepping_view), run_every=0.75 if refresh else None)(
-        View(lesson, lang, refresh), t)
+        View(lesson, lang, refresh), t
+    )
     if refresh is None:
         safe.boundary(failed)(_figure_downloads)(lesson, lang, t)
 
@@ -193,9 +218,15 @@ def _origin(lesson: Lesson, t: dict) -> str:
     dry = " (dry run: forward pass skipped)" if o.get("forward") == "skip" else ""
     where = t["uploaded"] if lesson.source not in ("lesson", "live") else t["recorded"]
     m = safe.md_text  # the header is the trace's own words: text, never markdown
-    return where.format(name=m(lesson.source), model=m(o.get("model", "?")),
-                        device=m(o.get("device", "?")),
-                        created=m(o.get("created", "?")[:10])) + dry
+    return (
+        where.format(
+            name=m(lesson.source),
+            model=m(o.get("model", "?")),
+            device=m(o.get("device", "?")),
+            created=m(o.get("created", "?")[:10]),
+        )
+        + dry
+    )
 
 
 def _header(spec, names: list[str], lang: str, t: dict) -> str:
@@ -205,10 +236,12 @@ def _header(spec, names: list[str], lang: str, t: dict) -> str:
     title.markdown(f"### {spec.title[lang]}")
     with pick, st.container(horizontal=True, horizontal_alignment="right"):
         if len(names) > 1:
-            choice_buttons(names, "pk_lesson", key_prefix="pk_lesson_pick",
-                           on_change=lambda _: _move_to(0))
-        choice_buttons(SOURCES, "pk_source", format_func=t["sources"].get,
-                       key_prefix="pk_source_pick")
+            choice_buttons(
+                names, "pk_lesson", key_prefix="pk_lesson_pick", on_change=lambda _: _move_to(0)
+            )
+        choice_buttons(
+            SOURCES, "pk_source", format_func=t["sources"].get, key_prefix="pk_source_pick"
+        )
     return ss.pk_source
 
 
@@ -219,9 +252,12 @@ def _lesson_for(source: str, spec, root: Path, t: dict) -> Lesson | None:
         return _live(spec, root, t)
     path = trace_path(spec)
     if not path.is_file():
-        st.warning(t["no_trace"].format(path=path.relative_to(root.parent) if root.parent in
-                                        path.parents else path,
-                                        scenario=spec.folder / "scenario.toml"))
+        st.warning(
+            t["no_trace"].format(
+                path=path.relative_to(root.parent) if root.parent in path.parents else path,
+                scenario=spec.folder / "scenario.toml",
+            )
+        )
         return None
     try:
         return _recorded_lesson(spec.name, str(root), file_digest(path))
@@ -231,8 +267,13 @@ def _lesson_for(source: str, spec, root: Path, t: dict) -> Lesson | None:
 
 
 def _upload(spec, root: Path, t: dict) -> Lesson | None:
-    up = st.file_uploader(t["upload"], type=["jsonl", "json", "txt"], key="pk_upload",
-                          max_upload_size=MAX_UPLOAD_MB, help=t["upload_help"])
+    up = st.file_uploader(
+        t["upload"],
+        type=["jsonl", "json", "txt"],
+        key="pk_upload",
+        max_upload_size=MAX_UPLOAD_MB,
+        help=t["upload_help"],
+    )
     if up is None:
         return None
     data = up.getvalue()
@@ -266,11 +307,19 @@ def _live(spec, root: Path, t: dict) -> Lesson | None:
     running = run is not None and not run.done
     with st.container(horizontal=True, vertical_alignment="center"):
         ss.setdefault("pk_forward", "model")
-        forward = choice_buttons(("model", "skip"), "pk_forward", format_func=t["forwards"].get,
-                                 key_prefix="pk_forward", disabled=running)
-        if st.button(t["live_stop"] if running else t["live_go"], key="pk_live_btn",
-                     icon=":material/stop:" if running else ":material/play_arrow:",
-                     type="secondary" if running else "primary"):
+        forward = choice_buttons(
+            ("model", "skip"),
+            "pk_forward",
+            format_func=t["forwards"].get,
+            key_prefix="pk_forward",
+            disabled=running,
+        )
+        if st.button(
+            t["live_stop"] if running else t["live_go"],
+            key="pk_live_btn",
+            icon=":material/stop:" if running else ":material/play_arrow:",
+            type="secondary" if running else "primary",
+        ):
             if running:
                 run.stop()
             else:
@@ -309,16 +358,20 @@ def _live_lesson(run: LiveRun, spec, t: dict) -> Lesson | None:
     if lesson is None:
         if not run.done:
             failed = ui_text.load("safe")[_ss().get("lang", "en")]["frame_failed"]
-            st.fragment(safe.boundary(failed)(_wait_for_first_frame), run_every=1.0)(
-                run, spec, t)
+            st.fragment(safe.boundary(failed)(_wait_for_first_frame), run_every=1.0)(run, spec, t)
         return None
     if run.stopped:
         st.info(t["live_stopped"].format(frames=lesson.num_frames))
     elif run.done and run.returncode == 0:
         st.success(t["live_done"].format(frames=lesson.num_frames))
-        st.download_button(t["live_save"], run.text(), file_name="live-trace.jsonl",
-                           mime="application/jsonl", key="pk_live_save",
-                           icon=":material/download:")
+        st.download_button(
+            t["live_save"],
+            run.text(),
+            file_name="live-trace.jsonl",
+            mime="application/jsonl",
+            key="pk_live_save",
+            icon=":material/download:",
+        )
     return lesson
 
 
@@ -337,8 +390,10 @@ def _wait_for_first_frame(run: LiveRun, spec, t: dict) -> None:
     """Before the first frame there is nothing to step through: show progress, and rerun the
     whole page once a frame (or the end) arrives."""
     waited = time.monotonic() - run.started
-    st.info(f"{t['live_wait']} ({waited:.0f} s) " + safe.md_text(run.progress()),
-            icon=":material/hourglass_top:")
+    st.info(
+        f"{t['live_wait']} ({waited:.0f} s) " + safe.md_text(run.progress()),
+        icon=":material/hourglass_top:",
+    )
     try:
         ready = run.done or _live_fold(run, spec) is not None
     except T.TraceError:
@@ -391,8 +446,7 @@ def _stepping_view(view: View, t: dict) -> None:
         follow = True
         _live_progress(run, lesson.num_frames, t)
     start = _start_frame(lesson) if view.refresh is None else lesson.num_frames - 1
-    data = (_cached_payload(lesson, lesson.key, lang) if lesson.key
-            else player.payload(lesson, lang))
+    data = _cached_payload(lesson, lesson.key, lang) if lesson.key else player.payload(lesson, lang)
     present = st.query_params.get("present") == "1"
     player.mount(data, start, present, follow_end=follow)
     _sync_url(lesson.spec.name)
@@ -405,9 +459,14 @@ def _figure_downloads(lesson: Lesson, lang: str, t: dict) -> None:
         return
     with st.expander(t["figure"], icon=":material/download:"):
         for k, step in enumerate(lesson.spec.steps):
-            with st.container(horizontal=True, gap="small", vertical_alignment="center",
-                              key=f"pk_figure_{k}"):
+            with st.container(
+                horizontal=True, gap="small", vertical_alignment="center", key=f"pk_figure_{k}"
+            ):
                 st.markdown(f"{k + 1} · {step.title[lang]}", width="stretch")
                 for fmt in ("png", "svg", "pdf"):
-                    st.download_button(fmt.upper(), key=f"pk_fig_{fmt}_{k}", type="tertiary",
-                                       **export.download_args(lesson, k, lang, fmt))
+                    st.download_button(
+                        fmt.upper(),
+                        key=f"pk_fig_{fmt}_{k}",
+                        type="tertiary",
+                        **export.download_args(lesson, k, lang, fmt),
+                    )

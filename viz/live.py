@@ -6,6 +6,7 @@ threads collect complete lines; the page folds what has arrived so far with
 ``engine.trace.parse_lines(require_end=False)`` on every refresh. A ``LiveRun`` lives in
 ``st.session_state``, so a rerun of the page never loses the child.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,17 +25,28 @@ from engine.trace import Trace, parse_lines
 def record_command(scenario: Path, forward: str = "model") -> list[str]:
     """The engine command that records ``scenario`` to stdout. ``forward="skip"`` is the
     engine's dry run: same scheduler and allocators, no model (seconds instead of minutes)."""
-    return [sys.executable, "-m", "engine", "record", "--scenario", str(scenario), "--out", "-",
-            "--forward", forward]
+    return [
+        sys.executable,
+        "-m",
+        "engine",
+        "record",
+        "--scenario",
+        str(scenario),
+        "--out",
+        "-",
+        "--forward",
+        forward,
+    ]
 
 
 @dataclass
 class LiveRun:
     """A recording in progress. ``lines`` (trace) and ``log`` (progress) only ever grow; read
     them through ``snapshot`` so a reader sees whole lines only."""
+
     proc: subprocess.Popen
     started: float = field(default_factory=time.monotonic)
-    stopped: bool = False                # the viewer asked it to stop
+    stopped: bool = False  # the viewer asked it to stop
     lines: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -43,9 +55,17 @@ class LiveRun:
     @classmethod
     def start(cls, cmd: list[str], cwd: Path | None = None) -> LiveRun:
         # Its own process group: stop() ends whatever the engine starts, too.
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, encoding="utf-8", errors="replace", bufsize=1,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,
+        )
         run = cls(proc)
         for stream, sink in ((proc.stdout, run.lines), (proc.stderr, run.log)):
             t = threading.Thread(target=run._pump, args=(stream, sink), daemon=True)
@@ -120,4 +140,3 @@ class LiveRun:
     def text(self) -> str:
         lines, _ = self.snapshot()
         return "".join(lines)
-

@@ -10,6 +10,7 @@ dropped the session) is stopped with its whole process group, and every finished
 Limits (documented in README "Serving a classroom"): ``MAX_LIVE_RUNS = 1`` per server process;
 a live run lives no longer than its session (checked every ``REAP_INTERVAL_S`` seconds).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -29,6 +30,7 @@ def session_alive(session_id: str) -> bool:
     """Whether Streamlit still has this session connected. Without a runtime (AppTest, a
     script) there is no session to lose: alive."""
     from streamlit import runtime
+
     if not runtime.exists():
         return True
     return runtime.get_instance().is_active_session(session_id)
@@ -37,6 +39,7 @@ def session_alive(session_id: str) -> bool:
 def session_id() -> str:
     """The current Streamlit session's id ("" outside a script run)."""
     from streamlit.runtime.scriptrunner import get_script_run_ctx
+
     ctx = get_script_run_ctx()
     return ctx.session_id if ctx is not None else ""
 
@@ -44,6 +47,7 @@ def session_id() -> str:
 @dataclass
 class LiveRegistry:
     """The process-wide table of live runs, keyed by session id. Thread-safe."""
+
     alive: Callable[[str], bool] = session_alive
     interval: float = REAP_INTERVAL_S
     limit: int = MAX_LIVE_RUNS
@@ -97,8 +101,7 @@ class LiveRegistry:
 
     def _ensure_reaper(self) -> None:
         if self._reaper is None or not self._reaper.is_alive():
-            self._reaper = threading.Thread(target=self._reap_loop, name="live-reaper",
-                                            daemon=True)
+            self._reaper = threading.Thread(target=self._reap_loop, name="live-reaper", daemon=True)
             self._reaper.start()
 
     def _reap_loop(self) -> None:

@@ -15,6 +15,7 @@ Bounds (documented in README "Serving a classroom"):
 
 Pure Python (no numpy, no gguf package): the bytes are parsed with ``struct``.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,19 @@ GGUF_MAX_KEPT = 4096
 LOCAL_ADDRESSES = frozenset({"127.0.0.1", "localhost", "::1"})
 
 # GGUF value types -> struct format (fixed width); 8 = string, 9 = array.
-_FIXED = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
-          11: "<q", 12: "<d"}
+_FIXED = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
 _STRING, _ARRAY = 8, 9
 
 
@@ -99,7 +111,7 @@ class _Cursor:
     def take(self, n: int) -> memoryview:
         if n < 0 or self.pos + n > len(self.data):
             raise _Truncated
-        out = self.data[self.pos:self.pos + n]
+        out = self.data[self.pos : self.pos + n]
         self.pos += n
         return out
 
@@ -110,8 +122,9 @@ class _Cursor:
     def string(self, keep: bool = True) -> str | None:
         n = self.fixed(10)
         if n > GGUF_MAX_STRING:
-            raise InvalidConfigError(f"a GGUF string of {n:,} bytes (the most read is "
-                                     f"{GGUF_MAX_STRING:,})")
+            raise InvalidConfigError(
+                f"a GGUF string of {n:,} bytes (the most read is {GGUF_MAX_STRING:,})"
+            )
         raw = self.take(n)
         return bytes(raw).decode("utf-8", errors="replace") if keep else None
 
@@ -135,8 +148,9 @@ def gguf_metadata(data: bytes, name: str = "GGUF file") -> dict:
     except _Truncated:
         raise InvalidConfigError(f"{name} is too short to be a GGUF file") from None
     if count > GGUF_MAX_KEYS:
-        raise InvalidConfigError(f"{name}: {count:,} metadata keys (the most read is "
-                                 f"{GGUF_MAX_KEYS:,})")
+        raise InvalidConfigError(
+            f"{name}: {count:,} metadata keys (the most read is {GGUF_MAX_KEYS:,})"
+        )
     meta: dict = {}
     try:
         for _ in range(count):

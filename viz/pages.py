@@ -4,6 +4,7 @@ Each page module exposes ``render(lang: str)``. A module that is not written yet
 owns it) shows a short placeholder instead of breaking the app. The language switch sits at the
 top right of every page and in the URL as ``?lang=zh``.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -32,22 +33,18 @@ APP_CSS = """
 
 @dataclass(frozen=True)
 class PageSpec:
-    module: str                  # "viz.lesson_page": must define render(lang)
-    title: str                   # key in viz/text/pages.toml
+    module: str  # "viz.lesson_page": must define render(lang)
+    title: str  # key in viz/text/pages.toml
     icon: str
     url_path: str
     default: bool = False
 
 
 PAGES: list[PageSpec] = [
-    PageSpec("viz.lesson_page", "lesson",
-             ":material/view_column:", "lesson", default=True),
-    PageSpec("viz.capacity_page", "capacity",
-             ":material/calculate:", "capacity"),
-    PageSpec("viz.paper_page", "paper",
-             ":material/bar_chart:", "paper"),
-    PageSpec("viz.block_size_page", "block_size",
-             ":material/grid_on:", "block-size"),
+    PageSpec("viz.lesson_page", "lesson", ":material/view_column:", "lesson", default=True),
+    PageSpec("viz.capacity_page", "capacity", ":material/calculate:", "capacity"),
+    PageSpec("viz.paper_page", "paper", ":material/bar_chart:", "paper"),
+    PageSpec("viz.block_size_page", "block_size", ":material/grid_on:", "block-size"),
 ]
 
 
@@ -57,8 +54,7 @@ def language() -> str:
     the truth and the URL follows it."""
     ss = st.session_state
     if "lang" not in ss:
-        ss.lang = st.query_params.get("lang") if st.query_params.get("lang") in LANG_NAMES \
-            else "en"
+        ss.lang = st.query_params.get("lang") if st.query_params.get("lang") in LANG_NAMES else "en"
     st.html(APP_CSS)
     with st.container(key="pk_lang_bar"):
         choice_buttons(list(LANG_NAMES), "lang", format_func=LANG_NAMES.get, key_prefix="lang")
@@ -76,6 +72,7 @@ def _page_body(spec: PageSpec) -> Callable[[], None]:
         # Imported on first visit: a page's plotly and engine imports cost only where it is shown.
         render = importlib.import_module(spec.module).render
         safe.boundary(ui_text.load("safe")[lang]["page_failed"])(render)(lang)
+
     body.__name__ = spec.url_path.replace("-", "_")  # st.Page needs a distinct name per page
     return body
 
@@ -85,6 +82,14 @@ def navigation() -> StreamlitPage:  # what st.navigation returns
     lang = st.session_state.get("lang") or st.query_params.get("lang", "en")
     lang = lang if lang in LANG_NAMES else "en"
     titles = ui_text.load("pages")[lang]
-    pages = [st.Page(_page_body(p), title=titles[p.title], icon=p.icon, url_path=p.url_path,
-                     default=p.default) for p in PAGES]
+    pages = [
+        st.Page(
+            _page_body(p),
+            title=titles[p.title],
+            icon=p.icon,
+            url_path=p.url_path,
+            default=p.default,
+        )
+        for p in PAGES
+    ]
     return st.navigation(pages, position="top")

@@ -1,6 +1,7 @@
 """What each side's text panels say, as data: block tables or reservation ranges, the queue and
 the metrics strip. The app renders these rows as HTML, the lecture figure as plotly annotations,
 so both always say the same thing. Pure Python."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,12 +17,13 @@ from viz.style import words
 class Mapping:
     logical: int
     physical: int
-    new: bool            # allocated in this frame
+    new: bool  # allocated in this frame
 
 
 @dataclass(frozen=True)
 class TableRow:
     """One running request's memory: its block table (paging) or its run (contiguous)."""
+
     req: str
     label: str
     order: int
@@ -29,7 +31,7 @@ class TableRow:
     held: int
     final_len: int
     mappings: tuple[Mapping, ...] = ()
-    run: tuple[int, int] | None = None   # (start, length)
+    run: tuple[int, int] | None = None  # (start, length)
     new: bool = False
 
     @property
@@ -44,7 +46,7 @@ class QueueEntry:
     req: str
     label: str
     order: int
-    state: str           # running / waiting / blocked
+    state: str  # running / waiting / blocked
     why: str = ""
 
 
@@ -53,8 +55,11 @@ def label_starts(frame: Frame) -> list[tuple[int, str, str]]:
     block (label with its logical index, e.g. ``A1``) or of each contiguous run (``A``)."""
     if frame.run.allocator == PAGED:
         bs = frame.run.block_size
-        return [(phys * bs, f"{frame.requests[r].name}{i}", r)
-                for r, t in frame.block_tables.items() for i, phys in enumerate(t)]
+        return [
+            (phys * bs, f"{frame.requests[r].name}{i}", r)
+            for r, t in frame.block_tables.items()
+            for i, phys in enumerate(t)
+        ]
     return [(start, frame.requests[r].name, r) for r, (start, _) in frame.reservations.items()]
 
 
@@ -65,32 +70,42 @@ def table_rows(frame: Frame) -> list[TableRow]:
     holders = frame.block_tables if frame.run.allocator == PAGED else frame.reservations
     for req in sorted(holders, key=lambda r: frame.requests[r].order):
         v = frame.requests[req]
-        row = TableRow(req=req, label=v.name, order=v.order, filled=v.filled, held=v.held,
-                       final_len=v.final_len)
+        row = TableRow(
+            req=req,
+            label=v.name,
+            order=v.order,
+            filled=v.filled,
+            held=v.held,
+            final_len=v.final_len,
+        )
         if frame.run.allocator == PAGED:
-            maps = tuple(Mapping(i, p, (req, i) in new_blocks)
-                         for i, p in enumerate(frame.block_tables[req]))
+            maps = tuple(
+                Mapping(i, p, (req, i) in new_blocks) for i, p in enumerate(frame.block_tables[req])
+            )
             rows.append(dataclasses.replace(row, mappings=maps))
         else:
-            rows.append(dataclasses.replace(row, run=frame.reservations[req],
-                                            new=req in new_runs))
+            rows.append(dataclasses.replace(row, run=frame.reservations[req], new=req in new_runs))
     return rows
 
 
 def queue_entries(frame: Frame, lang: str = "en") -> list[QueueEntry]:
     w = words(lang)
     blocked = {b.req: b for b in frame.blocked}
-    out = [QueueEntry(r, frame.requests[r].name, frame.requests[r].order, "running")
-           for r in frame.running]
+    out = [
+        QueueEntry(r, frame.requests[r].name, frame.requests[r].order, "running")
+        for r in frame.running
+    ]
     for r in frame.waiting:
         b = blocked.get(r)
         order, name = frame.requests[r].order, frame.requests[r].name
         if b is None:
             out.append(QueueEntry(r, name, order, "waiting"))
             continue
-        detail = (w["need_paged"].format(need=b.need_slots, free=b.free_slots)
-                  if frame.run.allocator == PAGED else
-                  w["need"].format(need=b.need_slots, free=b.free_slots, hole=b.largest_hole))
+        detail = (
+            w["need_paged"].format(need=b.need_slots, free=b.free_slots)
+            if frame.run.allocator == PAGED
+            else w["need"].format(need=b.need_slots, free=b.free_slots, hole=b.largest_hole)
+        )
         colon = "：" if lang == "zh" else ": "
         why = f"{w['reasons'].get(b.reason, b.reason)}{colon}{detail}"
         out.append(QueueEntry(r, name, order, "blocked", why))
@@ -98,5 +113,8 @@ def queue_entries(frame: Frame, lang: str = "en") -> list[QueueEntry]:
 
 
 def finished_labels(frame: Frame) -> list[str]:
-    return [v.name for v in sorted(frame.requests.values(), key=lambda v: v.order)
-            if v.status == "finished"]
+    return [
+        v.name
+        for v in sorted(frame.requests.values(), key=lambda v: v.order)
+        if v.status == "finished"
+    ]

@@ -7,6 +7,7 @@ from them or from our results. The default configuration's results ship as data
 (``viz.paper_results``), so the page opens at once and simulates only when a setting changes.
 Text lives in viz/text/paper_fidelity.toml. No torch.
 """
+
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -31,8 +32,10 @@ POLICIES = P.POLICIES
 REQUEST_CHOICES = (100, 300, 1000)
 SIGMA_CHOICES = (0.4, 0.6, 0.8, 1.0, 1.2, 1.5)
 WORKLOAD_NAMES = {"sharegpt": "ShareGPT", "alpaca": "Alpaca"}
-NAMES = {"en": {"max": "Max", "pow2": "Pow2", "oracle": "Oracle", "paged": "Paged"},
-         "zh": {"max": "Max", "pow2": "Pow2", "oracle": "Oracle", "paged": "分页"}}
+NAMES = {
+    "en": {"max": "Max", "pow2": "Pow2", "oracle": "Oracle", "paged": "Paged"},
+    "zh": {"max": "Max", "pow2": "Pow2", "oracle": "Oracle", "paged": "分页"},
+}
 #: The paper's fourth segment is "external fragmentation & others": ours splits it into
 #: external and free, so the paper's value sits against their sum.
 PAPER_CATEGORIES = ("token_states", "reservation", "internal", "external")
@@ -52,14 +55,18 @@ def _cached_policy(config: SimConfig, policy: str, _i: int, _lang: str) -> Polic
     # The bar is made inside the cached call: on a cache hit Streamlit replays it, already
     # emptied. Underscored arguments are not part of the key: a language switch never reruns.
     t, name, n = text(_lang), NAMES[_lang][policy], config.requests
-    bar = st.progress(0.0, text=t["progress"].format(name=name, i=_i, total=len(POLICIES),
-                                                     done=0, n=n))
+    bar = st.progress(
+        0.0, text=t["progress"].format(name=name, i=_i, total=len(POLICIES), done=0, n=n)
+    )
     every = max(1, n // 50)
 
     def tick(done: int) -> None:
         if done % every == 0 or done == n:
-            bar.progress(done / n, text=t["progress"].format(name=name, i=_i,
-                                                             total=len(POLICIES), done=done, n=n))
+            bar.progress(
+                done / n,
+                text=t["progress"].format(name=name, i=_i, total=len(POLICIES), done=done, n=n),
+            )
+
     row = simulate_policy(config, policy, tick)
     bar.empty()
     return row
@@ -78,23 +85,59 @@ def result_for(config: SimConfig, lang: str = "en") -> WorkloadResult:
 def _controls(t: dict) -> SimConfig:
     # Bound to the URL (?workload=alpaca&requests=300...), so a link opens the same run.
     c1, c2, c3 = st.columns(3)
-    wl = c1.segmented_control(t["workload_label"], tuple(WORKLOADS), default="sharegpt",
-                              key="workload", required=True, bind="query-params",
-                              format_func=lambda k: WORKLOAD_NAMES[k]) or "sharegpt"
-    n = c2.segmented_control(t["requests_label"], REQUEST_CHOICES, default=1000, key="requests",
-                             required=True, bind="query-params",
-                             format_func=lambda v: f"{v:,}") or 1000
-    place = c3.segmented_control(t["placement_label"], PLACEMENTS, default="buddy",
-                                 key="placement", required=True, bind="query-params") or "buddy"
+    wl = (
+        c1.segmented_control(
+            t["workload_label"],
+            tuple(WORKLOADS),
+            default="sharegpt",
+            key="workload",
+            required=True,
+            bind="query-params",
+            format_func=lambda k: WORKLOAD_NAMES[k],
+        )
+        or "sharegpt"
+    )
+    n = (
+        c2.segmented_control(
+            t["requests_label"],
+            REQUEST_CHOICES,
+            default=1000,
+            key="requests",
+            required=True,
+            bind="query-params",
+            format_func=lambda v: f"{v:,}",
+        )
+        or 1000
+    )
+    place = (
+        c3.segmented_control(
+            t["placement_label"],
+            PLACEMENTS,
+            default="buddy",
+            key="placement",
+            required=True,
+            bind="query-params",
+        )
+        or "buddy"
+    )
     d1, d2 = st.columns([3, 2])
-    dist = d1.segmented_control(t["dist_label"], LENGTH_DISTS, default="lognormal", key="dist",
-                                required=True, bind="query-params") or "lognormal"
+    dist = (
+        d1.segmented_control(
+            t["dist_label"],
+            LENGTH_DISTS,
+            default="lognormal",
+            key="dist",
+            required=True,
+            bind="query-params",
+        )
+        or "lognormal"
+    )
     sigma = SIGMA
     if dist == "lognormal":
-        sigma = d2.select_slider(t["sigma_label"], SIGMA_CHOICES, value=SIGMA, key="sigma",
-                                 bind="query-params")
-    return SimConfig(workload=wl, requests=n, length_dist=dist, sigma=float(sigma),
-                     placement=place)
+        sigma = d2.select_slider(
+            t["sigma_label"], SIGMA_CHOICES, value=SIGMA, key="sigma", bind="query-params"
+        )
+    return SimConfig(workload=wl, requests=n, length_dist=dist, sigma=float(sigma), placement=place)
 
 
 def render(lang: str = "en") -> None:
@@ -107,12 +150,24 @@ def render(lang: str = "en") -> None:
     st.markdown(t["intro"].format(n=config.requests, workload=name))
     res = result_for(config, lang)
     mean_in, mean_out = WORKLOADS[config.workload]
-    st.caption(t["setting"].format(
-        workload=name, dist=config.length_dist + (f", sigma {config.sigma:g}"
-                                                  if config.length_dist == "lognormal" else ""),
-        inp=res.mean_input, out=res.mean_output, pin=mean_in, pout=mean_out,
-        slots=config.num_slots, table1=P.TABLE1_SOURCE, bs=config.block_size,
-        mml=config.max_model_len, placement=config.placement) + " " + t["shipped"])
+    st.caption(
+        t["setting"].format(
+            workload=name,
+            dist=config.length_dist
+            + (f", sigma {config.sigma:g}" if config.length_dist == "lognormal" else ""),
+            inp=res.mean_input,
+            out=res.mean_output,
+            pin=mean_in,
+            pout=mean_out,
+            slots=config.num_slots,
+            table1=P.TABLE1_SOURCE,
+            bs=config.block_size,
+            mml=config.max_model_len,
+            placement=config.placement,
+        )
+        + " "
+        + t["shipped"]
+    )
     rows = [res.rows[p] for p in POLICIES]
     _fig2(rows, lang, t)
     _concurrency(rows, config.workload, lang, t)
@@ -127,12 +182,14 @@ def _fixes(fixes: list[essay_fixes.Fix], t: dict) -> None:
 
 def _fig2(rows: list[PolicyRow], lang: str, t: dict) -> None:
     st.subheader(t["fig2_h"])
-    st.plotly_chart(fig2_figure(rows, lang), theme=None, key="paper_fig2",
-                    config={"displayModeBar": False})
+    st.plotly_chart(
+        fig2_figure(rows, lang), theme=None, key="paper_fig2", config={"displayModeBar": False}
+    )
     st.caption(t["fig2_cap"].format(src=P.FIG2_SOURCE))
     st.dataframe(breakdown_table(rows, lang), hide_index=True)
-    slack = ", ".join(f"{NAMES[lang][r.policy]} {r.buddy_slack:.1%}" for r in rows
-                      if r.policy != "paged")
+    slack = ", ".join(
+        f"{NAMES[lang][r.policy]} {r.buddy_slack:.1%}" for r in rows if r.policy != "paged"
+    )
     st.markdown(t["slack_note"].format(slack=slack))
     st.markdown(f"#### {t['essay_h']}")
     st.caption(t["essay_intro"])
@@ -154,20 +211,27 @@ def breakdown_table(rows: list[PolicyRow], lang: str) -> list[dict]:
         for c in PAPER_CATEGORIES:
             ours = r.shares[c] + (r.shares["free"] if c == "external" else 0.0)
             ref = paper_value(r.policy, c)
-            out.append({t["col_policy"]: f"{NAMES[lang][r.policy]} · {P.PAPER_NAMES[r.policy]}",
-                        t["col_category"]: w["cat_short"][c] + (" + " + w["cat_short"]["free"]
-                                                                if c == "external" else ""),
-                        t["col_ours"]: f"{ours:.1%}",
-                        t["col_paper"]: "—" if ref is None else f"{ref:.1%}",
-                        t["col_diff"]: "—" if ref is None else f"{100 * (ours - ref):+.1f}"})
+            out.append(
+                {
+                    t["col_policy"]: f"{NAMES[lang][r.policy]} · {P.PAPER_NAMES[r.policy]}",
+                    t["col_category"]: w["cat_short"][c]
+                    + (" + " + w["cat_short"]["free"] if c == "external" else ""),
+                    t["col_ours"]: f"{ours:.1%}",
+                    t["col_paper"]: "—" if ref is None else f"{ref:.1%}",
+                    t["col_diff"]: "—" if ref is None else f"{100 * (ours - ref):+.1f}",
+                }
+            )
     return out
 
 
 def fig2_figure(rows: list[PolicyRow], lang: str = "en", height: int = 440) -> go.Figure:
     """Stacked 100 % columns, ours beside the paper's full breakdown, per policy."""
     t, w = text(lang), words(lang)
-    groups = [NAMES[lang][r.policy] + f"<br><span style='font-size:11px;color:{MUTED}'>"
-              f"{P.PAPER_NAMES[r.policy]}</span>" for r in rows]
+    groups = [
+        NAMES[lang][r.policy] + f"<br><span style='font-size:11px;color:{MUTED}'>"
+        f"{P.PAPER_NAMES[r.policy]}</span>"
+        for r in rows
+    ]
     x = [sum(([g, g] for g in groups), []), [t["ours"], t["paper"]] * len(rows)]
     fig = go.Figure()
     for c in CATEGORIES:
@@ -175,23 +239,49 @@ def fig2_figure(rows: list[PolicyRow], lang: str = "en", height: int = 440) -> g
         for r in rows:
             ref = paper_value(r.policy, c)
             vals += [100 * r.shares[c], None if ref is None else 100 * ref]
-        fig.add_bar(x=x, y=vals, name=w[c], marker_color=CATEGORY_COLOURS[c],
-                    text=[_pct(v, c) for v in vals], textposition="inside",
-                    insidetextanchor="middle",
-                    textfont=dict(color="white" if c != "free" else INK, size=13),
-                    hovertemplate=f"{w[c]}: %{{y:.1f}}%<extra></extra>")
-    rest = sum(([None, 100 * P.FIG2[r.policy].waste if P.FIG2[r.policy].external is None
-                 else None] for r in rows), [])
-    fig.add_bar(x=x, y=rest, name=t["paper_rest"], marker=dict(
-        color="white", line=dict(color=MUTED, width=1), pattern=dict(shape="/", fgcolor="#B8C0CC")),
-        hovertemplate=f"{t['paper_rest']}: %{{y:.1f}}%<extra></extra>")
-    fig.update_layout(barmode="stack", height=height, paper_bgcolor="white",
-                      plot_bgcolor="white", margin=dict(l=10, r=10, t=10, b=10),
-                      legend=dict(orientation="h", x=0, y=-0.22, traceorder="normal"),
-                      dragmode=False, yaxis=dict(range=[0, 100], ticksuffix="%",
-                                                 gridcolor="#EEF0F3", fixedrange=True,
-                                                 automargin=True),
-                      xaxis=dict(fixedrange=True, tickfont=dict(size=13)), bargap=0.25)
+        fig.add_bar(
+            x=x,
+            y=vals,
+            name=w[c],
+            marker_color=CATEGORY_COLOURS[c],
+            text=[_pct(v, c) for v in vals],
+            textposition="inside",
+            insidetextanchor="middle",
+            textfont=dict(color="white" if c != "free" else INK, size=13),
+            hovertemplate=f"{w[c]}: %{{y:.1f}}%<extra></extra>",
+        )
+    rest = sum(
+        (
+            [None, 100 * P.FIG2[r.policy].waste if P.FIG2[r.policy].external is None else None]
+            for r in rows
+        ),
+        [],
+    )
+    fig.add_bar(
+        x=x,
+        y=rest,
+        name=t["paper_rest"],
+        marker=dict(
+            color="white",
+            line=dict(color=MUTED, width=1),
+            pattern=dict(shape="/", fgcolor="#B8C0CC"),
+        ),
+        hovertemplate=f"{t['paper_rest']}: %{{y:.1f}}%<extra></extra>",
+    )
+    fig.update_layout(
+        barmode="stack",
+        height=height,
+        paper_bgcolor="white",
+        plot_bgcolor="white",
+        margin=dict(l=10, r=10, t=10, b=10),
+        legend=dict(orientation="h", x=0, y=-0.22, traceorder="normal"),
+        dragmode=False,
+        yaxis=dict(
+            range=[0, 100], ticksuffix="%", gridcolor="#EEF0F3", fixedrange=True, automargin=True
+        ),
+        xaxis=dict(fixedrange=True, tickfont=dict(size=13)),
+        bargap=0.25,
+    )
     return fig
 
 
@@ -212,20 +302,28 @@ def concurrency_ratios(rows: list[PolicyRow], workload: str) -> dict[str, tuple[
 def _concurrency(rows: list[PolicyRow], workload: str, lang: str, t: dict) -> None:
     st.subheader(t["conc_h"])
     which = t["fig13a"] if workload == "sharegpt" else t["fig13b"]
-    st.plotly_chart(concurrency_figure(rows, workload, lang), theme=None, key="paper_conc",
-                    config={"displayModeBar": False})
+    st.plotly_chart(
+        concurrency_figure(rows, workload, lang),
+        theme=None,
+        key="paper_conc",
+        config={"displayModeBar": False},
+    )
     st.caption(t["conc_cap"].format(src=P.FIG13_SOURCE, which=which))
     ratios = concurrency_ratios(rows, workload)
-    lines = [t["ratio_row"].format(name=P.PAPER_NAMES[p], ours=ratios[p][0], paper=ratios[p][1])
-             for p in ("pow2", "oracle", "paged")]
-    lines.append(t["ratio_oracle"].format(ours=ratios["paged/oracle"][0],
-                                          paper=ratios["paged/oracle"][1]))
+    lines = [
+        t["ratio_row"].format(name=P.PAPER_NAMES[p], ours=ratios[p][0], paper=ratios[p][1])
+        for p in ("pow2", "oracle", "paged")
+    ]
+    lines.append(
+        t["ratio_oracle"].format(ours=ratios["paged/oracle"][0], paper=ratios["paged/oracle"][1])
+    )
     st.markdown("\n".join(f"- {line}" for line in lines))
     _fixes([essay_fixes.concurrency_fix()], t)
 
 
-def concurrency_figure(rows: list[PolicyRow], workload: str = "sharegpt", lang: str = "en",
-                       height: int = 320) -> go.Figure:
+def concurrency_figure(
+    rows: list[PolicyRow], workload: str = "sharegpt", lang: str = "en", height: int = 320
+) -> go.Figure:
     """Mean requests running per policy, ours beside Fig. 13's."""
     t = text(lang)
     names = [NAMES[lang][r.policy] for r in rows]
@@ -233,16 +331,28 @@ def concurrency_figure(rows: list[PolicyRow], workload: str = "sharegpt", lang: 
     ref = [P.FIG13[workload][r.policy] for r in rows]
     fig = go.Figure()
     for label, vals, colour in ((t["ours"], ours, "#2F62C8"), (t["paper"], ref, "#9AA3AF")):
-        fig.add_bar(x=names, y=vals, name=label, marker_color=colour,
-                    text=[f"{v:.1f}" for v in vals], textposition="outside",
-                    textfont=dict(size=13), cliponaxis=False,
-                    hovertemplate=f"{label} %{{x}}: %{{y:.2f}}<extra></extra>")
-    fig.update_layout(barmode="group", height=height, paper_bgcolor="white",
-                      plot_bgcolor="white", margin=dict(l=10, r=10, t=30, b=10), dragmode=False,
-                      legend=dict(orientation="h", x=0, y=1.12),
-                      yaxis=dict(title=t["conc_axis"], gridcolor="#EEF0F3", fixedrange=True,
-                                 automargin=True),
-                      xaxis=dict(fixedrange=True, tickfont=dict(size=13), automargin=True))
+        fig.add_bar(
+            x=names,
+            y=vals,
+            name=label,
+            marker_color=colour,
+            text=[f"{v:.1f}" for v in vals],
+            textposition="outside",
+            textfont=dict(size=13),
+            cliponaxis=False,
+            hovertemplate=f"{label} %{{x}}: %{{y:.2f}}<extra></extra>",
+        )
+    fig.update_layout(
+        barmode="group",
+        height=height,
+        paper_bgcolor="white",
+        plot_bgcolor="white",
+        margin=dict(l=10, r=10, t=30, b=10),
+        dragmode=False,
+        legend=dict(orientation="h", x=0, y=1.12),
+        yaxis=dict(title=t["conc_axis"], gridcolor="#EEF0F3", fixedrange=True, automargin=True),
+        xaxis=dict(fixedrange=True, tickfont=dict(size=13), automargin=True),
+    )
     return fig
 
 
@@ -251,15 +361,22 @@ def largest_gaps(rows: list[PolicyRow], workload: str) -> tuple[str, float, str,
     of each against the paper."""
     tok = max(rows, key=lambda r: abs(r.shares["token_states"] - P.FIG2[r.policy].token_states))
     run = max(rows, key=lambda r: abs(r.mean_running / P.FIG13[workload][r.policy] - 1))
-    return (tok.policy, 100 * (tok.shares["token_states"] - P.FIG2[tok.policy].token_states),
-            run.policy, run.mean_running / P.FIG13[workload][run.policy] - 1)
+    return (
+        tok.policy,
+        100 * (tok.shares["token_states"] - P.FIG2[tok.policy].token_states),
+        run.policy,
+        run.mean_running / P.FIG13[workload][run.policy] - 1,
+    )
 
 
 def _differences(rows: list[PolicyRow], config: SimConfig, lang: str, t: dict) -> None:
     st.subheader(t["diff_h"])
     tp, td, rp, rd = largest_gaps(rows, config.workload)
-    st.markdown(t["diff_largest"].format(tok_name=P.PAPER_NAMES[tp], tok_diff=td,
-                                         run_name=P.PAPER_NAMES[rp], run_diff=rd))
+    st.markdown(
+        t["diff_largest"].format(
+            tok_name=P.PAPER_NAMES[tp], tok_diff=td, run_name=P.PAPER_NAMES[rp], run_diff=rd
+        )
+    )
     st.markdown(t["diff"].format(sigma=f"{SIGMA:g}"))
 
 

@@ -10,6 +10,7 @@ the file after changing the simulator or its defaults:
 A test regenerates it on a small case and checks the shipped file carries the current defaults.
 Pure Python (no torch).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,6 +35,7 @@ FORMAT = "paper-results/1"
 @dataclass(frozen=True)
 class SimConfig:
     """Everything a simulation result depends on; equal configs give equal results."""
+
     workload: str = "sharegpt"
     requests: int = 1000
     length_dist: str = "lognormal"
@@ -52,9 +54,10 @@ class SimConfig:
 @dataclass(frozen=True)
 class PolicyRow:
     """One policy's run, reduced to what the page shows."""
+
     policy: str
-    shares: dict[str, float]       # time-averaged share per accounting category
-    buddy_slack: float             # the part of external + free that is buddy rounding slack
+    shares: dict[str, float]  # time-averaged share per accounting category
+    buddy_slack: float  # the part of external + free that is buddy rounding slack
     mean_running: float
     steps: int
     preemptions: int
@@ -68,11 +71,13 @@ class WorkloadResult:
     rows: dict[str, PolicyRow] = field(default_factory=dict)
 
 
-def simulate_policy(config: SimConfig, policy: str,
-                    on_finished: Callable[[int], None] | None = None) -> PolicyRow:
+def simulate_policy(
+    config: SimConfig, policy: str, on_finished: Callable[[int], None] | None = None
+) -> PolicyRow:
     """Run ``config``'s workload under ``policy``; ``on_finished(count)`` follows progress."""
-    items = wl.generate(config.workload, config.requests, config.max_model_len,
-                              config.seed, config.dist)
+    items = wl.generate(
+        config.workload, config.requests, config.max_model_len, config.seed, config.dist
+    )
     sinks: tuple = ()
     if on_finished is not None:
         done = [0]
@@ -81,19 +86,30 @@ def simulate_policy(config: SimConfig, policy: str,
             if ev.kind == E.Finished.kind:
                 done[0] += 1
                 on_finished(done[0])
+
         sinks = (count,)
-    res = run_policy(policy, build_requests(items, config.max_model_len),
-                     config.num_slots // config.block_size, config.block_size,
-                     config.max_model_len, sinks=sinks, placement=config.placement)
-    return PolicyRow(policy, res.shares(), res.slack_share(), res.mean_running(), res.steps,
-                     res.num_preemptions)
+    res = run_policy(
+        policy,
+        build_requests(items, config.max_model_len),
+        config.num_slots // config.block_size,
+        config.block_size,
+        config.max_model_len,
+        sinks=sinks,
+        placement=config.placement,
+    )
+    return PolicyRow(
+        policy, res.shares(), res.slack_share(), res.mean_running(), res.steps, res.num_preemptions
+    )
 
 
 def workload_means(config: SimConfig) -> tuple[float, float]:
-    items = wl.generate(config.workload, config.requests, config.max_model_len,
-                              config.seed, config.dist)
-    return (sum(i.input_len for i in items) / len(items),
-            sum(i.output_len for i in items) / len(items))
+    items = wl.generate(
+        config.workload, config.requests, config.max_model_len, config.seed, config.dist
+    )
+    return (
+        sum(i.input_len for i in items) / len(items),
+        sum(i.output_len for i in items) / len(items),
+    )
 
 
 def simulate(config: SimConfig) -> WorkloadResult:
@@ -102,9 +118,18 @@ def simulate(config: SimConfig) -> WorkloadResult:
 
 
 def to_json(results: list[WorkloadResult]) -> dict:
-    return {"format": FORMAT, "results": [
-        {"config": asdict(r.config), "mean_input": r.mean_input, "mean_output": r.mean_output,
-         "rows": {p: asdict(row) for p, row in r.rows.items()}} for r in results]}
+    return {
+        "format": FORMAT,
+        "results": [
+            {
+                "config": asdict(r.config),
+                "mean_input": r.mean_input,
+                "mean_output": r.mean_output,
+                "rows": {p: asdict(row) for p, row in r.rows.items()},
+            }
+            for r in results
+        ],
+    }
 
 
 def from_json(data: dict) -> list[WorkloadResult]:
@@ -116,11 +141,15 @@ def from_json(data: dict) -> list[WorkloadResult]:
     try:
         for r in data["results"]:
             rows = {p: PolicyRow(**row) for p, row in r["rows"].items()}
-            if set(rows) != set(POLICIES) or any(set(x.shares) != set(CATEGORIES)
-                                                 for x in rows.values()):
+            if set(rows) != set(POLICIES) or any(
+                set(x.shares) != set(CATEGORIES) for x in rows.values()
+            ):
                 raise ValueError("results lack a policy or a category")
-            out.append(WorkloadResult(SimConfig(**r["config"]), float(r["mean_input"]),
-                                      float(r["mean_output"]), rows))
+            out.append(
+                WorkloadResult(
+                    SimConfig(**r["config"]), float(r["mean_input"]), float(r["mean_output"]), rows
+                )
+            )
     except (KeyError, TypeError) as e:
         raise ValueError(f"malformed paper results: {e}") from None
     return out

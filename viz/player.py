@@ -7,6 +7,7 @@ the six-step lesson is a few kilobytes, a 12.9k-event trace well under a megabyt
 component (``viz/player/player.js``) inflates it and swaps pieces on each key: no server round
 trip per frame. JavaScript only places strings it was given; it draws nothing itself.
 """
+
 from __future__ import annotations
 
 import base64
@@ -24,12 +25,13 @@ from viz.style import CATEGORY_COLOURS, INK, MUTED, words
 ASSETS = Path(__file__).resolve().parent / "player"
 GRID_HEIGHT = 390
 SLOTS = ("lm", "lg", "lp", "rm", "rg", "rp", "lc", "rc", "body", "step")
-TL_W, TL_H, TL_PAD = 1000, 100, (0, 0, 6, 2)   # width, height, padding left/right/top/bottom
+TL_W, TL_H, TL_PAD = 1000, 100, (0, 0, 6, 2)  # width, height, padding left/right/top/bottom
 
 
 @dataclass
 class Pieces:
     """Distinct strings, each stored once; frames refer to them by index."""
+
     items: list[str]
     index: dict[str, int]
 
@@ -68,8 +70,10 @@ def _panel(lesson: Lesson, side: str, i: int, lang: str) -> str:
     frame = s.at(i)
     out = html.tables_panel(frame, lang) + html.queue_panel(frame, lang)
     if i >= len(s.frames):
-        out += (f"<div class='pk-dim pk-ended'>"
-                f"{_html.escape(words(lang)['ended'].format(n=len(s.frames) - 1))}</div>")
+        out += (
+            f"<div class='pk-dim pk-ended'>"
+            f"{_html.escape(words(lang)['ended'].format(n=len(s.frames) - 1))}</div>"
+        )
     return out
 
 
@@ -78,16 +82,24 @@ def _indicator(lesson: Lesson, i: int, lang: str) -> str:
     return words(lang)["step"] + " " + "/".join(str(s) for s in steps)
 
 
-def frame_record(lesson: Lesson, i: int, lang: str, chapter: chapters.Chapter,
-                 pieces: Pieces) -> list[int]:
+def frame_record(
+    lesson: Lesson, i: int, lang: str, chapter: chapters.Chapter, pieces: Pieces
+) -> list[int]:
     """Frame ``i`` as indices into ``pieces``, in ``SLOTS`` order."""
     left, right = lesson.left.at(i), lesson.right.at(i)
     lc, rc = captions.caption(lesson, i, lang)
-    parts = [html.metrics_strip(left, lang), _grid(lesson, "left", i, lang),
-             _panel(lesson, "left", i, lang), html.metrics_strip(right, lang),
-             _grid(lesson, "right", i, lang), _panel(lesson, "right", i, lang),
-             _html.escape(lc), _html.escape(rc),
-             markdown(chapters.body(lesson, chapter, i, lang)), _indicator(lesson, i, lang)]
+    parts = [
+        html.metrics_strip(left, lang),
+        _grid(lesson, "left", i, lang),
+        _panel(lesson, "left", i, lang),
+        html.metrics_strip(right, lang),
+        _grid(lesson, "right", i, lang),
+        _panel(lesson, "right", i, lang),
+        _html.escape(lc),
+        _html.escape(rc),
+        markdown(chapters.body(lesson, chapter, i, lang)),
+        _indicator(lesson, i, lang),
+    ]
     return [pieces.add(p) for p in parts]
 
 
@@ -109,27 +121,40 @@ def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
     lines = []
     for side, dash in (("left", "6 4"), ("right", "")):
         s = lesson.side(side)
-        pts = " ".join(f"{x(i):.1f},{y(s.at(i).account.share('token_states')):.1f}"
-                       for i in range(n))
-        lines.append(f"<polyline points='{pts}' fill='none' "
-                     f"stroke='{CATEGORY_COLOURS['token_states']}' stroke-width='2' "
-                     f"stroke-dasharray='{dash}' vector-effect='non-scaling-stroke'/>")
-    rules = "".join(f"<line x1='0' x2='{TL_W}' y1='{y(v):.1f}' y2='{y(v):.1f}' stroke='#E3E7EC' "
-                    f"vector-effect='non-scaling-stroke'/>" for v in (0, 0.5, 1))
+        pts = " ".join(
+            f"{x(i):.1f},{y(s.at(i).account.share('token_states')):.1f}" for i in range(n)
+        )
+        lines.append(
+            f"<polyline points='{pts}' fill='none' "
+            f"stroke='{CATEGORY_COLOURS['token_states']}' stroke-width='2' "
+            f"stroke-dasharray='{dash}' vector-effect='non-scaling-stroke'/>"
+        )
+    rules = "".join(
+        f"<line x1='0' x2='{TL_W}' y1='{y(v):.1f}' y2='{y(v):.1f}' stroke='#E3E7EC' "
+        f"vector-effect='non-scaling-stroke'/>"
+        for v in (0, 0.5, 1)
+    )
     steps = [(c.start, c.step) for c in chs if c.kind == chapters.STEP and c.step is not None]
-    marks = "".join(f"<line x1='{x(i):.1f}' x2='{x(i):.1f}' y1='{top}' "
-                    f"y2='{TL_H - bottom}' stroke='{MUTED}' stroke-dasharray='2 3' "
-                    f"vector-effect='non-scaling-stroke'/>" for i, _ in steps)
-    svg_ = (f"<svg class='pk-tl-svg' viewBox='0 0 {TL_W} {TL_H}' preserveAspectRatio='none' "
-            f"data-left='0' data-right='0' data-width='{TL_W}'>{rules}{marks}{''.join(lines)}"
-            f"<line class='pk-tl-head' x1='0' x2='0' y1='0' y2='{TL_H}' stroke='{INK}' "
-            f"stroke-width='2' vector-effect='non-scaling-stroke'/></svg>")
-    ys = "".join(f"<span style='top:{100 * y(v) / TL_H:.2f}%'>{int(v * 100)}%</span>"
-                 for v in (0, 0.5, 1))
-    nums = "".join(f"<span style='left:{100 * x(i) / TL_W:.3f}%'>{k + 1}</span>"
-                   for i, k in steps)
-    return (f"<div class='pk-tl'><div class='pk-tl-y'>{ys}</div><div class='pk-tl-plot'>"
-            f"{svg_}<div class='pk-tl-steps'>{nums}</div></div></div>")
+    marks = "".join(
+        f"<line x1='{x(i):.1f}' x2='{x(i):.1f}' y1='{top}' "
+        f"y2='{TL_H - bottom}' stroke='{MUTED}' stroke-dasharray='2 3' "
+        f"vector-effect='non-scaling-stroke'/>"
+        for i, _ in steps
+    )
+    svg_ = (
+        f"<svg class='pk-tl-svg' viewBox='0 0 {TL_W} {TL_H}' preserveAspectRatio='none' "
+        f"data-left='0' data-right='0' data-width='{TL_W}'>{rules}{marks}{''.join(lines)}"
+        f"<line class='pk-tl-head' x1='0' x2='0' y1='0' y2='{TL_H}' stroke='{INK}' "
+        f"stroke-width='2' vector-effect='non-scaling-stroke'/></svg>"
+    )
+    ys = "".join(
+        f"<span style='top:{100 * y(v) / TL_H:.2f}%'>{int(v * 100)}%</span>" for v in (0, 0.5, 1)
+    )
+    nums = "".join(f"<span style='left:{100 * x(i) / TL_W:.3f}%'>{k + 1}</span>" for i, k in steps)
+    return (
+        f"<div class='pk-tl'><div class='pk-tl-y'>{ys}</div><div class='pk-tl-plot'>"
+        f"{svg_}<div class='pk-tl-steps'>{nums}</div></div></div>"
+    )
 
 
 def scoreboard(lesson: Lesson, lang: str) -> str:
@@ -137,10 +162,14 @@ def scoreboard(lesson: Lesson, lang: str) -> str:
     t = captions.text(lang)
     cards = "".join(
         f"<div class='pk-score-side'>{html.side_title(lesson.side(s).title[lang], s)}"
-        f"{html.scoreboard_card(lesson.side(s).summary, lang)}</div>" for s in ("left", "right"))
-    return (f"<div class='pk-scoreboard'><div class='pk-score-title'>"
-            f"{_html.escape(t['scoreboard_title'])}</div><div class='pk-score-row'>{cards}</div>"
-            f"</div>")
+        f"{html.scoreboard_card(lesson.side(s).summary, lang)}</div>"
+        for s in ("left", "right")
+    )
+    return (
+        f"<div class='pk-scoreboard'><div class='pk-score-title'>"
+        f"{_html.escape(t['scoreboard_title'])}</div><div class='pk-score-row'>{cards}</div>"
+        f"</div>"
+    )
 
 
 def payload(lesson: Lesson, lang: str) -> dict:
@@ -149,31 +178,62 @@ def payload(lesson: Lesson, lang: str) -> dict:
     chs = chapters.chapters(lesson)
     pieces = Pieces([], {})
     of_frame = {i: c for c in chs for i in range(c.start, c.end + 1)}
-    frames = [frame_record(lesson, i, lang, of_frame[i], pieces)
-              for i in range(lesson.num_frames)]
+    frames = [frame_record(lesson, i, lang, of_frame[i], pieces) for i in range(lesson.num_frames)]
     last_step = len(lesson.spec.steps) - 1
-    score_step = last_step if lesson.spec.steps and lesson.spec.steps[last_step].rule.get(
-        "frame") == "last" else None
+    score_step = (
+        last_step
+        if lesson.spec.steps and lesson.spec.steps[last_step].rule.get("frame") == "last"
+        else None
+    )
     body = json.dumps({"pieces": pieces.items, "frames": frames}, separators=(",", ":"))
     t = captions.text(lang)
     return {
         "id": f"{lesson.key or lesson.spec.name}:{lesson.num_frames}:{lang}",
-        "lesson": lesson.spec.name, "lang": lang, "num_frames": lesson.num_frames,
+        "lesson": lesson.spec.name,
+        "lang": lang,
+        "num_frames": lesson.num_frames,
         "z": base64.b64encode(zlib.compress(body.encode("utf-8"), 6)).decode("ascii"),
-        "chapters": [{"start": c.start, "end": c.end, "step": c.step,
-                      "title": chapters.title(lesson, c, lang),
-                      "score": c.step is not None and c.step == score_step} for c in chs],
+        "chapters": [
+            {
+                "start": c.start,
+                "end": c.end,
+                "step": c.step,
+                "title": chapters.title(lesson, c, lang),
+                "score": c.step is not None and c.step == score_step,
+            }
+            for c in chs
+        ],
         "titles": {s: html.side_title(lesson.side(s).title[lang], s) for s in ("left", "right")},
-        "legend": html.legend(lang), "timeline": timeline_svg(lesson, chs, lang),
-        "timeline_caption": _html.escape(t["timeline"].format(
-            left=lesson.left.title[lang], right=lesson.right.title[lang])),
+        "legend": html.legend(lang),
+        "timeline": timeline_svg(lesson, chs, lang),
+        "timeline_caption": _html.escape(
+            t["timeline"].format(left=lesson.left.title[lang], right=lesson.right.title[lang])
+        ),
         "scoreboard": scoreboard(lesson, lang),
-        "icon": "data:image/png;base64," + base64.b64encode(
-            (ASSETS / "icon.png").read_bytes()).decode("ascii"),
-        "text": {k: t[k] for k in ("left", "right", "frame_of", "play", "pause", "speed",
-                                   "help_title", "help_close", "key_arrows", "key_pages",
-                                   "key_home_end", "key_space", "key_speed", "key_f",
-                                   "key_help", "key_timeline", "present_hint")},
+        "icon": "data:image/png;base64,"
+        + base64.b64encode((ASSETS / "icon.png").read_bytes()).decode("ascii"),
+        "text": {
+            k: t[k]
+            for k in (
+                "left",
+                "right",
+                "frame_of",
+                "play",
+                "pause",
+                "speed",
+                "help_title",
+                "help_close",
+                "key_arrows",
+                "key_pages",
+                "key_home_end",
+                "key_space",
+                "key_speed",
+                "key_f",
+                "key_help",
+                "key_timeline",
+                "present_hint",
+            )
+        },
     }
 
 
@@ -189,15 +249,24 @@ def component():
     global _COMPONENT
     if _COMPONENT is None:
         import streamlit as st
+
         css = _asset("player.css") + html.CSS.replace("<style>", "").replace("</style>", "")
-        _COMPONENT = st.components.v2.component("pk_player", html=_asset("player.html"),
-                                                css=css, js=_asset("player.js"),
-                                                isolate_styles=False)
+        _COMPONENT = st.components.v2.component(
+            "pk_player",
+            html=_asset("player.html"),
+            css=css,
+            js=_asset("player.js"),
+            isolate_styles=False,
+        )
     return _COMPONENT
 
 
-def mount(data: dict, start: int, present: bool, follow_end: bool = False,
-          key: str = "pk_player") -> None:
+def mount(
+    data: dict, start: int, present: bool, follow_end: bool = False, key: str = "pk_player"
+) -> None:
     """Show the player at frame ``start`` (``present``: presenter mode on)."""
-    component()(data={**data, "start": start, "present": present, "follow": follow_end},
-                key=key, width="stretch")
+    component()(
+        data={**data, "start": start, "present": present, "follow": follow_end},
+        key=key,
+        width="stretch",
+    )

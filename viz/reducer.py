@@ -8,6 +8,7 @@ in, block tables, reservation ranges, the queue and what changed since the previ
 
 Frame ``i`` is the state right after the ``i``-th ``step_end`` of a run. Pure Python, no torch.
 """
+
 from __future__ import annotations
 
 import copy
@@ -21,8 +22,13 @@ from engine.accounting import StepAccount, Tally, final_lengths
 # One character per slot: compact, hashable, and cheap to compare between frames.
 TOKEN, RESERVED, INTERNAL, FREE, HOLE = "T", "R", "I", "F", "H"
 #: The accounting category (engine.accounting.CATEGORIES) each cell code draws.
-CELL_CATEGORY = {TOKEN: "token_states", RESERVED: "reservation", INTERNAL: "internal",
-                 FREE: "free", HOLE: "external"}
+CELL_CATEGORY = {
+    TOKEN: "token_states",
+    RESERVED: "reservation",
+    INTERNAL: "internal",
+    FREE: "free",
+    HOLE: "external",
+}
 
 PAGED, CONTIGUOUS = "paged", "contiguous"
 
@@ -30,11 +36,12 @@ PAGED, CONTIGUOUS = "paged", "contiguous"
 @dataclass(frozen=True)
 class RunInfo:
     """What a frame needs to know about the run it belongs to (from the trace header)."""
+
     name: str
-    allocator: str       # PAGED or CONTIGUOUS
+    allocator: str  # PAGED or CONTIGUOUS
     num_slots: int
-    block_size: int      # paging granularity; for a contiguous run, the block size it is drawn at
-    policy: str = ""     # contiguous policy (max / pow2 / oracle), "" for paging
+    block_size: int  # paging granularity; for a contiguous run, the block size it is drawn at
+    policy: str = ""  # contiguous policy (max / pow2 / oracle), "" for paging
     max_model_len: int = 0
     num_cpu_blocks: int = 0  # the CPU tier under the arena (swap preemption), 0 if none
 
@@ -46,12 +53,20 @@ class RunInfo:
         cfg = run.get("config", {})
         alloc = str(run.get("allocator", run["name"]))
         kind = PAGED if alloc == PAGED else CONTIGUOUS
-        policy = "" if kind == PAGED else str(cfg.get("policy", alloc if alloc != CONTIGUOUS
-                                                      else run["name"]))
-        return cls(name=run["name"], allocator=kind, num_slots=int(cfg["num_slots"]),
-                   block_size=int(cfg.get("block_size") or 16), policy=policy,
-                   max_model_len=int(cfg.get("max_model_len") or 0),
-                   num_cpu_blocks=int(cfg.get("num_cpu_blocks") or 0))
+        policy = (
+            ""
+            if kind == PAGED
+            else str(cfg.get("policy", alloc if alloc != CONTIGUOUS else run["name"]))
+        )
+        return cls(
+            name=run["name"],
+            allocator=kind,
+            num_slots=int(cfg["num_slots"]),
+            block_size=int(cfg.get("block_size") or 16),
+            policy=policy,
+            max_model_len=int(cfg.get("max_model_len") or 0),
+            num_cpu_blocks=int(cfg.get("num_cpu_blocks") or 0),
+        )
 
 
 def label(order: int) -> str:
@@ -74,15 +89,16 @@ def display_name(req: str, order: int) -> str:
 class RequestView:
     """One request as a frame sees it. ``order`` is its arrival rank (it picks the colour);
     ``name`` is what the viewer calls it."""
+
     req: str
     name: str
     order: int
     prompt_len: int
     max_tokens: int
-    status: str           # waiting / running / finished
-    filled: int           # K/V slots written so far
-    held: int             # slots it holds in the arena
-    final_len: int        # its final length, or its bound while that is unknown
+    status: str  # waiting / running / finished
+    filled: int  # K/V slots written so far
+    held: int  # slots it holds in the arena
+    final_len: int  # its final length, or its bound while that is unknown
 
 
 @dataclass(frozen=True)
@@ -93,6 +109,7 @@ class Frame:
     ``owners[s]`` the request holding it (None when free). ``changed`` lists slots whose owner or
     category differs from the previous frame (free <-> hole flips excluded: they follow the
     queue, not the slot). ``account`` is Tally's StepAccount for this step."""
+
     index: int
     step: int
     run: RunInfo
@@ -103,7 +120,7 @@ class Frame:
     reservations: dict[str, tuple[int, int]]
     running: tuple[str, ...]
     waiting: tuple[str, ...]
-    blocked: tuple[E.AdmissionBlocked, ...]   # refusals of waiting requests this step
+    blocked: tuple[E.AdmissionBlocked, ...]  # refusals of waiting requests this step
     requests: dict[str, RequestView]
     events: tuple[E.Event, ...]
     account: StepAccount
@@ -128,10 +145,11 @@ class ArenaState:
 
     ``tally`` is the one fold of requests, queue, refusals and slot counts; this state adds
     only where each slot sits (owners, positions, block tables, runs) and reads the rest."""
+
     run: RunInfo
     tally: Tally
     owners: list[str | None]
-    pos: list[int]                      # token position each held slot stands for
+    pos: list[int]  # token position each held slot stands for
     written: list[bool]
     block_tables: dict[str, list[int]] = field(default_factory=dict)
     reservations: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -145,8 +163,12 @@ class ArenaState:
         request will fill later from slots it never fills; without it each request's bound
         stands in until its ``finished`` event."""
         n = run.num_slots
-        tally = Tally(num_slots=n, block_size=run.block_size, final_lens=dict(final_lens or {}),
-                      num_cpu_blocks=run.num_cpu_blocks)
+        tally = Tally(
+            num_slots=n,
+            block_size=run.block_size,
+            final_lens=dict(final_lens or {}),
+            num_cpu_blocks=run.num_cpu_blocks,
+        )
         return cls(run=run, tally=tally, owners=[None] * n, pos=[-1] * n, written=[False] * n)
 
     def clone(self) -> ArenaState:
@@ -233,9 +255,12 @@ def _clear(s: ArenaState, start: int, length: int) -> None:
 
 
 _HANDLERS: dict[str, Callable[[ArenaState, Any], None]] = {
-    E.BlockAllocated.kind: _block_allocated, E.SlotsReserved.kind: _slots_reserved,
-    E.TokensWritten.kind: _tokens_written, E.BlockFreed.kind: _block_freed,
-    E.ReservationReleased.kind: _reservation_released, E.SwappedIn.kind: _swapped_in,
+    E.BlockAllocated.kind: _block_allocated,
+    E.SlotsReserved.kind: _slots_reserved,
+    E.TokensWritten.kind: _tokens_written,
+    E.BlockFreed.kind: _block_freed,
+    E.ReservationReleased.kind: _reservation_released,
+    E.SwappedIn.kind: _swapped_in,
 }
 
 
@@ -247,12 +272,21 @@ def _close(s: ArenaState, ev: E.StepEnd) -> Frame:
     prev = s.last_frame
     t = s.tally
     frame = Frame(
-        index=s.num_frames, step=ev.step, run=s.run, cells=cells, owners=owners,
+        index=s.num_frames,
+        step=ev.step,
+        run=s.run,
+        cells=cells,
+        owners=owners,
         changed=_changed(prev, cells, owners),
         block_tables={r: tuple(t) for r, t in s.block_tables.items()},
-        reservations=dict(s.reservations), running=tuple(t.running), waiting=tuple(t.waiting),
-        blocked=t.refusals, requests=_request_views(t), events=tuple(s.step_events),
-        account=account)
+        reservations=dict(s.reservations),
+        running=tuple(t.running),
+        waiting=tuple(t.waiting),
+        blocked=t.refusals,
+        requests=_request_views(t),
+        events=tuple(s.step_events),
+        account=account,
+    )
     s.num_frames += 1
     return frame
 
@@ -278,15 +312,25 @@ def _changed(prev: Frame | None, cells: str, owners: tuple) -> frozenset[int]:
 
 
 def _request_views(t: Tally) -> dict[str, RequestView]:
-    return {r: RequestView(req=r, name=display_name(r, d.order), order=d.order,
-                           prompt_len=d.prompt_len, max_tokens=d.max_tokens, status=d.status,
-                           filled=t.filled.get(r, 0), held=t.held.get(r, 0),
-                           final_len=t.final_len(r))
-            for r, d in t.requests.items()}
+    return {
+        r: RequestView(
+            req=r,
+            name=display_name(r, d.order),
+            order=d.order,
+            prompt_len=d.prompt_len,
+            max_tokens=d.max_tokens,
+            status=d.status,
+            filled=t.filled.get(r, 0),
+            held=t.held.get(r, 0),
+            final_len=t.final_len(r),
+        )
+        for r, d in t.requests.items()
+    }
 
 
-def fold(events: Iterable[E.Event], run: RunInfo,
-         final_lens: dict[str, int] | None = None) -> Iterator[Frame]:
+def fold(
+    events: Iterable[E.Event], run: RunInfo, final_lens: dict[str, int] | None = None
+) -> Iterator[Frame]:
     """Yield one Frame per ``step_end``, folding in place (same transition as ``apply``)."""
     state = ArenaState.empty(run, final_lens)
     for ev in events:

@@ -14,6 +14,7 @@ user's string: callers derive them from an index. ``boundary`` wraps a drawing f
 exception becomes one ``st.error`` line (its type and a reference, never a server path) while
 the details go to the server log under the same reference.
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,7 +29,7 @@ from typing import TypeVar
 
 log = logging.getLogger("viz.safe")
 
-MAX_SHOWN = 300                      # characters of untrusted text shown in one line
+MAX_SHOWN = 300  # characters of untrusted text shown in one line
 # Marks that open markup anywhere in a line (links, images, emphasis, code, HTML, math,
 # Streamlit's :colour[..] directives, tables); a leading one may open a list, heading or quote.
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>!$~|{}#&:])")
@@ -51,7 +52,7 @@ def one_line(text: object, limit: int = MAX_SHOWN) -> str:
     """``text`` as a single printable line of at most ``limit`` characters: control
     characters, line and paragraph separators and bidi overrides become one space."""
     s = _CONTROL.sub(" ", str(text)).strip()
-    return s if len(s) <= limit else s[:limit - 1] + "…"
+    return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
 def html_text(text: object, limit: int | None = None) -> str:
@@ -65,8 +66,7 @@ def md_text(text: object, limit: int = MAX_SHOWN) -> str:
     punctuation mark: lists, headings, quotes) backslash-escaped, so nothing in it is markup.
     CommonMark allows a backslash before any ASCII punctuation."""
     parts = _LINKISH.split(one_line(text, limit))  # odd indices: link-like words
-    done = [_code_span(p) if n % 2 else _MD_SPECIAL.sub(r"\\\1", p)
-            for n, p in enumerate(parts)]
+    done = [_code_span(p) if n % 2 else _MD_SPECIAL.sub(r"\\\1", p) for n, p in enumerate(parts)]
     if done[0][:1] in _LEADING:  # a list, heading or quote marker (not a code span: n = 0)
         done[0] = "\\" + done[0]
     done[0] = _ORDERED.sub(r"\1\\\2", done[0])
@@ -97,6 +97,7 @@ def boundary(message: str) -> Callable[[Callable[..., R]], Callable[..., R | Non
     """Decorate a drawing function: an ``Exception`` it raises is logged server-side and shown
     as one ``st.error`` line. Streamlit's own control flow (rerun, stop) passes through: those
     derive from ``BaseException``."""
+
     def wrap(fn: Callable[..., R]) -> Callable[..., R | None]:
         @functools.wraps(fn)
         def guarded(*args, **kwargs):
@@ -104,7 +105,10 @@ def boundary(message: str) -> Callable[[Callable[..., R]], Callable[..., R | Non
                 return fn(*args, **kwargs)
             except Exception as e:  # noqa: BLE001 - the point: no traceback reaches the page
                 import streamlit as st
+
                 st.error(md_text(report(e, message)))
                 return None
+
         return guarded
+
     return wrap

@@ -1,5 +1,6 @@
 """Run the app headless in a child process and drive it with Debian's Chromium: shared by the
 browser tests and ``bench/frames.py``. Never downloads a browser."""
+
 from __future__ import annotations
 
 import contextlib
@@ -15,9 +16,16 @@ from typing import IO
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def free_port() -> int:
@@ -27,18 +35,36 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_app(env: dict[str, str] | None = None, log: Path | None = None,
-                timeout: float = 90, info: dict | None = None) -> Iterator[str]:
+def running_app(
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+    timeout: float = 90,
+    info: dict | None = None,
+) -> Iterator[str]:
     """Start ``streamlit run app.py`` on a free port, wait for /_stcore/health, yield its base
     URL, and stop it (our child only) afterwards. ``info["pid"]`` gets the server's pid."""
     port = free_port()
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
-           "--server.headless", "true", "--server.port", str(port),
-           "--server.address", "127.0.0.1", "--server.fileWatcherType", "none",
-           "--browser.gatherUsageStats", "false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "app.py"),
+        "--server.headless",
+        "true",
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+        "--server.fileWatcherType",
+        "none",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
     out: IO[str] | int = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT
+    )
     if info is not None:
         info["pid"] = proc.pid
     url = f"http://127.0.0.1:{port}"
@@ -76,8 +102,10 @@ def launch_chromium(playwright):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
 
-FRAME_JS = "() => { const e = document.querySelector('#pk-frame'); " \
-           "return e ? Number(e.dataset.frame) : null; }"
+FRAME_JS = (
+    "() => { const e = document.querySelector('#pk-frame'); "
+    "return e ? Number(e.dataset.frame) : null; }"
+)
 PAINTED_JS = """(want) => {
   const e = document.querySelector('#pk-frame');
   if (!e || Number(e.dataset.frame) !== want) return false;
@@ -113,8 +141,10 @@ def wait_painted(page, frame: int, timeout_ms: float = 30000) -> None:
     page.wait_for_function(PAINTED_JS, arg=frame, timeout=timeout_ms, polling="raf")
 
 
-IDLE_JS = "() => { const a = document.querySelector('[data-test-script-state]'); " \
-          "return !!a && a.dataset.testScriptState === 'notRunning'; }"
+IDLE_JS = (
+    "() => { const a = document.querySelector('[data-test-script-state]'); "
+    "return !!a && a.dataset.testScriptState === 'notRunning'; }"
+)
 
 
 def wait_idle(page, timeout_ms: float = 30000) -> None:

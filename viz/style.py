@@ -1,5 +1,6 @@
 """Colours and words shared by the app's HTML and the plotly figures (so an exported lecture
 figure looks like the app). Pure data and tiny helpers; no Streamlit, no plotly."""
+
 from __future__ import annotations
 
 from viz import ui_text
@@ -9,11 +10,21 @@ from viz.reducer import HOLE, INTERNAL, RESERVED, TOKEN
 #: in the grid, the metrics strip, the timeline and the scoreboard alike; requests have no colour
 #: of their own (they are told apart by their labels, A0 / A1 / B0 ..., and the white rules
 #: between blocks). Chosen so the five stay apart under deuteranopia (tests/test_palette.py).
-CATEGORY_COLOURS = {"token_states": "#2166AC", "reservation": "#A6CCEB",
-                    "internal": "#E69F00", "external": "#B2182B", "free": "#E7EAEE"}
+CATEGORY_COLOURS = {
+    "token_states": "#2166AC",
+    "reservation": "#A6CCEB",
+    "internal": "#E69F00",
+    "external": "#B2182B",
+    "free": "#E7EAEE",
+}
 #: The mark drawn over a category's cells, and the ink of a label written on it.
-CATEGORY_MARKS = {"token_states": "white", "reservation": "#1F2933", "internal": "white",
-                  "external": "white", "free": "#1F2933"}
+CATEGORY_MARKS = {
+    "token_states": "white",
+    "reservation": "#1F2933",
+    "internal": "white",
+    "external": "white",
+    "free": "#1F2933",
+}
 FREE_COLOUR = CATEGORY_COLOURS["free"]
 HOLE_COLOUR = CATEGORY_COLOURS["external"]
 INK = "#1F2933"
@@ -26,8 +37,12 @@ REQUEST_COLOURS = (INK,)
 SIDE_COLOURS = {"left": INK, "right": INK}
 SIDE_DASH = {"left": "dash", "right": "solid"}
 
-_CODE_CATEGORY = {TOKEN: "token_states", RESERVED: "reservation", INTERNAL: "internal",
-                  HOLE: "external"}
+_CODE_CATEGORY = {
+    TOKEN: "token_states",
+    RESERVED: "reservation",
+    INTERNAL: "internal",
+    HOLE: "external",
+}
 
 
 def request_colour(order: int) -> str:
@@ -36,7 +51,7 @@ def request_colour(order: int) -> str:
 
 def tint(hex_colour: str, amount: float) -> str:
     """Mix ``hex_colour`` with white; ``amount`` 0 keeps it, 1 gives white."""
-    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
     mix = [round(c + (255 - c) * amount) for c in (r, g, b)]
     return "#" + "".join(f"{c:02X}" for c in mix)
 

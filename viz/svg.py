@@ -6,6 +6,7 @@ or crossed through a pattern), then one white path cuts the gaps between cells. 
 frame is a few kilobytes the browser paints in milliseconds, where a plotly heatmap spent most
 of a keypress re-rendering. Each run has a tooltip. Pure strings; no Streamlit, no plotly.
 """
+
 from __future__ import annotations
 
 import re
@@ -16,11 +17,11 @@ from viz.panels import label_starts
 from viz.reducer import CELL_CATEGORY, HOLE, INTERNAL, PAGED, Frame
 from viz.style import CHANGED, MUTED, cell_colour, cell_ink, words
 
-CELL = 20            # user units per cell (pitch)
-GAP = 2              # white gap between cells
-SEP = 5              # white rule between blocks that share a row
-LABEL_W = 34         # room for the row labels on the left
-_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")   # what may never reach an id attribute
+CELL = 20  # user units per cell (pitch)
+GAP = 2  # white gap between cells
+SEP = 5  # white rule between blocks that share a row
+LABEL_W = 34  # room for the row labels on the left
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")  # what may never reach an id attribute
 
 
 def _x(col: int) -> int:
@@ -31,8 +32,14 @@ def _y(row: int) -> int:
     return row * CELL
 
 
-def arena_svg(frame: Frame, layout: GridLayout, lang: str = "en", meta: int | None = None,
-              max_height_px: int = 430, uid: str = "") -> str:
+def arena_svg(
+    frame: Frame,
+    layout: GridLayout,
+    lang: str = "en",
+    meta: int | None = None,
+    max_height_px: int = 430,
+    uid: str = "",
+) -> str:
     """One side's arena as an ``<svg>`` that scales to its column (at most ``max_height_px``
     tall). ``meta`` lands in ``data-pk-frame`` so a browser test can tell what is painted;
     ``uid`` keeps pattern ids apart when several grids share a page: a caller-derived id
@@ -40,15 +47,22 @@ def arena_svg(frame: Frame, layout: GridLayout, lang: str = "en", meta: int | No
     uid = _ID_UNSAFE.sub("", uid) or _ID_UNSAFE.sub("", frame.run.allocator) or "g"
     width, height = _x(layout.cols) - GAP, layout.rows * CELL - GAP
     defs, fills = _patterns(frame, uid)
-    body = [_runs(frame, layout, lang, fills), _gaps(layout), _owner_breaks(frame, layout),
-            _row_labels(frame, layout),
-            _names(frame, layout), _changed(frame, layout)]
+    body = [
+        _runs(frame, layout, lang, fills),
+        _gaps(layout),
+        _owner_breaks(frame, layout),
+        _row_labels(frame, layout),
+        _names(frame, layout),
+        _changed(frame, layout),
+    ]
     tag = f" data-pk-frame='{meta}'" if meta is not None else ""
     # A margin of 3 units keeps the "changed" outline of an edge cell from being clipped.
-    return (f"<svg class='pk-arena'{tag} viewBox='-1 -3 {width + 4} {height + 6}' "
-            f"preserveAspectRatio='xMidYMin meet' style='width:100%;max-height:{max_height_px}px;"
-            f"display:block' font-family='Inter, Helvetica, Arial, sans-serif'>"
-            f"<defs>{defs}</defs>{''.join(body)}</svg>")
+    return (
+        f"<svg class='pk-arena'{tag} viewBox='-1 -3 {width + 4} {height + 6}' "
+        f"preserveAspectRatio='xMidYMin meet' style='width:100%;max-height:{max_height_px}px;"
+        f"display:block' font-family='Inter, Helvetica, Arial, sans-serif'>"
+        f"<defs>{defs}</defs>{''.join(body)}</svg>"
+    )
 
 
 def _patterns(frame: Frame, uid: str) -> tuple[str, dict[str, str]]:
@@ -66,13 +80,18 @@ def _patterns(frame: Frame, uid: str) -> tuple[str, dict[str, str]]:
             wanted.setdefault(cell_colour(code, None), ("cross", cell_ink(code, None)))
     for n, (fill, (kind, ink)) in enumerate(wanted.items()):
         pid = f"pk-{uid}-{n}"
-        mark = (f"M{c - d:.1f},{c + d:.1f}L{c + d:.1f},{c - d:.1f}" if kind == "stroke" else
-                f"M{c - d:.1f},{c - d:.1f}L{c + d:.1f},{c + d:.1f}M{c - d:.1f},{c + d:.1f}"
-                f"L{c + d:.1f},{c - d:.1f}")
-        defs.append(f"<pattern id='{pid}' x='{LABEL_W}' y='0' width='{CELL}' height='{CELL}' "
-                    f"patternUnits='userSpaceOnUse'><rect width='{s}' height='{s}' "
-                    f"fill='{fill}'/><path d='{mark}' stroke='{ink}' stroke-width='1.3'/>"
-                    f"</pattern>")
+        mark = (
+            f"M{c - d:.1f},{c + d:.1f}L{c + d:.1f},{c - d:.1f}"
+            if kind == "stroke"
+            else f"M{c - d:.1f},{c - d:.1f}L{c + d:.1f},{c + d:.1f}M{c - d:.1f},{c + d:.1f}"
+            f"L{c + d:.1f},{c - d:.1f}"
+        )
+        defs.append(
+            f"<pattern id='{pid}' x='{LABEL_W}' y='0' width='{CELL}' height='{CELL}' "
+            f"patternUnits='userSpaceOnUse'><rect width='{s}' height='{s}' "
+            f"fill='{fill}'/><path d='{mark}' stroke='{ink}' stroke-width='1.3'/>"
+            f"</pattern>"
+        )
         fills[fill] = f"url(#{pid})"
     return "".join(defs), fills
 
@@ -96,13 +115,16 @@ def _runs(frame: Frame, layout: GridLayout, lang: str, fills: dict[str, str]) ->
     return "".join(out)
 
 
-def _run_rect(frame: Frame, layout: GridLayout, s: int, e: int, fills: dict[str, str],
-              w: dict | None) -> str:
+def _run_rect(
+    frame: Frame, layout: GridLayout, s: int, e: int, fills: dict[str, str], w: dict | None
+) -> str:
     owner, code = frame.owners[s], frame.cells[s]
     fill = cell_colour(code, frame.requests[owner].order if owner is not None else None)
     col, row = layout.xy(s)
-    rect = (f"<rect x='{_x(col)}' y='{_y(row)}' width='{(e - s) * CELL - GAP}' "
-            f"height='{CELL - GAP}' fill='{fills.get(fill, fill)}'")
+    rect = (
+        f"<rect x='{_x(col)}' y='{_y(row)}' width='{(e - s) * CELL - GAP}' "
+        f"height='{CELL - GAP}' fill='{fills.get(fill, fill)}'"
+    )
     if w is None:
         return rect + "/>"
     who = f"{frame.requests[owner].name} · " if owner is not None else ""
@@ -113,11 +135,14 @@ def _run_rect(frame: Frame, layout: GridLayout, s: int, e: int, fills: dict[str,
 def _gaps(layout: GridLayout) -> str:
     """White lines between the cells of a run, wider between blocks sharing a row."""
     height = layout.rows * CELL
-    thin = "".join(f"M{_x(k) - GAP / 2},0V{height}" for k in range(1, layout.cols)
-                   if k % layout.block_size)
+    thin = "".join(
+        f"M{_x(k) - GAP / 2},0V{height}" for k in range(1, layout.cols) if k % layout.block_size
+    )
     out = f"<path d='{thin}' stroke='white' stroke-width='{GAP}'/>"
-    wide = "".join(f"M{_x(k) - GAP / 2},0V{height}"
-                   for k in range(layout.block_size, layout.cols, layout.block_size))
+    wide = "".join(
+        f"M{_x(k) - GAP / 2},0V{height}"
+        for k in range(layout.block_size, layout.cols, layout.block_size)
+    )
     if wide:
         out += f"<path d='{wide}' stroke='white' stroke-width='{SEP}'/>"
     return out
@@ -144,7 +169,8 @@ def _row_labels(frame: Frame, layout: GridLayout) -> str:
     return "".join(
         f"<text x='{LABEL_W - 5}' y='{_y(r) + CELL / 2 + 2}' font-size='10' text-anchor='end' "
         f"fill='{MUTED}'>{f'#{r * per_row}' if paged else r * layout.cols}</text>"
-        for r in range(0, layout.rows, step))
+        for r in range(0, layout.rows, step)
+    )
 
 
 def _names(frame: Frame, layout: GridLayout) -> str:
@@ -154,9 +180,11 @@ def _names(frame: Frame, layout: GridLayout) -> str:
         col, row = layout.xy(slot)
         colour = cell_ink(frame.cells[slot], frame.requests[owner].order)
         size = 9 if len(text) > 2 else 10
-        out.append(f"<text x='{_x(col) + (CELL - GAP) / 2}' y='{_y(row) + 13}' "
-                   f"font-size='{size}' font-weight='700' text-anchor='middle' fill='{colour}' "
-                   f"pointer-events='none'>{escape(text)}</text>")
+        out.append(
+            f"<text x='{_x(col) + (CELL - GAP) / 2}' y='{_y(row) + 13}' "
+            f"font-size='{size}' font-weight='700' text-anchor='middle' fill='{colour}' "
+            f"pointer-events='none'>{escape(text)}</text>"
+        )
     return "".join(out)
 
 
@@ -168,5 +196,7 @@ def _changed(frame: Frame, layout: GridLayout) -> str:
         x0, x1 = _x(c0) - 1, _x(c1) + CELL - GAP + 1
         y0, y1 = _y(row) - 1, _y(row) + CELL - GAP + 1
         segs.append(f"M{x0},{y0}H{x1}V{y1}H{x0}Z")
-    return (f"<path d='{''.join(segs)}' stroke='{CHANGED}' stroke-width='2.2' fill='none' "
-            f"stroke-linejoin='round' pointer-events='none'/>")
+    return (
+        f"<path d='{''.join(segs)}' stroke='{CHANGED}' stroke-width='2.2' fill='none' "
+        f"stroke-linejoin='round' pointer-events='none'/>"
+    )

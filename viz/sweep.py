@@ -17,6 +17,7 @@ the traces (``b16.internal_share``) or from ``engine.capacity`` arithmetic
 (``b16.long_table_bytes``); all categories come from ``engine.accounting``. Pure Python, no
 Streamlit, no torch.
 """
+
 from __future__ import annotations
 
 import csv
@@ -49,6 +50,7 @@ class Section:
 @dataclass(frozen=True)
 class SweepSpec:
     """What ``narration.toml`` says."""
+
     name: str
     folder: Path
     title: dict[str, str]
@@ -71,15 +73,16 @@ class SweepSpec:
 @dataclass(frozen=True)
 class SizeResult:
     """One block size's run, reduced by the accounting fold and the block-table events."""
+
     block_size: int
     num_slots: int
     steps: int
     requests: int
     preemptions: int
-    held_shares: dict[str, float]   # token_states / reservation / internal, as shares of held
+    held_shares: dict[str, float]  # token_states / reservation / internal, as shares of held
     arena_shares: dict[str, float]  # the five categories, as shares of the arena
-    internal_per_request: float     # never-used slots per running request, step-averaged
-    mean_entries: float             # block-table entries per request when it finished
+    internal_per_request: float  # never-used slots per running request, step-averaged
+    mean_entries: float  # block-table entries per request when it finished
     max_entries: int
     mean_final_len: float
     peak_held: int
@@ -100,15 +103,24 @@ def load_spec(name: str, root: Path = LESSONS_DIR) -> SweepSpec:
     """Parse ``root/name/narration.toml``. Raises SweepError (one line) when it is unusable."""
     folder, doc = read_lesson_toml(name, "narration.toml", root, SweepError, "sweep lesson")
     try:
-        sections = tuple(Section(s["chart"], texts(s["title"]), texts(s["text"]))
-                         for s in doc.get("sections", []))
+        sections = tuple(
+            Section(s["chart"], texts(s["title"]), texts(s["text"]))
+            for s in doc.get("sections", [])
+        )
         sizes = tuple(int(b) for b in doc["block_sizes"])
-        return SweepSpec(name, folder, texts(doc["title"]), texts(doc.get("intro", "")),
-                         doc["traces"], sizes, doc.get("kernel_table"), doc.get("record", ""),
-                         sections)
+        return SweepSpec(
+            name,
+            folder,
+            texts(doc["title"]),
+            texts(doc.get("intro", "")),
+            doc["traces"],
+            sizes,
+            doc.get("kernel_table"),
+            doc.get("record", ""),
+            sections,
+        )
     except (KeyError, TypeError, ValueError) as e:
         raise SweepError(f"lessons/{name}/narration.toml lacks or mistypes {e}") from None
-
 
 
 def analyse(trace: T.Trace, run: str = "paged") -> SizeResult:
@@ -125,14 +137,22 @@ def analyse(trace: T.Trace, run: str = "paged") -> SizeResult:
     finals = [e.final_len for e in events if isinstance(e, E.Finished)]
     h = trace.header
     return SizeResult(
-        block_size=bs, num_slots=num_slots, steps=len(accounts), requests=len(finals),
+        block_size=bs,
+        num_slots=num_slots,
+        steps=len(accounts),
+        requests=len(finals),
         preemptions=sum(1 for e in events if e.kind == E.Preempted.kind),
-        held_shares=_held_shares(accounts), arena_shares=time_averaged_shares(accounts),
+        held_shares=_held_shares(accounts),
+        arena_shares=time_averaged_shares(accounts),
         internal_per_request=_mean([a.internal / a.running for a in accounts if a.running]),
-        mean_entries=_mean(list(entries.values())), max_entries=max(entries.values(), default=0),
-        mean_final_len=_mean(finals), peak_held=max(_held(a) for a in accounts),
-        model=str(h.get("model", "")), device=str(h.get("device", "")),
-        forward=str(h.get("forward", "")))
+        mean_entries=_mean(list(entries.values())),
+        max_entries=max(entries.values(), default=0),
+        mean_final_len=_mean(finals),
+        peak_held=max(_held(a) for a in accounts),
+        model=str(h.get("model", "")),
+        device=str(h.get("device", "")),
+        forward=str(h.get("forward", "")),
+    )
 
 
 def _held(a: StepAccount) -> int:
@@ -177,6 +197,7 @@ def load_results(spec: SweepSpec) -> list[SizeResult]:
 
 # --- kernel timings (measured on a GPU by bench/kernels.py) ----------------------------------
 
+
 @dataclass(frozen=True)
 class KernelRow:
     block_size: int
@@ -196,12 +217,20 @@ def kernel_rows(spec: SweepSpec) -> list[KernelRow]:
             continue
         with path.open(newline="") as f:
             for r in csv.DictReader(f):
-                rows.append(KernelRow(bs, int(r["batch"]), int(r["context"]),
-                                      float(r["paged_us"]), float(r["contiguous_us"])))
+                rows.append(
+                    KernelRow(
+                        bs,
+                        int(r["batch"]),
+                        int(r["context"]),
+                        float(r["paged_us"]),
+                        float(r["contiguous_us"]),
+                    )
+                )
     return rows
 
 
 # --- narration -------------------------------------------------------------------------------
+
 
 def pct(x: float) -> str:
     return f"{100 * x:.1f}%"
@@ -210,19 +239,25 @@ def pct(x: float) -> str:
 def _size_ns(r: SizeResult) -> SimpleNamespace:
     long_bytes = block_table_bytes(LONG_LEN, r.block_size)
     return SimpleNamespace(
-        block_size=r.block_size, steps=r.steps, preemptions=r.preemptions,
+        block_size=r.block_size,
+        steps=r.steps,
+        preemptions=r.preemptions,
         token_share=pct(r.held_shares["token_states"]),
         reserved_share=pct(r.held_shares["reservation"]),
         internal_share=pct(r.held_shares["internal"]),
         internal_per_request=f"{r.internal_per_request:.1f}",
-        entries=f"{r.mean_entries:.1f}", max_entries=r.max_entries,
-        table_bytes=f"{r.table_bytes:,.0f}", peak_held=f"{r.peak_held:,}",
+        entries=f"{r.mean_entries:.1f}",
+        max_entries=r.max_entries,
+        table_bytes=f"{r.table_bytes:,.0f}",
+        peak_held=f"{r.peak_held:,}",
         long_entries=f"{blocks_for(LONG_LEN, r.block_size):,}",
-        long_table_bytes=_bytes(long_bytes), long_table_batch=_bytes(long_bytes * LONG_BATCH))
+        long_table_bytes=_bytes(long_bytes),
+        long_table_batch=_bytes(long_bytes * LONG_BATCH),
+    )
 
 
 def _bytes(n: float) -> str:
-    for unit, size in (("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n:.0f} B"
@@ -232,11 +267,18 @@ def narration_context(results: list[SizeResult]) -> dict:
     """Values the narration may quote: ``b{size}.*`` per block size, and shared facts."""
     first = results[0]
     ctx: dict[str, object] = {f"b{r.block_size}": _size_ns(r) for r in results}
-    ctx.update(requests=first.requests, mean_len=f"{first.mean_final_len:.0f}",
-               num_slots=f"{first.num_slots:,}", entry_bytes=DEFAULT_ENTRY_BYTES,
-               long_len=f"{LONG_LEN:,}", long_batch=LONG_BATCH,
-               smallest=results[0].block_size, largest=results[-1].block_size,
-               model=first.model, device=first.device)
+    ctx.update(
+        requests=first.requests,
+        mean_len=f"{first.mean_final_len:.0f}",
+        num_slots=f"{first.num_slots:,}",
+        entry_bytes=DEFAULT_ENTRY_BYTES,
+        long_len=f"{LONG_LEN:,}",
+        long_batch=LONG_BATCH,
+        smallest=results[0].block_size,
+        largest=results[-1].block_size,
+        model=first.model,
+        device=first.device,
+    )
     return ctx
 
 

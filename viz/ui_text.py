@@ -5,6 +5,7 @@ have the same keys and the same ``{placeholders}`` per key, so a translation can
 string or quote a number the other language does not. A value is a string or a table of strings
 (``[en.reasons]``: a group of strings looked up by a code). Pure Python; read once per process.
 """
+
 from __future__ import annotations
 
 import functools

@@ -7,6 +7,7 @@ The arena keeps the scenario's slot count (num_blocks x block_size) at every siz
 has the same KV bytes and only the cut differs. The model is loaded once for all sizes.
 Writes ``traces/b{size}.jsonl`` beside this file; progress goes to stderr.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,10 +30,17 @@ def at_block_size(sc: scenario_mod.Scenario, block_size: int) -> scenario_mod.Sc
     num_slots = sc.num_blocks * sc.block_size
     if num_slots % block_size:
         raise SystemExit(f"error: {num_slots} slots do not divide into blocks of {block_size}")
-    arena = {**sc.raw.get("arena", {}), "num_blocks": num_slots // block_size,
-             "block_size": block_size}
-    return replace(sc, num_blocks=num_slots // block_size, block_size=block_size,
-                   raw={**sc.raw, "arena": arena})
+    arena = {
+        **sc.raw.get("arena", {}),
+        "num_blocks": num_slots // block_size,
+        "block_size": block_size,
+    }
+    return replace(
+        sc,
+        num_blocks=num_slots // block_size,
+        block_size=block_size,
+        raw={**sc.raw, "arena": arena},
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,14 +55,24 @@ def main(argv: list[str] | None = None) -> int:
     model = None
     if args.forward == "model":
         from engine.model import load_model
+
         model = load_model(progress=False)
     for bs in (int(s) for s in args.sizes.split(",")):
         t0 = time.perf_counter()
-        runs = record(at_block_size(sc, bs), ["paged"], out / f"b{bs}.jsonl",
-                      forward=args.forward, model=model)
+        runs = record(
+            at_block_size(sc, bs),
+            ["paged"],
+            out / f"b{bs}.jsonl",
+            forward=args.forward,
+            model=model,
+        )
         core = runs["paged"].core
-        print(f"block {bs:>3}: {core.step_count} steps, {core.num_preemptions} preemptions, "
-              f"{time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
+        print(
+            f"block {bs:>3}: {core.step_count} steps, {core.num_preemptions} preemptions, "
+            f"{time.perf_counter() - t0:.1f}s",
+            file=sys.stderr,
+            flush=True,
+        )
     return 0
 
 

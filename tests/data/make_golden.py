@@ -7,6 +7,7 @@ prompts, the model or transformers change:
 
     .venv/bin/python tests/data/make_golden.py
 """
+
 from __future__ import annotations
 
 import json
@@ -26,15 +27,20 @@ def main() -> int:
     import test_preemption as preemption
 
     from engine.model import load_model
+
     model = load_model(device="cpu", dtype="float32", keep_hf=True, progress=False)
-    cases = {"exact": (exact.all_prompt_ids(model.tokenizer), exact.NEW_TOKENS),
-             "preemption": (preemption.prompt_ids(model.tokenizer), preemption.NEW_TOKENS)}
+    cases = {
+        "exact": (exact.all_prompt_ids(model.tokenizer), exact.NEW_TOKENS),
+        "preemption": (preemption.prompt_ids(model.tokenizer), preemption.NEW_TOKENS),
+    }
     golden: dict[str, object] = {"model": model.name}
     for name, (prompts, n) in cases.items():
         print(f"{name}: {len(prompts)} prompts x {n} tokens", file=sys.stderr, flush=True)
-        golden[name] = {"new_tokens": n, "prompt_ids": prompts,
-                        "hf_token_ids": [exact.hf_greedy(model.hf_model, ids, n)
-                                         for ids in prompts]}
+        golden[name] = {
+            "new_tokens": n,
+            "prompt_ids": prompts,
+            "hf_token_ids": [exact.hf_greedy(model.hf_model, ids, n) for ids in prompts],
+        }
     OUT.write_text(json.dumps(golden, separators=(",", ":")) + "\n", encoding="utf-8")
     print(f"wrote {OUT.relative_to(ROOT)}", file=sys.stderr)
     return 0
