@@ -10,6 +10,10 @@ the arena is in exactly one category:
 - ``external``: free while a waiting request cannot be placed;
 - ``free``: free while nobody waits for memory.
 
+Paging can share: several block tables may point at one physical block (a cached prompt prefix,
+parallel samples of one prompt). Such a slot is counted once, in its category; ``shared`` counts
+the physical slots that serve more than one request and ``saved`` the slots sharing spares (what
+the extra holders would need with private copies), so the memory sharing saves is a number too.
 Under the device arena a CPU tier (swap preemption) may hold swapped-out requests' blocks; it is
 counted apart (``cpu_blocks``, ``cpu_used``, ``swapped``): its blocks are not arena slots.
 
@@ -45,6 +49,8 @@ class StepAccount:
     cpu_blocks: int = 0  # the CPU tier's size in blocks (0: no tier)
     cpu_used: int = 0  # CPU blocks holding swapped-out K/V
     swapped: int = 0  # requests whose K/V sit on the CPU tier
+    shared: int = 0  # physical slots in blocks held by more than one request
+    saved: int = 0  # slots the extra holders of shared blocks would need without sharing
 
     def share(self, category: str) -> float:
         return getattr(self, category) / self.num_slots if self.num_slots else 0.0
@@ -83,6 +89,7 @@ class Tally:
     held: dict[str, int] = field(default_factory=dict)  # slots held per request
     filled: dict[str, int] = field(default_factory=dict)  # K/V slots written per request
     block_refs: dict[int, int] = field(default_factory=dict)
+    block_written: dict[int, int] = field(default_factory=dict)  # K/V slots written per block
     requests: dict[str, RequestInfo] = field(default_factory=dict)
     running: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
@@ -108,20 +115,35 @@ class Tally:
         elif isinstance(ev, E.AdmissionBlocked):
             self.blocked_now[ev.req] = ev
         elif isinstance(ev, E.BlockAllocated):
-            refs = self.block_refs.get(ev.physical, 0)
-            self.block_refs[ev.physical] = refs + 1
-            # A block shared by several tables occupies the arena once: charge its first holder.
-            if refs == 0:
-                self.held[ev.req] = self.held.get(ev.req, 0) + self.block_size
+            # every holder's table counts the block; close_step takes out the duplicates
+            self.block_refs[ev.physical] = self.block_refs.get(ev.physical, 0) + 1
+            self.block_written.setdefault(ev.physical, 0)
+            self.held[ev.req] = self.held.get(ev.req, 0) + self.block_size
+        elif isinstance(ev, E.BlockShared):
+            if self.block_refs.get(ev.physical, 0) == 0:  # a cached block taken back: full
+                self.block_written[ev.physical] = self.block_size
+            self.block_refs[ev.physical] = ev.ref_count
+            self.held[ev.req] = self.held.get(ev.req, 0) + self.block_size
+            self.filled[ev.req] = self.filled.get(ev.req, 0) + ev.num_tokens
+        elif isinstance(ev, E.BlockCopied):
+            self.block_refs[ev.src] = ev.src_ref_count
+            self.block_refs[ev.dst] = 1
+            self.block_written[ev.dst] = ev.num_tokens
         elif isinstance(ev, E.SlotsReserved):
             self.held[ev.req] = self.held.get(ev.req, 0) + ev.length
         elif isinstance(ev, E.TokensWritten):
             self.filled[ev.req] = self.filled.get(ev.req, 0) + len(ev.slots)
+            if self.block_refs:  # paging: which blocks now hold how many tokens
+                for slot in ev.slots:
+                    b = slot // self.block_size
+                    if b in self.block_written:
+                        self.block_written[b] += 1
         elif isinstance(ev, E.BlockFreed):
             self.block_refs[ev.physical] = ev.ref_count
             if ev.ref_count == 0:
                 del self.block_refs[ev.physical]
-                self.held[ev.req] = self.held.get(ev.req, 0) - self.block_size
+                self.block_written.pop(ev.physical, None)
+            self.held[ev.req] = self.held.get(ev.req, 0) - self.block_size
         elif isinstance(ev, E.ReservationReleased):
             self.held[ev.req] = self.held.get(ev.req, 0) - ev.length
         elif isinstance(ev, E.SwappedOut):
@@ -153,7 +175,14 @@ class Tally:
             token += filled
             reservation += max(0, min(held, final) - filled)
             internal += max(0, held - final)
-        free_total = self.num_slots - sum(self.held.values())
+        shared, saved, dup_tokens = self._sharing()
+        # a shared block is in every holder's count: keep one copy of its written tokens and
+        # of its unwritten rest (reserved or internal)
+        token, rest = _take(token, dup_tokens)
+        reservation, rest = _take(reservation, saved - dup_tokens + rest)
+        internal, rest = _take(internal, rest)
+        token, _ = _take(token, rest)
+        free_total = self.num_slots - sum(self.held.values()) + saved
         waiting = set(self.waiting)
         self.refusals = tuple(b for r, b in self.blocked_now.items() if r in waiting)
         blocked = sum(1 for b in self.refusals if b.reason != E.BLOCKED_BATCH_FULL)
@@ -171,9 +200,28 @@ class Tally:
             cpu_blocks=self.num_cpu_blocks,
             cpu_used=sum(len(t) for t in self.cpu_tables.values()),
             swapped=len(self.cpu_tables),
+            shared=shared,
+            saved=saved,
         )
         self.blocked_now.clear()
         return acct
+
+    def _sharing(self) -> tuple[int, int, int]:
+        """Physical slots shared, slots saved, and how many of the saved ones hold tokens."""
+        shared = saved = dup_tokens = 0
+        bs = self.block_size
+        for b, refs in self.block_refs.items():
+            if refs > 1:
+                shared += bs
+                saved += (refs - 1) * bs
+                dup_tokens += (refs - 1) * min(bs, self.block_written.get(b, 0))
+        return shared, saved, dup_tokens
+
+
+def _take(amount: int, want: int) -> tuple[int, int]:
+    """Take up to ``want`` from ``amount``: what is left of it, and what could not be taken."""
+    got = min(amount, max(0, want))
+    return amount - got, max(0, want) - got
 
 
 def _discard(queue: list[str], req: str) -> None:

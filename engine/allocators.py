@@ -13,6 +13,7 @@ from engine import events as E
 from engine.block_pool import Block, BlockPool
 from engine.buddy import next_pow2
 from engine.placement import make_placement
+from engine.prefix_hash import ROOT_HASH, block_hash
 from engine.request import InvalidConfigError, Request
 
 ALLOCATORS = ("paged", "max", "pow2", "oracle")
@@ -55,7 +56,10 @@ class Allocator(Protocol):
     """The KV allocator contract.
 
     - ``check_admit(req, num_tokens)`` -> None, or an ``AdmitRefusal`` saying why not;
-    - ``admit(req, num_tokens)`` reserves what admission needs (call only after a None check);
+    - ``admit(req, num_tokens) -> int`` reserves what admission needs (call only after a None
+      check) and returns how many leading tokens are already cached (0 without sharing);
+    - ``commit(req, num_tokens)``: this step computes ``req``'s tokens up to ``num_tokens``
+      (prefix caching hashes the blocks full by then);
     - ``grow(req, num_tokens) -> bool``: room for ``num_tokens`` tokens, False if impossible now;
     - ``release(req_id)``: give everything back;
     - ``block_table(req_id)``: physical blocks in units of ``view_block_size`` (1 for contiguous:
@@ -85,7 +89,9 @@ class Allocator(Protocol):
 
     def check_admit(self, req: Request, num_tokens: int) -> AdmitRefusal | None: ...
 
-    def admit(self, req: Request, num_tokens: int) -> None: ...
+    def admit(self, req: Request, num_tokens: int) -> int: ...
+
+    def commit(self, req: Request, num_tokens: int) -> None: ...
 
     def grow(self, req: Request, num_tokens: int) -> bool: ...
 
@@ -98,17 +104,31 @@ class Allocator(Protocol):
 
 class PagedAllocator:
     """Paging: a per-request block table grows by one block only when its last block is full;
-    blocks come from anywhere in the pool and go back to it when the request ends."""
+    blocks come from anywhere in the pool and go back to it when the request ends.
+
+    With ``enable_prefix_caching`` every full block is hashed (``engine.prefix_hash``) and kept
+    findable, even after it is freed, until the pool hands it out fresh; admission takes the
+    longest cached run of a prompt's full blocks instead of computing them again (never the
+    block holding the last prompt token: at least one token is always computed). ``fork`` lets
+    a request share another's blocks (parallel sampling); a write into a block with more than
+    one holder first copies it (``pending_copies``, which the runner executes before the
+    forward)."""
 
     name = "paged"
 
-    def __init__(self, num_blocks: int, block_size: int, bus: E.EventBus) -> None:
+    def __init__(
+        self, num_blocks: int, block_size: int, bus: E.EventBus, enable_prefix_caching: bool = False
+    ) -> None:
         self.block_size = block_size
         self.view_block_size = block_size
         self.num_slots = num_blocks * block_size
-        self.pool = BlockPool(num_blocks)
+        self.pool = BlockPool(num_blocks, on_evict=self._evicted)
         self.tables: dict[str, list[Block]] = {}
         self.bus = bus
+        self.enable_prefix_caching = enable_prefix_caching
+        self.hashes: dict[str, list[str]] = {}  # chain hashes of each request's full blocks
+        #: (src, dst) block copies the next forward must make first (copy-on-write)
+        self.pending_copies: list[tuple[int, int]] = []
 
     @property
     def free_slots(self) -> int:
@@ -126,21 +146,109 @@ class PagedAllocator:
         """Slots this request needs at the very most (for up-front feasibility checks)."""
         return cdiv(req.max_final_len, self.block_size) * self.block_size
 
+    def cached_prefix(self, req: Request, num_tokens: int) -> list[Block]:
+        """The longest run of cached blocks that begins ``req``'s first ``num_tokens`` tokens,
+        leaving at least the last token to compute. Empty without prefix caching."""
+        if not self.enable_prefix_caching:
+            return []
+        bs, tokens = self.block_size, req.all_token_ids[:num_tokens]
+        hits: list[Block] = []
+        parent = ROOT_HASH
+        for i in range((num_tokens - 1) // bs):
+            parent = block_hash(parent, tokens[i * bs : (i + 1) * bs])
+            block = self.pool.lookup(parent)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
     def check_admit(self, req: Request, num_tokens: int) -> AdmitRefusal | None:
-        need = cdiv(num_tokens, self.block_size)
-        if need <= self.pool.num_free:
+        hits = self.cached_prefix(req, num_tokens)
+        fresh = cdiv(num_tokens, self.block_size) - len(hits)
+        # a cached block nobody holds leaves the free queue when it is taken back
+        if fresh + sum(1 for b in hits if b.ref_count == 0) <= self.pool.num_free:
             return None
         return AdmitRefusal(
-            E.BLOCKED_NO_FREE_BLOCK, need * self.block_size, self.free_slots, self.largest_hole
+            E.BLOCKED_NO_FREE_BLOCK, fresh * self.block_size, self.free_slots, self.largest_hole
         )
 
-    def admit(self, req: Request, num_tokens: int) -> None:
-        self.tables[req.req_id] = []
-        if not self.grow(req, num_tokens):
+    def admit(self, req: Request, num_tokens: int) -> int:
+        """Reserve ``num_tokens`` tokens; returns how many of them the cache already holds."""
+        hits = self.cached_prefix(req, num_tokens)
+        table: list[Block] = []
+        self.tables[req.req_id] = table
+        for block in hits:
+            self._share(req.req_id, block, self.block_size)
+        if hits:
+            self.bus.emit(
+                E.CacheHit,
+                req=req.req_id,
+                blocks=tuple(b.block_id for b in hits),
+                tokens_saved=len(hits) * self.block_size,
+            )
+        self.hashes[req.req_id] = [b.block_hash for b in hits if b.block_hash is not None]
+        if not self._append(req.req_id, num_tokens):
             raise RuntimeError("admit() called without a successful check_admit()")
+        return len(hits) * self.block_size
+
+    def can_fork(self) -> bool:
+        """Room for what a fork's first step needs: one block (a copy or a fresh one)."""
+        return self.pool.num_free >= 1
+
+    def fork(self, parent: Request, child: Request, num_tokens: int) -> int:
+        """``child`` (same first ``num_tokens`` tokens as ``parent``, which has computed them)
+        shares the blocks holding them. Returns ``num_tokens``: the tokens it need not compute."""
+        bs = self.block_size
+        table: list[Block] = []
+        self.tables[child.req_id] = table
+        for i, block in enumerate(self.tables[parent.req_id][: cdiv(num_tokens, bs)]):
+            self._share(child.req_id, block, min(bs, num_tokens - i * bs))
+        self.hashes[child.req_id] = list(self.hashes.get(parent.req_id, []))[: num_tokens // bs]
+        return num_tokens
+
+    def _share(self, req_id: str, block: Block, num_tokens: int) -> None:
+        self.pool.share(block)
+        table = self.tables[req_id]
+        table.append(block)
+        self.bus.emit(
+            E.BlockShared,
+            req=req_id,
+            logical=len(table) - 1,
+            physical=block.block_id,
+            ref_count=block.ref_count,
+            num_tokens=num_tokens,
+        )
 
     def grow(self, req: Request, num_tokens: int) -> bool:
         table = self.tables[req.req_id]
+        first = req.num_computed // self.block_size  # the block the next write lands in
+        cow = first < len(table) and table[first].ref_count > 1
+        need = cdiv(num_tokens, self.block_size) - len(table) + int(cow)
+        if need > self.pool.num_free:
+            return False
+        if cow:
+            self._copy_on_write(req, first)
+        return self._append(req.req_id, num_tokens)
+
+    def _copy_on_write(self, req: Request, logical: int) -> None:
+        table = self.tables[req.req_id]
+        src = table[logical]
+        dst = self.pool.allocate()
+        refs = self.pool.release(src)
+        table[logical] = dst
+        self.pending_copies.append((src.block_id, dst.block_id))
+        self.bus.emit(
+            E.BlockCopied,
+            req=req.req_id,
+            logical=logical,
+            src=src.block_id,
+            dst=dst.block_id,
+            src_ref_count=refs,
+            num_tokens=req.num_computed - logical * self.block_size,
+        )
+
+    def _append(self, req_id: str, num_tokens: int) -> bool:
+        table = self.tables[req_id]
         need = cdiv(num_tokens, self.block_size) - len(table)
         if need > self.pool.num_free:
             return False
@@ -148,12 +256,55 @@ class PagedAllocator:
             block = self.pool.allocate()
             table.append(block)
             self.bus.emit(
-                E.BlockAllocated, req=req.req_id, logical=len(table) - 1, physical=block.block_id
+                E.BlockAllocated, req=req_id, logical=len(table) - 1, physical=block.block_id
             )
         return True
 
+    def commit(self, req: Request, num_tokens: int) -> None:
+        """This step's forward computes ``req``'s tokens up to ``num_tokens``: cache the blocks
+        full by then (prefix caching only), announcing each with a ``BlockStored`` event.
+        Caching them before the forward is safe: every layer stores the whole step's K/V
+        before any attention reads it, so a request admitted later in the same step may
+        already share them (16 requests with one system prompt compute it once)."""
+        if not self.enable_prefix_caching:
+            return
+        bs, table, chain = self.block_size, self.tables[req.req_id], self.hashes[req.req_id]
+        tokens = req.all_token_ids
+        parent = chain[-1] if chain else ROOT_HASH
+        for i in range(len(chain), num_tokens // bs):
+            ids = tokens[i * bs : (i + 1) * bs]
+            h = block_hash(parent, ids)
+            chain.append(h)
+            if self.pool.cache(table[i], h):
+                self.bus.emit(
+                    E.BlockStored,
+                    block_hash=h,
+                    parent_block_hash=parent,
+                    token_ids=tuple(ids),
+                    block_size=bs,
+                    physical=table[i].block_id,
+                )
+            parent = h
+
+    def take_copies(self) -> list[tuple[int, int]]:
+        """The copy-on-write copies scheduled since the last call (the runner makes them)."""
+        out, self.pending_copies = self.pending_copies, []
+        return out
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached hash (blocks in use keep their contents and holders)."""
+        self.pool.clear_cache()
+        for chain in self.hashes.values():
+            chain.clear()
+        self.bus.emit(E.AllBlocksCleared)
+
+    def _evicted(self, block: Block, old_hash: str) -> None:
+        self.bus.emit(E.BlockEvicted, block_hash=old_hash, physical=block.block_id)
+
     def release(self, req_id: str) -> None:
-        # Tail first: the blocks least likely to be shared go back to the pool first.
+        # Tail first: the blocks least likely to be shared go back to the pool first (and, with
+        # prefix caching, are evicted first).
+        self.hashes.pop(req_id, None)
         for block in reversed(self.tables.pop(req_id)):
             refs = self.pool.release(block)
             self.bus.emit(E.BlockFreed, req=req_id, physical=block.block_id, ref_count=refs)
@@ -253,13 +404,17 @@ class ContiguousAllocator:
         reason = E.BLOCKED_NO_HOLE if need <= self.free_slots else E.BLOCKED_NO_SPACE
         return AdmitRefusal(reason, need, self.free_slots, self.largest_hole)
 
-    def admit(self, req: Request, num_tokens: int) -> None:
+    def admit(self, req: Request, num_tokens: int) -> int:
         need = max(self.reservation(req), num_tokens)
         start = self.placement.place(need)
         if start is None:
             raise RuntimeError("admit() called without a successful check_admit()")
         self.runs[req.req_id] = (start, need)
         self.bus.emit(E.SlotsReserved, req=req.req_id, start=start, length=need)
+        return 0  # a run is private: no prefix is ever shared, each request computes its own
+
+    def commit(self, req: Request, num_tokens: int) -> None:
+        """Nothing to cache: contiguous runs cannot share."""
 
     def grow(self, req: Request, num_tokens: int) -> bool:
         return num_tokens <= self.runs[req.req_id][1]
@@ -284,13 +439,15 @@ def make_allocator(
     max_model_len: int,
     bus: E.EventBus,
     placement: str = "first-fit",
+    enable_prefix_caching: bool = False,
 ) -> Allocator:
     """Build the allocator ``name`` (one of ALLOCATORS) over an arena of ``num_blocks`` blocks;
-    ``placement`` (first-fit or buddy) applies to the contiguous ones."""
+    ``placement`` (first-fit or buddy) applies to the contiguous ones, prefix caching to paging
+    only (a contiguous run is private to its request)."""
     check_allocator(name)
     check_block_size(block_size)
     if num_blocks <= 0:
         raise InvalidConfigError(f"the KV arena needs at least one block, got {num_blocks}")
     if name == "paged":
-        return PagedAllocator(num_blocks, block_size, bus)
+        return PagedAllocator(num_blocks, block_size, bus, enable_prefix_caching)
     return ContiguousAllocator(num_blocks, block_size, max_model_len, name, bus, placement)

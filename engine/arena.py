@@ -60,7 +60,8 @@ def _cgroup_limits() -> list[int]:
     out = []
     for f in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         try:
-            text = open(f, encoding="ascii").read().strip()
+            with open(f, encoding="ascii") as fh:
+                text = fh.read().strip()
         except OSError:
             continue
         if text.isdigit():
@@ -166,3 +167,16 @@ class KVArena:
             views = [(k.view(dims), v.view(dims)) for k, v in zip(self.k, self.v, strict=True)]
             self._views[block_size] = views
         return views
+
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy-on-write: block ``src`` over block ``dst`` in every layer's K and V, for each
+        pair. The Triton kernel on CUDA, its torch reference elsewhere."""
+        if not pairs:
+            return
+        caches = self.k + self.v
+        mapping = torch.tensor(pairs, dtype=torch.int64, device=caches[0].device)
+        if caches[0].device.type == "cuda":
+            from kernels.copy_blocks import copy_blocks
+        else:
+            from kernels.reference import copy_blocks
+        copy_blocks(caches, mapping)

@@ -133,7 +133,10 @@ class ModelShape:
         full = self.num_layers - self.num_sliding_layers
         window = self.sliding_window
         kept = min(length, window) if window is not None and self.num_sliding_layers else length
-        cut = lambda n: math.ceil(n / block_size) * block_size
+
+        def cut(n: int) -> int:
+            return math.ceil(n / block_size) * block_size
+
         return full * cut(length) + self.num_sliding_layers * cut(kept)
 
     def bytes_per_request(self, length: int, batch: int = 1) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -74,7 +75,40 @@ def add_parser(sub) -> None:
     p.add_argument("--temperature", type=float, default=0.0, metavar="T")
     p.add_argument("--top-p", type=float, default=1.0, metavar="P")
     p.add_argument("--seed", type=int, default=None, metavar="S")
+    p.add_argument(
+        "--n",
+        type=int,
+        default=1,
+        metavar="N",
+        help="samples per prompt (sample i seeded seed + i); paging shares the "
+        "prompt's blocks and copies a block on write",
+    )
+    p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="reuse cached K/V blocks of shared prompt prefixes (paging only; default off)",
+    )
     p.add_argument("--trace", default=None, metavar="PATH", help="write the run's event trace")
+    p.add_argument(
+        "--kv-events",
+        default=None,
+        metavar="tcp://HOST:PORT",
+        help="publish prefix-cache events in vLLM's KV-event format (PUB on PORT, "
+        "replay on PORT+1); loopback unless --kv-events-allow-remote",
+    )
+    p.add_argument(
+        "--kv-events-allow-remote",
+        action="store_true",
+        help="allow a --kv-events address beyond this machine",
+    )
+    p.add_argument(
+        "--kv-events-hold",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="keep the KV-event sockets open S seconds after the run (for watchers)",
+    )
     p.set_defaults(run=run)
 
 
@@ -115,6 +149,18 @@ def read_prompts_file(path: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
+def check_kv_events(endpoint: str, allow_remote: bool, hold: float) -> None:
+    """The address's form and loopback rule, and a sane hold time, before the model loads."""
+    from engine.kv_events import EndpointError, parse_endpoint  # pyzmq stays off other commands
+
+    try:
+        parse_endpoint(endpoint, allow_remote)
+    except EndpointError as e:
+        raise InvalidRequestError(str(e)) from None
+    if not 0 <= hold <= 3600:
+        raise InvalidRequestError(f"--kv-events-hold must be 0..3600 seconds, not {hold}")
+
+
 def run(args) -> int:
     prompts = list(args.prompts)
     if args.prompts_file:
@@ -129,6 +175,7 @@ def run(args) -> int:
         top_p=args.top_p,
         seed=args.seed,
         ignore_eos=args.ignore_eos,
+        n=args.n,
     )
     EngineArgs(
         num_blocks=args.num_blocks,
@@ -143,6 +190,8 @@ def run(args) -> int:
     )
     if args.trace is not None:
         check_output_path(args.trace, "--trace")
+    if args.kv_events is not None:
+        check_kv_events(args.kv_events, args.kv_events_allow_remote, args.kv_events_hold)
     from engine.llm import LLM  # torch and transformers load only once the input is sane
 
     llm = LLM(
@@ -160,10 +209,18 @@ def run(args) -> int:
         kv_cache_dtype=args.kv_cache_dtype,
         preemption_mode=args.preemption_mode,
         swap_space_mb=args.swap_space_mb,
+        kv_events=args.kv_events,
+        kv_events_allow_remote=args.kv_events_allow_remote,
+        enable_prefix_caching=args.enable_prefix_caching,
     )
     t0 = time.perf_counter()
-    outputs = llm.generate(prompts, params, chat=args.chat)
-    elapsed = time.perf_counter() - t0
+    try:
+        outputs = llm.generate(prompts, params, chat=args.chat)
+        elapsed = time.perf_counter() - t0
+        if llm.kv_publisher is not None and args.kv_events_hold > 0:
+            time.sleep(args.kv_events_hold)
+    finally:
+        llm.close()
     num_tokens = sum(len(o.token_ids) for o in outputs)
     summary = {
         "num_requests": len(outputs),
@@ -177,6 +234,9 @@ def run(args) -> int:
         "num_blocks": llm.arena.num_blocks,
         "block_size": llm.arena.block_size,
         "kv_cache_dtype": str(llm.arena.dtype),
+        "enable_prefix_caching": args.enable_prefix_caching,
+        "prefill_tokens_computed": llm.prefill_tokens_computed,
+        "prefix_cache_hit_tokens": llm.prefix_cache_hit_tokens,
     }
     if args.json:
         for o in outputs:
@@ -189,6 +249,7 @@ def run(args) -> int:
                         "text": o.text,
                         "finish_reason": o.finish_reason,
                         "num_preemptions": o.num_preemptions,
+                        "sample_index": o.sample_index,
                     },
                     ensure_ascii=False,
                 )

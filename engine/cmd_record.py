@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import sys
 
 from engine import scenario as scenario_mod
@@ -34,28 +36,67 @@ def add_parser(sub) -> None:
         choices=KV_CACHE_DTYPES,
         help="KV arena element type: auto (the model's), fp8_e4m3 or fp8_e5m2",
     )
+    p.add_argument(
+        "--kv-events",
+        default=None,
+        metavar="tcp://HOST:PORT",
+        help="publish the paged run's prefix-cache events in vLLM's KV-event format "
+        "(replay on PORT+1); loopback unless --kv-events-allow-remote",
+    )
+    p.add_argument("--kv-events-allow-remote", action="store_true")
+    p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="paging reuses cached prompt-prefix blocks (default: the "
+        "scenario's [arena] enable_prefix_caching, else off)",
+    )
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     sc = scenario_mod.load(args.scenario)
+    if args.enable_prefix_caching is not None:
+        sc = dataclasses.replace(sc, enable_prefix_caching=args.enable_prefix_caching)
     allocators = [a.strip() for a in args.allocators.split(",") if a.strip()]
     out = sys.stdout if args.out == "-" else args.out
-    runs = record(
-        sc,
-        allocators,
-        out,
-        forward=args.forward,
-        model_path=args.model,
-        device=args.device,
-        dtype=args.dtype,
-        attention=args.attention,
-        progress=stderr_progress,
-        kv_cache_dtype=args.kv_cache_dtype,
-    )
+    publisher, sinks = _kv_events(args, allocators)
+    try:
+        runs = record(
+            sc,
+            allocators,
+            out,
+            forward=args.forward,
+            model_path=args.model,
+            device=args.device,
+            dtype=args.dtype,
+            attention=args.attention,
+            progress=stderr_progress,
+            sinks=sinks,
+            kv_cache_dtype=args.kv_cache_dtype,
+        )
+    finally:
+        if publisher is not None:
+            publisher.close()
     for name, r in runs.items():
         print(
             f"{name}: {r.core.step_count} steps, {r.core.num_preemptions} preemptions",
             file=sys.stderr,
         )
     return 0
+
+
+def _kv_events(args, allocators: list[str]):
+    """One publisher for one run (the paged one, else the first): two allocators' caches on one
+    stream would read as one server's."""
+    if args.kv_events is None:
+        return None, None
+    from engine.kv_events import EndpointError, EngineEventTranslator, KVEventPublisher
+    from engine.request import InvalidRequestError
+
+    try:
+        pub = KVEventPublisher(args.kv_events, allow_remote=args.kv_events_allow_remote)
+    except EndpointError as e:
+        raise InvalidRequestError(str(e)) from None
+    name = "paged" if "paged" in allocators else allocators[0] if allocators else "paged"
+    return pub, {name: [EngineEventTranslator(pub)]}

@@ -37,6 +37,8 @@ class EngineConfig:
     placement: str = "first-fit"  # where a contiguous run goes: first-fit or buddy
     preemption_mode: str = "recompute"  # or swap (paged only): engine/swap.py
     num_cpu_blocks: int = 0  # the CPU tier swap preemption moves blocks to
+    #: Paging only. Off by default: the lessons' traces and the essay's baseline have no sharing.
+    enable_prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         check_allocator(self.allocator)
@@ -51,7 +53,7 @@ class EngineConfig:
 
     def trace_config(self, view_block_size: int) -> dict:
         """The run's ``config`` in a trace header (what the viewer needs to draw the arena)."""
-        cfg = {
+        cfg: dict[str, int | str] = {
             "num_blocks": self.num_blocks,
             "block_size": self.block_size,
             "num_slots": self.num_slots,
@@ -72,7 +74,11 @@ def build_core(
     alloc: Allocator
     if config.preemption_mode == "swap":
         alloc = SwappingPagedAllocator(
-            config.num_blocks, config.block_size, bus, config.num_cpu_blocks
+            config.num_blocks,
+            config.block_size,
+            bus,
+            config.num_cpu_blocks,
+            config.enable_prefix_caching,
         )
     else:
         alloc = make_allocator(
@@ -82,6 +88,7 @@ def build_core(
             config.max_model_len,
             bus,
             config.placement,
+            config.enable_prefix_caching,
         )
     return EngineCore(
         alloc,
@@ -131,6 +138,16 @@ class EngineCore:
     @property
     def num_preemptions(self) -> int:
         return self.scheduler.num_preemptions
+
+    @property
+    def prefill_tokens_computed(self) -> int:
+        """Tokens fed to the model on admission (prompts and recomputes), cached ones excluded."""
+        return self.scheduler.prefill_tokens_computed
+
+    @property
+    def prefix_cache_hit_tokens(self) -> int:
+        """Tokens admission found in the arena already (prefix cache hits and forked samples)."""
+        return self.scheduler.prefix_cache_hit_tokens
 
     def add_request(self, req: Request) -> Request:
         if req.prompt_len == 0:

@@ -158,16 +158,24 @@ class SwappedIn(Event):
     block_map: tuple[tuple[int, int], ...]
 
 
+SWAP_FALLBACK_CPU_FULL = "cpu_full"
+SWAP_FALLBACK_SHARED = "shared_blocks"
+
+
 @dataclass(frozen=True)
 class SwapFallback(Event):
-    """Swap preemption was asked for but the CPU tier has only ``free_cpu_blocks`` free of the
-    ``need_blocks`` ``req`` holds: it is preempted by recompute instead (its ``block_freed``
-    and ``preempted`` events follow)."""
+    """Swap preemption was asked for but cannot be done: the CPU tier has only
+    ``free_cpu_blocks`` free of the ``need_blocks`` ``req`` holds, or ``req`` holds a shared
+    block. It is preempted by recompute instead (its ``block_freed`` and ``preempted`` events
+    follow)."""
 
     kind: ClassVar[str] = "swap_fallback"
     req: str
     need_blocks: int
     free_cpu_blocks: int
+    #: why: the tier lacks room (``cpu_full``) or ``req`` holds a block others hold too
+    #: (``shared_blocks``: a cached prefix or a parallel sample's prompt is never swapped)
+    reason: str = "cpu_full"
 
 
 @dataclass(frozen=True)
@@ -192,6 +200,77 @@ class StepEnd(Event):
     num_waiting: int
 
 
+@dataclass(frozen=True)
+class BlockStored(Event):
+    """Prefix caching: physical block ``physical`` is full and now findable by ``block_hash``,
+    the sha256 chain hash of ``parent_block_hash`` (``prefix_hash.ROOT_HASH`` for a first
+    block) and its ``token_ids`` (``block_size`` of them). Named and shaped as vLLM's KV event."""
+
+    kind: ClassVar[str] = "block_stored"
+    block_hash: str
+    parent_block_hash: str
+    token_ids: tuple[int, ...]
+    block_size: int
+    physical: int
+
+
+@dataclass(frozen=True)
+class BlockEvicted(Event):
+    """Prefix caching: the free cached block ``physical`` was handed out fresh, so its content
+    ``block_hash`` can no longer be hit (lazy eviction)."""
+
+    kind: ClassVar[str] = "block_evicted"
+    block_hash: str
+    physical: int
+
+
+@dataclass(frozen=True)
+class AllBlocksCleared(Event):
+    """Prefix caching: every cached hash was forgotten at once (the cache was reset)."""
+
+    kind: ClassVar[str] = "all_blocks_cleared"
+
+
+@dataclass(frozen=True)
+class BlockShared(Event):
+    """Paging: logical block ``logical`` of ``req`` maps to ``physical``, a block another table
+    holds or a cached one taken back from the free queue; ``ref_count`` is its holders now and
+    ``num_tokens`` how many of its slots already hold ``req``'s K/V (not computed again)."""
+
+    kind: ClassVar[str] = "block_shared"
+    req: str
+    logical: int
+    physical: int
+    ref_count: int
+    num_tokens: int
+
+
+@dataclass(frozen=True)
+class CacheHit(Event):
+    """``req``'s prompt begins with the cached ``blocks`` (physical ids in logical order); its
+    prefill skips ``tokens_saved`` tokens."""
+
+    kind: ClassVar[str] = "cache_hit"
+    req: str
+    blocks: tuple[int, ...]
+    tokens_saved: int
+
+
+@dataclass(frozen=True)
+class BlockCopied(Event):
+    """Copy-on-write: ``req`` was about to write into ``src``, shared with others, so its
+    logical block ``logical`` now maps to a fresh copy ``dst``; ``src_ref_count`` is what ``src``
+    keeps and ``num_tokens`` the slots of ``req``'s K/V the copy carries."""
+
+    kind: ClassVar[str] = "block_copied"
+    req: str
+    logical: int
+    src: int
+    dst: int
+    src_ref_count: int
+    num_tokens: int
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
@@ -209,6 +288,12 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SwapFallback,
         Finished,
         StepEnd,
+        BlockStored,
+        BlockEvicted,
+        AllBlocksCleared,
+        BlockShared,
+        CacheHit,
+        BlockCopied,
     )
 }
 

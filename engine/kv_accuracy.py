@@ -69,7 +69,7 @@ def measure(full: LLM, other: LLM, prompts: list[list[int]], new_tokens: int = 4
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1

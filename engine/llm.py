@@ -6,16 +6,18 @@ fresh allocator and engine core over that arena, so ``num_preemptions`` describe
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine import events as E
+from engine import kv_events as KV
 from engine.allocators import check_allocator
 from engine.arena import MIB, KVArena, blocks_for_budget, bytes_per_block, check_fits
-from engine.cpu_tier import CpuKVStore
 from engine.core import EngineConfig, EngineCore, build_core
+from engine.cpu_tier import CpuKVStore
 from engine.engine_args import EngineArgs, check_output_path
 from engine.model import LoadedModel, load_model
 from engine.request import (
@@ -26,8 +28,8 @@ from engine.request import (
     check_prompt,
 )
 from engine.runner import ModelRunner
-from kernels.fp8 import resolve_kv_dtype
 from engine.trace import TraceWriter, make_header
+from kernels.fp8 import resolve_kv_dtype
 
 #: Arena size when neither num_blocks nor kv_budget_mb is given: for SmolLM2 in fp32 about 11k
 #: token slots, room for one request of the full 8192-token context.
@@ -42,10 +44,17 @@ class RequestOutput:
     text: str
     finish_reason: str | None
     num_preemptions: int
+    #: Which of the prompt's ``SamplingParams.n`` samples this is (0 when n is 1).
+    sample_index: int = 0
 
 
 class LLM:
-    """Raises InvalidConfigError for a bad setting (block size <= 0, both or neither-sane memory
+    """``enable_prefix_caching`` (paging only) lets a request reuse the cached K/V blocks of a
+    prompt prefix computed before in the same ``generate`` call. It is off by default, so a run
+    and its trace are what the essay's baseline describes; ``generate`` outputs are the same
+    either way (tested token for token in fp32).
+
+    Raises InvalidConfigError for a bad setting (block size <= 0, both or neither-sane memory
     sizes, a budget below one block, unknown allocator/backend/device, missing model path)."""
 
     def __init__(
@@ -66,9 +75,22 @@ class LLM:
         kv_cache_dtype: str = "auto",
         preemption_mode: str = "recompute",
         swap_space_mb: float | None = None,
+        kv_events: str | None = None,
+        kv_events_allow_remote: bool = False,
+        enable_prefix_caching: bool = False,
     ) -> None:
         # Cheap checks first: a typo should not cost a model load.
         check_allocator(allocator)
+        if kv_events is not None:
+            try:
+                KV.parse_endpoint(kv_events, kv_events_allow_remote)
+            except KV.EndpointError as e:
+                raise InvalidConfigError(str(e)) from None
+        if type(enable_prefix_caching) is not bool:
+            raise InvalidConfigError(
+                f"enable_prefix_caching must be true or false, got {enable_prefix_caching!r}"
+            )
+        self.enable_prefix_caching = enable_prefix_caching
         args = EngineArgs(
             num_blocks=num_blocks,
             kv_budget_mb=kv_budget_mb,
@@ -116,6 +138,16 @@ class LLM:
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         self.trace = trace
         self.num_preemptions = 0
+        self.prefill_tokens_computed = self.prefix_cache_hit_tokens = 0
+        self.kv_publisher = (
+            None if kv_events is None else _publisher(kv_events, kv_events_allow_remote)
+        )
+
+    def close(self) -> None:
+        """Send what the KV-event publisher still queues and close its sockets."""
+        if self.kv_publisher is not None:
+            self.kv_publisher.close()
+            self.kv_publisher = None
 
     @property
     def tokenizer(self):
@@ -127,7 +159,9 @@ class LLM:
         params: SamplingParams | Sequence[SamplingParams] | None = None,
         chat: bool = False,
     ) -> list[RequestOutput]:
-        """Complete every prompt (text, or token ids) and return outputs in input order. A bare
+        """Complete every prompt (text, or token ids) and return outputs in input order; a prompt
+        whose params ask for ``n`` samples gives ``n`` consecutive outputs (``sample_index`` 0 to
+        n - 1), so the list is as long as the sum of the ``n``. A bare
         string is one prompt (as in vLLM), never a sequence of one-character prompts.
         ``chat`` wraps text prompts in the model's chat template. Everything is validated before
         the first step: InvalidRequestError for an empty, over-long or non-text prompt,
@@ -137,18 +171,25 @@ class LLM:
         and this ``LLM`` as it was: no per-request sampler state survives it."""
         items: Sequence[str | Sequence[int]] = [prompts] if isinstance(prompts, str) else prompts
         params = params or SamplingParams()
-        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(items)
+        plist: list[SamplingParams] = (
+            list(params) if isinstance(params, (list, tuple)) else [params] * len(items)  # type: ignore[list-item]
+        )
         if len(plist) != len(items):
             raise InvalidRequestError(f"{len(plist)} sampling params for {len(items)} prompts")
         if not all(isinstance(p, SamplingParams) for p in plist):
             raise InvalidRequestError("params must be SamplingParams (or a list of them)")
         ids = [self._tokenize(i, p, chat) for i, p in enumerate(items)]
+        sps: list[SamplingParams] = [p for p in plist if isinstance(p, SamplingParams)]
         core = build_core(self._engine_config(), self.runner, self.model.config.eos_token_id)
         reqs = [
-            core.add_request(Request(str(i), t, p))
-            for i, (t, p) in enumerate(zip(ids, plist, strict=True))
+            core.add_request(r)
+            for i, (t, p) in enumerate(zip(ids, sps, strict=True))
+            for r in _sample_requests(str(i), t, p)
         ]
         writer = self._attach_trace(core)
+        if self.kv_publisher is not None:  # a fresh allocator: the cache starts empty
+            self.kv_publisher.publish([KV.AllBlocksCleared()])
+            core.bus.subscribe(KV.EngineEventTranslator(self.kv_publisher))
         try:
             core.run_to_completion()
         except BaseException:
@@ -161,6 +202,10 @@ class LLM:
         if writer is not None:
             writer.close()
         self.num_preemptions = core.num_preemptions
+        self.prefill_tokens_computed = core.prefill_tokens_computed
+        self.prefix_cache_hit_tokens = core.prefix_cache_hit_tokens
+        prompt_of = [p for p, q in zip(items, sps, strict=True) for _ in range(q.n)]
+        index_of = [k for q in sps for k in range(q.n)]
         return [
             RequestOutput(
                 p if isinstance(p, str) else None,
@@ -169,8 +214,9 @@ class LLM:
                 self.tokenizer.decode(r.output_token_ids, skip_special_tokens=True),
                 r.finish_reason,
                 r.num_preemptions,
+                k,
             )
-            for p, r in zip(items, reqs, strict=True)
+            for p, k, r in zip(prompt_of, index_of, reqs, strict=True)
         ]
 
     def _tokenize(self, i: int, prompt: str | Sequence[int], chat: bool) -> list[int]:
@@ -209,6 +255,7 @@ class LLM:
             self.max_num_batched_tokens,
             preemption_mode=self.preemption_mode,
             num_cpu_blocks=self.num_cpu_blocks,
+            enable_prefix_caching=self.enable_prefix_caching,
         )
 
     def _attach_trace(self, core: EngineCore) -> TraceWriter | None:
@@ -233,3 +280,23 @@ class LLM:
             ) from None
         core.bus.subscribe(writer.sink(name))
         return writer
+
+
+def _publisher(endpoint: str, allow_remote: bool) -> KV.KVEventPublisher:
+    try:
+        return KV.KVEventPublisher(endpoint, allow_remote=allow_remote)
+    except KV.EndpointError as e:  # the port is taken
+        raise InvalidConfigError(str(e)) from None
+
+
+def _sample_requests(rid: str, ids: list[int], params: SamplingParams) -> list[Request]:
+    """The requests behind one prompt: itself when ``params.n`` is 1, else ``n`` samples
+    ``rid.k`` seeded ``seed + k``, each after the first sharing the first one's prompt blocks."""
+    if params.n == 1:
+        return [Request(rid, ids, params)]
+    out = []
+    for k in range(params.n):
+        seed = None if params.seed is None else params.seed + k
+        p = dataclasses.replace(params, n=1, seed=seed)
+        out.append(Request(f"{rid}.{k}", list(ids), p, parent_id=f"{rid}.0" if k else None))
+    return out

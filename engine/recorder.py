@@ -52,20 +52,30 @@ def _dry_tokens(sr) -> list[int]:
 
 
 def build_requests(scenario: Scenario, tokenizer=None) -> list[Request]:
+    """The scenario's requests; one with ``n`` samples becomes ``id.0`` .. ``id.(n-1)``, sample
+    ``k`` seeded ``seed + k`` and sharing sample 0's prompt blocks (``parent_id``)."""
     reqs = []
     for sr in scenario.requests:
         ids = _tokenize(sr, tokenizer) if tokenizer is not None else _dry_tokens(sr)
-        reqs.append(
-            Request(
-                req_id=sr.id,
-                prompt_token_ids=ids,
-                params=SamplingParams(max_tokens=sr.max_tokens, ignore_eos=sr.ignore_eos),
-                arrival_step=sr.arrival_step,
-                forced_output_len=None
-                if tokenizer is not None
-                else (sr.output_len or sr.max_tokens),
+        for k in range(sr.n):
+            seed = None if sr.seed is None else sr.seed + k
+            reqs.append(
+                Request(
+                    req_id=sr.id if sr.n == 1 else f"{sr.id}.{k}",
+                    prompt_token_ids=list(ids),
+                    params=SamplingParams(
+                        max_tokens=sr.max_tokens,
+                        ignore_eos=sr.ignore_eos,
+                        temperature=sr.temperature,
+                        seed=seed,
+                    ),
+                    arrival_step=sr.arrival_step,
+                    forced_output_len=None
+                    if tokenizer is not None
+                    else (sr.output_len or sr.max_tokens),
+                    parent_id=f"{sr.id}.0" if k else None,
+                )
             )
-        )
     return reqs
 
 
@@ -77,6 +87,7 @@ def _copy(r: Request) -> Request:
         arrival_step=r.arrival_step,
         forced_output_len=r.forced_output_len,
         known_final_len=r.known_final_len,
+        parent_id=r.parent_id,
     )
 
 
@@ -156,7 +167,13 @@ def record(
 
 
 def _engine_config(scenario: Scenario, allocator: str) -> EngineConfig:
-    return EngineConfig(allocator, scenario.num_blocks, scenario.block_size, scenario.max_model_len)
+    return EngineConfig(
+        allocator,
+        scenario.num_blocks,
+        scenario.block_size,
+        scenario.max_model_len,
+        enable_prefix_caching=scenario.enable_prefix_caching,
+    )
 
 
 def _lockstep(runs: list[Run], say: Callable[[str], None]) -> None:

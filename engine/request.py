@@ -22,6 +22,7 @@ class InvalidConfigError(EngineInputError):
 #: Below this a temperature is a typo for greedy (``0``): dividing logits by it only overflows.
 MIN_TEMPERATURE = 1e-2
 MAX_SEED = 2**64 - 1  # what torch.Generator.manual_seed takes
+MAX_SAMPLES = 256  # parallel samples of one prompt
 
 
 def _real(v: object) -> bool:
@@ -39,6 +40,7 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     ignore_eos: bool = False
+    n: int = 1
 
     def __post_init__(self) -> None:
         if type(self.max_tokens) is not int or self.max_tokens < 1:
@@ -55,6 +57,13 @@ class SamplingParams:
             raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if self.seed is not None and (type(self.seed) is not int or not 0 <= self.seed <= MAX_SEED):
             raise InvalidRequestError(f"seed must be an integer in [0, 2**64), got {self.seed!r}")
+        if type(self.n) is not int or not 1 <= self.n <= MAX_SAMPLES:
+            raise InvalidRequestError(f"n must be an integer in [1, {MAX_SAMPLES}], got {self.n!r}")
+        if self.seed is not None and self.seed + self.n - 1 > MAX_SEED:
+            raise InvalidRequestError(
+                f"seed + n - 1 must stay below 2**64 (sample i uses "
+                f"seed + i), got seed {self.seed} and n {self.n}"
+            )
         if type(self.ignore_eos) is not bool:
             raise InvalidRequestError(f"ignore_eos must be true or false, got {self.ignore_eos!r}")
 
@@ -99,6 +108,8 @@ class Request:
     #: What an oracle allocator is told the final length will be (e.g. from an earlier run);
     #: None means the bound ``max_final_len``, exact whenever EOS is ignored.
     known_final_len: int | None = None
+    #: Parallel sampling: the request whose prompt blocks this one may share (copy-on-write).
+    parent_id: str | None = None
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -158,6 +169,8 @@ class Batch:
     #: swap-ins (engine/swap.py)
     swap_out: list[tuple[int, int]] = field(default_factory=list)
     swap_in: list[tuple[int, int]] = field(default_factory=list)
+    #: (src, dst) physical blocks to copy before the forward writes anything (copy-on-write)
+    copies: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:

@@ -58,6 +58,8 @@ class ModelRunner:
         order = prefill + decode
         seqs = [batch.seqs[i] for i in order]
         with torch.inference_mode():
+            if batch.copies:  # copy-on-write: before any of this step's K/V lands
+                self.arena.copy_blocks(batch.copies)
             input_ids, positions, meta, logits_indices = self._prepare(
                 seqs, len(prefill), batch.block_size
             )

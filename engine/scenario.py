@@ -5,6 +5,7 @@ title = "Six steps"
 num_blocks = 16        # the arena holds num_blocks * block_size token slots
 block_size = 16
 max_model_len = 128
+enable_prefix_caching = false   # paging reuses cached prompt-prefix blocks (default false)
 [[requests]]
 id = "A"                          # a string, or an integer (read as its string)
 prompt = "Why is the sky blue?"   # or prompt_len = 40 for a synthetic prompt
@@ -13,6 +14,9 @@ max_tokens = 48
 ignore_eos = false
 arrival_step = 0
 output_len = 20                   # dry runs only: when the stand-in model stops
+n = 3                             # parallel samples (ids A.0, A.1, A.2; default 1)
+temperature = 0.8                 # default 0: greedy
+seed = 7                          # sample i is seeded seed + i
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.request import InvalidConfigError, InvalidRequestError, check_prompt
+from engine.request import InvalidConfigError, InvalidRequestError, SamplingParams, check_prompt
 from engine.trace_check import LIMITS
 
 # A fixed passage to cut synthetic prompts from, so they are real text the model can read.
@@ -43,6 +47,9 @@ class ScenarioRequest:
     ignore_eos: bool = False
     arrival_step: int = 0
     output_len: int | None = None
+    n: int = 1
+    temperature: float = 0.0
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -53,11 +60,19 @@ class Scenario:
     max_model_len: int
     requests: tuple[ScenarioRequest, ...]
     raw: dict = field(default_factory=dict, compare=False)
+    enable_prefix_caching: bool = False
 
 
 #: Each request key's type and range. ``id`` may be written as an integer; it becomes a string
 #: here, at the edge, so the engine and the trace only ever see string ids.
-_INT_KEYS = {"max_tokens": 1, "prompt_len": 1, "arrival_step": 0, "output_len": 1}
+_INT_KEYS = {
+    "max_tokens": 1,
+    "prompt_len": 1,
+    "arrival_step": 0,
+    "output_len": 1,
+    "n": 1,
+    "seed": 0,
+}
 _BOOL_KEYS = ("chat", "ignore_eos")
 
 
@@ -88,6 +103,20 @@ def _request(i: int, d: dict) -> ScenarioRequest:
     for key in _BOOL_KEYS:
         if key in d and type(d[key]) is not bool:
             raise InvalidConfigError(f"{where} ({rid}): {key} must be true or false")
+    if "temperature" in d:
+        t = d["temperature"]
+        if type(t) not in (int, float) or not 0 <= t <= 100:
+            raise InvalidConfigError(f"{where} ({rid}): temperature must be a number in [0, 100]")
+        d["temperature"] = float(t)
+    try:  # the engine's own checks of n, seed and temperature
+        SamplingParams(
+            max_tokens=d["max_tokens"],
+            temperature=d.get("temperature", 0.0),
+            seed=d.get("seed"),
+            n=d.get("n", 1),
+        )
+    except InvalidRequestError as e:
+        raise InvalidConfigError(f"{where} ({rid}): {e}") from None
     if "prompt" in d:
         try:
             check_prompt(i, d["prompt"])
@@ -143,4 +172,11 @@ def load(path: str | Path) -> Scenario:
         raise InvalidConfigError(f"scenario {p.name} has no [[requests]]")
     if len({r.id for r in reqs}) != len(reqs):
         raise InvalidConfigError(f"scenario {p.name}: request ids must be unique")
-    return Scenario(raw.get("title", p.stem), num_blocks, block_size, max_model_len, reqs, raw)
+    caching = arena.get("enable_prefix_caching", False)
+    if type(caching) is not bool:
+        raise InvalidConfigError(
+            f"scenario {p.name}: [arena] enable_prefix_caching must be true or false"
+        )
+    return Scenario(
+        raw.get("title", p.stem), num_blocks, block_size, max_model_len, reqs, raw, caching
+    )

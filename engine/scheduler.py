@@ -5,6 +5,11 @@ recently admitted request is preempted - its memory freed, itself requeued at th
 recomputed, or with ``preemption_mode="swap"`` its blocks moved to the CPU tier, see
 engine/swap.py); then waiting requests are admitted first-come-first-served while their prompt fits.
 The head of the queue is never skipped, so a blocked head blocks everyone behind it.
+
+Sharing (paging): admission asks the allocator how much of a prompt is cached and feeds only the
+rest; a parallel sample waits until its first sibling has computed the prompt, then forks its
+blocks and computes just the last prompt token. ``commit`` tells the allocator what each step
+will have computed, so full blocks are cached as soon as their K/V exist.
 """
 
 from __future__ import annotations
@@ -36,8 +41,12 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # in admission order
         self.num_preemptions = 0
+        self.prefill_tokens_computed = 0  # tokens fed on admission (prompts, recomputes)
+        self.prefix_cache_hit_tokens = 0  # tokens admission found cached or forked
+        self._by_id: dict[str, Request] = {}
 
     def add(self, req: Request) -> None:
+        self._by_id[req.req_id] = req
         self.pending.append(req)
         self.pending.sort(key=lambda r: r.arrival_step)
 
@@ -53,8 +62,13 @@ class Scheduler:
             seqs += self._admit_waiting(sum(len(s.token_ids) for s in seqs))
         take = getattr(self.allocator, "take_swaps", None)
         out, inn = take() if take is not None else ([], [])
+        copies = getattr(self.allocator, "take_copies", None)
         return Batch(
-            seqs=seqs, block_size=self.allocator.view_block_size, swap_out=out, swap_in=inn
+            seqs=seqs,
+            block_size=self.allocator.view_block_size,
+            copies=copies() if copies is not None else [],
+            swap_out=out,
+            swap_in=inn,
         )
 
     def _arrive(self, step: int) -> None:
@@ -108,18 +122,49 @@ class Scheduler:
                     req, AdmitRefusal(E.BLOCKED_BATCH_FULL, n, alloc.free_slots, alloc.largest_hole)
                 )
                 break
-            refusal = self.allocator.check_admit(req, n)
-            if refusal is not None:
-                self._blocked(req, refusal)
-                break
+            parent = self._fork_source(req)
+            if parent is False:
+                break  # its parent is computing the shared prompt this very step: wait for it
+            if parent is None:
+                refusal = self.allocator.check_admit(req, n)
+                if refusal is not None:
+                    self._blocked(req, refusal)
+                    break
             self.waiting.popleft()
             self.bus.emit(E.Admitted, req=req.req_id, num_tokens=n)
-            self.allocator.admit(req, n)
+            resumed = req.num_computed > 0  # swapped out: its K/V come back from the CPU tier
+            if parent is None:
+                cached = self.allocator.admit(req, n)
+            else:
+                cached = self.allocator.fork(parent, req, n - 1)  # type: ignore[attr-defined]
+                req.num_computed = cached
+                if not self.allocator.grow(req, n):  # can_fork promised the one block
+                    raise RuntimeError("a fork found no block for its first write")
+            req.num_computed = cached
+            if not resumed:
+                self.prefix_cache_hit_tokens += cached
+                self.prefill_tokens_computed += n - cached
+            new = n - cached
             req.status = Status.RUNNING
             self.running.append(req)
             seqs.append(self._seq(req))
             num_batched += new
         return seqs
+
+    def _fork_source(self, req: Request) -> Request | None | bool:
+        """For a parallel sample: the running sibling whose prompt blocks it can share (paging
+        only), False when that sibling is still computing them, None to admit it on its own."""
+        parent = self._by_id.get(req.parent_id) if req.parent_id is not None else None
+        if (
+            parent is None
+            or req.output_token_ids
+            or parent.status is not Status.RUNNING
+            or not hasattr(self.allocator, "fork")
+        ):
+            return None
+        if parent.num_computed < req.prompt_len:
+            return False
+        return parent if self.allocator.can_fork() else None  # type: ignore[attr-defined]
 
     def _blocked(self, req: Request, refusal: AdmitRefusal) -> None:
         self.bus.emit(
@@ -135,6 +180,7 @@ class Scheduler:
         """The tokens ``req`` feeds this step: everything not yet computed (its whole prompt on
         admission, one token while decoding)."""
         start, end = req.num_computed, req.num_tokens
+        self.allocator.commit(req, end)
         positions = list(range(start, end))
         slots = [self.allocator.slot(req.req_id, p) for p in positions]
         return ScheduledSeq(

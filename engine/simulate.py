@@ -60,7 +60,7 @@ class SimResult:
 
     def slack_share(self, saturated_only: bool = True) -> float:
         """Time-averaged buddy slack as a share of the arena (a part of external + free)."""
-        pairs = list(zip(self.accounts, self.slack))
+        pairs = list(zip(self.accounts, self.slack, strict=True))
         picked = [(a, s) for a, s in pairs if a.waiting] if saturated_only else pairs
         picked = picked or pairs
         return sum(s / a.num_slots for a, s in picked) / len(picked) if picked else 0.0

@@ -15,7 +15,7 @@ the forward can overwrite a block just given up (``Batch.swap_out`` / ``Batch.sw
 from __future__ import annotations
 
 from engine import events as E
-from engine.allocators import PagedAllocator, cdiv
+from engine.allocators import AdmitRefusal, PagedAllocator, cdiv
 from engine.block_pool import Block, BlockPool
 from engine.request import InvalidConfigError, Request
 
@@ -45,9 +45,14 @@ class SwappingPagedAllocator(PagedAllocator):
     Promise: every block, device or CPU, is in exactly one place - a free list or one table."""
 
     def __init__(
-        self, num_blocks: int, block_size: int, bus: E.EventBus, num_cpu_blocks: int
+        self,
+        num_blocks: int,
+        block_size: int,
+        bus: E.EventBus,
+        num_cpu_blocks: int,
+        enable_prefix_caching: bool = False,
     ) -> None:
-        super().__init__(num_blocks, block_size, bus)
+        super().__init__(num_blocks, block_size, bus, enable_prefix_caching)
         self.cpu_pool = BlockPool(num_cpu_blocks) if num_cpu_blocks > 0 else None
         self.cpu_tables: dict[str, list[Block]] = {}
         self._out: list[tuple[int, int]] = []
@@ -66,12 +71,16 @@ class SwappingPagedAllocator(PagedAllocator):
 
     def swap_out(self, req_id: str) -> list[tuple[int, int]] | None:
         table = self.tables[req_id]
-        if len(table) > self.free_cpu_blocks or self.cpu_pool is None:
+        # A block others hold too (a cached prefix, a parallel sample's prompt) stays where its
+        # other holders read it: such a request is preempted by recompute, never swapped.
+        shared = any(b.ref_count > 1 for b in table)
+        if shared or len(table) > self.free_cpu_blocks or self.cpu_pool is None:
             self.bus.emit(
                 E.SwapFallback,
                 req=req_id,
                 need_blocks=len(table),
                 free_cpu_blocks=self.free_cpu_blocks,
+                reason=E.SWAP_FALLBACK_SHARED if shared else E.SWAP_FALLBACK_CPU_FULL,
             )
             return None
         cpu = [self.cpu_pool.allocate() for _ in table]
@@ -82,15 +91,27 @@ class SwappingPagedAllocator(PagedAllocator):
         self._out += pairs
         return pairs
 
-    def admit(self, req: Request, num_tokens: int) -> None:
+    def check_admit(self, req: Request, num_tokens: int) -> AdmitRefusal | None:
+        if req.req_id not in self.cpu_tables:
+            return super().check_admit(req, num_tokens)
+        need = cdiv(num_tokens, self.block_size)  # a swap-in takes no cached blocks
+        if need <= self.pool.num_free:
+            return None
+        return AdmitRefusal(
+            E.BLOCKED_NO_FREE_BLOCK, need * self.block_size, self.free_slots, self.largest_hole
+        )
+
+    def admit(self, req: Request, num_tokens: int) -> int:
+        """As ``PagedAllocator.admit``; a swapped-out request gets fresh device blocks for its
+        CPU ones and returns ``req.num_computed``: every token it had is back, none cached."""
         cpu = self.cpu_tables.pop(req.req_id, None)
         if cpu is None:
-            super().admit(req, num_tokens)
-            return
+            return super().admit(req, num_tokens)
         assert self.cpu_pool is not None
         if cdiv(num_tokens, self.block_size) > self.pool.num_free:
             raise RuntimeError("admit() called without a successful check_admit()")
         self.tables[req.req_id] = []
+        self.hashes[req.req_id] = []  # its new blocks are hashed (and cached) again on commit
         self.grow(req, len(cpu) * self.block_size)  # any free device blocks will do
         pairs = [
             (c.block_id, d.block_id) for c, d in zip(cpu, self.tables[req.req_id], strict=True)
@@ -100,6 +121,7 @@ class SwappingPagedAllocator(PagedAllocator):
             self.cpu_pool.release(c)
         self._in += pairs
         self.grow(req, num_tokens)  # room for the token it feeds now
+        return req.num_computed
 
     def take_swaps(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """This step's copies: ``(device, cpu)`` out, then ``(cpu, device)`` in. A step swaps

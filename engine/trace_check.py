@@ -12,15 +12,19 @@ in [0, 1], no negative free space). The checks, in order:
 - order: per run, ``seq`` strictly increases, ``step`` never goes back, no event follows its
   step's ``step_end``;
 - references: events name requests that arrived; blocks and slots lie inside the arena;
-- the allocator's invariants: no overlapping reservations, no block in two tables (the engine
-  has no prefix sharing yet and the accounting charges a block to one holder), no double free,
+- the allocator's invariants: no overlapping reservations; a block is in as many tables as its
+  ref count says (sharing comes only through ``block_shared`` with the exact new count, copies
+  on write through ``block_copied``); a cached block is handed out fresh only after its
+  ``block_evicted`` and never while referenced; no double free,
   a request releases exactly what it holds before it is preempted or finishes, tokens land in
-  slots the request holds at the positions its table maps, at most once each; and the engine's
+  slots the request holds at the positions its table maps, at most once each, and never into a
+  block others share (except the block being cached as this step computes it); and the engine's
   own reports (free slots, largest hole, queue lengths, final lengths) match the replay;
 - the CPU tier (swap preemption): a swap-out maps the request's whole table, in order, to free
   CPU blocks; a swap-in maps exactly those CPU blocks, in order, to the device blocks just
-  allocated, whose slots then hold the tokens written before; no CPU block is in two places,
-  and a fallback to recompute happens only when the tier really lacks room.
+  allocated, whose slots then hold the tokens written before; no CPU block is in two places;
+  only unshared blocks move, and a fallback to recompute happens only when the tier really
+  lacks room or the request shares a block (its other holders read it in place).
 
 Any failure is one ``TraceError`` line naming the line number. Pure Python, no torch.
 """
@@ -34,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import events as E
+from engine.prefix_hash import ROOT_HASH
 
 
 class TraceError(ValueError):
@@ -273,7 +278,11 @@ class RunChecker:
         n, bs = spec.num_slots, spec.block_size
         self.num_blocks = n // bs
         self.reqs: dict[str, _Req] = {}
-        self.block_owner: list[str | None] = [None] * self.num_blocks
+        self.refs = [0] * self.num_blocks  # paging: holders per block
+        self.hash_of: list[str | None] = [None] * self.num_blocks
+        self.stored_step = [-1] * self.num_blocks  # step a block was last cached in
+        self.cached: dict[str, int] = {}  # hash -> block carrying it
+        self.known_hashes: set[str] = {ROOT_HASH}  # every hash ever stored
         self.occupied = bytearray(n)  # contiguous: reserved slots
         self.written = bytearray(n)  # slots holding a written token
         self.free = n
@@ -430,6 +439,11 @@ class RunChecker:
 
     # --- paging ---
 
+    def _block(self, physical: int) -> int:
+        if physical >= self.num_blocks:
+            raise TraceError(f"block {physical} is outside the arena's {self.num_blocks} blocks")
+        return physical
+
     def _block_allocated(self, ev: E.BlockAllocated) -> None:
         self._kind(ev, paged=True)
         r = self._req(ev, "running")
@@ -437,40 +451,153 @@ class RunChecker:
             raise TraceError(
                 f"block_allocated at logical {ev.logical}; the table has {len(r.table)} entries"
             )
-        if ev.physical >= self.num_blocks:
-            raise TraceError(f"block {ev.physical} is outside the arena's {self.num_blocks} blocks")
-        if self.block_owner[ev.physical] is not None:
+        b = self._block(ev.physical)
+        if self.refs[b]:
+            raise TraceError(f"block {b} is already in {self.refs[b]} table(s)")
+        if self.hash_of[b] is not None:
             raise TraceError(
-                f"block {ev.physical} is already in request "
-                f"{self.block_owner[ev.physical]!r:.40}'s table"
+                f"block {b} is handed out fresh while still cached (no block_evicted before)"
             )
-        self._touch(self.spec.block_size)
-        self.block_owner[ev.physical] = ev.req
-        r.table.append(ev.physical)
+        self._take(b, fresh=True)
+        r.table.append(b)
         r.held += self.spec.block_size
-        self.free -= self.spec.block_size
+
+    def _take(self, b: int, fresh: bool) -> None:
+        bs = self.spec.block_size
+        self._touch(bs)
+        if self.refs[b] == 0:
+            self.free -= bs
+        if fresh:  # whatever it held before is gone
+            self.written[b * bs : (b + 1) * bs] = bytes(bs)
+        self.refs[b] += 1
+
+    def _block_shared(self, ev: E.BlockShared) -> None:
+        self._kind(ev, paged=True)
+        r = self._req(ev, "running")
+        b = self._block(ev.physical)
+        if ev.logical != len(r.table):
+            raise TraceError(
+                f"block_shared at logical {ev.logical}; the table has {len(r.table)} entries"
+            )
+        if b in r.table:
+            raise TraceError(f"block {b} is already in request {ev.req!r:.40}'s table")
+        if self.refs[b] == 0 and self.hash_of[b] is None:
+            raise TraceError(f"block {b} is shared while free and not cached")
+        if ev.ref_count != self.refs[b] + 1:
+            raise TraceError(
+                f"block_shared gives block {b} ref_count {ev.ref_count}; it had "
+                f"{self.refs[b]} holder(s)"
+            )
+        if not 1 <= ev.num_tokens <= self.spec.block_size:
+            raise TraceError(
+                f"block_shared carries {ev.num_tokens} tokens; a block holds {self.spec.block_size}"
+            )
+        self._take(b, fresh=False)
+        r.table.append(b)
+        r.held += self.spec.block_size
+        r.filled += ev.num_tokens
+
+    def _cache_hit(self, ev: E.CacheHit) -> None:
+        self._kind(ev, paged=True)
+        r = self._req(ev, "running")
+        n = len(ev.blocks)
+        if not n or tuple(r.table[:n]) != ev.blocks:
+            raise TraceError(
+                f"cache_hit names blocks that do not begin request {ev.req!r:.40}'s table"
+            )
+        if ev.tokens_saved != n * self.spec.block_size:
+            raise TraceError(f"cache_hit saves {ev.tokens_saved} tokens with {n} full blocks")
+
+    def _block_copied(self, ev: E.BlockCopied) -> None:
+        self._kind(ev, paged=True)
+        r = self._req(ev, "running")
+        src, dst = self._block(ev.src), self._block(ev.dst)
+        if ev.logical >= len(r.table) or r.table[ev.logical] != src:
+            raise TraceError(
+                f"block_copied: block {src} is not logical block {ev.logical} of "
+                f"request {ev.req!r:.40}"
+            )
+        if self.refs[src] < 2 or ev.src_ref_count != self.refs[src] - 1:
+            raise TraceError(
+                f"block_copied leaves block {src} ref_count {ev.src_ref_count}; it "
+                f"had {self.refs[src]} holder(s) (a copy needs at least two)"
+            )
+        if self.refs[dst] or self.hash_of[dst] is not None:
+            raise TraceError(f"block_copied into block {dst}, which is not free and uncached")
+        bs = self.spec.block_size
+        if not 0 <= ev.num_tokens < bs:
+            raise TraceError(
+                f"block_copied carries {ev.num_tokens} tokens; a copy precedes a "
+                f"write into a block of {bs}"
+            )
+        self._take(dst, fresh=True)
+        self.written[dst * bs : dst * bs + ev.num_tokens] = b"\x01" * ev.num_tokens
+        self.refs[src] -= 1
+        r.table[ev.logical] = dst
+
+    def _block_stored(self, ev: E.BlockStored) -> None:
+        self._kind(ev, paged=True)
+        b = self._block(ev.physical)
+        if ev.block_size != self.spec.block_size or len(ev.token_ids) != ev.block_size:
+            raise TraceError(
+                f"block_stored holds {len(ev.token_ids)} tokens of block size "
+                f"{ev.block_size}; the run's blocks hold {self.spec.block_size}"
+            )
+        if not self.refs[b] or self.hash_of[b] is not None:
+            raise TraceError(f"block_stored for block {b}, which is free or already cached")
+        if ev.block_hash in self.cached:
+            raise TraceError(f"block_stored: hash {ev.block_hash:.16} is already cached")
+        if ev.parent_block_hash not in self.known_hashes:
+            raise TraceError(
+                f"block_stored: parent hash {ev.parent_block_hash:.16} was never stored"
+            )
+        if len(self.known_hashes) > self.budget.limits.max_events:
+            raise TraceError("trace stores more block hashes than it may hold events")
+        self._touch(len(ev.token_ids))
+        self.hash_of[b] = ev.block_hash
+        self.cached[ev.block_hash] = b
+        self.known_hashes.add(ev.block_hash)
+        self.stored_step[b] = ev.step
+
+    def _block_evicted(self, ev: E.BlockEvicted) -> None:
+        self._kind(ev, paged=True)
+        b = self._block(ev.physical)
+        if self.hash_of[b] != ev.block_hash or self.refs[b]:
+            raise TraceError(
+                f"block_evicted: block {b} is not a free block cached as {ev.block_hash:.16}"
+            )
+        self.hash_of[b] = None
+        del self.cached[ev.block_hash]
+
+    def _all_blocks_cleared(self, ev: E.AllBlocksCleared) -> None:
+        self._kind(ev, paged=True)
+        for b in self.cached.values():
+            self.hash_of[b] = None
+        self.cached.clear()
 
     def _block_freed(self, ev: E.BlockFreed) -> None:
         self._kind(ev, paged=True)
         r = self._req(ev, "running")
-        if ev.physical >= self.num_blocks or self.block_owner[ev.physical] != ev.req:
+        if ev.physical >= self.num_blocks or ev.physical not in r.table:
             raise TraceError(f"block {ev.physical} freed but not in request {ev.req!r:.40}'s table")
-        if ev.ref_count != 0:
+        b = ev.physical
+        if ev.ref_count != self.refs[b] - 1:
             raise TraceError(
-                f"block {ev.physical} freed with ref_count {ev.ref_count}; "
-                "its only holder let it go"
+                f"block {b} freed with ref_count {ev.ref_count}; it had {self.refs[b]} holder(s)"
             )
         bs = self.spec.block_size
         # the fold finds the block in its table by a scan (in C: charged at a sixteenth)
         self._touch(bs + len(r.table) // 16)
-        if r.table[-1] == ev.physical:  # the engine frees tail first
+        if r.table[-1] == b:  # the engine frees tail first
             r.table.pop()
         else:
-            r.table.remove(ev.physical)
-        self.block_owner[ev.physical] = None
-        self.written[ev.physical * bs : (ev.physical + 1) * bs] = bytes(bs)
+            r.table.remove(b)
+        self.refs[b] -= 1
         r.held -= bs
-        self.free += bs
+        if self.refs[b] == 0:
+            self.free += bs
+            if self.hash_of[b] is None:  # nothing can read it again
+                self.written[b * bs : (b + 1) * bs] = bytes(bs)
 
     # --- the CPU tier ---
 
@@ -484,6 +611,11 @@ class RunChecker:
         if not device or device != r.table:
             raise TraceError(
                 f"swapped_out maps blocks {device[:8]}, not request {ev.req!r:.40}'s table"
+            )
+        if any(self.refs[d] != 1 for d in device):
+            raise TraceError(
+                f"swapped_out moves a block request {ev.req!r:.40} shares with others "
+                "(a shared block is never swapped)"
             )
         if len(set(cpu)) != len(cpu) or any(
             c >= len(self.cpu_owner) or self.cpu_owner[c] is not None for c in cpu
@@ -513,6 +645,8 @@ class RunChecker:
                 f"swapped_in must fill exactly the blocks request {ev.req!r:.40} "
                 "was just given, before it writes anything"
             )
+        if any(self.refs[d] != 1 for d in device):
+            raise TraceError(f"swapped_in fills a block request {ev.req!r:.40} shares")
         bs = self.spec.block_size
         self._touch(len(cpu) * bs)
         for c in cpu:
@@ -525,10 +659,20 @@ class RunChecker:
     def _swap_fallback(self, ev: E.SwapFallback) -> None:
         self._kind(ev, paged=True)
         r = self._req(ev, "running")
+        if ev.reason == E.SWAP_FALLBACK_SHARED:
+            if not any(self.refs[b] > 1 for b in r.table):
+                raise TraceError(
+                    f"swap_fallback says request {ev.req!r:.40} shares a block; it shares none"
+                )
+            lacks_room = True  # any room is beside the point
+        elif ev.reason == E.SWAP_FALLBACK_CPU_FULL:
+            lacks_room = ev.need_blocks > ev.free_cpu_blocks
+        else:
+            raise TraceError(f"swap_fallback has an unknown reason {str(ev.reason)[:40]!r}")
         if (ev.need_blocks, ev.free_cpu_blocks) != (
             len(r.table),
             self.cpu_free,
-        ) or ev.need_blocks <= ev.free_cpu_blocks:
+        ) or not lacks_room:
             raise TraceError(
                 f"swap_fallback reports {ev.need_blocks} blocks needed and "
                 f"{ev.free_cpu_blocks} free on the CPU tier; the run has "
@@ -582,7 +726,7 @@ class RunChecker:
             raise TraceError("tokens_written needs as many positions as slots, at least one")
         self._touch(len(ev.slots))
         bs = self.spec.block_size
-        for pos, slot in zip(ev.positions, ev.slots):
+        for pos, slot in zip(ev.positions, ev.slots, strict=True):
             if self.spec.paged:
                 ok = pos // bs < len(r.table) and slot == r.table[pos // bs] * bs + pos % bs
             else:
@@ -593,6 +737,14 @@ class RunChecker:
                 )
             if self.written[slot]:
                 raise TraceError(f"slot {slot} is written twice")
+            if (
+                self.spec.paged
+                and self.refs[slot // bs] > 1
+                and self.stored_step[slot // bs] != ev.step
+            ):
+                raise TraceError(
+                    f"slot {slot} is written while its block is shared (no copy on write)"
+                )
             self.written[slot] = 1
         r.filled += len(ev.slots)
 

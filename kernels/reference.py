@@ -137,3 +137,14 @@ def paged_prefill_attention(
         )
         out[s:e] = o[0].transpose(0, 1)
     return out
+
+
+def copy_blocks(caches: list[torch.Tensor], block_mapping: torch.Tensor) -> None:
+    """Copy-on-write: for each row ``(src, dst)`` of ``block_mapping`` (int64 ``[N, 2]``) copy
+    block ``src`` over block ``dst`` in every cache of ``caches`` (each ``[num_blocks, ...]``).
+    No ``dst`` may also be a ``src``: every copy reads the blocks as they were before."""
+    if block_mapping.numel() == 0:
+        return
+    src, dst = block_mapping[:, 0], block_mapping[:, 1]
+    for cache in caches:
+        cache.index_copy_(0, dst.to(cache.device), cache.index_select(0, src.to(cache.device)))

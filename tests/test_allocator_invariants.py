@@ -49,6 +49,7 @@ class PagedMachine(RuleBasedStateMachine):
     def grow(self, data, extra):
         rid = data.draw(st.sampled_from(sorted(self.tokens)))
         want = self.tokens[rid] + extra
+        self.reqs[rid].num_computed = self.tokens[rid]  # what it holds is computed: no CoW
         before = len(self.alloc.tables[rid])
         if self.alloc.grow(self.reqs[rid], want):
             self.tokens[rid] = want

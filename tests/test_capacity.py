@@ -409,6 +409,7 @@ def _plain(md: str) -> str:
 
 def _page_on(address: str | None, monkeypatch):
     from streamlit.testing.v1 import AppTest
+
     from viz import capacity_page
 
     monkeypatch.setattr(capacity_page, "_server_address", lambda: address)

@@ -70,6 +70,8 @@ def facts(lesson: L.Lesson, i: int) -> set[str]:
             for k, v in ev.to_dict().items():
                 if k not in ("step", "seq"):
                     out |= _ints(v)
+            if ev.kind == "block_allocated":  # "block {logical - 1} is full"
+                out.add(str(ev.logical - 1))
             key = (ev.kind, getattr(ev, "req", ""))
             counts[key] = counts.get(key, 0) + 1
         out |= {str(n) for n in counts.values()} | {"0"}
@@ -147,6 +149,8 @@ def test_a_blocked_request_is_captioned_with_the_allocators_numbers(lesson):
         for b in lesson.left.frames[i].blocked
         if b.reason == "no_hole"
     ]
+    if not hits and lesson.spec.name in ("shared-prompt", "parallel-sampling"):
+        pytest.skip("the sharing lessons have no external-fragmentation refusal")
     assert hits, "the lesson has no external-fragmentation refusal to caption"
     for i, b in hits:
         text = captions.caption(lesson, i, "en")[0]

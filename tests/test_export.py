@@ -69,9 +69,9 @@ def test_unknown_lesson_is_one_line_and_exit_2(capsys):
 
 
 def test_unknown_format_is_one_line_and_exit_2(capsys, tmp_path):
-    assert export.main(["--out", str(tmp_path), "--format", "png,gif"]) == 2
+    assert export.main(["--out", str(tmp_path), "--format", "png,webm"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "gif" in err
+    assert err.count("\n") == 0 and "webm" in err
     assert not list(tmp_path.iterdir())
 
 

@@ -22,6 +22,7 @@ if "triton" not in sys.modules and not torch.cuda.is_available():
 import pytest
 
 from kernels import reference as ref
+from kernels.copy_blocks import copy_blocks
 from kernels.fp8 import quantize
 from kernels.launch import interpreter_active
 from kernels.paged_attention import (
@@ -254,8 +255,34 @@ def test_signatures_match_the_reference():
         ("paged_decode_attention", paged_decode_attention),
         ("paged_prefill_attention", paged_prefill_attention),
         ("store_kv", store_kv),
+        ("copy_blocks", copy_blocks),
     ]:
         assert inspect.signature(fn) == inspect.signature(getattr(ref, name)), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reference_copy_blocks_copies_each_block_whole(dtype):
+    g = torch.Generator().manual_seed(3)
+    caches = [torch.randn(6, BLOCK, 3, 8, generator=g).to(dtype) for _ in range(3)]
+    before = [c.clone() for c in caches]
+    ref.copy_blocks(caches, torch.tensor([[1, 4], [2, 0]]))
+    for c, b in zip(caches, before, strict=True):
+        assert torch.equal(c[4], b[1]) and torch.equal(c[0], b[2])
+        assert torch.equal(c[[1, 2, 3, 5]], b[[1, 2, 3, 5]])  # sources and bystanders intact
+
+
+@interpreted
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_copy_blocks_kernel_matches_reference(dtype):
+    g = torch.Generator().manual_seed(4)
+    # a block of 16 x 2 x 40 = 1,280 elements spans two of the kernel's chunks
+    caches = [torch.randn(7, BLOCK, 2, 40, generator=g).to(dtype) for _ in range(2)]
+    expect = [c.clone() for c in caches]
+    mapping = torch.tensor([[0, 5], [3, 6], [2, 1]])
+    ref.copy_blocks(expect, mapping)
+    copy_blocks(caches, mapping)
+    for c, e in zip(caches, expect, strict=True):
+        assert torch.equal(c, e)
 
 
 @pytest.mark.skipif(IN_PROCESS, reason="the kernel checks already ran in this process")

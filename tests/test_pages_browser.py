@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from viz import capacity_page, paper_page, sweep
+from viz import capacity_page, paper_page, sweep, watch_page
 from viz.lesson import load_spec
 from viz.serve import CHROMIUM
 
@@ -28,6 +28,7 @@ PAGES = {
     "capacity": {lang: capacity_page.TEXT[lang]["title"] for lang in ("en", "zh")},
     "paper": {lang: paper_page.text(lang)["title"] for lang in ("en", "zh")},
     "block-size": sweep.load_spec("block-size").title,
+    "watch": {lang: watch_page.TEXT[lang]["title"] for lang in ("en", "zh")},
 }
 
 

@@ -46,7 +46,10 @@ def _lab(rgb: tuple[float, ...]) -> tuple[float, float, float]:
 
 def _deuteranope(hex_colour: str) -> tuple[float, ...]:
     rgb = _linear(hex_colour)
-    return tuple(min(1.0, max(0.0, sum(m * c for m, c in zip(row, rgb)))) for row in DEUTERANOPIA)
+    return tuple(
+        min(1.0, max(0.0, sum(m * c for m, c in zip(row, rgb, strict=True))))
+        for row in DEUTERANOPIA
+    )
 
 
 def test_the_simulation_is_not_the_identity():

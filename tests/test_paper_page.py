@@ -75,7 +75,7 @@ def test_table_sets_external_plus_free_against_the_papers_external_and_others(ro
 def test_concurrency_ratios_are_computed_from_both_sides():
     rows = [
         R.PolicyRow(p, {c: 0.2 for c in CATEGORIES}, 0.0, m, 1, 0)
-        for p, m in zip(paper.POLICIES, (5.0, 7.5, 10.0, 20.0))
+        for p, m in zip(paper.POLICIES, (5.0, 7.5, 10.0, 20.0), strict=True)
     ]
     ratios = P.concurrency_ratios(rows, "sharegpt")
     assert ratios["paged"] == pytest.approx((4.0, 30.42 / 7.00))

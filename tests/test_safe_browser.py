@@ -132,7 +132,7 @@ def _children(pid: int) -> list[tuple[int, str]]:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        ppid = next(int(l.split()[1]) for l in status.splitlines() if l.startswith("PPid:"))
+        ppid = next(int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("PPid:"))
         if ppid == pid:
             out.append((int(d.name), cmd))
     return out

@@ -86,7 +86,7 @@ def test_first_fit_has_no_slack_and_less_external_fragmentation():
 def test_every_length_distribution_keeps_the_papers_means(name):
     items = generate("sharegpt", 4000, 2048, seed=3, dist=LengthDist(name))
     assert statistics.mean(i.output_len for i in items) == pytest.approx(338.0, rel=0.08)
-    assert all(1 <= i.input_len and i.input_len + i.output_len <= 2048 for i in items)
+    assert all(i.input_len >= 1 and i.input_len + i.output_len <= 2048 for i in items)
 
 
 def test_spread_grows_with_sigma_and_is_zero_when_fixed():

@@ -300,7 +300,7 @@ def check_frame(f: Frame) -> None:
     for req, table in f.block_tables.items():
         assert req in f.requests and all(0 <= b < num_blocks for b in table)
     for req, (start, length) in f.reservations.items():
-        assert req in f.requests and 0 <= start and length > 0 and start + length <= n
+        assert req in f.requests and start >= 0 and length > 0 and start + length <= n
     assert all(r in f.requests for r in (*f.running, *f.waiting))
 
 

@@ -1,11 +1,17 @@
 """Lecture figures: each lesson step's side-by-side frame as PNG, SVG or PDF.
 
     python -m viz.export --lesson six-steps --out figures/ --format png,svg,pdf [--lang en,zh]
+    python -m viz.export --lesson six-steps --out out/ --format html,gif,mp4 [--frames 0:40]
 
 writes one file per step, language and format (``six-steps-step3-en.png``), drawn by
 ``viz.figures.side_by_side_figure`` at the step's keyframe: the same figure, colours and words
 as the app. Images are rendered by kaleido (>= 1) in the system Chromium; export keeps one
 Chromium running for the whole lesson, so each image after the first takes well under a second.
+
+``html`` writes the whole lesson as one self-contained page (viz/standalone.py: the app's
+player, both languages, offline); ``gif`` and ``mp4`` write the lesson (or ``--frames A:B``) as
+an animation at ``--fps`` with the player's captions burned in (viz/animate.py), one per
+language (``NAME.gif``, or ``NAME-zh.gif`` when several languages are asked for).
 
 The app's per-step download button uses ``download_args`` (lazy: nothing is rendered until the
 button is clicked). No Streamlit, no torch.
@@ -28,6 +34,8 @@ from viz.lesson import LESSONS_DIR, Lesson, LessonError, build, load_spec, rende
 
 MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
 FORMATS = tuple(MIME)
+LESSON_FORMATS = ("html", "gif", "mp4")  # one file per lesson, not per step
+ALL_FORMATS = FORMATS + LESSON_FORMATS
 LANGS = ("en", "zh")
 
 #: A figure without its own size is laid out at 1280 x 720 CSS px: text drawn in px is then a
@@ -133,26 +141,84 @@ def export_lesson(
     lang: str | Iterable[str] = "en",
     root: Path = LESSONS_DIR,
     progress: Callable[[str], None] | None = None,
+    frames: str | None = None,
+    fps: float = 2.0,
 ) -> list[Path]:
     """Write every step of lesson ``name`` in each format and language to ``out_dir`` (created
     if missing). Returns the written paths in order. Raises ExportError (one line) for a bad
     lesson, format or language."""
-    formats = _checked(list(formats), FORMATS, "format")
+    formats = _checked(list(formats), ALL_FORMATS, "format")
     langs = _checked([lang] if isinstance(lang, str) else list(lang), LANGS, "language")
-    lesson = load_lesson(name, root)
+    from viz import animate
+
+    try:
+        animate.check_fps(fps)
+        lesson = load_lesson(name, root)
+        span = animate.frame_range(frames, lesson.num_frames)
+        if any(f in animate.WRITERS for f in formats):
+            span = animate.bounded(span)
+    except animate.AnimationError as e:
+        raise ExportError(str(e)) from None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda msg: None)
+    written = _lesson_files(
+        lesson, name, out, [f for f in formats if f in LESSON_FORMATS], langs, span, fps, say
+    )
+    figure_formats = [f for f in formats if f in FORMATS]
+    if not figure_formats:
+        return written
     jobs = [(k, lg) for lg in langs for k in range(len(lesson.spec.steps))]
-    written: list[Path] = []
     with _one_browser():
         for n, (k, lg) in enumerate(jobs, start=1):
             fig = step_figure(lesson, k, lg)
-            for fmt in formats:
+            for fmt in figure_formats:
                 path = out / file_name(name, k, lg, fmt)
                 path.write_bytes(figure_bytes(fig, fmt))
                 written.append(path)
-            say(f"[{n}/{len(jobs)}] step {k + 1} ({lg}): {', '.join(formats)}")
+            say(f"[{n}/{len(jobs)}] step {k + 1} ({lg}): {', '.join(figure_formats)}")
+    return written
+
+
+def _lesson_files(
+    lesson: Lesson,
+    name: str,
+    out: Path,
+    formats: list[str],
+    langs: list[str],
+    span: range,
+    fps: float,
+    say: Callable[[str], None],
+) -> list[Path]:
+    """The one-per-lesson files: the standalone page, then each language's animations."""
+    from viz import animate, standalone
+
+    written: list[Path] = []
+    page = standalone.page(lesson) if formats else ""
+    if "html" in formats:
+        path = out / f"{name}.html"
+        path.write_text(page, encoding="utf-8")
+        written.append(path)
+        say(f"{path.name}: {path.stat().st_size / 1e6:.2f} MB")
+    movies = [f for f in formats if f in animate.WRITERS]
+    for lg in langs if movies else []:
+        if not browser_available():
+            raise ExportError("animations need Chromium (/usr/bin/chromium): run `make browser`")
+        try:
+            shots = animate.screenshots(page, span, lg, say)
+        except Exception as e:  # Playwright raises its own types when Chromium cannot start
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise ExportError(
+                f"cannot photograph the frames: {type(e).__name__}: {first}"
+            ) from None
+        for fmt in movies:
+            stem = name if len(langs) == 1 else f"{name}-{lg}"
+            path = animate.WRITERS[fmt](out / f"{stem}.{fmt}", shots, fps)
+            written.append(path)
+            say(
+                f"{path.name}: {len(shots)} frames at {fps:g} fps, "
+                f"{path.stat().st_size / 1e6:.2f} MB"
+            )
     return written
 
 
@@ -190,12 +256,25 @@ def _split(text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m viz.export", description="Write each lesson step's side-by-side figure."
+        prog="python -m viz.export",
+        description="Write a lesson's figures (one per step), its "
+        "standalone page or its animations.",
     )
     p.add_argument("--lesson", default="six-steps", help="a folder under lessons/")
     p.add_argument("--out", required=True, help="folder to write into (created if missing)")
-    p.add_argument("--format", default="png", help="comma-separated: png,svg,pdf")
+    p.add_argument(
+        "--format",
+        default="png",
+        help="comma-separated: png,svg,pdf (one per step), html,gif,mp4 (one per lesson)",
+    )
     p.add_argument("--lang", default="en", help="comma-separated: en,zh")
+    p.add_argument(
+        "--frames",
+        default=None,
+        metavar="A:B",
+        help="gif/mp4: frames A (included) to B (not), Python slice rules",
+    )
+    p.add_argument("--fps", default=2.0, type=float, help="gif/mp4 frames per second (2)")
     args = p.parse_args(argv)
     try:
         paths = export_lesson(
@@ -204,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             _split(args.format),
             _split(args.lang),
             progress=lambda m: print(m, file=sys.stderr, flush=True),
+            frames=args.frames,
+            fps=args.fps,
         )
     except ExportError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -451,7 +451,7 @@ def scoreboard_figure(
             orientation="h",
             name=w[c],
             marker=dict(color=CATEGORY_COLOURS[c]),
-            text=[p[c] if v >= 4 else "" for p, v in zip(shown, vals)],
+            text=[p[c] if v >= 4 else "" for p, v in zip(shown, vals, strict=True)],
             textposition="inside",
             textfont=dict(color="white" if c != "free" else INK, size=14),
             hovertemplate=f"{w[c]}: %{{x:.1f}}%<extra></extra>",

@@ -16,12 +16,19 @@ request was admitted in an earlier frame), ``min_running`` (requests running on 
 
 Narration may quote numbers only through ``{placeholders}`` filled from the frames (see
 ``narration_context``): every number on screen comes from the engine's events.
+
+Narration must stay true for any scenario, not only the one it was written for. A paragraph
+that starts with ``[if NAME]`` (or ``[unless NAME]``) is shown only when the named fact (see
+``CONDITIONS``) holds at the keyframe, so "paging finished in 40 steps instead of 40" is never
+said. A step whose keyframe never comes says nothing of it: its text is the step's ``absent``
+text (or a generic line), and the player greys it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import re
 import string
 import tomllib
 from dataclasses import dataclass, replace
@@ -34,6 +41,7 @@ from engine.trace import Trace, TraceError
 from viz.percent import percents
 from viz.reducer import CONTIGUOUS, PAGED, Frame, RunInfo, fold, replay
 from viz.safe import md_text
+from viz.ui_text import load as load_text
 
 LESSONS_DIR = Path(__file__).resolve().parent.parent / "lessons"
 LANGS = ("en", "zh")
@@ -49,6 +57,7 @@ class LessonStep:
     title: dict[str, str]
     narration: dict[str, str]
     rule: dict
+    absent: dict[str, str] | None = None  # said instead when the keyframe never comes
 
 
 @dataclass(frozen=True)
@@ -158,9 +167,23 @@ def load_spec(name: str, root: Path = LESSONS_DIR) -> LessonSpec:
     folder, doc = read_lesson_toml(name, "lesson.toml", root, LessonError)
     try:
         steps = tuple(
-            LessonStep(texts(s["title"]), texts(s["narration"]), dict(s["keyframe"]))
+            LessonStep(
+                texts(s["title"]),
+                texts(s["narration"]),
+                dict(s["keyframe"]),
+                texts(s["absent"]) if "absent" in s else None,
+            )
             for s in doc["steps"]
         )
+        for st in steps:
+            for text in st.narration.values():
+                unknown = {n for _, n in IF_TAG.findall(text)} - set(CONDITIONS)
+                if unknown:
+                    raise LessonError(
+                        f"lessons/{name}/lesson.toml: unknown condition "
+                        f"[if {min(unknown)}]; known: "
+                        f"{', '.join(sorted(CONDITIONS))}"
+                    )
         return LessonSpec(
             name=name,
             folder=folder,
@@ -245,6 +268,10 @@ def summarize(frames: list[Frame], events: list[E.Event]) -> Summary:
 
 
 def find_keyframes(lesson: Lesson) -> tuple[int | None, ...]:
+    """Each step's keyframe: the first match after the previous step's keyframe; a step whose
+    event happened only earlier (another scenario than the one the lesson was written for)
+    takes its first match on a frame no other step holds, then any match. None means the
+    event never happens in this run, so the step's ``absent`` text is true."""
     out: list[int | None] = []
     prev = -1
     for step in lesson.spec.steps:
@@ -252,9 +279,12 @@ def find_keyframes(lesson: Lesson) -> tuple[int | None, ...]:
         kf = next(
             (i for i in range(start, lesson.num_frames) if _matches(lesson, i, step.rule)), None
         )
+        if kf is None:
+            hits = [i for i in range(lesson.num_frames) if _matches(lesson, i, step.rule)]
+            kf = next((i for i in hits if i not in out), hits[0] if hits else None)
         out.append(kf)
         if kf is not None:
-            prev = kf
+            prev = max(prev, kf)
     return tuple(out)
 
 
@@ -357,10 +387,26 @@ def _event_ns(lesson: Lesson, i: int, ev: E.Event) -> SimpleNamespace:
             )
         run = left.reservations.get(req)
         d["left_reserved"] = run[1] if run else 0
+        d["hole_between"] = _hole_between(lesson, i, req)
         table = right.block_tables.get(req, ())
         d["right_blocks"] = len(table)
         d["right_table"] = ", ".join(f"{n}→#{p}" for n, p in enumerate(table)) or "-"
     return SimpleNamespace(**d)
+
+
+def _hole_between(lesson: Lesson, i: int, req: str) -> bool:
+    """Whether the left run ``req`` held just before frame ``i`` (and no longer holds) lies
+    between two runs still alive at ``i``."""
+    if i == 0 or i >= len(lesson.left.frames):
+        return False
+    gone = lesson.left.frames[i - 1].reservations.get(req)
+    live = lesson.left.frames[i].reservations
+    if gone is None or req in live:
+        return False
+    start, length = gone
+    return any(s + n <= start for s, n in live.values()) and any(
+        s >= start + length for s, n in live.values()
+    )
 
 
 def _side_ns(side: Side, i: int) -> SimpleNamespace:
@@ -389,7 +435,23 @@ def _side_ns(side: Side, i: int) -> SimpleNamespace:
         steps=s.steps,
         blocked_req=req_label(f, blocked.req) if blocked else "-",
         blocked_reason=blocked.reason if blocked else "-",
+        shared=a.shared,
+        saved=a.saved,
+        saved_share=pct(a.saved / a.num_slots if a.num_slots else 0.0),
+        **_sharing_so_far(side, i),
     )
+
+
+def _sharing_so_far(side: Side, i: int) -> dict[str, int]:
+    """Prefill tokens the cache spared and blocks copied on write, up to frame ``i``."""
+    hit = copies = 0
+    for f in side.frames[: i + 1]:
+        for ev in f.events:
+            if isinstance(ev, E.CacheHit):
+                hit += ev.tokens_saved
+            elif isinstance(ev, E.BlockCopied):
+                copies += 1
+    return {"hit_tokens": hit, "copies": copies}
 
 
 class SafeFormatter(string.Formatter):
@@ -412,10 +474,54 @@ class SafeFormatter(string.Formatter):
         return md_text(text) if isinstance(value, str) else text
 
 
+# --- facts a paragraph may depend on ----------------------------------------------------------
+
+IF_TAG = re.compile(r"^\[(if|unless) ([a-z_]+)\]\s*", re.MULTILINE)
+
+
+def _ev(ctx: dict, name: str, default=None):
+    return getattr(ctx.get("ev"), name, default)
+
+
+#: ``[if NAME]`` conditions: each reads the narration context at the step's keyframe.
+CONDITIONS = {
+    # the step's request holds a reservation on the left / blocks on the right at the keyframe
+    "left_admitted": lambda ctx: _ev(ctx, "left_reserved", 0) > 0,
+    "right_admitted": lambda ctx: _ev(ctx, "right_blocks", 0) > 0,
+    # the left run released at the keyframe lay between two runs still alive
+    "hole_between": lambda ctx: bool(_ev(ctx, "hole_between", False)),
+    "fewer_steps": lambda ctx: ctx["R"].steps < ctx["L"].steps,
+    "same_steps": lambda ctx: ctx["R"].steps == ctx["L"].steps,
+    "more_steps": lambda ctx: ctx["R"].steps > ctx["L"].steps,
+    "more_concurrent": lambda ctx: ctx["R"].max_running > ctx["L"].max_running,
+}
+
+
+def _keep_true_paragraphs(text: str, ctx: dict) -> str:
+    """Drop each paragraph whose ``[if NAME]`` is false (or ``[unless NAME]`` true)."""
+    out = []
+    for para in text.split("\n\n"):
+        m = IF_TAG.match(para)
+        if m:
+            holds = CONDITIONS[m.group(2)](ctx)
+            if holds != (m.group(1) == "if"):
+                continue
+            para = para[m.end() :]
+        out.append(para)
+    return "\n\n".join(out)
+
+
 def render_step(lesson: Lesson, k: int, lang: str) -> RenderedStep:
+    """Step ``k``'s narration filled from its keyframe. A step the trace never shows says so
+    (its ``absent`` text) and claims nothing of it."""
     step = lesson.spec.steps[k]
+    if lesson.keyframes and lesson.keyframes[k] is None:
+        absent = step.absent[lang] if step.absent else load_text("captions")[lang]["step_absent"]
+        return RenderedStep(k + 1, step.title[lang], _unwrap(absent, lang))
     fmt = SafeFormatter()
-    text = fmt.vformat(_unwrap(step.narration[lang], lang), (), narration_context(lesson, k))
+    ctx = narration_context(lesson, k)
+    text = _keep_true_paragraphs(_unwrap(step.narration[lang], lang), ctx)
+    text = fmt.vformat(text, (), ctx)
     return RenderedStep(k + 1, step.title[lang], text, tuple(fmt.missing))
 
 

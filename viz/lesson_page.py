@@ -10,18 +10,20 @@ arrow keys; the one input (file upload) shows only when opening a file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 import streamlit as st
 
 from engine import trace as T
-from viz import export, html, player, safe, ui_text
+from viz import export, html, player, safe, standalone, ui_text
+from viz.controls import choice_buttons
 from viz.lesson import (
     LESSONS_DIR,
     Lesson,
@@ -32,7 +34,6 @@ from viz.lesson import (
     load_spec,
     trace_path,
 )
-from viz.controls import choice_buttons
 from viz.live import LiveRun, record_command
 from viz.live_registry import REGISTRY, session_id
 
@@ -209,6 +210,7 @@ def render(lang: str = "en") -> None:
         View(lesson, lang, refresh), t
     )
     if refresh is None:
+        safe.boundary(failed)(_html_download)(lesson, lang)
         safe.boundary(failed)(_figure_downloads)(lesson, lang, t)
 
 
@@ -320,7 +322,7 @@ def _live(spec, root: Path, t: dict) -> Lesson | None:
             icon=":material/stop:" if running else ":material/play_arrow:",
             type="secondary" if running else "primary",
         ):
-            if running:
+            if run is not None and running:
                 run.stop()
             else:
                 cmd = record_command(scenario, forward or "model")
@@ -436,10 +438,9 @@ def _stepping_view(view: View, t: dict) -> None:
     follow = False
     if view.refresh is not None:  # live: fold what has streamed in since the last tick
         run = ss.pk_live
-        try:
+        # A corrupt stream is reported by the page run that follows the child's end.
+        with contextlib.suppress(T.TraceError):
             lesson = view.refresh() or lesson
-        except T.TraceError:
-            pass  # a corrupt stream is reported by the page run that follows the child's end
         if run.done:
             st.rerun(scope="app")
         ss.pk_live_seen = lesson.num_frames
@@ -450,6 +451,41 @@ def _stepping_view(view: View, t: dict) -> None:
     present = st.query_params.get("present") == "1"
     player.mount(data, start, present, follow_end=follow)
     _sync_url(lesson.spec.name)
+
+
+def _html_download(lesson: Lesson, lang: str) -> None:
+    """The trace on screen (recorded, uploaded or a finished live run) as one offline HTML
+    file with the same player; drawn only when the button is clicked."""
+    t = ui_text.load("standalone")[lang]
+
+    def page() -> bytes:
+        drawn = (
+            {lg: _cached_payload(lesson, lesson.key, lg) for lg in standalone.LANGS}
+            if lesson.key
+            else None
+        )
+        return standalone.page(lesson, payloads=drawn).encode("utf-8")
+
+    name = (
+        lesson.spec.name
+        if lesson.source in ("lesson", "live")
+        else Path(lesson.source).stem or lesson.spec.name
+    )
+    st.download_button(
+        t["download"],
+        data=page,
+        file_name=f"{safe_file_stem(name)}.html",
+        mime="text/html",
+        on_click="ignore",
+        key="pk_html_download",
+        icon=":material/download:",
+        help=t["download_help"],
+    )
+
+
+def safe_file_stem(name: str) -> str:
+    """A download's file name from a hostile upload name: letters, digits, ``-_.`` only."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")[:60] or "lesson"
 
 
 def _figure_downloads(lesson: Lesson, lang: str, t: dict) -> None:

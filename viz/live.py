@@ -9,6 +9,7 @@ threads collect complete lines; the page folds what has arrived so far with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -132,10 +133,8 @@ class LiveRun:
             t.join(timeout=5)
 
     def _signal(self, sig: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)  # pgid == pid: start_new_session
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def text(self) -> str:
         lines, _ = self.snapshot()

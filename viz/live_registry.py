@@ -77,7 +77,7 @@ class LiveRegistry:
         """One reaper pass: stop runs whose session is gone, wait for finished children."""
         with self._lock:
             orphans = [(s, r) for s, r in self._runs.items() if not self.alive(s)]
-        for s, run in orphans:
+        for _, run in orphans:
             run.stop()
         with self._lock:
             for s, run in orphans:

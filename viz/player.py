@@ -11,6 +11,7 @@ trip per frame. JavaScript only places strings it was given; it draws nothing it
 from __future__ import annotations
 
 import base64
+import functools
 import html as _html
 import json
 import re
@@ -43,14 +44,34 @@ class Pieces:
         return n
 
 
+_CODE_SPAN = re.compile(r"(`+) (.*?) \1")  # as viz.safe writes them
+_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")  # CommonMark: backslash + ASCII punctuation
+_KEPT = re.compile("\ue000(\\d+)\ue001")
+
+
+def _restore(kept: list[str], m: re.Match[str]) -> str:
+    return _html.escape(kept[int(m.group(1))])
+
+
 def markdown(text: str) -> str:
     """The narration's small markdown (``**bold**``, ``*italic*``, blank-line paragraphs) as
-    HTML; everything else is escaped."""
+    HTML; everything else is escaped. Values quoted from a trace arrive escaped for markdown
+    by ``viz.safe.md_text`` (``\\#``, code spans): they are shown as the literal text."""
     out = []
     for para in text.split("\n\n"):
-        p = _html.escape(para.strip())
+        kept: list[str] = []
+
+        def keep(literal: str, kept: list[str] = kept) -> str:
+            kept.append(literal)
+            return f"\ue000{len(kept) - 1}\ue001"
+
+        para = para.replace("\ue000", "").replace("\ue001", "")  # ours alone
+        raw = _CODE_SPAN.sub(lambda m: keep(m.group(2)), para.strip())
+        raw = _ESCAPE.sub(lambda m: keep(m.group(1)), raw)
+        p = _html.escape(raw)
         p = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", p)
         p = re.sub(r"\*(.+?)\*", r"<i>\1</i>", p)
+        p = _KEPT.sub(functools.partial(_restore, kept), p)
         if p:
             out.append(f"<p>{p}</p>")
     return "".join(out)
@@ -172,6 +193,26 @@ def scoreboard(lesson: Lesson, lang: str) -> str:
     )
 
 
+def steps_nav(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> list[dict]:
+    """One entry per lesson step for the step buttons: the chapter that shows it, or, for a
+    step this trace never reaches, ``chapter`` None and the line saying so (the button is
+    greyed and the step's narration is never shown)."""
+    from viz.lesson import render_step
+
+    out = []
+    for k, step in enumerate(lesson.spec.steps):
+        kf = lesson.keyframes[k] if k < len(lesson.keyframes) else None
+        n = None if kf is None else next(j for j, c in enumerate(chs) if c.start <= kf <= c.end)
+        out.append(
+            {
+                "title": f"{k + 1} · {step.title[lang]}",
+                "chapter": n,
+                "absent": "" if n is not None else render_step(lesson, k, lang).narration,
+            }
+        )
+    return out
+
+
 def payload(lesson: Lesson, lang: str) -> dict:
     """Everything the player needs for one lesson in one language (JSON-ready). The frames
     and their pieces travel deflated and base64-encoded in ``z``."""
@@ -203,6 +244,7 @@ def payload(lesson: Lesson, lang: str) -> dict:
             }
             for c in chs
         ],
+        "steps": steps_nav(lesson, chs, lang),
         "titles": {s: html.side_title(lesson.side(s).title[lang], s) for s in ("left", "right")},
         "legend": html.legend(lang),
         "timeline": timeline_svg(lesson, chs, lang),

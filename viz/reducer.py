@@ -214,6 +214,39 @@ def _block_allocated(s: ArenaState, ev: E.BlockAllocated) -> None:
             s.written[base + i] = False
 
 
+def _block_shared(s: ArenaState, ev: E.BlockShared) -> None:
+    table = s.block_tables.setdefault(ev.req, [])
+    table.extend([-1] * (ev.logical + 1 - len(table)))
+    table[ev.logical] = ev.physical
+    base = ev.physical * s.run.block_size
+    if s.owners[base] is None:  # a cached block taken back from the free pool
+        _own(s, ev.req, ev.physical, ev.logical, ev.num_tokens)
+
+
+def _block_copied(s: ArenaState, ev: E.BlockCopied) -> None:
+    table = s.block_tables.get(ev.req)
+    if table and ev.logical < len(table):
+        table[ev.logical] = ev.dst
+    _own(s, ev.req, ev.dst, ev.logical, ev.num_tokens)
+    if s.owners[ev.src * s.run.block_size] == ev.req:
+        _hand_over(s, ev.src)
+
+
+def _own(s: ArenaState, req: str, physical: int, logical: int, written: int) -> None:
+    bs = s.run.block_size
+    for i in range(bs):
+        slot = physical * bs + i
+        s.owners[slot], s.pos[slot], s.written[slot] = req, logical * bs + i, i < written
+
+
+def _hand_over(s: ArenaState, physical: int) -> None:
+    """The slots' owner let go of a block others still hold: the next holder draws it."""
+    heir = next((r for r, t in s.block_tables.items() if physical in t), None)
+    bs = s.run.block_size
+    for i in range(bs):
+        s.owners[physical * bs + i] = heir
+
+
 def _slots_reserved(s: ArenaState, ev: E.SlotsReserved) -> None:
     s.reservations[ev.req] = (ev.start, ev.length)
     for i in range(ev.length):
@@ -234,6 +267,8 @@ def _block_freed(s: ArenaState, ev: E.BlockFreed) -> None:
             del s.block_tables[ev.req]
     if ev.ref_count == 0:
         _clear(s, ev.physical * s.run.block_size, s.run.block_size)
+    elif s.owners[ev.physical * s.run.block_size] == ev.req:
+        _hand_over(s, ev.physical)
 
 
 def _reservation_released(s: ArenaState, ev: E.ReservationReleased) -> None:
@@ -261,6 +296,8 @@ _HANDLERS: dict[str, Callable[[ArenaState, Any], None]] = {
     E.BlockFreed.kind: _block_freed,
     E.ReservationReleased.kind: _reservation_released,
     E.SwappedIn.kind: _swapped_in,
+    E.BlockShared.kind: _block_shared,
+    E.BlockCopied.kind: _block_copied,
 }
 
 

@@ -53,6 +53,7 @@ def arena_svg(
         _owner_breaks(frame, layout),
         _row_labels(frame, layout),
         _names(frame, layout),
+        _ref_counts(frame, layout),
         _changed(frame, layout),
     ]
     tag = f" data-pk-frame='{meta}'" if meta is not None else ""
@@ -179,11 +180,55 @@ def _names(frame: Frame, layout: GridLayout) -> str:
     for slot, text, owner in label_starts(frame):
         col, row = layout.xy(slot)
         colour = cell_ink(frame.cells[slot], frame.requests[owner].order)
-        size = 9 if len(text) > 2 else 10
+        head = f"y='{_y(row) + 13}' font-weight='700' fill='{colour}' pointer-events='none'"
+        if len(text) <= 2:
+            out.append(
+                f"<text x='{_x(col) + (CELL - GAP) / 2}' {head} font-size='10' "
+                f"text-anchor='middle'>{escape(text)}</text>"
+            )
+            continue
+        # A longer name (ids of up to 4 characters, plus a block index) is shown whole: it
+        # starts at its first cell and runs over the owner's next cells in the row; with no
+        # such room it is narrowed to fit its one cell.
+        span = (
+            frame.run.block_size if frame.run.allocator == PAGED else frame.reservations[owner][1]
+        )
+        room = max(1, min(span, layout.cols - col)) * CELL - GAP - 3
+        size = max(6.0, min(9.0, room / (0.62 * len(text))))
+        fit = (
+            f" textLength='{room}' lengthAdjust='spacingAndGlyphs'"
+            if 0.62 * size * len(text) > room
+            else ""
+        )
         out.append(
-            f"<text x='{_x(col) + (CELL - GAP) / 2}' y='{_y(row) + 13}' "
-            f"font-size='{size}' font-weight='700' text-anchor='middle' fill='{colour}' "
-            f"pointer-events='none'>{escape(text)}</text>"
+            f"<text x='{_x(col) + 1.5}' {head} font-size='{size:.1f}'{fit}>{escape(text)}</text>"
+        )
+    return "".join(out)
+
+
+def ref_counts(frame: Frame) -> dict[int, int]:
+    """Physical blocks in more than one block table (prefix sharing, parallel samples), with
+    how many tables point at each."""
+    counts: dict[int, int] = {}
+    for table in frame.block_tables.values():
+        for b in table:
+            if b >= 0:
+                counts[b] = counts.get(b, 0) + 1
+    return {b: n for b, n in counts.items() if n > 1}
+
+
+def _ref_counts(frame: Frame, layout: GridLayout) -> str:
+    """A shared block's ref count, "x3", in its last cell: one physical block, three tables."""
+    if frame.run.allocator != PAGED:
+        return ""
+    out = []
+    bs = frame.run.block_size
+    for b, n in sorted(ref_counts(frame).items()):
+        col, row = layout.xy(b * bs + bs - 1)
+        out.append(
+            f"<text x='{_x(col) + (CELL - GAP) / 2}' y='{_y(row) + 13}' font-size='9' "
+            f"font-weight='700' text-anchor='middle' fill='{CHANGED}' "
+            f"pointer-events='none'>\u00d7{int(n)}</text>"
         )
     return "".join(out)
 

@@ -43,6 +43,7 @@ class Player {
     this.pieces = body.pieces;
     this.frames = body.frames;
     this.shown = {};
+    this.shownChapter = undefined;     // another language: the chapter title is redrawn too
     this.static();
     this.i = -1;
     this.go(start);
@@ -62,13 +63,19 @@ class Player {
     this.el("pk-tl-box").innerHTML = d.timeline;
     const nav = this.el("pk-p-nav");
     nav.innerHTML = "";
-    d.chapters.forEach((c, n) => {
-      if (c.step === null) return;
+    // One button per lesson step; a step this run never reaches is greyed, and says so.
+    d.steps.forEach((s) => {
       const b = document.createElement("button");
       b.type = "button";
-      b.textContent = c.title;
-      b.dataset.chapter = n;
-      b.onclick = () => { this.stop(); this.go(c.start); };
+      b.textContent = s.title;
+      if (s.chapter === null) {
+        b.disabled = true;
+        b.className = "pk-absent";
+        b.title = s.absent;
+      } else {
+        b.dataset.chapter = s.chapter;
+        b.onclick = () => { this.stop(); this.go(d.chapters[s.chapter].start); };
+      }
       nav.appendChild(b);
     });
     const help = [["← →", t.key_arrows], ["PageUp PageDown", t.key_pages],
@@ -148,6 +155,7 @@ class Player {
         return;
       }
       this.urlTimes.push(now);
+      if (this.data.standalone) { this.hashUrl(); return; }
       const u = new URL(window.location.href);
       u.searchParams.set("lesson", this.data.lesson);
       u.searchParams.set("frame", String(this.i));
@@ -157,6 +165,15 @@ class Player {
       else u.searchParams.delete("present");
       if (u.href !== window.location.href) window.history.replaceState(window.history.state, "", u.href);
     });
+  }
+
+  // A standalone file (viz/standalone.py) has no server to keep query params for: the
+  // frame, language and presenter mode live in the hash, which a file:// link keeps.
+  hashUrl() {
+    let h = "#frame=" + this.i;
+    if (this.data.lang !== "en") h += "&lang=" + this.data.lang;
+    if (this.present) h += "&present=1";
+    if (window.location.hash !== h) window.history.replaceState(window.history.state, "", h);
   }
 
   chapter(dir) {
@@ -302,7 +319,7 @@ function keepIcon(href) {
   }
 }
 
-export default function (component) {
+export default function mountPlayer(component) {
   const { data, parentElement } = component;
   const root = parentElement.querySelector(".pk-player");
   if (!root || !data) return;
@@ -320,6 +337,7 @@ export default function (component) {
     if (keep && data.follow && atEnd) start = data.num_frames - 1;
     p.loadedId = data.id;
     p.loadedLesson = data.lesson;
+    root.dataset.lang = data.lang;
     p.load(data, start);
     if (p.present === undefined) p.setPresent(!!data.present);
   }

@@ -1,0 +1,122 @@
+"""Lesson animations for slides (viz/animate.py via ``python -m viz.export --format gif,mp4``):
+the GIF and the MP4 hold exactly the frames asked for, at the asked rate, 16:9, read back with
+the libraries that wrote them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from viz import animate, export
+from viz.serve import CHROMIUM
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
+
+
+def test_frame_ranges_follow_slice_rules():
+    assert animate.frame_range(None, 10) == range(10)
+    assert animate.frame_range("2:5", 10) == range(2, 5)
+    assert animate.frame_range(":3", 10) == range(3)
+    assert animate.frame_range("7:", 10) == range(7, 10)
+    assert animate.frame_range("-2:", 10) == range(8, 10)
+    assert animate.frame_range("5:500", 10) == range(5, 10)
+    for bad in ("5:2", "20:30", "a:b", "1:2:3", "1"):
+        with pytest.raises(animate.AnimationError):
+            animate.frame_range(bad, 10)
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--frames", "9:3"], "selects no frame"),
+        (["--frames", "x"], "is not A:B"),
+        (["--fps", "0"], "out of range"),
+    ],
+)
+def test_bad_animation_options_are_one_line_errors(tmp_path, capsys, argv, says):
+    code = export.main(["--lesson", "six-steps", "--out", str(tmp_path), "--format", "gif", *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: ") and says in err and "\n" not in err
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium")
+@pytest.mark.skipif(not TRACE.is_file(), reason="six-step trace not recorded yet")
+@pytest.mark.parametrize("frames, fps, lang", [("3:10", 2.0, "en"), ("0:4", 5.0, "zh")])
+def test_gif_and_mp4_hold_the_frames_asked_for(tmp_path, frames, fps, lang):
+    import imageio.v2 as iio2
+    from PIL import Image
+
+    a, b = (int(x) for x in frames.split(":"))
+    want = b - a
+    assert (
+        export.main(
+            [
+                "--lesson",
+                "six-steps",
+                "--out",
+                str(tmp_path),
+                "--format",
+                "gif,mp4",
+                "--frames",
+                frames,
+                "--fps",
+                str(fps),
+                "--lang",
+                lang,
+            ]
+        )
+        == 0
+    )
+    gif, mp4 = tmp_path / "six-steps.gif", tmp_path / "six-steps.mp4"
+    assert gif.read_bytes()[:6] == b"GIF89a"
+    with Image.open(gif) as im:
+        assert im.n_frames == want
+        assert im.size == animate.SIZE and im.size[0] * 9 == im.size[1] * 16
+        assert im.info["duration"] == pytest.approx(1000 / fps, abs=10)
+        im.seek(0)
+        first = im.convert("RGB").tobytes()
+        im.seek(want - 1)
+        assert im.convert("RGB").tobytes() != first  # the frames really differ
+    head = mp4.read_bytes()[:12]
+    assert head[4:8] == b"ftyp"
+    reader = iio2.get_reader(mp4)
+    try:
+        meta = reader.get_meta_data()
+        assert meta["size"] == animate.SIZE
+        assert meta["fps"] == pytest.approx(fps)
+        assert abs(meta["duration"] - want / fps) <= 1 / fps + 1e-6
+        assert abs(reader.count_frames() - want) <= 1
+    finally:
+        reader.close()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium")
+@pytest.mark.skipif(not TRACE.is_file(), reason="six-step trace not recorded yet")
+def test_the_burned_in_caption_is_each_frames_own():
+    """What is photographed is the player showing that frame with that frame's caption (the
+    caption texts themselves are checked against the frame's numbers in test_captions.py)."""
+    from engine import trace as T
+    from viz import captions, standalone
+    from viz.lesson import build, load_spec
+
+    lesson = build(load_spec("six-steps"), T.read(TRACE))
+    shots = list(animate.screenshots(standalone.page(lesson, langs=("zh",)), range(6, 10), "zh"))
+    assert [s.frame for s in shots] == [6, 7, 8, 9]
+    for s in shots:
+        assert s.png[:8] == b"\x89PNG\r\n\x1a\n"
+        assert s.caption == captions.caption(lesson, s.frame, "zh")
+    assert len({s.png for s in shots}) == 4
+
+
+def test_too_many_frames_for_one_animation_is_refused_before_any_work(
+    monkeypatch, tmp_path, capsys
+):
+    monkeypatch.setattr(animate, "MAX_FRAMES", 5)
+    code = export.main(["--lesson", "six-steps", "--out", str(tmp_path), "--format", "html,mp4"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--frames A:B" in err and "\n" not in err
+    assert animate.frame_range("0:5", 50) == range(5)

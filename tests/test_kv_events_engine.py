@@ -1,0 +1,89 @@
+"""``generate --kv-events`` on the real model: the run's batches reach a subscriber (through the
+replay socket, which holds them all: a PUB drops what it sends before a subscriber joins).
+Once the prefix cache emits its events (#14), the shared system prompt's blocks must arrive as
+``BlockStored`` too; until then the run publishes only its opening ``AllBlocksCleared``."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import zmq
+
+from engine import cli
+from engine import events as E
+from engine import kv_events as K
+from tests.test_kv_events import free_ports
+
+SYSTEM = "You are a careful assistant. Answer in one short sentence. "
+PROMPTS = [SYSTEM + q for q in ("What is paging?", "What is a block?", "Why share prefixes?")]
+
+
+@pytest.fixture
+def on_session_model(smollm, monkeypatch):
+    import engine.llm
+
+    monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
+
+
+def replay_all(port: int, timeout: float = 1.0) -> list[tuple[int, K.InBatch]] | None:
+    ctx = zmq.Context()
+    try:
+        d = ctx.socket(zmq.DEALER)
+        d.setsockopt(zmq.LINGER, 0)
+        d.connect(f"tcp://127.0.0.1:{port + 1}")
+        d.send_multipart((b"", K.seq_bytes(0)))
+        out = []
+        for _ in range(10_000):
+            if not d.poll(int(timeout * 1000)):
+                return None
+            _, seq, payload = d.recv_multipart()
+            if seq == K.END_SEQ:
+                return out
+            out.append((int.from_bytes(seq, "big"), K.decode_batch(payload)))
+        return None
+    finally:
+        ctx.destroy(linger=0)
+
+
+@pytest.mark.model
+def test_generate_publishes_its_run(on_session_model):
+    port, _ = free_ports()
+    rc: list[int] = []
+    run = threading.Thread(
+        target=lambda: rc.append(
+            cli.main(
+                [
+                    "generate",
+                    *PROMPTS,
+                    "--max-tokens",
+                    "2",
+                    "--ignore-eos",
+                    "--block-size",
+                    "4",
+                    "--enable-prefix-caching",
+                    "--kv-events",
+                    f"tcp://127.0.0.1:{port}",
+                    "--kv-events-hold",
+                    "3",
+                ]
+            )
+        )
+    )
+    run.start()
+    got = None
+    end = time.monotonic() + 180
+    while time.monotonic() < end and run.is_alive():
+        r = replay_all(port)
+        if r is not None:  # the buffer only grows: the last answer (in the hold) is the run
+            got = r
+        time.sleep(0.3)
+    run.join(30)
+    assert rc == [0] and got
+    assert [s for s, _ in got] == list(range(len(got)))
+    assert isinstance(got[0][1].events[0], K.InCleared)
+    if "block_stored" in E.EVENT_TYPES:  # the prefix cache has landed
+        stored = [ev for _, b in got for ev in b.events if isinstance(ev, K.InStored)]
+        assert stored and all(ev.block_size == 4 for ev in stored)
+        assert {tuple(ev.token_ids) for ev in stored if ev.parent_block_hash is None}

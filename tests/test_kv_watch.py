@@ -1,0 +1,329 @@
+"""The watch page's state, without Streamlit: the prefix tree a stream builds, a publisher killed
+and restarted, malformed messages, a flood. Loopback sockets only; every wait is bounded."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+
+import msgspec
+import pytest
+import zmq
+
+from engine import kv_events as K
+from tests.test_kv_events import free_ports
+from viz.kv_subscriber import Subscriber, SubscriberConfig
+from viz.kv_watch import RecordingError, WatchState, fold, read_recording
+
+BS = 4
+SYSTEM = list(range(100, 108))  # a shared system prompt: two full blocks
+
+
+def request_blocks(prompt: list[int], tag: int) -> K.BlockStored:
+    """One request's full blocks as vLLM stores them: hashes chained from the prompt's start.
+    Hashes are derived from the token prefix, so equal prefixes give equal hashes."""
+    n = len(prompt) // BS
+    hashes = [hash(tuple(prompt[: (i + 1) * BS])) % (1 << 63) for i in range(n)]
+    return K.BlockStored(hashes, None, prompt[: n * BS], BS, None, "GPU")
+
+
+def payload(events: list, ts: float = 1000.0) -> bytes:
+    return msgspec.msgpack.encode(K.EventBatch(ts, events))
+
+
+def shared_prompt_stream() -> tuple[list[tuple[int, bytes]], list[list[int]]]:
+    prompts = [SYSTEM + [i, i + 1, i + 2, i + 3] + ([7] * BS if i == 2 else []) for i in (0, 1, 2)]
+    lonely = [9] * (3 * BS)
+    msgs = [(s, payload([request_blocks(p, s)])) for s, p in enumerate(prompts + [lonely])]
+    return msgs, prompts
+
+
+def test_prefix_tree_of_a_shared_system_prompt():
+    msgs, prompts = shared_prompt_stream()
+    state = fold(msgs)
+    snap = state.snapshot()
+    # the system prompt's 2 blocks once, then 1 + 1 + 2 request blocks; plus the lonely chain
+    assert snap.num_blocks == 2 + 1 + 1 + 2 + 3
+    big, lonely = snap.chains
+    assert (big.num_blocks, big.depth, big.leaves, big.shared) == (6, 4, 3, 2)
+    assert big.hit_tokens == len(prompts[2])
+    assert big.preview == tuple(SYSTEM[:BS])
+    assert (lonely.num_blocks, lonely.depth, lonely.leaves, lonely.shared) == (3, 3, 1, 0)
+    # the tree nodes name parents that exist, one node per held block, labelled by its tokens
+    ids = {n[0] for n in snap.nodes}
+    assert len(ids) == len(snap.nodes) == snap.num_blocks
+    assert all(p == "" or p in ids for _, p, _ in snap.nodes)
+    assert sum(p == "" for _, p, _ in snap.nodes) == 2
+    assert " ".join(map(str, SYSTEM[:BS])) in {n[2] for n in snap.nodes}
+    # evicting request 2's leaf shortens the longest hit-ready prefix; clearing empties all
+    leaf = request_blocks(prompts[2], 2).block_hashes[-1]
+    state.feed(4, payload([K.BlockRemoved([leaf], "GPU")]))
+    assert state.snapshot().chains[0].hit_tokens == len(prompts[2]) - BS
+    state.feed(5, payload([K.AllBlocksCleared()]))
+    assert state.snapshot().num_blocks == 0
+    assert state.counters["removed"] == 1 and state.counters["cleared"] == 1
+
+
+def test_recording_round_trips_and_steps():
+    msgs, _ = shared_prompt_stream()
+    state = fold(msgs)
+    text = "\n".join(state.recording())
+    back = read_recording(text)
+    assert [s for s, _ in back] == [s for s, _ in msgs]
+    assert fold(back).snapshot().chains == state.snapshot().chains
+    assert fold(back, upto=1).snapshot().num_blocks == 3  # stepping: the first request only
+    for bad in [
+        "",
+        "{}",
+        '{"format": "x", "version": 1}',
+        text.split("\n")[0] + '\n{"seq": 1, "batch": [1.0, [["Nope"]]]}',
+        text.split("\n")[0] + "\nnot json",
+    ]:
+        with pytest.raises(RecordingError):
+            read_recording(bad)
+
+
+def test_malformed_messages_are_counted_and_change_nothing():
+    msgs, _ = shared_prompt_stream()
+    state = fold(msgs)
+    sub = Subscriber(SubscriberConfig("tcp://127.0.0.1:5557", replay_endpoint=""), state)
+    before = state.snapshot()
+    garbage = [
+        [b"x"],
+        [b"", b"\x00" * 3, b"\x90"],
+        [b"", K.seq_bytes(99), b"\xc1"],
+        [b"", K.seq_bytes(0), msgspec.msgpack.encode({"ts": 1.0})],
+        [b"", K.seq_bytes(7), payload([K.BlockStored([1], None, [0] * 99, BS, None, None)])],
+    ]
+    for i in range(1000):
+        sub.on_message(None, garbage[i % len(garbage)])
+    after = state.snapshot()
+    assert after.counters["malformed"] == 1000
+    assert (after.num_blocks, after.chains, after.last_seq) == (
+        before.num_blocks,
+        before.chains,
+        before.last_seq,
+    )
+    assert "\n" not in after.last_error and after.last_error
+
+
+def test_flood_keeps_memory_bounded():
+    """100k events in 1,000 batches: the blocks tracked, the ring and the rate history stay
+    within their bounds, and the state's allocations peak far below what streamed through."""
+    state = WatchState(max_blocks=5_000, ring_bytes=1 << 20)
+    sub = Subscriber(SubscriberConfig("tcp://127.0.0.1:5557", replay_endpoint=""), state)
+    tokens = list(range(64))
+    batches = [
+        payload(
+            [K.BlockStored([b * 100 + i], None, tokens, 64, None, "GPU") for i in range(100)],
+            ts=float(b),
+        )
+        for b in range(1000)
+    ]
+    streamed = sum(len(p) for p in batches)
+    tracemalloc.start()
+    try:
+        for seq, p in enumerate(batches):
+            sub.on_message(None, [b"", K.seq_bytes(seq), p])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert state.counters["events"] == 100_000
+    assert len(state.blocks) == 5_000 and state.counters["untracked"] == 95_000
+    assert sum(len(p) for _, p in state.ring) <= 1 << 20 < streamed
+    assert len(state.rates) <= state.max_rate_seconds
+    assert peak < streamed / 4, (peak, streamed)
+
+
+def wait_until(cond, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not met within the timeout")
+
+
+def publish_until(pub: K.KVEventPublisher, events: list, cond, timeout: float = 10.0) -> None:
+    """PUB drops what it sends before the subscriber has (re)joined: publish until it shows."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        pub.publish(events)
+        for _ in range(10):
+            if cond():
+                return
+            time.sleep(0.02)
+    raise AssertionError("subscriber never saw the batch")
+
+
+def test_subscriber_follows_a_publisher_killed_and_restarted():
+    port, _ = free_ports()
+    url = f"tcp://127.0.0.1:{port}"
+    state = WatchState()
+    sub = Subscriber(SubscriberConfig(url), state).start()
+    try:
+        a = request_blocks(SYSTEM, 0)
+        pub = K.KVEventPublisher(url)
+        try:
+            publish_until(pub, [a], lambda: state.snapshot().num_blocks == 2)
+            wait_until(lambda: sub.connected)
+        finally:
+            pub.close()
+        wait_until(lambda: not sub.connected)
+        assert state.snapshot().num_blocks == 2  # the view keeps what it had
+        b = request_blocks([5] * (3 * BS), 1)
+        pub = K.KVEventPublisher(url)  # a new process: seq starts again at 0
+        try:
+            publish_until(pub, [b], lambda: state.snapshot().num_blocks == 3)
+            wait_until(lambda: sub.connected)
+            snap = state.snapshot()
+            assert snap.chains[0].preview == (5,) * BS and len(snap.chains) == 1
+            assert state.counters["restarts"] == 1
+            assert sub.disconnects >= 1
+        finally:
+            pub.close()
+    finally:
+        sub.stop()
+    assert not sub.alive
+
+
+def test_subscriber_replays_a_gap_from_the_server():
+    """The subscriber is handed batch 0 and batch 5 only: it asks the replay socket for 1..4."""
+    port, _ = free_ports()
+    url = f"tcp://127.0.0.1:{port}"
+    ctx = zmq.Context()
+    pub = K.KVEventPublisher(url)
+    try:
+        raw = ctx.socket(zmq.SUB)
+        raw.setsockopt(zmq.LINGER, 0)
+        raw.setsockopt(zmq.SUBSCRIBE, b"")
+        raw.connect(url)
+        frames = []
+        for i in range(200):
+            pub.publish([K.BlockStored([i + 1], i or None, [i] * BS, BS, None, "GPU")])
+            while raw.poll(20):
+                frames.append(raw.recv_multipart())
+            if len(frames) >= 6:
+                break
+        assert len(frames) >= 6
+        state = WatchState()
+        sub = Subscriber(SubscriberConfig(url), state)
+        sub.on_message(ctx, frames[0])
+        sub.on_message(ctx, frames[5])
+        first = int.from_bytes(frames[0][1], "big")
+        assert state.last_seq == first + 5
+        # batches before the first one seen (PUB drops them until the subscriber joined) and
+        # the four of the gap all come from the replay socket
+        assert state.counters["replayed"] == first + 4 and state.counters["gaps"] == 0
+        assert state.snapshot().num_blocks == first + 6
+        # joining late: the first batch seen is 3; the past comes from the replay socket
+        late = WatchState()
+        Subscriber(SubscriberConfig(url), late).on_message(ctx, frames[3])
+        assert late.counters["replayed"] == first + 3 and late.snapshot().num_blocks == first + 4
+        # no replay socket: the gap is marked, the view keeps going
+        lone = WatchState()
+        nosub = Subscriber(SubscriberConfig(url, replay_endpoint=""), lone)
+        nosub.on_message(ctx, frames[0])
+        nosub.on_message(ctx, frames[5])
+        assert (lone.counters["gaps"], lone.counters["missed"]) == (1 + (first > 0), first + 4)
+    finally:
+        pub.close()
+        ctx.destroy(linger=0)
+
+
+def test_replay_with_a_topic_frame_as_newer_vllm_sends_it():
+    """Newer vLLM prefixes replay replies with the topic: [topic, seq, payload]."""
+    import threading
+
+    port, _ = free_ports()
+    ctx = zmq.Context()
+    try:
+        router = ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.bind(f"tcp://127.0.0.1:{port + 1}")
+        batches = {
+            s: payload([K.BlockStored([s + 1], s or None, [s] * BS, BS, None, "GPU")])
+            for s in range(4)
+        }
+
+        def serve() -> None:
+            if router.poll(5000):
+                ident, _, start = router.recv_multipart()
+                for s in range(int.from_bytes(start, "big"), 4):
+                    router.send_multipart([ident, b"", b"kv-events", K.seq_bytes(s), batches[s]])
+                router.send_multipart([ident, b"", b"kv-events", K.END_SEQ, b""])
+
+        server = threading.Thread(target=serve)
+        server.start()
+        state = WatchState()
+        sub = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}"), state)
+        sub.on_message(ctx, [b"kv-events", K.seq_bytes(3), batches[3]])  # joined late, at 3
+        server.join(10)
+        assert state.counters["replayed"] == 3 and state.snapshot().num_blocks == 4
+        assert state.counters["gaps"] == 0
+    finally:
+        ctx.destroy(linger=0)
+
+
+def collect(pub: K.KVEventPublisher, url: str, ctx: zmq.Context, events_for, n: int) -> list:
+    """Publish until a raw subscriber has caught ``n`` batches; returns their frames."""
+    raw = ctx.socket(zmq.SUB)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.setsockopt(zmq.SUBSCRIBE, b"")
+    raw.connect(url)
+    frames: list = []
+    for i in range(400):
+        pub.publish(events_for(i))
+        while raw.poll(20):
+            frames.append(raw.recv_multipart())
+        if len(frames) >= n:
+            break
+    raw.close(linger=0)
+    assert len(frames) >= n
+    return frames
+
+
+def test_a_reconnect_to_a_new_process_that_got_ahead_is_a_restart():
+    """Old process: seqs up to k. New process on the same port has sent more by the time we
+    reconnect, so its seq looks like a gap; the replay socket's different bytes for seq k show
+    it is a new process: the old blocks go, the new process's history is replayed."""
+    port, _ = free_ports()
+    url = f"tcp://127.0.0.1:{port}"
+    ctx = zmq.Context()
+    try:
+        state = WatchState()
+        sub = Subscriber(SubscriberConfig(url), state)
+        old = K.KVEventPublisher(url)
+        try:
+            for f in collect(
+                old,
+                url,
+                ctx,
+                lambda i: [K.BlockStored([10_000 + i], None, [1] * BS, BS, None, "GPU")],
+                2,
+            )[:2]:
+                sub.on_message(ctx, f)
+        finally:
+            old.close()
+        k = state.last_seq
+        assert k is not None and state.snapshot().num_blocks == k + 1
+        new = K.KVEventPublisher(url)
+        try:
+            frames = collect(
+                new,
+                url,
+                ctx,
+                lambda i: [K.BlockStored([20_000 + i], None, [2] * BS, BS, None, "GPU")],
+                k + 4,
+            )
+            ahead = next(f for f in frames if int.from_bytes(f[1], "big") > k + 1)
+            sub._rejoined = True  # what the monitor sets on a reconnect
+            sub.on_message(ctx, ahead)
+            seq = int.from_bytes(ahead[1], "big")
+            assert state.counters["restarts"] == 1 and state.last_seq == seq
+            snap = state.snapshot()
+            assert snap.num_blocks == seq + 1 and all(c.preview == (2,) * BS for c in snap.chains)
+        finally:
+            new.close()
+    finally:
+        ctx.destroy(linger=0)

@@ -1,0 +1,143 @@
+"""The scenario lab in Chromium: a 3-request scenario opened from a link, recorded as a dry
+run and stepped to its end; bad values named by field with nothing recorded; the link on the
+page round-trips the scenario exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from viz import scenario_lab as S
+from viz.serve import CHROMIUM, shown_frame, wait_painted, wait_ready
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium"),
+]
+playwright = pytest.importorskip("playwright.sync_api")
+
+THREE = S.Lab(
+    (
+        S.LabRequest("A", "Tell me about the moon and its phases", 30, 0),
+        S.LabRequest("Bee", "One word: sky colour?", 25, 1, 3),
+        S.LabRequest("C7", "Write two lines about rain", 20, 2),
+    ),
+    num_blocks=8,
+    block_size=8,
+    max_model_len=56,
+    policy="pow2",
+)
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    pg = ctx.new_page()
+    yield pg
+    ctx.close()
+
+
+def _open(page, app_url: str, lab: S.Lab | None = None, token: str | None = None) -> None:
+    tok = token if token is not None else S.encode(lab)
+    page.goto(f"{app_url}/lab?scenario={tok}")
+    page.get_by_role("button", name="Record (dry run)").wait_for(timeout=60_000)
+
+
+def _link(page) -> str:
+    code = page.locator("[data-testid='stCode']").filter(has_text="scenario=").first
+    code.wait_for(timeout=30_000)
+    return code.inner_text().strip()
+
+
+def test_a_linked_scenario_records_dry_and_steps_to_its_end(page, app_url):
+    _open(page, app_url, THREE)
+    link = _link(page)
+    got, errors = S.decode(parse_qs(urlparse(link).query)["scenario"][0])
+    assert got == THREE and errors == []  # the form read the link back exactly
+    page.get_by_role("button", name="Record (dry run)").click()
+    assert wait_ready(page) == 0
+    last = page.evaluate("() => window.pkPlayer.frames.length - 1")
+    assert last > 5
+    page.keyboard.press("ArrowRight")
+    wait_painted(page, 1)
+    page.keyboard.press("End")
+    wait_painted(page, last)
+    assert shown_frame(page) == last
+    # the ids are shown whole on the grid, not cut to one letter
+    page.keyboard.press("Home")
+    wait_painted(page, 0)
+    for f in range(1, min(last, 8)):
+        page.keyboard.press("ArrowRight")
+        wait_painted(page, f)
+    grids = page.locator("#pk-player").inner_text()
+    assert "Bee" in grids and "C7" in grids
+    # the recording travels as one offline file too
+    button = page.get_by_role("button", name="Download as one HTML file")
+    with page.expect_download(timeout=60_000) as dl:
+        button.click()
+    text = Path(dl.value.path()).read_text(encoding="utf-8")
+    assert "window.pkPlayer" in text and '"lesson":"lab"' in text
+    # a fresh page from the link opens the same scenario
+    page.goto(link.replace(urlparse(link).netloc, urlparse(app_url).netloc))
+    again = S.decode(parse_qs(urlparse(_link(page)).query)["scenario"][0])[0]
+    assert again == THREE
+
+
+def test_bad_values_are_named_by_field_and_record_nothing(page, app_url):
+    bad = S.Lab(
+        (S.LabRequest("A", "Tell me about the moon", 0, 0),) + THREE.requests[1:],
+        num_blocks=8,
+        block_size=8,
+        max_model_len=56,
+    )
+    _open(page, app_url, bad)
+    alert = page.locator("[data-testid='stAlert']").filter(has_text="max_tokens")
+    alert.wait_for(timeout=30_000)
+    assert "Request 1" in alert.inner_text()
+    assert page.get_by_role("button", name="Record (dry run)").is_disabled()
+    assert page.locator("#pk-player").count() == 0
+    # a sound scenario, then an arena smaller than one prompt
+    _open(page, app_url, THREE)
+    blocks = page.get_by_label("Blocks")
+    blocks.fill("1")
+    blocks.press("Enter")
+    msg = page.locator("[data-testid='stAlert']").filter(has_text="more than the whole arena")
+    msg.wait_for(timeout=30_000)
+    assert page.get_by_role("button", name="Record (dry run)").is_disabled()
+    assert page.locator("#pk-player").count() == 0
+
+
+def test_a_damaged_link_says_so_and_opens_the_example(page, app_url):
+    _open(page, app_url, token="eJzLSM3JyVcozy_KSQEAGgQEXQ" + "A" * 7000)
+    warn = page.locator("[data-testid='stAlert']").filter(has_text="could not be opened")
+    warn.wait_for(timeout=30_000)
+    got = S.decode(parse_qs(urlparse(_link(page)).query)["scenario"][0])[0]
+    assert got == S.example()
+
+
+@pytest.mark.model
+def test_a_scenario_records_on_the_real_model_with_progress(page, app_url):
+    """The same table on SmolLM2 in a child process: progress while it runs, then the player
+    on the finished trace (its header says which model)."""
+    small = S.Lab(
+        (
+            S.LabRequest("A", "The capital of France is", 6, 0),
+            S.LabRequest("B2", "Count: one, two,", 5, 1),
+        ),
+        num_blocks=8,
+        block_size=4,
+        max_model_len=24,
+        policy="max",
+    )
+    _open(page, app_url, small)
+    page.get_by_role("button", name="Record on the real model").click()
+    page.locator("[data-testid='stAlert']").filter(has_text="Recording on the real model").wait_for(
+        timeout=60_000
+    )
+    assert wait_ready(page, timeout_ms=300_000) == 0
+    page.keyboard.press("End")
+    last = page.evaluate("() => window.pkPlayer.frames.length - 1")
+    wait_painted(page, last)
+    assert last >= 5

@@ -1,0 +1,189 @@
+"""The scenario lab's model (viz/scenario_lab.py): field-level checks, the link as hostile
+input, the TOML the engine reads, and the dry run in-process equal to the engine's CLI."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import zlib
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from engine import scenario as engine_scenario
+from engine import trace as T
+from viz import scenario_lab as S
+
+ROOT = Path(__file__).resolve().parent.parent
+LAB = S.Lab(
+    (
+        S.LabRequest("A", "Tell me about the moon", 30, 0),
+        S.LabRequest("Bé", 'One word: "sky" colour?\\n', 25, 1, 3),
+        S.LabRequest("long", "Write two lines about rain", 20, 2),
+    ),
+    num_blocks=10,
+    block_size=8,
+    max_model_len=64,
+    policy="oracle",
+)
+
+
+def _token(d: object) -> str:
+    raw = json.dumps(d).encode()
+    return base64.urlsafe_b64encode(zlib.compress(raw)).decode().rstrip("=")
+
+
+def test_the_link_round_trips_exactly_and_is_short():
+    tok = S.encode(LAB)
+    assert S.decode(tok) == (LAB, [])
+    assert len(tok) < 600 and tok.isascii() and "=" not in tok and "+" not in tok
+
+
+@pytest.mark.parametrize(
+    "token, says",
+    [
+        ("", "empty"),
+        ("A" * (S.MAX_LINK_CHARS + 1), "longer"),
+        ("!!!!", "damaged"),
+        ("bm90IGRlZmxhdGVk", "damaged"),
+        (base64.urlsafe_b64encode(zlib.compress(b"0" * 3_000_000, 9)).decode(), "too large"),
+        (_token([1, 2]), "version"),
+        (_token({"v": 1}), "not a scenario"),
+        (_token({"v": 1, "requests": [1]}), "not a table"),
+        (_token({"v": 1, "requests": [{}] * (S.MAX_REQUESTS + 1)}), "at most"),
+    ],
+)
+def test_hostile_links_are_one_line_errors(token, says):
+    with pytest.raises(S.LabError) as e:
+        S.decode(token)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_wrong_types_in_a_link_become_field_errors_not_crashes():
+    lab, errors = S.decode(
+        _token(
+            {
+                "v": 1,
+                "num_blocks": "lots",
+                "policy": "best",
+                "requests": [
+                    {
+                        "id": 7,
+                        "prompt": ["x"],
+                        "max_tokens": True,
+                        "arrival_step": 1.5,
+                        "stop_after": "soon",
+                    }
+                ],
+            }
+        )
+    )
+    fields = {(e.row, e.field) for e in errors}
+    assert fields == {
+        (None, "num_blocks"),
+        (None, "policy"),
+        (0, "id"),
+        (0, "prompt"),
+        (0, "max_tokens"),
+        (0, "arrival_step"),
+        (0, "stop_after"),
+    }
+    assert lab.policy == "max"
+
+
+@pytest.mark.parametrize(
+    "change, row, field, says",
+    [
+        ({"req": {"max_tokens": 0}}, 0, "max_tokens", "1 to"),
+        (
+            {"num_blocks": 1, "block_size": 2, "max_model_len": 2},
+            0,
+            "prompt",
+            "more than the whole arena",
+        ),
+        ({"req": {"id": "toolong"}}, 0, "id", "1 to 4"),
+        ({"req": {"id": "Bé"}}, 1, "id", "used twice"),
+        ({"req": {"prompt": "  "}}, 0, "prompt", "empty"),
+        ({"req": {"stop_after": 30}}, 0, "stop_after", "max_tokens"),
+        ({"req": {"arrival_step": -1}}, 0, "arrival_step", "0 to"),
+        ({"max_model_len": 1000}, None, "max_model_len", "more than the arena"),
+        ({"num_blocks": 1000}, None, "num_blocks", "readable grid"),
+        ({"block_size": 0}, None, "block_size", "1 to"),
+    ],
+)
+def test_each_bad_value_is_named_by_row_and_field(change, row, field, says):
+    change = dict(change)
+    req = change.pop("req", None)
+    lab = LAB
+    if req:
+        lab = replace(lab, requests=(replace(lab.requests[0], **req),) + lab.requests[1:])
+    lab = replace(lab, **change)
+    errors = S.check(lab)
+    assert any(e.row == row and e.field == field and says in e.message for e in errors), errors
+    with pytest.raises(S.LabError):
+        S.record_dry(lab)  # nothing runs
+
+
+def test_the_toml_is_an_engine_scenario_with_the_same_requests(tmp_path):
+    path = tmp_path / "lab.toml"
+    path.write_text(S.to_toml(LAB), encoding="utf-8")
+    sc = engine_scenario.load(path)
+    assert (sc.num_blocks, sc.block_size, sc.max_model_len) == (10, 8, 64)
+    assert [(r.id, r.prompt, r.max_tokens, r.arrival_step, r.output_len) for r in sc.requests] == [
+        (r.id, r.prompt, r.max_tokens, r.arrival_step, r.stop_after) for r in LAB.requests
+    ]
+    assert [r.ignore_eos for r in sc.requests] == [True, False, True]
+
+
+def test_the_in_process_dry_run_equals_the_engines_cli(tmp_path):
+    """The lab records in-process; the engine's CLI on the lab's TOML gives the same events."""
+    path = tmp_path / "lab.toml"
+    path.write_text(S.to_toml(LAB), encoding="utf-8")
+    out = tmp_path / "cli.jsonl"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "record",
+            "--scenario",
+            str(path),
+            "--out",
+            str(out),
+            "--forward",
+            "skip",
+            "--allocators",
+            "oracle,paged",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    mine, cli = T.loads(S.record_dry(LAB).trace_text), T.read(out)
+    assert mine.run_names == cli.run_names == ["oracle", "paged"]
+    for name in mine.run_names:
+        assert mine.runs[name] == cli.runs[name]
+    sides = {s: {"en": s, "zh": s} for s in ("left", "right")}
+    lesson = S.lesson_for(LAB, S.record_dry(LAB), sides, {"en": "t", "zh": "t"})
+    assert lesson.left.run.allocator != lesson.right.run.allocator
+    names = {v.name for f in lesson.right.frames for v in f.requests.values()}
+    assert names >= {"A", "Bé", "long"}
+
+
+def test_a_scenario_too_big_to_draw_is_refused_in_one_line():
+    big = S.Lab(
+        tuple(
+            S.LabRequest(f"R{i}", "tell me about the sky and the sea", 500, i * 5) for i in range(8)
+        ),
+        num_blocks=256,
+        block_size=16,
+        max_model_len=600,
+    )
+    assert S.check(big) == []
+    with pytest.raises(S.LabError) as e:
+        S.record_dry(big)
+    assert "fewer blocks or shorter answers" in str(e.value) and "\n" not in str(e.value)

@@ -1,0 +1,277 @@
+"""The lesson as one HTML file (viz/standalone.py, ``python -m viz.export --format html``):
+self-contained, the app's own player, and offline in Chromium from file:// with every other
+request refused."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from engine import trace as T
+from viz import export, player, standalone
+from viz.lesson import build, load_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
+MAX_BYTES = 3_000_000
+
+needs_trace = pytest.mark.skipif(not TRACE.is_file(), reason="six-step trace not recorded yet")
+
+
+@pytest.fixture(scope="module")
+def lesson():
+    return build(load_spec("six-steps"), T.read(TRACE))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("html")
+    assert export.main(["--lesson", "six-steps", "--out", str(out), "--format", "html"]) == 0
+    return out / "six-steps.html"
+
+
+@needs_trace
+def test_the_file_reuses_the_players_own_code_and_carries_both_languages(exported):
+    text = exported.read_text(encoding="utf-8")
+    assert exported.stat().st_size <= MAX_BYTES
+    for asset in ("player.js", "player.css", "player.html"):
+        assert player._asset(asset) in text, asset  # one player: the same files, verbatim
+    data = json.loads(
+        re.search(
+            r"<script type='application/json' id='pk-data'>(.*?)</script>", text, re.DOTALL
+        ).group(1)
+    )
+    assert set(data["payloads"]) == {"en", "zh"}
+    assert data["payloads"]["en"]["num_frames"] == data["payloads"]["zh"]["num_frames"] > 5
+
+
+@needs_trace
+def test_nothing_in_the_file_points_outside_it(exported):
+    text = exported.read_text(encoding="utf-8")
+    refs = re.findall(r"""(?:src|href)\s*=\s*['"]([^'"]*)""", text)
+    assert refs and all(r.startswith(("data:", "#")) for r in refs), refs
+    assert "@import" not in text and "@font-face" not in text
+    urls = re.findall(r"url\(([^)]*)", text)
+    assert all(u.startswith(("data:", "'data:", '"data:')) for u in urls)
+
+
+def test_a_hostile_title_cannot_close_the_script(lesson):
+    from dataclasses import replace
+
+    evil = "</script><script>alert(1)</script>"
+    spec = replace(lesson.spec, title={"en": evil, "zh": evil})
+    text = standalone.page(replace(lesson, spec=spec), langs=("en",))
+    assert text.count("</script>") == 2  # the data block and the module, nothing else
+    assert "<script>alert(1)" not in text
+
+
+def test_bad_formats_are_one_line_errors(tmp_path, capsys):
+    assert export.main(["--lesson", "six-steps", "--out", str(tmp_path), "--format", "webm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: unknown format 'webm'") and "\n" not in err
+    assert not list(tmp_path.iterdir())
+
+
+# --- in Chromium, from file:// ---------------------------------------------------------------
+
+
+def _browser_ok() -> bool:
+    from viz.serve import CHROMIUM
+
+    return Path(CHROMIUM).exists()
+
+
+@pytest.fixture
+def offline_page(browser):
+    """A page where every request that is not the file itself is refused and recorded."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    seen: dict[str, list[str]] = {"file": [], "aborted": []}
+
+    def route(r):
+        url = r.request.url
+        if url.startswith("file:"):
+            seen["file"].append(url)
+            r.continue_()
+        else:
+            seen["aborted"].append(url)
+            r.abort()
+
+    ctx.route("**/*", route)
+    page = ctx.new_page()
+    page.on("pageerror", lambda e: seen.setdefault("errors", []).append(str(e)))
+    yield page, seen
+    ctx.close()
+
+
+def _hash(page) -> str:
+    return page.evaluate(
+        "() => new Promise(r => requestAnimationFrame(() => "
+        "requestAnimationFrame(() => r(location.hash))))"
+    )
+
+
+@pytest.mark.browser
+@needs_trace
+@pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
+def test_offline_from_file_steps_switches_language_and_presents(offline_page, exported):
+    from viz.serve import shown_frame, wait_painted, wait_ready
+
+    page, seen = offline_page
+    assert exported.stat().st_size <= MAX_BYTES
+    page.goto(exported.as_uri())
+    assert wait_ready(page) == 0
+    for n in range(1, 6):
+        page.keyboard.press("ArrowRight")
+        wait_painted(page, n)
+    assert _hash(page) == "#frame=5"
+    en_caption = page.locator("#pk-cap-l").inner_text()
+    page.click(".pk-sa-lang button[data-lang='zh']")
+    page.wait_for_function("() => document.querySelector('#pk-player').dataset.lang === 'zh'")
+    wait_painted(page, 5)
+    assert shown_frame(page) == 5  # the language switch keeps the frame
+    assert _hash(page) == "#frame=5&lang=zh"
+    zh_caption = page.locator("#pk-cap-l").inner_text()
+    assert zh_caption != en_caption and re.search(r"[\u4e00-\u9fff]", zh_caption)
+    assert re.search(r"[\u4e00-\u9fff]", page.locator("#pk-chapter").inner_text())
+    page.keyboard.press("f")
+    assert page.evaluate("() => document.querySelector('#pk-player').dataset.present") == "1"
+    assert _hash(page) == "#frame=5&lang=zh&present=1"
+    assert not page.locator("#pk-tl-box").is_visible()
+    page.keyboard.press("ArrowRight")
+    wait_painted(page, 6)
+    (ROOT / "test-artifacts").mkdir(exist_ok=True)
+    page.screenshot(path=str(ROOT / "test-artifacts" / "standalone-present-zh.png"))
+    assert seen["aborted"] == [], seen["aborted"]
+    assert seen["file"] == [exported.as_uri()]  # the file itself, once: nothing else
+    assert not seen.get("errors")
+
+
+@pytest.mark.browser
+@needs_trace
+@pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
+def test_a_hash_opens_that_frame_language_and_mode(offline_page, exported):
+    from viz.serve import shown_frame, wait_painted, wait_ready
+
+    page, seen = offline_page
+    page.goto(exported.as_uri() + "#frame=40&lang=zh&present=1")
+    assert wait_ready(page) == 40
+    root = page.evaluate("() => ({...document.querySelector('#pk-player').dataset})")
+    assert root["lang"] == "zh" and root["present"] == "1"
+    page.evaluate("() => { location.hash = '#frame=12&lang=zh&present=1'; }")
+    wait_painted(page, 12)
+    assert shown_frame(page) == 12
+    page.goto(exported.as_uri() + "#frame=banana&lang=xx")  # same document: nothing moves
+    assert shown_frame(page) == 12
+    page.reload()  # opened afresh: frame 0, English
+    assert wait_ready(page) == 0
+    assert page.evaluate("() => document.querySelector('#pk-player').dataset.lang") == "en"
+    assert seen["aborted"] == []
+
+
+@pytest.mark.parametrize(
+    "name, stem",
+    [
+        ("trace.jsonl", "trace"),
+        ("../../etc/passwd", "passwd"),
+        ("a b;c.jsonl", "a-b-c"),
+        ("<script>.jsonl", "script"),
+        ("", "lesson"),
+        ("练习 1.jsonl", "1"),
+    ],
+)
+def test_download_names_from_uploads_are_tame(name, stem):
+    from pathlib import PurePath
+
+    from viz.lesson_page import safe_file_stem
+
+    got = safe_file_stem(PurePath(name).stem if name else name)
+    assert got == stem and "/" not in got and len(got) <= 60
+
+
+@pytest.mark.browser
+@needs_trace
+@pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
+def test_the_lesson_page_downloads_the_trace_on_screen_as_one_file(browser, app_url, tmp_path):
+    """The app's button hands out the same standalone player, which then opens offline."""
+    from viz.serve import wait_ready
+
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    page = ctx.new_page()
+    try:
+        page.goto(f"{app_url}/?frame=3")
+        wait_ready(page)
+        button = page.get_by_role("button", name="Download as one HTML file")
+        button.scroll_into_view_if_needed()
+        with page.expect_download(timeout=60_000) as dl:
+            button.click()
+        path = tmp_path / dl.value.suggested_filename
+        dl.value.save_as(path)
+        assert path.name == "six-steps.html"
+        text = path.read_text(encoding="utf-8")
+        assert player._asset("player.js") in text and path.stat().st_size <= MAX_BYTES
+        page.goto(path.as_uri() + "#frame=7")
+        assert wait_ready(page) == 7
+    finally:
+        ctx.close()
+
+
+@pytest.mark.browser
+@needs_trace
+@pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)])
+def test_presenter_mode_fits_the_screen_with_system_fonts(browser, exported, lang, size):
+    """The animations photograph this view: with the file's system fonts (not the app's) every
+    label still lies inside the screen, none cut short, at the keyframes and the last frame."""
+    from test_player_browser import LABELS_JS
+
+    from viz.serve import wait_painted, wait_ready
+
+    ctx = browser.new_context(viewport={"width": size[0], "height": size[1]})
+    page = ctx.new_page()
+    try:
+        page.goto(f"{exported.as_uri()}#frame=0&lang={lang}&present=1")
+        wait_ready(page)
+        frames = [
+            c["start"]
+            for c in page.evaluate("() => window.pkPlayer.data.chapters")
+            if c["step"] is not None
+        ]
+        for f in frames:
+            page.evaluate(f"() => window.pkPlayer.go({f})")
+            wait_painted(page, f)
+            labels = page.evaluate(LABELS_JS)
+            bad = [lb for lb in labels if not lb["inside"] or lb["ellipsis"]]
+            assert labels and not bad, (f, bad[:5])
+    finally:
+        ctx.close()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "0→#6, 1→#7",
+        "*evil* <b>x</b>",
+        "http://x.y/`z`",
+        "a\\b",
+        "\ue0000\ue001",
+        "[link](http://e.vil)",
+    ],
+)
+def test_quoted_values_show_literally_never_as_markup(value):
+    """Narration quotes trace values escaped for markdown (viz.safe.md_text); the player shows
+    them as the very text, with no stray backslash and no markup of their own."""
+    import html as h
+
+    from viz.safe import md_text
+
+    out = player.markdown(f"**Left:** {md_text(value)} and *this*")
+    shown = re.sub(r"<[^>]+>", "", out)
+    assert (
+        h.unescape(shown) == f"Left: {value.replace(chr(0xE000), '').replace(chr(0xE001), '')}"
+        " and this"
+    )
+    assert out.count("<b>") == 1 and out.count("<i>") == 1 and "<a" not in out

@@ -1,0 +1,218 @@
+"""A background subscriber to a KV-event stream (vLLM's or ours), feeding a ``WatchState``.
+
+One thread owns the sockets. It reads at most ``batch_limit`` messages per turn (a flood cannot
+starve the stop flag), zmq drops any message over ``MAX_MESSAGE_BYTES`` unread and the receive
+queue is capped at ``rcvhwm``: memory stays bounded whatever the server sends. When sequence
+numbers jump, it asks the replay socket for the missing batches (a DEALER, which reads the whole
+reply stream) and marks a gap for whatever the replay could not give. A server that goes away is
+reconnected to by zmq itself; a restarted one (its seq goes back) resets the view. Joining a
+running server, it asks the replay socket for the batches before the first one it sees.
+
+No torch, no Streamlit.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import zmq
+
+from engine.kv_events import (
+    END_SEQ,
+    MAX_MESSAGE_BYTES,
+    MalformedBatch,
+    decode_batch,
+    parse_endpoint,
+    seq_bytes,
+)
+from viz.kv_watch import WatchState
+
+
+@dataclass(frozen=True)
+class SubscriberConfig:
+    endpoint: str
+    replay_endpoint: str | None = None  # default: the endpoint's port + 1; "" for none
+    topic: str = ""
+    allow_remote: bool = False
+    rcvhwm: int = 10_000
+    batch_limit: int = 2_000
+    replay_timeout_s: float = 1.0
+    max_replay: int = 10_000
+
+
+class Subscriber:
+    """``start`` spawns the thread, ``stop`` ends it (bounded join). Raises EndpointError for a
+    bad address before any socket exists."""
+
+    def __init__(self, config: SubscriberConfig, state: WatchState | None = None) -> None:
+        ep = parse_endpoint(config.endpoint, config.allow_remote)
+        rep = config.replay_endpoint
+        self.replay_url: str | None = (
+            None
+            if rep == ""
+            else parse_endpoint(rep, config.allow_remote).url
+            if rep
+            else ep.with_port(ep.port + 1).url
+        )
+        self.url = ep.url
+        self.config = config
+        self.state = state if state is not None else WatchState()
+        self.connected = False
+        self.disconnects = 0
+        self._rejoined = False  # reconnected since the last batch: maybe a new server process
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Subscriber:
+        self._thread = threading.Thread(target=self._run, name="kv-events-sub", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        ctx = zmq.Context()
+        try:
+            sub = ctx.socket(zmq.SUB)
+            for opt, val in (
+                (zmq.LINGER, 0),
+                (zmq.RCVHWM, self.config.rcvhwm),
+                (zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES),
+                (zmq.RECONNECT_IVL, 100),
+                (zmq.RECONNECT_IVL_MAX, 1000),
+            ):
+                sub.setsockopt(opt, val)
+            sub.setsockopt(zmq.SUBSCRIBE, self.config.topic.encode("utf-8"))
+            monitor = sub.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+            sub.connect(self.url)
+            poller = zmq.Poller()
+            poller.register(sub, zmq.POLLIN)
+            poller.register(monitor, zmq.POLLIN)
+            while not self._stop.is_set():
+                ready = dict(poller.poll(100))
+                if monitor in ready:
+                    self._on_monitor(monitor)
+                if sub in ready:
+                    self._drain(ctx, sub)
+        finally:
+            ctx.destroy(linger=0)
+
+    def _on_monitor(self, monitor: zmq.Socket) -> None:
+        from zmq.utils.monitor import recv_monitor_message
+
+        while monitor.poll(0):
+            ev = recv_monitor_message(monitor)["event"]
+            if ev == zmq.EVENT_CONNECTED:
+                self._rejoined = self.disconnects > 0
+                self.connected = True
+            elif ev == zmq.EVENT_DISCONNECTED:
+                self.connected = False
+                self.disconnects += 1
+
+    def _drain(self, ctx: zmq.Context, sub: zmq.Socket) -> None:
+        for _ in range(self.config.batch_limit):
+            if self._stop.is_set() or not sub.poll(0):
+                return
+            frames = sub.recv_multipart(copy=True)
+            self.on_message(ctx, frames)
+
+    def on_message(self, ctx: zmq.Context | None, frames: list[bytes]) -> None:
+        """Validate the framing, follow the sequence numbers, fold the batch."""
+        st = self.state
+        if len(frames) != 3 or len(frames[1]) != 8:
+            st.malformed(f"expected [topic, 8-byte seq, payload], got {len(frames)} frames")
+            return
+        seq = int.from_bytes(frames[1], "big")
+        try:
+            batch = decode_batch(frames[2])
+        except MalformedBatch as e:
+            st.malformed(f"seq {seq}: {e}")
+            return
+        kind = st.classify(seq)
+        if self._rejoined:
+            self._rejoined = False
+            if kind != "restart" and self._new_process(ctx):
+                kind = "restart"
+        if kind == "restart":
+            st.restart()
+            if seq > 0:  # joined the new process late: ask for its first batches
+                self._fill_gap(ctx, 0, seq)
+        elif kind == "gap" and st.last_seq is not None:
+            self._fill_gap(ctx, st.last_seq + 1, seq)
+        elif st.last_seq is None and seq > 0:  # joined a running server: ask for its past
+            self._fill_gap(ctx, 0, seq)
+        st.apply(seq, batch, frames[2])
+
+    def _new_process(self, ctx: zmq.Context | None) -> bool:
+        """After a reconnect a seq above the last one is ambiguous (the old process going on, or
+        a new one that has sent more batches than the old one did). Ask the replay socket for the last batch we
+        folded: the same bytes mean the same process. No replay socket: assume the same."""
+        st = self.state
+        if ctx is None or self.replay_url is None or st.last_seq is None or not st.ring:
+            return False
+        last, payload = st.ring[-1]
+        got, answered = self._replay(ctx, last, last + 1)
+        return answered and got != [(last, payload)]
+
+    def _fill_gap(self, ctx: zmq.Context | None, start: int, upto: int) -> None:
+        got = 0
+        if (
+            ctx is not None
+            and self.replay_url is not None
+            and upto - start <= self.config.max_replay
+        ):
+            for seq, payload in self._replay(ctx, start, upto)[0]:
+                if self.state.feed(seq, payload, replayed=True):
+                    got += 1
+        missed = (upto - start) - got
+        if missed > 0:
+            self.state.mark_gap(missed)
+
+    def _replay(
+        self, ctx: zmq.Context, start: int, upto: int
+    ) -> tuple[list[tuple[int, bytes]], bool]:
+        """Batches ``start <= seq < upto`` from the replay socket, in order, whatever arrives
+        within the timeout (a fresh DEALER each time: no stale replies can leak across); and
+        whether the socket answered at all."""
+        assert self.replay_url is not None
+        out: list[tuple[int, bytes]] = []
+        answered = False
+        dealer = ctx.socket(zmq.DEALER)
+        try:
+            dealer.setsockopt(zmq.LINGER, 0)
+            dealer.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+            dealer.connect(self.replay_url)
+            dealer.send_multipart((b"", seq_bytes(start)), zmq.NOBLOCK)
+            deadline = time.monotonic() + self.config.replay_timeout_s
+            expect = start
+            for _ in range(self.config.max_replay + 1):
+                left = deadline - time.monotonic()
+                if left <= 0 or not dealer.poll(int(left * 1000)):
+                    break
+                # [b"", seq, payload], or [b"", topic, seq, payload] from newer vLLM
+                body = dealer.recv_multipart()[1:]
+                answered = True
+                if len(body) == 3:
+                    body = body[1:]
+                if len(body) != 2 or len(body[0]) != 8 or body[0] == END_SEQ:
+                    break
+                seq = int.from_bytes(body[0], "big")
+                if seq >= upto:
+                    break
+                if seq == expect:
+                    out.append((seq, body[1]))
+                    expect += 1
+        except zmq.ZMQError:
+            pass  # no replay socket reachable: the gap is marked
+        finally:
+            dealer.close(linger=0)
+        return out, answered

@@ -1,0 +1,267 @@
+"""The "Watch a vLLM server" page: follow a KV-event stream (vLLM's, or our engine's
+``--kv-events``) and draw the server's prefix cache from it, live or from a recording.
+
+Addresses: ``tcp://HOST:PORT`` only (the replay socket is PORT+1 unless given). A host other than
+loopback is accepted only when this app itself listens on loopback alone and the user ticks the
+opt-in: subscribing makes the app's server connect out, which on a shared deployment would let
+any visitor probe the network behind it.
+
+Recording: the page keeps the last batches (bounded in bytes) and offers them as JSONL: a header
+line ``{"format": "paged-kv/kv-events-jsonl", "version": 1}``, then ``{"seq", "batch"}`` per
+batch, ``batch`` being vLLM's ``EventBatch`` as JSON arrays (bytes hashes in base64). Uploading
+such a file replays it batch by batch with a slider.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from engine.kv_events import EndpointError
+from viz import model_files, safe, ui_text
+from viz.kv_subscriber import Subscriber, SubscriberConfig
+from viz.kv_watch import (
+    MAX_RECORDING_BYTES,
+    RecordingError,
+    Snapshot,
+    fold,
+    read_recording,
+    short_hash,
+)
+from viz.live_registry import session_alive, session_id
+
+TEXT = ui_text.load("watch_page")  # viz/text/watch_page.toml
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
+MAX_SUBSCRIBERS = 8  # live subscriber threads in this app process, all sessions together
+_LIVE: list[tuple[str, Subscriber]] = []  # (session id, its subscriber)
+_LIVE_LOCK = threading.Lock()
+
+
+def render(lang: str = "en") -> None:
+    t = TEXT.get(lang, TEXT["en"])
+    st.header(t["title"])
+    st.caption(t["intro"])
+    st.info(t["not_carried"])
+    mode = st.radio(
+        t["source"],
+        ["live", "recording"],
+        horizontal=True,
+        key="kvw_source",
+        format_func=lambda m: t[f"source_{m}"],
+    )
+    if mode == "live":
+        _live(t)
+    else:
+        _recording(t)
+
+
+# --- live -------------------------------------------------------------------------------------
+
+
+def _live(t: dict) -> None:
+    ss = st.session_state
+    c1, c2, c3 = st.columns([3, 2, 1])
+    addr = c1.text_input(t["endpoint"], value=DEFAULT_ENDPOINT, max_chars=120, key="kvw_addr")
+    topic = c2.text_input(t["topic"], value="", max_chars=64, key="kvw_topic")
+    remote = False
+    if model_files.server_paths_allowed(st.get_option("server.address")):
+        remote = st.checkbox(t["allow_remote"], key="kvw_remote")
+    sub: Subscriber | None = ss.get("kvw_sub")
+    if c3.button(t["connect"], key="kvw_connect", type="primary"):
+        sub = _connect(addr, topic, remote, t)
+    if sub is not None and st.button(t["disconnect"], key="kvw_disconnect"):
+        _drop(sub)
+        ss.pop("kvw_sub", None)
+        sub = None
+    if sub is None:
+        st.caption(t["hint"])
+        return
+    st.fragment(safe.boundary(t["view_failed"])(_live_view), run_every=1.0)(sub, t)
+
+
+def _connect(addr: str, topic: str, remote: bool, t: dict) -> Subscriber | None:
+    ss = st.session_state
+    old = ss.pop("kvw_sub", None)
+    if old is not None:
+        _drop(old)
+    try:
+        sub = Subscriber(SubscriberConfig(addr, topic=topic, allow_remote=remote))
+    except EndpointError as e:
+        st.error(safe.md_text(e))
+        return None
+    with _LIVE_LOCK:
+        _prune()
+        if len(_LIVE) >= MAX_SUBSCRIBERS:
+            st.error(t["too_many"].format(n=MAX_SUBSCRIBERS))
+            return None
+        _LIVE.append((session_id(), sub.start()))
+    ss.kvw_sub = sub
+    return sub
+
+
+def _prune() -> None:
+    """Stop the subscribers of sessions that have gone (a closed tab never says goodbye).
+    Called with ``_LIVE_LOCK`` held, on every connect: a gone session's thread lives, bounded,
+    until the next one."""
+    keep = []
+    for sid, sub in _LIVE:
+        if sub.alive and session_alive(sid):
+            keep.append((sid, sub))
+        else:
+            sub.stop()
+    _LIVE[:] = keep
+
+
+def _drop(sub: Subscriber) -> None:
+    sub.stop()
+    with _LIVE_LOCK:
+        _LIVE[:] = [(sid, s) for sid, s in _LIVE if s is not sub]
+
+
+def _live_view(sub: Subscriber, t: dict) -> None:
+    snap = sub.state.snapshot()
+    if not sub.connected:
+        status = t["status_waiting"].format(url=sub.url)
+    elif snap.last_message_age is None:
+        status = t["status_connected"].format(url=sub.url)
+    else:
+        status = t["status_live"].format(url=sub.url, age=snap.last_message_age)
+    st.caption(
+        safe.md_text(status)
+        + "  \n"
+        + t["status_counts"].format(disconnects=sub.disconnects, **snap.counters)
+    )
+    _view(snap, t)
+    state = sub.state  # the JSONL is built on click, not on every redraw (up to 16 MiB)
+    st.download_button(
+        t["download"],
+        lambda: "\n".join(state.recording()) + "\n",
+        file_name="kv-events.jsonl",
+        mime="application/jsonl",
+        key="kvw_download",
+        on_click="ignore",
+    )
+
+
+# --- recording --------------------------------------------------------------------------------
+
+
+def _recording(t: dict) -> None:
+    up = st.file_uploader(t["upload"], type=["jsonl"], key="kvw_upload")
+    if up is None:
+        st.caption(t["upload_hint"])
+        return
+    if up.size > MAX_RECORDING_BYTES:
+        st.error(t["too_big"].format(mb=MAX_RECORDING_BYTES >> 20))
+        return
+    try:
+        messages = read_recording(up.getvalue().decode("utf-8", errors="strict"))
+    except UnicodeDecodeError:
+        st.error(t["not_text"])
+        return
+    except RecordingError as e:
+        st.error(safe.md_text(e))
+        return
+    if not messages:
+        st.error(t["no_batches"])
+        return
+    n = len(messages)
+    upto = st.slider(t["batch"], 1, n, n, key="kvw_step") if n > 1 else 1
+    state = fold(messages, upto)
+    st.caption(t["replay_at"].format(i=upto, n=n, seq=state.last_seq))
+    _view(state.snapshot(), t)
+
+
+# --- drawing (the same for live and recorded streams) -----------------------------------------
+
+
+def _view(snap: Snapshot, t: dict) -> None:
+    c = st.columns(6)
+    c[0].metric(t["m_blocks"], f"{snap.num_blocks:,}")
+    c[1].metric(t["m_chains"], f"{len(snap.chains):,}")
+    c[2].metric(t["m_stored"], f"{snap.counters['stored']:,}")
+    c[3].metric(t["m_removed"], f"{snap.counters['removed']:,}")
+    c[4].metric(t["m_malformed"], f"{snap.counters['malformed']:,}")
+    c[5].metric(t["m_gaps"], f"{snap.counters['gaps']:,}")
+    if snap.last_error:
+        st.warning(t["last_error"].format(error=safe.one_line(snap.last_error)))
+    if snap.counters["untracked"]:
+        st.caption(t["untracked"].format(n=snap.counters["untracked"]))
+    if not snap.num_blocks:
+        st.caption(t["empty"])
+    else:
+        st.plotly_chart(_tree(snap, t), key="kvw_tree", config={"displayModeBar": False})
+        _chain_table(snap, t)
+    if snap.rates:
+        st.plotly_chart(_rates(snap, t), key="kvw_rates", config={"displayModeBar": False})
+
+
+def _tree(snap: Snapshot, t: dict) -> go.Figure:
+    """The prefix tree: each box a held block, under its parent, as wide as the blocks below it;
+    labelled with its first token ids (what the events carry)."""
+    # one synthetic root above the chains: plotly draws a lone root transparent
+    ids = ["cache"] + [n[0] for n in snap.nodes]
+    parents = [""] + [n[1] or "cache" for n in snap.nodes]
+    labels = [t["tree_root"]] + [safe.plotly_text(n[2]) or "·" for n in snap.nodes]
+    fig = go.Figure(
+        go.Icicle(
+            ids=ids,
+            parents=parents,
+            labels=labels,
+            values=[0] + [1] * len(snap.nodes),
+            branchvalues="remainder",
+            root_color="#9e9e9e",
+            hovertemplate=t["tree_hover"] + "<extra></extra>",
+            tiling={"orientation": "h"},
+            maxdepth=12,
+        )
+    )
+    # left to right is the prompt's own order; no animation: the view redraws every second
+    fig.update_layout(
+        title=t["tree_title"],
+        height=380,
+        margin={"t": 40, "l": 0, "r": 0, "b": 0},
+        transition={"duration": 0},
+        uirevision="kv-tree",
+    )
+    return fig
+
+
+def _chain_table(snap: Snapshot, t: dict) -> None:
+    cols = t["cols"]
+    rows = [
+        {
+            cols["root"]: short_hash(c.root),
+            cols["blocks"]: c.num_blocks,
+            cols["depth"]: c.depth,
+            cols["leaves"]: c.leaves,
+            cols["shared"]: c.shared,
+            cols["hit"]: c.hit_tokens,
+            cols["tokens"]: " ".join(str(x) for x in c.preview),
+        }
+        for c in snap.chains
+    ]
+    st.subheader(t["chains_title"])
+    st.caption(t["chains_caption"])
+    st.dataframe(rows, hide_index=True, key="kvw_chains")
+
+
+def _rates(snap: Snapshot, t: dict) -> go.Figure:
+    now = snap.rates[-1][0]
+    xs = [s - now for s, _, _ in snap.rates]
+    fig = go.Figure(
+        [
+            go.Bar(x=xs, y=[a for _, a, _ in snap.rates], name=t["stored"]),
+            go.Bar(x=xs, y=[-b for _, _, b in snap.rates], name=t["removed"]),
+        ]
+    )
+    fig.update_layout(
+        title=t["rates_title"],
+        barmode="relative",
+        height=260,
+        xaxis_title=t["rates_x"],
+        margin={"t": 40, "l": 0, "r": 0, "b": 0},
+    )
+    return fig
