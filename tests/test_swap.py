@@ -25,6 +25,7 @@ from engine.swap import SwappingPagedAllocator
 from engine.trace_check import TraceError
 from kernels.fp8 import quantize
 from tests.test_fp8 import SMOL
+from viz.reducer import RunInfo, replay
 
 NUM_BLOCKS, NUM_CPU, BLOCK = 10, 8, 4
 
@@ -119,14 +120,33 @@ TestTwoTiers.settings = settings(max_examples=150, stateful_step_count=40, deadl
 # --- dry runs: traces that validate and fold --------------------------------------------------
 
 
-def _dry_run(mode: str, num_cpu: int, num_blocks: int = 12) -> tuple[str, list]:
-    cfg = EngineConfig("paged", num_blocks, BLOCK, 64, preemption_mode=mode, num_cpu_blocks=num_cpu)
+def _prompt(i: int, prefix: bool) -> list[int]:
+    """Without ``prefix`` every prompt is sevens; with it, even requests share a two-block
+    prefix and odd ones share nothing with anyone."""
+    if not prefix:
+        return [7] * (5 + 3 * i)
+    head = [1, 2, 3, 4, 5, 6, 7, 8] if i % 2 == 0 else [100 + 10 * i + k for k in range(8)]
+    return head + [200 + i] * (1 + 3 * i)
+
+
+def _dry_run(
+    mode: str, num_cpu: int, num_blocks: int = 12, prefix: bool = False
+) -> tuple[str, list]:
+    cfg = EngineConfig(
+        "paged",
+        num_blocks,
+        BLOCK,
+        64,
+        preemption_mode=mode,
+        num_cpu_blocks=num_cpu,
+        enable_prefix_caching=prefix,
+    )
     core = build_core(cfg, DryRunner(), EOS)
     reqs = [
         core.add_request(
             Request(
                 f"r{i}",
-                [7] * (5 + 3 * i),
+                _prompt(i, prefix),
                 SamplingParams(max_tokens=24),
                 forced_output_len=14 + 2 * i,
             )
@@ -166,6 +186,34 @@ def test_a_full_cpu_tier_falls_back_to_recompute_and_says_so():
     kinds = [e.kind for e in T.loads(text).runs["paged"]]
     assert kinds.count("swap_fallback") > 0
     assert all(r.finish_reason == "eos" for r in reqs)
+
+
+def test_with_prefix_caching_only_unshared_requests_swap():
+    """A request holding a cached (shared) block is preempted by recompute, and says why;
+    one whose blocks are its own still swaps. The replay checks both against its ref counts."""
+    text, reqs = _dry_run("swap", NUM_CPU, num_blocks=14, prefix=True)
+    events = T.loads(text).runs["paged"]  # full replay: ref counts, sharing, both tiers
+    fallbacks = [e for e in events if e.kind == "swap_fallback"]
+    assert any(e.reason == E.SWAP_FALLBACK_SHARED for e in fallbacks)
+    assert any(e.kind == "swapped_out" for e in events)
+    assert all(r.finish_reason == "eos" for r in reqs)
+    accts = account(events, 14 * BLOCK, BLOCK, NUM_CPU)  # both tallies in one fold
+    assert max(a.shared for a in accts) > 0 and max(a.cpu_used for a in accts) > 0
+    assert accts[-1].cpu_used == 0
+    frames = replay(events, RunInfo("paged", "paged", 14 * BLOCK, BLOCK, num_cpu_blocks=NUM_CPU))
+    assert len(frames) == len(accts)  # the viewer folds it too
+    _, recompute = _dry_run("recompute", 0, num_blocks=14, prefix=True)
+    assert [r.output_token_ids for r in reqs] == [r.output_token_ids for r in recompute]
+
+
+def test_a_fallback_blaming_sharing_for_a_private_request_is_refused():
+    text, _ = _dry_run("swap", 1)
+
+    def blame_sharing(d):
+        d["reason"] = E.SWAP_FALLBACK_SHARED
+
+    with pytest.raises(TraceError, match="shares none"):
+        T.loads(_tamper(text, "swap_fallback", blame_sharing))
 
 
 def test_recompute_and_swap_finish_the_same_requests_in_the_same_lengths():
