@@ -14,6 +14,8 @@ Paging can share: several block tables may point at one physical block (a cached
 parallel samples of one prompt). Such a slot is counted once, in its category; ``shared`` counts
 the physical slots that serve more than one request and ``saved`` the slots sharing spares (what
 the extra holders would need with private copies), so the memory sharing saves is a number too.
+Under the device arena a CPU tier (swap preemption) may hold swapped-out requests' blocks; it is
+counted apart (``cpu_blocks``, ``cpu_used``, ``swapped``): its blocks are not arena slots.
 
 "Will fill later" needs each request's final length: a complete trace knows it (the ``finished``
 event); for a request not yet finished the bound ``prompt_len + max_tokens - 1`` stands in.
@@ -44,6 +46,9 @@ class StepAccount:
     running: int
     waiting: int
     blocked: int
+    cpu_blocks: int = 0  # the CPU tier's size in blocks (0: no tier)
+    cpu_used: int = 0  # CPU blocks holding swapped-out K/V
+    swapped: int = 0  # requests whose K/V sit on the CPU tier
     shared: int = 0  # physical slots in blocks held by more than one request
     saved: int = 0  # slots the extra holders of shared blocks would need without sharing
 
@@ -90,6 +95,9 @@ class Tally:
     waiting: list[str] = field(default_factory=list)
     blocked_now: dict[str, E.AdmissionBlocked] = field(default_factory=dict)
     refusals: tuple[E.AdmissionBlocked, ...] = ()
+    num_cpu_blocks: int = 0
+    cpu_tables: dict[str, tuple[int, ...]] = field(default_factory=dict)  # swapped: CPU blocks
+    swapped_filled: dict[str, int] = field(default_factory=dict)  # their written slots, parked
 
     def final_len(self, req: str) -> int:
         info = self.requests.get(req)
@@ -138,6 +146,12 @@ class Tally:
             self.held[ev.req] = self.held.get(ev.req, 0) - self.block_size
         elif isinstance(ev, E.ReservationReleased):
             self.held[ev.req] = self.held.get(ev.req, 0) - ev.length
+        elif isinstance(ev, E.SwappedOut):
+            self.cpu_tables[ev.req] = tuple(c for _, c in ev.block_map)
+            self.swapped_filled[ev.req] = self.filled.pop(ev.req, 0)
+        elif isinstance(ev, E.SwappedIn):
+            self.cpu_tables.pop(ev.req, None)
+            self.filled[ev.req] = self.swapped_filled.pop(ev.req, 0)
         elif isinstance(ev, E.Preempted):
             _discard(self.running, ev.req)
             self.waiting.insert(0, ev.req)  # back at the queue's front
@@ -183,6 +197,9 @@ class Tally:
             running=len(self.running),
             waiting=len(self.waiting),
             blocked=blocked,
+            cpu_blocks=self.num_cpu_blocks,
+            cpu_used=sum(len(t) for t in self.cpu_tables.values()),
+            swapped=len(self.cpu_tables),
             shared=shared,
             saved=saved,
         )
@@ -217,9 +234,16 @@ def final_lengths(events: Iterable[E.Event]) -> dict[str, int]:
     return {ev.req: ev.final_len for ev in events if isinstance(ev, E.Finished)}
 
 
-def account(events: list[E.Event], num_slots: int, block_size: int) -> list[StepAccount]:
+def account(
+    events: list[E.Event], num_slots: int, block_size: int, num_cpu_blocks: int = 0
+) -> list[StepAccount]:
     """One StepAccount per ``step_end`` event, in order."""
-    tally = Tally(num_slots=num_slots, block_size=block_size, final_lens=final_lengths(events))
+    tally = Tally(
+        num_slots=num_slots,
+        block_size=block_size,
+        final_lens=final_lengths(events),
+        num_cpu_blocks=num_cpu_blocks,
+    )
     out = []
     for ev in events:
         tally.apply(ev)

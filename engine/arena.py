@@ -111,6 +111,9 @@ class KVArena:
             raise InvalidConfigError(f"number of KV blocks must be positive, got {num_blocks}")
         self.shape = ArenaShape(num_blocks, block_size, config.num_kv_heads, config.head_dim)
         self.dtype = dtype
+        # per-tensor float8 scales (kernels/fp8.py says why per tensor); 1.0 as in vLLM when no
+        # calibrated scales are given, and ignored by every other dtype
+        self.k_scale, self.v_scale = 1.0, 1.0
         dims = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
         self.k = [torch.zeros(dims, device=device, dtype=dtype) for _ in range(config.num_layers)]
         self.v = [torch.zeros(dims, device=device, dtype=dtype) for _ in range(config.num_layers)]

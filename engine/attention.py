@@ -52,8 +52,9 @@ class KernelAttention:
     """Store, then prefill and/or decode through three kernels with the signatures of
     ``kernels/reference.py`` (the reference itself, or the Triton kernels)."""
 
-    def __init__(self, name: str, scale: float) -> None:
+    def __init__(self, name: str, scale: float, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
         self.name, self.scale = name, scale
+        self.k_scale, self.v_scale = k_scale, v_scale
         if name == "triton":
             try:
                 from kernels.paged_attention import paged_decode_attention, paged_prefill_attention
@@ -74,7 +75,7 @@ class KernelAttention:
         """Nothing to plan: the kernels read the block tables themselves."""
 
     def __call__(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata) -> torch.Tensor:
-        self._store(k, v, k_cache, v_cache, meta.slot_mapping)
+        self._store(k, v, k_cache, v_cache, meta.slot_mapping, self.k_scale, self.v_scale)
         n = meta.num_prefill_tokens
         if n == q.shape[0]:
             return self._run_prefill(q, k_cache, v_cache, meta)
@@ -92,12 +93,16 @@ class KernelAttention:
             meta.prefill_context_lens,
         )
         assert tables is not None and starts is not None and lens is not None, "no prefill"
-        return self._prefill(q, k_cache, v_cache, tables, starts, lens, self.scale)
+        return self._prefill(
+            q, k_cache, v_cache, tables, starts, lens, self.scale, self.k_scale, self.v_scale
+        )
 
     def _run_decode(self, q, k_cache, v_cache, meta: AttentionMetadata) -> torch.Tensor:
         tables, lens = meta.decode_block_tables, meta.decode_context_lens
         assert tables is not None and lens is not None, "no decode sequences"
-        return self._decode(q, k_cache, v_cache, tables, lens, self.scale)
+        return self._decode(
+            q, k_cache, v_cache, tables, lens, self.scale, self.k_scale, self.v_scale
+        )
 
 
 class Attention:
@@ -106,15 +111,23 @@ class Attention:
     ``meta.slot_mapping`` and lets every query token ``q`` ``[T, Hq, D]`` attend to its
     sequence's context, returning ``[T, Hq, D]``."""
 
-    def __init__(self, backend: str, device: torch.device, scale: float) -> None:
+    def __init__(
+        self,
+        backend: str,
+        device: torch.device,
+        scale: float,
+        k_scale: float = 1.0,
+        v_scale: float = 1.0,
+    ) -> None:
+        # k_scale / v_scale: the arena's per-tensor float8 scales (unused for other dtypes)
         self.backend = resolve_backend(backend, device)
         self._impl: TorchAttention | KernelAttention
         if self.backend == "torch":
             from engine.attention_torch import TorchAttention
 
-            self._impl = TorchAttention(scale)
+            self._impl = TorchAttention(scale, k_scale, v_scale)
         else:
-            self._impl = KernelAttention(self.backend, scale)
+            self._impl = KernelAttention(self.backend, scale, k_scale, v_scale)
 
     def prepare(self, meta: AttentionMetadata, block_size: int) -> None:
         self._impl.prepare(meta, block_size)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from kernels.fp8 import bits, dequantize, is_fp8, quantize
 from kernels.reference import gather_slots
 
 
@@ -38,8 +39,9 @@ class TorchAttention:
 
     name = "torch"
 
-    def __init__(self, scale: float) -> None:
+    def __init__(self, scale: float, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
         self.scale = scale
+        self.k_scale, self.v_scale = k_scale, v_scale  # per-tensor float8 scales (kernels/fp8.py)
         self._decode: _DecodePlan | None = None
         self._prefill: list[_PrefillSeq] = []
 
@@ -70,8 +72,18 @@ class TorchAttention:
         # reference.store_kv minus its per-call check for skipped (-1) slots: the runner
         # never schedules one
         hkv, d = k_cache.shape[2], k_cache.shape[3]
-        k_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, k)
-        v_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
+        if is_fp8(k_cache.dtype):
+            # attend to what the arena holds, the new tokens too: K/V after a float8 round trip
+            k8, v8 = (
+                quantize(k, k_cache.dtype, self.k_scale),
+                quantize(v, v_cache.dtype, self.v_scale),
+            )
+            k, v = dequantize(k8, q.dtype, self.k_scale), dequantize(v8, q.dtype, self.v_scale)
+            bits(k_cache).view(-1, hkv, d).index_copy_(0, meta.slot_mapping, bits(k8))
+            bits(v_cache).view(-1, hkv, d).index_copy_(0, meta.slot_mapping, bits(v8))
+        else:
+            k_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, k)
+            v_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
         n = meta.num_prefill_tokens
         if self._decode is not None and n == 0:
             return self._attend_decode(q, k_cache, v_cache, self._decode)
@@ -84,14 +96,19 @@ class TorchAttention:
             out[n:] = self._attend_decode(q[n:], k_cache, v_cache, self._decode)
         return out
 
-    def _gather(self, cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    def _gather(
+        self, cache: torch.Tensor, slots: torch.Tensor, out_dtype: torch.dtype, kv_scale: float
+    ) -> torch.Tensor:
         hkv, d = cache.shape[2], cache.shape[3]
-        return cache.view(-1, hkv * d).index_select(0, slots).view(*slots.shape, hkv, d)
+        rows = bits(cache).view(-1, hkv * d).index_select(0, slots).view(*slots.shape, hkv, d)
+        if not is_fp8(cache.dtype):
+            return rows
+        return dequantize(rows.view(cache.dtype), out_dtype, kv_scale)
 
     def _attend_decode(self, q, k_cache, v_cache, p: _DecodePlan) -> torch.Tensor:
         hkv, d = k_cache.shape[2], k_cache.shape[3]
-        k = self._gather(k_cache, p.slots).view(p.batch, p.length, hkv, d)
-        v = self._gather(v_cache, p.slots).view(p.batch, p.length, hkv, d)
+        k = self._gather(k_cache, p.slots, q.dtype, self.k_scale).view(p.batch, p.length, hkv, d)
+        v = self._gather(v_cache, p.slots, q.dtype, self.v_scale).view(p.batch, p.length, hkv, d)
         out = F.scaled_dot_product_attention(
             q.unsqueeze(2),
             k.transpose(1, 2),
@@ -108,7 +125,8 @@ class TorchAttention:
             # would only cost a gather
             k, v = k_new[p.start : p.end], v_new[p.start : p.end]
         else:
-            k, v = self._gather(k_cache, p.slots), self._gather(v_cache, p.slots)
+            k = self._gather(k_cache, p.slots, q.dtype, self.k_scale)
+            v = self._gather(v_cache, p.slots, q.dtype, self.v_scale)
         causal = p.mask is None
         o = F.scaled_dot_product_attention(
             q.transpose(0, 1).unsqueeze(0),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from engine.allocators import ALLOCATORS
 from engine.backends import BACKENDS
-from engine.engine_args import EngineArgs, check_output_path
+from engine.engine_args import KV_CACHE_DTYPES, PREEMPTION_MODES, EngineArgs, check_output_path
 from engine.request import InvalidRequestError, SamplingParams, check_prompt
 
 
@@ -27,6 +27,12 @@ def add_parser(sub) -> None:
     mem.add_argument("--num-blocks", type=int, metavar="N", help="KV arena size in blocks")
     mem.add_argument("--kv-budget-mb", type=float, metavar="M", help="KV arena size in MiB")
     p.add_argument("--block-size", type=int, default=16, metavar="B", help="tokens per KV block")
+    p.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=KV_CACHE_DTYPES,
+        help="KV arena element type: auto (the model's), fp8_e4m3 or fp8_e5m2",
+    )
     p.add_argument(
         "--max-model-len",
         type=int,
@@ -51,6 +57,20 @@ def add_parser(sub) -> None:
         "prompt + max-tokens bound (exact with --ignore-eos)",
     )
     p.add_argument("--attention", default="auto", choices=BACKENDS)
+    p.add_argument(
+        "--preemption-mode",
+        default="recompute",
+        choices=PREEMPTION_MODES,
+        help="when memory runs out: recompute the victim later, or swap its blocks "
+        "to a CPU tier (paged allocator only)",
+    )
+    p.add_argument(
+        "--swap-space-mb",
+        type=float,
+        default=None,
+        metavar="M",
+        help="CPU tier size in MiB for --preemption-mode swap (default: the arena's)",
+    )
     p.add_argument("--max-num-seqs", type=int, default=256, metavar="N")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T")
     p.add_argument("--top-p", type=float, default=1.0, metavar="P")
@@ -164,6 +184,9 @@ def run(args) -> int:
         max_model_len=args.max_model_len,
         max_num_seqs=args.max_num_seqs,
         allocator=args.allocator,
+        kv_cache_dtype=args.kv_cache_dtype,
+        preemption_mode=args.preemption_mode,
+        swap_space_mb=args.swap_space_mb,
     )
     if args.trace is not None:
         check_output_path(args.trace, "--trace")
@@ -183,6 +206,9 @@ def run(args) -> int:
         attention=args.attention,
         max_num_seqs=args.max_num_seqs,
         trace=args.trace,
+        kv_cache_dtype=args.kv_cache_dtype,
+        preemption_mode=args.preemption_mode,
+        swap_space_mb=args.swap_space_mb,
         kv_events=args.kv_events,
         kv_events_allow_remote=args.kv_events_allow_remote,
         enable_prefix_caching=args.enable_prefix_caching,
@@ -207,6 +233,7 @@ def run(args) -> int:
         "device": str(llm.model.device),
         "num_blocks": llm.arena.num_blocks,
         "block_size": llm.arena.block_size,
+        "kv_cache_dtype": str(llm.arena.dtype),
         "enable_prefix_caching": args.enable_prefix_caching,
         "prefill_tokens_computed": llm.prefill_tokens_computed,
         "prefix_cache_hit_tokens": llm.prefix_cache_hit_tokens,

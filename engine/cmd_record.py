@@ -7,6 +7,7 @@ import dataclasses
 import sys
 
 from engine import scenario as scenario_mod
+from engine.engine_args import KV_CACHE_DTYPES
 from engine.recorder import record, stderr_progress
 
 
@@ -29,6 +30,12 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default=None)
     p.add_argument("--attention", default="auto", choices=("auto", "torch", "triton"))
+    p.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=KV_CACHE_DTYPES,
+        help="KV arena element type: auto (the model's), fp8_e4m3 or fp8_e5m2",
+    )
     p.add_argument(
         "--kv-events",
         default=None,
@@ -66,6 +73,7 @@ def run(args) -> int:
             attention=args.attention,
             progress=stderr_progress,
             sinks=sinks,
+            kv_cache_dtype=args.kv_cache_dtype,
         )
     finally:
         if publisher is not None:

@@ -11,11 +11,13 @@ from engine import events as E
 from engine.allocators import Allocator, check_allocator, check_block_size, make_allocator
 from engine.request import Batch, InvalidConfigError, InvalidRequestError, Request
 from engine.scheduler import Scheduler
+from engine.swap import SwappingPagedAllocator, check_preemption_mode
 
 
 class Runner(Protocol):
     def execute(self, batch: Batch) -> list[int]:
-        """Run one step's forward pass and return one next token per scheduled sequence."""
+        """Run one step's block copies (``batch.swap_out`` then ``swap_in``) and its forward
+        pass; return one next token per scheduled sequence."""
 
     def forget(self, req_id: str) -> None:
         """Drop whatever the runner keeps for a request that has finished."""
@@ -33,12 +35,17 @@ class EngineConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None
     placement: str = "first-fit"  # where a contiguous run goes: first-fit or buddy
+    preemption_mode: str = "recompute"  # or swap (paged only): engine/swap.py
+    num_cpu_blocks: int = 0  # the CPU tier swap preemption moves blocks to
     #: Paging only. Off by default: the lessons' traces and the essay's baseline have no sharing.
     enable_prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         check_allocator(self.allocator)
         check_block_size(self.block_size)
+        check_preemption_mode(self.preemption_mode, self.allocator)
+        if self.num_cpu_blocks < 0:
+            raise InvalidConfigError(f"the CPU tier cannot hold {self.num_cpu_blocks} blocks")
 
     @property
     def num_slots(self) -> int:
@@ -46,13 +53,16 @@ class EngineConfig:
 
     def trace_config(self, view_block_size: int) -> dict:
         """The run's ``config`` in a trace header (what the viewer needs to draw the arena)."""
-        return {
+        cfg: dict[str, int | str] = {
             "num_blocks": self.num_blocks,
             "block_size": self.block_size,
             "num_slots": self.num_slots,
             "max_model_len": self.max_model_len,
             "view_block_size": view_block_size,
         }
+        if self.preemption_mode == "swap":
+            cfg |= {"preemption_mode": "swap", "num_cpu_blocks": self.num_cpu_blocks}
+        return cfg
 
 
 def build_core(
@@ -61,15 +71,25 @@ def build_core(
     """The one assembly of an engine: a bus (``bus`` or a fresh one), the allocator named by
     ``config`` emitting on it, and an EngineCore driving ``runner`` over both."""
     bus = bus if bus is not None else E.EventBus()
-    alloc = make_allocator(
-        config.allocator,
-        config.num_blocks,
-        config.block_size,
-        config.max_model_len,
-        bus,
-        config.placement,
-        config.enable_prefix_caching,
-    )
+    alloc: Allocator
+    if config.preemption_mode == "swap":
+        alloc = SwappingPagedAllocator(
+            config.num_blocks,
+            config.block_size,
+            bus,
+            config.num_cpu_blocks,
+            config.enable_prefix_caching,
+        )
+    else:
+        alloc = make_allocator(
+            config.allocator,
+            config.num_blocks,
+            config.block_size,
+            config.max_model_len,
+            bus,
+            config.placement,
+            config.enable_prefix_caching,
+        )
     return EngineCore(
         alloc,
         runner,
@@ -78,6 +98,7 @@ def build_core(
         max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens,
         eos_token_id=eos_token_id,
+        preemption_mode=config.preemption_mode,
     )
 
 
@@ -98,6 +119,7 @@ class EngineCore:
         max_num_seqs: int = 256,
         max_num_batched_tokens: int | None = None,
         eos_token_id: int | None = None,
+        preemption_mode: str = "recompute",
     ) -> None:
         self.bus = bus if bus is not None else allocator.bus
         self.allocator = allocator
@@ -109,6 +131,7 @@ class EngineCore:
             max_num_seqs,
             max(max_num_batched_tokens or 0, max_model_len, 2048),
             eos_token_id,
+            preemption_mode,
         )
         self.step_count = 0
 
@@ -153,7 +176,9 @@ class EngineCore:
         """One engine step. Returns the requests that finished in it."""
         self.bus.step = self.step_count
         batch = self.scheduler.schedule(self.step_count)
-        tokens = self.runner.execute(batch) if batch.seqs else []
+        # a step may only move blocks (a swap-out with nothing left to run): execute anyway
+        busy = batch.seqs or batch.swap_out or batch.swap_in
+        tokens = self.runner.execute(batch) if busy else []
         finished = self.scheduler.update(batch, tokens)
         for req in finished:
             self.runner.forget(req.req_id)

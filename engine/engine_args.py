@@ -16,12 +16,15 @@ from pathlib import Path
 
 from engine.allocators import ALLOCATORS
 from engine.request import InvalidConfigError
+from engine.swap import PREEMPTION_MODES, check_preemption_mode  # noqa: F401  (re-exported)
 
 #: Sanity bounds, far above anything a machine here holds; the real limit is the device's memory
 #: (``arena.check_fits``), but these refuse typos like ``--num-blocks 10**15`` before a model loads.
 MAX_ARENA_SLOTS = 1 << 26
 MAX_KV_BUDGET_MB = 1 << 20  # 1 TiB
 MAX_BLOCK_SIZE = 1 << 16
+#: ``--kv-cache-dtype`` choices (kernels/fp8.py maps them to torch dtypes; no torch here)
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
 
 
 def is_int(v: object) -> bool:
@@ -46,6 +49,9 @@ class EngineArgs:
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None
     allocator: str = "paged"
+    kv_cache_dtype: str = "auto"  # auto: the model's dtype; fp8_*: one byte an element
+    preemption_mode: str = "recompute"  # or swap: blocks go to a CPU tier (paged only)
+    swap_space_mb: float | None = None  # the CPU tier in MiB; None: as large as the arena
 
     def __post_init__(self) -> None:
         if not is_int(self.block_size) or not 0 < self.block_size <= MAX_BLOCK_SIZE:
@@ -93,6 +99,19 @@ class EngineArgs:
         if self.allocator not in ALLOCATORS:
             raise InvalidConfigError(
                 f"unknown allocator {self.allocator!r}; choose one of {', '.join(ALLOCATORS)}"
+            )
+        check_preemption_mode(self.preemption_mode, self.allocator)
+        if self.swap_space_mb is not None and not (
+            is_real(self.swap_space_mb) and 0 <= self.swap_space_mb <= MAX_KV_BUDGET_MB
+        ):
+            raise InvalidConfigError(
+                f"swap space must be a number of MiB in [0, "
+                f"{MAX_KV_BUDGET_MB:,}], got {self.swap_space_mb!r}"
+            )
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise InvalidConfigError(
+                f"unknown KV cache dtype {str(self.kv_cache_dtype)[:40]!r}; "
+                f"choose one of {', '.join(KV_CACHE_DTYPES)}"
             )
 
     def model_len(self, context_len: int) -> int:

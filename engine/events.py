@@ -33,7 +33,9 @@ class Event:
         d: dict[str, object] = {"kind": self.kind}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            d[f.name] = list(v) if isinstance(v, tuple) else v
+            d[f.name] = (
+                [list(x) if isinstance(x, tuple) else x for x in v] if isinstance(v, tuple) else v
+            )
         return d
 
 
@@ -132,6 +134,48 @@ class Preempted(Event):
     kind: ClassVar[str] = "preempted"
     req: str
     num_generated: int
+
+
+@dataclass(frozen=True)
+class SwappedOut(Event):
+    """Preemption by swap: ``req``'s K/V blocks were copied to the CPU tier, ``block_map`` pairs
+    ``(device, cpu)`` in logical order (its whole table). Its ``block_freed`` events and its
+    ``preempted`` follow; it keeps its computed tokens and is not recomputed."""
+
+    kind: ClassVar[str] = "swapped_out"
+    req: str
+    block_map: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class SwappedIn(Event):
+    """A swapped request was admitted again: its CPU blocks were copied back into the device
+    blocks just allocated for it, ``block_map`` pairs ``(cpu, device)`` in logical order (the
+    block table is rewritten; the tokens are not recomputed). The CPU blocks are free again."""
+
+    kind: ClassVar[str] = "swapped_in"
+    req: str
+    block_map: tuple[tuple[int, int], ...]
+
+
+SWAP_FALLBACK_CPU_FULL = "cpu_full"
+SWAP_FALLBACK_SHARED = "shared_blocks"
+
+
+@dataclass(frozen=True)
+class SwapFallback(Event):
+    """Swap preemption was asked for but cannot be done: the CPU tier has only
+    ``free_cpu_blocks`` free of the ``need_blocks`` ``req`` holds, or ``req`` holds a shared
+    block. It is preempted by recompute instead (its ``block_freed`` and ``preempted`` events
+    follow)."""
+
+    kind: ClassVar[str] = "swap_fallback"
+    req: str
+    need_blocks: int
+    free_cpu_blocks: int
+    #: why: the tier lacks room (``cpu_full``) or ``req`` holds a block others hold too
+    #: (``shared_blocks``: a cached prefix or a parallel sample's prompt is never swapped)
+    reason: str = "cpu_full"
 
 
 @dataclass(frozen=True)
@@ -239,6 +283,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         BlockFreed,
         ReservationReleased,
         Preempted,
+        SwappedOut,
+        SwappedIn,
+        SwapFallback,
         Finished,
         StepEnd,
         BlockStored,
@@ -267,7 +314,9 @@ def from_dict(d: dict) -> Event:
         if f.name not in d:
             raise EventError(f"{cls.kind} event lacks field {f.name!r}")
         v = d[f.name]
-        kwargs[f.name] = tuple(v) if isinstance(v, list) else v
+        if isinstance(v, list):  # block maps nest: [[a, b], ...] -> ((a, b), ...)
+            v = tuple(tuple(x) if isinstance(x, list) else x for x in v)
+        kwargs[f.name] = v
     try:
         return cls(**kwargs)  # type: ignore[arg-type]  # field types are the callers' to check
     except TypeError as e:  # pragma: no cover - dataclass signature mismatch

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from engine import events as E
 from engine import kv_events as KV
 from engine.allocators import check_allocator
-from engine.arena import KVArena, blocks_for_budget, bytes_per_block, check_fits
+from engine.arena import MIB, KVArena, blocks_for_budget, bytes_per_block, check_fits
 from engine.core import EngineConfig, EngineCore, build_core
+from engine.cpu_tier import CpuKVStore
 from engine.engine_args import EngineArgs, check_output_path
 from engine.model import LoadedModel, load_model
 from engine.request import (
@@ -28,6 +29,7 @@ from engine.request import (
 )
 from engine.runner import ModelRunner
 from engine.trace import TraceWriter, make_header
+from kernels.fp8 import resolve_kv_dtype
 
 #: Arena size when neither num_blocks nor kv_budget_mb is given: for SmolLM2 in fp32 about 11k
 #: token slots, room for one request of the full 8192-token context.
@@ -70,6 +72,9 @@ class LLM:
         max_num_batched_tokens: int | None = None,
         trace: str | os.PathLike | Callable[[E.Event], None] | None = None,
         progress: bool = True,
+        kv_cache_dtype: str = "auto",
+        preemption_mode: str = "recompute",
+        swap_space_mb: float | None = None,
         kv_events: str | None = None,
         kv_events_allow_remote: bool = False,
         enable_prefix_caching: bool = False,
@@ -94,6 +99,9 @@ class LLM:
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             allocator=allocator,
+            kv_cache_dtype=kv_cache_dtype,
+            preemption_mode=preemption_mode,
+            swap_space_mb=swap_space_mb,
         )
         if trace is not None and not callable(trace):
             check_output_path(trace, "trace")
@@ -104,15 +112,28 @@ class LLM:
         )
         cfg = self.model.config
         self.max_model_len = args.model_len(cfg.max_position_embeddings)
+        # the arena's element type, which sizes a --kv-budget-mb: float8 fits twice bf16's blocks
+        kv_dtype = resolve_kv_dtype(kv_cache_dtype, self.model.dtype)
         if num_blocks is None:
             num_blocks = blocks_for_budget(
-                cfg, block_size, self.model.dtype, kv_budget_mb or DEFAULT_KV_BUDGET_MB
+                cfg, block_size, kv_dtype, kv_budget_mb or DEFAULT_KV_BUDGET_MB
             )
-        check_fits(
-            num_blocks * bytes_per_block(cfg, block_size, self.model.dtype), self.model.device
-        )
-        self.arena = KVArena(cfg, num_blocks, block_size, self.model.device, self.model.dtype)
-        self.runner = ModelRunner(self.model, self.arena, attention)
+        check_fits(num_blocks * bytes_per_block(cfg, block_size, kv_dtype), self.model.device)
+        self.arena = KVArena(cfg, num_blocks, block_size, self.model.device, kv_dtype)
+        self.preemption_mode = preemption_mode
+        self.num_cpu_blocks = 0
+        cpu_tier = None
+        if preemption_mode == "swap":
+            # the CPU tier holds blocks of the arena's own size and dtype; default: the arena's size
+            self.num_cpu_blocks = (
+                num_blocks
+                if swap_space_mb is None
+                else int(swap_space_mb * MIB // bytes_per_block(cfg, block_size, kv_dtype))
+            )
+            if self.num_cpu_blocks:
+                check_fits(self.num_cpu_blocks * bytes_per_block(cfg, block_size, kv_dtype), "cpu")
+                cpu_tier = CpuKVStore(self.arena, self.num_cpu_blocks)
+        self.runner = ModelRunner(self.model, self.arena, attention, cpu_tier=cpu_tier)
         self.allocator_name = allocator
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         self.trace = trace
@@ -232,6 +253,8 @@ class LLM:
             self.max_model_len,
             self.max_num_seqs,
             self.max_num_batched_tokens,
+            preemption_mode=self.preemption_mode,
+            num_cpu_blocks=self.num_cpu_blocks,
             enable_prefix_caching=self.enable_prefix_caching,
         )
 

@@ -15,7 +15,7 @@ from typing import IO
 
 from engine.allocators import check_allocator
 from engine.core import EngineConfig, EngineCore, build_core
-from engine.engine_args import check_output_path
+from engine.engine_args import KV_CACHE_DTYPES, check_output_path
 from engine.request import InvalidConfigError, Request, SamplingParams
 from engine.scenario import FILLER_TEXT, Scenario
 from engine.simulate import EOS, FILLER, DryRunner
@@ -104,19 +104,22 @@ def record(
     sinks: dict | None = None,
     progress: Callable[[str], None] | None = None,
     model=None,
+    kv_cache_dtype: str = "auto",
 ) -> dict[str, Run]:
     """Record ``scenario`` under each allocator. ``out`` (a path or stream) receives the trace;
     ``sinks`` maps run names to extra event subscribers; ``model`` is an already loaded model
-    (else one is loaded). Returns the finished runs."""
+    (else one is loaded); ``kv_cache_dtype`` as in ``EngineArgs``. Returns the finished runs."""
     if not allocators:
         raise InvalidConfigError("no allocator to record")
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise InvalidConfigError(f"unknown KV cache dtype {str(kv_cache_dtype)[:40]!r}")
     for name in allocators:
         check_allocator(name)
     if isinstance(out, (str, os.PathLike)):
         check_output_path(out, "trace")  # before the model loads
     say = progress or (lambda msg: None)
     make_runner, eos, model_name, device_name, tokenizer = _forward(
-        forward, model_path, device, dtype, attention, scenario, say, model
+        forward, model_path, device, dtype, attention, scenario, say, model, kv_cache_dtype
     )
     base = build_requests(scenario, tokenizer)
     if forward == "model" and any(a in ("oracle", "pow2") for a in allocators):
@@ -194,7 +197,17 @@ def _tell_oracle(base: list[Request], scenario: Scenario, make_runner, eos, say)
         r.known_final_len = p.num_computed
 
 
-def _forward(forward, model_path, device, dtype, attention, scenario, say, model=None):
+def _forward(
+    forward,
+    model_path,
+    device,
+    dtype,
+    attention,
+    scenario,
+    say,
+    model=None,
+    kv_cache_dtype: str = "auto",
+):
     if forward == "skip":
         return DryRunner, EOS, "none (forward skipped)", "none", None
     if forward != "model":
@@ -202,13 +215,15 @@ def _forward(forward, model_path, device, dtype, attention, scenario, say, model
     from engine.arena import KVArena
     from engine.model import load_model
     from engine.runner import ModelRunner
+    from kernels.fp8 import resolve_kv_dtype
 
     if model is None:
         model = load_model(model_path, device=device, dtype=dtype)
+    kv_dtype = resolve_kv_dtype(kv_cache_dtype, model.dtype)
 
     def make_runner() -> ModelRunner:
         arena = KVArena(
-            model.config, scenario.num_blocks, scenario.block_size, model.device, model.dtype
+            model.config, scenario.num_blocks, scenario.block_size, model.device, kv_dtype
         )
         return ModelRunner(model, arena, attention)
 

@@ -165,6 +165,10 @@ class Batch:
 
     seqs: list[ScheduledSeq]
     block_size: int
+    #: block copies to run before the forward: ``(device, cpu)`` swap-outs, ``(cpu, device)``
+    #: swap-ins (engine/swap.py)
+    swap_out: list[tuple[int, int]] = field(default_factory=list)
+    swap_in: list[tuple[int, int]] = field(default_factory=list)
     #: (src, dst) physical blocks to copy before the forward writes anything (copy-on-write)
     copies: list[tuple[int, int]] = field(default_factory=list)
 

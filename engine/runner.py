@@ -6,6 +6,7 @@ import torch
 
 from engine.arena import KVArena
 from engine.attention import Attention, AttentionMetadata
+from engine.cpu_tier import CpuKVStore
 from engine.llama import LlamaForward
 from engine.model import LoadedModel
 from engine.request import Batch, ScheduledSeq
@@ -29,19 +30,25 @@ class ModelRunner:
         arena: KVArena,
         attention_backend: str = "auto",
         device: torch.device | str | None = None,
+        cpu_tier: CpuKVStore | None = None,
     ) -> None:
         self.device = torch.device(device) if device is not None else model.device
         c = model.config
         self.arena = arena
-        self.attention = Attention(attention_backend, self.device, c.head_dim**-0.5)
+        self.attention = Attention(
+            attention_backend, self.device, c.head_dim**-0.5, arena.k_scale, arena.v_scale
+        )
         self.forward = LlamaForward(model.weights, self.attention, self.device, model.dtype)
         self.sampler = Sampler()
+        self.cpu_tier = cpu_tier  # where swap preemption parks blocks (engine/swap.py)
 
     @property
     def attention_backend(self) -> str:
         return self.attention.backend
 
     def execute(self, batch: Batch) -> list[int]:
+        if batch.swap_out or batch.swap_in:
+            self._swap(batch)
         if not batch.seqs:
             return []
         # Prefill tokens go first in the flat batch, decode tokens after: each attention kind
@@ -65,6 +72,14 @@ class ModelRunner:
         for i, tok in zip(order, sampled, strict=True):
             tokens[i] = tok
         return tokens
+
+    def _swap(self, batch: Batch) -> None:
+        # before the forward: a block given up by a swap-out may be written by this very step
+        if self.cpu_tier is None:
+            raise RuntimeError("the scheduler swapped blocks but the runner has no CPU tier")
+        with torch.inference_mode():
+            self.cpu_tier.swap_out(batch.swap_out)
+            self.cpu_tier.swap_in(batch.swap_in)
 
     def forget(self, req_id: str) -> None:
         """Drop per-request sampler state once a request is finished."""

@@ -2,7 +2,8 @@
 
 Each step: every running request gets room for its next token (when the arena has none, the most
 recently admitted request is preempted - its memory freed, itself requeued at the front to be
-recomputed); then waiting requests are admitted first-come-first-served while their prompt fits.
+recomputed, or with ``preemption_mode="swap"`` its blocks moved to the CPU tier, see
+engine/swap.py); then waiting requests are admitted first-come-first-served while their prompt fits.
 The head of the queue is never skipped, so a blocked head blocks everyone behind it.
 
 Sharing (paging): admission asks the allocator how much of a prompt is cached and feeds only the
@@ -28,8 +29,10 @@ class Scheduler:
         max_num_seqs: int = 256,
         max_num_batched_tokens: int = 8192,
         eos_token_id: int | None = None,
+        preemption_mode: str = "recompute",
     ) -> None:
         self.allocator = allocator
+        self.preemption_mode = preemption_mode
         self.bus = bus
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -57,11 +60,15 @@ class Scheduler:
         # After a preemption memory is short: admitting now would only evict someone again.
         if self.num_preemptions == preempted_before:
             seqs += self._admit_waiting(sum(len(s.token_ids) for s in seqs))
-        take = getattr(self.allocator, "take_copies", None)
+        take = getattr(self.allocator, "take_swaps", None)
+        out, inn = take() if take is not None else ([], [])
+        copies = getattr(self.allocator, "take_copies", None)
         return Batch(
             seqs=seqs,
             block_size=self.allocator.view_block_size,
-            copies=take() if take is not None else [],
+            copies=copies() if copies is not None else [],
+            swap_out=out,
+            swap_in=inn,
         )
 
     def _arrive(self, step: int) -> None:
@@ -91,8 +98,11 @@ class Scheduler:
 
     def _preempt(self, req: Request) -> None:
         self.running.remove(req)
-        self.allocator.release(req.req_id)
-        req.status, req.num_computed = Status.WAITING, 0
+        swap_out = getattr(self.allocator, "swap_out", None)
+        if self.preemption_mode != "swap" or swap_out is None or swap_out(req.req_id) is None:
+            self.allocator.release(req.req_id)
+            req.num_computed = 0  # recomputed from its prompt on readmission
+        req.status = Status.WAITING
         req.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(req)
@@ -103,8 +113,9 @@ class Scheduler:
         while self.waiting:
             req = self.waiting[0]
             n = req.num_tokens
+            new = n - req.num_computed  # a swapped-in request feeds only its last token
             if len(self.running) >= self.max_num_seqs or (
-                seqs and num_batched + n > self.max_num_batched_tokens
+                seqs and num_batched + new > self.max_num_batched_tokens
             ):
                 alloc = self.allocator
                 self._blocked(
@@ -121,6 +132,7 @@ class Scheduler:
                     break
             self.waiting.popleft()
             self.bus.emit(E.Admitted, req=req.req_id, num_tokens=n)
+            resumed = req.num_computed > 0  # swapped out: its K/V come back from the CPU tier
             if parent is None:
                 cached = self.allocator.admit(req, n)
             else:
@@ -129,12 +141,14 @@ class Scheduler:
                 if not self.allocator.grow(req, n):  # can_fork promised the one block
                     raise RuntimeError("a fork found no block for its first write")
             req.num_computed = cached
-            self.prefix_cache_hit_tokens += cached
-            self.prefill_tokens_computed += n - cached
+            if not resumed:
+                self.prefix_cache_hit_tokens += cached
+                self.prefill_tokens_computed += n - cached
+            new = n - cached
             req.status = Status.RUNNING
             self.running.append(req)
             seqs.append(self._seq(req))
-            num_batched += n - cached
+            num_batched += new
         return seqs
 
     def _fork_source(self, req: Request) -> Request | None | bool:

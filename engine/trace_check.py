@@ -19,7 +19,12 @@ in [0, 1], no negative free space). The checks, in order:
   a request releases exactly what it holds before it is preempted or finishes, tokens land in
   slots the request holds at the positions its table maps, at most once each, and never into a
   block others share (except the block being cached as this step computes it); and the engine's
-  own reports (free slots, largest hole, queue lengths, final lengths) match the replay.
+  own reports (free slots, largest hole, queue lengths, final lengths) match the replay;
+- the CPU tier (swap preemption): a swap-out maps the request's whole table, in order, to free
+  CPU blocks; a swap-in maps exactly those CPU blocks, in order, to the device blocks just
+  allocated, whose slots then hold the tokens written before; no CPU block is in two places;
+  only unshared blocks move, and a fallback to recompute happens only when the tier really
+  lacks room or the request shares a block (its other holders read it in place).
 
 Any failure is one ``TraceError`` line naming the line number. Pure Python, no torch.
 """
@@ -123,6 +128,7 @@ class RunSpec:
     num_slots: int
     block_size: int
     max_model_len: int
+    num_cpu_blocks: int = 0
 
 
 def _text(v: object, limits: Limits) -> bool:
@@ -195,7 +201,12 @@ def _run_spec(i: int, run: dict, limits: Limits) -> RunSpec:
         _config_int(cfg, "view_block_size", None, 1, n, where)
     if "policy" in cfg and not _text(cfg["policy"], limits):
         raise TraceError(f"{where}: policy must be a short string")
-    return RunSpec(run["name"], alloc == PAGED, n, bs, mml)
+    cpu = _config_int(cfg, "num_cpu_blocks", 0, 0, limits.max_slots, where)
+    if cfg.get("preemption_mode", "recompute") not in ("recompute", "swap"):
+        raise TraceError(f"{where}: preemption_mode must be recompute or swap")
+    if cpu and alloc != PAGED:
+        raise TraceError(f"{where}: only a paged run has a CPU tier")
+    return RunSpec(run["name"], alloc == PAGED, n, bs, mml, cpu)
 
 
 def _config_int(cfg: dict, key: str, default: int | None, lo: int, hi: int, where: str) -> int:
@@ -223,6 +234,14 @@ def build_event(obj: dict, limits: Limits = LIMITS) -> E.Event:
             ok = _int_in(v, 0, limits.max_int)
         elif typ == "str":
             ok = _text(v, limits)
+        elif typ.startswith("tuple[tuple"):  # a block map: [[a, b], ...]
+            ok = isinstance(v, list) and all(
+                isinstance(x, list)
+                and len(x) == 2
+                and all(_int_in(y, 0, limits.max_int) for y in x)
+                for x in v
+            )
+            v = tuple(tuple(x) for x in v) if ok else v
         else:  # tuple[int, ...]
             ok = isinstance(v, list) and all(_int_in(x, 0, limits.max_int) for x in v)
             v = tuple(v) if ok else v
@@ -230,7 +249,7 @@ def build_event(obj: dict, limits: Limits = LIMITS) -> E.Event:
             want = {
                 "int": f"an integer in [0, {limits.max_int}]",
                 "str": f"a string of 1 to {limits.max_name_chars} characters",
-            }.get(typ, "a list of such integers")
+            }.get(typ, "a list of such integers (or of [int, int] pairs)")
             raise TraceError(f"{cls.kind} field {name!r} must be {want}, got {obj[name]!r:.40}")
         kwargs[name] = v
     return cls(**kwargs)
@@ -246,6 +265,9 @@ class _Req:
     held: int = 0  # slots it holds
     table: list[int] = field(default_factory=list)  # paging: physical blocks in logical order
     run: tuple[int, int] | None = None  # contiguous: (start, length)
+    cpu_table: list[int] = field(default_factory=list)  # swapped: CPU blocks in logical order
+    swapped_filled: int = 0  # slots it had written when swapped out (restored on swap-in)
+    swapping: bool = False  # between its swapped_out and its preempted event
 
 
 class RunChecker:
@@ -264,6 +286,8 @@ class RunChecker:
         self.occupied = bytearray(n)  # contiguous: reserved slots
         self.written = bytearray(n)  # slots holding a written token
         self.free = n
+        self.cpu_owner: list[str | None] = [None] * spec.num_cpu_blocks
+        self.cpu_free = spec.num_cpu_blocks
         self.last_seq = -1
         self.last_step = 0
         self.closed_step = -1  # step of the last step_end
@@ -322,6 +346,7 @@ class RunChecker:
 
     def _admitted(self, ev: E.Admitted) -> None:
         r = self._req(ev, "waiting")
+        # a swapped request comes back holding all its tokens: prompt plus what it generated
         if ev.num_tokens != r.prompt_len + r.generated:
             raise TraceError(
                 f"admitted with {ev.num_tokens} tokens; the request has "
@@ -360,7 +385,12 @@ class RunChecker:
         self._holds_nothing(ev, r)
         if ev.num_generated > r.max_tokens:
             raise TraceError(f"preempted after {ev.num_generated} tokens, more than max_tokens")
-        r.status, r.generated, r.filled = "waiting", ev.num_generated, 0
+        if r.swapping and ev.num_generated + r.prompt_len - 1 != r.swapped_filled:
+            raise TraceError(
+                f"preempted after {ev.num_generated} tokens, but its swapped "
+                f"blocks hold {r.swapped_filled} tokens"
+            )
+        r.status, r.generated, r.filled, r.swapping = "waiting", ev.num_generated, 0, False
         self.num_running -= 1
         self.num_waiting += 1
 
@@ -382,6 +412,11 @@ class RunChecker:
         self.num_running -= 1
 
     def _holds_nothing(self, ev: E.Event, r: _Req) -> None:
+        if ev.kind == E.Finished.kind and r.cpu_table:
+            raise TraceError(
+                f"finished while request {ev.req!r:.40} "  # type: ignore[attr-defined]
+                "still has blocks on the CPU tier"
+            )
         if r.held or r.table or r.run is not None:
             raise TraceError(
                 f"{ev.kind} while request {ev.req!r:.40} "  # type: ignore[attr-defined]
@@ -564,6 +599,86 @@ class RunChecker:
             if self.hash_of[b] is None:  # nothing can read it again
                 self.written[b * bs : (b + 1) * bs] = bytes(bs)
 
+    # --- the CPU tier ---
+
+    def _swapped_out(self, ev: E.SwappedOut) -> None:
+        self._kind(ev, paged=True)
+        r = self._req(ev, "running")
+        if r.swapping or r.cpu_table:
+            raise TraceError(f"request {ev.req!r:.40} is swapped out twice")
+        device = [d for d, _ in ev.block_map]
+        cpu = [c for _, c in ev.block_map]
+        if not device or device != r.table:
+            raise TraceError(
+                f"swapped_out maps blocks {device[:8]}, not request {ev.req!r:.40}'s table"
+            )
+        if any(self.refs[d] != 1 for d in device):
+            raise TraceError(
+                f"swapped_out moves a block request {ev.req!r:.40} shares with others "
+                "(a shared block is never swapped)"
+            )
+        if len(set(cpu)) != len(cpu) or any(
+            c >= len(self.cpu_owner) or self.cpu_owner[c] is not None for c in cpu
+        ):
+            raise TraceError(
+                "swapped_out moves blocks to CPU blocks that are not free ones of "
+                f"its {len(self.cpu_owner)}-block tier"
+            )
+        self._touch(len(cpu) * self.spec.block_size)
+        for c in cpu:
+            self.cpu_owner[c] = ev.req
+        self.cpu_free -= len(cpu)
+        r.cpu_table, r.swapped_filled, r.swapping = cpu, r.filled, True
+
+    def _swapped_in(self, ev: E.SwappedIn) -> None:
+        self._kind(ev, paged=True)
+        r = self._req(ev, "running")
+        cpu = [c for c, _ in ev.block_map]
+        device = [d for _, d in ev.block_map]
+        if not cpu or cpu != r.cpu_table:
+            raise TraceError(
+                f"swapped_in brings back CPU blocks {cpu[:8]}, not the ones request "
+                f"{ev.req!r:.40} was swapped to"
+            )
+        if device != r.table or r.filled:
+            raise TraceError(
+                f"swapped_in must fill exactly the blocks request {ev.req!r:.40} "
+                "was just given, before it writes anything"
+            )
+        if any(self.refs[d] != 1 for d in device):
+            raise TraceError(f"swapped_in fills a block request {ev.req!r:.40} shares")
+        bs = self.spec.block_size
+        self._touch(len(cpu) * bs)
+        for c in cpu:
+            self.cpu_owner[c] = None
+        self.cpu_free += len(cpu)
+        for pos in range(r.swapped_filled):  # its tokens are back, in their new slots
+            self.written[device[pos // bs] * bs + pos % bs] = 1
+        r.filled, r.cpu_table, r.swapped_filled = r.swapped_filled, [], 0
+
+    def _swap_fallback(self, ev: E.SwapFallback) -> None:
+        self._kind(ev, paged=True)
+        r = self._req(ev, "running")
+        if ev.reason == E.SWAP_FALLBACK_SHARED:
+            if not any(self.refs[b] > 1 for b in r.table):
+                raise TraceError(
+                    f"swap_fallback says request {ev.req!r:.40} shares a block; it shares none"
+                )
+            lacks_room = True  # any room is beside the point
+        elif ev.reason == E.SWAP_FALLBACK_CPU_FULL:
+            lacks_room = ev.need_blocks > ev.free_cpu_blocks
+        else:
+            raise TraceError(f"swap_fallback has an unknown reason {str(ev.reason)[:40]!r}")
+        if (ev.need_blocks, ev.free_cpu_blocks) != (
+            len(r.table),
+            self.cpu_free,
+        ) or not lacks_room:
+            raise TraceError(
+                f"swap_fallback reports {ev.need_blocks} blocks needed and "
+                f"{ev.free_cpu_blocks} free on the CPU tier; the run has "
+                f"{len(r.table)} and {self.cpu_free}"
+            )
+
     # --- contiguous ---
 
     def _slots_reserved(self, ev: E.SlotsReserved) -> None:
@@ -603,6 +718,10 @@ class RunChecker:
 
     def _tokens_written(self, ev: E.TokensWritten) -> None:
         r = self._req(ev, "running")
+        if r.cpu_table:
+            raise TraceError(
+                f"tokens written for request {ev.req!r:.40} while its blocks are on the CPU tier"
+            )
         if not ev.slots or len(ev.slots) != len(ev.positions):
             raise TraceError("tokens_written needs as many positions as slots, at least one")
         self._touch(len(ev.slots))

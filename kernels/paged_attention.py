@@ -20,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.fp8 import is_fp8
 from kernels.launch import check_device, next_pow2
 
 LOG2E = 1.4426950408889634
@@ -40,16 +41,22 @@ def _tile_kv(
     stride_blk,
     stride_off,
     stride_head,
+    kv_scale,
     BLOCK_SIZE: tl.constexpr,
+    FP8: tl.constexpr,
 ):
-    """The MMU lookup: logical positions -> physical block -> [TILE_N, D] slice of one KV head."""
+    """The MMU lookup: logical positions -> physical block -> [TILE_N, D] slice of one KV head.
+    A float8 arena is dequantized here, to fp32 times its per-tensor scale."""
     physical = tl.load(bt_row_ptr + pos // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
     rows = physical * stride_blk + (pos % BLOCK_SIZE) * stride_off + kvh * stride_head
-    return tl.load(
+    x = tl.load(
         cache_ptr + rows[:, None] + offs_d[None, :],
         mask=valid[:, None] & d_mask[None, :],
         other=0.0,
     )
+    if FP8:
+        x = x.to(tl.float32) * kv_scale
+    return x
 
 
 @triton.jit
@@ -82,6 +89,8 @@ def _decode_kernel(
     ml_ptr,
     qk_scale,
     chunk,
+    k_scale,
+    v_scale,
     stride_qb,
     stride_qh,
     stride_kb,
@@ -102,6 +111,7 @@ def _decode_kernel(
     NUM_SPLITS: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     WIDEN: tl.constexpr,
+    FP8: tl.constexpr,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -139,8 +149,10 @@ def _decode_kernel(
             stride_kb,
             stride_ks,
             stride_kh,
+            k_scale,
             BLOCK_SIZE,
-        )
+            FP8,
+        ).to(q.dtype)
         v = _tile_kv(
             v_cache_ptr,
             bt_row,
@@ -152,8 +164,10 @@ def _decode_kernel(
             stride_vb,
             stride_vs,
             stride_vh,
+            v_scale,
             BLOCK_SIZE,
-        )
+            FP8,
+        ).to(q.dtype)
         m, l, acc = _online_softmax_step(
             q, k, v, valid[None, :], m, l, acc, qk_scale, DOT_PRECISION, WIDEN
         )
@@ -214,6 +228,8 @@ def _prefill_kernel(
     ctx_ptr,
     out_ptr,
     qk_scale,
+    k_scale,
+    v_scale,
     stride_qt,
     stride_qh,
     stride_kb,
@@ -234,6 +250,7 @@ def _prefill_kernel(
     TILE_N: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     WIDEN: tl.constexpr,
+    FP8: tl.constexpr,
 ):
     # rows are (new token, query head of this KV group) pairs, so one K/V tile serves the group
     tile = tl.program_id(0)
@@ -276,8 +293,10 @@ def _prefill_kernel(
             stride_kb,
             stride_ks,
             stride_kh,
+            k_scale,
             BLOCK_SIZE,
-        )
+            FP8,
+        ).to(q.dtype)
         v = _tile_kv(
             v_cache_ptr,
             bt_row,
@@ -289,8 +308,10 @@ def _prefill_kernel(
             stride_vb,
             stride_vs,
             stride_vh,
+            v_scale,
             BLOCK_SIZE,
-        )
+            FP8,
+        ).to(q.dtype)
         visible = valid[None, :] & (pos[None, :] <= q_pos[:, None])
         m, l, acc = _online_softmax_step(
             q, k, v, visible, m, l, acc, qk_scale, DOT_PRECISION, WIDEN
@@ -349,6 +370,8 @@ def decode_attention(
     scale,
     num_splits: int | None = None,
     tile_n: int = 64,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:
     """``paged_decode_attention`` with its tuning knobs exposed (tests force the split path)."""
     b, hq, d = q.shape
@@ -387,6 +410,8 @@ def decode_attention(
         ml,
         scale * LOG2E,
         chunk,
+        k_scale,
+        v_scale,
         q.stride(0),
         q.stride(1),
         k_cache.stride(0),
@@ -407,6 +432,7 @@ def decode_attention(
         NUM_SPLITS=splits,
         DOT_PRECISION=_dot_precision(q.dtype),
         WIDEN=_widen_for_interpreter(q),
+        FP8=is_fp8(k_cache.dtype),
     )
     if splits > 1:
         _merge_splits_kernel[(b, hq)](
@@ -430,11 +456,16 @@ def paged_decode_attention(
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:
     """One new query token per request attends to its first ``context_lens[b]`` cached tokens.
     ``q`` [B, Hq, D] -> out [B, Hq, D] in q's dtype (fp32 accumulation). Raises ValueError when
-    Hq is not a multiple of Hkv or head_dim is not the unit-stride dimension."""
-    return decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale)
+    Hq is not a multiple of Hkv or head_dim is not the unit-stride dimension. A float8 arena is
+    dequantized tile by tile (times ``k_scale`` / ``v_scale``)."""
+    return decode_attention(
+        q, k_cache, v_cache, block_tables, context_lens, scale, k_scale=k_scale, v_scale=v_scale
+    )
 
 
 def paged_prefill_attention(
@@ -445,6 +476,8 @@ def paged_prefill_attention(
     query_start_loc: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:
     """Varlen prefill. Request b's new tokens are ``q[query_start_loc[b]:query_start_loc[b+1]]``
     (``[T, Hq, D]`` overall); they are the last tokens of its ``context_lens[b]`` tokens, whose
@@ -473,6 +506,8 @@ def paged_prefill_attention(
         context_lens,
         out,
         scale * LOG2E,
+        k_scale,
+        v_scale,
         q.stride(0),
         q.stride(1),
         k_cache.stride(0),
@@ -493,5 +528,6 @@ def paged_prefill_attention(
         TILE_N=64,
         DOT_PRECISION=_dot_precision(q.dtype),
         WIDEN=_widen_for_interpreter(q),
+        FP8=is_fp8(k_cache.dtype),
     )
     return out

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from kernels.fp8 import bits, dequantize, quantize
+
 
 def store_kv(
     k: torch.Tensor,
@@ -19,15 +21,22 @@ def store_kv(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> None:
     """Write new tokens' K/V ``[T, Hkv, D]`` into the arena at ``slot_mapping`` (int64 ``[T]``);
-    a slot of -1 means: skip this token."""
+    a slot of -1 means: skip this token. A float8 arena stores ``K / k_scale`` and ``V / v_scale``
+    (``kernels.fp8.quantize``); the scales are ignored otherwise."""
     keep = slot_mapping >= 0
     if not bool(keep.all()):
         k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
     hkv, d = k_cache.shape[2], k_cache.shape[3]
-    k_cache.view(-1, hkv, d).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
-    v_cache.view(-1, hkv, d).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+    bits(k_cache).view(-1, hkv, d).index_copy_(
+        0, slot_mapping, bits(quantize(k, k_cache.dtype, k_scale))
+    )
+    bits(v_cache).view(-1, hkv, d).index_copy_(
+        0, slot_mapping, bits(quantize(v, v_cache.dtype, v_scale))
+    )
 
 
 def gather_slots(
@@ -40,14 +49,22 @@ def gather_slots(
     return physical * block_size + (positions % block_size).long()
 
 
-def _gather_kv(k_cache, v_cache, block_tables, length: int):
+def _gather_kv(
+    k_cache,
+    v_cache,
+    block_tables,
+    length: int,
+    out_dtype: torch.dtype,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+):
     bs, hkv, d = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
     pos = torch.arange(length, device=k_cache.device)
     # a shorter request's table past its last block may hold anything; clamp so gathering those
     # (masked-out) positions stays in bounds
     slots = gather_slots(block_tables, pos, bs).clamp_(max=k_cache.shape[0] * bs - 1)  # [B, L]
-    k = k_cache.view(-1, hkv, d)[slots]  # [B, L, Hkv, D]
-    v = v_cache.view(-1, hkv, d)[slots]
+    k = dequantize(k_cache.view(-1, hkv, d)[slots], out_dtype, k_scale)  # [B, L, Hkv, D]
+    v = dequantize(v_cache.view(-1, hkv, d)[slots], out_dtype, v_scale)
     return k, v, pos
 
 
@@ -58,12 +75,17 @@ def paged_decode_attention(
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:
     """One new query token per request attends to its first ``context_lens[b]`` cached tokens.
-    ``q`` [B, Hq, D] -> out [B, Hq, D]."""
+    ``q`` [B, Hq, D] -> out [B, Hq, D]. A float8 arena is dequantized (times ``k_scale`` /
+    ``v_scale``) to q's dtype as it is gathered."""
     b, hq, d = q.shape
     hkv = k_cache.shape[2]
-    k, v, pos = _gather_kv(k_cache, v_cache, block_tables, int(context_lens.max()))
+    k, v, pos = _gather_kv(
+        k_cache, v_cache, block_tables, int(context_lens.max()), q.dtype, k_scale, v_scale
+    )
     mask = pos[None, :] < context_lens[:, None].to(pos.device)  # [B, L]
     out = F.scaled_dot_product_attention(
         q.unsqueeze(2),
@@ -84,6 +106,8 @@ def paged_prefill_attention(
     query_start_loc: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:
     """Varlen prefill. Request b's new tokens are ``q[query_start_loc[b]:query_start_loc[b+1]]``
     (``[T, Hq, D]`` overall); they are the last tokens of its ``context_lens[b]`` tokens, whose
@@ -97,7 +121,9 @@ def paged_prefill_attention(
         n = e - s
         if n == 0:
             continue
-        k, v, pos = _gather_kv(k_cache, v_cache, block_tables[b : b + 1], ctx)
+        k, v, pos = _gather_kv(
+            k_cache, v_cache, block_tables[b : b + 1], ctx, q.dtype, k_scale, v_scale
+        )
         qpos = torch.arange(ctx - n, ctx, device=q.device)
         mask = pos[None, :] <= qpos[:, None]  # [n, ctx]
         o = F.scaled_dot_product_attention(

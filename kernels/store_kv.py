@@ -9,6 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.fp8 import quantize
 from kernels.launch import check_device, next_pow2
 
 
@@ -68,16 +69,19 @@ def store_kv(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> None:
     """Write new tokens' K/V ``[T, Hkv, D]`` into the arena at ``slot_mapping`` (int64 ``[T]``);
-    a slot of -1 means: skip this token. One program per token; K/V may be strided views
+    a slot of -1 means: skip this token. A float8 arena gets ``K / k_scale``, ``V / v_scale``. One program per token; K/V may be strided views
     (e.g. slices of a fused QKV projection) as long as head_dim is contiguous."""
     t, hkv, d = k.shape
     if t == 0:
         return
-    # cast here, not in the kernel: torch rounds to nearest-even, Triton's interpreter truncates,
-    # and the arena must hold the same bits on every backend (a no-op when dtypes already agree)
-    k, v = k.to(k_cache.dtype), v.to(v_cache.dtype)
+    # cast (and quantize to float8) here, not in the kernel: torch rounds to nearest-even,
+    # Triton's interpreter truncates, and the arena must hold the same bits on every backend
+    # (a no-op when dtypes already agree)
+    k, v = quantize(k, k_cache.dtype, k_scale), quantize(v, v_cache.dtype, v_scale)
     _last_dim_contiguous(k, v, k_cache, v_cache)
     check_device(k_cache)
     slot_mapping = slot_mapping.contiguous()

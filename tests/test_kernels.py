@@ -23,6 +23,7 @@ import pytest
 
 from kernels import reference as ref
 from kernels.copy_blocks import copy_blocks
+from kernels.fp8 import quantize
 from kernels.launch import interpreter_active
 from kernels.paged_attention import (
     decode_attention,
@@ -151,6 +152,79 @@ def test_store_kv_writes_slots_and_skips_minus_one(dtype):
     store_kv(k, v, k_cache, v_cache, slots)
     # whole arenas equal: the slots written, and every other slot untouched
     assert torch.equal(k_cache, expected_k) and torch.equal(v_cache, expected_v)
+
+
+FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
+# per-tensor scales away from 1, so a kernel that divides where it should multiply fails
+K_SCALE, V_SCALE = 0.5, 2.0
+# fp8 vs full precision: about one float8 rounding of V (3 mantissa bits in e4m3, 2 in e5m2),
+# plus what K's rounding does to the weights; a scale applied the wrong way is off by 4x
+FP8_TOL = {
+    torch.float8_e4m3fn: dict(atol=0.1, rtol=0.13),
+    torch.float8_e5m2: dict(atol=0.2, rtol=0.26),
+}
+
+
+def _fp8_arena(lens, hkv, d, dtype):
+    k32, v32, tables, ctx, g = _arena(lens, hkv, d, torch.float32)
+    k8, v8 = quantize(k32, dtype, K_SCALE), quantize(v32, dtype, V_SCALE)
+    return k32, v32, k8, v8, tables, ctx, g
+
+
+@interpreted
+@pytest.mark.parametrize("dtype", FP8)
+@pytest.mark.parametrize("group", [1, 3, 8])
+def test_fp8_decode_dequantizes_like_the_reference(group, dtype):
+    k32, v32, k8, v8, tables, ctx, g = _fp8_arena(LENGTHS, 2, 64, dtype)
+    q = torch.randn(len(LENGTHS), 2 * group, 64, generator=g)
+    expected = ref.paged_decode_attention(q, k8, v8, tables, ctx, 64**-0.5, K_SCALE, V_SCALE)
+    out = paged_decode_attention(q, k8, v8, tables, ctx, 64**-0.5, K_SCALE, V_SCALE)
+    _assert_close(out, expected, torch.float32)
+    # and the dequantized arena is the full-precision one up to float8 rounding
+    exact = ref.paged_decode_attention(q, k32, v32, tables, ctx, 64**-0.5)
+    torch.testing.assert_close(out, exact, **FP8_TOL[dtype])
+
+
+@interpreted
+@pytest.mark.parametrize("dtype", FP8)
+@pytest.mark.parametrize("group", [1, 8])
+def test_fp8_prefill_dequantizes_like_the_reference(group, dtype):
+    k32, v32, k8, v8, tables, ctx, g = _fp8_arena(PREFILL_LENS, 2, 64, dtype)
+    starts = torch.tensor([0] + PREFILL_NEW).cumsum(0).int()
+    q = torch.randn(int(starts[-1]), 2 * group, 64, generator=g)
+    args = (tables, starts, ctx, 64**-0.5)
+    expected = ref.paged_prefill_attention(q, k8, v8, *args, K_SCALE, V_SCALE)
+    out = paged_prefill_attention(q, k8, v8, *args, K_SCALE, V_SCALE)
+    _assert_close(out, expected, torch.float32)
+    exact = ref.paged_prefill_attention(q, k32, v32, *args)
+    torch.testing.assert_close(out, exact, **FP8_TOL[dtype])
+
+
+@interpreted
+@pytest.mark.parametrize("dtype", FP8)
+@pytest.mark.parametrize("src", [torch.float32, torch.bfloat16])
+def test_fp8_store_kv_quantizes_to_the_same_bits_and_saturates(src, dtype):
+    g = torch.Generator().manual_seed(2)
+    hkv, d, t = 3, 64, 12
+    k_cache = torch.zeros(6, BLOCK, hkv, d, dtype=dtype)
+    v_cache = torch.zeros(6, BLOCK, hkv, d, dtype=dtype)
+    qkv = (torch.randn(t, 3 * hkv, d, generator=g) * 4).to(src)
+    k, v = qkv[:, hkv : 2 * hkv], qkv[:, 2 * hkv :]
+    k[0, 0, 0] = 1e5  # far past float8's range: saturates
+    slots = torch.randperm(6 * BLOCK, generator=g)[:t]
+    slots[3] = -1
+    expected_k, expected_v = k_cache.clone(), v_cache.clone()
+    ref.store_kv(k, v, expected_k, expected_v, slots, K_SCALE, V_SCALE)
+    store_kv(k, v, k_cache, v_cache, slots, K_SCALE, V_SCALE)
+    assert torch.equal(k_cache.view(torch.uint8), expected_k.view(torch.uint8))
+    assert torch.equal(v_cache.view(torch.uint8), expected_v.view(torch.uint8))
+    flat = k_cache.view(-1, hkv, d).float()
+    assert flat[slots[0], 0, 0] == torch.finfo(dtype).max  # not NaN, not inf
+    assert torch.isfinite(flat).all()
+    # stored is V / v_scale: reading it back times the scale is V to float8's precision
+    back = v_cache.view(-1, hkv, d)[slots[slots >= 0]].float() * V_SCALE
+    want = v[slots >= 0].float()
+    assert torch.allclose(back, want, rtol=0.26 if dtype == torch.float8_e5m2 else 0.13, atol=1e-2)
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,7 @@ class RunInfo:
     block_size: int  # paging granularity; for a contiguous run, the block size it is drawn at
     policy: str = ""  # contiguous policy (max / pow2 / oracle), "" for paging
     max_model_len: int = 0
+    num_cpu_blocks: int = 0  # the CPU tier under the arena (swap preemption), 0 if none
 
     @classmethod
     def from_header(cls, run: dict) -> RunInfo:
@@ -64,6 +65,7 @@ class RunInfo:
             block_size=int(cfg.get("block_size") or 16),
             policy=policy,
             max_model_len=int(cfg.get("max_model_len") or 0),
+            num_cpu_blocks=int(cfg.get("num_cpu_blocks") or 0),
         )
 
 
@@ -161,7 +163,12 @@ class ArenaState:
         request will fill later from slots it never fills; without it each request's bound
         stands in until its ``finished`` event."""
         n = run.num_slots
-        tally = Tally(num_slots=n, block_size=run.block_size, final_lens=dict(final_lens or {}))
+        tally = Tally(
+            num_slots=n,
+            block_size=run.block_size,
+            final_lens=dict(final_lens or {}),
+            num_cpu_blocks=run.num_cpu_blocks,
+        )
         return cls(run=run, tally=tally, owners=[None] * n, pos=[-1] * n, written=[False] * n)
 
     def clone(self) -> ArenaState:
@@ -269,6 +276,14 @@ def _reservation_released(s: ArenaState, ev: E.ReservationReleased) -> None:
     _clear(s, ev.start, ev.length)
 
 
+def _swapped_in(s: ArenaState, ev: E.SwappedIn) -> None:
+    # its tokens came back into new blocks (Tally has restored its count): mark them written
+    bs, filled = s.run.block_size, s.tally.filled.get(ev.req, 0)
+    for i, (_, device) in enumerate(ev.block_map):
+        for j in range(max(0, min(bs, filled - i * bs))):
+            s.written[device * bs + j] = True
+
+
 def _clear(s: ArenaState, start: int, length: int) -> None:
     for slot in range(start, start + length):
         s.owners[slot], s.pos[slot], s.written[slot] = None, -1, False
@@ -280,6 +295,7 @@ _HANDLERS: dict[str, Callable[[ArenaState, Any], None]] = {
     E.TokensWritten.kind: _tokens_written,
     E.BlockFreed.kind: _block_freed,
     E.ReservationReleased.kind: _reservation_released,
+    E.SwappedIn.kind: _swapped_in,
     E.BlockShared.kind: _block_shared,
     E.BlockCopied.kind: _block_copied,
 }
