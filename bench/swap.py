@@ -26,31 +26,9 @@ from engine import events as E  # noqa: E402
 from engine.llm import LLM  # noqa: E402
 from engine.model import load_model  # noqa: E402
 from engine.request import SamplingParams  # noqa: E402
+from engine.workload import DEMO_PROMPTS  # noqa: E402
 
-SUBJECTS = [
-    "the moon",
-    "bread",
-    "rivers",
-    "chess",
-    "volcanoes",
-    "jazz",
-    "bees",
-    "glass",
-    "trains",
-    "salt",
-    "owls",
-    "paper",
-    "rain",
-    "clocks",
-    "copper",
-    "tea",
-]
-PROMPTS = [
-    f"Write a short paragraph about {s}, for a curious child."
-    if i % 2
-    else f"Tell me three facts about {s}."
-    for i, s in enumerate(SUBJECTS)
-]
+PROMPTS = list(DEMO_PROMPTS)
 
 
 def recomputed_tokens(events: list[E.Event]) -> int:

@@ -21,6 +21,20 @@ from dataclasses import dataclass
 from engine.request import InvalidConfigError
 
 #: name -> (mean input tokens, mean output tokens), from the vLLM paper.
+
+#: Sixteen everyday subjects: the real-model benches and the preemption test share one workload.
+DEMO_SUBJECTS = (
+    "the moon", "bread", "rivers", "chess", "volcanoes", "jazz", "bees", "glass",
+    "trains", "salt", "owls", "paper", "rain", "clocks", "copper", "tea",
+)  # fmt: skip
+#: One prompt per subject, alternating a short and a longer request.
+DEMO_PROMPTS = tuple(
+    f"Write a short paragraph about {s}, for a curious child."
+    if i % 2
+    else f"Tell me three facts about {s}."
+    for i, s in enumerate(DEMO_SUBJECTS)
+)
+
 WORKLOADS = {"sharegpt": (161.3, 338.0), "alpaca": (19.3, 58.5)}
 LENGTH_DISTS = ("lognormal", "exponential", "uniform", "fixed")
 #: The default log-normal spread, read off the paper's own Fig. 2. The paper gives means only,

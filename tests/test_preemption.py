@@ -10,31 +10,14 @@ from engine.accounting import Tally
 from engine.core import EngineConfig, build_core
 from engine.request import Request, SamplingParams
 from engine.simulate import EOS, FILLER, DryRunner
+from engine.workload import DEMO_SUBJECTS
 
-SUBJECTS = [
-    "the moon",
-    "bread",
-    "rivers",
-    "chess",
-    "volcanoes",
-    "jazz",
-    "bees",
-    "glass",
-    "trains",
-    "salt",
-    "owls",
-    "paper",
-    "rain",
-    "clocks",
-    "copper",
-    "tea",
-]
 NEW_TOKENS = 32
 BLOCK = 16
 
 
 def prompt_ids(tok) -> list[list[int]]:
-    return [tok.encode(f"Tell me three facts about {s}.") for s in SUBJECTS]
+    return [tok.encode(f"Tell me three facts about {s}.") for s in DEMO_SUBJECTS]
 
 
 @pytest.mark.model
