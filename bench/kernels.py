@@ -259,6 +259,8 @@ def compile_only(arch: int, heads: str) -> list[str]:
             ml_ptr="*fp32",
             slot_ptr="*i64",
             qk_scale="fp32",
+            k_scale="fp32",
+            v_scale="fp32",
         )
         shape = dict(
             GROUP=group,
@@ -267,6 +269,7 @@ def compile_only(arch: int, heads: str) -> list[str]:
             BLOCK_SIZE=16,
             DOT_PRECISION="ieee" if dt == "fp32" else None,
             WIDEN=False,
+            FP8=False,
         )
         for splits in (1, 8):
             build(
@@ -292,6 +295,16 @@ def compile_only(arch: int, heads: str) -> list[str]:
             ),
             f"prefill {dt}",
         )
+        if dt == "bf16":  # a float8 arena read by bf16 queries: dequantized in the tile load
+            fp8 = dict(ptrs, k_cache_ptr="*fp8e4nv", v_cache_ptr="*fp8e4nv")
+            build(
+                pa._decode_kernel,
+                fp8,
+                dict(
+                    shape, FP8=True, GROUP_PAD=max(16, pa.next_pow2(group)), TILE_N=64, NUM_SPLITS=1
+                ),
+                "decode fp8 kv",
+            )
         build(
             sk._store_kv_kernel,
             ptrs,
