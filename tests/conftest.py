@@ -69,3 +69,12 @@ def browser():
         b = launch_chromium(p)
         yield b
         b.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh 1600x1000 page of the suite's one Chromium, closed after the test."""
+    ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
+    pg = ctx.new_page()
+    yield pg
+    ctx.close()

@@ -21,14 +21,6 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-    pg = ctx.new_page()
-    yield pg
-    ctx.close()
-
-
 def open_frame(page, url: str) -> int:
     page.goto(url)
     return wait_ready(page)

@@ -25,14 +25,6 @@ playwright = pytest.importorskip("playwright.sync_api")
 ROOT_JS = "() => document.querySelector('#pk-player').dataset"
 
 
-@pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-    pg = ctx.new_page()
-    yield pg
-    ctx.close()
-
-
 def open_player(page, url: str) -> int:
     page.goto(url)
     return wait_ready(page)

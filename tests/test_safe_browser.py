@@ -71,14 +71,6 @@ def assert_clean(page, watch: Watch) -> None:
     assert page.locator("[data-testid=stException]").count() == 0
 
 
-@pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-    pg = ctx.new_page()
-    yield pg
-    ctx.close()
-
-
 def test_a_hostile_trace_is_drawn_as_text(page, app_url, tmp_path):
     watch = Watch(page, app_url)
     page.goto(app_url)
