@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -88,25 +89,33 @@ class Engine:
         self.proc.wait(timeout=30)
 
 
-def cached(trace: Path) -> tuple[set[str], list[int], int]:
-    """From the engine's own trace: the block hashes its prefix cache holds at the end, the
-    tokens each cache hit saved, and the block size."""
-    held: set[str] = set()
-    saved: list[int] = []
-    block_size = 0
+@dataclass
+class Cached:
+    """What the engine's own trace says its prefix cache did."""
+
+    held: set[str] = field(default_factory=set)  # block hashes held at the end
+    saved: list[int] = field(default_factory=list)  # tokens each cache hit saved
+    steps: set[int] = field(default_factory=set)  # steps with cache events: one batch each
+    block_size: int = 0
+
+
+def cached(trace: Path) -> Cached:
+    c = Cached()
     for line in trace.read_text(encoding="utf-8").splitlines()[1:]:
         ev = json.loads(line)
         kind = ev.get("kind")
+        if kind in ("block_stored", "block_evicted", "all_blocks_cleared"):
+            c.steps.add(ev["step"])
         if kind == "block_stored":
-            held.add(ev["block_hash"])
-            block_size = ev["block_size"]
+            c.held.add(ev["block_hash"])
+            c.block_size = ev["block_size"]
         elif kind == "block_evicted":
-            held.discard(ev["block_hash"])
+            c.held.discard(ev["block_hash"])
         elif kind == "all_blocks_cleared":
-            held.clear()
+            c.held.clear()
         elif kind == "cache_hit":
-            saved.append(ev["tokens_saved"])
-    return held, saved, block_size
+            c.saved.append(ev["tokens_saved"])
+    return c
 
 
 def template_regex(template: str) -> re.Pattern[str]:
@@ -132,37 +141,65 @@ def shows(page, text: str) -> bool:
     return text in page.inner_text("body")
 
 
+class Laps:
+    """Prints how long each phase took (run with -s); a record, never an assertion."""
+
+    def __init__(self) -> None:
+        self.t0 = self.t = time.monotonic()
+
+    def __call__(self, what: str) -> None:
+        now = time.monotonic()
+        print(f"[watch-engine] {what}: {now - self.t:.1f} s (total {now - self.t0:.1f} s)")
+        self.t = now
+
+
 def test_watch_page_follows_the_engine_through_kill_restart_garbage_and_a_flood(browser, tmp_path):
     ARTIFACTS.mkdir(exist_ok=True)
+    lap = Laps()
     port, _ = free_ports()
     url = f"tcp://127.0.0.1:{port}"
     requests = tomllib.loads(SCENARIO.read_text(encoding="utf-8"))["requests"]
-    # the model loads while the app starts: the engine binds before it loads
-    first = Engine(url, tmp_path / "run1.jsonl", ARTIFACTS / "watch-engine-run1.log")
-    engines = [first]
+    engines: list[Engine] = []
     info: dict = {}
     page = browser.new_page(viewport={"width": 1440, "height": 1100})
     pub = None
     try:
         with running_app(log=ARTIFACTS / "streamlit-watch-engine.log", info=info) as app:
             pid = info["pid"]
+            # the engine binds its sockets, then loads the model: the page subscribes meanwhile
+            first = Engine(url, tmp_path / "run1.jsonl", ARTIFACTS / "watch-engine-run1.log")
+            engines.append(first)
             page.goto(f"{app}/watch", wait_until="domcontentloaded")
             page.get_by_text(T["title"]).first.wait_for(timeout=60_000)
             page.get_by_label(T["endpoint"]).fill(url)
             page.get_by_label(T["endpoint"]).press("Enter")
             page.wait_for_timeout(500)
             page.get_by_role("button", name=T["connect"]).click()
+            lap("app up, page connected")
 
             # 1. the shared chain, as the engine's own trace has it
             first.wait_holding(300)
-            held, saved, bs = cached(first.trace)
+            lap("engine ran the workload")
+            run1 = cached(first.trace)
+            held, saved = run1.held, run1.saved
             assert len(saved) == len(requests) - 1 and len(set(saved)) == 1, saved
-            shared = saved[0] // bs  # the system prompt's full blocks, hit by each later request
+            # the system prompt's full blocks, hit by each later request
+            shared = saved[0] // run1.block_size
             assert shared >= 2 and len(held) > shared
-            until(lambda: metric(page, "m_blocks") == len(held), 60)
+
+            def folded_all() -> bool:  # one batch per engine step with cache events
+                c = numbers(page, "status_counts")
+                return c is not None and c["batches"] + c["replayed"] == len(run1.steps)
+
+            until(lambda: folded_all() and metric(page, "m_blocks") == len(held), 60)
+            # followed as it ran: batches arrived live, none missed
+            counts = numbers(page, "status_counts")
+            assert counts is not None and counts["batches"] >= 1 and counts["gaps"] == 0
+            lap("page shows the blocks")
             assert metric(page, "m_chains") == 1
             until(lambda: cell(page, "blocks") == str(len(held)), 60)
             assert cell(page, "shared") == str(shared)
+            lap("chain table drawn")
             assert cell(page, "leaves") == str(len(requests))
             page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
             page.screenshot(path=str(ARTIFACTS / "watch-engine-shared-chain.png"), full_page=True)
@@ -172,6 +209,7 @@ def test_watch_page_follows_the_engine_through_kill_restart_garbage_and_a_flood(
             until(lambda: shows(page, T["status_gone"].format(url=url)), 30)
             assert metric(page, "m_blocks") == len(held)
             assert metric(page, "m_chains") == 1
+            lap("killed, page says so")
 
             # 3. started again on the same port: the page follows the new process's cache
             second = Engine(
@@ -179,11 +217,12 @@ def test_watch_page_follows_the_engine_through_kill_restart_garbage_and_a_flood(
             )
             engines.append(second)
             second.wait_holding(120)
-            held2, _, _ = cached(second.trace)
+            held2 = cached(second.trace).held
             assert held2 and len(held2) != len(held)  # else following it would prove nothing
             until(lambda: metric(page, "m_blocks") == len(held2), 60)
             counts = numbers(page, "status_counts")
             assert counts is not None and counts["restarts"] == 1
+            lap("restarted, page follows")
             second.kill()
             until(lambda: shows(page, T["status_gone"].format(url=url)), 30)
 
@@ -207,6 +246,7 @@ def test_watch_page_follows_the_engine_through_kill_restart_garbage_and_a_flood(
                 warnings = page.locator('[data-testid="stAlertContentWarning"]')
                 assert warnings.count() == 1
                 assert T["last_error"].split("{")[0].strip() in warnings.first.inner_text()
+                lap("1,000 malformed messages")
             finally:
                 ctx.destroy(linger=0)
 
@@ -232,6 +272,7 @@ def test_watch_page_follows_the_engine_through_kill_restart_garbage_and_a_flood(
             assert kept["mib"] <= kept["cap"]  # the recording ring stays within its bytes
             assert 0 < kept["n"] < counts["batches"] + counts["replayed"]  # and dropped the old
             assert grown < 200 * 1024, f"app server grew by {grown} KiB"
+            lap("100k-event burst")
             # the page still follows: one more block shows up
             until(
                 lambda: metric(page, "m_blocks") == 1,
