@@ -250,7 +250,7 @@ def test_watch_page_follows_the_engine_through_kill_restart_garbage_and_a_flood(
             finally:
                 ctx.destroy(linger=0)
 
-            # 5. a burst of 100k events (21 MB of batches) from a new publisher on the port
+            # 5. a burst of 100k events (about 20 MB of batches) from a new publisher on the port
             pub = K.KVEventPublisher(url)
             until(lambda: metric(page, "m_blocks") == 0, 30)  # a new process: an empty cache
             removed0 = settled(page, "m_removed")
@@ -268,9 +268,9 @@ def test_watch_page_follows_the_engine_through_kill_restart_garbage_and_a_flood(
             kept = numbers(page, "status_kept")
             counts = numbers(page, "status_counts")
             print(f"app server RSS grew by {grown} KiB over the burst; ring: {kept}")
-            assert kept is not None and counts is not None
+            assert kept is not None and counts is not None and counts["events"] >= 100_000
             assert kept["mib"] <= kept["cap"]  # the recording ring stays within its bytes
-            assert 0 < kept["n"] < counts["batches"] + counts["replayed"]  # and dropped the old
+            assert 0 < kept["n"] < 1000  # and has dropped the oldest of the burst's batches
             assert grown < 200 * 1024, f"app server grew by {grown} KiB"
             lap("100k-event burst")
             # the page still follows: one more block shows up
