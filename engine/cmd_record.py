@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import time
 
 from engine import scenario as scenario_mod
 from engine.engine_args import KV_CACHE_DTYPES
@@ -45,6 +46,14 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--kv-events-allow-remote", action="store_true")
     p.add_argument(
+        "--kv-events-hold",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="keep the KV-event sockets open S seconds (0-3600) after the run, so a watcher "
+        "that joins late can still replay it",
+    )
+    p.add_argument(
         "--enable-prefix-caching",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -62,28 +71,42 @@ def run(args) -> int:
     out = sys.stdout if args.out == "-" else args.out
     publisher, sinks = _kv_events(args, allocators)
     try:
-        runs = record(
-            sc,
-            allocators,
-            out,
-            forward=args.forward,
-            model_path=args.model,
-            device=args.device,
-            dtype=args.dtype,
-            attention=args.attention,
-            progress=stderr_progress,
-            sinks=sinks,
-            kv_cache_dtype=args.kv_cache_dtype,
-        )
+        _record(args, sc, allocators, out, sinks)
+        if publisher is not None and args.kv_events_hold > 0:
+            # said before the wait, so a watcher (or a test) knows the stream is complete
+            print(
+                f"holding the KV-event sockets open for {args.kv_events_hold:g} s",
+                file=sys.stderr,
+                flush=True,
+            )
+            time.sleep(args.kv_events_hold)
     finally:
         if publisher is not None:
             publisher.close()
+    return 0
+
+
+def _record(args, sc, allocators: list[str], out, sinks) -> None:
+    """Record the scenario, then say how each run went (before any hold)."""
+    runs = record(
+        sc,
+        allocators,
+        out,
+        forward=args.forward,
+        model_path=args.model,
+        device=args.device,
+        dtype=args.dtype,
+        attention=args.attention,
+        progress=stderr_progress,
+        sinks=sinks,
+        kv_cache_dtype=args.kv_cache_dtype,
+    )
     for name, r in runs.items():
         print(
             f"{name}: {r.core.step_count} steps, {r.core.num_preemptions} preemptions",
             file=sys.stderr,
+            flush=True,
         )
-    return 0
 
 
 def _kv_events(args, allocators: list[str]):
@@ -91,9 +114,11 @@ def _kv_events(args, allocators: list[str]):
     stream would read as one server's."""
     if args.kv_events is None:
         return None, None
+    from engine.cmd_generate import check_kv_events
     from engine.kv_events import EndpointError, EngineEventTranslator, KVEventPublisher
     from engine.request import InvalidRequestError
 
+    check_kv_events(args.kv_events, args.kv_events_allow_remote, args.kv_events_hold)
     try:
         pub = KVEventPublisher(args.kv_events, allow_remote=args.kv_events_allow_remote)
     except EndpointError as e:

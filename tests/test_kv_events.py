@@ -355,3 +355,22 @@ def test_cli_refuses_a_remote_address_in_one_line(cmd, capsys, tmp_path):
     assert main([*args, "--kv-events", "tcp://0.0.0.0:5557"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "not loopback" in err[0]
+
+
+@pytest.mark.parametrize("cmd", ["generate", "record"])
+@pytest.mark.parametrize("hold", ["-1", "nan", "3601"])
+def test_cli_refuses_a_bad_hold_in_one_line(cmd, hold, capsys, tmp_path):
+    from engine.cli import main
+
+    scenario = next((Path(__file__).parent.parent / "lessons").glob("*/scenario.toml"))
+    args = (
+        ["generate", "hi"]
+        if cmd == "generate"
+        else ["record", "--scenario", str(scenario), "--out", str(tmp_path / "t.jsonl")]
+    )
+    port, _ = free_ports()
+    rc = main([*args, "--kv-events", f"tcp://127.0.0.1:{port}", "--kv-events-hold", hold])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith("error: ") and "--kv-events-hold" in err[0]
+    assert not (tmp_path / "t.jsonl").exists()

@@ -5,8 +5,9 @@ starve the stop flag), zmq drops any message over ``MAX_MESSAGE_BYTES`` unread a
 queue is capped at ``rcvhwm``: memory stays bounded whatever the server sends. When sequence
 numbers jump, it asks the replay socket for the missing batches (a DEALER, which reads the whole
 reply stream) and marks a gap for whatever the replay could not give. A server that goes away is
-reconnected to by zmq itself; a restarted one (its seq goes back) resets the view. Joining a
-running server, it asks the replay socket for the batches before the first one it sees.
+reconnected to by zmq itself; a restarted one (its seq goes back) resets the view. On every
+(re)connect it asks the replay socket what it missed (a run that has finished and only holds its
+sockets open sends nothing live), and drops the live copies of batches it already replayed.
 
 No torch, no Streamlit.
 """
@@ -62,6 +63,7 @@ class Subscriber:
         self.connected = False
         self.disconnects = 0
         self._rejoined = False  # reconnected since the last batch: maybe a new server process
+        self._catch_up_due = False  # (re)connected: ask the replay socket what we missed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -101,6 +103,9 @@ class Subscriber:
                 ready = dict(poller.poll(100))
                 if monitor in ready:
                     self._on_monitor(monitor)
+                if self._catch_up_due:
+                    self._catch_up_due = False
+                    self.catch_up(ctx)
                 if sub in ready:
                     self._drain(ctx, sub)
         finally:
@@ -114,6 +119,7 @@ class Subscriber:
             if ev == zmq.EVENT_CONNECTED:
                 self._rejoined = self.disconnects > 0
                 self.connected = True
+                self._catch_up_due = True
             elif ev == zmq.EVENT_DISCONNECTED:
                 self.connected = False
                 self.disconnects += 1
@@ -132,6 +138,8 @@ class Subscriber:
             st.malformed(f"expected [topic, 8-byte seq, payload], got {len(frames)} frames")
             return
         seq = int.from_bytes(frames[1], "big")
+        if st.last_seq is not None and seq <= st.last_seq and st.holds(seq, frames[2]):
+            return  # a live copy of a batch already folded from the replay socket
         try:
             batch = decode_batch(frames[2])
         except MalformedBatch as e:
@@ -151,6 +159,32 @@ class Subscriber:
         elif st.last_seq is None and seq > 0:  # joined a running server: ask for its past
             self._fill_gap(ctx, 0, seq)
         st.apply(seq, batch, frames[2])
+
+    def catch_up(self, ctx: zmq.Context | None) -> None:
+        """Just (re)connected: fold what the server published while we were not listening. If
+        its replay socket still holds the last batch we folded, byte for byte, it is the same
+        process and the batches after that one are replayed; any other answer means a new
+        process: the view restarts from that process's batch 0. No answer (no replay socket,
+        or not yet bound) changes nothing: the next live batch decides, as before."""
+        st = self.state
+        if ctx is None or self.replay_url is None:
+            return
+        most = self.config.max_replay
+        if st.last_seq is None or not st.ring:
+            got, answered = self._replay(ctx, 0, most)
+        else:
+            last = st.ring[-1]
+            got, answered = self._replay(ctx, last[0], last[0] + most)
+            if answered and got[:1] == [last]:
+                got = got[1:]
+            elif answered:
+                st.restart()
+                got, answered = self._replay(ctx, 0, most)
+        if not answered:
+            return
+        self._rejoined = False
+        for seq, payload in got:
+            st.feed(seq, payload, replayed=True)
 
     def _new_process(self, ctx: zmq.Context | None) -> bool:
         """After a reconnect a seq above the last one is ambiguous (the old process going on, or

@@ -77,6 +77,8 @@ class Snapshot:
     last_seq: int | None
     block_size: int | None
     last_message_age: float | None
+    kept_batches: int = 0  # raw batches in the ring, kept for the recording
+    kept_bytes: int = 0  # their size; never more than ``WatchState.ring_bytes`` (bar one batch)
 
 
 @dataclass
@@ -139,6 +141,17 @@ class WatchState:
             self.last_seq = None
 
     # --- folding ----------------------------------------------------------------------------
+
+    def holds(self, seq: int, payload: bytes, look_back: int = 1024) -> bool:
+        """Whether batch ``seq`` with exactly these bytes is among the last ones folded: a live
+        copy of a batch already replayed, not a new process counting again."""
+        with self.lock:
+            for i, (s, p) in enumerate(reversed(self.ring)):
+                if i >= look_back or s < seq:
+                    return False
+                if s == seq:
+                    return p == payload
+        return False
 
     def malformed(self, why: str) -> None:
         with self.lock:
@@ -228,8 +241,11 @@ class WatchState:
             counters = dict(self.counters)
             age = None if self.last_message_at is None else time.monotonic() - self.last_message_at
             last_error, last_seq, bs = self.last_error, self.last_seq, self.block_size
+            kept = (len(self.ring), self._ring_total)
         chains, nodes = _chains(blocks, top, self.max_nodes)
-        return Snapshot(len(blocks), chains, nodes, rates, counters, last_error, last_seq, bs, age)
+        return Snapshot(
+            len(blocks), chains, nodes, rates, counters, last_error, last_seq, bs, age, *kept
+        )
 
     def recording(self) -> Iterator[str]:
         """The ring as JSONL lines: a header, then one ``{"seq", "batch"}`` per batch."""

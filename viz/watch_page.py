@@ -122,7 +122,9 @@ def _drop(sub: Subscriber) -> None:
 
 def _live_view(sub: Subscriber, t: dict) -> None:
     snap = sub.state.snapshot()
-    if not sub.connected:
+    if not sub.connected and sub.disconnects:
+        status = t["status_gone"].format(url=sub.url)
+    elif not sub.connected:
         status = t["status_waiting"].format(url=sub.url)
     elif snap.last_message_age is None:
         status = t["status_connected"].format(url=sub.url)
@@ -132,6 +134,12 @@ def _live_view(sub: Subscriber, t: dict) -> None:
         safe.md_text(status)
         + "  \n"
         + t["status_counts"].format(disconnects=sub.disconnects, **snap.counters)
+        + "  \n"
+        + t["status_kept"].format(
+            n=snap.kept_batches,
+            mib=snap.kept_bytes / (1 << 20),
+            cap=sub.state.ring_bytes / (1 << 20),
+        )
     )
     _view(snap, t)
     state = sub.state  # the JSONL is built on click, not on every redraw (up to 16 MiB)
