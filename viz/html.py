@@ -111,7 +111,9 @@ def metrics_strip(frame: Frame, lang: str = "en") -> str:
     )
     queue = (
         f"<span class='pk-q'>{w['running_n']} <b>{a.running}</b> · {w['waiting_n']} "
-        f"<b>{a.waiting}</b> · {w['blocked_n']} <b>{a.blocked}</b></span>"
+        f"<b>{a.waiting}</b> · {w['blocked_n']} <b>{a.blocked}</b>"
+        + (f" · {w['cpu_n']} <b>{a.swapped}</b>" if a.cpu_blocks else "")
+        + "</span>"
     )
     return (
         f"<div class='pk-strip'><div class='pk-bar'>{''.join(segs)}</div>"

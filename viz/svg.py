@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from html import escape
 
+from viz.cpu_grid import cpu_tier_svg, tier_height
 from viz.layout import HOVER_MAX_SLOTS, GridLayout, changed_runs
 from viz.panels import label_starts
 from viz.reducer import CELL_CATEGORY, HOLE, INTERNAL, PAGED, Frame
@@ -55,7 +56,9 @@ def arena_svg(
         _names(frame, layout),
         _ref_counts(frame, layout),
         _changed(frame, layout),
+        cpu_tier_svg(frame, layout, height + GAP, LABEL_W, CELL, GAP, lang),  # "" without one
     ]
+    height += tier_height(frame, layout, CELL)
     tag = f" data-pk-frame='{meta}'" if meta is not None else ""
     # A margin of 3 units keeps the "changed" outline of an edge cell from being clipped.
     return (
