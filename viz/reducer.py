@@ -44,6 +44,8 @@ class RunInfo:
     policy: str = ""  # contiguous policy (max / pow2 / oracle), "" for paging
     max_model_len: int = 0
     num_cpu_blocks: int = 0  # the CPU tier under the arena (swap preemption), 0 if none
+    block_bytes: int = 0  # K and V of one block over all layers, when the header says
+    kv_cache_dtype: str = ""  # the arena's element type, when the header says
 
     @classmethod
     def from_header(cls, run: dict) -> RunInfo:
@@ -66,6 +68,8 @@ class RunInfo:
             policy=policy,
             max_model_len=int(cfg.get("max_model_len") or 0),
             num_cpu_blocks=int(cfg.get("num_cpu_blocks") or 0),
+            block_bytes=int(cfg.get("block_bytes") or 0),
+            kv_cache_dtype=str(cfg.get("kv_cache_dtype") or ""),
         )
 
 
