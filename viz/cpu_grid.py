@@ -17,6 +17,7 @@ from html import escape
 from engine import events as E
 from viz.layout import GridLayout
 from viz.reducer import FREE, TOKEN, Frame
+from viz.safe import plotly_text
 from viz.style import CHANGED, MUTED, cell_colour, cell_ink, words
 
 BOX_CELLS = 2  # a CPU block is drawn two device cells wide: room for a label like "A12"
@@ -96,3 +97,76 @@ def cpu_tier_svg(
                 f"pointer-events='none'/>"
             )
     return f"<g class='pk-cpu'>{''.join(out)}</g>"
+
+
+# --- the lecture figures (plotly dicts; no plotly import needed) ------------------------------
+
+TIER_GAP_ROWS = 1.2  # white space between the arena's last row and the tier's first
+
+
+def tier_rows(frame: Frame, layout: GridLayout) -> float:
+    """Rows (in grid cells) the tier adds under the arena in a figure; 0 without a tier."""
+    n = frame.run.num_cpu_blocks
+    if n <= 0:
+        return 0.0
+    return TIER_GAP_ROWS + -(-n // max(1, layout.cols // BOX_CELLS))
+
+
+def tier_plotly(
+    frame: Frame, layout: GridLayout, xaxis: str, yaxis: str, lang: str = "en"
+) -> tuple[list[dict], list[dict]]:
+    """The tier as plotly shapes (one box per CPU block) and one text trace (owners' labels
+    and the tier's title), on the arena's own axes, under its last row."""
+    n = frame.run.num_cpu_blocks
+    if n <= 0:
+        return [], []
+    owners = cpu_owners(frame)
+    per_row = max(1, layout.cols // BOX_CELLS)
+    top = layout.rows - 0.5 + TIER_GAP_ROWS
+    ref = dict(xref=xaxis, yref=yaxis)
+    moved = moved_cpu_blocks(frame)
+    shapes, xs, ys, texts, inks = [], [], [], [], []
+    for b, owner in enumerate(owners):
+        row, col = divmod(b, per_row)
+        x0, y0 = col * BOX_CELLS - 0.45, top + row + 0.05
+        code = TOKEN if owner is not None else FREE
+        order = frame.requests[owner[0]].order if owner is not None else None
+        edge = dict(color=CHANGED, width=2.2) if b in moved else dict(width=0)
+        shapes.append(
+            dict(
+                type="rect",
+                x0=x0,
+                x1=x0 + BOX_CELLS - 0.1,
+                y0=y0,
+                y1=y0 + 0.9,
+                fillcolor=cell_colour(code, order),
+                line=edge,
+                layer="below",  # under the labels (the heatmap never reaches these rows)
+                **ref,
+            )
+        )
+        if owner is not None:
+            xs.append(x0 + (BOX_CELLS - 0.1) / 2)
+            ys.append(y0 + 0.45)
+            texts.append(f"<b>{plotly_text(frame.requests[owner[0]].name)}{owner[1]}</b>")
+            inks.append(cell_ink(code, order))
+    used = sum(1 for o in owners if o is not None)
+    title = plotly_text(words(lang)["cpu_tier"].format(used=used, total=n))
+    xs.append(-0.45)
+    ys.append(top - 0.45)
+    texts.append(title)
+    inks.append(MUTED)
+    trace = dict(
+        type="scatter",
+        x=xs,
+        y=ys,
+        text=texts,
+        mode="text",
+        textposition=["middle center"] * (len(xs) - 1) + ["middle right"],
+        hoverinfo="skip",
+        textfont=dict(size=10, color=inks),
+        xaxis=xaxis,
+        yaxis=yaxis,
+        showlegend=False,
+    )
+    return [trace], shapes

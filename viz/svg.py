@@ -173,7 +173,7 @@ def _row_labels(frame: Frame, layout: GridLayout) -> str:
     return "".join(
         f"<text x='{LABEL_W - 5}' y='{_y(r) + CELL / 2 + 2}' font-size='10' text-anchor='end' "
         f"fill='{MUTED}'>{f'#{r * per_row}' if paged else r * layout.cols}</text>"
-        for r in range(0, layout.rows, step)
+        for r in range(0, -(-frame.run.num_slots // layout.cols), step)  # its own rows only
     )
 
 

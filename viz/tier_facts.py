@@ -84,6 +84,7 @@ TIER_CONDITIONS = {
     "swapped": lambda ctx: getattr(ctx["R"], "swaps_out", 0) > 0,
     "relocated": lambda ctx: getattr(ctx["R"], "relocated", 0) > 0,
     "swap_fell_back": lambda ctx: getattr(ctx["R"], "fallbacks", 0) > 0,
+    "left_preempted": lambda ctx: getattr(ctx["L"], "preemptions", 0) > 0,
     "left_recomputed": lambda ctx: getattr(ctx["L"], "recomputed", 0) > 0,
     "right_recomputed": lambda ctx: getattr(ctx["R"], "recomputed", 0) > 0,
     "less_waiting": lambda ctx: getattr(ctx["R"], "waited", 0) < getattr(ctx["L"], "waited", 0),
