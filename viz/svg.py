@@ -40,6 +40,7 @@ def arena_svg(
     meta: int | None = None,
     max_height_px: int = 430,
     uid: str = "",
+    room_below: int = 0,
 ) -> str:
     """One side's arena as an ``<svg>`` that scales to its column (at most ``max_height_px``
     tall). ``meta`` lands in ``data-pk-frame`` so a browser test can tell what is painted;
@@ -58,7 +59,8 @@ def arena_svg(
         _changed(frame, layout),
         cpu_tier_svg(frame, layout, height + GAP, LABEL_W, CELL, GAP, lang),  # "" without one
     ]
-    height += tier_height(frame, layout, CELL)
+    # room_below: the other side's CPU tier, so both sides are drawn at one scale
+    height += max(tier_height(frame, layout, CELL), room_below)
     tag = f" data-pk-frame='{meta}'" if meta is not None else ""
     # A margin of 3 units keeps the "changed" outline of an edge cell from being clipped.
     return (
