@@ -84,3 +84,17 @@ def test_the_chinese_grid_names_the_tier_in_chinese():
     f = next(f for f in frames if f.cpu_tables)
     out = svg.arena_svg(f, grid_layout(f.run.num_slots, BLOCK), lang="zh")
     assert "CPU 层" in out and "swap space" not in out
+
+
+def test_the_tables_panel_lists_each_swapped_requests_cpu_blocks():
+    from viz import html
+
+    _, frames = _frames("swap", NUM_CPU)
+    f = next(f for f in frames if f.cpu_tables)
+    panel = html.tables_panel(f, "en")
+    for req, table in f.cpu_tables.items():
+        assert f"{f.requests[req].name}</span>" in panel
+        for n, c in enumerate(table):
+            assert f"<span class='pk-map'>{n}→c{c}</span>" in panel
+    _, plain = _frames("recompute", 0)
+    assert "→c" not in html.tables_panel(plain[len(plain) // 2], "en")

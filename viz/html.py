@@ -182,6 +182,13 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
         out.append(f"<div class='pk-row'>{_chip(row.label, row.order)}{body}</div>")
     if len(rows) > MAX_ROWS:
         out.append(f"<div class='pk-dim'>+{len(rows) - MAX_ROWS}</div>")
+    for req, table in list(frame.cpu_tables.items())[:MAX_ROWS]:  # swapped out: on the CPU tier
+        v = frame.requests[req]
+        maps = "".join(f"<span class='pk-map'>{n}→c{c}</span>" for n, c in enumerate(table))
+        out.append(
+            f"<div class='pk-row'>{_chip(v.name, v.order)}<div class='pk-maps'>"
+            f"<span class='pk-dim'>{escape(w['cpu_n'])}&nbsp;</span>{maps}</div></div>"
+        )
     return f"<div class='pk-panel'>{''.join(out)}</div>"
 
 
