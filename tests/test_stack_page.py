@@ -95,7 +95,21 @@ def test_offloading_spares_the_recompute_the_other_run_paid(layers):
 
 
 def test_paging_runs_more_requests_at_once_than_preallocation(layers):
+    def most_at_once(run: str) -> int:
+        running: set[str] = set()
+        peak = 0
+        for e in _events("six-steps", run):
+            if e.kind == "admitted":
+                running.add(e.req)
+            elif e.kind in ("preempted", "finished"):
+                running.discard(e.req)
+            elif e.kind == "step_end":
+                peak = max(peak, len(running))
+        return peak
+
     n = layers["paged"].numbers
+    assert n["right_running"] == most_at_once("paged")
+    assert n["left_running"] == most_at_once("max")
     assert n["right_running"] > n["left_running"]
 
 
