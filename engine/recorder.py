@@ -19,7 +19,7 @@ from engine.request import InvalidConfigError, Request, SamplingParams
 from engine.scenario import FILLER_TEXT, Scenario
 from engine.scenario_runs import ScenarioRun, by_allocator
 from engine.simulate import EOS, FILLER, DryRunner
-from engine.trace import TraceWriter, make_header
+from engine.trace import TraceError, TraceWriter, check_header, make_header
 
 
 @dataclass
@@ -122,12 +122,6 @@ def record(
             replace(p, kv_cache_dtype=kv_cache_dtype) if p.kv_cache_dtype == "auto" else p
             for p in plans
         )
-    sizes = {p.arena_blocks(scenario.num_blocks) for p in plans}
-    if forward == "skip" and len(sizes) > 1:
-        raise InvalidConfigError(
-            "runs of different arena sizes compare equal bytes; a dry run has no model to "
-            "size them (record with the model)"
-        )
     if isinstance(out, (str, os.PathLike)):
         check_output_path(out, "trace")  # before the model loads
     say = progress or (lambda msg: None)
@@ -148,7 +142,7 @@ def record(
         runs[plan.label] = Run(plan.label, core, reqs)
         trace_cfg = cfg.trace_config(core.allocator.view_block_size)
         if not plan.plain:  # what this run differs by (plain runs keep the old header)
-            trace_cfg |= _kv_config(runner)
+            trace_cfg |= _kv_config(runner) or _dry_kv_config(plan, scenario)
         configs.append({"name": plan.label, "allocator": plan.allocator, "config": trace_cfg})
     header = make_header(
         configs,
@@ -161,6 +155,10 @@ def record(
             for r in base
         ],
     )
+    try:  # what a reader would refuse (runs of unequal bytes), refused before any step
+        check_header(header)
+    except TraceError as e:
+        raise InvalidConfigError(f"this recording could not be read back: {e}") from None
     writer = TraceWriter(out, header, flush=True) if out is not None else None
     for name, run in runs.items():
         if writer is not None:
@@ -187,6 +185,22 @@ def _kv_config(runner) -> dict:
         "kv_cache_dtype": str(arena.dtype).removeprefix("torch."),
         "block_bytes": arena.nbytes // arena.num_blocks,
     }
+
+
+#: What a dry run's arena would store, by ``kv_cache_dtype`` ("auto": the scenario's dtype,
+#: else float32, the CPU default). torch's names, as a real arena writes them.
+_DRY_KV_DTYPES = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+
+
+def _dry_kv_config(plan: ScenarioRun, scenario: Scenario) -> dict:
+    """A dry run stands for the default model (SmolLM2-135M, the capacity preset of the same
+    name): its blocks weigh what that model's blocks would, so runs of different element types
+    still compare equal bytes without loading it."""
+    from engine.capacity import preset
+
+    dtype = _DRY_KV_DTYPES.get(plan.kv_cache_dtype, scenario.dtype or "float32")
+    shape = preset("smollm2-135m", dtype)
+    return {"kv_cache_dtype": dtype, "block_bytes": shape.bytes_per_token * scenario.block_size}
 
 
 def _engine_config(scenario: Scenario, plan: ScenarioRun | str) -> EngineConfig:

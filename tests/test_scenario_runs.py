@@ -21,6 +21,7 @@ from engine.trace_check import check_header
 ROOT = Path(__file__).resolve().parents[1]
 SIX_STEPS = ROOT / "lessons" / "six-steps" / "scenario.toml"
 SWAP_LESSON = ROOT / "lessons" / "recompute-or-swap" / "scenario.toml"
+FP8_LESSON = ROOT / "lessons" / "fp8-twice" / "scenario.toml"
 
 
 def _with_runs(tmp_path: Path, runs: str, base: Path = SIX_STEPS) -> Path:
@@ -110,10 +111,26 @@ def test_bad_runs_are_one_line_before_any_model_loads(tmp_path, runs, words):
     assert "\n" not in str(info.value)
 
 
-def test_a_dry_run_refuses_arenas_it_cannot_weigh(tmp_path):
+def test_a_dry_run_weighs_its_blocks_as_the_real_model_does():
+    """The FP8 lesson's arenas differ in blocks, not bytes: a dry run of it validates, and its
+    blocks weigh what the recorded (real-model) arenas' blocks weighed."""
+    sc = load(FP8_LESSON)
+    dry = _dry(sc)
+    real = T.read(FP8_LESSON.parent / "trace.jsonl")
+    for name in ("bf16", "fp8"):
+        d, r = dry.run_config(name)["config"], real.run_config(name)["config"]
+        assert (d["block_bytes"], d["kv_cache_dtype"], d["num_blocks"]) == (
+            r["block_bytes"],
+            r["kv_cache_dtype"],
+            r["num_blocks"],
+        )
+
+
+def test_runs_of_unequal_bytes_are_refused_before_the_first_step(tmp_path):
     runs = '[[runs]]\nlabel = "a"\n\n[[runs]]\nlabel = "b"\nnum_blocks = 32\n'
-    with pytest.raises(InvalidConfigError, match="equal bytes"):
+    with pytest.raises(InvalidConfigError, match="equal memory") as info:
         _dry(load(_with_runs(tmp_path, runs)))
+    assert "\n" not in str(info.value)
 
 
 def test_a_bad_model_dtype_is_one_line(tmp_path):
