@@ -10,6 +10,7 @@ import time
 from engine import scenario as scenario_mod
 from engine.engine_args import KV_CACHE_DTYPES
 from engine.recorder import record, stderr_progress
+from engine.request import InvalidConfigError
 
 
 def add_parser(sub) -> None:
@@ -18,8 +19,9 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, help="trace path (JSONL), or - for stdout")
     p.add_argument(
         "--allocators",
-        default="max,paged",
-        help="comma-separated runs to record side by side (default: max,paged)",
+        default=None,
+        help="comma-separated allocators to record side by side, one run named after each "
+        "(default: the scenario's [[runs]], else max,paged)",
     )
     p.add_argument(
         "--forward",
@@ -67,9 +69,14 @@ def run(args) -> int:
     sc = scenario_mod.load(args.scenario)
     if args.enable_prefix_caching is not None:
         sc = dataclasses.replace(sc, enable_prefix_caching=args.enable_prefix_caching)
-    allocators = [a.strip() for a in args.allocators.split(",") if a.strip()]
+    if args.allocators is None:
+        allocators = [] if sc.runs else ["max", "paged"]
+    else:
+        allocators = [a.strip() for a in args.allocators.split(",") if a.strip()]
+        if not allocators:
+            raise InvalidConfigError("--allocators names no allocator")
     out = sys.stdout if args.out == "-" else args.out
-    publisher, sinks = _kv_events(args, allocators)
+    publisher, sinks = _kv_events(args, allocators, sc.runs)
     try:
         _record(args, sc, allocators, out, sinks)
         if publisher is not None and args.kv_events_hold > 0:
@@ -109,7 +116,7 @@ def _record(args, sc, allocators: list[str], out, sinks) -> None:
         )
 
 
-def _kv_events(args, allocators: list[str]):
+def _kv_events(args, allocators: list[str], runs):
     """One publisher for one run (the paged one, else the first): two allocators' caches on one
     stream would read as one server's."""
     if args.kv_events is None:
@@ -123,5 +130,6 @@ def _kv_events(args, allocators: list[str]):
         pub = KVEventPublisher(args.kv_events, allow_remote=args.kv_events_allow_remote)
     except EndpointError as e:
         raise InvalidRequestError(str(e)) from None
-    name = "paged" if "paged" in allocators else allocators[0] if allocators else "paged"
+    names = allocators or [r.label for r in runs]
+    name = "paged" if "paged" in names else names[0] if names else "paged"
     return pub, {name: [EngineEventTranslator(pub)]}

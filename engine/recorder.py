@@ -10,16 +10,16 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO
 
-from engine.allocators import check_allocator
 from engine.core import EngineConfig, EngineCore, build_core
 from engine.engine_args import KV_CACHE_DTYPES, check_output_path
 from engine.request import InvalidConfigError, Request, SamplingParams
 from engine.scenario import FILLER_TEXT, Scenario
+from engine.scenario_runs import ScenarioRun, by_allocator
 from engine.simulate import EOS, FILLER, DryRunner
-from engine.trace import TraceWriter, make_header
+from engine.trace import TraceError, TraceWriter, check_header, make_header
 
 
 @dataclass
@@ -93,7 +93,7 @@ def _copy(r: Request) -> Request:
 
 def record(
     scenario: Scenario,
-    allocators: list[str],
+    allocators: list[str] | None,
     out: str | IO[str] | None = None,
     *,
     forward: str = "model",
@@ -106,40 +106,46 @@ def record(
     model=None,
     kv_cache_dtype: str = "auto",
 ) -> dict[str, Run]:
-    """Record ``scenario`` under each allocator. ``out`` (a path or stream) receives the trace;
-    ``sinks`` maps run names to extra event subscribers; ``model`` is an already loaded model
-    (else one is loaded); ``kv_cache_dtype`` as in ``EngineArgs``. Returns the finished runs."""
-    if not allocators:
-        raise InvalidConfigError("no allocator to record")
+    """Record ``scenario`` under each allocator (one run named after each), or, when
+    ``allocators`` is empty or None, under the scenario's own ``[[runs]]``. ``out`` (a path or
+    stream) receives the trace; ``sinks`` maps run names to extra event subscribers; ``model``
+    is an already loaded model (else one is loaded, in ``dtype`` or the scenario's);
+    ``kv_cache_dtype`` as in ``EngineArgs``, for runs that do not set their own. Returns the
+    finished runs."""
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise InvalidConfigError(f"unknown KV cache dtype {str(kv_cache_dtype)[:40]!r}")
-    for name in allocators:
-        check_allocator(name)
+    plans = by_allocator(allocators) if allocators else scenario.runs
+    if not plans:
+        raise InvalidConfigError("no allocator to record")
+    if kv_cache_dtype != "auto":
+        plans = tuple(
+            replace(p, kv_cache_dtype=kv_cache_dtype) if p.kv_cache_dtype == "auto" else p
+            for p in plans
+        )
     if isinstance(out, (str, os.PathLike)):
         check_output_path(out, "trace")  # before the model loads
     say = progress or (lambda msg: None)
     make_runner, eos, model_name, device_name, tokenizer = _forward(
-        forward, model_path, device, dtype, attention, scenario, say, model, kv_cache_dtype
+        forward, model_path, device, dtype or scenario.dtype, attention, scenario, say, model
     )
     base = build_requests(scenario, tokenizer)
-    if forward == "model" and any(a in ("oracle", "pow2") for a in allocators):
-        _tell_oracle(base, scenario, make_runner, eos, say)
+    if forward == "model" and any(p.allocator in ("oracle", "pow2") for p in plans):
+        probe = ScenarioRun("paged", kv_cache_dtype=kv_cache_dtype)
+        _tell_oracle(base, scenario, lambda: make_runner(probe), eos, say)
     runs: dict[str, Run] = {}
-    for name in allocators:
-        core = build_core(_engine_config(scenario, name), make_runner(), eos)
+    configs: list[dict] = []
+    for plan in plans:
+        cfg = _engine_config(scenario, plan)
+        runner = make_runner(plan)
+        core = build_core(cfg, runner, eos)
         reqs = [core.add_request(_copy(r)) for r in base]
-        runs[name] = Run(name, core, reqs)
+        runs[plan.label] = Run(plan.label, core, reqs)
+        trace_cfg = cfg.trace_config(core.allocator.view_block_size)
+        if not plan.plain:  # what this run differs by (plain runs keep the old header)
+            trace_cfg |= _kv_config(runner) or _dry_kv_config(plan, scenario)
+        configs.append({"name": plan.label, "allocator": plan.allocator, "config": trace_cfg})
     header = make_header(
-        [
-            {
-                "name": n,
-                "allocator": n,
-                "config": _engine_config(scenario, n).trace_config(
-                    r.core.allocator.view_block_size
-                ),
-            }
-            for n, r in runs.items()
-        ],
+        configs,
         model=model_name,
         device=device_name,
         scenario=scenario.raw,
@@ -149,6 +155,10 @@ def record(
             for r in base
         ],
     )
+    try:  # what a reader would refuse (runs of unequal bytes), refused before any step
+        check_header(header)
+    except TraceError as e:
+        raise InvalidConfigError(f"this recording could not be read back: {e}") from None
     writer = TraceWriter(out, header, flush=True) if out is not None else None
     for name, run in runs.items():
         if writer is not None:
@@ -166,12 +176,44 @@ def record(
     return runs
 
 
-def _engine_config(scenario: Scenario, allocator: str) -> EngineConfig:
+def _kv_config(runner) -> dict:
+    """The arena's element type and bytes per block, when a real arena backs the run."""
+    arena = getattr(runner, "arena", None)
+    if arena is None:
+        return {}
+    return {
+        "kv_cache_dtype": str(arena.dtype).removeprefix("torch."),
+        "block_bytes": arena.nbytes // arena.num_blocks,
+    }
+
+
+#: What a dry run's arena would store, by ``kv_cache_dtype`` ("auto": the scenario's dtype,
+#: else float32, the CPU default). torch's names, as a real arena writes them.
+_DRY_KV_DTYPES = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+
+
+def _dry_kv_config(plan: ScenarioRun, scenario: Scenario) -> dict:
+    """A dry run stands for the default model (SmolLM2-135M, the capacity preset of the same
+    name): its blocks weigh what that model's blocks would, so runs of different element types
+    still compare equal bytes without loading it."""
+    from engine.capacity import preset
+
+    dtype = _DRY_KV_DTYPES.get(plan.kv_cache_dtype, scenario.dtype or "float32")
+    shape = preset("smollm2-135m", dtype)
+    return {"kv_cache_dtype": dtype, "block_bytes": shape.bytes_per_token * scenario.block_size}
+
+
+def _engine_config(scenario: Scenario, plan: ScenarioRun | str) -> EngineConfig:
+    if isinstance(plan, str):
+        plan = ScenarioRun(plan, plan)
+    blocks = plan.arena_blocks(scenario.num_blocks)
     return EngineConfig(
-        allocator,
-        scenario.num_blocks,
+        plan.allocator,
+        blocks,
         scenario.block_size,
         scenario.max_model_len,
+        preemption_mode=plan.preemption_mode,
+        num_cpu_blocks=plan.tier_blocks(blocks),
         enable_prefix_caching=scenario.enable_prefix_caching,
     )
 
@@ -197,35 +239,31 @@ def _tell_oracle(base: list[Request], scenario: Scenario, make_runner, eos, say)
         r.known_final_len = p.num_computed
 
 
-def _forward(
-    forward,
-    model_path,
-    device,
-    dtype,
-    attention,
-    scenario,
-    say,
-    model=None,
-    kv_cache_dtype: str = "auto",
-):
+def _forward(forward, model_path, device, dtype, attention, scenario, say, model=None):
+    """``make_runner(plan)``: a runner over a fresh arena sized and typed as ``plan`` asks
+    (None: the scenario's plain arena), with a CPU tier when it swaps; and what the header
+    says of the model."""
     if forward == "skip":
-        return DryRunner, EOS, "none (forward skipped)", "none", None
+        return (lambda plan: DryRunner()), EOS, "none (forward skipped)", "none", None
     if forward != "model":
         raise InvalidConfigError(f"forward must be 'model' or 'skip', got {forward!r}")
     from engine.arena import KVArena
+    from engine.cpu_tier import CpuKVStore
     from engine.model import load_model
     from engine.runner import ModelRunner
     from kernels.fp8 import resolve_kv_dtype
 
     if model is None:
         model = load_model(model_path, device=device, dtype=dtype)
-    kv_dtype = resolve_kv_dtype(kv_cache_dtype, model.dtype)
 
-    def make_runner() -> ModelRunner:
-        arena = KVArena(
-            model.config, scenario.num_blocks, scenario.block_size, model.device, kv_dtype
-        )
-        return ModelRunner(model, arena, attention)
+    def make_runner(plan: ScenarioRun | None) -> ModelRunner:
+        plan = plan or ScenarioRun("paged")
+        kv_dtype = resolve_kv_dtype(plan.kv_cache_dtype, model.dtype)
+        blocks = plan.arena_blocks(scenario.num_blocks)
+        arena = KVArena(model.config, blocks, scenario.block_size, model.device, kv_dtype)
+        tier = plan.tier_blocks(blocks)
+        cpu = CpuKVStore(arena, tier) if tier else None
+        return ModelRunner(model, arena, attention, cpu_tier=cpu)
 
     say(f"model loaded on {model.device}")
     return make_runner, model.config.eos_token_id, model.name, str(model.device), model.tokenizer

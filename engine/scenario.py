@@ -6,6 +6,10 @@ num_blocks = 16        # the arena holds num_blocks * block_size token slots
 block_size = 16
 max_model_len = 128
 enable_prefix_caching = false   # paging reuses cached prompt-prefix blocks (default false)
+dtype = "bfloat16"     # the model's element type when recorded (default: the device's)
+[[runs]]               # optional: runs named by what differs (engine/scenario_runs.py)
+label = "swap"
+preemption_mode = "swap"
 [[requests]]
 id = "A"                          # a string, or an integer (read as its string)
 prompt = "Why is the sky blue?"   # or prompt_len = 40 for a synthetic prompt
@@ -27,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.request import InvalidConfigError, InvalidRequestError, SamplingParams, check_prompt
+from engine.scenario_runs import ScenarioRun, parse_runs
 from engine.trace_check import LIMITS
 
 # A fixed passage to cut synthetic prompts from, so they are real text the model can read.
@@ -61,7 +66,12 @@ class Scenario:
     requests: tuple[ScenarioRequest, ...]
     raw: dict = field(default_factory=dict, compare=False)
     enable_prefix_caching: bool = False
+    runs: tuple[ScenarioRun, ...] = ()  # [[runs]]; () means "one run per --allocators name"
+    dtype: str | None = None  # the model's element type; None: the device's default
 
+
+#: What ``[arena] dtype`` may name (engine.model.DTYPES spells them; no torch here).
+MODEL_DTYPES = ("float32", "bfloat16", "float16")
 
 #: Each request key's type and range. ``id`` may be written as an integer; it becomes a string
 #: here, at the edge, so the engine and the trace only ever see string ids.
@@ -177,6 +187,20 @@ def load(path: str | Path) -> Scenario:
         raise InvalidConfigError(
             f"scenario {p.name}: [arena] enable_prefix_caching must be true or false"
         )
+    dtype = arena.get("dtype")
+    if dtype is not None and dtype not in MODEL_DTYPES:
+        raise InvalidConfigError(
+            f"scenario {p.name}: [arena] dtype must be one of {', '.join(MODEL_DTYPES)}"
+        )
+    runs = parse_runs(raw.get("runs"), p.name, LIMITS.max_slots // block_size)
     return Scenario(
-        raw.get("title", p.stem), num_blocks, block_size, max_model_len, reqs, raw, caching
+        raw.get("title", p.stem),
+        num_blocks,
+        block_size,
+        max_model_len,
+        reqs,
+        raw,
+        caching,
+        runs,
+        dtype,
     )

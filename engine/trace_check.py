@@ -72,6 +72,8 @@ LIMITS = Limits()
 
 FORMAT = "paged-kv-trace"
 SCHEMA_VERSION = 1
+#: A block of K and V over every layer; far above any model here, it bounds the header's product.
+MAX_BLOCK_BYTES = 1 << 40
 PAGED = "paged"
 CONTIGUOUS_ALLOCATORS = ("contiguous", "max", "pow2", "oracle")
 FINISH_REASONS = ("eos", "length")
@@ -129,6 +131,12 @@ class RunSpec:
     block_size: int
     max_model_len: int
     num_cpu_blocks: int = 0
+    block_bytes: int = 0  # K and V of one block, all layers (0: not recorded)
+
+    @property
+    def arena_bytes(self) -> int | None:
+        """The arena's bytes, when the header says what a block weighs."""
+        return self.block_bytes * (self.num_slots // self.block_size) or None
 
 
 def _text(v: object, limits: Limits) -> bool:
@@ -168,9 +176,11 @@ def check_header(obj: object, limits: Limits = LIMITS) -> tuple[dict, list[RunSp
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise TraceError("trace header: run names must be unique")
-    if len({s.num_slots for s in specs}) > 1:
+    arenas = {s.arena_bytes for s in specs}
+    if len({s.num_slots for s in specs}) > 1 and (len(arenas) != 1 or None in arenas):
         raise TraceError(
-            "trace header: runs compare equal memory, so every run needs the same num_slots"
+            "trace header: runs compare equal memory, so every run needs the same num_slots "
+            "(or, for arenas of different element types, the same block_bytes x num_blocks)"
         )
     return obj, specs
 
@@ -206,7 +216,10 @@ def _run_spec(i: int, run: dict, limits: Limits) -> RunSpec:
         raise TraceError(f"{where}: preemption_mode must be recompute or swap")
     if cpu and alloc != PAGED:
         raise TraceError(f"{where}: only a paged run has a CPU tier")
-    return RunSpec(run["name"], alloc == PAGED, n, bs, mml, cpu)
+    if "kv_cache_dtype" in cfg and not _text(cfg["kv_cache_dtype"], limits):
+        raise TraceError(f"{where}: kv_cache_dtype must be a short string")
+    block_bytes = _config_int(cfg, "block_bytes", 0, 0, MAX_BLOCK_BYTES, where)
+    return RunSpec(run["name"], alloc == PAGED, n, bs, mml, cpu, block_bytes)
 
 
 def _config_int(cfg: dict, key: str, default: int | None, lo: int, hi: int, where: str) -> int:

@@ -151,6 +151,8 @@ def test_a_blocked_request_is_captioned_with_the_allocators_numbers(lesson):
     ]
     if not hits and lesson.spec.name in ("shared-prompt", "parallel-sampling"):
         pytest.skip("the sharing lessons have no external-fragmentation refusal")
+    if not hits and lesson.left.run.allocator == "paged":
+        pytest.skip("both sides page: no run ever waits for a hole")
     assert hits, "the lesson has no external-fragmentation refusal to caption"
     for i, b in hits:
         text = captions.caption(lesson, i, "en")[0]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from viz import capacity_page, paper_page, sweep, watch_page
+from viz import capacity_page, paper_page, stack_page, sweep, watch_page
 from viz.lesson import load_spec
 from viz.serve import CHROMIUM
 
@@ -29,6 +29,7 @@ PAGES = {
     "paper": {lang: paper_page.text(lang)["title"] for lang in ("en", "zh")},
     "block-size": sweep.load_spec("block-size").title,
     "watch": {lang: watch_page.TEXT[lang]["title"] for lang in ("en", "zh")},
+    "stack": {lang: stack_page.UI[lang]["title"] for lang in ("en", "zh")},
 }
 
 
@@ -60,5 +61,24 @@ def test_page_renders_without_errors(app_url, browser, path, lang):
         name = (path.split("?")[0] or "lesson") + f"-{lang}.png"
         page.screenshot(path=str(ARTIFACTS / name), full_page=True)
         raise
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_each_stack_layer_links_to_its_lesson(app_url, browser, lang):
+    """Following a layer's link opens that lesson (the lesson page reads ?lesson=)."""
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    try:
+        page.goto(f"{app_url}/stack?lang={lang}", wait_until="domcontentloaded")
+        _settle(page)
+        link = page.locator("a[href*='lesson=fp8-twice']").first
+        href = link.get_attribute("href")
+        assert href is not None
+        page.goto(f"{app_url}/{href}", wait_until="domcontentloaded")
+        _settle(page)
+        page.get_by_text(load_spec("fp8-twice").title[lang], exact=False).first.wait_for(
+            timeout=30_000
+        )
     finally:
         page.close()

@@ -44,6 +44,7 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
     freed = Counter(e.req for e in evs if isinstance(e, E.BlockFreed))
     released = {e.req: e for e in evs if isinstance(e, E.ReservationReleased)}
     reserved = {e.req: e for e in evs if isinstance(e, E.SlotsReserved)}
+    swapped_out = {e.req for e in evs if isinstance(e, E.SwappedOut)}
     out: list[str] = []
     for e in evs:
         if isinstance(e, E.Finished):
@@ -57,7 +58,12 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
                 held = released[e.req].length if e.req in released else 0
                 out.append(t["finished_contig"].format(req=name, length=e.final_len, held=held))
         elif isinstance(e, E.Preempted):
-            out.append(t["preempted"].format(req=_name(frame, e.req), n=e.num_generated))
+            key = "swapped_out" if e.req in swapped_out else "preempted"
+            n = freed.get(e.req, 0) if key == "swapped_out" else e.num_generated
+            out.append(t[key].format(req=_name(frame, e.req), n=n))
+        elif isinstance(e, E.SwappedIn):
+            back = ", ".join(f"#{d}" for _, d in e.block_map)
+            out.append(t["swapped_in"].format(req=_name(frame, e.req), blocks=back))
     for a in admitted:
         view = frame.requests.get(a.req)
         prompt = view.prompt_len if view else a.num_tokens

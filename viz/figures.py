@@ -15,6 +15,7 @@ import re
 import plotly.graph_objects as go
 
 from engine.accounting import CATEGORIES, StepAccount
+from viz.cpu_grid import tier_plotly, tier_rows
 from viz.layout import HOVER_MAX_SLOTS, GridLayout, changed_runs, grid_layout
 from viz.lesson import Lesson, RenderedStep, Summary
 from viz.panels import finished_labels, label_starts, queue_entries, table_rows
@@ -99,7 +100,8 @@ def arena_parts(
     ref = dict(xref=xaxis, yref=yaxis)
     shapes = _hatch_shapes(frame, layout, ref) + _block_rules(layout, ref)
     shapes += _changed_shapes(frame, layout, ref)
-    return traces, shapes
+    tier_traces, tier_shapes = tier_plotly(frame, layout, xaxis, yaxis, lang)  # swap's CPU tier
+    return traces + tier_traces, shapes + tier_shapes
 
 
 def _stretch(scale: list, n: int) -> list:
@@ -210,7 +212,7 @@ def arena_axes(frame: Frame, layout: GridLayout, anchor: str = "x") -> tuple[dic
     or first slot (contiguous)."""
     paged = frame.run.allocator == PAGED
     per_row = layout.cols // layout.block_size
-    ticks = list(range(layout.rows))
+    ticks = list(range(math.ceil(frame.run.num_slots / layout.cols)))  # a smaller arena: fewer
     text = [f"#{r * per_row}" if paged else str(r * layout.cols) for r in ticks]
     step = max(1, math.ceil(layout.rows / 24))
     xa = dict(
@@ -245,6 +247,7 @@ def arena_spec(
     stored in ``layout.meta`` so a browser test can tell which frame is painted."""
     traces, shapes = arena_parts(frame, layout, lang)
     xa, ya = arena_axes(frame, layout)
+    ya["range"] = [layout.rows - 0.5 + tier_rows(frame, layout), -0.5]
     return {
         "data": traces,
         "layout": dict(
@@ -503,6 +506,8 @@ def side_by_side_figure(
         fig.add_traces(traces + metrics_parts(frame.account, lang, mx, my))
         fig.layout.shapes = tuple(fig.layout.shapes) + tuple(shapes)
         xa, ya = arena_axes(frame, layout, anchor=gx)
+        tier = max(tier_rows(left, layout), tier_rows(right, layout))  # one scale both sides
+        ya["range"] = [layout.rows - 0.5 + tier, -0.5]
         axes[_layout_key(gx)] = {**xa, "domain": [x0, x0 + 0.56 * (x1 - x0)], "anchor": gy}
         axes[_layout_key(gy)] = {**ya, "domain": [0.35, 0.86], "anchor": gx}
         axes[_layout_key(mx)] = dict(

@@ -111,7 +111,9 @@ def metrics_strip(frame: Frame, lang: str = "en") -> str:
     )
     queue = (
         f"<span class='pk-q'>{w['running_n']} <b>{a.running}</b> · {w['waiting_n']} "
-        f"<b>{a.waiting}</b> · {w['blocked_n']} <b>{a.blocked}</b></span>"
+        f"<b>{a.waiting}</b> · {w['blocked_n']} <b>{a.blocked}</b>"
+        + (f" · {w['cpu_n']} <b>{a.swapped}</b>" if a.cpu_blocks else "")
+        + "</span>"
     )
     return (
         f"<div class='pk-strip'><div class='pk-bar'>{''.join(segs)}</div>"
@@ -180,6 +182,13 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
         out.append(f"<div class='pk-row'>{_chip(row.label, row.order)}{body}</div>")
     if len(rows) > MAX_ROWS:
         out.append(f"<div class='pk-dim'>+{len(rows) - MAX_ROWS}</div>")
+    for req, table in list(frame.cpu_tables.items())[:MAX_ROWS]:  # swapped out: on the CPU tier
+        v = frame.requests[req]
+        maps = "".join(f"<span class='pk-map'>{n}→c{c}</span>" for n, c in enumerate(table))
+        out.append(
+            f"<div class='pk-row'>{_chip(v.name, v.order)}<div class='pk-maps'>"
+            f"<span class='pk-dim'>{escape(w['cpu_n'])}&nbsp;</span>{maps}</div></div>"
+        )
     return f"<div class='pk-panel'>{''.join(out)}</div>"
 
 

@@ -38,9 +38,11 @@ from types import SimpleNamespace
 from engine import events as E
 from engine.accounting import CATEGORIES, time_averaged_shares
 from engine.trace import Trace, TraceError
+from viz import fp8_data
 from viz.percent import percents
 from viz.reducer import CONTIGUOUS, PAGED, Frame, RunInfo, fold, replay
 from viz.safe import md_text
+from viz.tier_facts import TIER_CONDITIONS, tier_facts
 from viz.ui_text import load as load_text
 
 LESSONS_DIR = Path(__file__).resolve().parent.parent / "lessons"
@@ -354,6 +356,9 @@ def narration_context(lesson: Lesson, k: int) -> dict:
     ev = _rule_event(lesson, i, rule)
     if ev is not None:
         ctx["ev"] = _event_ns(lesson, i, ev)
+    accuracy = fp8_data.narration_ns()  # {fp8.e4m3_top1}: measured by bench/fp8_accuracy.py
+    if accuracy is not None:
+        ctx["fp8"] = accuracy
     return ctx
 
 
@@ -388,6 +393,9 @@ def _event_ns(lesson: Lesson, i: int, ev: E.Event) -> SimpleNamespace:
         run = left.reservations.get(req)
         d["left_reserved"] = run[1] if run else 0
         d["hole_between"] = _hole_between(lesson, i, req)
+        if "block_map" in d:  # a swap: device -> CPU blocks out, CPU -> device blocks in
+            arrow = "#{}→c{}" if ev.kind == E.SwappedOut.kind else "c{}→#{}"
+            d["moves"] = ", ".join(arrow.format(a, b) for a, b in d["block_map"])
         table = right.block_tables.get(req, ())
         d["right_blocks"] = len(table)
         d["right_table"] = ", ".join(f"{n}→#{p}" for n, p in enumerate(table)) or "-"
@@ -439,6 +447,7 @@ def _side_ns(side: Side, i: int) -> SimpleNamespace:
         saved=a.saved,
         saved_share=pct(a.saved / a.num_slots if a.num_slots else 0.0),
         **_sharing_so_far(side, i),
+        **tier_facts(side.run, side.frames, i),
     )
 
 
@@ -494,6 +503,7 @@ CONDITIONS = {
     "same_steps": lambda ctx: ctx["R"].steps == ctx["L"].steps,
     "more_steps": lambda ctx: ctx["R"].steps > ctx["L"].steps,
     "more_concurrent": lambda ctx: ctx["R"].max_running > ctx["L"].max_running,
+    **TIER_CONDITIONS,
 }
 
 

@@ -45,6 +45,7 @@ PAGES: list[PageSpec] = [
     PageSpec("viz.capacity_page", "capacity", ":material/calculate:", "capacity"),
     PageSpec("viz.paper_page", "paper", ":material/bar_chart:", "paper"),
     PageSpec("viz.block_size_page", "block_size", ":material/grid_on:", "block-size"),
+    PageSpec("viz.stack_page", "stack", ":material/stacks:", "stack"),
     PageSpec("viz.lab_page", "lab", ":material/science:", "lab"),
     PageSpec("viz.watch_page", "watch", ":material/sensors:", "watch"),
 ]

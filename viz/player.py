@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from viz import captions, chapters, figures, html, svg
+from viz.cpu_grid import tier_height
 from viz.lesson import Lesson
 from viz.style import CATEGORY_COLOURS, INK, MUTED, words
 
@@ -83,7 +84,8 @@ def _grid(lesson: Lesson, side: str, i: int, lang: str) -> str:
     if i >= len(s.frames):  # the run has ended: nothing changes any more
         frame = replace(frame, changed=frozenset())
     layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
-    return svg.arena_svg(frame, layout, lang, meta=i, max_height_px=GRID_HEIGHT)
+    tier = max(tier_height(lesson.side(s).at(i), layout, svg.CELL) for s in ("left", "right"))
+    return svg.arena_svg(frame, layout, lang, meta=i, max_height_px=GRID_HEIGHT, room_below=tier)
 
 
 def _panel(lesson: Lesson, side: str, i: int, lang: str) -> str:

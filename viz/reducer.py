@@ -44,6 +44,8 @@ class RunInfo:
     policy: str = ""  # contiguous policy (max / pow2 / oracle), "" for paging
     max_model_len: int = 0
     num_cpu_blocks: int = 0  # the CPU tier under the arena (swap preemption), 0 if none
+    block_bytes: int = 0  # K and V of one block over all layers, when the header says
+    kv_cache_dtype: str = ""  # the arena's element type, when the header says
 
     @classmethod
     def from_header(cls, run: dict) -> RunInfo:
@@ -66,6 +68,8 @@ class RunInfo:
             policy=policy,
             max_model_len=int(cfg.get("max_model_len") or 0),
             num_cpu_blocks=int(cfg.get("num_cpu_blocks") or 0),
+            block_bytes=int(cfg.get("block_bytes") or 0),
+            kv_cache_dtype=str(cfg.get("kv_cache_dtype") or ""),
         )
 
 
@@ -99,6 +103,7 @@ class RequestView:
     filled: int  # K/V slots written so far
     held: int  # slots it holds in the arena
     final_len: int  # its final length, or its bound while that is unknown
+    cpu_blocks: int = 0  # blocks it has on the CPU tier (swapped out), 0 if none
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,9 @@ class Frame:
     requests: dict[str, RequestView]
     events: tuple[E.Event, ...]
     account: StepAccount
+    #: swapped-out requests' CPU blocks, in logical order (Tally's ``cpu_tables``); empty
+    #: without a CPU tier
+    cpu_tables: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def count(self, code: str) -> int:
         return self.cells.count(code)
@@ -323,6 +331,7 @@ def _close(s: ArenaState, ev: E.StepEnd) -> Frame:
         requests=_request_views(t),
         events=tuple(s.step_events),
         account=account,
+        cpu_tables=dict(t.cpu_tables),
     )
     s.num_frames += 1
     return frame
@@ -360,6 +369,7 @@ def _request_views(t: Tally) -> dict[str, RequestView]:
             filled=t.filled.get(r, 0),
             held=t.held.get(r, 0),
             final_len=t.final_len(r),
+            cpu_blocks=len(t.cpu_tables.get(r, ())),
         )
         for r, d in t.requests.items()
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from html import escape
 
+from viz.cpu_grid import cpu_tier_svg, tier_height
 from viz.layout import HOVER_MAX_SLOTS, GridLayout, changed_runs
 from viz.panels import label_starts
 from viz.reducer import CELL_CATEGORY, HOLE, INTERNAL, PAGED, Frame
@@ -39,6 +40,7 @@ def arena_svg(
     meta: int | None = None,
     max_height_px: int = 430,
     uid: str = "",
+    room_below: int = 0,
 ) -> str:
     """One side's arena as an ``<svg>`` that scales to its column (at most ``max_height_px``
     tall). ``meta`` lands in ``data-pk-frame`` so a browser test can tell what is painted;
@@ -55,7 +57,10 @@ def arena_svg(
         _names(frame, layout),
         _ref_counts(frame, layout),
         _changed(frame, layout),
+        cpu_tier_svg(frame, layout, height + GAP, LABEL_W, CELL, GAP, lang),  # "" without one
     ]
+    # room_below: the other side's CPU tier, so both sides are drawn at one scale
+    height += max(tier_height(frame, layout, CELL), room_below)
     tag = f" data-pk-frame='{meta}'" if meta is not None else ""
     # A margin of 3 units keeps the "changed" outline of an edge cell from being clipped.
     return (
@@ -170,7 +175,7 @@ def _row_labels(frame: Frame, layout: GridLayout) -> str:
     return "".join(
         f"<text x='{LABEL_W - 5}' y='{_y(r) + CELL / 2 + 2}' font-size='10' text-anchor='end' "
         f"fill='{MUTED}'>{f'#{r * per_row}' if paged else r * layout.cols}</text>"
-        for r in range(0, layout.rows, step)
+        for r in range(0, -(-frame.run.num_slots // layout.cols), step)  # its own rows only
     )
 
 
