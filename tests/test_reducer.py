@@ -139,6 +139,25 @@ def test_paged_block_table_maps_logical_to_physical_anywhere():
     assert frames[1].changed == frozenset({9})
 
 
+def test_paging_hatches_only_the_rest_of_the_last_block_and_only_as_the_request_stops():
+    events = paged_scattered()  # A: 6 tokens in blocks 5 and 2 (bound 5 + 3 - 1 = 7 slots)
+    s = Stream()
+    s.step, s.events = events[-1].step + 1, list(events)
+    s.emit(E.TokensWritten, req="A", positions=(6,), slots=(10,))
+    s.emit(E.BlockFreed, req="A", physical=2, ref_count=0)
+    s.emit(E.BlockFreed, req="A", physical=5, ref_count=0)
+    s.emit(E.Finished, req="A", final_len=7, num_generated=3, reason="length")
+    s.end_step()
+    s.end_step()
+    running, stopping, after = replay(s.events, PAGED_RUN)[1:]
+    # bound 7 in 8 held slots: the eighth is past any length A may reach, so known never filled
+    assert running.cells[8:12] == TOKEN * 2 + RESERVED + INTERNAL
+    assert stopping.cells[8:12] == TOKEN * 3 + INTERNAL and stopping.cells[20:24] == TOKEN * 4
+    assert stopping.owners[8] == "A" and stopping.account.internal == 1
+    assert stopping.last_look[8] == 4  # drawn (and labelled) as A's logical block 1
+    assert after.owners == (None,) * 32 and after.account.free == 32
+
+
 def test_apply_is_pure_and_agrees_with_the_in_place_fold():
     events = paged_scattered()
     state = ArenaState.empty(PAGED_RUN)
