@@ -17,8 +17,13 @@ the extra holders would need with private copies), so the memory sharing saves i
 Under the device arena a CPU tier (swap preemption) may hold swapped-out requests' blocks; it is
 counted apart (``cpu_blocks``, ``cpu_used``, ``swapped``): its blocks are not arena slots.
 
-"Will fill later" needs each request's final length: a complete trace knows it (the ``finished``
-event); for a request not yet finished the bound ``prompt_len + max_tokens - 1`` stands in.
+"Will fill later" needs each request's final length. Until its ``finished`` event the bound
+``prompt_len + max_tokens - 1`` stands in, so what it holds unwritten is reservation;
+``final_lens`` gives the fold hindsight instead (``simulate`` and the paper's Fig. 2 split a
+complete run that way). ``show_finishing`` is the viewer's honest alternative: nothing is known
+before it happens, and a request that finishes is counted at the end of its last step as it held
+it (tokens, and the rest it never filled as internal), freed from the next step on. That is the
+one step in which its internal fragmentation is known and still there to see.
 Pure Python, no torch.
 """
 
@@ -81,7 +86,9 @@ class Tally:
     ``step_end``. Besides the slot counts it keeps what the viewer asks of a step: every
     request (``requests``), the queue (``running`` in admission order, ``waiting`` in queue
     order) and the refusals of the step last closed (``refusals``). ``final_lens`` maps request
-    ids to their final length when known; a ``finished`` event fills in the rest."""
+    ids to their final length when known; a ``finished`` event fills in the rest.
+    ``show_finishing`` keeps what a request released as it finished in the step's account:
+    ``finishing`` maps it to (tokens, never filled) until ``close_step``."""
 
     num_slots: int
     block_size: int
@@ -98,12 +105,19 @@ class Tally:
     num_cpu_blocks: int = 0
     cpu_tables: dict[str, tuple[int, ...]] = field(default_factory=dict)  # swapped: CPU blocks
     swapped_filled: dict[str, int] = field(default_factory=dict)  # their written slots, parked
+    show_finishing: bool = False
+    finishing: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # slots released this step as (written, unwritten), until a finished or preempted says why
+    released_now: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def final_len(self, req: str) -> int:
         info = self.requests.get(req)
         return self.final_lens.get(req, info.bound if info is not None else 0)
 
     def apply(self, ev: E.Event) -> None:
+        if isinstance(ev, _ALLOCATING):
+            # a slot handed out after a finish this step may be one of its: stop showing them
+            self.finishing.clear()
         if isinstance(ev, E.RequestArrived):
             self.requests[ev.req] = RequestInfo(len(self.requests), ev.prompt_len, ev.max_tokens)
             self.waiting.append(ev.req)
@@ -141,11 +155,15 @@ class Tally:
         elif isinstance(ev, E.BlockFreed):
             self.block_refs[ev.physical] = ev.ref_count
             if ev.ref_count == 0:
+                written = min(self.block_size, self.block_written.get(ev.physical, 0))
+                self._released(ev.req, written, self.block_size - written)
                 del self.block_refs[ev.physical]
                 self.block_written.pop(ev.physical, None)
             self.held[ev.req] = self.held.get(ev.req, 0) - self.block_size
         elif isinstance(ev, E.ReservationReleased):
             self.held[ev.req] = self.held.get(ev.req, 0) - ev.length
+            written = min(ev.length, self.filled.get(ev.req, 0))
+            self._released(ev.req, written, ev.length - written)
         elif isinstance(ev, E.SwappedOut):
             self.cpu_tables[ev.req] = tuple(c for _, c in ev.block_map)
             self.swapped_filled[ev.req] = self.filled.pop(ev.req, 0)
@@ -157,15 +175,23 @@ class Tally:
             self.waiting.insert(0, ev.req)  # back at the queue's front
             self.requests[ev.req].status = "waiting"
             self.filled.pop(ev.req, None)
+            self.released_now.pop(ev.req, None)
         elif isinstance(ev, E.Finished):
             _discard(self.running, ev.req)
             self.requests[ev.req].status = "finished"
             self.filled.pop(ev.req, None)
             # A live stream learns a final length only now (a complete trace knew it already).
             self.final_lens.setdefault(ev.req, ev.final_len)
+            last = self.released_now.pop(ev.req, None)
+            if self.show_finishing and last is not None:
+                self.finishing[ev.req] = last
         req = getattr(ev, "req", None)
         if req is not None and self.held.get(req, 1) == 0:
             del self.held[req]
+
+    def _released(self, req: str, written: int, unwritten: int) -> None:
+        w, u = self.released_now.get(req, (0, 0))
+        self.released_now[req] = (w + written, u + unwritten)
 
     def close_step(self, step: int) -> StepAccount:
         token = reservation = internal = 0
@@ -182,7 +208,10 @@ class Tally:
         reservation, rest = _take(reservation, saved - dup_tokens + rest)
         internal, rest = _take(internal, rest)
         token, _ = _take(token, rest)
-        free_total = self.num_slots - sum(self.held.values()) + saved
+        last_token = sum(w for w, _ in self.finishing.values())
+        last_never = sum(u for _, u in self.finishing.values())
+        token, internal = token + last_token, internal + last_never
+        free_total = self.num_slots - sum(self.held.values()) + saved - last_token - last_never
         waiting = set(self.waiting)
         self.refusals = tuple(b for r, b in self.blocked_now.items() if r in waiting)
         blocked = sum(1 for b in self.refusals if b.reason != E.BLOCKED_BATCH_FULL)
@@ -204,6 +233,8 @@ class Tally:
             saved=saved,
         )
         self.blocked_now.clear()
+        self.finishing.clear()
+        self.released_now.clear()
         return acct
 
     def _sharing(self) -> tuple[int, int, int]:
@@ -216,6 +247,10 @@ class Tally:
                 saved += (refs - 1) * bs
                 dup_tokens += (refs - 1) * min(bs, self.block_written.get(b, 0))
         return shared, saved, dup_tokens
+
+
+#: Events that hand slots to a request.
+_ALLOCATING = (E.SlotsReserved, E.BlockAllocated, E.BlockShared, E.BlockCopied, E.SwappedIn)
 
 
 def _take(amount: int, want: int) -> tuple[int, int]:
@@ -235,14 +270,25 @@ def final_lengths(events: Iterable[E.Event]) -> dict[str, int]:
 
 
 def account(
-    events: list[E.Event], num_slots: int, block_size: int, num_cpu_blocks: int = 0
+    events: list[E.Event],
+    num_slots: int,
+    block_size: int,
+    num_cpu_blocks: int = 0,
+    *,
+    hindsight: bool = True,
+    show_finishing: bool = False,
 ) -> list[StepAccount]:
-    """One StepAccount per ``step_end`` event, in order."""
+    """One StepAccount per ``step_end`` event, in order. ``hindsight`` (the default, as the
+    paper's Fig. 2 counts a finished run) reads every finished request's final length from the
+    events first; without it a final length is known from its ``finished`` event on.
+    ``show_finishing`` counts a finishing request in its last step (``Tally.show_finishing``):
+    the viewer's frames are ``hindsight=False, show_finishing=True``."""
     tally = Tally(
         num_slots=num_slots,
         block_size=block_size,
-        final_lens=final_lengths(events),
+        final_lens=final_lengths(events) if hindsight else {},
         num_cpu_blocks=num_cpu_blocks,
+        show_finishing=show_finishing,
     )
     out = []
     for ev in events:

@@ -250,7 +250,7 @@ def test_a_stopped_live_run_keeps_the_frames_that_arrived(tmp_path):
     assert run.progress() == "working" or not run.done
     run.stop()
     assert run.done and run.stopped and run.error() is None
-    partial = L.build(L.load_spec("six-steps"), run.trace(), complete=False)
+    partial = L.build(L.load_spec("six-steps"), run.trace())
     assert (
         0
         < partial.num_frames

@@ -85,6 +85,10 @@ def facts(lesson: L.Lesson, i: int) -> set[str]:
             out |= _ints(v.name) | {str(v.prompt_len)}
         for b in f.blocked:
             out |= {str(b.need_slots), str(b.free_slots), str(b.largest_hole)}
+        for r in {o for o in f.owners if o is not None}:  # each request's hatched cells
+            out.add(
+                str(sum(1 for o, c in zip(f.owners, f.cells, strict=True) if o == r and c == "I"))
+            )
         for t in f.block_tables.values():
             out |= {str(p) for p in t} | {str(n) for n in range(len(t))}
     return out

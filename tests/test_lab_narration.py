@@ -97,6 +97,9 @@ def _claims_hold(lesson: L.Lesson, lab: S.Lab) -> None:
             assert ev.reason == "eos" and ev.num_generated < by_id[req].max_tokens, (ev, text)
             assert f"**{req}** stops early" in text
             assert ("a hole opens *between*" in text) == _hole_between(lesson, kf, req)
+            never = lesson.left.at(kf).never_filled(req)  # hatched only now, as it stops
+            assert ("were never filled" in text) == (never > 0), (kf, text)
+            assert not never or f"**{never}** were never filled" in text
         if rule.get("event") == "admission_blocked":
             assert ev.free_slots >= ev.need_slots > ev.largest_hole, ev  # "which is enough"
             running = bool(lesson.right.at(kf).block_tables.get(req))

@@ -105,3 +105,19 @@ def test_simulate_cli_prints_one_json_object(tmp_path):
     assert obj["forward"] == "skipped" and set(obj["policies"]) == {"max", "paged"}
     for row in obj["policies"].values():
         assert sum(row[c] for c in accounting.CATEGORIES) == pytest.approx(1, abs=1e-3)
+
+
+def test_the_dry_run_stops_each_request_where_the_real_model_did():
+    """The scenario's output_len is the shipped real-model trace's length, request by request,
+    and at least two requests stop at EOS long before their max_tokens (internal
+    fragmentation on the left for more than one request)."""
+    sc = load(SIX_STEPS)
+    shipped = trace.read("lessons/six-steps/trace.jsonl")
+    assert shipped.header["forward"] == "model"
+    for run, events in shipped.runs.items():
+        real = {e.req: e for e in events if e.kind == E.Finished.kind}
+        for r in sc.requests:
+            want = r.max_tokens if r.ignore_eos else r.output_len
+            assert real[r.id].num_generated == want, (run, r.id)
+        early = [r for r in sc.requests if real[r.id].num_generated * 3 < r.max_tokens]
+        assert len(early) >= 2 and all(real[r.id].reason == "eos" for r in early), run

@@ -354,7 +354,9 @@ def test_the_viewer_draws_each_shared_slot_once(case):
     _, events, config = _run("paged", reqs, blocks, caching=True)
     run = RunInfo("paged", PAGED, num_slots=config.num_slots, block_size=config.block_size)
     frames = replay(events, run)
-    accts = account(events, config.num_slots, config.block_size)
+    accts = account(
+        events, config.num_slots, config.block_size, hindsight=False, show_finishing=True
+    )
     for f, a in zip(frames, accts, strict=True):
         assert (
             f.count(TOKEN),

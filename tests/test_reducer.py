@@ -50,7 +50,8 @@ class Stream:
 
 
 def contiguous_fragmented() -> list[E.Event]:
-    """A 40-slot arena: A [0,10) finishes, B [10,30) runs, C needs 15 while 20 are free."""
+    """A 40-slot arena: A [0,10) finishes (at the end of step 1, as the engine finishes a
+    request after its last write), B [10,30) runs, C needs 15 in step 2 while 20 are free."""
     s = Stream()
     for req, start, n in (("A", 0, 10), ("B", 10, 20)):
         s.emit(E.RequestArrived, req=req, prompt_len=4, max_tokens=n - 3)
@@ -60,8 +61,10 @@ def contiguous_fragmented() -> list[E.Event]:
             E.TokensWritten, req=req, positions=(0, 1, 2, 3), slots=tuple(range(start, start + 4))
         )
     s.end_step(running=2)
+    s.emit(E.TokensWritten, req="B", positions=(4,), slots=(14,))
     s.emit(E.ReservationReleased, req="A", start=0, length=10)
     s.emit(E.Finished, req="A", final_len=4, num_generated=1, reason="eos")
+    s.end_step(running=1)
     s.emit(E.RequestArrived, req="C", prompt_len=12, max_tokens=4)
     s.emit(
         E.AdmissionBlocked,
@@ -71,7 +74,7 @@ def contiguous_fragmented() -> list[E.Event]:
         free_slots=20,
         largest_hole=10,
     )
-    s.emit(E.TokensWritten, req="B", positions=(4,), slots=(14,))
+    s.emit(E.TokensWritten, req="B", positions=(5,), slots=(15,))
     s.end_step(running=1, waiting=1)
     return s.events
 
@@ -105,12 +108,25 @@ def test_preallocation_blocks_request_despite_enough_free_slots():
     assert last.waiting == ("C",) and last.running == ("B",)
 
 
-def test_reservation_splits_into_later_and_never_by_final_length():
-    first = replay(contiguous_fragmented(), CONTIG)[0]
-    # A fills 4 of its 10 slots and finishes there: 6 slots are internal, never used.
-    assert first.cells[0:10] == TOKEN * 4 + INTERNAL * 6
-    # B runs on to its bound (no finished event): the rest of its run will be filled later.
+def test_unwritten_slots_are_reserved_until_the_request_stops_then_never_filled_once():
+    first, second, third = replay(contiguous_fragmented(), CONTIG)
+    # Before A stops nobody knows it will: its unwritten slots are reserved, as B's are.
+    assert first.cells[0:10] == TOKEN * 4 + RESERVED * 6
     assert first.cells[10:30] == TOKEN * 4 + RESERVED * 16
+    # The step A stops in shows its run one last time: the 6 slots it never filled, hatched.
+    assert second.cells[0:10] == TOKEN * 4 + INTERNAL * 6
+    assert second.owners[0:10] == ("A",) * 10
+    assert (second.account.token_states, second.account.internal) == (4 + 5, 6)
+    assert second.cells[10:30] == TOKEN * 5 + RESERVED * 15
+    # From the next frame on its run is free like any other slot.
+    assert third.owners[0:10] == (None,) * 10 and third.account.internal == 0
+
+
+def test_no_frame_reads_a_final_length_before_its_finished_event():
+    """A stream cut before A's finish folds to the same first frame as the whole trace."""
+    events = contiguous_fragmented()
+    cut = next(i for i, e in enumerate(events) if e.kind == E.StepEnd.kind) + 1
+    assert replay(events[:cut], CONTIG)[0] == replay(events, CONTIG)[0]
 
 
 def test_paged_block_table_maps_logical_to_physical_anywhere():
@@ -121,6 +137,25 @@ def test_paged_block_table_maps_logical_to_physical_anywhere():
     assert f.cells[20:24] == TOKEN * 4 and f.cells[8] == TOKEN
     assert f.changed == frozenset(range(20, 24)) | frozenset(range(8, 12))
     assert frames[1].changed == frozenset({9})
+
+
+def test_paging_hatches_only_the_rest_of_the_last_block_and_only_as_the_request_stops():
+    events = paged_scattered()  # A: 6 tokens in blocks 5 and 2 (bound 5 + 3 - 1 = 7 slots)
+    s = Stream()
+    s.step, s.events = events[-1].step + 1, list(events)
+    s.emit(E.TokensWritten, req="A", positions=(6,), slots=(10,))
+    s.emit(E.BlockFreed, req="A", physical=2, ref_count=0)
+    s.emit(E.BlockFreed, req="A", physical=5, ref_count=0)
+    s.emit(E.Finished, req="A", final_len=7, num_generated=3, reason="length")
+    s.end_step()
+    s.end_step()
+    running, stopping, after = replay(s.events, PAGED_RUN)[1:]
+    # bound 7 in 8 held slots: the eighth is past any length A may reach, so known never filled
+    assert running.cells[8:12] == TOKEN * 2 + RESERVED + INTERNAL
+    assert stopping.cells[8:12] == TOKEN * 3 + INTERNAL and stopping.cells[20:24] == TOKEN * 4
+    assert stopping.owners[8] == "A" and stopping.account.internal == 1
+    assert stopping.last_look[8] == 4  # drawn (and labelled) as A's logical block 1
+    assert after.owners == (None,) * 32 and after.account.free == 32
 
 
 def test_apply_is_pure_and_agrees_with_the_in_place_fold():
@@ -140,7 +175,7 @@ def test_apply_is_pure_and_agrees_with_the_in_place_fold():
 
 def _check_against_accounting(events, run: RunInfo) -> None:
     frames = replay(events, run)
-    accounts = account(events, run.num_slots, run.block_size)
+    accounts = account(events, run.num_slots, run.block_size, hindsight=False, show_finishing=True)
     assert len(frames) == len(accounts)
     for f, a in zip(frames, accounts, strict=True):
         assert f.account == a
@@ -188,16 +223,18 @@ def test_any_dry_run_folds_to_the_engines_accounting(items, policy):
 
 
 def test_a_live_stream_ends_with_the_frames_of_its_replay():
-    """Folding a stream as it arrives (final lengths unknown) and replaying the finished trace
-    must meet: the last live fold of the complete stream equals the replay, frame by frame."""
+    """Folding a stream as it arrives and replaying the finished trace give the same frames:
+    every frame of a partial fold is already the replay's, and the complete stream's is the
+    replay, frame by frame."""
     lines = TRACE.read_text(encoding="utf-8").splitlines(keepends=True)
     spec = L.load_spec("six-steps")
     replayed = L.build(spec, read(TRACE))
     for cut in (len(lines) // 3, 2 * len(lines) // 3):
-        partial = L.build(spec, parse_lines(lines[:cut], require_end=False), complete=False)
+        partial = L.build(spec, parse_lines(lines[:cut], require_end=False))
         assert 0 < partial.num_frames <= replayed.num_frames
-        for a, b in zip(partial.left.frames, replayed.left.frames, strict=False):  # a prefix
-            assert a.owners == b.owners and a.account.token_states == b.account.token_states
+        for side in ("left", "right"):  # no frame reads ahead: a prefix, frame for frame
+            got = partial.side(side).frames
+            assert got == replayed.side(side).frames[: len(got)]
     live = L.build(spec, parse_lines(lines, require_end=True), source="live")
     for side in ("left", "right"):
         assert live.side(side).frames == replayed.side(side).frames
@@ -254,14 +291,37 @@ def test_step3_paging_grows_by_a_block_only_when_the_last_is_full(lesson):
     assert left.account.reservation > 0  # waste creeping on the left
 
 
-def test_step4_short_request_leaves_a_hole_left_and_returns_blocks_right(lesson):
+def test_step4_short_request_shows_what_it_never_filled_then_leaves_a_hole(lesson):
     i, left, right = _at(lesson, 3)
-    done = next(e.req for e in left.events if e.kind == E.Finished.kind)
+    fin = next(e for e in left.events if e.kind == E.Finished.kind)
+    done, (start, length) = fin.req, lesson.left.at(i - 1).reservations[fin.req]
     assert done not in left.reservations and done not in right.block_tables
-    runs = sorted(left.reservations.values())
+    # its last frame: the run as it held it, the slots it never filled hatched
+    assert left.owners[start : start + length] == (done,) * length
+    never = length - fin.final_len
+    assert (
+        never > 0 and left.cells[start : start + length] == TOKEN * fin.final_len + INTERNAL * never
+    )
+    after = lesson.left.at(i + 1)
+    assert done not in after.owners
+    runs = sorted(after.reservations.values())
     gaps = [b[0] - (a[0] + a[1]) for a, b in pairwise(runs)]
     assert any(g > 0 for g in gaps)  # a hole between live runs
-    assert all(o != done for o in right.owners)
+    assert done not in lesson.right.at(i + 1).owners
+
+
+def test_never_filled_cells_show_only_in_the_frame_their_request_stops(lesson):
+    """No hindsight: until a request's finished event nobody knows it will stop early."""
+    for side in (lesson.left, lesson.right):
+        seen = set()
+        for f in side.frames:
+            stopped = {e.req for e in f.events if e.kind == E.Finished.kind}
+            hatched = {f.owners[s] for s, c in enumerate(f.cells) if c == INTERNAL}
+            if side is lesson.left:
+                assert hatched <= stopped, (f.index, hatched, stopped)
+            seen |= hatched & stopped
+        if side is lesson.left:  # the lesson's point: more than one request stops early there
+            assert len(seen) >= 2, seen
 
 
 def test_step5_large_request_waits_left_despite_free_space_and_runs_right(lesson):

@@ -48,15 +48,15 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
     out: list[str] = []
     for e in evs:
         if isinstance(e, E.Finished):
-            name = _name(frame, e.req)
+            name, never = _name(frame, e.req), frame.never_filled(e.req)
             if paged:
                 n = freed.get(e.req, 0)
-                out.append(
-                    t[_one("finished_paged", n)].format(req=name, length=e.final_len, blocks=n)
-                )
+                key = _one("finished_paged", n) + ("_never" if never else "")
+                out.append(t[key].format(req=name, length=e.final_len, blocks=n, never=never))
             else:
                 held = released[e.req].length if e.req in released else 0
-                out.append(t["finished_contig"].format(req=name, length=e.final_len, held=held))
+                key = "finished_contig_never" if never else "finished_contig"
+                out.append(t[key].format(req=name, length=e.final_len, held=held, never=never))
         elif isinstance(e, E.Preempted):
             key = "swapped_out" if e.req in swapped_out else "preempted"
             n = freed.get(e.req, 0) if key == "swapped_out" else e.num_generated
@@ -98,7 +98,9 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
             )
     if not out:
         writers = {e.req for e in evs if isinstance(e, E.TokensWritten)}
-        out.append(t["decode"].format(n=len(writers)) if writers else t["idle"])
+        # the left's pale cells are a guess at what will be written: say when it is settled
+        decode = "decode" if paged or not frame.reservations else "decode_contig"
+        out.append(t[decode].format(n=len(writers)) if writers else t["idle"])
     return out
 
 

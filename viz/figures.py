@@ -124,7 +124,7 @@ def slot_positions(frame: Frame) -> dict[int, int]:
         for start, length in frame.reservations.values():
             for i in range(length):
                 pos[start + i] = i
-    return pos
+    return pos | frame.last_look  # a request that stopped this frame, shown one last time
 
 
 def _hover(frame: Frame, slot: int, code: str, owner: str | None, pos: int | None, w: dict) -> str:

@@ -36,11 +36,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from engine import events as E
-from engine.accounting import CATEGORIES, time_averaged_shares
+from engine.accounting import CATEGORIES, account, time_averaged_shares
 from engine.trace import Trace, TraceError
 from viz import fp8_data
 from viz.percent import percents
-from viz.reducer import CONTIGUOUS, PAGED, Frame, RunInfo, fold, replay
+from viz.reducer import CONTIGUOUS, PAGED, Frame, RunInfo, replay
 from viz.safe import md_text
 from viz.tier_facts import TIER_CONDITIONS, tier_facts
 from viz.ui_text import load as load_text
@@ -218,12 +218,12 @@ def file_digest(path: Path) -> str:
 # --- folding a trace into a lesson -----------------------------------------------------------
 
 
-def build(spec: LessonSpec, trace: Trace, source: str = "lesson", complete: bool = True) -> Lesson:
+def build(spec: LessonSpec, trace: Trace, source: str = "lesson") -> Lesson:
     """Fold both sides and find the keyframes. A trace whose run names differ from the spec's
-    (an uploaded file) puts its contiguous run left and its paged run right.
-    ``complete=False`` (a live stream) folds without knowing final lengths up front."""
+    (an uploaded file) puts its contiguous run left and its paged run right. A stream still
+    running folds to the first frames of its finished trace: no frame reads ahead."""
     runs = pick_runs(spec, trace)
-    sides = {side: _side(trace, runs[side], spec.side_titles[side], complete) for side in SIDES}
+    sides = {side: _side(trace, runs[side], spec.side_titles[side]) for side in SIDES}
     origin = tuple(
         (k, str(trace.header[k]))
         for k in ("model", "device", "created", "forward")
@@ -248,19 +248,31 @@ def pick_runs(spec: LessonSpec, trace: Trace) -> dict[str, str]:
     return {"left": left, "right": right}
 
 
-def _side(trace: Trace, run: str, title: dict, complete: bool) -> Side:
+def _side(trace: Trace, run: str, title: dict) -> Side:
     info = RunInfo.from_header(trace.run_config(run))
     events = trace.runs[run]
-    frames = replay(events, info) if complete else list(fold(events, info))
+    frames = replay(events, info)
     if not frames:
         raise TraceError(f"run {run!r} has no finished engine step yet")
     return Side(info, frames, title, summarize(frames, events))
 
 
 def summarize(frames: list[Frame], events: list[E.Event]) -> Summary:
+    """The scoreboard. Its shares look back over every step knowing each final length the
+    events tell (the frames could not know them yet), so what a request held and never filled
+    counts as internal on every step it was held, as the paper's Fig. 2 counts it."""
     accounts = [f.account for f in frames]
+    run = frames[0].run
+    looking_back = account(
+        events,
+        run.num_slots,
+        run.block_size,
+        run.num_cpu_blocks,
+        hindsight=True,
+        show_finishing=True,
+    )
     return Summary(
-        shares=time_averaged_shares(accounts),
+        shares=time_averaged_shares(looking_back),
         max_running=max(a.running for a in accounts),
         mean_running=sum(a.running for a in accounts) / len(accounts),
         steps=len(frames),
@@ -392,6 +404,10 @@ def _event_ns(lesson: Lesson, i: int, ev: E.Event) -> SimpleNamespace:
             )
         run = left.reservations.get(req)
         d["left_reserved"] = run[1] if run else 0
+        gone = lesson.left.at(i - 1).reservations.get(req) if i > 0 else None
+        d["left_released"] = gone[1] if gone and not run else 0  # the run it held until now
+        d["left_never"] = left.never_filled(req)  # hatched there: it stopped in this frame
+        d["right_never"] = right.never_filled(req)
         d["hole_between"] = _hole_between(lesson, i, req)
         if "block_map" in d:  # a swap: device -> CPU blocks out, CPU -> device blocks in
             arrow = "#{}→c{}" if ev.kind == E.SwappedOut.kind else "c{}→#{}"
@@ -499,6 +515,8 @@ CONDITIONS = {
     "right_admitted": lambda ctx: _ev(ctx, "right_blocks", 0) > 0,
     # the left run released at the keyframe lay between two runs still alive
     "hole_between": lambda ctx: bool(_ev(ctx, "hole_between", False)),
+    # the step's request stopped at the keyframe with left slots it never filled (hatched)
+    "left_never": lambda ctx: _ev(ctx, "left_never", 0) > 0,
     "fewer_steps": lambda ctx: ctx["R"].steps < ctx["L"].steps,
     "same_steps": lambda ctx: ctx["R"].steps == ctx["L"].steps,
     "more_steps": lambda ctx: ctx["R"].steps > ctx["L"].steps,

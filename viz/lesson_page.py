@@ -346,7 +346,7 @@ def _live_fold(run: LiveRun, spec) -> Lesson | None:
     tr = run.trace()
     if tr is None or not all(any(e.kind == "step_end" for e in evs) for evs in tr.runs.values()):
         return None
-    return build(spec, tr, source="live", complete=run.done)
+    return build(spec, tr, source="live")
 
 
 def _live_lesson(run: LiveRun, spec, t: dict) -> Lesson | None:

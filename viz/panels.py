@@ -52,15 +52,24 @@ class QueueEntry:
 
 def label_starts(frame: Frame) -> list[tuple[int, str, str]]:
     """Where the grid names an owner: ``(slot, label, request id)`` at the first slot of each
-    block (label with its logical index, e.g. ``A1``) or of each contiguous run (``A``)."""
+    block (label with its logical index, e.g. ``A1``) or of each contiguous run (``A``), a
+    request that stopped in this frame included (``Frame.last_look``)."""
+    bs = frame.run.block_size
+    last = [
+        (slot, owner, pos)
+        for slot, pos in frame.last_look.items()
+        if (owner := frame.owners[slot]) is not None
+    ]
     if frame.run.allocator == PAGED:
-        bs = frame.run.block_size
-        return [
+        held = [
             (phys * bs, f"{frame.requests[r].name}{i}", r)
             for r, t in frame.block_tables.items()
             for i, phys in enumerate(t)
         ]
-    return [(start, frame.requests[r].name, r) for r, (start, _) in frame.reservations.items()]
+        gone = [(s, f"{frame.requests[r].name}{p // bs}", r) for s, r, p in last if p % bs == 0]
+        return held + gone
+    held = [(start, frame.requests[r].name, r) for r, (start, _) in frame.reservations.items()]
+    return held + [(s, frame.requests[r].name, r) for s, r, p in last if p == 0]
 
 
 def table_rows(frame: Frame) -> list[TableRow]:

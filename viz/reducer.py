@@ -6,7 +6,12 @@ comes from ``engine.accounting.Tally`` -- the viewer never re-derives the paper'
 this module adds is *where* things are: which request owns each slot, which category each slot is
 in, block tables, reservation ranges, the queue and what changed since the previous frame.
 
-Frame ``i`` is the state right after the ``i``-th ``step_end`` of a run. Pure Python, no torch.
+Frame ``i`` is the state right after the ``i``-th ``step_end`` of a run, with one exception: a
+request that finished in that step is drawn one last time as it held its memory (its tokens, and
+the rest it never filled hatched as internal); its slots are free from the next frame on. The
+fold never reads a final length before the ``finished`` event that tells it, so a live run and
+the replay of its trace give the same frames, and until a request stops its unwritten slots are
+simply reserved. Pure Python, no torch.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import events as E
-from engine.accounting import StepAccount, Tally, final_lengths
+from engine.accounting import StepAccount, Tally
 
 # One character per slot: compact, hashable, and cheap to compare between frames.
 TOKEN, RESERVED, INTERNAL, FREE, HOLE = "T", "R", "I", "F", "H"
@@ -132,9 +137,17 @@ class Frame:
     #: swapped-out requests' CPU blocks, in logical order (Tally's ``cpu_tables``); empty
     #: without a CPU tier
     cpu_tables: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: slots shown one last time for a request that stopped this step -> token position there
+    last_look: dict[int, int] = field(default_factory=dict)
 
     def count(self, code: str) -> int:
         return self.cells.count(code)
+
+    def never_filled(self, req: str) -> int:
+        """Slots drawn as ``req``'s that it never filled (hatched: it stopped in this frame)."""
+        return sum(
+            1 for o, c in zip(self.owners, self.cells, strict=True) if o == req and c == INTERNAL
+        )
 
     def blocked_by(self, reason: str) -> E.AdmissionBlocked | None:
         return next((b for b in self.blocked if b.reason == reason), None)
@@ -162,20 +175,22 @@ class ArenaState:
     block_tables: dict[str, list[int]] = field(default_factory=dict)
     reservations: dict[str, tuple[int, int]] = field(default_factory=dict)
     step_events: list[E.Event] = field(default_factory=list)
+    # slots each request released this step, as (slot, written, position): drawn once more if
+    # it finished
+    released: dict[str, list[tuple[int, bool, int]]] = field(default_factory=dict)
     last_frame: Frame | None = None
     num_frames: int = 0
 
     @classmethod
-    def empty(cls, run: RunInfo, final_lens: dict[str, int] | None = None) -> ArenaState:
-        """A fresh arena. ``final_lens`` (from a complete trace) lets the fold tell slots a
-        request will fill later from slots it never fills; without it each request's bound
-        stands in until its ``finished`` event."""
+    def empty(cls, run: RunInfo) -> ArenaState:
+        """A fresh arena. Each request's bound stands in for its final length until its
+        ``finished`` event: nobody knows it sooner."""
         n = run.num_slots
         tally = Tally(
             num_slots=n,
             block_size=run.block_size,
-            final_lens=dict(final_lens or {}),
             num_cpu_blocks=run.num_cpu_blocks,
+            show_finishing=True,
         )
         return cls(run=run, tally=tally, owners=[None] * n, pos=[-1] * n, written=[False] * n)
 
@@ -202,6 +217,7 @@ def step_in_place(s: ArenaState, ev: E.Event) -> None:
     if isinstance(ev, E.StepEnd):
         s.last_frame = _close(s, ev)
         s.step_events = []
+        s.released = {}
         return
     s.step_events.append(ev)
     handler = _HANDLERS.get(ev.kind)
@@ -274,14 +290,14 @@ def _block_freed(s: ArenaState, ev: E.BlockFreed) -> None:
         if not table:
             del s.block_tables[ev.req]
     if ev.ref_count == 0:
-        _clear(s, ev.physical * s.run.block_size, s.run.block_size)
+        _clear(s, ev.physical * s.run.block_size, s.run.block_size, ev.req)
     elif s.owners[ev.physical * s.run.block_size] == ev.req:
         _hand_over(s, ev.physical)
 
 
 def _reservation_released(s: ArenaState, ev: E.ReservationReleased) -> None:
     s.reservations.pop(ev.req, None)
-    _clear(s, ev.start, ev.length)
+    _clear(s, ev.start, ev.length, ev.req)
 
 
 def _swapped_in(s: ArenaState, ev: E.SwappedIn) -> None:
@@ -292,8 +308,10 @@ def _swapped_in(s: ArenaState, ev: E.SwappedIn) -> None:
             s.written[device * bs + j] = True
 
 
-def _clear(s: ArenaState, start: int, length: int) -> None:
+def _clear(s: ArenaState, start: int, length: int, releaser: str | None = None) -> None:
+    gone = s.released.setdefault(releaser, []) if releaser is not None else []
     for slot in range(start, start + length):
+        gone.append((slot, s.written[slot], s.pos[slot]))
         s.owners[slot], s.pos[slot], s.written[slot] = None, -1, False
 
 
@@ -310,10 +328,14 @@ _HANDLERS: dict[str, Callable[[ArenaState, Any], None]] = {
 
 
 def _close(s: ArenaState, ev: E.StepEnd) -> Frame:
+    last_look = _finishing_cells(s)  # read before close_step forgets who finished
     account = s.tally.close_step(ev.step)  # also fixes this step's refusals
     hole = account.external > 0
-    cells = "".join(_cell(s, slot, hole) for slot in range(s.run.num_slots))
-    owners = tuple(s.owners)
+    cells_list = [_cell(s, slot, hole) for slot in range(s.run.num_slots)]
+    owners_list = list(s.owners)
+    for slot, (req, code, _) in last_look.items():
+        cells_list[slot], owners_list[slot] = code, req
+    cells, owners = "".join(cells_list), tuple(owners_list)
     prev = s.last_frame
     t = s.tally
     frame = Frame(
@@ -332,9 +354,22 @@ def _close(s: ArenaState, ev: E.StepEnd) -> Frame:
         events=tuple(s.step_events),
         account=account,
         cpu_tables=dict(t.cpu_tables),
+        last_look={slot: pos for slot, (_, _, pos) in last_look.items()},
     )
     s.num_frames += 1
     return frame
+
+
+def _finishing_cells(s: ArenaState) -> dict[int, tuple[str, str, int]]:
+    """The slots of requests that finished this step (Tally.finishing), as they held them:
+    written ones as tokens, the rest never filled, with their token positions. Slots handed
+    out again are not among them."""
+    out = {}
+    for req in s.tally.finishing:
+        for slot, written, pos in s.released.get(req, ()):
+            if s.owners[slot] is None:
+                out[slot] = (req, TOKEN if written else INTERNAL, pos)
+    return out
 
 
 def _cell(s: ArenaState, slot: int, hole: bool) -> str:
@@ -375,11 +410,9 @@ def _request_views(t: Tally) -> dict[str, RequestView]:
     }
 
 
-def fold(
-    events: Iterable[E.Event], run: RunInfo, final_lens: dict[str, int] | None = None
-) -> Iterator[Frame]:
+def fold(events: Iterable[E.Event], run: RunInfo) -> Iterator[Frame]:
     """Yield one Frame per ``step_end``, folding in place (same transition as ``apply``)."""
-    state = ArenaState.empty(run, final_lens)
+    state = ArenaState.empty(run)
     for ev in events:
         step_in_place(state, ev)
         if state.last_frame is not None and isinstance(ev, E.StepEnd):
@@ -387,5 +420,6 @@ def fold(
 
 
 def replay(events: list[E.Event], run: RunInfo) -> list[Frame]:
-    """All frames of a complete run: final lengths are read from the run's own events first."""
-    return list(fold(events, run, final_lengths(events)))
+    """All frames of a run, exactly as they were folded while it ran: no final length is read
+    ahead of the ``finished`` event that tells it."""
+    return list(fold(events, run))

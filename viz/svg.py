@@ -196,7 +196,9 @@ def _names(frame: Frame, layout: GridLayout) -> str:
         # starts at its first cell and runs over the owner's next cells in the row; with no
         # such room it is narrowed to fit its one cell.
         span = (
-            frame.run.block_size if frame.run.allocator == PAGED else frame.reservations[owner][1]
+            frame.run.block_size
+            if frame.run.allocator == PAGED
+            else frame.reservations.get(owner, (0, frame.owners.count(owner)))[1]
         )
         room = max(1, min(span, layout.cols - col)) * CELL - GAP - 3
         size = max(6.0, min(9.0, room / (0.62 * len(text))))
