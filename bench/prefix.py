@@ -89,7 +89,8 @@ def main() -> int:
     ratios = [off / on for off, on in zip(times[False], times[True], strict=True)]
     print(
         f"{len(prompts)} requests, {args.system_len}-token shared system prompt, "
-        f"{args.new_tokens} new tokens each, device {model.device}"
+        f"{args.new_tokens} new tokens each, device {model.device}, "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}"
     )
     for c in (False, True):
         print(
