@@ -7,6 +7,9 @@ STAMP  := $(VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8501
 CHROMIUM := /usr/bin/chromium
+# One pytest worker per core (at most 4: each worker that meets a model test loads its own copy).
+# worksteal: the few long tests (model loads, browser sessions) must not queue behind each other.
+XDIST  ?= -n auto --maxprocesses 4 --dist worksteal
 
 .PHONY: run check test venv browser bench clean
 
@@ -37,10 +40,10 @@ check: venv
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	# The trace fuzzer gets 10 s here; `make test` gives it its full minute.
-	FUZZ_SECONDS=10 $(PY) -m pytest -q -m "not model and not browser and not load"
+	FUZZ_SECONDS=10 $(PY) -m pytest -q $(XDIST) -m "not model and not browser and not load"
 
 test: venv browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
 
 bench: venv
 	$(PY) bench/throughput.py

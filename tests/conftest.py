@@ -7,6 +7,20 @@ import os
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def pytest_collection_modifyitems(items):
+    """A test that reaches the real model or a browser through any fixture is marked so, whether
+    or not its author remembered the marker: `make check` deselects by these marks, and a model
+    test left unmarked once cost the fast gate minutes."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if "smollm" in names:
+            item.add_marker(pytest.mark.model)
+        if names & {"browser", "app_url"}:
+            item.add_marker(pytest.mark.browser)
+
+
 # before any test module loads torch: sleeping OpenMP workers (engine/__init__.py says why)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -56,7 +70,8 @@ def app_url():
 
     artifacts = Path(__file__).resolve().parent.parent / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
-    with running_app(log=artifacts / "streamlit-browser-tests.log") as url:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")  # one server per xdist worker
+    with running_app(log=artifacts / f"streamlit-browser-tests-{worker}.log") as url:
         yield url
 
 

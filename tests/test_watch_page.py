@@ -122,7 +122,11 @@ def test_watch_page_follows_a_publisher_through_kill_restart_garbage_and_a_flood
             while sub.state.counters["restarts"] < 2 and time.monotonic() < end:
                 pub.publish([K.AllBlocksCleared()])
                 time.sleep(0.1)
-            events0 = sub.state.counters["events"]
+            # a probe still in flight must land before the count is taken (under load it did not)
+            events0 = -1
+            while events0 != sub.state.counters["events"] and time.monotonic() < end:
+                events0 = sub.state.counters["events"]
+                time.sleep(0.5)
             tracemalloc.start()
             for b in range(1000):
                 hs = [b * 100 + i for i in range(50)]
