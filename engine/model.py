@@ -153,7 +153,9 @@ def load_model(
     if not progress:
         hf_logging.disable_progress_bar()
     try:
-        tokenizer, hf = _load_hf(where, dt, kwargs)
+        tokenizer, hf = (
+            _load_default(where, dt, kwargs) if path is None else _load_hf(where, dt, kwargs)
+        )
     finally:
         if bars:
             hf_logging.enable_progress_bar()
@@ -165,6 +167,20 @@ def load_model(
         f"{sum(p.numel() for p in hf.parameters()) / 1e6:.0f}M parameters",
     )
     return LoadedModel(name, weights, tokenizer, dev, dt, hf if keep_hf else None)
+
+
+def _load_default(where: Path, dtype: torch.dtype, kwargs: dict):
+    """The bundled GGUF through the local conversion cache (engine/model_cache.py)."""
+    from engine import model_cache
+
+    folder = model_cache.cache_dir(where / kwargs["gguf_file"])
+    cached = model_cache.load_cached(folder, dtype) if folder is not None else None
+    if cached is not None:
+        return cached
+    tokenizer, hf = _load_hf(where, dtype, kwargs)
+    if folder is not None:
+        model_cache.store(folder, tokenizer, hf)
+    return tokenizer, hf
 
 
 def _load_hf(where: Path, dtype: torch.dtype, kwargs: dict):

@@ -1,0 +1,100 @@
+"""A local cache of the bundled model's conversion from GGUF.
+
+Why: transformers de-quantizes the Q4_1 GGUF and rebuilds the tokenizer from its metadata on every
+load (~15-20 s on this 2-core CPU), while the same fp32 weights saved as safetensors load in under
+a second. Every `python -m engine` run, every live run of the app and every test process paid
+that. The cache holds exactly the tensors the GGUF load produced (saved once, bit for bit), so a
+cached load is the same model; it is derived locally, never downloaded.
+
+Where: ``$PAGED_MODEL_CACHE`` if set (``off`` disables caching), else
+``$XDG_CACHE_HOME/seeing-pagedattention`` or ``~/.cache/seeing-pagedattention``. One folder per
+source file and library version (size, mtime and versions in its name), written to a temporary
+folder and renamed into place, so concurrent first loads never see half a cache. A cache that
+fails to load is removed and rebuilt from the GGUF; a cache that cannot be written is skipped
+with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+WEIGHTS = "model.safetensors"
+
+
+def cache_root() -> Path | None:
+    """The cache's parent folder, or None when caching is switched off."""
+    env = os.environ.get("PAGED_MODEL_CACHE", "").strip()
+    if env.lower() in ("off", "0", "no", "false"):
+        return None
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "seeing-pagedattention"
+
+
+def cache_dir(source: Path) -> Path | None:
+    """The folder for ``source``'s conversion: a new source file or library version gets a new
+    folder, never a stale one."""
+    root = cache_root()
+    if root is None:
+        return None
+    import transformers
+
+    st = source.stat()
+    key = f"{source.resolve()}|{st.st_size}|{st.st_mtime_ns}|{transformers.__version__}"
+    key += f"|{torch.__version__}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return root / f"{source.stem}-{digest}"
+
+
+def load_cached(folder: Path, dtype: torch.dtype):
+    """(tokenizer, model) from a complete cache folder, or None when there is none or it is
+    unreadable (then it is removed, to be rebuilt)."""
+    if not (folder / WEIGHTS).is_file():
+        return None
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        hf = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    except Exception as e:  # a truncated or foreign cache is rebuilt, whatever broke in it
+        print(f"model cache {folder} unreadable ({type(e).__name__}); rebuilding", file=sys.stderr)
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    return tokenizer, hf
+
+
+def store(folder: Path, tokenizer, hf) -> None:
+    """Save the converted model and the tokenizer; a failure to write costs only the speed-up.
+    Only an fp32 load is stored (the GGUF's de-quantized tensors as they are); a cached load in
+    another dtype casts them, as the GGUF load itself does."""
+    if hf.dtype != torch.float32:
+        return
+    from safetensors.torch import save_model
+    from transformers import AutoConfig
+
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+        try:
+            config = hf.config.to_dict()
+            config.pop("quantization_config", None)  # the saved tensors are plain fp32
+            config.pop("_name_or_path", None)
+            AutoConfig.for_model(**config).save_pretrained(tmp)
+            save_model(hf, str(tmp / WEIGHTS))
+            tokenizer.save_pretrained(tmp)
+            # another process may have finished first: its copy is as good as ours
+            with contextlib.suppress(OSError):
+                os.rename(tmp, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        print(f"model cache not written ({e.strerror or e}); loads stay slow", file=sys.stderr)
