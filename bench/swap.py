@@ -6,10 +6,11 @@ as the arena. Rounds alternate recompute / swap; prints the best round of each, 
 throughput ratio (swap / recompute), the bytes the swap run moved, the tokens the recompute run
 computed twice, and checks both produced the same tokens.
 
-Measured 2026-11-30 on the shared 2-core dev box (--rounds 2 --new-tokens 48): 64 blocks needed,
-arena 16; recompute 11.2 tok/s, 20 preemptions, 444 tokens recomputed; swap 6.5 tok/s, 20
-preemptions (19 swap-outs, 1 fallback), 42.2 MiB moved; swap / recompute 0.58x; same tokens.
-(That run's "tokens recomputed" for swap was miscounted as 444; fixed since, not re-measured.)
+Measured 2026-11-30 on the shared 2-core dev box (--rounds 2 --new-tokens 48, load ~3): 64 blocks
+needed, arena 16; recompute 48.8 tok/s, 20 preemptions, 444 tokens recomputed; swap 54.1 tok/s,
+20 preemptions (19 swap-outs, 1 fallback: 43 tokens recomputed), 42.2 MiB moved; swap / recompute
+1.11x; same tokens. (An earlier 0.58x was measured while torch's OpenMP workers spun under load,
+which slowed every small copy the swap makes; see engine/__init__.py.)
 """
 
 from __future__ import annotations
