@@ -9,6 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.fp8 import bits
 from kernels.launch import check_device
 
 _CHUNK = 1024  # elements one program moves per loop turn
@@ -38,4 +39,5 @@ def copy_blocks(caches: list[torch.Tensor], block_mapping: torch.Tensor) -> None
             raise ValueError("copy_blocks needs contiguous caches")
         check_device(cache)
         mapping = mapping.to(cache.device)
-        _copy_blocks_kernel[(mapping.shape[0],)](cache, mapping, cache[0].numel(), CHUNK=_CHUNK)
+        raw = bits(cache)  # float8 as bytes: the copy is exact whatever the codes mean
+        _copy_blocks_kernel[(mapping.shape[0],)](raw, mapping, raw[0].numel(), CHUNK=_CHUNK)

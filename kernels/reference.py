@@ -147,4 +147,5 @@ def copy_blocks(caches: list[torch.Tensor], block_mapping: torch.Tensor) -> None
         return
     src, dst = block_mapping[:, 0], block_mapping[:, 1]
     for cache in caches:
-        cache.index_copy_(0, dst.to(cache.device), cache.index_select(0, src.to(cache.device)))
+        raw = bits(cache)  # float8 as bytes: CPU torch cannot index_copy_ float8
+        raw.index_copy_(0, dst.to(cache.device), raw.index_select(0, src.to(cache.device)))
