@@ -6,6 +6,8 @@ bounded."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -80,6 +82,31 @@ class FakeCleared:
 @dataclass(frozen=True)
 class FakeStepEnd:
     kind = "step_end"
+
+
+@contextmanager
+def hostile_publisher(url: str) -> Iterator[zmq.Socket]:
+    """A raw PUB socket bound where a server was: it sends whatever a test makes it send."""
+    ctx = zmq.Context()
+    try:
+        bad = ctx.socket(zmq.PUB)
+        bad.setsockopt(zmq.LINGER, 0)
+        bad.setsockopt(zmq.SNDHWM, 100_000)
+        bad.bind(url)
+        yield bad
+    finally:
+        ctx.destroy(linger=0)
+
+
+def send_probe(bad: zmq.Socket) -> None:
+    """One malformed message, sent until a subscriber shows it has (re)connected."""
+    bad.send_multipart([b"", b"probe"])
+
+
+def send_malformed(bad: zmq.Socket, n: int = 1000) -> None:
+    """``n`` messages with valid framing and undecodable payloads of 1 to 7 bytes."""
+    for i in range(n):
+        bad.send_multipart([b"", K.seq_bytes(i), b"\xc1" * (i % 7 + 1)])
 
 
 def free_ports() -> tuple[int, int]:

@@ -10,10 +10,16 @@ import time
 from pathlib import Path
 
 import pytest
-import zmq
 
 from engine import kv_events as K
-from tests.test_kv_events import FakeStepEnd, FakeStored, free_ports
+from tests.test_kv_events import (
+    FakeStepEnd,
+    FakeStored,
+    free_ports,
+    hostile_publisher,
+    send_malformed,
+    send_probe,
+)
 from tests.test_watch_page import shared_prompt_workload
 from viz import ui_text
 from viz.kv_watch import fold, read_recording
@@ -139,24 +145,16 @@ def test_watch_page_in_a_browser(own_app, browser):
         pub.close()
         pub = None
         # a hostile server on the same port: 1,000 malformed messages, one warning line
-        ctx = zmq.Context()
-        try:
-            bad = ctx.socket(zmq.PUB)
-            bad.setsockopt(zmq.LINGER, 0)
-            bad.setsockopt(zmq.SNDHWM, 100_000)
-            bad.bind(url)
+        with hostile_publisher(url) as bad:
             until(
                 lambda: (metric(page, "m_malformed") or 0) > 0,
                 30,
-                tick=lambda: bad.send_multipart([b"", b"probe"]),
+                tick=lambda: send_probe(bad),
             )
             base = settled(page, "m_malformed")
-            for i in range(1000):
-                bad.send_multipart([b"", K.seq_bytes(i), b"\xc1" * (i % 7 + 1)])
+            send_malformed(bad, 1000)
             until(lambda: metric(page, "m_malformed") == base + 1000, 30)
             assert metric(page, "m_blocks") == 1
-        finally:
-            ctx.destroy(linger=0)
         # a flood: 100k events in a burst; the server's memory grows by a bounded amount
         pub = K.KVEventPublisher(url)
         until(

@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import zmq
 
 from engine import kv_events as K
-from tests.test_kv_events import free_ports
+from tests.test_kv_events import free_ports, hostile_publisher, send_malformed, send_probe
 from tests.test_watch_browser import ARTIFACTS, T, metric, rss_kib, settled, until
 from viz.serve import CHROMIUM, running_app
 
@@ -227,28 +226,20 @@ def test_watch_page_follows_the_engine_through_kill_restart_garbage_and_a_flood(
             until(lambda: shows(page, T["status_gone"].format(url=url)), 30)
 
             # 4. a hostile server on the same port: 1,000 malformed messages, one warning line
-            ctx = zmq.Context()
-            try:
-                bad = ctx.socket(zmq.PUB)
-                bad.setsockopt(zmq.LINGER, 0)
-                bad.setsockopt(zmq.SNDHWM, 100_000)
-                bad.bind(url)
+            with hostile_publisher(url) as bad:
                 until(
                     lambda: (metric(page, "m_malformed") or 0) > 0,
                     30,
-                    tick=lambda: bad.send_multipart([b"", b"probe"]),
+                    tick=lambda: send_probe(bad),
                 )
                 base = settled(page, "m_malformed")
-                for i in range(1000):
-                    bad.send_multipart([b"", K.seq_bytes(i), b"\xc1" * (i % 7 + 1)])
+                send_malformed(bad, 1000)
                 until(lambda: metric(page, "m_malformed") == base + 1000, 60)
                 assert metric(page, "m_blocks") == len(held2)
                 warnings = page.locator('[data-testid="stAlertContentWarning"]')
                 assert warnings.count() == 1
                 assert T["last_error"].split("{")[0].strip() in warnings.first.inner_text()
                 lap("1,000 malformed messages")
-            finally:
-                ctx.destroy(linger=0)
 
             # 5. a burst of 100k events (about 20 MB of batches) from a new publisher on the port
             pub = K.KVEventPublisher(url)

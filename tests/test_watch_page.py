@@ -9,11 +9,18 @@ import time
 import tracemalloc
 
 import msgspec
-import zmq
 from streamlit.testing.v1 import AppTest
 
 from engine import kv_events as K
-from tests.test_kv_events import FakeEvicted, FakeStepEnd, FakeStored, free_ports
+from tests.test_kv_events import (
+    FakeEvicted,
+    FakeStepEnd,
+    FakeStored,
+    free_ports,
+    hostile_publisher,
+    send_malformed,
+    send_probe,
+)
 from viz import ui_text
 from viz.kv_watch import WatchState
 
@@ -97,24 +104,16 @@ def test_watch_page_follows_a_publisher_through_kill_restart_garbage_and_a_flood
         pub.close()
         # 3. a hostile server on the same port: 1,000 malformed messages change nothing
         rerun_until(at, lambda: not sub.connected)
-        ctx = zmq.Context()
-        try:
-            bad = ctx.socket(zmq.PUB)
-            bad.setsockopt(zmq.LINGER, 0)
-            bad.setsockopt(zmq.SNDHWM, 100_000)
-            bad.bind(url)
+        with hostile_publisher(url) as bad:
             end = time.monotonic() + 15
             while sub.state.counters["malformed"] == 0 and time.monotonic() < end:
-                bad.send_multipart([b"", b"probe"])
+                send_probe(bad)
                 time.sleep(0.05)
             base = sub.state.counters["malformed"]
-            for i in range(1000):
-                bad.send_multipart([b"", K.seq_bytes(i), b"\xc1" * (i % 7 + 1)])
+            send_malformed(bad, 1000)
             rerun_until(at, lambda: metric(at, "m_malformed") == base + 1000)
             assert metric(at, "m_blocks") == 1
             assert len(at.warning) == 1 and "\n" not in at.warning[0].value
-        finally:
-            ctx.destroy(linger=0)
         # 4. a flood: 100k events (stores and their evictions) in one burst
         pub = K.KVEventPublisher(url)
         try:
