@@ -7,8 +7,10 @@ the arena is in exactly one category:
 - ``reservation``: held by a running request that will fill it later;
 - ``internal``: held by a request that will never fill it (past its final length; for paging, the
   unused tail of its last block);
-- ``external``: free while a waiting request cannot be placed;
-- ``free``: free while nobody waits for memory.
+- ``external``: free while a waiting request cannot be placed contiguously (no hole large
+  enough, or its reservation exceeds all that is free);
+- ``free``: free otherwise, including paging's free blocks while a request waits for more of
+  them (any free block serves any request: that wait is for memory, not for a hole).
 
 Paging can share: several block tables may point at one physical block (a cached prompt prefix,
 parallel samples of one prompt). Such a slot is counted once, in its category; ``shared`` counts
@@ -215,14 +217,17 @@ class Tally:
         waiting = set(self.waiting)
         self.refusals = tuple(b for r, b in self.blocked_now.items() if r in waiting)
         blocked = sum(1 for b in self.refusals if b.reason != E.BLOCKED_BATCH_FULL)
+        # only a contiguous refusal strands free slots; paging's free blocks fit any request
+        # block by block, so one that waits for more blocks waits for memory, not for a hole
+        stranded = any(b.reason in (E.BLOCKED_NO_HOLE, E.BLOCKED_NO_SPACE) for b in self.refusals)
         acct = StepAccount(
             step=step,
             num_slots=self.num_slots,
             token_states=token,
             reservation=reservation,
             internal=internal,
-            external=free_total if blocked else 0,
-            free=0 if blocked else free_total,
+            external=free_total if stranded else 0,
+            free=0 if stranded else free_total,
             running=len(self.running),
             waiting=len(self.waiting),
             blocked=blocked,

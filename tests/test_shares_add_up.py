@@ -64,3 +64,24 @@ def test_largest_remainder_sums_to_100_and_stays_within_one_unit(weights, decima
     assert round(sum(values.values()), 6) == 100
     for k, v in values.items():
         assert abs(v - 100 * shares[k]) < 10**-decimals + 1e-9
+
+
+LESSONS = SIX.parent
+RECORDED = sorted(p.name for p in LESSONS.iterdir() if (p / "trace.jsonl").is_file())
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_paging_never_draws_an_unusable_hole(name):
+    """Any free block serves any request, so a paged side has no external fragmentation, even
+    while a request waits for more blocks than are free; the contiguous side keeps its holes."""
+    from viz.reducer import HOLE
+
+    lesson = L.build(L.load_spec(name), read(LESSONS / name / "trace.jsonl"))
+    for side in (lesson.left, lesson.right):
+        frames = [side.at(i) for i in range(lesson.num_frames)]
+        if side.run.allocator == "paged":
+            assert all(f.account.external == 0 and f.count(HOLE) == 0 for f in frames)
+        waits = [f for f in frames if f.blocked and f.account.free + f.account.external > 0]
+        if name == "recompute-or-swap":  # the case that once drew crosses on free blocks
+            assert side.run.allocator == "paged" and waits
+            assert all(f.count("F") == f.account.free > 0 for f in waits)
