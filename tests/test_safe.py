@@ -182,7 +182,7 @@ def _state(pid: int) -> str | None:
     """The /proc state letter of ``pid`` (Z = zombie), or None when it no longer exists."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before, or while, it was read
         return None
     return stat.rsplit(")", 1)[1].split()[0]
 
