@@ -25,8 +25,16 @@ from pathlib import Path
 import pytest
 
 from engine import kv_events as K
-from tests.test_kv_events import free_ports, hostile_publisher, send_malformed, send_probe
-from tests.test_watch_browser import ARTIFACTS, T, metric, rss_kib, settled, until
+from tests.test_kv_events import free_ports
+from tests.test_watch_browser import (
+    ARTIFACTS,
+    T,
+    metric,
+    rss_kib,
+    settled,
+    survives_malformed,
+    until,
+)
 from viz.serve import CHROMIUM, running_app
 
 pytestmark = [
@@ -226,20 +234,11 @@ def test_watch_page_follows_the_engine_through_kill_restart_garbage_and_a_flood(
             until(lambda: shows(page, T["status_gone"].format(url=url)), 30)
 
             # 4. a hostile server on the same port: 1,000 malformed messages, one warning line
-            with hostile_publisher(url) as bad:
-                until(
-                    lambda: (metric(page, "m_malformed") or 0) > 0,
-                    30,
-                    tick=lambda: send_probe(bad),
-                )
-                base = settled(page, "m_malformed")
-                send_malformed(bad, 1000)
-                until(lambda: metric(page, "m_malformed") == base + 1000, 60)
-                assert metric(page, "m_blocks") == len(held2)
-                warnings = page.locator('[data-testid="stAlertContentWarning"]')
-                assert warnings.count() == 1
-                assert T["last_error"].split("{")[0].strip() in warnings.first.inner_text()
-                lap("1,000 malformed messages")
+            survives_malformed(page, url, blocks=len(held2), timeout=60)
+            warnings = page.locator('[data-testid="stAlertContentWarning"]')
+            assert warnings.count() == 1
+            assert T["last_error"].split("{")[0].strip() in warnings.first.inner_text()
+            lap("1,000 malformed messages")
 
             # 5. a burst of 100k events (about 20 MB of batches) from a new publisher on the port
             pub = K.KVEventPublisher(url)
