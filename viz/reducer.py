@@ -330,8 +330,7 @@ _HANDLERS: dict[str, Callable[[ArenaState, Any], None]] = {
 def _close(s: ArenaState, ev: E.StepEnd) -> Frame:
     last_look = _finishing_cells(s)  # read before close_step forgets who finished
     account = s.tally.close_step(ev.step)  # also fixes this step's refusals
-    hole = account.external > 0
-    cells_list = [_cell(s, slot, hole) for slot in range(s.run.num_slots)]
+    cells_list = _cells(s, account.external > 0)
     owners_list = list(s.owners)
     for slot, (req, code, _) in last_look.items():
         cells_list[slot], owners_list[slot] = code, req
@@ -372,22 +371,34 @@ def _finishing_cells(s: ArenaState) -> dict[int, tuple[str, str, int]]:
     return out
 
 
-def _cell(s: ArenaState, slot: int, hole: bool) -> str:
-    owner = s.owners[slot]
-    if owner is None:
-        return HOLE if hole else FREE
-    if s.written[slot]:
-        return TOKEN
-    final = max(s.tally.final_len(owner), s.tally.filled.get(owner, 0))
-    return RESERVED if s.pos[slot] < final else INTERNAL
+def _cells(s: ArenaState, hole: bool) -> list[str]:
+    """Every slot's category code. One pass over the arena for every frame, so each owner's
+    threshold (slots below it are still to be written) is looked up once, not once per slot."""
+    empty = HOLE if hole else FREE
+    t = s.tally
+    final: dict[str, int] = {}
+    out = []
+    for owner, written, pos in zip(s.owners, s.written, s.pos, strict=True):
+        if owner is None:
+            out.append(empty)
+        elif written:
+            out.append(TOKEN)
+        else:
+            f = final.get(owner)
+            if f is None:
+                f = final[owner] = max(t.final_len(owner), t.filled.get(owner, 0))
+            out.append(RESERVED if pos < f else INTERNAL)
+    return out
 
 
 def _changed(prev: Frame | None, cells: str, owners: tuple) -> frozenset[int]:
     if prev is None:
         return frozenset(i for i, o in enumerate(owners) if o is not None)
+    if cells == prev.cells and owners == prev.owners:  # most steps of a long run touch nothing
+        return frozenset()
     out = []
-    for i, (c, p) in enumerate(zip(cells, prev.cells, strict=True)):
-        if owners[i] != prev.owners[i] or (c != p and not (c in "FH" and p in "FH")):
+    for i, (c, p, o, po) in enumerate(zip(cells, prev.cells, owners, prev.owners, strict=True)):
+        if o != po or (c != p and not (c in "FH" and p in "FH")):
             out.append(i)
     return frozenset(out)
 
