@@ -6,6 +6,7 @@ engine core use. They emit allocator events on the bus; the scheduler emits the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -97,7 +98,7 @@ class Allocator(Protocol):
 
     def release(self, req_id: str) -> None: ...
 
-    def block_table(self, req_id: str) -> list[int]: ...
+    def block_table(self, req_id: str) -> Sequence[int]: ...
 
     def slot(self, req_id: str, pos: int) -> int: ...
 
@@ -424,9 +425,11 @@ class ContiguousAllocator:
         self.placement.free(start, length)
         self.bus.emit(E.ReservationReleased, req=req_id, start=start, length=length)
 
-    def block_table(self, req_id: str) -> list[int]:
+    def block_table(self, req_id: str) -> Sequence[int]:
+        # a range, not a list: the run spans max_model_len slots and the scheduler asks for it
+        # every step of every request (the simulator's hottest line as a list)
         start, length = self.runs[req_id]
-        return list(range(start, start + length))
+        return range(start, start + length)
 
     def slot(self, req_id: str, pos: int) -> int:
         return self.runs[req_id][0] + pos

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -149,7 +150,7 @@ class ScheduledSeq:
     token_ids: list[int]
     positions: list[int]
     slot_mapping: list[int]
-    block_table: list[int]
+    block_table: Sequence[int]
     context_len: int
 
     @property

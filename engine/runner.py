@@ -94,7 +94,7 @@ class ModelRunner:
             last.append(len(ids) - 1)
         # Table entries past a sequence's context are never read: trim them (a contiguous run
         # reserved for max_model_len would otherwise ship thousands of unused entries per step).
-        tables = [s.block_table[: -(-s.context_len // block_size)] for s in seqs]
+        tables = [list(s.block_table[: -(-s.context_len // block_size)]) for s in seqs]
         ctx = [s.context_len for s in seqs]
         pre, dec = seqs[:num_prefill], seqs[num_prefill:]
         num_prefill_tokens = sum(len(s.token_ids) for s in pre)
