@@ -270,7 +270,9 @@ class PagedAllocator:
         if not self.enable_prefix_caching:
             return
         bs, table, chain = self.block_size, self.tables[req.req_id], self.hashes[req.req_id]
-        tokens = req.all_token_ids
+        if len(chain) >= num_tokens // bs:  # a decode step that fills no block
+            return
+        tokens = req.token_ids(0, num_tokens)
         parent = chain[-1] if chain else ROOT_HASH
         for i in range(len(chain), num_tokens // bs):
             ids = tokens[i * bs : (i + 1) * bs]

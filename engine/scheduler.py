@@ -185,7 +185,7 @@ class Scheduler:
         slots = [self.allocator.slot(req.req_id, p) for p in positions]
         return ScheduledSeq(
             request=req,
-            token_ids=req.all_token_ids[start:end],
+            token_ids=req.token_ids(start, end),
             positions=positions,
             slot_mapping=slots,
             block_table=self.allocator.block_table(req.req_id),

@@ -169,3 +169,15 @@ TestPagedAllocator = PagedMachine.TestCase
 TestPagedAllocator.settings = settings(max_examples=60, stateful_step_count=60, deadline=None)
 TestContiguousAllocator = ContiguousMachine.TestCase
 TestContiguousAllocator.settings = settings(max_examples=60, stateful_step_count=60, deadline=None)
+
+
+def test_token_ids_slices_prompt_then_output_like_the_whole_list():
+    # the scheduler reads a step's tokens through this instead of building prompt + output
+    for p_len in range(4):
+        for o_len in range(4):
+            req = Request("r", list(range(10, 10 + p_len)), SamplingParams())
+            req.output_token_ids = list(range(50, 50 + o_len))
+            whole = req.all_token_ids
+            for start in range(p_len + o_len + 2):
+                for end in range(start, p_len + o_len + 3):
+                    assert req.token_ids(start, end) == whole[start:end], (p_len, o_len)
