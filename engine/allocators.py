@@ -68,12 +68,21 @@ class Allocator(Protocol):
     - ``slot(req_id, pos)``: the flat arena slot of a logical position;
     - ``slots_needed(req)``: the most slots ``req`` could ever hold (feasibility check);
     - ``free_slots`` / ``largest_hole``: the free total and the largest run one request could
-      be given (for paging any free block will do, so the two are equal)."""
+      be given (for paging any free block will do, so the two are equal);
+    - ``can_share``: blocks may have several holders (paging). Only then may the scheduler
+      ``fork(parent, child, num_tokens) -> int`` (the child shares the parent's first
+      ``num_tokens`` tokens and need not compute them) once ``can_fork()`` says there is room;
+    - ``take_copies()``: the ``(src, dst)`` block copies due before the next forward
+      (copy-on-write); ``take_swaps()``: the ``(device, cpu)`` and ``(cpu, device)`` copies
+      (swap preemption); both empty for an allocator that never makes them;
+    - ``swap_out(req_id)``: park a preempted request's blocks in the CPU tier and return the
+      moves, or None: then it is released and recomputed."""
 
     name: str
     view_block_size: int
     num_slots: int
     bus: E.EventBus
+    can_share: bool
 
     @property
     def free_slots(self) -> int: ...
@@ -102,6 +111,16 @@ class Allocator(Protocol):
 
     def slot(self, req_id: str, pos: int) -> int: ...
 
+    def can_fork(self) -> bool: ...
+
+    def fork(self, parent: Request, child: Request, num_tokens: int) -> int: ...
+
+    def take_copies(self) -> list[tuple[int, int]]: ...
+
+    def take_swaps(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]: ...
+
+    def swap_out(self, req_id: str) -> list[tuple[int, int]] | None: ...
+
 
 class PagedAllocator:
     """Paging: a per-request block table grows by one block only when its last block is full;
@@ -116,6 +135,7 @@ class PagedAllocator:
     forward)."""
 
     name = "paged"
+    can_share = True
 
     def __init__(
         self, num_blocks: int, block_size: int, bus: E.EventBus, enable_prefix_caching: bool = False
@@ -294,6 +314,14 @@ class PagedAllocator:
         out, self.pending_copies = self.pending_copies, []
         return out
 
+    def take_swaps(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """No CPU tier here (engine.swap.SwappingPagedAllocator has one): nothing moves."""
+        return [], []
+
+    def swap_out(self, req_id: str) -> list[tuple[int, int]] | None:
+        """No CPU tier: a preempted request is recomputed."""
+        return None
+
     def reset_prefix_cache(self) -> None:
         """Forget every cached hash (blocks in use keep their contents and holders)."""
         self.pool.clear_cache()
@@ -339,7 +367,12 @@ class ContiguousAllocator:
     event fold sees it as free space that nobody can use (``slack_slots`` counts it).
 
     A request whose run fits in no hole waits even when the free total would do: the refusal's
-    reason is then ``no_hole`` - external fragmentation."""
+    reason is then ``no_hole`` - external fragmentation.
+
+    Runs are never shared, copied or swapped: a parallel sample reserves and computes its own
+    prompt, and a preempted request is recomputed."""
+
+    can_share = False
 
     def __init__(
         self,
@@ -435,6 +468,21 @@ class ContiguousAllocator:
 
     def slot(self, req_id: str, pos: int) -> int:
         return self.runs[req_id][0] + pos
+
+    def can_fork(self) -> bool:
+        return False
+
+    def fork(self, parent: Request, child: Request, num_tokens: int) -> int:
+        raise RuntimeError("a contiguous run cannot be shared: admit the sample on its own")
+
+    def take_copies(self) -> list[tuple[int, int]]:
+        return []
+
+    def take_swaps(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        return [], []
+
+    def swap_out(self, req_id: str) -> list[tuple[int, int]] | None:
+        return None
 
 
 def make_allocator(

@@ -15,6 +15,7 @@ will have computed, so full blocks are cached as soon as their K/V exist.
 from __future__ import annotations
 
 from collections import deque
+from typing import Literal
 
 from engine import events as E
 from engine.allocators import AdmitRefusal, Allocator
@@ -60,13 +61,11 @@ class Scheduler:
         # After a preemption memory is short: admitting now would only evict someone again.
         if self.num_preemptions == preempted_before:
             seqs += self._admit_waiting(sum(len(s.token_ids) for s in seqs))
-        take = getattr(self.allocator, "take_swaps", None)
-        out, inn = take() if take is not None else ([], [])
-        copies = getattr(self.allocator, "take_copies", None)
+        out, inn = self.allocator.take_swaps()
         return Batch(
             seqs=seqs,
             block_size=self.allocator.view_block_size,
-            copies=copies() if copies is not None else [],
+            copies=self.allocator.take_copies(),
             swap_out=out,
             swap_in=inn,
         )
@@ -98,8 +97,7 @@ class Scheduler:
 
     def _preempt(self, req: Request) -> None:
         self.running.remove(req)
-        swap_out = getattr(self.allocator, "swap_out", None)
-        if self.preemption_mode != "swap" or swap_out is None or swap_out(req.req_id) is None:
+        if self.preemption_mode != "swap" or self.allocator.swap_out(req.req_id) is None:
             self.allocator.release(req.req_id)
             req.num_computed = 0  # recomputed from its prompt on readmission
         req.status = Status.WAITING
@@ -136,7 +134,7 @@ class Scheduler:
             if parent is None:
                 cached = self.allocator.admit(req, n)
             else:
-                cached = self.allocator.fork(parent, req, n - 1)  # type: ignore[attr-defined]
+                cached = self.allocator.fork(parent, req, n - 1)
                 req.num_computed = cached
                 if not self.allocator.grow(req, n):  # can_fork promised the one block
                     raise RuntimeError("a fork found no block for its first write")
@@ -151,7 +149,7 @@ class Scheduler:
             num_batched += new
         return seqs
 
-    def _fork_source(self, req: Request) -> Request | None | bool:
+    def _fork_source(self, req: Request) -> Request | None | Literal[False]:
         """For a parallel sample: the running sibling whose prompt blocks it can share (paging
         only), False when that sibling is still computing them, None to admit it on its own."""
         parent = self._by_id.get(req.parent_id) if req.parent_id is not None else None
@@ -159,12 +157,12 @@ class Scheduler:
             parent is None
             or req.output_token_ids
             or parent.status is not Status.RUNNING
-            or not hasattr(self.allocator, "fork")
+            or not self.allocator.can_share
         ):
             return None
         if parent.num_computed < req.prompt_len:
             return False
-        return parent if self.allocator.can_fork() else None  # type: ignore[attr-defined]
+        return parent if self.allocator.can_fork() else None
 
     def _blocked(self, req: Request, refusal: AdmitRefusal) -> None:
         self.bus.emit(
