@@ -91,6 +91,10 @@ def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not a number a trace may hold")
 
 
+# one decoder for every line: json.loads builds a new one per call when given parse_constant
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def check_nesting(line: str, max_depth: int) -> bool:
     """True when no bracket in ``line`` nests deeper than ``max_depth`` (strings ignored). Cheap:
     a line with few brackets cannot nest deep, so only bracket-heavy lines are scanned."""
@@ -113,7 +117,7 @@ def parse_json_line(line: str, where: str, limits: Limits = LIMITS) -> object:
     if not check_nesting(line, limits.max_depth):
         raise TraceError(f"trace is corrupt: {where} nests deeper than {limits.max_depth} levels")
     try:
-        return json.loads(line, parse_constant=_refuse_constant)
+        return _DECODER.decode(line)
     except (ValueError, RecursionError):  # JSONDecodeError, NaN, ints of 4,300+ digits
         raise TraceError(f"trace is corrupt or truncated: {where} is not valid JSON") from None
 
