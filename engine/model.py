@@ -214,13 +214,14 @@ def _gguf_parsed_once() -> Iterator[None]:
     import gguf
 
     with _GGUF_PATCH:  # the patch is module-wide: one load at a time restores it correctly
-        reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
-        gguf.GGUFReader = functools.lru_cache(maxsize=None)(reader)
-        gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
+        originals = {name: getattr(gguf, name) for name in ("GGUFReader", "get_tensor_name_map")}
+        for name, fn in originals.items():
+            setattr(gguf, name, functools.lru_cache(maxsize=None)(fn))
         try:
             yield
         finally:
-            gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
+            for name, fn in originals.items():
+                setattr(gguf, name, fn)
 
 
 def extract_weights(hf, tokenizer=None) -> ModelWeights:
