@@ -38,6 +38,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from engine.gguf_metadata import GGUF_MAX_BYTES, gguf_metadata
 from engine.request import InvalidConfigError
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
@@ -280,7 +281,8 @@ def _config_int(cfg: dict, key: str, path: str | Path) -> int:
 
 
 def from_gguf(path: str | Path, dtype: str | int | None = None) -> ModelShape:
-    """Read a model's shape from a GGUF file's metadata (no tensor data is touched).
+    """Read a model's shape from a GGUF file's metadata, parsed from its first 8 MiB at most
+    (engine/gguf_metadata.py, as the capacity page reads an upload; no tensor data is touched).
 
     Keys are ``{arch}.block_count``, ``{arch}.attention.head_count_kv`` (falls back to
     ``head_count``), ``{arch}.attention.key_length`` (falls back to ``embedding_length //
@@ -289,15 +291,10 @@ def from_gguf(path: str | Path, dtype: str | int | None = None) -> ModelShape:
     path = Path(path)
     if not path.is_file():
         raise InvalidConfigError(f"no GGUF file at {path}")
-    from gguf import GGUFReader  # heavy (numpy + format tables): only when a GGUF is asked for
-
     try:
-        meta = {
-            k: f.contents()
-            for k, f in GGUFReader(path).fields.items()
-            if not k.startswith("tokenizer.")
-        }
-    except Exception as e:  # the reader signals a foreign file with assorted error types
+        with open(path, "rb") as f:
+            meta = gguf_metadata(f.read(GGUF_MAX_BYTES), "the file")
+    except (OSError, InvalidConfigError) as e:
         raise InvalidConfigError(f"cannot read {path} as GGUF: {e}") from None
     return shape_from_gguf_metadata(meta, path, path.stem, dtype)
 

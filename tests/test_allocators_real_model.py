@@ -15,17 +15,19 @@ ALL = ["paged", "max", "pow2", "oracle"]
 
 def _scenario() -> Scenario:
     reqs = (
+        # each request grows past a block boundary (block 8: A from 5 tokens to 10, B's chat
+        # prompt from 39 to 45, C from 21 to 26); more tokens would only add steps
         ScenarioRequest(
-            id="A", prompt="The three primary colours are", max_tokens=10, ignore_eos=True
+            id="A", prompt="The three primary colours are", max_tokens=5, ignore_eos=True
         ),
         ScenarioRequest(
             id="B",
             prompt="Answer briefly: what is two plus two?",
             chat=True,
-            max_tokens=12,
+            max_tokens=6,
             arrival_step=1,
         ),
-        ScenarioRequest(id="C", prompt_len=21, max_tokens=9, ignore_eos=True, arrival_step=2),
+        ScenarioRequest(id="C", prompt_len=21, max_tokens=5, ignore_eos=True, arrival_step=2),
     )
     return Scenario(
         "allocators agree", num_blocks=14, block_size=8, max_model_len=80, requests=reqs

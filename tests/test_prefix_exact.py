@@ -1,6 +1,9 @@
 """Sharing must not change a single token: greedy fp32 outputs with and without prefix caching,
 and ``n`` seeded samples against separate runs with those seeds, with room to spare and under
-memory pressure (preemption of requests that hold shared blocks)."""
+memory pressure (preemption of requests that hold shared blocks).
+
+"Without" is HF's own greedy ids, stored by tests/data/make_golden.py (test_model_exact holds
+the engine without caching to them); the CLI test below still runs both settings side by side."""
 
 from __future__ import annotations
 
@@ -28,6 +31,14 @@ UNRELATED = [
 GREEDY = SamplingParams(max_tokens=8, ignore_eos=True)
 
 
+NEW_TOKENS = 20  # what the golden HF ids hold for the shared-prefix prompts (make_golden.py)
+
+
+def shared_prefix_prompts() -> list[str]:
+    """The shared-prefix workload: one system prompt, four questions."""
+    return [SYSTEM + q for q in QUESTIONS]
+
+
 def _tokens(model, prompts, caching, num_blocks, params=GREEDY):
     llm = LLM(
         model, num_blocks=num_blocks, block_size=16, enable_prefix_caching=caching, progress=False
@@ -43,14 +54,27 @@ def _tight(model, prompts, max_tokens) -> int:
     return -(-(longest + max_tokens - 1) // 16) + 1
 
 
+def _without_caching(model, case: str, prompts: list[str], n: int) -> list[list[int]]:
+    """The tokens without prefix caching: HF's own greedy ids, stored (tests/data/golden_hf.json;
+    test_model_exact holds the engine to them with caching off)."""
+    from tests.test_model_exact import golden
+
+    stored = golden(case)
+    ids = [model.tokenizer.encode(p) for p in prompts]
+    rows = {tuple(p): t for p, t in zip(stored["prompt_ids"], stored["hf_token_ids"], strict=True)}
+    assert all(tuple(p) in rows for p in ids) and stored["new_tokens"] >= n, (
+        "golden_hf.json is stale: run tests/data/make_golden.py"
+    )
+    return [rows[tuple(p)][:n] for p in ids]
+
+
 @pytest.mark.parametrize("pressure", [False, True])
 def test_greedy_tokens_are_the_same_with_prefix_caching(smollm, pressure):
-    prompts = [SYSTEM + q for q in QUESTIONS]
-    params = SamplingParams(max_tokens=20, ignore_eos=True) if pressure else GREEDY
-    num_blocks = _tight(smollm, prompts, 20) if pressure else 64
-    plain, _ = _tokens(smollm, prompts, False, num_blocks, params)
+    prompts = shared_prefix_prompts()
+    params = SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True) if pressure else GREEDY
+    num_blocks = _tight(smollm, prompts, NEW_TOKENS) if pressure else 64
     cached, llm = _tokens(smollm, prompts, True, num_blocks, params)
-    assert cached == plain
+    assert cached == _without_caching(smollm, "prefix", prompts, params.max_tokens)
     ids = [llm.tokenizer.encode(p) for p in prompts]
     common = next(i for i, col in enumerate(zip(*ids, strict=False)) if len(set(col)) > 1)
     assert common >= 16  # the system prompt fills at least one block: there is something to hit
@@ -60,23 +84,29 @@ def test_greedy_tokens_are_the_same_with_prefix_caching(smollm, pressure):
 
 
 def test_prompts_without_a_shared_prefix_are_unchanged(smollm):
-    plain, _ = _tokens(smollm, UNRELATED, False, 64)
     cached, llm = _tokens(smollm, UNRELATED, True, 64)
-    assert cached == plain and llm.prefix_cache_hit_tokens == 0
+    assert cached == _without_caching(smollm, "exact", UNRELATED, GREEDY.max_tokens)
+    assert llm.prefix_cache_hit_tokens == 0
+
+
+def _seeded(seed: int, n: int = 1) -> SamplingParams:
+    return SamplingParams(max_tokens=20, temperature=0.9, seed=seed, n=n, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def separate_runs(smollm) -> list[list[int]]:
+    """Three separate runs of the first question with seeds 11, 12 and 13, room to spare."""
+    prompt = SYSTEM + QUESTIONS[0]
+    return [_tokens(smollm, [prompt], False, 64, _seeded(11 + k))[0][0] for k in range(3)]
 
 
 @pytest.mark.parametrize("pressure", [False, True])
-def test_n_seeded_samples_equal_separate_runs(smollm, pressure):
+def test_n_seeded_samples_equal_separate_runs(smollm, separate_runs, pressure):
     prompt = SYSTEM + QUESTIONS[0]
     num_blocks = _tight(smollm, [prompt], 20) if pressure else 64
-
-    def params(seed, n=1):
-        return SamplingParams(max_tokens=20, temperature=0.9, seed=seed, n=n, ignore_eos=True)
-
-    together, llm = _tokens(smollm, [prompt], False, num_blocks, params(11, n=3))
-    alone = [_tokens(smollm, [prompt], False, 64, params(11 + k))[0][0] for k in range(3)]
-    assert together == alone
-    assert len(set(map(tuple, alone))) > 1  # the seeds do differ: the test can fail
+    together, llm = _tokens(smollm, [prompt], False, num_blocks, _seeded(11, n=3))
+    assert together == separate_runs
+    assert len(set(map(tuple, separate_runs))) > 1  # the seeds do differ: the test can fail
     if pressure:
         assert llm.num_preemptions > 0
     else:  # each later sample shared all but the last prompt token

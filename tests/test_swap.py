@@ -319,36 +319,26 @@ def quarter_of_need(prompts: list[list[int]], new_tokens: int, block_size: int) 
 
 @pytest.mark.model
 def test_swap_outputs_match_ample_memory_and_recompute(smollm):
-    from engine.llm import LLM
-    from tests.test_model_exact import PROMPTS, golden
+    # test_preemption's workload (16 short prompts, NEW_TOKENS each, a quarter of the memory
+    # they need): its recompute run is made once for both files
+    from test_model_exact import golden
+    from test_preemption import NEW_TOKENS, prompt_ids, quarter_memory_run
 
-    prompts = [smollm.tokenizer.encode(p) for p in PROMPTS[:8]]
-    params = SamplingParams(max_tokens=24, ignore_eos=True)
-    blocks = quarter_of_need(prompts, 24, 16)
-    # The ample-memory run's tokens: HF's stored greedy ids, which test_model_exact holds the
-    # engine to with room to spare (greedy, so the first 24 of 48 are the 24-token run's).
-    stored = golden("exact")
-    assert stored["prompt_ids"][:8] == prompts and stored["new_tokens"] >= 24
-    want = [ids[:24] for ids in stored["hf_token_ids"][:8]]
+    ids = prompt_ids(smollm.tokenizer)
+    # the ample-memory run's tokens: HF's own greedy ids, stored, made with no memory limit
+    stored = golden("preemption")
+    assert stored["prompt_ids"] == ids and stored["new_tokens"] == NEW_TOKENS
     got = {}
     for mode in ("recompute", "swap"):
-        events = E.ListSink()
-        llm = LLM(
-            smollm,
-            num_blocks=blocks,
-            attention="torch",
-            preemption_mode=mode,
-            trace=events,
-            progress=False,
-        )
-        got[mode] = [o.token_ids for o in llm.generate(prompts, params)]
-        kinds = [e.kind for e in events.events]
+        outs, llm, kinds = quarter_memory_run(smollm, mode)
+        assert llm.arena.num_blocks == quarter_of_need(ids, NEW_TOKENS, llm.arena.block_size)
+        got[mode] = [o.token_ids for o in outs]
         assert llm.num_preemptions > 0, mode
         if mode == "swap":
             assert kinds.count("swapped_out") > 0 and kinds.count("swap_fallback") == 0
             assert llm.runner.cpu_tier.bytes_in == llm.runner.cpu_tier.bytes_out > 0
-    assert got["swap"] == want
-    assert got["recompute"] == want
+    assert got["swap"] == stored["hf_token_ids"]
+    assert got["recompute"] == stored["hf_token_ids"]
 
 
 @pytest.mark.parametrize(

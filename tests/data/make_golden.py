@@ -1,5 +1,6 @@
 """Regenerate ``tests/data/golden_hf.json``: HF transformers' own greedy tokens on SmolLM2 (fp32,
-CPU) for the prompts of tests/test_model_exact.py and tests/test_preemption.py.
+CPU) for the prompts of tests/test_model_exact.py, tests/test_preemption.py and the shared-prefix
+workload of tests/test_prefix_exact.py.
 
 The tests compare our engine against these stored ids instead of calling HF ``generate`` a few
 dozen times per run; one live HF check stays in test_model_exact.py. Rerun this script when the
@@ -25,6 +26,7 @@ def main() -> int:
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     import test_model_exact as exact
     import test_preemption as preemption
+    import test_prefix_exact as prefix
 
     from engine.model import load_model
 
@@ -32,6 +34,10 @@ def main() -> int:
     cases = {
         "exact": (exact.all_prompt_ids(model.tokenizer), exact.NEW_TOKENS),
         "preemption": (preemption.prompt_ids(model.tokenizer), preemption.NEW_TOKENS),
+        "prefix": (
+            [model.tokenizer.encode(p) for p in prefix.shared_prefix_prompts()],
+            prefix.NEW_TOKENS,
+        ),
     }
     golden: dict[str, object] = {"model": model.name}
     for name, (prompts, n) in cases.items():
