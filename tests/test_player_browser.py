@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from viz.serve import CHROMIUM, hold_key, shown_frame, wait_painted, wait_ready
+from viz.serve import CHROMIUM, hold_key, shown_frame, wait_idle, wait_painted, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -26,8 +26,12 @@ ROOT_JS = "() => document.querySelector('#pk-player').dataset"
 
 
 def open_player(page, url: str) -> int:
+    """Open ``url`` and wait until the player shows a frame and the page's first run is over
+    (that run ends by writing the lesson into the URL, over a frame a key already wrote)."""
     page.goto(url)
-    return wait_ready(page)
+    frame = wait_ready(page)
+    wait_idle(page)
+    return frame
 
 
 def chapters(page) -> list[dict]:
@@ -85,7 +89,8 @@ def test_stepping_asks_nothing_of_the_server(page, app_url):
     asked: list[str] = []
     page.on("websocket", lambda ws: ws.on("framesent", lambda f: asked.append("ws")))
     open_player(page, f"{app_url}/?frame=2")
-    page.wait_for_timeout(1500)  # the page's own loading (fonts, first runs) is over
+    wait_idle(page)  # the page's own loading (first runs, fonts, icons) is over
+    page.wait_for_load_state("networkidle")
     asked.clear()
     page.on("request", lambda r: asked.append(r.url) if "/static/" not in r.url else None)
     for n in range(3, 23):
@@ -211,26 +216,22 @@ SIZE_JS = "(sel) => parseFloat(getComputedStyle(document.querySelector(sel)).fon
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 @pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)])
-def test_presenter_mode_fits_the_screen(browser, app_url, lang, size):
-    ctx = browser.new_context(viewport={"width": size[0], "height": size[1]})
-    page = ctx.new_page()
-    try:
-        start = open_player(page, f"{app_url}/?present=1&lang={lang}&frame=9")
-        assert page.evaluate(ROOT_JS)["present"] == "1"
-        frames = [start, 20, 41, last_frame(page)]
-        for f in frames:
-            page.evaluate(f"() => window.pkPlayer.go({f})")
-            wait_painted(page, f)
-            labels = page.evaluate(LABELS_JS)
-            assert labels, "no labels found"
-            bad = [lb for lb in labels if not lb["inside"] or lb["ellipsis"]]
-            assert not bad, (f, bad[:5])
-            if size[0] == 1920:
-                for sel in ("#pk-chapter", "#pk-cap-l", "#pk-cap-r"):
-                    assert page.evaluate(SIZE_JS, sel) >= 24, sel
-            page.screenshot(path=str(ARTIFACTS / f"present-{lang}-{size[0]}x{size[1]}-{f}.png"))
-    finally:
-        ctx.close()
+def test_presenter_mode_fits_the_screen(page, app_url, lang, size):
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    start = open_player(page, f"{app_url}/?present=1&lang={lang}&frame=9")
+    assert page.evaluate(ROOT_JS)["present"] == "1"
+    frames = [start, 20, 41, last_frame(page)]
+    for f in frames:
+        page.evaluate(f"() => window.pkPlayer.go({f})")
+        wait_painted(page, f)
+        labels = page.evaluate(LABELS_JS)
+        assert labels, "no labels found"
+        bad = [lb for lb in labels if not lb["inside"] or lb["ellipsis"]]
+        assert not bad, (f, bad[:5])
+        if size[0] == 1920:
+            for sel in ("#pk-chapter", "#pk-cap-l", "#pk-cap-r"):
+                assert page.evaluate(SIZE_JS, sel) >= 24, sel
+        page.screenshot(path=str(ARTIFACTS / f"present-{lang}-{size[0]}x{size[1]}-{f}.png"))
 
 
 def test_the_app_opens_and_steps_with_the_network_cut_off(browser, app_url):
