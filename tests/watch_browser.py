@@ -63,12 +63,34 @@ def survives_malformed(page, url: str, blocks: int, timeout: float) -> None:
         assert metric(page, "m_blocks") == blocks
 
 
+# Counts the page's finished script runs (the live view reruns every second). Installed on
+# first use; returns the run a caller must see finish for the page to show state newer than
+# the call: the next one, or the one after when a run is under way now.
+RUNS_JS = """() => {
+  const a = document.querySelector('[data-test-script-state]');
+  if (window.__pkRunsDone === undefined) {
+    window.__pkRunsDone = 0;
+    new MutationObserver(rs => { for (const r of rs) if (r.oldValue === 'running')
+      window.__pkRunsDone++; }).observe(a, {attributes: true, attributeOldValue: true,
+                                            attributeFilter: ['data-test-script-state']});
+  }
+  return window.__pkRunsDone + (a.dataset.testScriptState === 'running' ? 2 : 1); }"""
+DONE_JS = "(n) => window.__pkRunsDone >= n"
+
+
+def redrawn(page, timeout: float = 20.0) -> None:
+    """Return once a run of the page that began after this call has finished: what it shows
+    then is drawn from the subscriber's state at or after the call."""
+    page.wait_for_function(DONE_JS, arg=page.evaluate(RUNS_JS), timeout=timeout * 1000)
+
+
 def settled(page, key: str, timeout: float = 20.0) -> int:
-    """A metric once it has stopped moving (the view redraws every second; probes in flight
-    may still land)."""
+    """A metric once it has stopped moving: the same now and after a fresh redraw of the view
+    (probes in flight may still land). Counting the page's runs, not sleeping, keeps this exact on a
+    loaded machine, where a redraw can come later than its second."""
     last, end = metric(page, key), time.monotonic() + timeout
     while time.monotonic() < end:
-        time.sleep(2.2)
+        redrawn(page, max(0.1, end - time.monotonic()))
         now = metric(page, key)
         if now == last and now is not None:
             return now
