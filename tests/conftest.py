@@ -110,6 +110,7 @@ def page(_tab):
     if holder["page"].is_closed():
         holder["page"] = ctx.new_page()
     pg = holder["page"]
+    pg.bring_to_front()  # a tab behind another gets few animation frames: waits would crawl
     pg.set_viewport_size({"width": 1600, "height": 1000})
     added: list[tuple[str, object]] = []
 
