@@ -219,31 +219,27 @@ def test_the_lesson_page_downloads_the_trace_on_screen_as_one_file(page, app_url
 @pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
 @pytest.mark.parametrize("lang", ["en", "zh"])
 @pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)])
-def test_presenter_mode_fits_the_screen_with_system_fonts(browser, exported, lang, size):
+def test_presenter_mode_fits_the_screen_with_system_fonts(page, exported, lang, size):
     """The animations photograph this view: with the file's system fonts (not the app's) every
     label still lies inside the screen, none cut short, at the keyframes and the last frame."""
     from test_player_browser import LABELS_JS
 
     from viz.serve import wait_painted, wait_ready
 
-    ctx = browser.new_context(viewport={"width": size[0], "height": size[1]})
-    page = ctx.new_page()
-    try:
-        page.goto(f"{exported.as_uri()}#frame=0&lang={lang}&present=1")
-        wait_ready(page)
-        frames = [
-            c["start"]
-            for c in page.evaluate("() => window.pkPlayer.data.chapters")
-            if c["step"] is not None
-        ]
-        for f in frames:
-            page.evaluate(f"() => window.pkPlayer.go({f})")
-            wait_painted(page, f)
-            labels = page.evaluate(LABELS_JS)
-            bad = [lb for lb in labels if not lb["inside"] or lb["ellipsis"]]
-            assert labels and not bad, (f, bad[:5])
-    finally:
-        ctx.close()
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    page.goto(f"{exported.as_uri()}#frame=0&lang={lang}&present=1")
+    wait_ready(page)
+    frames = [
+        c["start"]
+        for c in page.evaluate("() => window.pkPlayer.data.chapters")
+        if c["step"] is not None
+    ]
+    for f in frames:
+        page.evaluate(f"() => window.pkPlayer.go({f})")
+        wait_painted(page, f)
+        labels = page.evaluate(LABELS_JS)
+        bad = [lb for lb in labels if not lb["inside"] or lb["ellipsis"]]
+        assert labels and not bad, (f, bad[:5])
 
 
 @pytest.mark.parametrize(
