@@ -175,11 +175,12 @@ def test_watch_page_follows_the_engine_through_kill_restart_garbage_and_a_flood(
     page = browser.new_page(viewport={"width": 1440, "height": 1100})
     pub = None
     try:
+        # the engine binds its sockets, then loads the model (seconds): the app starts and the
+        # page subscribes meanwhile
+        first = Engine(url, tmp_path / "run1.jsonl", ARTIFACTS / "watch-engine-run1.log")
+        engines.append(first)
         with running_app(log=ARTIFACTS / "streamlit-watch-engine.log", info=info) as app:
             pid = info["pid"]
-            # the engine binds its sockets, then loads the model: the page subscribes meanwhile
-            first = Engine(url, tmp_path / "run1.jsonl", ARTIFACTS / "watch-engine-run1.log")
-            engines.append(first)
             page.goto(f"{app}/watch", wait_until="domcontentloaded")
             page.get_by_text(T["title"]).first.wait_for(timeout=60_000)
             page.get_by_label(T["endpoint"]).fill(url)
