@@ -143,9 +143,9 @@ def test_stepping_asks_nothing_of_the_server(page, app_url):
 def test_a_held_arrow_registers_every_repeat(player):
     page = player
     start_at(page, 0)
-    sent = hold_key(page, 1.5, 0.030)  # key repeat at 30 ms: every repeat is a step
-    assert sent >= 40
-    wait_painted(page, min(sent, last_frame(page)))
+    # key repeat at 30 ms, 40 repeats or more (a loaded machine sends fewer in 1.5 s)
+    sent = hold_key(page, 1.5, 0.030, at_least=40)
+    wait_painted(page, min(sent, last_frame(page)))  # every repeat is a step
 
 
 def test_autoplay_advances_pauses_and_stops_at_the_end(player):
