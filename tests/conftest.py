@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -88,10 +89,43 @@ def browser():
         b.close()
 
 
-@pytest.fixture
-def page(browser):
-    """A fresh 1600x1000 page of the suite's one Chromium, closed after the test."""
+@pytest.fixture(scope="session")
+def _tab(browser):
+    """The one tab the browser tests take turns in (per xdist worker). A new tab costs a
+    renderer process and a cold parse of Streamlit's bundle, about 3 s of CPU per app page;
+    navigating a tab that is already open costs about 1 s, and each navigation still opens a
+    new app session (the page reads its URL afresh)."""
     ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-    pg = ctx.new_page()
-    yield pg
+    holder = {"page": ctx.new_page()}
+    yield ctx, holder
     ctx.close()
+
+
+@pytest.fixture
+def page(_tab):
+    """The shared tab at 1600x1000 (``set_viewport_size`` for another size). Listeners a test
+    adds with ``page.on`` are removed afterwards, and the tab goes to about:blank, which ends
+    the test's app session as closing a tab would."""
+    ctx, holder = _tab
+    if holder["page"].is_closed():
+        holder["page"] = ctx.new_page()
+    pg = holder["page"]
+    pg.bring_to_front()  # a tab behind another gets few animation frames: waits would crawl
+    pg.set_viewport_size({"width": 1600, "height": 1000})
+    added: list[tuple[str, object]] = []
+
+    def on(event, handler):
+        added.append((event, handler))
+        return type(pg).on(pg, event, handler)
+
+    pg.on = on  # type: ignore[method-assign]
+    yield pg
+    del pg.on
+    for event, handler in added:
+        pg.remove_listener(event, handler)
+    try:
+        pg.mouse.up()  # a test that failed mid-drag leaves no button held
+        pg.goto("about:blank")
+    except Exception:  # a crashed or wedged tab: the next test opens a new one
+        with contextlib.suppress(Exception):
+            pg.close()

@@ -22,8 +22,12 @@ pytestmark = [
 
 
 def open_frame(page, url: str) -> int:
+    """Open ``url`` and wait until the player shows a frame and the page's first run is over
+    (that run ends by writing the lesson into the URL, over a frame a key already wrote)."""
     page.goto(url)
-    return wait_ready(page)
+    frame = wait_ready(page)
+    wait_idle(page)
+    return frame
 
 
 def href(page) -> str:

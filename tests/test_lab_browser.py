@@ -32,11 +32,10 @@ THREE = S.Lab(
 
 
 @pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
-    pg = ctx.new_page()
-    yield pg
-    ctx.close()
+def page(page):
+    """The shared tab (tests/conftest.py, which accepts downloads) at the lab's size."""
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    return page
 
 
 def _open(page, app_url: str, lab: S.Lab | None = None, token: str | None = None) -> None:

@@ -10,11 +10,13 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from engine import trace as T
+from engine.trace_check import LIMITS, TraceChecker
 from viz.lesson_page import MAX_UPLOAD_MB
 from viz.serve import CHROMIUM, running_app, wait_idle
 
@@ -55,13 +57,14 @@ def load_scenario(requests: int) -> str:
 
 
 class MaxTrace:
-    """The largest valid trace under the upload cap: a dry run sized to fill it (recorded in
-    the background while the sessions open), cut back by whole requests if it overshoots."""
+    """The largest valid trace under the upload cap: a dry run (recorded in the background
+    while the sessions open), then, if that one is more than the app accepts, one recording
+    rescaled by how far over it was: the closest to the limit a whole number of requests gets."""
 
     def __init__(self, folder: Path) -> None:
         self.cap = MAX_UPLOAD_MB * 1_000_000
         self.scenario, self.out = folder / "load.toml", folder / "max.jsonl"
-        self.requests = 21 * MAX_UPLOAD_MB  # about 7.7 MB at 8 MB: one recording, usually
+        self.requests = 21 * MAX_UPLOAD_MB  # about 7.7 MB at 8 MB: over the drawing budget
         self.proc = self._record()
 
     def _record(self) -> subprocess.Popen:
@@ -90,17 +93,32 @@ class MaxTrace:
         accepts, not one it refuses in a line."""
         while True:
             assert self.proc.wait(timeout=120) == 0
-            size = self.out.stat().st_size
-            if size > self.cap:
-                self.requests = int(self.requests * self.cap / size * 0.97)
-            else:
-                try:
-                    T.read(self.out)
-                    return self.out
-                except T.TraceError as e:
-                    assert "too large to draw" in str(e), e
-                    self.requests = int(self.requests * 0.8)
+            over = over_budget(self.out, self.cap)
+            if over <= 1:
+                T.read(self.out)  # the app's own reader takes it whole
+                return self.out
+            # the work grows with the requests (one arrives every 3 steps): scale, with room
+            self.requests = min(self.requests - 1, int(self.requests / over * 0.96))
             self.proc = self._record()
+
+
+def over_budget(path: Path, cap: int) -> float:
+    """How many times what the app accepts a trace is: the largest of its bytes over ``cap``
+    and its events, frames x arena slots and slot walks over the reader's budget (LIMITS); at
+    most 1.0 when the app takes it. Read once with a budget that never runs out."""
+    lim = LIMITS
+    endless = replace(lim, max_events=1 << 40, max_frame_cells=1 << 40, max_slot_touches=1 << 40)
+    checker = TraceChecker(endless)
+    with path.open(encoding="utf-8", newline="\n") as f:
+        for lineno, line in enumerate(f, start=1):
+            checker.line(lineno, line)
+    b = checker.budget
+    return max(
+        path.stat().st_size / cap,
+        b.events / lim.max_events,
+        b.cells / lim.max_frame_cells,
+        b.touches / lim.max_slot_touches,
+    )
 
 
 def server_rss_mb(port: int) -> float:

@@ -13,7 +13,7 @@ import pytest
 
 from viz import capacity_page, paper_page, stack_page, sweep, watch_page
 from viz.lesson import load_spec
-from viz.serve import CHROMIUM
+from viz.serve import CHROMIUM, wait_idle
 
 pytestmark = [
     pytest.mark.browser,
@@ -33,25 +33,20 @@ PAGES = {
 }
 
 
-def _settle(page, timeout_ms: int = 240_000) -> None:
-    """Wait until the script has run and stays idle (a run may trigger one more rerun)."""
-    idle = (
-        "() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
-        " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }"
-    )
-    for _ in range(2):
-        page.wait_for_function(idle, timeout=timeout_ms)
-        page.wait_for_timeout(600)
+def _open(page, url: str, timeout_ms: int = 240_000) -> None:
+    """Open ``url`` and wait until its script run is over. No page reruns itself after its
+    first run (watched with a MutationObserver on the run state), so idle once is settled."""
+    page.goto(url, wait_until="domcontentloaded")
+    wait_idle(page, timeout_ms)
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 @pytest.mark.parametrize("path", list(PAGES))
-def test_page_renders_without_errors(app_url, browser, path, lang):
+def test_page_renders_without_errors(app_url, page, path, lang):
     sep = "&" if "?" in path else "?"
-    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.set_viewport_size({"width": 1440, "height": 900})
     try:
-        page.goto(f"{app_url}/{path}{sep}lang={lang}", wait_until="domcontentloaded")
-        _settle(page)
+        _open(page, f"{app_url}/{path}{sep}lang={lang}")
         page.get_by_text(PAGES[path][lang], exact=False).first.wait_for(timeout=30_000)
         assert page.locator('[data-testid="stException"]').count() == 0
         assert page.locator('[data-testid="stAlertContentError"]').count() == 0
@@ -61,24 +56,15 @@ def test_page_renders_without_errors(app_url, browser, path, lang):
         name = (path.split("?")[0] or "lesson") + f"-{lang}.png"
         page.screenshot(path=str(ARTIFACTS / name), full_page=True)
         raise
-    finally:
-        page.close()
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_each_stack_layer_links_to_its_lesson(app_url, browser, lang):
+def test_each_stack_layer_links_to_its_lesson(app_url, page, lang):
     """Following a layer's link opens that lesson (the lesson page reads ?lesson=)."""
-    page = browser.new_page(viewport={"width": 1440, "height": 900})
-    try:
-        page.goto(f"{app_url}/stack?lang={lang}", wait_until="domcontentloaded")
-        _settle(page)
-        link = page.locator("a[href*='lesson=fp8-twice']").first
-        href = link.get_attribute("href")
-        assert href is not None
-        page.goto(f"{app_url}/{href}", wait_until="domcontentloaded")
-        _settle(page)
-        page.get_by_text(load_spec("fp8-twice").title[lang], exact=False).first.wait_for(
-            timeout=30_000
-        )
-    finally:
-        page.close()
+    page.set_viewport_size({"width": 1440, "height": 900})
+    _open(page, f"{app_url}/stack?lang={lang}")
+    link = page.locator("a[href*='lesson=fp8-twice']").first
+    href = link.get_attribute("href")
+    assert href is not None
+    _open(page, f"{app_url}/{href}")
+    page.get_by_text(load_spec("fp8-twice").title[lang], exact=False).first.wait_for(timeout=30_000)

@@ -164,7 +164,7 @@ def slow_live_app(tmp_path):
 def _go_live(page, url: str) -> None:
     page.goto(url)
     page.wait_for_selector("#pk-frame", timeout=60_000)
-    settle_after_load(page)
+    wait_idle(page)  # only clicks follow: settle_after_load's wait is for keys
     page.get_by_role("button", name="Run it live now", exact=True).click()
     wait_idle(page)
     page.get_by_role("button", name="Dry run (no model)", exact=True).click()

@@ -194,28 +194,24 @@ def test_download_names_from_uploads_are_tame(name, stem):
 @pytest.mark.browser
 @needs_trace
 @pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
-def test_the_lesson_page_downloads_the_trace_on_screen_as_one_file(browser, app_url, tmp_path):
+def test_the_lesson_page_downloads_the_trace_on_screen_as_one_file(page, app_url, tmp_path):
     """The app's button hands out the same standalone player, which then opens offline."""
     from viz.serve import wait_ready
 
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
-    page = ctx.new_page()
-    try:
-        page.goto(f"{app_url}/?frame=3")
-        wait_ready(page)
-        button = page.get_by_role("button", name="Download as one HTML file")
-        button.scroll_into_view_if_needed()
-        with page.expect_download(timeout=60_000) as dl:
-            button.click()
-        path = tmp_path / dl.value.suggested_filename
-        dl.value.save_as(path)
-        assert path.name == "six-steps.html"
-        text = path.read_text(encoding="utf-8")
-        assert player._asset("player.js") in text and path.stat().st_size <= MAX_BYTES
-        page.goto(path.as_uri() + "#frame=7")
-        assert wait_ready(page) == 7
-    finally:
-        ctx.close()
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.goto(f"{app_url}/?frame=3")
+    wait_ready(page)
+    button = page.get_by_role("button", name="Download as one HTML file")
+    button.scroll_into_view_if_needed()
+    with page.expect_download(timeout=60_000) as dl:
+        button.click()
+    path = tmp_path / dl.value.suggested_filename
+    dl.value.save_as(path)
+    assert path.name == "six-steps.html"
+    text = path.read_text(encoding="utf-8")
+    assert player._asset("player.js") in text and path.stat().st_size <= MAX_BYTES
+    page.goto(path.as_uri() + "#frame=7")
+    assert wait_ready(page) == 7
 
 
 @pytest.mark.browser
@@ -223,31 +219,27 @@ def test_the_lesson_page_downloads_the_trace_on_screen_as_one_file(browser, app_
 @pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
 @pytest.mark.parametrize("lang", ["en", "zh"])
 @pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)])
-def test_presenter_mode_fits_the_screen_with_system_fonts(browser, exported, lang, size):
+def test_presenter_mode_fits_the_screen_with_system_fonts(page, exported, lang, size):
     """The animations photograph this view: with the file's system fonts (not the app's) every
     label still lies inside the screen, none cut short, at the keyframes and the last frame."""
     from test_player_browser import LABELS_JS
 
     from viz.serve import wait_painted, wait_ready
 
-    ctx = browser.new_context(viewport={"width": size[0], "height": size[1]})
-    page = ctx.new_page()
-    try:
-        page.goto(f"{exported.as_uri()}#frame=0&lang={lang}&present=1")
-        wait_ready(page)
-        frames = [
-            c["start"]
-            for c in page.evaluate("() => window.pkPlayer.data.chapters")
-            if c["step"] is not None
-        ]
-        for f in frames:
-            page.evaluate(f"() => window.pkPlayer.go({f})")
-            wait_painted(page, f)
-            labels = page.evaluate(LABELS_JS)
-            bad = [lb for lb in labels if not lb["inside"] or lb["ellipsis"]]
-            assert labels and not bad, (f, bad[:5])
-    finally:
-        ctx.close()
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    page.goto(f"{exported.as_uri()}#frame=0&lang={lang}&present=1")
+    wait_ready(page)
+    frames = [
+        c["start"]
+        for c in page.evaluate("() => window.pkPlayer.data.chapters")
+        if c["step"] is not None
+    ]
+    for f in frames:
+        page.evaluate(f"() => window.pkPlayer.go({f})")
+        wait_painted(page, f)
+        labels = page.evaluate(LABELS_JS)
+        bad = [lb for lb in labels if not lb["inside"] or lb["ellipsis"]]
+        assert labels and not bad, (f, bad[:5])
 
 
 @pytest.mark.parametrize(

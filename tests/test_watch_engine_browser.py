@@ -1,13 +1,15 @@
 """The watch page, in a real browser (Debian's Chromium via Playwright), follows OUR ENGINE: a
 ``python -m engine record`` child process running the shared-system-prompt lesson's workload on
 the real model with prefix caching, publishing on a free loopback port. The page must show the
-shared chain the engine's own trace says it cached; keep it when the process is SIGKILLed and say
-the server went away; follow the process started again on the same port (the same scenario as a
-dry run, ``--forward skip``: another model load would double the test's time, and its different
-cache shows the page really follows the new process); shrug off 1,000 malformed messages with
-one warning line; and take a 100k-event burst with the recording ring, the blocks held and the
-app server's memory bounded. Every expected number comes from the scenario or the engine's
-trace, every wait is bounded."""
+shared chain the engine's own trace says it cached and hand it out as a recording that folds
+back to the same cache; keep it when the process is SIGKILLed and say the server went away;
+follow the process started again on the same port (the same scenario as a dry run, ``--forward
+skip``: another model load would double the test's time, and its different cache shows the
+page really follows the new process); shrug off 1,000 malformed messages with one warning
+line; and take a 100k-event burst with the recording ring, the blocks held and the app server's
+memory bounded. Every expected number comes from the scenario or the engine's trace, every
+wait is bounded. (It replaced a browser test of the same page against stand-in events: every
+check of that one is made here, on the real engine.)"""
 
 from __future__ import annotations
 
@@ -26,15 +28,17 @@ import pytest
 
 from engine import kv_events as K
 from tests.test_kv_events import free_ports
-from tests.test_watch_browser import (
+from tests.watch_browser import (
     ARTIFACTS,
     T,
+    download,
     metric,
     rss_kib,
     settled,
     survives_malformed,
     until,
 )
+from viz.kv_watch import fold, read_recording
 from viz.serve import CHROMIUM, running_app
 
 pytestmark = [
@@ -171,11 +175,12 @@ def test_watch_page_follows_the_engine_through_kill_restart_garbage_and_a_flood(
     page = browser.new_page(viewport={"width": 1440, "height": 1100})
     pub = None
     try:
+        # the engine binds its sockets, then loads the model (seconds): the app starts and the
+        # page subscribes meanwhile
+        first = Engine(url, tmp_path / "run1.jsonl", ARTIFACTS / "watch-engine-run1.log")
+        engines.append(first)
         with running_app(log=ARTIFACTS / "streamlit-watch-engine.log", info=info) as app:
             pid = info["pid"]
-            # the engine binds its sockets, then loads the model: the page subscribes meanwhile
-            first = Engine(url, tmp_path / "run1.jsonl", ARTIFACTS / "watch-engine-run1.log")
-            engines.append(first)
             page.goto(f"{app}/watch", wait_until="domcontentloaded")
             page.get_by_text(T["title"]).first.wait_for(timeout=60_000)
             page.get_by_label(T["endpoint"]).fill(url)
@@ -208,8 +213,13 @@ def test_watch_page_follows_the_engine_through_kill_restart_garbage_and_a_flood(
             assert cell(page, "shared") == str(shared)
             lap("chain table drawn")
             assert cell(page, "leaves") == str(len(requests))
+            page.get_by_text(T["chains_title"]).first.wait_for(timeout=10_000)
             page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
             page.screenshot(path=str(ARTIFACTS / "watch-engine-shared-chain.png"), full_page=True)
+            # the recording downloads as JSONL and folds back to the same cache
+            recorded = read_recording(download(page).read_text(encoding="utf-8"))
+            assert fold(recorded).snapshot().num_blocks == len(held)
+            lap("recording downloaded")
 
             # 2. killed: the page says so and keeps what it had
             first.kill()

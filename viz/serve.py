@@ -161,14 +161,22 @@ def settle_after_load(page) -> None:
     page.wait_for_timeout(600)
 
 
-def hold_key(page, seconds: float, every: float, key: str = "ArrowRight", code: int = 39) -> int:
+def hold_key(
+    page,
+    seconds: float,
+    every: float,
+    key: str = "ArrowRight",
+    code: int = 39,
+    at_least: int = 0,
+) -> int:
     """Hold ``key`` as a keyboard does: a keydown, then auto-repeats every ``every`` seconds,
     sent straight through the DevTools protocol (Playwright's own calls are slower than 30 ms).
-    Returns the number of keydowns sent."""
+    Held past ``seconds`` until ``at_least`` keydowns are out (a loaded machine sends fewer in
+    the time). Returns the number of keydowns sent."""
     cdp = page.context.new_cdp_session(page)
     ev = {"key": key, "code": key, "windowsVirtualKeyCode": code}
     t0, n = time.monotonic(), 0
-    while time.monotonic() - t0 < seconds:
+    while time.monotonic() - t0 < seconds or n < at_least:
         cdp.send("Input.dispatchKeyEvent", {**ev, "type": "rawKeyDown", "autoRepeat": n > 0})
         n += 1
         time.sleep(max(0.0, t0 + n * every - time.monotonic()))
