@@ -90,7 +90,8 @@ def main() -> int:
     print(
         f"{len(prompts)} requests, {args.system_len}-token shared system prompt, "
         f"{args.new_tokens} new tokens each, device {model.device}, "
-        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}"
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')} "
+        f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}"
     )
     for c in (False, True):
         print(

@@ -16,9 +16,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# what engine/__init__.py sets, needed here before torch loads (it imports first below)
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import engine  # noqa: E402, F401  # sets torch's OpenMP waiting before torch loads
 
+# isort: split
 import torch  # noqa: E402
 
 from engine.llm import LLM  # noqa: E402
@@ -84,7 +84,7 @@ def main() -> int:
     same = sum(a == b for a, b in zip(our_tokens, hf_tokens, strict=False))
     print(
         f"{len(prompts)} prompts x {args.new_tokens} new tokens on {model.device} "
-        f"({torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}), "
+        f"({torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')} GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}), "
         f"attention={llm.runner.attention_backend}"
     )
     print(f"ours (paged engine): {max(ours):.1f} tok/s")

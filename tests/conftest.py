@@ -22,8 +22,9 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.browser)
 
 
-# before any test module loads torch: sleeping OpenMP workers (engine/__init__.py says why)
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# before any test module loads torch: briefly spinning, then sleeping OpenMP workers
+# (engine/__init__.py sets them and says why)
+import engine  # noqa: E402, F401
 
 
 @pytest.fixture(scope="session")
