@@ -100,3 +100,23 @@ def test_every_step_has_a_figure_with_its_title():
             [fig.layout.title.text or ""] + [a.text or "" for a in fig.layout.annotations]
         )
         assert step.title["zh"] in texts
+
+
+def test_kaleido_runs_offline_one_server_per_batch(monkeypatch):
+    """Every image goes through our kaleido server, started without MathJax (kaleido's default
+    page fetches it from a CDN for each image: a download at run time), and a batch shares one
+    server however its calls nest."""
+    import kaleido
+    import plotly.graph_objects as go
+
+    calls: list[tuple[str, dict]] = []
+    monkeypatch.setattr(kaleido, "start_sync_server", lambda **kw: calls.append(("start", kw)))
+    monkeypatch.setattr(kaleido, "stop_sync_server", lambda **kw: calls.append(("stop", kw)))
+    monkeypatch.setattr(go.Figure, "to_image", lambda self, **kw: b"img")
+    fig = go.Figure()
+    assert export.figure_bytes(fig, "svg") == b"img"
+    with export._one_browser():
+        for fmt in ("png", "pdf"):
+            assert export.figure_bytes(fig, fmt) == b"img"
+    assert [c[0] for c in calls] == ["start", "stop", "start", "stop"]
+    assert all(kw.get("mathjax") is False for name, kw in calls if name == "start")

@@ -23,6 +23,7 @@ import argparse
 import os
 import shutil
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -95,13 +96,14 @@ def figure_bytes(fig: go.Figure, fmt: str, size: tuple[int, int] | None = None) 
         fig.layout.height or LAYOUT_SIZE[1],
     )
     scale = PNG_SCALE if fmt == "png" else 1.0
-    try:
-        with warnings.catch_warnings():
-            # plotly passes Chromium options even to a running server, which ignores them
-            warnings.filterwarnings("ignore", message="The kopts argument is ignored")
-            return fig.to_image(format=fmt, width=width, height=height, scale=scale)
-    except Exception as e:  # kaleido raises several unrelated types when Chromium is missing
-        raise ExportError(f"cannot render {fmt}: {type(e).__name__}: {e}") from None
+    with _one_browser():  # ours, not plotly's one-off server, which would fetch MathJax
+        try:
+            with warnings.catch_warnings():
+                # plotly passes Chromium options even to a running server, which ignores them
+                warnings.filterwarnings("ignore", message="The kopts argument is ignored")
+                return fig.to_image(format=fmt, width=width, height=height, scale=scale)
+        except Exception as e:  # kaleido raises several unrelated types when Chromium is missing
+            raise ExportError(f"cannot render {fmt}: {type(e).__name__}: {e}") from None
 
 
 def file_name(lesson_name: str, k: int, lang: str, fmt: str) -> str:
@@ -232,22 +234,36 @@ def _checked(values: list[str], allowed: tuple[str, ...], what: str) -> list[str
 
 
 class _one_browser:
-    """Keep one Chromium for a batch of images (a fresh one per image costs seconds)."""
+    """Keep one Chromium for a batch of images (a fresh one per image costs seconds); nested
+    uses share the outer one. Started without MathJax: kaleido's default page loads it from a
+    CDN for every image, a download at run time (no figure here has TeX)."""
+
+    depth = 0
+    lock = threading.RLock()  # app sessions export from their own threads: one at a time
 
     def __enter__(self):
         import kaleido
 
-        _ensure_browser()
-        try:
-            kaleido.start_sync_server(silence_warnings=True)
-        except Exception as e:
-            raise ExportError(f"cannot start Chromium for kaleido: {e}") from None
+        _one_browser.lock.acquire()
+        if _one_browser.depth == 0:
+            _ensure_browser()
+            try:
+                kaleido.start_sync_server(mathjax=False, silence_warnings=True)
+            except Exception as e:
+                _one_browser.lock.release()
+                raise ExportError(f"cannot start Chromium for kaleido: {e}") from None
+        _one_browser.depth += 1
         return self
 
     def __exit__(self, *exc) -> None:
         import kaleido
 
-        kaleido.stop_sync_server(silence_warnings=True)
+        _one_browser.depth -= 1
+        try:
+            if _one_browser.depth == 0:
+                kaleido.stop_sync_server(silence_warnings=True)
+        finally:
+            _one_browser.lock.release()
 
 
 def _split(text: str) -> list[str]:
