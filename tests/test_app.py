@@ -63,8 +63,14 @@ def press(at: AppTest, key: str) -> AppTest:
     return at
 
 
-def test_opens_on_frame_zero_of_the_six_step_lesson(lesson):
-    at = open_app()
+@pytest.fixture(scope="module")
+def default_app() -> AppTest:
+    """The app opened with no query, for the tests that only read what it sent."""
+    return open_app()
+
+
+def test_opens_on_frame_zero_of_the_six_step_lesson(lesson, default_app):
+    at = default_app
     data = player(at)
     assert data["start"] == 0 and data["num_frames"] == lesson.num_frames
     assert at.session_state["pk_lesson"] == "six-steps"
@@ -93,15 +99,15 @@ def test_negative_frame_is_clamped_to_zero():
     assert shown_frame(open_app({"frame": "-4"})) == 0
 
 
-def test_present_param_opens_presenter_mode():
+def test_present_param_opens_presenter_mode(default_app):
     assert player(open_app({"present": "1"}))["present"] is True
-    assert player(open_app())["present"] is False
+    assert player(default_app)["present"] is False
 
 
-def test_every_frame_is_sent_once_with_its_own_grids(lesson):
+def test_every_frame_is_sent_once_with_its_own_grids(lesson, default_app):
     """Each frame's record points at grids drawn for that very frame (data-pk-frame), and the
     chapters cover every frame exactly once."""
-    data = player(open_app())
+    data = player(default_app)
     body = frames(data)
     for i, rec in enumerate(body["frames"]):
         for slot in (1, 4):

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -91,14 +89,6 @@ def test_narration_quotes_only_numbers_the_traces_have(spec, results, lang):
 def test_chinese_lines_join_without_gaps_but_keep_latin_words_apart():
     body, _ = sweep.fill("一个\n请求，最后一个 block\n里空着\n{n} 个", {"n": 3}, "zh")
     assert body == "一个请求，最后一个 block 里空着 3 个"
-
-
-def test_viz_pages_never_import_torch():
-    code = (
-        "import sys, viz.block_size_page, viz.paper_page, viz.export, viz.sweep; "
-        "sys.exit('torch' in sys.modules)"
-    )
-    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120).returncode == 0
 
 
 def _page(lang: str) -> AppTest:

@@ -80,9 +80,10 @@ def _decode_case(lens, hkv, group, d, dtype=torch.float32, **knobs):
     _assert_close(out, expected, dtype)
 
 
+# every group size (1, 3, 8: each masked inside the 16-row tile) and both head sizes; the
+# kernel has no branch on the pair, so the cross product adds no path
 @interpreted
-@pytest.mark.parametrize("d", [64, 128])
-@pytest.mark.parametrize("group", [1, 3, 8])
+@pytest.mark.parametrize("group,d", [(1, 128), (3, 64), (8, 128)])
 def test_decode_matches_reference_on_mixed_batch_with_shuffled_blocks(group, d):
     _decode_case(LENGTHS, hkv=2, group=group, d=d)
 
@@ -94,9 +95,11 @@ def test_decode_matches_reference_at_block_boundaries(length):
 
 
 @interpreted
-@pytest.mark.parametrize("splits,tile_n", [(2, 16), (4, 16), (8, 64)])
+@pytest.mark.parametrize("splits,tile_n", [(4, 16), (8, 64)])
 def test_decode_split_across_programs_merges_to_the_same_softmax(splits, tile_n):
-    # (8, 64): most splits hold no token at all and must contribute nothing
+    # (4, 16): the long request's splits walk several tiles each before they are merged (2 splits
+    # walk the same code with more tiles each); (8, 64): most splits hold no token at all and
+    # must contribute nothing
     _decode_case(LENGTHS, hkv=2, group=3, d=64, num_splits=splits, tile_n=tile_n)
 
 
@@ -123,9 +126,10 @@ PREFILL_LENS = LENGTHS + [20]
 PREFILL_NEW = [1, 15, 3, 17, 70, 0]
 
 
+# every group size (1: MHA; 3: padded to 4 rows per token; 8) and both head sizes; the kernel
+# has no branch on the pair, so the cross product (3x the interpreter's time) adds no path
 @interpreted
-@pytest.mark.parametrize("d", [64, 128])
-@pytest.mark.parametrize("group", [1, 3, 8])
+@pytest.mark.parametrize("group,d", [(1, 64), (3, 128), (8, 64)])
 def test_prefill_attends_causally_to_cached_blocks_and_itself(group, d):
     _prefill_case(PREFILL_LENS, PREFILL_NEW, hkv=2, group=group, d=d)
 
@@ -185,9 +189,12 @@ def test_fp8_decode_dequantizes_like_the_reference(group, dtype):
     torch.testing.assert_close(out, exact, **FP8_TOL[dtype])
 
 
+# both float8 formats and both group shapes; dequantizing is per element, blind to the group,
+# so group 8 (the interpreter's slowest) runs once, with e4m3's tighter tolerance
 @interpreted
-@pytest.mark.parametrize("dtype", FP8)
-@pytest.mark.parametrize("group", [1, 8])
+@pytest.mark.parametrize(
+    "group,dtype", [(1, torch.float8_e4m3fn), (1, torch.float8_e5m2), (8, torch.float8_e4m3fn)]
+)
 def test_fp8_prefill_dequantizes_like_the_reference(group, dtype):
     k32, v32, k8, v8, tables, ctx, g = _fp8_arena(PREFILL_LENS, 2, 64, dtype)
     starts = torch.tensor([0] + PREFILL_NEW).cumsum(0).int()

@@ -84,11 +84,12 @@ def _browser_ok() -> bool:
     return Path(CHROMIUM).exists()
 
 
-@pytest.fixture
-def offline_page(browser):
-    """A page where every request that is not the file itself is refused and recorded."""
+@pytest.fixture(scope="module")
+def _offline_tab(browser):
+    """One context for the offline tests (a new one costs a renderer): every request that is
+    not a file is refused, and all are recorded (routing also turns the cache off)."""
     ctx = browser.new_context(viewport={"width": 1280, "height": 720})
-    seen: dict[str, list[str]] = {"file": [], "aborted": []}
+    seen: dict[str, list[str]] = {"file": [], "aborted": [], "errors": []}
 
     def route(r):
         url = r.request.url
@@ -101,9 +102,20 @@ def offline_page(browser):
 
     ctx.route("**/*", route)
     page = ctx.new_page()
-    page.on("pageerror", lambda e: seen.setdefault("errors", []).append(str(e)))
+    page.on("pageerror", lambda e: seen["errors"].append(str(e)))
     yield page, seen
     ctx.close()
+
+
+@pytest.fixture
+def offline_page(_offline_tab):
+    """The offline tab on a blank page with nothing recorded yet: each test loads the file
+    afresh and sees only its own requests."""
+    page, seen = _offline_tab
+    page.goto("about:blank")
+    for urls in seen.values():
+        urls.clear()
+    return page, seen
 
 
 def _hash(page) -> str:

@@ -3,13 +3,15 @@
 (categories non-negative and summing to the arena, shares in [0, 1], owners and blocks inside
 the arena) that the app's own renderers draw without error.
 
-Seeded random, so a failure names its case and replays. ``FUZZ_CASES`` (default 4000) and
-``FUZZ_SECONDS`` (default 60, a cap for slow machines) run it longer on demand, e.g.
-``FUZZ_CASES=20000 FUZZ_SECONDS=1200 pytest tests/test_trace_fuzz.py -s``.
+Seeded random, so a failure names its case and replays. ``FUZZ_CASES`` (default 2000: every
+one of the 17 mutation kinds is then applied over a hundred times, and the test asserts each
+was applied) and ``FUZZ_SECONDS`` (default 60, a cap for slow machines) run it longer on demand,
+e.g. ``FUZZ_CASES=20000 FUZZ_SECONDS=1200 pytest tests/test_trace_fuzz.py -s``.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -17,6 +19,7 @@ import os
 import random
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +48,7 @@ SOURCES = [
     ROOT / "lessons" / "six-steps" / "trace.jsonl",
     *sorted((ROOT / "lessons" / "block-size" / "traces").glob("*.jsonl")),
 ]
-CASES = int(os.environ.get("FUZZ_CASES", "4000"))
+CASES = int(os.environ.get("FUZZ_CASES", "2000"))
 SECONDS = float(os.environ.get("FUZZ_SECONDS", "60"))
 SEED = int(os.environ.get("FUZZ_SEED", "9"))
 RECORDED = 24  # random dry-run recordings mutated alongside the shipped traces
@@ -103,6 +106,7 @@ class Tally:
     accepted: int = 0
     rejected: int = 0
     failures: list[str] = field(default_factory=list)
+    kinds: Counter[str] = field(default_factory=Counter)  # mutations applied, by kind
 
 
 # --- mutations -------------------------------------------------------------------------------
@@ -238,6 +242,33 @@ def mutate_rename(rng: random.Random, lines: list[str]) -> str:
     return f"rename {kind} {old!r} to {new}"
 
 
+MUTATION_KINDS = {
+    "nudge",
+    "odd value at",
+    "drop",
+    "change kind",
+    "change req",
+    "set a key",
+    "delete line",
+    "duplicate line",
+    "swap lines",
+    "swap neighbours at",
+    "nesting",
+    "long line at",
+    "insert a character in line",
+    "cut line",
+    "truncate at line",
+    "rename req",
+    "rename run",
+}
+
+
+def mutation_kind(done: str) -> str:
+    """The kind of a mutation from its description ("line 3: nudge ('req',)" -> "nudge")."""
+    m = re.match(r"[a-z]+(?: [a-z]+)*", re.sub(r"^line \d+: ", "", done))
+    return m.group() if m else done
+
+
 def mutate(rng: random.Random, text: str) -> tuple[str, list[str]]:
     lines = text.split("\n")
     done = []
@@ -294,7 +325,7 @@ def check_frame(f: Frame) -> None:
         a.external,
         a.free,
     )
-    assert all(o is None or o in f.requests for o in f.owners)
+    assert set(f.owners) - {None} <= f.requests.keys()
     assert all(0 <= v.filled <= v.held <= n for v in f.requests.values())
     num_blocks = n // f.run.block_size
     for req, table in f.block_tables.items():
@@ -314,8 +345,13 @@ def render(frame: Frame, layout: figures.GridLayout, lang: str) -> None:
     assert all(isinstance(s, str) and s for s in out)
 
 
+@functools.cache
+def six_steps() -> L.LessonSpec:
+    return L.load_spec("six-steps")
+
+
 def check_accepted(trace: Trace, rng: random.Random) -> None:
-    spec = L.load_spec("six-steps")
+    spec = six_steps()
     try:
         lesson = L.build(spec, trace, source="fuzz")
     except TraceError as e:  # one contiguous and one paged run are needed: one line, then
@@ -390,14 +426,17 @@ def test_mutated_traces_are_refused_in_one_line_or_fold_into_possible_frames():
             break
         name = rng.choice(names)
         mutated, done = mutate(rng, texts[name])
+        tally.kinds.update(mutation_kind(d) for d in done)
         run_case(mutated, random.Random(case), tally, f"case {case} {name} {done}")
     print(
         f"\nfuzz: {tally.cases} cases ({len(texts)} unmutated) in "
         f"{time.monotonic() - t0:.1f} s: {tally.accepted} accepted, {tally.rejected} refused, "
-        f"{len(tally.failures)} failures"
+        f"{len(tally.failures)} failures; fewest mutations of one kind: "
+        f"{min(tally.kinds[k] for k in MUTATION_KINDS)}"
     )
     assert not tally.failures, "\n".join(tally.failures[:10])
     assert tally.rejected > 0 and tally.accepted > len(texts)  # both outcomes were exercised
+    assert set(tally.kinds) - {"skip"} == MUTATION_KINDS, tally.kinds  # and every mutation
 
 
 @pytest.mark.parametrize(
