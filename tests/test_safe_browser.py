@@ -188,6 +188,7 @@ def test_one_live_run_per_server_and_it_ends_with_its_tab(page, slow_live_app):
     os.kill(live[0], signal.SIGSTOP)
     try:
         second = page
+        second.bring_to_front()  # a tab behind another gets few animation frames: waits crawl
         _go_live(second, slow_live_app)
         second.get_by_text("live run is in progress").wait_for(timeout=30_000)
         assert [p for p, cmd in _children(server) if "engine record" in cmd] == live
