@@ -64,8 +64,9 @@ def tiny_llama_dir(tmp_path_factory, smollm):
 
 
 @pytest.fixture(scope="session")
-def app_url():
-    """The app served on a free localhost port for the browser tests (log in test-artifacts/)."""
+def _app():
+    """The app served on a free localhost port for the browser tests (log in test-artifacts/):
+    its URL and its server's pid."""
     from pathlib import Path
 
     from viz.serve import running_app
@@ -73,8 +74,21 @@ def app_url():
     artifacts = Path(__file__).resolve().parent.parent / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")  # one server per xdist worker
-    with running_app(log=artifacts / f"streamlit-browser-tests-{worker}.log") as url:
-        yield url
+    info: dict = {}
+    with running_app(log=artifacts / f"streamlit-browser-tests-{worker}.log", info=info) as url:
+        yield url, info["pid"]
+
+
+@pytest.fixture(scope="session")
+def app_url(_app):
+    """The shared app's base URL."""
+    return _app[0]
+
+
+@pytest.fixture(scope="session")
+def app_pid(_app, app_url):
+    """The pid of the shared app's server, for a test that watches its memory."""
+    return _app[1]
 
 
 @pytest.fixture(scope="session")

@@ -44,7 +44,7 @@ def press(page, key: str, expect: int) -> None:
     wait_painted(page, expect)
 
 
-def test_arrow_keys_step_exactly_one_frame_each(page, app_url):
+def test_arrow_keys_step_exactly_one_frame_each_and_page_and_end_keys_jump(page, app_url):
     start = open_frame(page, app_url)
     assert start == 0
     for n in (1, 2, 3):
@@ -54,22 +54,19 @@ def test_arrow_keys_step_exactly_one_frame_each(page, app_url):
     assert shown_frame(page) == start + 2
     wait_for_query(page, r"[?&]frame=2(&|$)")
     page.screenshot(path=str(ARTIFACTS / "lesson-frame-2.png"), full_page=True)
-
-
-def test_a_link_opens_that_frame(page, app_url):
-    assert open_frame(page, f"{app_url}/?lesson=six-steps&frame=8") == 8
-    assert re.search(r"[?&]frame=8(&|$)", href(page))
-    page.screenshot(path=str(ARTIFACTS / "lesson-frame-8.png"), full_page=True)
-
-
-def test_page_and_end_keys_jump(page, app_url):
-    open_frame(page, f"{app_url}/?frame=0")
+    # the same page: End, Home and PageDown jump
     page.keyboard.press("End")
     last = shown_frame(page)
     assert last > 0
     press(page, "Home", 0)
     page.keyboard.press("PageDown")
     assert 0 < shown_frame(page) < last
+
+
+def test_a_link_opens_that_frame(page, app_url):
+    assert open_frame(page, f"{app_url}/?lesson=six-steps&frame=8") == 8
+    assert re.search(r"[?&]frame=8(&|$)", href(page))
+    page.screenshot(path=str(ARTIFACTS / "lesson-frame-8.png"), full_page=True)
 
 
 def test_clicking_the_timeline_or_the_language_switch_keeps_arrows_working(page, app_url):

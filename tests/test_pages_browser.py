@@ -29,8 +29,8 @@ PAGES = {
     "paper": {lang: paper_page.text(lang)["title"] for lang in ("en", "zh")},
     "block-size": sweep.load_spec("block-size").title,
     "watch": {lang: watch_page.TEXT[lang]["title"] for lang in ("en", "zh")},
-    "stack": {lang: stack_page.UI[lang]["title"] for lang in ("en", "zh")},
-}
+}  # and the stack page, opened once per language by the test of its links (below)
+STACK_TITLE = {lang: stack_page.UI[lang]["title"] for lang in ("en", "zh")}
 
 
 def _open(page, url: str, timeout_ms: int = 240_000) -> None:
@@ -45,24 +45,31 @@ def _open(page, url: str, timeout_ms: int = 240_000) -> None:
 def test_page_renders_without_errors(app_url, page, path, lang):
     sep = "&" if "?" in path else "?"
     page.set_viewport_size({"width": 1440, "height": 900})
+    _open(page, f"{app_url}/{path}{sep}lang={lang}")
+    _assert_drawn(page, PAGES[path][lang], (path.split("?")[0] or "lesson") + f"-{lang}.png")
+
+
+def _assert_drawn(page, title: str, shot: str) -> None:
+    """The page shows ``title`` and no exception, error box or traceback (else a screenshot
+    named ``shot`` in test-artifacts/)."""
     try:
-        _open(page, f"{app_url}/{path}{sep}lang={lang}")
-        page.get_by_text(PAGES[path][lang], exact=False).first.wait_for(timeout=30_000)
+        page.get_by_text(title, exact=False).first.wait_for(timeout=30_000)
         assert page.locator('[data-testid="stException"]').count() == 0
         assert page.locator('[data-testid="stAlertContentError"]').count() == 0
         assert "Traceback" not in page.inner_text("body")
     except Exception:
         ARTIFACTS.mkdir(exist_ok=True)
-        name = (path.split("?")[0] or "lesson") + f"-{lang}.png"
-        page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+        page.screenshot(path=str(ARTIFACTS / shot), full_page=True)
         raise
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_each_stack_layer_links_to_its_lesson(app_url, page, lang):
-    """Following a layer's link opens that lesson (the lesson page reads ?lesson=)."""
+    """The stack page renders without errors (as every page above), and following a layer's
+    link opens that lesson (the lesson page reads ?lesson=)."""
     page.set_viewport_size({"width": 1440, "height": 900})
     _open(page, f"{app_url}/stack?lang={lang}")
+    _assert_drawn(page, STACK_TITLE[lang], f"stack-{lang}.png")
     link = page.locator("a[href*='lesson=fp8-twice']").first
     href = link.get_attribute("href")
     assert href is not None

@@ -260,12 +260,18 @@ SIZE_JS = "(sel) => parseFloat(getComputedStyle(document.querySelector(sel)).fon
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-@pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)])
-def test_presenter_mode_fits_the_screen(page, app_url, lang, size):
-    page.set_viewport_size({"width": size[0], "height": size[1]})
+def test_presenter_mode_fits_the_screen(page, app_url, lang):
+    """At a projector's and a full-HD screen's size, one page: presenter mode is laid out by
+    CSS alone (vw, vh), so the same page resized is the page opened at that size."""
+    page.set_viewport_size({"width": 1280, "height": 720})
     start = open_player(page, f"{app_url}/?present=1&lang={lang}&frame=9")
+    for size in ((1280, 720), (1920, 1080)):
+        _fits(page, lang, size, [start, 20, 41, last_frame(page)])
+
+
+def _fits(page, lang: str, size: tuple[int, int], frames: list[int]) -> None:
+    page.set_viewport_size({"width": size[0], "height": size[1]})
     assert page.evaluate(ROOT_JS)["present"] == "1"
-    frames = [start, 20, 41, last_frame(page)]
     for f in frames:
         page.evaluate(f"() => window.pkPlayer.go({f})")
         wait_painted(page, f)
@@ -279,29 +285,33 @@ def test_presenter_mode_fits_the_screen(page, app_url, lang, size):
         page.screenshot(path=str(ARTIFACTS / f"present-{lang}-{size[0]}x{size[1]}-{f}.png"))
 
 
-def test_the_app_opens_and_steps_with_the_network_cut_off(browser, app_url):
-    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+def test_the_app_opens_and_steps_with_the_network_cut_off(page, app_url):
+    """Every request the tab makes (the page, its scripts, styles, fonts, images) is routed:
+    the app's own host passes, anything else is refused and noted."""
+    page.set_viewport_size({"width": 1280, "height": 720})
     outside: list[str] = []
+    inside: list[str] = []
 
     def route(r):
         host = urlparse(r.request.url).hostname or ""
         if r.request.url.startswith(("data:", "blob:")) or host in ("127.0.0.1", "localhost"):
+            inside.append(r.request.url)
             r.continue_()
         else:
             outside.append(r.request.url)
             r.abort()
 
-    ctx.route("**/*", route)
-    page = ctx.new_page()
+    page.route("**/*", route)
     try:
         assert open_player(page, f"{app_url}/?frame=4") == 4
         for n in (5, 6, 7):
             page.keyboard.press("ArrowRight")
             wait_painted(page, n)
         assert outside == [], outside
+        assert any("/static/" in u for u in inside)  # the route saw the page's own loads
         page.screenshot(path=str(ARTIFACTS / "player-offline.png"))
     finally:
-        ctx.close()
+        page.unroute("**/*", route)
 
 
 def test_every_frame_shows_its_own_caption_and_chapter(player):

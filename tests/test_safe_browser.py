@@ -4,6 +4,8 @@ stay text. No dialog, no injected element, no request to any host but the app's.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 from urllib.parse import quote, urlsplit
@@ -172,22 +174,28 @@ def _go_live(page, url: str) -> None:
     page.get_by_role("button", name="Record on the engine now", exact=True).click()
 
 
-def test_one_live_run_per_server_and_it_ends_with_its_tab(browser, slow_live_app):
+def test_one_live_run_per_server_and_it_ends_with_its_tab(page, slow_live_app):
     port = int(slow_live_app.rsplit(":", 1)[1])
     server = _streamlit_pid(port)
-    first = browser.new_context().new_page()
+    first = page.context.new_page()  # a tab of its own, closed below; the second is the shared one
     _go_live(first, slow_live_app)
     deadline = time.monotonic() + 30
     while not (live := [p for p, cmd in _children(server) if "engine record" in cmd]):
         assert time.monotonic() < deadline, "the live run never started"
         time.sleep(0.2)
-    second = browser.new_context().new_page()
-    _go_live(second, slow_live_app)
-    second.get_by_text("live run is in progress").wait_for(timeout=30_000)
-    assert [p for p, cmd in _children(server) if "engine record" in cmd] == live
-    first.context.close()  # the tab that started it goes away
+    # Paused while the second session asks: still a running child (so a second run must be
+    # refused), but neither it nor the first tab's live view burns a core meanwhile.
+    os.kill(live[0], signal.SIGSTOP)
+    try:
+        second = page
+        second.bring_to_front()  # a tab behind another gets few animation frames: waits crawl
+        _go_live(second, slow_live_app)
+        second.get_by_text("live run is in progress").wait_for(timeout=30_000)
+        assert [p for p, cmd in _children(server) if "engine record" in cmd] == live
+    finally:
+        os.kill(live[0], signal.SIGCONT)
+    first.close()  # the tab that started it goes away, its run going again
     deadline = time.monotonic() + 20
     while Path(f"/proc/{live[0]}").exists():  # neither running nor a zombie
         assert time.monotonic() < deadline, "the live run outlived its session"
         time.sleep(0.2)
-    second.context.close()

@@ -39,7 +39,7 @@ from tests.watch_browser import (
     until,
 )
 from viz.kv_watch import fold, read_recording
-from viz.serve import CHROMIUM, running_app
+from viz.serve import CHROMIUM
 
 pytestmark = [
     pytest.mark.browser,
@@ -164,123 +164,121 @@ class Laps:
         self.t = now
 
 
-def test_watch_page_follows_the_engine_through_kill_restart_garbage_and_a_flood(browser, tmp_path):
+def test_watch_page_follows_the_engine_through_kill_restart_garbage_and_a_flood(
+    page, app_url, app_pid, tmp_path
+):
     ARTIFACTS.mkdir(exist_ok=True)
     lap = Laps()
     port, _ = free_ports()
     url = f"tcp://127.0.0.1:{port}"
     requests = tomllib.loads(SCENARIO.read_text(encoding="utf-8"))["requests"]
     engines: list[Engine] = []
-    info: dict = {}
-    page = browser.new_page(viewport={"width": 1440, "height": 1100})
+    page.set_viewport_size({"width": 1440, "height": 1100})
     pub = None
     try:
-        # the engine binds its sockets, then loads the model (seconds): the app starts and the
-        # page subscribes meanwhile
+        # the engine binds its sockets, then loads the model (seconds): the page subscribes
+        # meanwhile, on the shared app server (whose memory the flood checks)
         first = Engine(url, tmp_path / "run1.jsonl", ARTIFACTS / "watch-engine-run1.log")
         engines.append(first)
-        with running_app(log=ARTIFACTS / "streamlit-watch-engine.log", info=info) as app:
-            pid = info["pid"]
-            page.goto(f"{app}/watch", wait_until="domcontentloaded")
-            page.get_by_text(T["title"]).first.wait_for(timeout=60_000)
-            page.get_by_label(T["endpoint"]).fill(url)
-            page.get_by_label(T["endpoint"]).press("Enter")
-            page.wait_for_timeout(500)
-            page.get_by_role("button", name=T["connect"]).click()
-            lap("app up, page connected")
+        app, pid = app_url, app_pid
+        page.goto(f"{app}/watch", wait_until="domcontentloaded")
+        page.get_by_text(T["title"]).first.wait_for(timeout=60_000)
+        page.get_by_label(T["endpoint"]).fill(url)
+        page.get_by_label(T["endpoint"]).press("Enter")
+        page.wait_for_timeout(500)
+        page.get_by_role("button", name=T["connect"]).click()
+        lap("app up, page connected")
 
-            # 1. the shared chain, as the engine's own trace has it
-            first.wait_holding(300)
-            lap("engine ran the workload")
-            run1 = cached(first.trace)
-            held, saved = run1.held, run1.saved
-            assert len(saved) == len(requests) - 1 and len(set(saved)) == 1, saved
-            # the system prompt's full blocks, hit by each later request
-            shared = saved[0] // run1.block_size
-            assert shared >= 2 and len(held) > shared
+        # 1. the shared chain, as the engine's own trace has it
+        first.wait_holding(300)
+        lap("engine ran the workload")
+        run1 = cached(first.trace)
+        held, saved = run1.held, run1.saved
+        assert len(saved) == len(requests) - 1 and len(set(saved)) == 1, saved
+        # the system prompt's full blocks, hit by each later request
+        shared = saved[0] // run1.block_size
+        assert shared >= 2 and len(held) > shared
 
-            def folded_all() -> bool:  # one batch per engine step with cache events
-                c = numbers(page, "status_counts")
-                return c is not None and c["batches"] + c["replayed"] == len(run1.steps)
+        def folded_all() -> bool:  # one batch per engine step with cache events
+            c = numbers(page, "status_counts")
+            return c is not None and c["batches"] + c["replayed"] == len(run1.steps)
 
-            until(lambda: folded_all() and metric(page, "m_blocks") == len(held), 60)
-            # followed as it ran: batches arrived live, none missed
-            counts = numbers(page, "status_counts")
-            assert counts is not None and counts["batches"] >= 1 and counts["gaps"] == 0
-            lap("page shows the blocks")
-            assert metric(page, "m_chains") == 1
-            until(lambda: cell(page, "blocks") == str(len(held)), 60)
-            assert cell(page, "shared") == str(shared)
-            lap("chain table drawn")
-            assert cell(page, "leaves") == str(len(requests))
-            page.get_by_text(T["chains_title"]).first.wait_for(timeout=10_000)
-            page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
-            page.screenshot(path=str(ARTIFACTS / "watch-engine-shared-chain.png"), full_page=True)
-            # the recording downloads as JSONL and folds back to the same cache
-            recorded = read_recording(download(page).read_text(encoding="utf-8"))
-            assert fold(recorded).snapshot().num_blocks == len(held)
-            lap("recording downloaded")
+        until(lambda: folded_all() and metric(page, "m_blocks") == len(held), 60)
+        # followed as it ran: batches arrived live, none missed
+        counts = numbers(page, "status_counts")
+        assert counts is not None and counts["batches"] >= 1 and counts["gaps"] == 0
+        lap("page shows the blocks")
+        assert metric(page, "m_chains") == 1
+        until(lambda: cell(page, "blocks") == str(len(held)), 60)
+        assert cell(page, "shared") == str(shared)
+        lap("chain table drawn")
+        assert cell(page, "leaves") == str(len(requests))
+        page.get_by_text(T["chains_title"]).first.wait_for(timeout=10_000)
+        page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+        page.screenshot(path=str(ARTIFACTS / "watch-engine-shared-chain.png"), full_page=True)
+        # the recording downloads as JSONL and folds back to the same cache
+        recorded = read_recording(download(page).read_text(encoding="utf-8"))
+        assert fold(recorded).snapshot().num_blocks == len(held)
+        lap("recording downloaded")
 
-            # 2. killed: the page says so and keeps what it had
-            first.kill()
-            until(lambda: shows(page, T["status_gone"].format(url=url)), 30)
-            assert metric(page, "m_blocks") == len(held)
-            assert metric(page, "m_chains") == 1
-            lap("killed, page says so")
+        # 2. killed: the page says so and keeps what it had
+        first.kill()
+        until(lambda: shows(page, T["status_gone"].format(url=url)), 30)
+        assert metric(page, "m_blocks") == len(held)
+        assert metric(page, "m_chains") == 1
+        lap("killed, page says so")
 
-            # 3. started again on the same port: the page follows the new process's cache
-            second = Engine(
-                url, tmp_path / "run2.jsonl", ARTIFACTS / "watch-engine-run2.log", "skip"
+        # 3. started again on the same port: the page follows the new process's cache
+        second = Engine(url, tmp_path / "run2.jsonl", ARTIFACTS / "watch-engine-run2.log", "skip")
+        engines.append(second)
+        second.wait_holding(120)
+        held2 = cached(second.trace).held
+        assert held2 and len(held2) != len(held)  # else following it would prove nothing
+        until(lambda: metric(page, "m_blocks") == len(held2), 60)
+        counts = numbers(page, "status_counts")
+        assert counts is not None and counts["restarts"] == 1
+        lap("restarted, page follows")
+        second.kill()
+        until(lambda: shows(page, T["status_gone"].format(url=url)), 30)
+
+        # 4. a hostile server on the same port: 1,000 malformed messages, one warning line
+        survives_malformed(page, url, blocks=len(held2), timeout=60)
+        warnings = page.locator('[data-testid="stAlertContentWarning"]')
+        assert warnings.count() == 1
+        assert T["last_error"].split("{")[0].strip() in warnings.first.inner_text()
+        lap("1,000 malformed messages")
+
+        # 5. a burst of 100k events (about 20 MB of batches) from a new publisher on the port
+        pub = K.KVEventPublisher(url)
+        until(lambda: metric(page, "m_blocks") == 0, 30)  # a new process: an empty cache
+        removed0 = settled(page, "m_removed")
+        rss0 = rss_kib(pid)
+        tokens = list(range(1000, 1128))
+        for b in range(1000):
+            hs = [b * 100 + i for i in range(50)]
+            pub.publish(
+                [K.BlockStored([h], None, tokens, len(tokens), None, "GPU") for h in hs]
+                + [K.BlockRemoved([h], "GPU") for h in hs]
             )
-            engines.append(second)
-            second.wait_holding(120)
-            held2 = cached(second.trace).held
-            assert held2 and len(held2) != len(held)  # else following it would prove nothing
-            until(lambda: metric(page, "m_blocks") == len(held2), 60)
-            counts = numbers(page, "status_counts")
-            assert counts is not None and counts["restarts"] == 1
-            lap("restarted, page follows")
-            second.kill()
-            until(lambda: shows(page, T["status_gone"].format(url=url)), 30)
-
-            # 4. a hostile server on the same port: 1,000 malformed messages, one warning line
-            survives_malformed(page, url, blocks=len(held2), timeout=60)
-            warnings = page.locator('[data-testid="stAlertContentWarning"]')
-            assert warnings.count() == 1
-            assert T["last_error"].split("{")[0].strip() in warnings.first.inner_text()
-            lap("1,000 malformed messages")
-
-            # 5. a burst of 100k events (about 20 MB of batches) from a new publisher on the port
-            pub = K.KVEventPublisher(url)
-            until(lambda: metric(page, "m_blocks") == 0, 30)  # a new process: an empty cache
-            removed0 = settled(page, "m_removed")
-            rss0 = rss_kib(pid)
-            tokens = list(range(1000, 1128))
-            for b in range(1000):
-                hs = [b * 100 + i for i in range(50)]
-                pub.publish(
-                    [K.BlockStored([h], None, tokens, len(tokens), None, "GPU") for h in hs]
-                    + [K.BlockRemoved([h], "GPU") for h in hs]
-                )
-            until(lambda: metric(page, "m_removed") == removed0 + 50_000, 180)
-            assert metric(page, "m_blocks") == 0
-            grown = rss_kib(pid) - rss0
-            kept = numbers(page, "status_kept")
-            counts = numbers(page, "status_counts")
-            print(f"app server RSS grew by {grown} KiB over the burst; ring: {kept}")
-            assert kept is not None and counts is not None and counts["events"] >= 100_000
-            assert kept["mib"] <= kept["cap"]  # the recording ring stays within its bytes
-            assert 0 < kept["n"] < 1000  # and has dropped the oldest of the burst's batches
-            assert grown < 200 * 1024, f"app server grew by {grown} KiB"
-            lap("100k-event burst")
-            # the page still follows: one more block shows up
-            until(
-                lambda: metric(page, "m_blocks") == 1,
-                30,
-                tick=lambda: pub.publish([K.BlockStored([7], None, [1] * 16, 16, None, "GPU")]),
-            )
-            assert "Traceback" not in page.inner_text("body")
-            assert page.locator('[data-testid="stException"]').count() == 0
+        until(lambda: metric(page, "m_removed") == removed0 + 50_000, 180)
+        assert metric(page, "m_blocks") == 0
+        grown = rss_kib(pid) - rss0
+        kept = numbers(page, "status_kept")
+        counts = numbers(page, "status_counts")
+        print(f"app server RSS grew by {grown} KiB over the burst; ring: {kept}")
+        assert kept is not None and counts is not None and counts["events"] >= 100_000
+        assert kept["mib"] <= kept["cap"]  # the recording ring stays within its bytes
+        assert 0 < kept["n"] < 1000  # and has dropped the oldest of the burst's batches
+        assert grown < 200 * 1024, f"app server grew by {grown} KiB"
+        lap("100k-event burst")
+        # the page still follows: one more block shows up
+        until(
+            lambda: metric(page, "m_blocks") == 1,
+            30,
+            tick=lambda: pub.publish([K.BlockStored([7], None, [1] * 16, 16, None, "GPU")]),
+        )
+        assert "Traceback" not in page.inner_text("body")
+        assert page.locator('[data-testid="stException"]').count() == 0
     except Exception:
         page.screenshot(path=str(ARTIFACTS / "watch-engine-browser.png"), full_page=True)
         raise
@@ -289,4 +287,3 @@ def test_watch_page_follows_the_engine_through_kill_restart_garbage_and_a_flood(
             pub.close()
         for e in engines:
             e.kill()
-        page.close()

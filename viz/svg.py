@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from html import escape
+from itertools import groupby
 
 from viz.cpu_grid import cpu_tier_svg, tier_height
 from viz.layout import HOVER_MAX_SLOTS, GridLayout, changed_runs
@@ -23,6 +24,7 @@ GAP = 2  # white gap between cells
 SEP = 5  # white rule between blocks that share a row
 LABEL_W = 34  # room for the row labels on the left
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")  # what may never reach an id attribute
+_MARKED = re.compile(f"[{INTERNAL}{HOLE}]")  # cell codes drawn with a pattern
 
 
 def _x(col: int) -> int:
@@ -78,11 +80,19 @@ def _patterns(frame: Frame, uid: str) -> tuple[str, dict[str, str]]:
     c = s / 2
     defs, fills = [], {}
     wanted: dict[str, tuple[str, str]] = {}
-    for slot, code in enumerate(frame.cells):
+    seen: set[str | None] = set()  # an owner's tile is wanted once: skip its other slots
+    hole = False
+    owners = frame.owners
+    for m in _MARKED.finditer(frame.cells):  # the marked slots only, in slot order
+        slot, code = m.start(), m.group()
         if code == INTERNAL:
+            if (owner := owners[slot]) in seen:
+                continue
+            seen.add(owner)
             order = frame.holder(slot).order
             wanted.setdefault(cell_colour(code, order), ("stroke", cell_ink(code, order)))
-        elif code == HOLE:
+        elif code == HOLE and not hole:
+            hole = True
             wanted.setdefault(cell_colour(code, None), ("cross", cell_ink(code, None)))
     for n, (fill, (kind, ink)) in enumerate(wanted.items()):
         pid = f"pk-{uid}-{n}"
@@ -107,15 +117,13 @@ def _runs(frame: Frame, layout: GridLayout, lang: str, fills: dict[str, str]) ->
     tooltip while the arena is small (past that, tooltips would outweigh the picture)."""
     w = words(lang) if frame.run.num_slots <= HOVER_MAX_SLOTS else None
     out = []
+    owners, cells = frame.owners, frame.cells  # locals: this loop visits every slot
     for row in range(layout.rows):
         start = row * layout.cols
         end = min(start + layout.cols, frame.run.num_slots)
         s = start
-        while s < end:
-            key = (frame.owners[s], frame.cells[s])
-            e = s + 1
-            while e < end and (frame.owners[e], frame.cells[e]) == key:
-                e += 1
+        for _, like in groupby(zip(owners[start:end], cells[start:end], strict=True)):
+            e = s + len(list(like))
             out.append(_run_rect(frame, layout, s, e, fills, w))
             s = e
     return "".join(out)
@@ -158,10 +166,14 @@ def _owner_breaks(frame: Frame, layout: GridLayout) -> str:
     """A wide white rule where one request's run meets another's inside a row: requests have
     no colour of their own, so this (with the labels) tells where one ends."""
     segs = []
-    for s in range(1, frame.run.num_slots):
-        a, b = frame.owners[s - 1], frame.owners[s]
+    owners = frame.owners
+    # every slot is visited: test the owners first, place only the few that differ
+    n = frame.run.num_slots
+    for s, a, b in zip(range(1, n), owners[: n - 1], owners[1:n], strict=True):
+        if a is None or b is None or a == b:
+            continue
         col, row = layout.xy(s)
-        if a is not None and b is not None and a != b and col % layout.block_size:
+        if col % layout.block_size:
             segs.append(f"M{_x(col) - GAP / 2},{_y(row)}v{CELL - GAP}")
     if not segs:
         return ""
@@ -195,11 +207,12 @@ def _names(frame: Frame, layout: GridLayout) -> str:
         # A longer name (ids of up to 4 characters, plus a block index) is shown whole: it
         # starts at its first cell and runs over the owner's next cells in the row; with no
         # such room it is narrowed to fit its one cell.
-        span = (
-            frame.run.block_size
-            if frame.run.allocator == PAGED
-            else frame.reservations.get(owner, (0, frame.owners.count(owner)))[1]
-        )
+        if frame.run.allocator == PAGED:
+            span = frame.run.block_size
+        elif owner in frame.reservations:
+            span = frame.reservations[owner][1]
+        else:  # a request that stopped this frame: its slots still on the grid
+            span = frame.owners.count(owner)
         room = max(1, min(span, layout.cols - col)) * CELL - GAP - 3
         size = max(6.0, min(9.0, room / (0.62 * len(text))))
         fit = (
