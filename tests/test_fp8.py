@@ -122,9 +122,9 @@ def test_fp8_arena_agrees_with_full_precision_on_most_tokens(smollm):
         )
     ]
     full = LLM(smollm, kv_budget_mb=16, attention="torch", progress=False)
-    # the ruler first: full precision against itself agrees everywhere (8 tokens show that)
-    itself = measure(full, full, prompts, 8)
-    assert itself.top1_agreement == 1.0 and itself.mean_common_prefix == 8
+    # the ruler first: full precision against itself agrees everywhere (4 tokens show that)
+    itself = measure(full, full, prompts, 4)
+    assert itself.top1_agreement == 1.0 and itself.mean_common_prefix == 4
     fp8 = LLM(smollm, kv_budget_mb=16, attention="torch", kv_cache_dtype="fp8_e4m3", progress=False)
     assert fp8.arena.dtype == torch.float8_e4m3fn
     n = full.arena.num_blocks  # fp32 weights; float8 fits 4x in the same MiB,

@@ -321,13 +321,11 @@ def quarter_of_need(prompts: list[list[int]], new_tokens: int, block_size: int) 
 def test_swap_outputs_match_ample_memory_and_recompute(smollm):
     # test_preemption's workload (16 short prompts, NEW_TOKENS each, a quarter of the memory
     # they need): its recompute run is made once for both files
-    from test_model_exact import golden
-    from test_preemption import NEW_TOKENS, prompt_ids, quarter_memory_run
+    from test_preemption import NEW_TOKENS, golden_tokens, prompt_ids, quarter_memory_run
 
     ids = prompt_ids(smollm.tokenizer)
     # the ample-memory run's tokens: HF's own greedy ids, stored, made with no memory limit
-    stored = golden("preemption")
-    assert stored["prompt_ids"] == ids and stored["new_tokens"] == NEW_TOKENS
+    ample = golden_tokens(smollm.tokenizer)
     got = {}
     for mode in ("recompute", "swap"):
         outs, llm, kinds = quarter_memory_run(smollm, mode)
@@ -337,8 +335,8 @@ def test_swap_outputs_match_ample_memory_and_recompute(smollm):
         if mode == "swap":
             assert kinds.count("swapped_out") > 0 and kinds.count("swap_fallback") == 0
             assert llm.runner.cpu_tier.bytes_in == llm.runner.cpu_tier.bytes_out > 0
-    assert got["swap"] == stored["hf_token_ids"]
-    assert got["recompute"] == stored["hf_token_ids"]
+    assert got["swap"] == ample
+    assert got["recompute"] == ample
 
 
 @pytest.mark.parametrize(
