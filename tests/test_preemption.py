@@ -44,7 +44,7 @@ _RUNS: dict[tuple[int, str], tuple[list, Any, list[str]]] = {}
 def quarter_memory_run(model, mode: str = "recompute") -> tuple[list, Any, list[str]]:
     """The demo prompts, greedy, ``NEW_TOKENS`` each, in a quarter of the KV memory they need
     together, preempting by ``mode``: (outputs, the LLM, the kinds of its events). Made once per
-    process and mode: test_swap holds its swap run to this very recompute run."""
+    process and mode; test_swap makes its swap run here, on the very same memory."""
     from engine.llm import LLM
 
     key = (id(model), mode)
