@@ -52,11 +52,24 @@ def teacher_forced_argmax(llm: LLM, prompt: list[int], continuation: list[int]) 
     return logits.argmax(-1).tolist()
 
 
-def measure(full: LLM, other: LLM, prompts: list[list[int]], new_tokens: int = 48) -> KVAccuracy:
+def measure(
+    full: LLM,
+    other: LLM,
+    prompts: list[list[int]],
+    new_tokens: int = 48,
+    reference: list[list[int]] | None = None,
+) -> KVAccuracy:
     """Compare ``other`` (e.g. a float8 KV arena) with ``full`` (the model's own dtype) on
-    ``prompts`` (token ids), ``new_tokens`` greedy tokens each, EOS ignored."""
+    ``prompts`` (token ids), ``new_tokens`` greedy tokens each, EOS ignored. ``reference``:
+    full's greedy tokens when they are already known (at least ``new_tokens`` per prompt; the
+    first ``new_tokens`` are used), instead of generating them again."""
     params = SamplingParams(max_tokens=new_tokens, ignore_eos=True)
-    ref = [o.token_ids for o in full.generate(prompts, params)]
+    if reference is None:
+        ref = [o.token_ids for o in full.generate(prompts, params)]
+    else:
+        if len(reference) != len(prompts) or any(len(r) < new_tokens for r in reference):
+            raise ValueError(f"the reference needs {new_tokens} tokens for each prompt")
+        ref = [list(r[:new_tokens]) for r in reference]
     got = [o.token_ids for o in other.generate(prompts, params)]
     agree = total = 0
     for p, r in zip(prompts, ref, strict=True):

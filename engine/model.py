@@ -210,18 +210,40 @@ def _gguf_parsed_once() -> Iterator[None]:
     each walks ~100k vocabulary strings in Python) and rebuilds gguf-py's tensor-name table once
     per submodule (~400 times for SmolLM2): about two thirds of a 20 s cold load. Both are pure
     functions of their arguments, so within one load each is computed once: the same tensors and
-    tokenizer come out (compared bit for bit with the unpatched load when this was written)."""
+    tokenizer come out (compared bit for bit with the unpatched load when this was written).
+    The reader is also handed plain arrays over its memory map (see ``_plain_reader``)."""
     import gguf
 
     with _GGUF_PATCH:  # the patch is module-wide: one load at a time restores it correctly
         originals = {name: getattr(gguf, name) for name in ("GGUFReader", "get_tensor_name_map")}
-        for name, fn in originals.items():
+        patched = {**originals, "GGUFReader": _plain_reader(originals["GGUFReader"])}
+        for name, fn in patched.items():
             setattr(gguf, name, functools.lru_cache(maxsize=None)(fn))
         try:
             yield
         finally:
             for name, fn in originals.items():
                 setattr(gguf, name, fn)
+
+
+def _plain_reader(reader: type) -> type:
+    """``reader`` (gguf-py's GGUFReader) over a plain ndarray view of its ``np.memmap``. Why:
+    every field part is a slice of that map, and ``np.memmap`` slices run Python code
+    (``__getitem__``, ``__array_finalize__``) for each of the ~250k slices and for every byte
+    transformers then iterates when it decodes a vocabulary string: ~40% of a cold load. A
+    plain view reads the same mapped bytes (no copy; the view keeps the map alive)."""
+    import numpy as np
+
+    class PlainGGUFReader(reader):
+        @property
+        def data(self) -> np.ndarray:
+            return self._plain_data
+
+        @data.setter
+        def data(self, value: np.ndarray) -> None:
+            self._plain_data = value.view(np.ndarray) if isinstance(value, np.memmap) else value
+
+    return PlainGGUFReader
 
 
 def extract_weights(hf, tokenizer=None) -> ModelWeights:

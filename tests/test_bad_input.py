@@ -303,7 +303,8 @@ def test_a_failed_run_writes_no_end_line_and_leaves_the_llm_as_fresh(smollm, tmp
     from engine.llm import LLM
 
     prompts = ["Once upon a time", "The weather today"]
-    params = SamplingParams(max_tokens=6, temperature=0.8, seed=1234, ignore_eos=True)
+    # four steps a run: the third fails mid-run, with seeded generators already drawn from
+    params = SamplingParams(max_tokens=4, temperature=0.8, seed=1234, ignore_eos=True)
     path = tmp_path / "crashed.jsonl"
     llm = LLM(smollm, num_blocks=16, block_size=8, max_model_len=64, trace=path)
     execute, calls = llm.runner.execute, []

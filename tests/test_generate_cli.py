@@ -76,14 +76,14 @@ def test_prompts_file_with_one_prompt_per_line_and_plain_output(on_session_model
     f = tmp_path / "prompts.txt"
     f.write_text("\n".join(PROMPTS[:2]) + "\n\n")
     assert (
-        cli.main(["generate", PROMPTS[2], "--prompts-file", str(f), "--max-tokens", "5", "--json"])
+        cli.main(["generate", PROMPTS[2], "--prompts-file", str(f), "--max-tokens", "2", "--json"])
         == 0
     )
     rows, summary = json_lines(capsys.readouterr().out)
     # positional prompts first, then the file's lines in order; blank lines are not prompts
     assert [r["prompt"] for r in rows] == [PROMPTS[2], *PROMPTS[:2]]
     assert summary["num_requests"] == 3
-    assert cli.main(["generate", PROMPTS[0], "--max-tokens", "5"]) == 0
+    assert cli.main(["generate", PROMPTS[0], "--max-tokens", "2"]) == 0
     captured = capsys.readouterr()
     assert captured.out.strip() and "tokens for 1 prompts" in captured.err
 

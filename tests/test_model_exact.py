@@ -125,21 +125,27 @@ def test_contiguous_allocator_view_gives_the_same_tokens_as_paging(
         assert contiguous.token_ids == paged.token_ids[:16]
 
 
+SAMPLED = 8  # tokens per sampled request: each step draws once per request; more only repeat it
+
+
 @pytest.mark.model
 def test_seeded_sampling_does_not_depend_on_batch_company(smollm, prompt_ids):
     llm = LLM(smollm, kv_budget_mb=32)
-    p = SamplingParams(max_tokens=16, temperature=0.9, top_p=0.95, seed=7)
+    p = SamplingParams(max_tokens=SAMPLED, temperature=0.9, top_p=0.95, seed=7)
     alone = llm.generate([PROMPTS[2]], p)[0].token_ids
-    others = [SamplingParams(max_tokens=16, temperature=1.0, seed=s) for s in (1, 2)]
-    crowd = llm.generate([PROMPTS[0], PROMPTS[2], PROMPTS[1]], [others[0], p, others[1]])
-    assert crowd[1].token_ids == alone
+    others = [SamplingParams(max_tokens=SAMPLED, temperature=1.0, seed=s) for s in (1, 2)]
     # a nucleus too small to hold more than the top token samples greedily: HF's stored ids
+    # (in the crowd too: its company changes nothing, as the first request shows)
+    one = SamplingParams(max_tokens=SAMPLED, temperature=1.5, top_p=1e-6, seed=3, ignore_eos=True)
+    crowd = llm.generate(
+        [PROMPTS[0], PROMPTS[2], PROMPTS[1], PROMPTS[2]], [others[0], p, others[1], one]
+    )
+    assert crowd[1].token_ids == alone
     stored = golden("exact")
     assert stored["prompt_ids"][2] == prompt_ids[2]
-    greedy = stored["hf_token_ids"][2][:16]
+    greedy = stored["hf_token_ids"][2][:SAMPLED]
     assert alone != greedy  # seed 7 at temperature 0.9 leaves the greedy path: sampling happened
-    one = SamplingParams(max_tokens=16, temperature=1.5, top_p=1e-6, seed=3, ignore_eos=True)
-    assert llm.generate([PROMPTS[2]], one)[0].token_ids == greedy
+    assert crowd[3].token_ids == greedy
 
 
 def tiny_model(seed: int = 0) -> LoadedModel:

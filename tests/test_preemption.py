@@ -14,14 +14,28 @@ from engine.request import Request, SamplingParams
 from engine.simulate import EOS, FILLER, DryRunner
 from engine.workload import DEMO_SUBJECTS
 
-# Every request crosses a block boundary while it grows (prompts of 7-8 tokens): at a quarter of
-# the memory that alone preempts several times; more tokens only add steps.
-NEW_TOKENS = 16
-BLOCK = 16
+# Every request crosses a block boundary while it grows (prompts of 7-8 tokens, blocks of 8;
+# asserted below): at a quarter of the memory that alone preempts several times; more tokens
+# only add steps.
+NEW_TOKENS = 8
+BLOCK = 8
+GOLDEN_TOKENS = 16  # what tests/data/golden_hf.json holds per prompt (make_golden.py)
 
 
 def prompt_ids(tok) -> list[list[int]]:
     return [tok.encode(f"Tell me three facts about {s}.") for s in DEMO_SUBJECTS]
+
+
+def golden_tokens(tok) -> list[list[int]]:
+    """HF's own greedy tokens for the demo prompts, ``NEW_TOKENS`` each, computed without any
+    memory limit (stored: tests/data/golden_hf.json)."""
+    from test_model_exact import golden
+
+    stored = golden("preemption")
+    assert stored["prompt_ids"] == prompt_ids(tok) and stored["new_tokens"] >= NEW_TOKENS, (
+        "golden_hf.json is stale: run tests/data/make_golden.py"
+    )
+    return [t[:NEW_TOKENS] for t in stored["hf_token_ids"]]
 
 
 _RUNS: dict[tuple[int, str], tuple[list, Any, list[str]]] = {}
@@ -30,12 +44,15 @@ _RUNS: dict[tuple[int, str], tuple[list, Any, list[str]]] = {}
 def quarter_memory_run(model, mode: str = "recompute") -> tuple[list, Any, list[str]]:
     """The demo prompts, greedy, ``NEW_TOKENS`` each, in a quarter of the KV memory they need
     together, preempting by ``mode``: (outputs, the LLM, the kinds of its events). Made once per
-    process and mode: test_swap holds its swap run to this very recompute run."""
+    process and mode; test_swap makes its swap run here, on the very same memory."""
     from engine.llm import LLM
 
     key = (id(model), mode)
     if key not in _RUNS:
         ids = prompt_ids(model.tokenizer)
+        assert all(-(-len(p) // BLOCK) < -(-(len(p) + NEW_TOKENS - 1) // BLOCK) for p in ids), (
+            "every request must grow past a block boundary"
+        )
         need_blocks = sum(-(-(len(p) + NEW_TOKENS) // BLOCK) for p in ids)
         events = E.ListSink()
         llm = LLM(
@@ -53,18 +70,11 @@ def quarter_memory_run(model, mode: str = "recompute") -> tuple[list, Any, list[
 
 @pytest.mark.model
 def test_quarter_of_the_needed_kv_memory_preempts_yet_every_output_is_unchanged(smollm):
-    from test_model_exact import golden
-
-    ids = prompt_ids(smollm.tokenizer)
-    stored = golden("preemption")
-    assert stored["prompt_ids"] == ids and stored["new_tokens"] == NEW_TOKENS, (
-        "golden_hf.json is stale: run tests/data/make_golden.py"
-    )
     squeezed, tight, _ = quarter_memory_run(smollm)
 
     assert tight.num_preemptions > 0
     assert sum(o.num_preemptions for o in squeezed) == tight.num_preemptions
-    for hf, out in zip(stored["hf_token_ids"], squeezed, strict=True):
+    for hf, out in zip(golden_tokens(smollm.tokenizer), squeezed, strict=True):
         assert out.finish_reason == "length"
         assert out.token_ids == hf  # HF's own greedy tokens, computed without any preemption
 

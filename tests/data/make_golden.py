@@ -33,7 +33,7 @@ def main() -> int:
     model = load_model(device="cpu", dtype="float32", keep_hf=True, progress=False)
     cases = {
         "exact": (exact.all_prompt_ids(model.tokenizer), exact.NEW_TOKENS),
-        "preemption": (preemption.prompt_ids(model.tokenizer), preemption.NEW_TOKENS),
+        "preemption": (preemption.prompt_ids(model.tokenizer), preemption.GOLDEN_TOKENS),
         "prefix": (
             [model.tokenizer.encode(p) for p in prefix.shared_prefix_prompts()],
             prefix.NEW_TOKENS,
