@@ -58,7 +58,9 @@ def _tight(model, prompts, max_tokens, block_size=PRESSURE_BLOCK) -> int:
     """One block more than the longest request needs alone: the others must wait, and a
     request growing past a block boundary preempts another (asserted: each request does)."""
     lens = [len(model.tokenizer.encode(p)) for p in prompts]
-    assert all(-(-n // block_size) < -(-(n + max_tokens - 1) // block_size) for n in lens), (
+    from test_preemption import grows_past_a_block
+
+    assert all(grows_past_a_block(n, max_tokens, block_size) for n in lens), (
         "every request must grow past a block boundary"
     )
     return -(-(max(lens) + max_tokens - 1) // block_size) + 1

@@ -371,6 +371,9 @@ def _finishing_cells(s: ArenaState) -> dict[int, tuple[str, str, int]]:
     return out
 
 
+_CHUNK = 64  # slots compared or filled at once where a stretch is uniform
+
+
 def _cells(s: ArenaState, hole: bool) -> list[str]:
     """Every slot's category code. One pass over the arena for every frame, so each owner's
     threshold (slots below it are still to be written) is looked up once, not once per slot."""
@@ -426,9 +429,6 @@ def _changed(prev: Frame | None, cells: str, owners: tuple) -> frozenset[int]:
             if owners[i] != powners[i] or (c != p and not (c in "FH" and p in "FH")):
                 out.append(i)
     return frozenset(out)
-
-
-_CHUNK = 64
 
 
 def _request_views(t: Tally) -> dict[str, RequestView]:
