@@ -145,14 +145,20 @@ def load_model(
     the network. Progress goes to stderr. Raises InvalidConfigError for a bad path or device."""
     dev, dt = resolve_device(device, dtype)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers.utils import logging as hf_logging
-
     if path is None:
         where, kwargs, name = default_model_dir(), {"gguf_file": DEFAULT_GGUF}, DEFAULT_GGUF
     else:
         where, kwargs = check_model_path(path), {}
         name = where.name
     _say(progress, f"loading {name} on {dev} ({str(dt).removeprefix('torch.')}) ...")
+    light = _load_light(where, dt) if path is None and not keep_hf else None
+    if light is not None:  # the bundled model from its cache, without transformers
+        tokenizer, weights = light
+        weights = _to_device(weights, dev)
+        _say(progress, _loaded(name, weights))
+        return LoadedModel(name, weights, tokenizer, dev, dt)
+    from transformers.utils import logging as hf_logging
+
     bars = hf_logging.is_progress_bar_enabled()
     if not progress:
         hf_logging.disable_progress_bar()
@@ -165,12 +171,64 @@ def load_model(
             hf_logging.enable_progress_bar()
     hf = hf.to(dev).eval()
     weights = extract_weights(hf, tokenizer)
-    _say(
-        progress,
-        f"loaded {name}: {weights.config.num_layers} layers, "
-        f"{sum(p.numel() for p in hf.parameters()) / 1e6:.0f}M parameters",
-    )
+    if path is None:
+        tokenizer = _cache_facts(where, weights, tokenizer)
+    _say(progress, _loaded(name, weights))
     return LoadedModel(name, weights, tokenizer, dev, dt, hf if keep_hf else None)
+
+
+def _loaded(name: str, w: ModelWeights) -> str:
+    tensors = [w.embed, w.final_norm, *(t for x in w.layers for t in vars(x).values())]
+    if w.lm_head.data_ptr() != w.embed.data_ptr():  # a tied head counts once, as in HF
+        tensors.append(w.lm_head)
+    params = sum(t.numel() for t in tensors)
+    return f"loaded {name}: {w.config.num_layers} layers, {params / 1e6:.0f}M parameters"
+
+
+def _to_device(w: ModelWeights, dev: torch.device) -> ModelWeights:
+    if dev.type == "cpu":
+        return w
+    embed = w.embed.to(dev)
+    return ModelWeights(
+        w.config,
+        embed,
+        [LayerWeights(**{k: t.to(dev) for k, t in vars(x).items()}) for x in w.layers],
+        w.final_norm.to(dev),
+        embed if w.lm_head.data_ptr() == w.embed.data_ptr() else w.lm_head.to(dev),
+        w.inv_freq.to(dev),
+        w.rope_scaling,
+    )
+
+
+def _cache_folder(where: Path) -> Path | None:
+    from engine import model_cache
+
+    return model_cache.cache_dir(where / DEFAULT_GGUF)
+
+
+def _load_light(where: Path, dtype: torch.dtype):
+    from engine import model_cache
+
+    folder = _cache_folder(where)
+    return model_cache.load_light(folder, dtype) if folder is not None else None
+
+
+def _cache_facts(where: Path, weights: ModelWeights, tokenizer):
+    """After a load through transformers: (re)write the cache's ``engine.json`` (a cache from
+    before it existed, or one whose facts did not load, gets it now) and hand out the cache's
+    own tokenizer, so every load of the bundled model tokenizes through ``engine.tokenizer``.
+    Without a cache, transformers' tokenizer stays."""
+    from engine import model_cache
+    from engine.tokenizer import Tokenizer
+
+    folder = _cache_folder(where)
+    if folder is None or not (folder / model_cache.WEIGHTS).is_file():
+        return tokenizer
+    model_cache.store_facts(folder, weights)
+    try:
+        return Tokenizer.from_folder(folder)
+    except (OSError, ValueError):
+        return tokenizer
 
 
 def _load_default(where: Path, dtype: torch.dtype, kwargs: dict):

@@ -16,7 +16,7 @@ def pytest_collection_modifyitems(items):
     test left unmarked once cost the fast gate minutes."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        if "smollm" in names:
+        if names & {"smollm", "smollm_hf"}:
             item.add_marker(pytest.mark.model)
         if names & {"browser", "app_url"}:
             item.add_marker(pytest.mark.browser)
@@ -29,8 +29,18 @@ import engine  # noqa: E402, F401
 
 @pytest.fixture(scope="session")
 def smollm():
-    """SmolLM2-135M-Instruct on CPU in fp32, with its HF module kept so tests can compare
-    against HF ``generate`` on the very same weights."""
+    """SmolLM2-135M-Instruct on CPU in fp32, loaded as users load it (from the conversion
+    cache, without transformers, once the cache exists). HF's outputs are stored test data
+    (tests/data/golden_hf.json); ``smollm_hf`` is for the one live HF check."""
+    from engine.model import load_model
+
+    return load_model(device="cpu", dtype="float32", progress=False)
+
+
+@pytest.fixture(scope="session")
+def smollm_hf():
+    """The same model through transformers, with its HF module kept (``hf_model``): for a test
+    that runs HF ``generate`` on the very same weights."""
     from engine.model import load_model
 
     return load_model(device="cpu", dtype="float32", keep_hf=True, progress=False)

@@ -3,7 +3,10 @@ broken cache is rebuilt, and a cache that cannot be written only costs speed."""
 
 from __future__ import annotations
 
+import json
 import os
+import tomllib
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +14,12 @@ from safetensors.torch import save
 
 from engine import model as M
 from engine import model_cache
+from engine.tokenizer import Tokenizer
+from engine.workload import DEMO_PROMPTS
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSONS = ROOT / "lessons"
+GOLDEN = ROOT / "tests" / "data" / "golden_hf.json"
 
 
 def _same_model(a, b) -> None:
@@ -57,6 +66,96 @@ def test_a_cached_load_is_the_gguf_load_bit_for_bit_and_a_broken_cache_is_rebuil
     assert (folder / model_cache.WEIGHTS).stat().st_size > len(whole)
     monkeypatch.setattr(M, "_load_hf", lambda *a, **k: pytest.fail("the cache was not used"))
     _same_model(first, M.load_model(device="cpu", dtype="float32", keep_hf=True, progress=False))
+    # without the HF module, a load reads the cache's own files and never goes through
+    # transformers: the same weights, bit for bit
+    assert (folder / model_cache.FACTS).is_file()
+    monkeypatch.setattr(model_cache, "load_cached", lambda *a: pytest.fail("not the light load"))
+    light = M.load_model(device="cpu", dtype="float32", progress=False)
+    assert light.hf_model is None and isinstance(light.tokenizer, Tokenizer)
+    _same_weights(first.weights, light.weights)
+    # a cache whose facts are damaged is loaded through transformers and gets them again
+    (folder / model_cache.FACTS).write_text("{")
+    assert model_cache.load_light(folder, torch.float32) is None
+    monkeypatch.undo()
+    monkeypatch.setenv("PAGED_MODEL_CACHE", str(tmp_path))
+    again = M.load_model(device="cpu", dtype="float32", progress=False)
+    _same_weights(first.weights, again.weights)
+    assert model_cache.load_light(folder, torch.float32) is not None
+
+
+def _same_weights(a: M.ModelWeights, b: M.ModelWeights) -> None:
+    assert a.config == b.config and a.rope_scaling == b.rope_scaling
+    pairs = [(a.embed, b.embed), (a.final_norm, b.final_norm), (a.lm_head, b.lm_head)]
+    pairs += [(a.inv_freq, b.inv_freq)]
+    for la, lb in zip(a.layers, b.layers, strict=True):
+        pairs += [(getattr(la, f), getattr(lb, f)) for f in vars(la)]
+    assert all(x.dtype == y.dtype and torch.equal(x, y) for x, y in pairs)
+    # tied stays tied: one tensor, as the forward's memory assumes
+    assert (a.lm_head.data_ptr() == a.embed.data_ptr()) == (
+        b.lm_head.data_ptr() == b.embed.data_ptr()
+    )
+
+
+def test_the_light_tokenizer_gives_transformers_ids_and_text(smollm, tmp_path):
+    """engine.tokenizer against transformers' own tokenizer over the same cached files: the
+    same ids for every lesson prompt, the demo prompts and awkward text, the same chat
+    prompts, and the same text back for the stored HF outputs and for ids around the
+    special tokens."""
+    from transformers import AutoTokenizer
+
+    ours = smollm.tokenizer
+    if not isinstance(ours, Tokenizer):  # PAGED_MODEL_CACHE=off: transformers' own, saved
+        ours.save_pretrained(tmp_path)
+        ours = Tokenizer.from_folder(tmp_path)
+    hf = AutoTokenizer.from_pretrained(ours.folder)
+    texts = [*DEMO_PROMPTS, *_lesson_prompts()]
+    texts += [
+        "",
+        " ",
+        "  leading and trailing  ",
+        "tabs\tand\nnew\r\nlines",
+        "你好，世界！",
+        "emoji 🙂🚀 and ümlauts",
+        "<|im_start|>user\nhi<|im_end|>",
+        "a" * 300,
+    ]
+    for text in texts:
+        assert ours.encode(text) == hf.encode(text), text
+        assert ours.encode(text, add_special_tokens=False) == hf.encode(
+            text, add_special_tokens=False
+        )
+    chats = [[{"role": "user", "content": t}] for t in texts[:6]]
+    chats.append([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+    for msgs in chats:
+        for gen in (True, False):
+            want = hf.apply_chat_template(msgs, add_generation_prompt=gen, tokenize=False)
+            assert ours.apply_chat_template(msgs, add_generation_prompt=gen, tokenize=False) == want
+            assert ours.apply_chat_template(msgs, add_generation_prompt=gen) == hf.encode(
+                want, add_special_tokens=False
+            )
+    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    outputs = [
+        ids for case in ("exact", "preemption", "prefix") for ids in golden[case]["hf_token_ids"]
+    ]
+    outputs += [list(range(0, 20)), [1, 2, 3, 49151, 0, 198, 2]]
+    for ids in outputs:
+        for skip in (True, False):
+            assert ours.decode(ids, skip_special_tokens=skip) == hf.decode(
+                ids, skip_special_tokens=skip
+            )
+    assert ours.eos_token_id == hf.eos_token_id and len(ours) == len(hf)
+
+
+def _lesson_prompts() -> list[str]:
+    out = []
+    for f in sorted(LESSONS.glob("*/scenario.toml")):
+        out += [
+            r["prompt"]
+            for r in tomllib.loads(f.read_text("utf-8")).get("requests", [])
+            if "prompt" in r
+        ]
+    assert len(out) >= 10
+    return out
 
 
 def test_the_cache_key_follows_the_source_file_and_can_be_switched_off(tmp_path, monkeypatch):

@@ -106,11 +106,11 @@ def test_greedy_paged_batch_matches_hf_generate_per_prompt(smollm, prompt_ids, p
 
 
 @pytest.mark.model
-def test_live_hf_generate_still_gives_the_stored_tokens(smollm, prompt_ids, paged_outputs):
+def test_live_hf_generate_still_gives_the_stored_tokens(smollm_hf, prompt_ids, paged_outputs):
     """The one live HF call: the longest prompt (several blocks), so the stored ids stay honest
     for this transformers version."""
     i = max(range(len(prompt_ids)), key=lambda k: len(prompt_ids[k]))
-    live = hf_greedy(smollm.hf_model, prompt_ids[i], NEW_TOKENS)
+    live = hf_greedy(smollm_hf.hf_model, prompt_ids[i], NEW_TOKENS)
     assert live == golden("exact")["hf_token_ids"][i]
     assert paged_outputs[i].token_ids == live
 
