@@ -18,7 +18,7 @@ import pytest
 from engine import trace as T
 from engine.trace_check import LIMITS, TraceChecker
 from viz.lesson_page import MAX_UPLOAD_MB
-from viz.serve import CHROMIUM, running_app, wait_idle
+from viz.serve import CHROMIUM, SERVER_POLL_MS, running_app, wait_idle
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -202,6 +202,7 @@ def test_twenty_sessions_step_while_one_uploads_a_maximal_trace(tmp_path, browse
             "() => document.querySelectorAll('svg[data-pk-frame]').length === 2"
             " && document.body.innerText.includes('Replaying')",
             timeout=80_000,
+            polling=SERVER_POLL_MS,
         )
         t_upload = time.monotonic()
         uploader.keyboard.press("End")

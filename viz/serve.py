@@ -120,9 +120,16 @@ def shown_frame(page) -> int | None:
     return page.evaluate(FRAME_JS)
 
 
+#: Polling for waits on the server (a page load, a script run), in ms. Why not every animation
+#: frame: a test waits on the server for about a minute in all, and polling each frame kept
+#: the renderer busy the whole time (~0.1 s of CPU per second waited, on a 2-core machine).
+#: Waits for a paint after a key (``wait_painted``) still poll every frame: they time it.
+SERVER_POLL_MS = 50
+
+
 def wait_ready(page, timeout_ms: float = 60000) -> int:
     """Wait until the lesson player has its frames and shows one; returns that frame."""
-    page.wait_for_function(READY_JS, timeout=timeout_ms, polling="raf")
+    page.wait_for_function(READY_JS, timeout=timeout_ms, polling=SERVER_POLL_MS)
     frame = current_frame(page)
     wait_painted(page, frame, timeout_ms)
     return frame
@@ -150,7 +157,7 @@ IDLE_JS = (
 def wait_idle(page, timeout_ms: float = 30000) -> None:
     """Wait until no script run is in flight. A key pressed while a full-page run is still
     finishing can be dropped by Streamlit, so tests settle here before each key."""
-    page.wait_for_function(IDLE_JS, timeout=timeout_ms, polling="raf")
+    page.wait_for_function(IDLE_JS, timeout=timeout_ms, polling=SERVER_POLL_MS)
 
 
 def settle_after_load(page) -> None:
