@@ -102,6 +102,44 @@ def test_every_step_has_a_figure_with_its_title():
         assert step.title["zh"] in texts
 
 
+def test_kaleidos_page_is_reloaded_only_every_so_many_images():
+    """Between images kaleido hands its tab back to a queue; we skip its reload there except
+    every RELOAD_EVERY images, and undo that when the batch ends."""
+    import asyncio
+
+    from kaleido.kaleido import Kaleido
+
+    original = Kaleido._return_kaleido_tab
+
+    class Tab:
+        reloads = 0
+        tab = type("Target", (), {"target_id": "fake-target"})  # kaleido logs its id
+
+        async def reload(self) -> None:
+            Tab.reloads += 1
+
+    class Fake:  # what kaleido's method reads of its instance: the queue of ready tabs
+        def __init__(self) -> None:
+            self.tabs_ready: asyncio.Queue = asyncio.Queue()
+
+    async def batch(n: int) -> int:
+        fake, tab = Fake(), Tab()
+        for _ in range(n):
+            await Kaleido._return_kaleido_tab(fake, tab)
+            assert await fake.tabs_ready.get() is tab  # handed back every time
+        return Tab.reloads
+
+    restore = export.fewer_reloads()
+    assert restore is not None and Kaleido._return_kaleido_tab is not original
+    try:
+        assert asyncio.run(batch(2 * export.RELOAD_EVERY + 3)) == 2
+    finally:
+        restore()
+    assert Kaleido._return_kaleido_tab is original
+    Tab.reloads = 0
+    assert asyncio.run(batch(3)) == 3  # kaleido's own again: a reload per image
+
+
 def test_kaleido_runs_offline_one_server_per_batch(monkeypatch):
     """Every image goes through our kaleido server, started without MathJax (kaleido's default
     page fetches it from a CDN for each image: a download at run time), and a batch shares one
