@@ -86,7 +86,12 @@ def _grid(lesson: Lesson, side: str, i: int, lang: str) -> str:
     runs = (lesson.left.run, lesson.right.run)
     layouts = dict(zip(sides, to_scale.side_layouts(*runs), strict=True))
     notes = dict(zip(sides, to_scale.notes(*runs, lang), strict=True))  # none unless to scale
-    below = max(svg.room_under(lesson.side(s).at(i), layouts[s], notes[s]) for s in sides)
+    # both sides as tall (grid, CPU tier, note), so both are drawn at one scale
+    tall = max(
+        svg.grid_height(layouts[s]) + svg.room_under(lesson.side(s).at(i), layouts[s], notes[s])
+        for s in sides
+    )
+    below = tall - svg.grid_height(layouts[side])
     return svg.arena_svg(
         frame,
         layouts[side],

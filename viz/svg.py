@@ -76,7 +76,7 @@ def arena_svg(
     ``note``: lines under a grid drawn to scale (viz/to_scale.py), saying what the scale is."""
     uid = _ID_UNSAFE.sub("", uid) or _ID_UNSAFE.sub("", frame.run.allocator) or "g"
     width = _x(layout.cols) - GAP
-    height = layout.rows * _pitch(layout) - _row_gap(layout)
+    height = grid_height(layout)
     defs, fills = _patterns(frame, layout, uid)
     body = [
         _runs(frame, layout, lang, fills),
@@ -86,7 +86,7 @@ def arena_svg(
         _names(frame, layout),
         _ref_counts(frame, layout),
         _changed(frame, layout),
-        cpu_tier_svg(frame, layout, height + _row_gap(layout), LABEL_W, CELL, GAP, lang),
+        cpu_tier_svg(frame, layout, height + GAP, LABEL_W, CELL, GAP, lang),  # "" without one
         _note(note, height + tier_height(frame, layout, CELL), width),
     ]
     # room_below: the other side's CPU tier (and note), so both sides are drawn at one scale
@@ -99,6 +99,11 @@ def arena_svg(
         f"display:block' font-family='Inter, Helvetica, Arial, sans-serif'>"
         f"<defs>{defs}</defs>{''.join(body)}</svg>"
     )
+
+
+def grid_height(layout: GridLayout) -> float:
+    """The grid's drawn height, its CPU tier and note left out."""
+    return layout.rows * _pitch(layout) - GAP  # a full gap under a scaled row too: sides alike
 
 
 def room_under(frame: Frame, layout: GridLayout, note: Sequence[str] = ()) -> float:
