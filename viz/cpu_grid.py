@@ -56,7 +56,7 @@ def tier_height(frame: Frame, layout: GridLayout, cell: int) -> int:
 
 
 def cpu_tier_svg(
-    frame: Frame, layout: GridLayout, top: int, x0: int, cell: int, gap: int, lang: str = "en"
+    frame: Frame, layout: GridLayout, top: float, x0: int, cell: int, gap: int, lang: str = "en"
 ) -> str:
     """The tier's boxes from height ``top`` down, starting at ``x0`` (the grid's first column),
     with its title line; "" when the run has no CPU tier."""
@@ -122,7 +122,8 @@ def tier_plotly(
         return [], []
     owners = cpu_owners(frame)
     per_row = max(1, layout.cols // BOX_CELLS)
-    top = layout.rows - 0.5 + TIER_GAP_ROWS
+    bottom = layout.rows - 0.5 if not layout.scaled else (layout.rows - 0.5) * layout.row_scale
+    top = bottom + TIER_GAP_ROWS
     ref = dict(xref=xaxis, yref=yaxis)
     moved = moved_cpu_blocks(frame)
     shapes, xs, ys, texts, inks = [], [], [], [], []

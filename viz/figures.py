@@ -15,8 +15,10 @@ import re
 import plotly.graph_objects as go
 
 from engine.accounting import CATEGORIES, StepAccount
+from viz import to_scale
 from viz.cpu_grid import tier_plotly, tier_rows
-from viz.layout import HOVER_MAX_SLOTS, GridLayout, changed_runs, grid_layout
+from viz.layout import HOVER_MAX_SLOTS, GridLayout, changed_runs
+from viz.layout import grid_layout as grid_layout  # callers (tests) reach it through here
 from viz.lesson import Lesson, RenderedStep, Summary
 from viz.panels import finished_labels, label_starts, queue_entries, table_rows
 from viz.percent import percents
@@ -75,6 +77,8 @@ def arena_parts(
         xaxis=xaxis,
         yaxis=yaxis,
     )
+    if layout.scaled:  # shorter rows (viz/to_scale.py): the gap shrinks with them
+        heat.update(y0=0, dy=layout.row_scale, ygap=CELL_GAP_PX * layout.row_scale)
     if frame.run.num_slots <= HOVER_MAX_SLOTS:  # past this, hover text outweighs the picture
         w, positions = words(lang), slot_positions(frame)
         heat["customdata"] = [
@@ -137,12 +141,18 @@ def _hover(frame: Frame, slot: int, code: str, owner: str | None, pos: int | Non
     return f"{where}<br>{who} · {w['pos']} {pos}<br>{cat}"
 
 
+def _ys(y: int, layout: GridLayout) -> float:
+    """Row ``y``'s centre on the axis: rows are ``row_scale`` tall when drawn to scale."""
+    return y if not layout.scaled else y * layout.row_scale
+
+
 def _labels_trace(frame: Frame, layout: GridLayout, xaxis: str, yaxis: str) -> dict:
     xs, ys, texts, colours = [], [], [], []
-    for slot, text, owner in label_starts(frame):
+    t = to_scale.text_scale(layout)
+    for slot, text, owner in label_starts(frame) if t is not None else []:
         x, y = layout.xy(slot)
         xs.append(x)
-        ys.append(y)
+        ys.append(_ys(y, layout))
         texts.append(f"<b>{plotly_text(text)}</b>")
         colours.append(cell_ink(frame.cells[slot], frame.requests[owner].order))
     return dict(
@@ -152,7 +162,9 @@ def _labels_trace(frame: Frame, layout: GridLayout, xaxis: str, yaxis: str) -> d
         text=texts,
         mode="text",
         hoverinfo="skip",
-        textfont=dict(size=11, color=colours, family=FONT["family"]),
+        textfont=dict(
+            size=11 if t in (1.0, None) else round(11 * t, 1), color=colours, family=FONT["family"]
+        ),
         xaxis=xaxis,
         yaxis=yaxis,
         showlegend=False,
@@ -164,14 +176,15 @@ def _hatch_shapes(frame: Frame, layout: GridLayout, ref: dict) -> list[dict]:
     for slot, code in enumerate(frame.cells):
         if code not in (INTERNAL, HOLE):
             continue
-        x, y = layout.xy(slot)
+        x, row = layout.xy(slot)
         d = 0.28
+        y, e = _ys(row, layout), d * layout.row_scale if layout.scaled else d
         if code == INTERNAL:  # one diagonal stroke: held, never to be filled
             colour = cell_ink(code, frame.holder(slot).order)
-            seg = f"M{x - d},{y + d}L{x + d},{y - d}"
+            seg = f"M{x - d},{y + e}L{x + d},{y - e}"
         else:  # a small cross: free, yet nobody waiting can use it
             colour = cell_ink(code, None)
-            seg = f"M{x - d},{y - d}L{x + d},{y + d}M{x - d},{y + d}L{x + d},{y - d}"
+            seg = f"M{x - d},{y - e}L{x + d},{y + e}M{x - d},{y + e}L{x + d},{y - e}"
         by_colour.setdefault(colour, []).append(seg)
     return [
         dict(type="path", path="".join(segs), line=dict(color=c, width=1.4), layer="above", **ref)
@@ -184,9 +197,8 @@ def _block_rules(layout: GridLayout, ref: dict) -> list[dict]:
     per_row = layout.cols // layout.block_size
     if per_row < 2:
         return []
-    path = "".join(
-        f"M{k * layout.block_size - 0.5},-0.5V{layout.rows - 0.5}" for k in range(1, per_row)
-    )
+    top, bottom = _y_edges(layout)
+    path = "".join(f"M{k * layout.block_size - 0.5},{top}V{bottom}" for k in range(1, per_row))
     return [dict(type="path", path=path, line=dict(color="white", width=4), layer="above", **ref)]
 
 
@@ -194,8 +206,10 @@ def _changed_shapes(frame: Frame, layout: GridLayout, ref: dict) -> list[dict]:
     if not frame.changed:
         return []
     segs = []
-    for y, x0, x1 in changed_runs(sorted(frame.changed), layout):
-        segs.append(f"M{x0 - 0.5},{y - 0.5}H{x1 + 0.5}V{y + 0.5}H{x0 - 0.5}Z")
+    half = 0.5 * layout.row_scale if layout.scaled else 0.5
+    for row, x0, x1 in changed_runs(sorted(frame.changed), layout):
+        y = _ys(row, layout)
+        segs.append(f"M{x0 - 0.5},{y - half}H{x1 + 0.5}V{y + half}H{x0 - 0.5}Z")
     return [
         dict(
             type="path",
@@ -207,6 +221,21 @@ def _changed_shapes(frame: Frame, layout: GridLayout, ref: dict) -> list[dict]:
     ]
 
 
+def _y_edges(layout: GridLayout, rows: float | None = None) -> tuple[float, float]:
+    """The grid's top and bottom edges on its y axis (``rows`` of the layout's height)."""
+    rows = layout.rows if rows is None else rows
+    if not layout.scaled:
+        return -0.5, rows - 0.5
+    return -0.5 * layout.row_scale, (rows - 0.5) * layout.row_scale
+
+
+def y_range(layout: GridLayout, tier: float, rows: float | None = None) -> list[float]:
+    """The y axis range of a grid (row 0 on top) with ``tier`` rows under it for a CPU tier;
+    ``rows`` (in full-height rows) gives two sides drawn to scale one common height."""
+    top, bottom = _y_edges(layout, None if rows is None else rows / layout.row_scale)
+    return [bottom + tier, top]
+
+
 def arena_axes(frame: Frame, layout: GridLayout, anchor: str = "x") -> tuple[dict, dict]:
     """x and y axis settings: square cells, row 0 on top, rows labelled by first block (paging)
     or first slot (contiguous)."""
@@ -215,6 +244,8 @@ def arena_axes(frame: Frame, layout: GridLayout, anchor: str = "x") -> tuple[dic
     ticks = list(range(math.ceil(frame.run.num_slots / layout.cols)))  # a smaller arena: fewer
     text = [f"#{r * per_row}" if paged else str(r * layout.cols) for r in ticks]
     step = max(1, math.ceil(layout.rows / 24))
+    if layout.scaled:  # short rows: tick labels no closer than about a full row
+        step = max(step, math.ceil(0.5 / layout.row_scale))
     xa = dict(
         range=[-0.5, layout.cols - 0.5],
         showgrid=False,
@@ -228,11 +259,11 @@ def arena_axes(frame: Frame, layout: GridLayout, anchor: str = "x") -> tuple[dic
         range=[layout.rows - 0.5, -0.5],
         showgrid=False,
         zeroline=False,
-        tickvals=ticks[::step],
+        tickvals=[_ys(r, layout) for r in ticks[::step]],
         ticktext=text[::step],
         ticks="",
         fixedrange=True,
-        tickfont=dict(size=10, color=MUTED),
+        tickfont=dict(size=10 if not layout.scaled else 9, color=MUTED),
         scaleanchor=anchor,
         scaleratio=1,
         constrain="domain",
@@ -247,7 +278,7 @@ def arena_spec(
     stored in ``layout.meta`` so a browser test can tell which frame is painted."""
     traces, shapes = arena_parts(frame, layout, lang)
     xa, ya = arena_axes(frame, layout)
-    ya["range"] = [layout.rows - 0.5 + tier_rows(frame, layout), -0.5]
+    ya["range"] = y_range(layout, tier_rows(frame, layout))
     return {
         "data": traces,
         "layout": dict(
@@ -490,12 +521,18 @@ def side_by_side_figure(
     """One frame of the lesson as a single 16:9 figure: both arenas at the same scale, their
     metrics bars, block tables or reservations, queues, a legend and the step's narration.
     Everything is placed in paper coordinates, so it scales with ``width`` x ``height``."""
-    layout = grid_layout(right.run.num_slots, right.run.block_size)
+    layouts = to_scale.side_layouts(left.run, right.run)
+    notes = to_scale.notes(left.run, right.run, lang)
+    # drawn to scale: one height for both sides (in full-height rows), so one scale for both
+    pairs = zip((left, right), layouts, strict=True)
+    rows = max(-(-f.run.num_slots // lay.cols) * lay.row_scale for f, lay in pairs)
+    common = rows if any(lay.scaled for lay in layouts) else None
     fig = go.Figure()
     axes: dict[str, dict] = {}
     halves = {"left": (0.0, 0.485), "right": (0.515, 1.0)}
     for n, (side, frame) in enumerate((("left", left), ("right", right))):
         x0, x1 = halves[side]
+        layout = layouts[n]
         gx, gy, mx, my = (
             _axis(2 * n + 1, "x"),
             _axis(2 * n + 1, "y"),
@@ -506,8 +543,8 @@ def side_by_side_figure(
         fig.add_traces(traces + metrics_parts(frame.account, lang, mx, my))
         fig.layout.shapes = tuple(fig.layout.shapes) + tuple(shapes)
         xa, ya = arena_axes(frame, layout, anchor=gx)
-        tier = max(tier_rows(left, layout), tier_rows(right, layout))  # one scale both sides
-        ya["range"] = [layout.rows - 0.5 + tier, -0.5]
+        tier = max(tier_rows(f, lay) for f, lay in zip((left, right), layouts, strict=True))
+        ya["range"] = y_range(layout, tier, common)
         axes[_layout_key(gx)] = {**xa, "domain": [x0, x0 + 0.56 * (x1 - x0)], "anchor": gy}
         axes[_layout_key(gy)] = {**ya, "domain": [0.35, 0.86], "anchor": gx}
         axes[_layout_key(mx)] = dict(
@@ -537,6 +574,19 @@ def side_by_side_figure(
             text=_metrics_line(frame, lang),
         )
         _side_text(fig, frame, x0 + 0.59 * (x1 - x0), lang)
+        if notes[n]:  # drawn to scale: say so, above the grid
+            fig.add_annotation(
+                x=x0,
+                xref="paper",
+                yref="paper",
+                y=0.903,
+                xanchor="left",
+                yanchor="top",
+                align="left",
+                showarrow=False,
+                font=dict(size=11, color=MUTED),
+                text="<br>".join(plotly_text(line) for line in notes[n]),
+            )
     fig.update_layout(
         **axes,
         barmode="stack",

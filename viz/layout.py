@@ -14,15 +14,24 @@ HOVER_MAX_SLOTS = 512
 
 @dataclass(frozen=True)
 class GridLayout:
-    """Slots laid out row-major, whole blocks per row, rows about as many as columns."""
+    """Slots laid out row-major, whole blocks per row, rows about as many as columns.
+
+    ``row_scale`` is a row's height as a share of a full cell's: a run whose slot holds fewer
+    bytes than the other side's is drawn in shorter rows, so drawn area follows bytes
+    (viz/to_scale.py). 1.0, the default, draws square cells exactly as before."""
 
     num_slots: int
     block_size: int
     cols: int
     rows: int
+    row_scale: float = 1.0
 
     def xy(self, slot: int) -> tuple[int, int]:
         return slot % self.cols, slot // self.cols
+
+    @property
+    def scaled(self) -> bool:
+        return self.row_scale != 1.0
 
 
 def grid_layout(num_slots: int, block_size: int) -> GridLayout:

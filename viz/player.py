@@ -19,8 +19,7 @@ import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from viz import captions, chapters, figures, html, svg
-from viz.cpu_grid import tier_height
+from viz import captions, chapters, html, svg, to_scale
 from viz.lesson import Lesson
 from viz.style import CATEGORY_COLOURS, INK, MUTED, words
 
@@ -83,9 +82,25 @@ def _grid(lesson: Lesson, side: str, i: int, lang: str) -> str:
     frame = s.at(i)
     if i >= len(s.frames):  # the run has ended: nothing changes any more
         frame = replace(frame, changed=frozenset())
-    layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
-    tier = max(tier_height(lesson.side(s).at(i), layout, svg.CELL) for s in ("left", "right"))
-    return svg.arena_svg(frame, layout, lang, meta=i, max_height_px=GRID_HEIGHT, room_below=tier)
+    sides = ("left", "right")
+    runs = (lesson.left.run, lesson.right.run)
+    layouts = dict(zip(sides, to_scale.side_layouts(*runs), strict=True))
+    notes = dict(zip(sides, to_scale.notes(*runs, lang), strict=True))  # none unless to scale
+    # both sides as tall (grid, CPU tier, note), so both are drawn at one scale
+    tall = max(
+        svg.grid_height(layouts[s]) + svg.room_under(lesson.side(s).at(i), layouts[s], notes[s])
+        for s in sides
+    )
+    below = tall - svg.grid_height(layouts[side])
+    return svg.arena_svg(
+        frame,
+        layouts[side],
+        lang,
+        meta=i,
+        max_height_px=GRID_HEIGHT,
+        room_below=below,
+        note=notes[side],
+    )
 
 
 def _panel(lesson: Lesson, side: str, i: int, lang: str) -> str:

@@ -64,14 +64,14 @@ def tier_facts(run: RunInfo, frames: Sequence[Frame], i: int) -> dict:
         "cpu_blocks": run.num_cpu_blocks,
         "cpu_used": f.account.cpu_used,
         "swapped": f.account.swapped,
-        "kv_dtype": _dtype_name(run.kv_cache_dtype),
+        "kv_dtype": dtype_name(run.kv_cache_dtype),
         "num_blocks": blocks,
         "block_kib": f"{run.block_bytes / 1024:.0f} KiB" if run.block_bytes else "?",
         "arena_mib": mib(blocks * run.block_bytes) if run.block_bytes else "?",
     }
 
 
-def _dtype_name(dtype: str) -> str:
+def dtype_name(dtype: str) -> str:
     """The header's torch name, as the lessons say it (``float8_e4m3fn`` -> ``fp8 e4m3``)."""
     short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
     if dtype.startswith("float8_"):
