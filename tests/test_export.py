@@ -106,6 +106,7 @@ def test_kaleidos_page_is_reloaded_only_every_so_many_images():
     """Between images kaleido hands its tab back to a queue; we skip its reload there except
     every RELOAD_EVERY images, and undo that when the batch ends."""
     import asyncio
+    from concurrent.futures import ThreadPoolExecutor
 
     from kaleido.kaleido import Kaleido
 
@@ -129,15 +130,19 @@ def test_kaleidos_page_is_reloaded_only_every_so_many_images():
             assert await fake.tabs_ready.get() is tab  # handed back every time
         return Tab.reloads
 
+    def run(n: int) -> int:  # in a thread: a Playwright test may hold this thread's loop
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, batch(n)).result()
+
     restore = export.fewer_reloads()
     assert restore is not None and Kaleido._return_kaleido_tab is not original
     try:
-        assert asyncio.run(batch(2 * export.RELOAD_EVERY + 3)) == 2
+        assert run(2 * export.RELOAD_EVERY + 3) == 2
     finally:
         restore()
     assert Kaleido._return_kaleido_tab is original
     Tab.reloads = 0
-    assert asyncio.run(batch(3)) == 3  # kaleido's own again: a reload per image
+    assert run(3) == 3  # kaleido's own again: a reload per image
 
 
 def test_kaleido_runs_offline_one_server_per_batch(monkeypatch):
