@@ -17,6 +17,7 @@ simply reserved. Pure Python, no torch.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -180,6 +181,10 @@ class ArenaState:
     released: dict[str, list[tuple[int, bool, int]]] = field(default_factory=dict)
     last_frame: Frame | None = None
     num_frames: int = 0
+    # each request as the last frame showed it, and the requests events named since: only
+    # those can look different now (a view reads only what events about its request change)
+    views: dict[str, RequestView] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
 
     @classmethod
     def empty(cls, run: RunInfo) -> ArenaState:
@@ -214,6 +219,9 @@ def apply(state: ArenaState, ev: E.Event) -> ArenaState:
 def step_in_place(s: ArenaState, ev: E.Event) -> None:
     """The transition itself, mutating ``s`` (``fold`` uses it; ``apply`` wraps it)."""
     s.tally.apply(ev)
+    req = getattr(ev, "req", None)
+    if req is not None:
+        s.touched.add(req)
     if isinstance(ev, E.StepEnd):
         s.last_frame = _close(s, ev)
         s.step_events = []
@@ -349,7 +357,7 @@ def _close(s: ArenaState, ev: E.StepEnd) -> Frame:
         running=tuple(t.running),
         waiting=tuple(t.waiting),
         blocked=t.refusals,
-        requests=_request_views(t),
+        requests=_request_views(s),
         events=tuple(s.step_events),
         account=account,
         cpu_tables=dict(t.cpu_tables),
@@ -431,22 +439,34 @@ def _changed(prev: Frame | None, cells: str, owners: tuple) -> frozenset[int]:
     return frozenset(out)
 
 
-def _request_views(t: Tally) -> dict[str, RequestView]:
-    return {
-        r: RequestView(
-            req=r,
-            name=display_name(r, d.order),
-            order=d.order,
-            prompt_len=d.prompt_len,
-            max_tokens=d.max_tokens,
-            status=d.status,
-            filled=t.filled.get(r, 0),
-            held=t.held.get(r, 0),
-            final_len=t.final_len(r),
-            cpu_blocks=len(t.cpu_tables.get(r, ())),
-        )
-        for r, d in t.requests.items()
-    }
+def _request_views(s: ArenaState) -> dict[str, RequestView]:
+    """Every request the run has seen, in arrival order, as of this step. Why only the touched
+    ones are rebuilt: a long trace has every request in every frame (80 requests x 4,000
+    frames: a third of folding an upload went to rebuilding views that had not changed)."""
+    t, views = s.tally, s.views
+    for r in itertools.islice(t.requests, len(views), None):  # arrivals, in their order
+        views[r] = _request_view(t, r)
+    for r in s.touched:
+        if r in t.requests:
+            views[r] = _request_view(t, r)
+    s.touched.clear()
+    return dict(views)
+
+
+def _request_view(t: Tally, r: str) -> RequestView:
+    d = t.requests[r]
+    return RequestView(
+        req=r,
+        name=display_name(r, d.order),
+        order=d.order,
+        prompt_len=d.prompt_len,
+        max_tokens=d.max_tokens,
+        status=d.status,
+        filled=t.filled.get(r, 0),
+        held=t.held.get(r, 0),
+        final_len=t.final_len(r),
+        cpu_blocks=len(t.cpu_tables.get(r, ())),
+    )
 
 
 def fold(events: Iterable[E.Event], run: RunInfo) -> Iterator[Frame]:
