@@ -49,7 +49,11 @@ PROMPTS = [
     "removes most of the fragmentation that contiguous preallocation causes, so that",
 ]
 NEW_TOKENS = 48
-GRANULARITY = "one static scale per tensor (1.0): float8's own exponent covers K and V's range"
+# How kernels/fp8.py scales, in each language the lessons speak (quoted by their narration).
+GRANULARITY = {
+    "en": "one static scale per tensor (1.0): float8's own exponent covers K and V's range",
+    "zh": "每个张量一个静态缩放因子 1.0，float8 自己的指数就覆盖得了 K 和 V 的取值范围",
+}
 DATA_PATH = os.path.join(ROOT, "viz", "data", "fp8_accuracy.json")
 
 
@@ -86,7 +90,7 @@ def main() -> None:
             "results": results,
         }
         with open(DATA_PATH, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
+            json.dump(data, f, indent=2, ensure_ascii=False)
             f.write("\n")
         print(f"wrote {os.path.relpath(DATA_PATH, ROOT)}")
 

@@ -168,6 +168,13 @@ def test_the_shipped_accuracy_file_reads():
     d = fp8_data.load()
     assert set(d.results) == set(fp8_data.FORMATS)
     assert all(0 <= r.top1_agreement <= 1 for r in d.results.values())
+    # each language's narration quotes the scaling in its own words
+    assert d.scale_granularity["en"] != d.scale_granularity["zh"]
+
+
+def test_a_single_granularity_text_stands_for_every_language():
+    d = fp8_data.parse(GOOD)
+    assert d.scale_granularity == {"en": "per tensor", "zh": "per tensor"}
 
 
 def _bad(edit) -> dict:
@@ -184,6 +191,8 @@ def _bad(edit) -> dict:
         (_bad(lambda d: d.update(prompts=True)), "prompts"),
         (_bad(lambda d: d.update(new_tokens=float("nan"))), "new_tokens"),
         (_bad(lambda d: d.update(scale_granularity="x" * 500)), "scale_granularity"),
+        (_bad(lambda d: d.update(scale_granularity={"en": "per tensor"})), "en, zh"),
+        (_bad(lambda d: d.update(scale_granularity={"en": "a", "zh": 7})), "en, zh"),
         (_bad(lambda d: d["results"].pop("fp8_e5m2")), "fp8_e5m2"),
         (_bad(lambda d: d["results"]["fp8_e4m3"].update(top1_agreement=1.5)), "top1"),
         (_bad(lambda d: d["results"]["fp8_e4m3"].update(mean_common_prefix=49)), "prefix"),

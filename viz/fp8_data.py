@@ -4,9 +4,12 @@
 is never loaded here)::
 
     {"source": "bench/fp8_accuracy.py", "prompts": 12, "new_tokens": 48,
-     "scale_granularity": "...",
+     "scale_granularity": {"en": "...", "zh": "..."},
      "results": {"fp8_e4m3": {"top1_agreement": 0.95, "mean_common_prefix": 17.8},
                  "fp8_e5m2": {...}}}
+
+``scale_granularity`` says how the kernels scale, in each language the narration speaks (a plain
+string, as older files have it, stands for every language).
 
 The file is data from a script, so it is checked like any input: types, ranges, sizes; a bad
 or missing file is one ``Fp8DataError`` line, and the narration shows ``?`` instead of a number.
@@ -42,7 +45,7 @@ class Fp8Accuracy:
 class Fp8Data:
     prompts: int
     new_tokens: int
-    scale_granularity: str
+    scale_granularity: dict[str, str]  # by language: "en", "zh"
     results: dict[str, Fp8Accuracy]
 
 
@@ -60,9 +63,7 @@ def parse(doc: object) -> Fp8Data:
         raise Fp8DataError("fp8 accuracy data is not a JSON object")
     prompts = int(_num(doc.get("prompts"), 1, 10_000, "prompts"))
     new_tokens = int(_num(doc.get("new_tokens"), 1, 100_000, "new_tokens"))
-    gran = doc.get("scale_granularity")
-    if not isinstance(gran, str) or not 0 < len(gran) <= 200:
-        raise Fp8DataError("fp8 accuracy data: scale_granularity must be a short text")
+    gran = _granularity(doc.get("scale_granularity"))
     raw = doc.get("results")
     if not isinstance(raw, dict):
         raise Fp8DataError("fp8 accuracy data: results must be an object")
@@ -76,6 +77,21 @@ def parse(doc: object) -> Fp8Data:
             _num(r.get("mean_common_prefix"), 0, new_tokens, f"{name} mean_common_prefix"),
         )
     return Fp8Data(prompts, new_tokens, gran, results)
+
+
+LANGS = ("en", "zh")
+
+
+def _granularity(v: object) -> dict[str, str]:
+    """A short text for each language; a single text stands for all of them."""
+    texts = dict.fromkeys(LANGS, v) if isinstance(v, str) else v
+    if not isinstance(texts, dict) or any(
+        not isinstance(texts.get(lg), str) or not 0 < len(texts[lg]) <= 200 for lg in LANGS
+    ):
+        raise Fp8DataError(
+            "fp8 accuracy data: scale_granularity must be a short text for each of en, zh"
+        )
+    return {lg: texts[lg] for lg in LANGS}
 
 
 def load(path: Path = DATA) -> Fp8Data:
@@ -100,7 +116,8 @@ def narration_ns(path: Path = DATA) -> SimpleNamespace | None:
     return SimpleNamespace(
         prompts=d.prompts,
         new_tokens=d.new_tokens,
-        granularity=d.scale_granularity,
+        granularity=d.scale_granularity["en"],
+        granularity_zh=d.scale_granularity["zh"],
         e4m3_top1=f"{100 * e4.top1_agreement:.1f}%",
         e5m2_top1=f"{100 * e5.top1_agreement:.1f}%",
         e4m3_prefix=f"{e4.mean_common_prefix:.1f}",
