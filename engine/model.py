@@ -172,7 +172,7 @@ def load_model(
     hf = hf.to(dev).eval()
     weights = extract_weights(hf, tokenizer)
     if path is None:
-        tokenizer = _cache_facts(where, weights, tokenizer)
+        tokenizer = _cache_facts(where, weights, tokenizer, keep_hf)
     _say(progress, _loaded(name, weights))
     return LoadedModel(name, weights, tokenizer, dev, dt, hf if keep_hf else None)
 
@@ -213,11 +213,12 @@ def _load_light(where: Path, dtype: torch.dtype):
     return model_cache.load_light(folder, dtype) if folder is not None else None
 
 
-def _cache_facts(where: Path, weights: ModelWeights, tokenizer):
+def _cache_facts(where: Path, weights: ModelWeights, tokenizer, keep_hf: bool):
     """After a load through transformers: (re)write the cache's ``engine.json`` (a cache from
     before it existed, or one whose facts did not load, gets it now) and hand out the cache's
     own tokenizer, so every load of the bundled model tokenizes through ``engine.tokenizer``.
-    Without a cache, transformers' tokenizer stays."""
+    Transformers' tokenizer stays without a cache, and with ``keep_hf`` (a comparison with HF
+    calls HF's tokenizer API, padding and all, beside ``hf_model``)."""
     from engine import model_cache
     from engine.tokenizer import Tokenizer
 
@@ -225,6 +226,8 @@ def _cache_facts(where: Path, weights: ModelWeights, tokenizer):
     if folder is None or not (folder / model_cache.WEIGHTS).is_file():
         return tokenizer
     model_cache.store_facts(folder, weights)
+    if keep_hf:
+        return tokenizer
     try:
         return Tokenizer.from_folder(folder)
     except (OSError, ValueError):
