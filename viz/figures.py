@@ -551,42 +551,13 @@ def side_by_side_figure(
             domain=[x0, x1], range=[0, 100], visible=False, fixedrange=True, anchor=my
         )
         axes[_layout_key(my)] = dict(domain=[0.935, 0.965], visible=False, anchor=mx)
-        fig.add_annotation(
-            x=x0,
-            xref="paper",
-            yref="paper",
-            y=0.975,
-            xanchor="left",
-            yanchor="bottom",
-            showarrow=False,
-            font=dict(size=17),
-            text=f"<b style='color:{SIDE_COLOURS[side]}'>{titles[n]}</b>",
-        )
-        fig.add_annotation(
-            x=x0,
-            xref="paper",
-            yref="paper",
-            y=0.928,
-            xanchor="left",
-            yanchor="top",
-            showarrow=False,
-            font=dict(size=11, color=MUTED),
-            text=_metrics_line(frame, lang),
-        )
+        title = f"<b style='color:{SIDE_COLOURS[side]}'>{titles[n]}</b>"
+        _paper_text(fig, x0, 0.975, title, dict(size=17), yanchor="bottom")
+        _paper_text(fig, x0, 0.928, _metrics_line(frame, lang), dict(size=11, color=MUTED))
         _side_text(fig, frame, x0 + 0.59 * (x1 - x0), lang)
         if notes[n]:  # drawn to scale: say so, above the grid
-            fig.add_annotation(
-                x=x0,
-                xref="paper",
-                yref="paper",
-                y=0.903,
-                xanchor="left",
-                yanchor="top",
-                align="left",
-                showarrow=False,
-                font=dict(size=11, color=MUTED),
-                text="<br>".join(plotly_text(line) for line in notes[n]),
-            )
+            lines = "<br>".join(plotly_text(line) for line in notes[n])
+            _paper_text(fig, x0, 0.903, lines, dict(size=11, color=MUTED), align="left")
     fig.update_layout(
         **axes,
         barmode="stack",
@@ -651,6 +622,24 @@ def _axis(n: int, letter: str) -> str:
 def _layout_key(axis: str) -> str:
     """Trace-side axis name to its layout key: x -> xaxis, y3 -> yaxis3."""
     return f"{axis[0]}axis{axis[1:]}"
+
+
+def _paper_text(
+    fig: go.Figure, x: float, y: float, text: str, font: dict, yanchor: str = "top", **kw
+) -> None:
+    """A line of text placed on the paper (not on an axis), left-aligned at ``x``."""
+    fig.add_annotation(
+        x=x,
+        xref="paper",
+        yref="paper",
+        y=y,
+        xanchor="left",
+        yanchor=yanchor,
+        showarrow=False,
+        font=font,
+        text=text,
+        **kw,
+    )
 
 
 def _side_text(fig: go.Figure, frame: Frame, x0: float, lang: str) -> None:
