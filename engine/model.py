@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import operator
 import os
 import sys
 import threading
@@ -71,6 +72,25 @@ class ModelWeights:
     lm_head: torch.Tensor  # the embedding itself when tied
     inv_freq: torch.Tensor  # RoPE inverse frequencies exactly as HF computed them (fp32)
     rope_scaling: float  # HF's "attention_scaling" applied to cos/sin
+
+    @property
+    def tied(self) -> bool:
+        """The head is the embedding itself (one tensor), as in SmolLM2."""
+        return self.lm_head.data_ptr() == self.embed.data_ptr()
+
+
+#: Our LayerWeights fields and where HF's Llama decoder layer keeps each weight.
+LAYER_NAMES = {
+    "input_norm": "input_layernorm",
+    "q_proj": "self_attn.q_proj",
+    "k_proj": "self_attn.k_proj",
+    "v_proj": "self_attn.v_proj",
+    "o_proj": "self_attn.o_proj",
+    "post_norm": "post_attention_layernorm",
+    "gate_proj": "mlp.gate_proj",
+    "up_proj": "mlp.up_proj",
+    "down_proj": "mlp.down_proj",
+}
 
 
 @dataclass
@@ -179,7 +199,7 @@ def load_model(
 
 def _loaded(name: str, w: ModelWeights) -> str:
     tensors = [w.embed, w.final_norm, *(t for x in w.layers for t in vars(x).values())]
-    if w.lm_head.data_ptr() != w.embed.data_ptr():  # a tied head counts once, as in HF
+    if not w.tied:  # a tied head counts once, as in HF
         tensors.append(w.lm_head)
     params = sum(t.numel() for t in tensors)
     return f"loaded {name}: {w.config.num_layers} layers, {params / 1e6:.0f}M parameters"
@@ -194,7 +214,7 @@ def _to_device(w: ModelWeights, dev: torch.device) -> ModelWeights:
         embed,
         [LayerWeights(**{k: t.to(dev) for k, t in vars(x).items()}) for x in w.layers],
         w.final_norm.to(dev),
-        embed if w.lm_head.data_ptr() == w.embed.data_ptr() else w.lm_head.to(dev),
+        embed if w.tied else w.lm_head.to(dev),
         w.inv_freq.to(dev),
         w.rope_scaling,
     )
@@ -335,15 +355,10 @@ def extract_weights(hf, tokenizer=None) -> ModelWeights:
     m = hf.model
     layers = [
         LayerWeights(
-            input_norm=layer.input_layernorm.weight.detach(),
-            q_proj=layer.self_attn.q_proj.weight.detach(),
-            k_proj=layer.self_attn.k_proj.weight.detach(),
-            v_proj=layer.self_attn.v_proj.weight.detach(),
-            o_proj=layer.self_attn.o_proj.weight.detach(),
-            post_norm=layer.post_attention_layernorm.weight.detach(),
-            gate_proj=layer.mlp.gate_proj.weight.detach(),
-            up_proj=layer.mlp.up_proj.weight.detach(),
-            down_proj=layer.mlp.down_proj.weight.detach(),
+            **{
+                field: operator.attrgetter(f"{name}.weight")(layer).detach()
+                for field, name in LAYER_NAMES.items()
+            }
         )
         for layer in m.layers
     ]

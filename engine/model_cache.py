@@ -118,15 +118,15 @@ def store_facts(folder: Path, weights) -> None:
         "config": asdict(weights.config),
         "inv_freq": weights.inv_freq.float().cpu().tolist(),  # fp32 values: exact as floats
         "rope_scaling": weights.rope_scaling,
-        "tied": weights.lm_head.data_ptr() == weights.embed.data_ptr(),
+        "tied": weights.tied,
     }
+    tmp = folder / f"{FACTS}.{os.getpid()}.tmp"
     try:
-        with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as f:
-            json.dump(facts, f)
-        os.replace(f.name, folder / FACTS)
+        tmp.write_text(json.dumps(facts), encoding="utf-8")
+        os.replace(tmp, folder / FACTS)
     except OSError as e:
         with contextlib.suppress(OSError):
-            os.unlink(f.name)
+            tmp.unlink()
         print(f"model cache facts not written ({e.strerror or e})", file=sys.stderr)
 
 
@@ -134,7 +134,7 @@ def load_light(folder: Path, dtype: torch.dtype):
     """(tokenizer, weights) straight from the cache's files, without transformers, or None when
     the folder lacks ``engine.json`` (an older cache) or anything in it is unreadable (then the
     caller loads through transformers, which removes and rebuilds a broken cache)."""
-    from engine.model import LayerWeights, ModelConfig, ModelWeights
+    from engine.model import LAYER_NAMES, LayerWeights, ModelConfig, ModelWeights
     from engine.tokenizer import Tokenizer
 
     try:
@@ -155,14 +155,13 @@ def load_light(folder: Path, dtype: torch.dtype):
             LayerWeights(
                 **{
                     field: weight(f"model.layers.{i}.{name}.weight")
-                    for field, name in _LAYER_NAMES.items()
+                    for field, name in LAYER_NAMES.items()
                 }
             )
             for i in range(config.num_layers)
         ]
-        # a tied head is one tensor, saved once under either name
-        embed_name = "model.embed_tokens.weight" if facts["tied"] is False else _tied_name(tensors)
-        embed = weight(embed_name)
+        # a tied head is one tensor, which safetensors saved once, under either name
+        embed = weight(next(n for n in _EMBED_NAMES if n in tensors))
         return tokenizer, ModelWeights(
             config,
             embed,
@@ -176,19 +175,5 @@ def load_light(folder: Path, dtype: torch.dtype):
         return None
 
 
-def _tied_name(tensors: dict[str, torch.Tensor]) -> str:
-    return next(n for n in ("model.embed_tokens.weight", "lm_head.weight") if n in tensors)
-
-
-#: Our LayerWeights fields and the HF module paths the cached tensors are saved under.
-_LAYER_NAMES = {
-    "input_norm": "input_layernorm",
-    "q_proj": "self_attn.q_proj",
-    "k_proj": "self_attn.k_proj",
-    "v_proj": "self_attn.v_proj",
-    "o_proj": "self_attn.o_proj",
-    "post_norm": "post_attention_layernorm",
-    "gate_proj": "mlp.gate_proj",
-    "up_proj": "mlp.up_proj",
-    "down_proj": "mlp.down_proj",
-}
+#: Where the embedding is saved: its own name, or the head's when the two are one tensor.
+_EMBED_NAMES = ("model.embed_tokens.weight", "lm_head.weight")
