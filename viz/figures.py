@@ -524,9 +524,9 @@ def side_by_side_figure(
     layouts = to_scale.side_layouts(left.run, right.run)
     notes = to_scale.notes(left.run, right.run, lang)
     # drawn to scale: one height for both sides (in full-height rows), so one scale for both
-    pairs = zip((left, right), layouts, strict=True)
-    rows = max(-(-f.run.num_slots // lay.cols) * lay.row_scale for f, lay in pairs)
-    common = rows if any(lay.scaled for lay in layouts) else None
+    scaled = any(lay.scaled for lay in layouts)
+    common = to_scale.drawn_rows((left.run, right.run), layouts) if scaled else None
+    tier = max(tier_rows(f, lay) for f, lay in zip((left, right), layouts, strict=True))
     fig = go.Figure()
     axes: dict[str, dict] = {}
     halves = {"left": (0.0, 0.485), "right": (0.515, 1.0)}
@@ -543,7 +543,6 @@ def side_by_side_figure(
         fig.add_traces(traces + metrics_parts(frame.account, lang, mx, my))
         fig.layout.shapes = tuple(fig.layout.shapes) + tuple(shapes)
         xa, ya = arena_axes(frame, layout, anchor=gx)
-        tier = max(tier_rows(f, lay) for f, lay in zip((left, right), layouts, strict=True))
         ya["range"] = y_range(layout, tier, common)
         axes[_layout_key(gx)] = {**xa, "domain": [x0, x0 + 0.56 * (x1 - x0)], "anchor": gy}
         axes[_layout_key(gy)] = {**ya, "domain": [0.35, 0.86], "anchor": gx}

@@ -46,10 +46,16 @@ def side_layouts(left: RunInfo, right: RunInfo) -> tuple[GridLayout, GridLayout]
     scales = area_scales([left, right])
     if all(s == 1.0 for s in scales):
         return base, base
-    runs = (left, right)
-    height = max(-(-r.num_slots // base.cols) * s for r, s in zip(runs, scales, strict=True))
+    height = drawn_rows((left, right), [replace(base, row_scale=s) for s in scales])
     out = [replace(base, rows=math.ceil(height / s - 1e-9), row_scale=s) for s in scales]
     return out[0], out[1]
+
+
+def drawn_rows(runs: Sequence[RunInfo], layouts: Sequence[GridLayout]) -> float:
+    """How tall the taller side's own rows are, in full-height rows: the height both sides
+    are drawn to, so both are drawn at one scale."""
+    pairs = zip(runs, layouts, strict=True)
+    return max(-(-r.num_slots // lay.cols) * lay.row_scale for r, lay in pairs)
 
 
 def text_scale(layout: GridLayout) -> float | None:
