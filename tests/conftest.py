@@ -129,16 +129,23 @@ def app_pid(_app, app_url):
 
 
 @pytest.fixture(scope="session")
-def browser():
-    """Debian's Chromium driven by Playwright (never a downloaded browser)."""
+def playwright_driver():
+    """The worker's one sync Playwright (a second one in the same process would collide with
+    the first one's event loop), for tests that launch a browser of their own."""
     from playwright.sync_api import sync_playwright
 
+    with sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture(scope="session")
+def browser(playwright_driver):
+    """Debian's Chromium driven by Playwright (never a downloaded browser)."""
     from viz.serve import launch_chromium
 
-    with sync_playwright() as p:
-        b = launch_chromium(p)
-        yield b
-        b.close()
+    b = launch_chromium(playwright_driver)
+    yield b
+    b.close()
 
 
 @pytest.fixture(scope="session")

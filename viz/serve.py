@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -97,9 +97,10 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
     raise TimeoutError(f"the app at {url} did not become healthy in {timeout:.0f}s")
 
 
-def launch_chromium(playwright):
-    """Debian's Chromium through Playwright, headless, no network chatter."""
-    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+def launch_chromium(playwright, extra: Sequence[str] = ()):
+    """Debian's Chromium through Playwright, headless, no network chatter (``extra``: more
+    command-line switches)."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra])
 
 
 FRAME_JS = (
