@@ -11,7 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # xdist workers already use every core between them: one torch (OpenMP) thread per worker and
 # per model subprocess a test starts, set before anything imports torch. Two threads per
-# worker on two busy cores took ~12 % more CPU for the same model tests (sync and handoffs).
+# worker on two busy cores took ~15 % more CPU for the same model tests (sync and handoffs).
 _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _workers > 1 and "OMP_NUM_THREADS" not in os.environ:
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // _workers))
@@ -41,12 +41,15 @@ def heaviest_files_first(items: list) -> list:
     list and idle workers steal from the end of the others' queues, so long tests left near
     the end of the list ran alone while the other core idled (a ~12 s tail of two 2-core runs);
     short ones at the end are what stealing evens out."""
+
+    def file(item) -> str:
+        return item.nodeid.split("::")[0]
+
     weight: dict[str, int] = {}
     for item in items:
         w = max((v for mark, v in WEIGHT.items() if item.get_closest_marker(mark)), default=0)
-        weight[item.nodeid.split("::")[0]] = max(weight.get(item.nodeid.split("::")[0], 0), w)
-    order = {id(item): i for i, item in enumerate(items)}
-    return sorted(items, key=lambda it: (-weight[it.nodeid.split("::")[0]], order[id(it)]))
+        weight[file(item)] = max(weight.get(file(item), 0), w)
+    return sorted(items, key=lambda item: -weight[file(item)])  # stable: order kept within
 
 
 # before any test module loads torch: briefly spinning, then sleeping OpenMP workers

@@ -180,6 +180,7 @@ SHARED_RENDERERS = [
 
 @pytest.fixture
 def browser(playwright_driver):
+    """This test's own Chromium, with SHARED_RENDERERS (the suite's shares no switches)."""
     from viz.serve import launch_chromium
 
     b = launch_chromium(playwright_driver, SHARED_RENDERERS)
