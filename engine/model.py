@@ -171,7 +171,11 @@ def load_model(
         where, kwargs = check_model_path(path), {}
         name = where.name
     _say(progress, f"loading {name} on {dev} ({str(dt).removeprefix('torch.')}) ...")
-    light = _load_light(where, dt) if path is None and not keep_hf else None
+    from engine import model_cache
+
+    # the bundled model's conversion cache (None: another model, or caching switched off)
+    folder = model_cache.cache_dir(where / DEFAULT_GGUF) if path is None else None
+    light = model_cache.load_light(folder, dt) if folder is not None and not keep_hf else None
     if light is not None:  # the bundled model from its cache, without transformers
         tokenizer, weights = light
         weights = _to_device(weights, dev)
@@ -184,15 +188,17 @@ def load_model(
         hf_logging.disable_progress_bar()
     try:
         tokenizer, hf = (
-            _load_default(where, dt, kwargs) if path is None else _load_hf(where, dt, kwargs)
+            _load_default(where, dt, kwargs, folder)
+            if path is None
+            else _load_hf(where, dt, kwargs)
         )
     finally:
         if bars:
             hf_logging.enable_progress_bar()
     hf = hf.to(dev).eval()
     weights = extract_weights(hf, tokenizer)
-    if path is None:
-        tokenizer = _cache_facts(where, weights, tokenizer, keep_hf)
+    if folder is not None:
+        tokenizer = _cache_facts(folder, weights, tokenizer, keep_hf)
     _say(progress, _loaded(name, weights))
     return LoadedModel(name, weights, tokenizer, dev, dt, hf if keep_hf else None)
 
@@ -220,20 +226,7 @@ def _to_device(w: ModelWeights, dev: torch.device) -> ModelWeights:
     )
 
 
-def _cache_folder(where: Path) -> Path | None:
-    from engine import model_cache
-
-    return model_cache.cache_dir(where / DEFAULT_GGUF)
-
-
-def _load_light(where: Path, dtype: torch.dtype):
-    from engine import model_cache
-
-    folder = _cache_folder(where)
-    return model_cache.load_light(folder, dtype) if folder is not None else None
-
-
-def _cache_facts(where: Path, weights: ModelWeights, tokenizer, keep_hf: bool):
+def _cache_facts(folder: Path, weights: ModelWeights, tokenizer, keep_hf: bool):
     """After a load through transformers: (re)write the cache's ``engine.json`` (a cache from
     before it existed, or one whose facts did not load, gets it now) and hand out the cache's
     own tokenizer, so every load of the bundled model tokenizes through ``engine.tokenizer``.
@@ -242,8 +235,7 @@ def _cache_facts(where: Path, weights: ModelWeights, tokenizer, keep_hf: bool):
     from engine import model_cache
     from engine.tokenizer import Tokenizer
 
-    folder = _cache_folder(where)
-    if folder is None or not (folder / model_cache.WEIGHTS).is_file():
+    if not (folder / model_cache.WEIGHTS).is_file():
         return tokenizer
     model_cache.store_facts(folder, weights)
     if keep_hf:
@@ -254,11 +246,11 @@ def _cache_facts(where: Path, weights: ModelWeights, tokenizer, keep_hf: bool):
         return tokenizer
 
 
-def _load_default(where: Path, dtype: torch.dtype, kwargs: dict):
-    """The bundled GGUF through the local conversion cache (engine/model_cache.py)."""
+def _load_default(where: Path, dtype: torch.dtype, kwargs: dict, folder: Path | None):
+    """The bundled GGUF through its conversion cache ``folder`` (engine/model_cache.py; None
+    when caching is off)."""
     from engine import model_cache
 
-    folder = model_cache.cache_dir(where / kwargs["gguf_file"])
     cached = model_cache.load_cached(folder, dtype) if folder is not None else None
     if cached is not None:
         return cached
