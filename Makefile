@@ -44,7 +44,7 @@ run: venv
 check: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	# mypy (one process, ~50 s on a fresh clone) runs beside the fast tests, whose workers leave
+	# mypy (one process, ~35 s on a fresh clone) runs beside the fast tests, whose workers leave
 	# a core idle about a quarter of the time; both must pass. The trace fuzzer gets 10 s here;
 	# `make test` gives it its full minute.
 	@$(PY) -m mypy > $(VENV)/mypy.out 2>&1 & types=$$!; \
