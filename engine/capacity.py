@@ -71,9 +71,19 @@ def dtype_bytes(dtype: str | int) -> int:
     return DTYPE_BYTES[key]
 
 
+#: The largest count or size the calculator takes. Every integer up to it is exact as a float
+#: (and as a browser's number), and products of the few it multiplies stay far inside a float's
+#: range, so shares and unit conversions never overflow (a config.json may hold 4,000 digits).
+MAX_COUNT = 2**53 - 1
+#: The largest KV budget in GiB whose byte count is within MAX_COUNT (8 PiB).
+MAX_BUDGET_GIB = MAX_COUNT // GiB
+
+
 def _positive(what: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidConfigError(f"{what} must be a positive integer, got {value!r}")
+        raise InvalidConfigError(f"{what} must be a positive integer, got {value!r:.40}")
+    if value > MAX_COUNT:
+        raise InvalidConfigError(f"{what} must be at most 2**53 - 1 ({MAX_COUNT:,}), got more")
     return value
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 
 from engine.capacity import (
     DTYPE_BYTES,
+    MAX_BUDGET_GIB,
     PRESETS,
     CapacityReport,
     GiB,
@@ -60,9 +60,10 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 def run(args) -> int:
-    if not math.isfinite(args.budget_gb) or args.budget_gb <= 0:
+    if not (0 < args.budget_gb <= MAX_BUDGET_GIB):  # also refuses nan and inf
         raise InvalidConfigError(
-            f"--budget-gb must be a positive finite number, got {args.budget_gb}"
+            f"--budget-gb must be a number above 0 and at most {MAX_BUDGET_GIB:,}"
+            f" (8 PiB), got {args.budget_gb}"
         )
     shape = load_shape(args.preset, args.config, args.gguf, args.dtype)
     report = build_report(

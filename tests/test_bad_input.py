@@ -209,6 +209,8 @@ CLI_CASES = [
     (["capacity", "--budget-gb", "nan"], ["--budget-gb"]),
     (["capacity", "--budget-gb", "inf"], ["--budget-gb"]),
     (["capacity", "--budget-gb", "-1"], ["--budget-gb"]),
+    (["capacity", "--budget-gb", "1e300"], ["--budget-gb", "8 PiB"]),  # was an OverflowError
+    (["capacity", "--max-len", "1" + "0" * 300], ["max_len", "at most"]),
 ]
 
 

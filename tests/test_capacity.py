@@ -16,13 +16,16 @@ import pytest
 
 from engine import cli
 from engine.capacity import (
+    MAX_COUNT,
     GiB,
     KiB,
     MiB,
+    ModelShape,
     block_table_bytes,
     blocks_for,
     build_report,
     concurrency,
+    format_bytes,
     from_gguf,
     from_hf_config,
     load_shape,
@@ -291,6 +294,24 @@ def test_bad_input_raises_one_line_config_error(call, message):
     with pytest.raises(InvalidConfigError, match=message) as err:
         call()
     assert "\n" not in str(err.value)
+
+
+def test_counts_past_2_53_are_one_config_error_not_an_overflow(tmp_path):
+    # JSON numbers may have 4,300 digits; unchecked, a size of 10**310 overflowed the float
+    # division that formats bytes (OverflowError instead of a line)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(
+        json.dumps({"num_hidden_layers": 10**310, "num_attention_heads": 4, "hidden_size": 64})
+    )
+    with pytest.raises(InvalidConfigError, match="num_hidden_layers must be at most") as err:
+        from_hf_config(cfg)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 200
+    edge = ModelShape("edge", MAX_COUNT, 1, 1, 1)
+    assert format_bytes(edge.bytes_per_request(MAX_COUNT))  # the largest accepted still formats
+    with pytest.raises(InvalidConfigError, match="length must be at most"):
+        edge.bytes_per_request(MAX_COUNT + 1)
+    with pytest.raises(InvalidConfigError, match="budget bytes must be at most"):
+        concurrency(LLAMA_70B, MAX_COUNT + 1, 8192, 3000, 16)
 
 
 def test_non_json_config_is_a_config_error(tmp_path):

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from engine.capacity import (
+    MAX_BUDGET_GIB,
     PRESETS,
     CapacityReport,
     GiB,
@@ -111,7 +112,12 @@ def _settings(t: dict) -> dict:
     c = st.columns(4)
     block = c[0].number_input(t["block"], min_value=1, value=16, step=1, key="capacity_block")
     budget = c[1].number_input(
-        t["budget"], min_value=0.001, value=40.0, step=1.0, key="capacity_budget"
+        t["budget"],
+        min_value=0.001,
+        max_value=float(MAX_BUDGET_GIB),
+        value=40.0,
+        step=1.0,
+        key="capacity_budget",
     )
     max_len = c[2].number_input(t["max_len"], min_value=1, value=8192, key="capacity_max_len")
     mean_len = c[3].number_input(t["mean_len"], min_value=1, value=3000, key="capacity_mean")
