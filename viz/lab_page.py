@@ -38,9 +38,14 @@ def _init(t: dict) -> None:
     token = st.query_params.get("scenario")
     if token:
         try:
-            ss.lab_base, _ = S.decode(token)
+            ss.lab_base, bad = S.decode(token)
         except S.LabError as e:
             ss.lab_notice = t["bad_link"].format(why=e)
+        else:
+            if (
+                bad
+            ):  # placeholders stand in the table: say so rather than pass them off as the link's
+                ss.lab_notice = t["link_fields"].format(n=len(bad), first=S.describe(bad[0]))
     ss.lab_policy = ss.lab_base.policy
 
 

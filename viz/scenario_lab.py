@@ -16,6 +16,7 @@ import hashlib
 import io
 import json
 import math
+import re
 import tempfile
 import zlib
 from dataclasses import asdict, dataclass, field, replace
@@ -96,17 +97,22 @@ def example() -> Lab:
 # --- hostile input ---------------------------------------------------------------------------
 
 
+#: A whole number as text: ASCII digits only (str.isdigit() also takes "²", which int() refuses).
+_INT_TEXT = re.compile(r"-?[0-9]{1,10}")
+NOT_A_NUMBER = "must be a whole number (up to 10 digits)"
+
+
 def _int(v: object) -> int | None:
-    """An integer as a form or JSON gives it (7, 7.0, "7"); None when it is not one."""
+    """An integer as a form or JSON gives it (7, 7.0, "7"), of at most 10 digits, so the form's
+    widgets can show it (Streamlit refuses numbers past 2**53 and the table past 2**63); None
+    when it is not one."""
     if isinstance(v, bool):
         return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer() and abs(v) < 2**31:
-        return int(v)
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit() and len(v.strip()) < 11:
-        return int(v.strip())
-    return None
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    elif isinstance(v, str) and _INT_TEXT.fullmatch(v.strip()):
+        v = int(v.strip())
+    return v if isinstance(v, int) and abs(v) < 10**10 else None
 
 
 def _blank(v: object) -> bool:
@@ -147,14 +153,14 @@ def from_dict(d: object) -> tuple[Lab, list[FieldError]]:
             else:
                 iv = _int(v)
                 if iv is None:
-                    errors.append(FieldError(n, key, "must be a whole number"))
+                    errors.append(FieldError(n, key, NOT_A_NUMBER))
                 vals[key] = iv if iv is not None else (0 if key == "arrival_step" else 1)
         reqs.append(LabRequest(**vals))
     arena = {}
     for key in ARENA_FIELDS[:3]:
         iv = _int(d.get(key, getattr(Lab, key)))
         if iv is None:
-            errors.append(FieldError(None, key, "must be a whole number"))
+            errors.append(FieldError(None, key, NOT_A_NUMBER))
         arena[key] = iv if iv is not None else getattr(Lab, key)
     policy = d.get("policy", "max")
     if policy not in POLICIES:
