@@ -38,6 +38,18 @@ def shared_prompt_stream() -> tuple[list[tuple[int, bytes]], list[list[int]]]:
     return msgs, prompts
 
 
+def test_hashes_alike_in_their_shown_digits_are_still_distinct_tree_nodes():
+    # a publisher's hashes may share the 16 hex digits a node is named by (bytes by their first
+    # 8, ints modulo 2**64): plotly draws nothing at all for an icicle with a repeated id
+    alike = [b"\x01" * 8 + bytes([i]) for i in range(3)] + [-1, (1 << 64) - 1]
+    batch = K.BlockStored(alike[:3], None, list(range(3 * BS)), BS, None, "GPU")
+    ints = K.BlockStored(alike[3:], None, list(range(2 * BS)), BS, None, "GPU")
+    snap = fold([(0, payload([batch])), (1, payload([ints]))]).snapshot()
+    ids = [n[0] for n in snap.nodes]
+    assert len(ids) == len(set(ids)) == snap.num_blocks == 5
+    assert all(p == "" or p in ids for _, p, _ in snap.nodes)
+
+
 def test_prefix_tree_of_a_shared_system_prompt():
     msgs, prompts = shared_prompt_stream()
     state = fold(msgs)

@@ -347,11 +347,15 @@ def _chains(
         chains.append(_chain(r, blocks, children, sizes))
     chains.sort(key=lambda c: (-c.num_blocks, -c.depth, short_hash(c.root)))
     nodes: list[tuple[str, str, str]] = []
+    used: set[str] = set()
     for c in chains[:top]:
         stack: list[tuple[Hash, str]] = [(c.root, "")]
         while stack and len(nodes) < max_nodes:
             h, parent_id = stack.pop()
             nid = short_hash(h)
+            if nid in used:  # two hashes alike in 16 hex digits: plotly needs distinct ids
+                nid = f"{nid}~{len(nodes)}"
+            used.add(nid)
             nodes.append((nid, parent_id, " ".join(str(t) for t in blocks[h].preview)))
             stack.extend((k, nid) for k in children.get(h, ()))
     return chains[:top], nodes
