@@ -171,7 +171,10 @@ class Tally:
             self.swapped_filled[ev.req] = self.filled.pop(ev.req, 0)
         elif isinstance(ev, E.SwappedIn):
             self.cpu_tables.pop(ev.req, None)
-            self.filled[ev.req] = self.swapped_filled.pop(ev.req, 0)
+            filled = self.filled[ev.req] = self.swapped_filled.pop(ev.req, 0)
+            # the device blocks just allocated hold the copied-back tokens, in logical order
+            for i, (_, dev) in enumerate(ev.block_map):
+                self.block_written[dev] = max(0, min(self.block_size, filled - i * self.block_size))
         elif isinstance(ev, E.Preempted):
             _discard(self.running, ev.req)
             self.waiting.insert(0, ev.req)  # back at the queue's front

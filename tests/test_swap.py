@@ -5,6 +5,7 @@ bit. The real-model acceptance runs are in ``test_swap_outputs_match_*`` (marked
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from engine import events as E
 from engine import trace as T
-from engine.accounting import account
+from engine.accounting import Tally, account
 from engine.arena import KVArena
 from engine.core import EngineConfig, build_core
 from engine.cpu_tier import CpuKVStore
@@ -28,6 +29,7 @@ from tests.test_fp8 import SMOL
 from viz.reducer import RunInfo, replay
 
 NUM_BLOCKS, NUM_CPU, BLOCK = 10, 8, 4
+ROOT = Path(__file__).resolve().parent.parent
 
 
 # --- the bookkeeping, over both tiers ---------------------------------------------------------
@@ -179,6 +181,94 @@ def test_dry_swap_run_writes_a_trace_that_validates_and_folds():
     # while a request is parked on the CPU tier, its tokens are counted nowhere in the arena
     outs = [e for e in tr.runs["paged"] if e.kind == "swapped_out"]
     assert all(len(e.block_map) >= 1 for e in outs)
+
+
+def _slots_holding_kv(events: list[E.Event], bs: int) -> list[int]:
+    """Per step, the arena slots that hold K/V, folded apart from engine.accounting: per block,
+    the most tokens any holder wrote into it (a swapped-in request's come back in order)."""
+    tables: dict[str, list[int]] = {}
+    filled: dict[str, int] = {}
+    parked: dict[str, int] = {}
+    out = []
+    for ev in events:
+        if isinstance(ev, (E.BlockAllocated, E.BlockShared)):
+            tables.setdefault(ev.req, []).append(ev.physical)
+            filled[ev.req] = filled.get(ev.req, 0) + getattr(ev, "num_tokens", 0)
+        elif isinstance(ev, E.BlockCopied):
+            tables[ev.req][ev.logical] = ev.dst
+        elif isinstance(ev, E.BlockFreed):
+            tables[ev.req].remove(ev.physical)
+        elif isinstance(ev, E.TokensWritten):
+            filled[ev.req] = filled.get(ev.req, 0) + len(ev.slots)
+        elif isinstance(ev, E.SwappedOut):
+            parked[ev.req] = filled.pop(ev.req, 0)
+        elif isinstance(ev, E.SwappedIn):
+            filled[ev.req] = parked.pop(ev.req)
+        elif isinstance(ev, (E.Preempted, E.Finished)):
+            filled.pop(ev.req, None)
+        elif isinstance(ev, E.StepEnd):
+            held: dict[int, int] = {}
+            for r, table in tables.items():
+                for i, b in enumerate(table):
+                    held[b] = max(held.get(b, 0), min(bs, max(0, filled.get(r, 0) - i * bs)))
+            out.append(sum(held.values()))
+    return out
+
+
+FORK_AFTER_SWAP_IN = """
+title = "B.1 forks B.0's blocks in the step B.0 comes back from the CPU tier"
+[arena]
+num_blocks = 5
+block_size = 2
+max_model_len = 10
+[[runs]]
+label = "swap"
+preemption_mode = "swap"
+[[requests]]
+id = "A"
+prompt_len = 4
+max_tokens = 2
+ignore_eos = true
+[[requests]]
+id = "B"
+prompt_len = 6
+max_tokens = 5
+ignore_eos = true
+n = 2
+"""
+
+
+def test_blocks_copied_back_from_the_cpu_tier_count_as_holding_tokens(tmp_path):
+    # the fold once forgot it: a swapped-in request finished with all its slots counted as
+    # never filled, and a block shared right after its swap-in counted its tokens twice
+    from engine import scenario
+    from engine.recorder import record
+
+    (tmp_path / "fork.toml").write_text(FORK_AFTER_SWAP_IN)
+    buf = io.StringIO()
+    record(scenario.load(tmp_path / "fork.toml"), None, buf, forward="skip")
+    fork = T.loads(buf.getvalue())
+    shipped = T.read(ROOT / "lessons" / "recompute-or-swap" / "trace.jsonl")
+    swapped_in = 0
+    for tr in (fork, shipped):
+        for run in tr.header["runs"]:
+            cfg, events = run["config"], tr.runs[run["name"]]
+            bs, cpu = cfg["block_size"], cfg.get("num_cpu_blocks", 0)
+            accts = account(events, cfg["num_slots"], bs, cpu, hindsight=False)
+            assert [a.token_states for a in accts] == _slots_holding_kv(events, bs)
+            swapped_in += sum(isinstance(ev, E.SwappedIn) for ev in events)
+    assert swapped_in >= 3
+    # and each request finishes with only its last block's tail never filled, swapped or not
+    [cfg] = [r["config"] for r in shipped.header["runs"] if r["name"] == "swap"]
+    bs = cfg["block_size"]
+    tally = Tally(cfg["num_slots"], bs, show_finishing=True)
+    for ev in shipped.runs["swap"]:
+        tally.apply(ev)
+        if isinstance(ev, E.Finished):
+            blocks = -(-ev.final_len // bs)
+            assert tally.finishing[ev.req] == (ev.final_len, blocks * bs - ev.final_len)
+        elif isinstance(ev, E.StepEnd):
+            tally.close_step(ev.step)
 
 
 def test_a_full_cpu_tier_falls_back_to_recompute_and_says_so():
