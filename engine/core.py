@@ -150,6 +150,9 @@ class EngineCore:
         return self.scheduler.prefix_cache_hit_tokens
 
     def add_request(self, req: Request) -> Request:
+        if self.scheduler.knows(req.req_id):
+            # its events would mix with the first one's: tables overwritten, blocks leaked
+            raise InvalidRequestError(f"request {req.req_id}: this engine already has that id")
         if req.prompt_len == 0:
             raise InvalidRequestError(f"request {req.req_id}: the prompt is empty")
         if req.prompt_len > self.max_model_len:

@@ -57,11 +57,11 @@ def build_requests(scenario: Scenario, tokenizer=None) -> list[Request]:
     reqs = []
     for sr in scenario.requests:
         ids = _tokenize(sr, tokenizer) if tokenizer is not None else _dry_tokens(sr)
-        for k in range(sr.n):
+        for k, req_id in enumerate(sr.sample_ids):
             seed = None if sr.seed is None else sr.seed + k
             reqs.append(
                 Request(
-                    req_id=sr.id if sr.n == 1 else f"{sr.id}.{k}",
+                    req_id=req_id,
                     prompt_token_ids=list(ids),
                     params=SamplingParams(
                         max_tokens=sr.max_tokens,
@@ -73,7 +73,7 @@ def build_requests(scenario: Scenario, tokenizer=None) -> list[Request]:
                     forced_output_len=None
                     if tokenizer is not None
                     else (sr.output_len or sr.max_tokens),
-                    parent_id=f"{sr.id}.0" if k else None,
+                    parent_id=sr.sample_ids[0] if k else None,
                 )
             )
     return reqs

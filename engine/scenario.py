@@ -56,6 +56,11 @@ class ScenarioRequest:
     temperature: float = 0.0
     seed: int | None = None
 
+    @property
+    def sample_ids(self) -> tuple[str, ...]:
+        """The engine's request ids for it: ``id``, or ``id.0`` .. ``id.(n-1)`` when n > 1."""
+        return (self.id,) if self.n == 1 else tuple(f"{self.id}.{k}" for k in range(self.n))
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -180,8 +185,13 @@ def load(path: str | Path) -> Scenario:
     reqs = tuple(_request(i, d) for i, d in enumerate(raw.get("requests", [])))
     if not reqs:
         raise InvalidConfigError(f"scenario {p.name} has no [[requests]]")
-    if len({r.id for r in reqs}) != len(reqs):
-        raise InvalidConfigError(f"scenario {p.name}: request ids must be unique")
+    ids = [i for r in reqs for i in r.sample_ids]
+    if len(set(ids)) != len(ids):
+        twice = next(i for i in ids if ids.count(i) > 1)
+        raise InvalidConfigError(
+            f"scenario {p.name}: request ids must be unique, and {twice!r} is used twice"
+            " (a request with n samples also takes the ids id.0 .. id.(n-1))"
+        )
     caching = arena.get("enable_prefix_caching", False)
     if type(caching) is not bool:
         raise InvalidConfigError(

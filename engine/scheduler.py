@@ -51,6 +51,10 @@ class Scheduler:
         self.pending.append(req)
         self.pending.sort(key=lambda r: r.arrival_step)
 
+    def knows(self, req_id: str) -> bool:
+        """Whether a request of that id was ever added."""
+        return req_id in self._by_id
+
     def has_unfinished(self) -> bool:
         return bool(self.pending or self.waiting or self.running)
 

@@ -84,6 +84,25 @@ def test_cli_refuses_what_only_the_model_can_judge(cli_on_loaded_model, capsys, 
     assert captured.out == ""
 
 
+def test_an_engine_refuses_a_request_id_it_already_has():
+    from engine.core import EngineConfig, build_core
+    from engine.request import Request
+    from engine.simulate import EOS, DryRunner
+
+    core = build_core(
+        EngineConfig("paged", num_blocks=8, block_size=4, max_model_len=32), DryRunner(), EOS
+    )
+
+    def req() -> Request:
+        return Request("A", [1, 2, 3], SamplingParams(max_tokens=4), forced_output_len=4)
+
+    first = core.add_request(req())
+    with pytest.raises(InvalidRequestError, match="already has that id"):
+        core.add_request(req())
+    core.run_to_completion()  # the first one runs as if the second had never been offered
+    assert first.finish_reason is not None and core.allocator.free_slots == 8 * 4
+
+
 def test_api_refuses_a_nonexistent_model_path():
     from engine.llm import LLM
 
@@ -154,6 +173,12 @@ def files(tmp_path):
     )
     (tmp_path / "bool_id.toml").write_text(good.replace('id = "A"', "id = true"))
     (tmp_path / "huge.toml").write_text(good.replace("num_blocks = 16", "num_blocks = 100000000"))
+    # A's two samples are A.0 and A.1: B named A.1 would share one request's events with it
+    (tmp_path / "dup_sample.toml").write_text(
+        good.replace('id = "A"', 'id = "A"\nn = 2\ntemperature = 0.7', 1).replace(
+            'id = "B"', 'id = "A.1"', 1
+        )
+    )
     (tmp_path / "a_dir").mkdir()
     return tmp_path
 
@@ -185,6 +210,10 @@ CLI_CASES = [
     (["record", "--scenario", "{tmp}/float_blocks.toml", "--out", "{tmp}/t.jsonl"], ["num_blocks"]),
     (["record", "--scenario", "{tmp}/bool_id.toml", "--out", "{tmp}/t.jsonl"], ["id"]),
     (["record", "--scenario", "{tmp}/huge.toml", "--out", "{tmp}/t.jsonl"], ["slots"]),
+    (
+        ["record", "--scenario", "{tmp}/dup_sample.toml", "--out", "{tmp}/t.jsonl"],
+        ["'A.1' is used twice"],
+    ),
     (["record", "--scenario", "{tmp}/a_dir", "--out", "{tmp}/t.jsonl"], ["scenario"]),
     (
         [
