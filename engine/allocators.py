@@ -185,12 +185,13 @@ class PagedAllocator:
 
     def check_admit(self, req: Request, num_tokens: int) -> AdmitRefusal | None:
         hits = self.cached_prefix(req, num_tokens)
-        fresh = cdiv(num_tokens, self.block_size) - len(hits)
-        # a cached block nobody holds leaves the free queue when it is taken back
-        if fresh + sum(1 for b in hits if b.ref_count == 0) <= self.pool.num_free:
+        # a cached block nobody holds leaves the free queue when it is taken back, so it is
+        # needed from the free blocks as much as a fresh one
+        need = cdiv(num_tokens, self.block_size) - sum(1 for b in hits if b.ref_count > 0)
+        if need <= self.pool.num_free:
             return None
         return AdmitRefusal(
-            E.BLOCKED_NO_FREE_BLOCK, fresh * self.block_size, self.free_slots, self.largest_hole
+            E.BLOCKED_NO_FREE_BLOCK, need * self.block_size, self.free_slots, self.largest_hole
         )
 
     def admit(self, req: Request, num_tokens: int) -> int:

@@ -392,6 +392,17 @@ class RunChecker:
             )
         if ev.need_slots < 1:
             raise TraceError("admission_blocked needs a positive need_slots")
+        # the reason must fit the numbers, or the viewer's caption says "needs 2, 4 free"
+        fits = {
+            E.BLOCKED_NO_FREE_BLOCK: ev.need_slots > self.free,
+            E.BLOCKED_NO_SPACE: ev.need_slots > self.free,
+            E.BLOCKED_NO_HOLE: hole < ev.need_slots <= self.free,
+        }
+        if not fits.get(ev.reason, True):
+            raise TraceError(
+                f"admission_blocked ({ev.reason}) needs {ev.need_slots} slots, "
+                f"with {self.free} free and a hole of {hole}: that would have fit"
+            )
 
     def _largest_hole(self) -> int:
         self._touch(self.spec.num_slots)

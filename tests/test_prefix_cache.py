@@ -411,3 +411,31 @@ def test_a_scenario_may_ask_for_samples_and_prefix_caching(tmp_path):
     )
     with pytest.raises(Exception, match="enable_prefix_caching must be true or false"):
         scenario.load(f)
+
+
+def test_a_refusal_counts_the_cached_blocks_it_would_take_back_from_the_free_ones():
+    # A leaves 2 cached blocks nobody holds; C's prompt hits both, but taking them back empties
+    # the free queue as a fresh block would: the refusal once said "needs 2 slots, 4 free"
+    core = build_core(EngineConfig("paged", 4, 2, 8, enable_prefix_caching=True), DryRunner(), EOS)
+    refusals: list[E.AdmissionBlocked] = []
+    core.bus.subscribe(
+        lambda ev: refusals.append(ev) if isinstance(ev, E.AdmissionBlocked) else None
+    )
+    core.add_request(
+        Request("A", [5, 5, 5, 5, 6], SamplingParams(max_tokens=1), forced_output_len=1)
+    )
+    core.add_request(
+        Request("B", [7] * 3, SamplingParams(max_tokens=2), forced_output_len=2, arrival_step=1)
+    )
+    core.add_request(
+        Request(
+            "C",
+            [5, 5, 5, 5, 6, 6],
+            SamplingParams(max_tokens=1),
+            forced_output_len=1,
+            arrival_step=1,
+        )
+    )
+    core.run_to_completion()
+    assert refusals and all(r.req == "C" for r in refusals)
+    assert all(r.need_slots == 3 * 2 > r.free_slots for r in refusals)  # 2 cached + 1 fresh

@@ -187,6 +187,8 @@ def _edit(lines: list[str], kind: str, run: str, nth: int = 0, fn=None, **change
         (lambda ls: _edit(ls, "finished", "max", 0, final_len=99), "final_len"),
         (lambda ls: _edit(ls, "admission_blocked", "max", 0, free_slots=12), "free slots"),
         (lambda ls: _edit(ls, "admission_blocked", "max", 0, reason="no_free_block"), "reason"),
+        (lambda ls: _edit(ls, "admission_blocked", "max", 0, need_slots=8), "would have fit"),
+        (lambda ls: _edit(ls, "admission_blocked", "max", 0, reason="no_hole"), "would have fit"),
         (
             lambda ls: [ls[0].replace('"num_slots":16', '"num_slots":1000000000')] + ls[1:],
             "num_slots",
