@@ -69,6 +69,8 @@ class Allocator(Protocol):
     - ``slots_needed(req)``: the most slots ``req`` could ever hold (feasibility check);
     - ``free_slots`` / ``largest_hole``: the free total and the largest run one request could
       be given (for paging any free block will do, so the two are equal);
+    - ``grows_from_free``: ``grow`` draws on the free memory, so preempting others can make it
+      succeed (paging); a contiguous run never grows, and only its own request can give way;
     - ``can_share``: blocks may have several holders (paging). Only then may the scheduler
       ``fork(parent, child, num_tokens) -> int`` (the child shares the parent's first
       ``num_tokens`` tokens and need not compute them) once ``can_fork()`` says there is room;
@@ -82,6 +84,7 @@ class Allocator(Protocol):
     view_block_size: int
     num_slots: int
     bus: E.EventBus
+    grows_from_free: bool
     can_share: bool
 
     @property
@@ -135,6 +138,7 @@ class PagedAllocator:
     forward)."""
 
     name = "paged"
+    grows_from_free = True
     can_share = True
 
     def __init__(
@@ -373,6 +377,7 @@ class ContiguousAllocator:
     Runs are never shared, copied or swapped: a parallel sample reserves and computes its own
     prompt, and a preempted request is recomputed."""
 
+    grows_from_free = False
     can_share = False
 
     def __init__(
@@ -434,15 +439,23 @@ class ContiguousAllocator:
             )
         return need
 
+    def run_length(self, req: Request, num_tokens: int) -> int:
+        """The run admission reserves for ``req`` holding ``num_tokens``: its policy's
+        reservation, unless the request already outgrew that (a pow2 or oracle final length
+        that proved short, as when the model stops later than the run that taught it): then
+        the max policy's, rather than one slot more at each readmission."""
+        r = self.reservation(req)
+        return r if num_tokens <= r else max(num_tokens, min(self.max_model_len, req.max_final_len))
+
     def check_admit(self, req: Request, num_tokens: int) -> AdmitRefusal | None:
-        need = self.placement.footprint(max(self.reservation(req), num_tokens))
+        need = self.placement.footprint(self.run_length(req, num_tokens))
         if need <= self.largest_hole:
             return None
         reason = E.BLOCKED_NO_HOLE if need <= self.free_slots else E.BLOCKED_NO_SPACE
         return AdmitRefusal(reason, need, self.free_slots, self.largest_hole)
 
     def admit(self, req: Request, num_tokens: int) -> int:
-        need = max(self.reservation(req), num_tokens)
+        need = self.run_length(req, num_tokens)
         start = self.placement.place(need)
         if start is None:
             raise RuntimeError("admit() called without a successful check_admit()")

@@ -90,7 +90,8 @@ class Scheduler:
         while i < len(self.running):
             req = self.running[i]
             while not self.allocator.grow(req, req.num_tokens):
-                victim = self.running[-1]
+                # evict the latest admitted, unless freeing others cannot help (a full run)
+                victim = self.running[-1] if self.allocator.grows_from_free else req
                 self._preempt(victim)
                 if victim is req:
                     break

@@ -118,3 +118,30 @@ def test_the_most_recently_admitted_request_is_preempted_first():
     assert any(len(batch) > 2 for _, batch in victims)  # a choice among several was made
     for victim, batch in victims:
         assert victim == batch[-1], f"preempted {victim}, not the newest of {batch}"
+
+
+@pytest.mark.parametrize("policy", ["oracle", "pow2"])
+def test_a_run_that_outgrows_a_short_final_length_gives_way_itself_once(policy):
+    # A's hint says 6 tokens but it writes 13: freeing B's and C's runs cannot lengthen A's, yet
+    # they were evicted first, and A came back one slot longer each time (21 preemptions)
+    core = build_core(EngineConfig(policy, 64, 1, 64), DryRunner(), EOS)
+    preempted: list[str] = []
+    runs: dict[str, list[int]] = {}
+    core.bus.subscribe(lambda ev: preempted.append(ev.req) if ev.kind == "preempted" else None)
+    core.bus.subscribe(
+        lambda ev: (
+            runs.setdefault(ev.req, []).append(ev.length) if ev.kind == "slots_reserved" else None
+        )
+    )
+    a = Request(
+        "A", [0] * 4, SamplingParams(max_tokens=20), forced_output_len=10, known_final_len=6
+    )
+    others = [
+        Request(r, [0] * 4, SamplingParams(max_tokens=20), forced_output_len=20) for r in "BC"
+    ]
+    for r in (a, *others):
+        core.add_request(r)
+    core.run_to_completion()
+    assert preempted == ["A"]
+    assert runs["A"][-1] == 4 + 20 - 1  # back at the max policy's length: it fits to the end
+    assert len(a.output_token_ids) == 10 and all(len(r.output_token_ids) == 20 for r in others)
