@@ -3,11 +3,13 @@ frame's own fold holds, and chapters cover the run with text true on every frame
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 
 import pytest
 
+from engine import trace as T
 from engine.trace import read
 from viz import captions, chapters
 from viz import lesson as L
@@ -164,6 +166,75 @@ def test_a_blocked_request_is_captioned_with_the_allocators_numbers(lesson):
             f"needs {b.need_slots} slots, {b.free_slots} free, largest hole {b.largest_hole}"
             in text
         )
+
+
+BACK = re.compile(r"[:;] (\d+) blocks? back to the pool$")
+
+
+def _paged_sides(lesson: L.Lesson):
+    return [side for side in (lesson.left, lesson.right) if side.run.allocator == "paged"]
+
+
+def test_paged_captions_count_the_blocks_a_table_gains_and_the_pool_gets_back(lesson):
+    """Counted from the block tables, not the events: an admitted request's table holds its
+    fresh and its shared blocks; a finished one gives back only the blocks no table holds
+    afterwards (once counted every reference dropped, and no cache hit or fork)."""
+    checked = 0
+    for side in _paged_sides(lesson):
+        prev: dict[str, tuple[int, ...]] = {}
+        for f in side.frames:
+            said = captions.side_phrases(f, "en")
+            held_after = {b for t in f.block_tables.values() for b in t}
+            for ev in f.events:
+                if ev.kind == "admitted" and ev.req in f.block_tables:
+                    view = f.requests[ev.req]
+                    n = len(f.block_tables[ev.req])
+                    s_ = "" if n == 1 else "s"
+                    want = (
+                        f"{view.name} admitted again: {n} block{s_} for its {ev.num_tokens} tokens"
+                        if ev.num_tokens > view.prompt_len
+                        else f"{view.name} admitted: {n} block{s_} for its {view.prompt_len}-token"
+                    )
+                    assert any(p.startswith(want) for p in said), (f.index, want, said)
+                    checked += 1
+            # requests finishing together: what the pool gets back is theirs, less what any
+            # table still holds after the step, in whatever order they let go
+            done = [ev.req for ev in f.events if ev.kind == "finished"]
+            if done:
+                mine = {b for r in done for b in prev.get(r, ())} | {
+                    e.physical for e in f.events if e.kind == "block_allocated" and e.req in done
+                }
+                names = tuple(f.requests[r].name + " " for r in done)
+                back = [
+                    int(m.group(1))
+                    for p in said
+                    if p.startswith(names) and (m := BACK.search(p)) is not None
+                ]
+                assert len(back) == len(done), (f.index, said)
+                assert sum(back) == len(mine - held_after), (f.index, said)
+                checked += 1
+            prev = f.block_tables
+    assert checked > 0 or not _paged_sides(lesson)
+
+
+def test_a_request_held_back_by_a_full_batch_is_not_said_to_lack_memory(tmp_path):
+    # two prompts over the step's token budget: B waits for the batch, with memory to spare
+    from engine.recorder import record
+    from engine.scenario import load
+
+    (tmp_path / "s.toml").write_text(
+        "[arena]\nnum_blocks = 1200\nblock_size = 16\nmax_model_len = 6000\n"
+        + "".join(f'[[requests]]\nid = "{r}"\nprompt_len = 5000\nmax_tokens = 4\n' for r in "AB")
+    )
+    buf = io.StringIO()
+    record(load(tmp_path / "s.toml"), ["max", "paged"], buf, forward="skip")
+    tr = T.loads(buf.getvalue())
+    lesson = L.build(L.load_spec("six-steps"), tr)
+    for side in (lesson.left, lesson.right):
+        [f] = [f for f in side.frames if any(b.reason == "batch_full" for b in f.blocked)][:1]
+        for lang, words in (("en", "batch is full"), ("zh", "批次已满")):
+            text = " ".join(captions.side_phrases(f, lang))
+            assert words in text and "slots" not in text.split("B waits")[-1], text
 
 
 def test_no_chapter_title_outlives_what_it_says(lesson):

@@ -40,8 +40,12 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
     evs = frame.events
     admitted = [e for e in evs if isinstance(e, E.Admitted)]
     admitted_ids = {e.req for e in admitted}
-    blocks = Counter(e.req for e in evs if isinstance(e, E.BlockAllocated))
-    freed = Counter(e.req for e in evs if isinstance(e, E.BlockFreed))
+    # a table's new entries: fresh blocks, and shared ones (a cache hit, a fork)
+    blocks = Counter(e.req for e in evs if isinstance(e, (E.BlockAllocated, E.BlockShared)))
+    shared = Counter(e.req for e in evs if isinstance(e, E.BlockShared))
+    # back to the pool only when no other table holds it any more
+    freed = Counter(e.req for e in evs if isinstance(e, E.BlockFreed) and e.ref_count == 0)
+    out_blocks = {e.req: len(e.block_map) for e in evs if isinstance(e, E.SwappedOut)}
     released = {e.req: e for e in evs if isinstance(e, E.ReservationReleased)}
     reserved = {e.req: e for e in evs if isinstance(e, E.SlotsReserved)}
     swapped_out = {e.req for e in evs if isinstance(e, E.SwappedOut)}
@@ -59,7 +63,7 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
                 out.append(t[key].format(req=name, length=e.final_len, held=held, never=never))
         elif isinstance(e, E.Preempted):
             key = "swapped_out" if e.req in swapped_out else "preempted"
-            n = freed.get(e.req, 0) if key == "swapped_out" else e.num_generated
+            n = out_blocks[e.req] if key == "swapped_out" else e.num_generated
             out.append(t[key].format(req=_name(frame, e.req), n=n))
         elif isinstance(e, E.SwappedIn):
             back = ", ".join(f"#{d}" for _, d in e.block_map)
@@ -68,10 +72,12 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
         view = frame.requests.get(a.req)
         prompt = view.prompt_len if view else a.num_tokens
         if paged:
-            n = blocks.get(a.req, 0)
+            n, k = blocks.get(a.req, 0), shared.get(a.req, 0)
+            # back after a preemption or a swap: it holds its output so far too
+            key = "readmitted_paged" if a.num_tokens > prompt else "admitted_paged"
             out.append(
-                t[_one("admitted_paged", n)].format(
-                    req=_name(frame, a.req), prompt=prompt, blocks=n
+                t[_one(key + ("_shared" if k else ""), n)].format(
+                    req=_name(frame, a.req), prompt=prompt, tokens=a.num_tokens, blocks=n, shared=k
                 )
             )
         elif a.req in reserved:
@@ -80,7 +86,9 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
                 t["admitted_contig"].format(req=_name(frame, a.req), start=r.start, length=r.length)
             )
     for b in frame.blocked:
-        key = "blocked_hole" if b.reason == "no_hole" else "blocked_space"
+        key = {E.BLOCKED_NO_HOLE: "blocked_hole", E.BLOCKED_BATCH_FULL: "blocked_batch"}.get(
+            b.reason, "blocked_space"
+        )
         out.append(
             t[key].format(
                 req=_name(frame, b.req), need=b.need_slots, free=b.free_slots, hole=b.largest_hole
