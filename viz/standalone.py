@@ -44,7 +44,9 @@ body {{ font-family: {SYSTEM_FONTS}; color: #1F2933; font-size: 16px; }}
 BOOT_JS = """
 const PK = JSON.parse(document.getElementById("pk-data").textContent);
 const hash = new URLSearchParams(location.hash.replace(/^#/, ""));
-let lang = PK.payloads[hash.get("lang")] ? hash.get("lang") : PK.langs[0];
+// the languages this file holds: not any key an object answers to ("constructor", "__proto__")
+const known = (l) => PK.langs.includes(l);
+let lang = known(hash.get("lang")) ? hash.get("lang") : PK.langs[0];
 const start = Math.max(0, parseInt(hash.get("frame") || "0", 10) || 0);
 const present = hash.get("present") === "1";
 function show(l) {
@@ -64,7 +66,7 @@ document.querySelectorAll(".pk-sa-lang button").forEach((b) => {
 window.addEventListener("hashchange", () => {
   const h = new URLSearchParams(location.hash.replace(/^#/, ""));
   const l = h.get("lang") || PK.langs[0];
-  if (PK.payloads[l] && l !== lang) show(l);
+  if (known(l) && l !== lang) show(l);
   const f = parseInt(h.get("frame") || "", 10);
   if (window.pkPlayer && !Number.isNaN(f)) window.pkPlayer.go(f);
 });

@@ -101,7 +101,8 @@ class Player {
   go(i) {
     if (!this.frames) return;
     const last = this.frames.length - 1;
-    i = Math.max(0, Math.min(last, i | 0));
+    // Math.trunc, not i | 0: that wraps past 2**31 (frame=4294967301 opened frame 5)
+    i = Math.max(0, Math.min(last, Math.trunc(i) || 0));
     if (i === this.i) return;
     this.i = i;
     const rec = this.frames[i];
