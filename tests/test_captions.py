@@ -237,6 +237,15 @@ def test_a_request_held_back_by_a_full_batch_is_not_said_to_lack_memory(tmp_path
             assert words in text and "slots" not in text.split("B waits")[-1], text
 
 
+def test_every_step_speaks_on_a_frame_of_its_own(lesson):
+    """Two steps on one frame: the later one speaks there, and the earlier one's narration is
+    shown nowhere while its button leads to the other's (parallel sampling's sharing step)."""
+    kfs = [k for k in lesson.keyframes if k is not None]
+    assert len(set(kfs)) == len(kfs), lesson.keyframes
+    spoken = {c.step for c in chapters.chapters(lesson) if c.kind == chapters.STEP}
+    assert spoken == {s for s, k in enumerate(lesson.keyframes) if k is not None}
+
+
 def test_no_chapter_title_outlives_what_it_says(lesson):
     """The old bug: step 5's text stayed up while D was running. Now a frame where nobody waits
     on the left never sits in a chapter that says the left makes requests wait."""
