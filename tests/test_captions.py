@@ -246,6 +246,22 @@ def test_every_step_speaks_on_a_frame_of_its_own(lesson):
     assert spoken == {s for s, k in enumerate(lesson.keyframes) if k is not None}
 
 
+def test_the_grid_names_each_cell_once(lesson):
+    # shared blocks got every holder's name in one cell, printed over each other ("S.00",
+    # "S.10" and "S.20" as one smudge on parallel sampling's right)
+    from viz.panels import label_starts
+
+    shared = 0
+    for side in (lesson.left, lesson.right):
+        for f in side.frames:
+            slots = [slot for slot, _, _ in label_starts(f)]
+            assert len(slots) == len(set(slots)), (side.run.name, f.index)
+            held = [b for t in f.block_tables.values() for b in t]
+            shared += len(held) - len(set(held))
+    if lesson.spec.name in ("shared-prompt", "parallel-sampling"):
+        assert shared > 0  # it has blocks in several tables, each to be named once
+
+
 def test_no_chapter_title_outlives_what_it_says(lesson):
     """The old bug: step 5's text stayed up while D was running. Now a frame where nobody waits
     on the left never sits in a chapter that says the left makes requests wait."""

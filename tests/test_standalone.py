@@ -187,6 +187,7 @@ def test_a_hash_opens_that_frame_language_and_mode(offline_page, exported):
     # broke every key), and a frame past 2**31 is the last one (it wrapped round to frame 5)
     page.evaluate("() => { location.hash = '#frame=3&lang=constructor'; }")
     wait_painted(page, 3)
+    page.wait_for_function("() => location.hash === '#frame=3'")  # the player's own, landed
     page.goto(exported.as_uri() + "#frame=4294967301&lang=__proto__")
     page.reload()
     last = page.evaluate("() => window.pkPlayer.frames.length - 1")

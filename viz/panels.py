@@ -61,13 +61,16 @@ def label_starts(frame: Frame) -> list[tuple[int, str, str]]:
         if (owner := frame.owners[slot]) is not None
     ]
     if frame.run.allocator == PAGED:
-        held = [
-            (phys * bs, f"{frame.requests[r].name}{i}", r)
-            for r, t in frame.block_tables.items()
-            for i, phys in enumerate(t)
-        ]
-        gone = [(s, f"{frame.requests[r].name}{p // bs}", r) for s, r, p in last if p % bs == 0]
-        return held + gone
+        # a shared block is named once, by its earliest holder (the grid's xN says how many
+        # share it): every holder's name in one cell printed over each other, unreadable
+        out: dict[int, tuple[int, str, str]] = {}
+        for r in sorted(frame.block_tables, key=lambda r: frame.requests[r].order):
+            for i, phys in enumerate(frame.block_tables[r]):
+                out.setdefault(phys * bs, (phys * bs, f"{frame.requests[r].name}{i}", r))
+        for s, r, p in last:
+            if p % bs == 0:
+                out.setdefault(s, (s, f"{frame.requests[r].name}{p // bs}", r))
+        return list(out.values())
     held = [(start, frame.requests[r].name, r) for r, (start, _) in frame.reservations.items()]
     return held + [(s, frame.requests[r].name, r) for s, r, p in last if p == 0]
 
