@@ -135,3 +135,32 @@ def test_lecture_figures_are_valid_plotly_and_show_the_tier_where_there_is_one(n
         # scale, viz/to_scale.py, starts half its shorter row above its first row's centre)
         (a0, a1), (b0, b1) = fig.layout.yaxis.range, fig.layout.yaxis3.range
         assert a0 - a1 == pytest.approx(b0 - b1)
+
+
+def test_recompute_counts_only_what_the_prefix_cache_does_not_find_again(tmp_path):
+    # with caching on, a readmitted victim finds its full blocks again: the lesson once said
+    # all 64 thrown-away slots "had to be computed again" when the cache held every one
+    from viz.tier_facts import tier_facts
+
+    src = ROOT / "lessons" / "recompute-or-swap" / "scenario.toml"
+    text = src.read_text().replace("[arena]\n", "[arena]\nenable_prefix_caching = true\n", 1)
+    (tmp_path / "s.toml").write_text(text)
+    buf = io.StringIO()
+    record(load(tmp_path / "s.toml"), None, buf, forward="skip")
+    tr = T.loads(buf.getvalue())
+    lesson = L.build(L.load_spec("recompute-or-swap"), tr)
+    frames = lesson.left.frames
+    owed: dict[str, int] = {}
+    truth = hits = 0
+    for k, f in enumerate(frames):
+        found = {e.req: e.tokens_saved for e in f.events if e.kind == "cache_hit"}
+        for ev in f.events:
+            if ev.kind == "preempted":
+                owed[ev.req] = frames[k - 1].requests[ev.req].filled
+            elif ev.kind == "admitted" and ev.req in owed:
+                saved = min(owed[ev.req], found.get(ev.req, 0))
+                truth, hits = truth + owed.pop(ev.req) - saved, hits + saved
+    truth += sum(owed.values())  # thrown away, not yet readmitted
+    assert hits > 0  # the cache found some again
+    last = len(frames) - 1
+    assert tier_facts(lesson.left.run, frames, last)["recomputed"] == truth

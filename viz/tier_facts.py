@@ -24,12 +24,15 @@ def mib(nbytes: int) -> str:
 def tier_facts(run: RunInfo, frames: Sequence[Frame], i: int) -> dict:
     """Counts over ``frames[: i + 1]``: swaps each way, blocks and bytes moved, swap
     fallbacks, preemptions, and ``recomputed``: K/V slots that recompute preemption threw
-    away (each victim's written slots at the frame before), which must be computed again."""
+    away (each victim's written slots at the frame before), which must be computed again, less
+    what prefix caching finds again when the victim is readmitted."""
     swaps_out = swaps_in = moved = fallbacks = preemptions = recomputed = 0
     waited = relocated = 0
     left: dict[str, tuple[int, ...]] = {}  # device blocks each swapped request left from
+    owed: dict[str, int] = {}  # slots a recomputed victim threw away, until it is readmitted
     for k, f in enumerate(frames[: i + 1]):
         parked = {e.req for e in f.events if isinstance(e, E.SwappedOut)}
+        found = {e.req: e.tokens_saved for e in f.events if isinstance(e, E.CacheHit)}
         waited += len(f.waiting)
         for ev in f.events:
             if isinstance(ev, E.SwappedOut):
@@ -48,7 +51,10 @@ def tier_facts(run: RunInfo, frames: Sequence[Frame], i: int) -> dict:
                 preemptions += 1
                 if ev.req not in parked and k > 0:
                     view = frames[k - 1].requests.get(ev.req)
-                    recomputed += view.filled if view is not None else 0
+                    owed[ev.req] = view.filled if view is not None else 0
+                    recomputed += owed[ev.req]
+            elif isinstance(ev, E.Admitted) and ev.req in owed:  # found again: not computed
+                recomputed -= min(owed.pop(ev.req), found.get(ev.req, 0))
     f = frames[min(i, len(frames) - 1)]
     blocks = run.num_slots // run.block_size
     return {
