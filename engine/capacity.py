@@ -165,6 +165,15 @@ class ModelShape:
             * self.bytes_per_token_per_layer
         )
 
+    def window_blocks(self, length: int, block_size: int) -> int | None:
+        """Blocks a sliding-window layer holds for a request of ``length`` tokens, when its
+        window binds there (None: no layer slides, or ``length`` fits the window, so every
+        layer holds ``blocks_for(length, block_size)``)."""
+        w = self.sliding_window
+        if w is None or not self.num_sliding_layers or length <= w:
+            return None
+        return blocks_for(w, block_size)
+
     def bytes_per_block_per_layer(self, block_size: int) -> int:
         return _positive("block size", block_size) * self.bytes_per_token_per_layer
 
@@ -265,11 +274,29 @@ def _sliding(cfg: dict, layers: int, path: str | Path) -> tuple[int | None, int]
     if not window or cfg.get("use_sliding_window") is False:
         return None, 0
     window = _positive(f"{path}: sliding_window", window)
+    sliding = _sliding_layers(cfg, layers, path)
+    return (window, sliding) if sliding else (None, 0)
+
+
+def _sliding_layers(cfg: dict, layers: int, path: str | Path) -> int:
+    """How many layers slide, by transformers' own rules where a config leaves ``layer_types``
+    out: Gemma-2 alternates sliding and global layers (the first slides), Gemma-3 makes every
+    ``sliding_window_pattern``-th layer global, Qwen2 slides layers from ``max_window_layers``
+    on; any other config with a window (Mistral) slides every layer."""
     types = cfg.get("layer_types")
     if isinstance(types, list) and len(types) == layers:
-        sliding = sum(1 for t in types if t == "sliding_attention")
-        return (window, sliding) if sliding else (None, 0)
-    return window, layers
+        return sum(1 for t in types if t == "sliding_attention")
+    pattern = cfg.get("sliding_window_pattern")
+    if cfg.get("model_type") == "gemma2":
+        pattern = 2
+    if pattern is not None:
+        return layers - layers // _positive(f"{path}: sliding_window_pattern", pattern)
+    if cfg.get("use_sliding_window") is True and "max_window_layers" in cfg:
+        first = cfg["max_window_layers"]
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise InvalidConfigError(f"{path}: max_window_layers must be an integer >= 0")
+        return max(0, layers - first)
+    return layers
 
 
 def _read_json(path: Path) -> dict:
@@ -375,6 +402,11 @@ class Concurrency:
     prealloc_bytes_per_request: int
     mean_request_bytes: int
     paged_bytes_per_request: int
+    #: Past a sliding window: the blocks each of the ``num_sliding_layers`` (of ``num_layers``)
+    #: holds, while the others hold ``paged_blocks_per_request``; None when no window binds.
+    window_blocks_per_request: int | None = None
+    num_sliding_layers: int = 0
+    num_layers: int = 0
 
     @property
     def paged_blocks_per_request(self) -> int:
@@ -408,6 +440,8 @@ class Concurrency:
             "paged_blocks_per_request": self.paged_blocks_per_request,
             "paged_bytes_per_request": self.paged_bytes_per_request,
             "paged_tail_slots": (self.paged_blocks_per_request * self.block_size - self.mean_len),
+            "window_blocks_per_request": self.window_blocks_per_request,
+            "num_sliding_layers": self.num_sliding_layers,
             "prealloc_used_bytes": self.prealloc_used_bytes,
             "prealloc_idle_bytes": self.budget_bytes - self.prealloc_used_bytes,
         }
@@ -435,6 +469,9 @@ def concurrency(
         shape.bytes_per_request(max_len),
         shape.bytes_per_request(mean_len),
         shape.paged_bytes_per_request(mean_len, block_size),
+        shape.window_blocks(mean_len, block_size),
+        shape.num_sliding_layers,
+        shape.num_layers,
     )
 
 
@@ -454,6 +491,7 @@ class CapacityReport:
             {
                 "length": n,
                 "blocks": blocks_for(n, self.block_size),
+                "window_blocks": self.shape.window_blocks(n, self.block_size),
                 "by_batch": [
                     {"batch": b, "bytes": self.shape.bytes_per_request(n, b)} for b in self.batches
                 ],

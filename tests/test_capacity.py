@@ -415,6 +415,20 @@ def test_page_renders_the_essay_numbers_without_exceptions():
     assert any("43" in i.value and "about 40" in i.value for i in at.info)
 
 
+@pytest.mark.parametrize("fn", ["_page_en", "_page_zh"])
+def test_page_says_how_a_window_caps_paged_blocks(fn):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(globals()[fn], default_timeout=60).run()
+    at.selectbox(key="capacity_preset").set_value("mistral-7b")
+    at.number_input(key="capacity_max_len").set_value(32768)
+    at.number_input(key="capacity_mean").set_value(16000).run()
+    assert not at.exception and not at.error
+    shown = " ".join(c.value for c in at.caption)
+    assert "256" in shown and "1000" not in shown  # every layer holds its window only
+    assert "512 MiB" in shown
+
+
 def test_page_in_chinese_renders():
     from streamlit.testing.v1 import AppTest
 
@@ -514,3 +528,55 @@ def test_a_twenty_digit_length_is_a_field_error_not_a_traceback():
     assert len(at.error) == 1 and "Lengths" in at.error[0].value
     at.text_input(key="capacity_lengths").set_value("2048,8192").run()
     assert not at.exception and not at.error
+
+
+def _hf(tmp_path, **cfg) -> ModelShape:
+    base = {"num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8}
+    (tmp_path / "config.json").write_text(json.dumps({**base, "head_dim": 256, **cfg}))
+    return from_hf_config(tmp_path / "config.json")
+
+
+@pytest.mark.parametrize(
+    "cfg, sliding",
+    [
+        # Gemma-2 leaves layer_types out and alternates: the first layer slides, the next is global
+        ({"model_type": "gemma2", "sliding_window": 4096}, 21),
+        # Gemma-3: every 6th layer is global
+        ({"model_type": "gemma3_text", "sliding_window": 1024, "sliding_window_pattern": 6}, 35),
+        # Qwen2 slides only from max_window_layers on, and not at all with the flag off
+        ({"sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 40}, 2),
+        ({"sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 42}, 0),
+        ({"sliding_window": 4096, "use_sliding_window": False, "max_window_layers": 0}, 0),
+        # Mistral: a window and nothing else means every layer
+        ({"model_type": "mistral", "sliding_window": 4096}, 42),
+    ],
+)
+def test_sliding_layers_follow_each_familys_rule_where_layer_types_is_left_out(
+    tmp_path, cfg, sliding
+):
+    shape = _hf(tmp_path, **cfg)
+    assert shape.num_sliding_layers == sliding
+    # all 42 layers treated as sliding once made Gemma-2-9B's 8,192 tokens 33 % too small
+    window = cfg["sliding_window"]
+    per_layer = 8 * 256 * 2 * 2
+    full = 42 - sliding
+    assert shape.bytes_per_request(8192) == (full * 8192 + sliding * min(8192, window)) * per_layer
+
+
+@pytest.mark.parametrize("model", ["gemma2", "mistral"])
+def test_past_the_window_paged_blocks_are_counted_per_kind_of_layer(tmp_path, model):
+    shape = _hf(tmp_path, model_type=model, sliding_window=4096)
+    c = concurrency(shape, 40 * GiB, 32768, 16000, 16)
+    full = shape.num_layers - shape.num_sliding_layers
+    assert (c.paged_blocks_per_request, c.window_blocks_per_request) == (1000, 256)
+    # the bytes shown beside the counts are those blocks' bytes, not 1000 blocks in every layer
+    held = full * 1000 + shape.num_sliding_layers * 256
+    assert c.paged_bytes_per_request == held * shape.bytes_per_block_per_layer(16)
+    out = run_cli(
+        "--config", str(tmp_path / "config.json"), "--mean-len", "16000", "--max-len", "32768"
+    )
+    assert out.returncode == 0, out.stderr
+    words = "256 blocks (every layer keeps only its window)" if not full else f"each of {full} full"
+    assert words in out.stdout
+    # within the window every layer holds the same: no second count
+    assert concurrency(shape, 40 * GiB, 8192, 3000, 16).window_blocks_per_request is None

@@ -167,10 +167,13 @@ def _unit_metrics(r: CapacityReport, t: dict) -> None:
 
 def _request_table(r: CapacityReport, t: dict) -> None:
     st.markdown(f"**{t['requests_h']}**")
+    windowed = r.shape.num_sliding_layers > 0 and r.shape.sliding_window is not None
     rows = [
         {
             t["length"]: row["length"],
             t["blocks"]: row["blocks"],
+            # what a sliding-window layer holds: its window's blocks once the request outgrows it
+            **({t["blocks_window"]: row["window_blocks"] or row["blocks"]} if windowed else {}),
             **{
                 t["batch"].format(b=c["batch"]): round(c["bytes"] / GiB, 4) for c in row["by_batch"]
             },
@@ -216,7 +219,7 @@ def _concurrency(r: CapacityReport, t: dict) -> None:
     fig.update_layout(height=280, margin=dict(l=10, r=10, t=10, b=10))
     st.plotly_chart(fig, key="capacity_chart")
     st.caption(
-        t["conc_cap"].format(
+        t[_conc_key(c)].format(
             max_len=c.max_len,
             pre=format_bytes(c.prealloc_bytes_per_request),
             mean=c.mean_len,
@@ -224,8 +227,19 @@ def _concurrency(r: CapacityReport, t: dict) -> None:
             blocks=c.paged_blocks_per_request,
             paged=format_bytes(c.paged_bytes_per_request),
             tail=c.paged_blocks_per_request * c.block_size - c.mean_len,
+            wblocks=c.window_blocks_per_request,
+            full=c.num_layers - c.num_sliding_layers,
+            sliding=c.num_sliding_layers,
         )
     )
+
+
+def _conc_key(c) -> str:
+    """The caption for how paging holds a mean request: a sliding window may cap some layers
+    (Gemma-2's every other) or all of them (Mistral's), past which they hold only the window."""
+    if c.window_blocks_per_request is None:
+        return "conc_cap"
+    return "conc_cap_window" if c.num_sliding_layers < c.num_layers else "conc_cap_window_all"
 
 
 def _essay_note(t: dict) -> None:
