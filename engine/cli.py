@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from engine.request import EngineInputError
@@ -20,8 +21,13 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def first_paragraph(doc: str | None) -> str:
+    """A module docstring's first paragraph on one line (its first line stopped mid-sentence)."""
+    return " ".join((doc or "").split("\n\n")[0].split()).replace("``", "")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m engine", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m engine", description=first_paragraph(__doc__))
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"engine.cmd_{name}").add_parser(sub)
@@ -38,3 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `... | head`: the reader has what it wanted
+        # Python's own flush of stdout at exit would raise again: point it at nothing
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as e:  # a disk full or gone under the output: one line, not a traceback
+        print(f"error: cannot write the output: {e.strerror or e}", file=sys.stderr)
+        return 2

@@ -18,12 +18,13 @@ from engine.capacity import (
     format_bytes,
     load_shape,
 )
+from engine.cli import first_paragraph
 from engine.request import InvalidConfigError
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "capacity", help="KV-cache capacity calculator", description=__doc__.splitlines()[0]
+        "capacity", help="KV-cache capacity calculator", description=first_paragraph(__doc__)
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument(

@@ -189,7 +189,7 @@ def run(args) -> int:
         swap_space_mb=args.swap_space_mb,
     )
     if args.trace is not None:
-        check_output_path(args.trace, "--trace")
+        check_output_path(args.trace, "--trace", (args.prompts_file,) if args.prompts_file else ())
     if args.kv_events is not None:
         check_kv_events(args.kv_events, args.kv_events_allow_remote, args.kv_events_hold)
     from engine.llm import LLM  # torch and transformers load only once the input is sane

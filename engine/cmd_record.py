@@ -8,7 +8,7 @@ import sys
 import time
 
 from engine import scenario as scenario_mod
-from engine.engine_args import KV_CACHE_DTYPES
+from engine.engine_args import KV_CACHE_DTYPES, check_output_path
 from engine.recorder import record, stderr_progress
 from engine.request import InvalidConfigError
 
@@ -75,7 +75,9 @@ def run(args) -> int:
         allocators = [a.strip() for a in args.allocators.split(",") if a.strip()]
         if not allocators:
             raise InvalidConfigError("--allocators names no allocator")
-    out = sys.stdout if args.out == "-" else args.out
+        if twice := sorted({a for a in allocators if allocators.count(a) > 1}):
+            raise InvalidConfigError(f"--allocators names {', '.join(twice)} twice")
+    out = sys.stdout if args.out == "-" else check_output_path(args.out, "--out", (args.scenario,))
     publisher, sinks = _kv_events(args, allocators, sc.runs)
     try:
         _record(args, sc, allocators, out, sinks)

@@ -123,17 +123,26 @@ class EngineArgs:
         return n
 
 
-def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
-    """A file path the engine may create or overwrite: its folder exists and is writable, and it
-    is not itself a folder. Checked before a model loads, so a typo costs nothing."""
+def check_output_path(
+    path: str | os.PathLike, what: str = "output", inputs: tuple[str | os.PathLike, ...] = ()
+) -> Path:
+    """A file path the engine may create or overwrite: its folder exists and is writable, it
+    is not itself a folder, and it is none of the command's ``inputs`` (a scenario written over
+    by its own trace is gone). Checked before a model loads, so a typo costs nothing."""
     p = Path(path)
     try:
         problem = _path_problem(p, str(path) == "")
+        if problem is None and any(_same_file(p, Path(i)) for i in inputs):
+            problem = "is also this command's input: it would be overwritten"
     except (OSError, ValueError) as e:  # a name too long, an embedded NUL
         problem = f"is not a usable path ({getattr(e, 'strerror', None) or e})"
     if problem:
         raise InvalidConfigError(f"{what} {str(p)[:200]!r} {problem}")
     return p
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return a.exists() and b.exists() and os.path.samefile(a, b)
 
 
 def _path_problem(p: Path, empty: bool) -> str | None:

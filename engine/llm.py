@@ -19,7 +19,7 @@ from engine.arena import MIB, KVArena, blocks_for_budget, bytes_per_block, check
 from engine.core import EngineConfig, EngineCore, build_core
 from engine.cpu_tier import CpuKVStore
 from engine.engine_args import EngineArgs, check_output_path
-from engine.model import LoadedModel, load_model
+from engine.model import LoadedModel, load_model, resolve_device
 from engine.request import (
     InvalidConfigError,
     InvalidRequestError,
@@ -86,10 +86,18 @@ class LLM:
                 KV.parse_endpoint(kv_events, kv_events_allow_remote)
             except KV.EndpointError as e:
                 raise InvalidConfigError(str(e)) from None
-        if type(enable_prefix_caching) is not bool:
-            raise InvalidConfigError(
-                f"enable_prefix_caching must be true or false, got {enable_prefix_caching!r}"
-            )
+        for name, flag in (
+            ("enable_prefix_caching", enable_prefix_caching),
+            ("kv_events_allow_remote", kv_events_allow_remote),  # 'no' is truthy: a safety flag
+        ):
+            if type(flag) is not bool:
+                raise InvalidConfigError(f"{name} must be true or false, got {flag!r:.40}")
+        if not isinstance(model, (LoadedModel, str, os.PathLike, type(None))):
+            raise InvalidConfigError(f"model must be a path or a loaded model, got {model!r:.40}")
+        if trace is not None and not callable(trace) and not isinstance(trace, (str, os.PathLike)):
+            raise InvalidConfigError(f"trace must be a path or a callable, got {trace!r:.40}")
+        if not isinstance(model, LoadedModel):
+            resolve_device(device, dtype)  # before the load: its loader must never see a bad one
         self.enable_prefix_caching = enable_prefix_caching
         args = EngineArgs(
             num_blocks=num_blocks,

@@ -115,6 +115,8 @@ def resolve_device(
 ) -> tuple[torch.device, torch.dtype]:
     """``auto`` is CUDA in bf16 when present, else CPU in fp32. Raises InvalidConfigError for an
     unknown dtype or a CUDA request on a machine without one."""
+    if not isinstance(device, str):
+        raise InvalidConfigError(f"device must be auto, cpu or cuda, got {device!r:.40}")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -129,6 +131,12 @@ def resolve_device(
                 f"unknown dtype {dtype!r} (expected one of {', '.join(DTYPES)})"
             )
         dtype = DTYPES[dtype]
+    elif dtype not in set(DTYPES.values()):
+        # checked before anything loads: a bad dtype once reached the model cache's loader,
+        # which took the failure for a damaged cache and deleted it
+        raise InvalidConfigError(
+            f"dtype must be one of {', '.join(DTYPES)} or its torch dtype, got {dtype!r:.40}"
+        )
     return torch.device(device), dtype
 
 

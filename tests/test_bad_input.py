@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -180,6 +181,8 @@ def files(tmp_path):
         )
     )
     (tmp_path / "a_dir").mkdir()
+    (tmp_path / "good.toml").write_text(good)
+    (tmp_path / "p.txt").write_text("hi\n")
     return tmp_path
 
 
@@ -234,6 +237,21 @@ CLI_CASES = [
             "{tmp}/a_dir",
         ],
         ["directory"],
+    ),
+    # a command's own input is never its output (the scenario or the prompts were lost)
+    (["record", "--scenario", "{tmp}/good.toml", "--out", "{tmp}/good.toml"], ["input"]),
+    (["generate", "--prompts-file", "{tmp}/p.txt", "--trace", "{tmp}/p.txt"], ["input"]),
+    (
+        [
+            "record",
+            "--scenario",
+            "{tmp}/good.toml",
+            "--out",
+            "{tmp}/t.jsonl",
+            "--allocators",
+            "max,max",
+        ],
+        ["max twice"],
     ),
     (["capacity", "--budget-gb", "nan"], ["--budget-gb"]),
     (["capacity", "--budget-gb", "inf"], ["--budget-gb"]),
@@ -295,6 +313,12 @@ def test_sampling_params_accept_their_edges():
         ({"block_size": True}, "block size"),
         ({"max_num_batched_tokens": 0}, "batched"),
         ({"allocator": "buddy"}, "allocator"),
+        # a bad dtype once reached the model cache's loader, which deleted the shared cache
+        ({"dtype": 5}, "dtype"),
+        ({"dtype": "int8"}, "dtype"),
+        ({"device": None}, "device"),
+        ({"trace": 5}, "trace"),
+        ({"kv_events": "tcp://127.0.0.1:5555", "kv_events_allow_remote": "no"}, "allow_remote"),
     ],
 )
 def test_llm_refuses_bad_settings_before_loading(kwargs, words, no_model_load):
@@ -379,3 +403,39 @@ def test_llm_refuses_a_budget_the_machine_cannot_hold(smollm, monkeypatch):
     with pytest.raises(InvalidConfigError, match="does not fit"):
         LLM(smollm, kv_budget_mb=512)
     assert LLM(smollm, kv_budget_mb=8).arena.num_blocks > 0
+
+
+SIX = str(ROOT / "lessons" / "six-steps" / "scenario.toml")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_disk_under_the_output_is_one_line():
+    run = subprocess.run(
+        [sys.executable, "-m", "engine", "record", "--scenario", SIX, "--out", "/dev/full"]
+        + ["--forward", "skip"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert run.returncode == 2
+    assert_one_error_line(run.stderr, "cannot write", "No space left")
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly():
+    # `record --out - | head -1`: the closed pipe was a BrokenPipeError traceback
+    cmd = [sys.executable, "-m", "engine", "record", "--scenario", SIX, "--out", "-"]
+    proc = subprocess.Popen(
+        [*cmd, "--forward", "skip"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+    assert proc.stdout is not None and proc.stdout.readline().startswith(b'{"format"')
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and b"Traceback" not in err, err
+
+
+def test_help_descriptions_are_whole_sentences():
+    # each once took its docstring's first line and stopped mid-sentence ("...lives in its own")
+    parser = cli.build_parser()
+    subs = next(a for a in parser._actions if a.dest == "command").choices
+    for p in (parser, subs["capacity"]):
+        assert p.description and p.description.rstrip().endswith("."), p.description
