@@ -80,18 +80,27 @@ def make_header(
 class TraceWriter:
     """Writes a trace to a path or an open stream. ``sink(run)`` gives an EventBus subscriber that
     tags events with that run; ``close()`` writes the end line (a trace without it reads as
-    truncated), ``abort()`` ends a failed run without one."""
+    truncated), ``abort()`` ends a failed run without one.
+
+    A path that is a regular file (or nothing yet) is written beside it and renamed over it only
+    by ``close()``: a run that fails or is interrupted leaves the previous trace as it was (a
+    lesson re-recorded in place once lost its trace to a Ctrl-C) and its own events in
+    ``<name>.partial``, which reads as truncated. Other paths (/dev/stdout, a pipe) are written
+    directly."""
 
     def __init__(
         self, target: str | os.PathLike | IO[str], header: dict, flush: bool = False
     ) -> None:
         """Raises OSError when ``target`` cannot be opened for writing."""
         self._own = isinstance(target, (str, os.PathLike))
-        self.stream: IO[str] = (
-            open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
-            if isinstance(target, (str, os.PathLike))
-            else target
-        )
+        self._target: Path | None = None
+        if isinstance(target, (str, os.PathLike)):
+            path = Path(target)
+            if not path.exists() or path.is_file():
+                self._target, target = path, path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            self.stream: IO[str] = open(target, "w", encoding="utf-8")  # noqa: SIM115 - close()
+        else:
+            self.stream = target
         self.flush = flush
         self.num_events = 0
         self._write(header)
@@ -114,14 +123,21 @@ class TraceWriter:
         self._write({"end": True, "num_events": self.num_events})
         if self._own:
             self.stream.close()
+            self._land(self._target)
 
     def abort(self) -> None:
-        """End a run that failed: what was written stays, with no end line, so the trace reads
-        as truncated rather than complete."""
+        """End a run that failed: what was written stays, with no end line, so it reads as
+        truncated rather than complete (in ``<name>.partial`` for a file, see the class)."""
         if self._own:
             self.stream.close()
+            if self._target is not None:
+                self._land(self._target.with_name(self._target.name + ".partial"))
         else:
             self.stream.flush()
+
+    def _land(self, path: Path | None) -> None:
+        if path is not None and self._target is not None:
+            os.replace(self.stream.name, path)
 
     def __enter__(self) -> TraceWriter:
         return self

@@ -361,6 +361,7 @@ def test_a_failed_run_writes_no_end_line_and_leaves_the_llm_as_fresh(smollm, tmp
     # four steps a run: the third fails mid-run, with seeded generators already drawn from
     params = SamplingParams(max_tokens=4, temperature=0.8, seed=1234, ignore_eos=True)
     path = tmp_path / "crashed.jsonl"
+    path.write_text("the previous trace\n")
     llm = LLM(smollm, num_blocks=16, block_size=8, max_model_len=64, trace=path)
     execute, calls = llm.runner.execute, []
 
@@ -373,9 +374,13 @@ def test_a_failed_run_writes_no_end_line_and_leaves_the_llm_as_fresh(smollm, tmp
     monkeypatch.setattr(llm.runner, "execute", failing)
     with pytest.raises(RuntimeError, match="device lost"):
         llm.generate(prompts, params)
+    # the file it was to replace is as it was; what the run wrote is beside it, truncated
+    assert path.read_text() == "the previous trace\n"
+    partial = path.with_name(path.name + ".partial")
     with pytest.raises(trace.TraceError, match="truncated"):
-        trace.read(path)
-    assert trace.parse_lines(path.read_text().splitlines(), require_end=False).runs["paged"]
+        trace.read(partial)
+    assert trace.parse_lines(partial.read_text().splitlines(), require_end=False).runs["paged"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, partial.name]
     assert not llm.runner.sampler._generators  # nothing left to skew the next call
     monkeypatch.setattr(llm.runner, "execute", execute)
     again = [o.token_ids for o in llm.generate(prompts, params)]

@@ -138,10 +138,16 @@ def test_a_recording_that_fails_writes_no_end_line(tmp_path):
         if ev.seq == 6:
             raise RuntimeError("killed")
 
+    good = _recorded(tmp_path)
+    out.write_text(good, encoding="utf-8")  # a trace recorded before, to be re-recorded in place
     with pytest.raises(RuntimeError):
         record(load_scenario(path), ["paged"], str(out), forward="skip", sinks={"paged": [crash]})
+    # the previous trace is untouched (a Ctrl-C once left it cut short); the failed run's own
+    # events are beside it and read as truncated
+    assert out.read_text(encoding="utf-8") == good
     with pytest.raises(TraceError, match="truncated"):
-        read(out)
+        read(out.with_name("t.jsonl.partial"))
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
 def _lines(tmp_path) -> list[str]:
