@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         # Python's own flush of stdout at exit would raise again: point it at nothing
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except OSError as e:  # a disk full or gone under the output: one line, not a traceback
-        print(f"error: cannot write the output: {e.strerror or e}", file=sys.stderr)
+    except OSError as e:  # a disk full or gone under a file: one line, not a traceback
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"error: reading or writing failed{where}: {e.strerror or e}", file=sys.stderr)
         return 2

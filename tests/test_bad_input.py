@@ -423,7 +423,7 @@ def test_a_full_disk_under_the_output_is_one_line():
         cwd=ROOT,
     )
     assert run.returncode == 2
-    assert_one_error_line(run.stderr, "cannot write", "No space left")
+    assert_one_error_line(run.stderr, "writing failed", "No space left")
 
 
 def test_a_reader_that_stops_early_ends_the_command_quietly():
