@@ -42,9 +42,8 @@ def _init(t: dict) -> None:
         except S.LabError as e:
             ss.lab_notice = t["bad_link"].format(why=e)
         else:
-            if (
-                bad
-            ):  # placeholders stand in the table: say so rather than pass them off as the link's
+            # placeholders stand in the table: say so rather than pass them off as the link's
+            if bad:
                 ss.lab_notice = t["link_fields"].format(n=len(bad), first=S.describe(bad[0]))
     ss.lab_policy = ss.lab_base.policy
 
