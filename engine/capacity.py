@@ -402,11 +402,9 @@ class Concurrency:
     prealloc_bytes_per_request: int
     mean_request_bytes: int
     paged_bytes_per_request: int
-    #: Past a sliding window: the blocks each of the ``num_sliding_layers`` (of ``num_layers``)
-    #: holds, while the others hold ``paged_blocks_per_request``; None when no window binds.
+    #: Past a sliding window: the blocks each sliding-window layer holds, while the others hold
+    #: ``paged_blocks_per_request``; None when no window binds.
     window_blocks_per_request: int | None = None
-    num_sliding_layers: int = 0
-    num_layers: int = 0
 
     @property
     def paged_blocks_per_request(self) -> int:
@@ -441,7 +439,6 @@ class Concurrency:
             "paged_bytes_per_request": self.paged_bytes_per_request,
             "paged_tail_slots": (self.paged_blocks_per_request * self.block_size - self.mean_len),
             "window_blocks_per_request": self.window_blocks_per_request,
-            "num_sliding_layers": self.num_sliding_layers,
             "prealloc_used_bytes": self.prealloc_used_bytes,
             "prealloc_idle_bytes": self.budget_bytes - self.prealloc_used_bytes,
         }
@@ -470,8 +467,6 @@ def concurrency(
         shape.bytes_per_request(mean_len),
         shape.paged_bytes_per_request(mean_len, block_size),
         shape.window_blocks(mean_len, block_size),
-        shape.num_sliding_layers,
-        shape.num_layers,
     )
 
 

@@ -14,6 +14,7 @@ from engine.capacity import (
     CapacityReport,
     Concurrency,
     GiB,
+    ModelShape,
     build_report,
     format_bytes,
     load_shape,
@@ -152,22 +153,22 @@ def _concurrency_section(r: CapacityReport) -> str:
             f"Concurrency in a {format_bytes(c.budget_bytes)} KV budget",
             f"  preallocate max_len {c.max_len:,}: {format_bytes(c.prealloc_bytes_per_request)} each"
             f" -> {_requests(c.prealloc_requests)}",
-            f"  paged, mean {c.mean_len:,} tokens = {_paged_blocks(c)}: "
+            f"  paged, mean {c.mean_len:,} tokens = {_paged_blocks(c, r.shape)}: "
             f"{format_bytes(c.paged_bytes_per_request)} each -> {_requests(c.paged_requests)}",
             f"  paged / preallocated: {ratio}",
         ]
     )
 
 
-def _paged_blocks(c: Concurrency) -> str:
+def _paged_blocks(c: Concurrency, shape: ModelShape) -> str:
     if c.window_blocks_per_request is None:
         return f"{c.paged_blocks_per_request} blocks"
-    full = c.num_layers - c.num_sliding_layers
+    full = shape.num_layers - shape.num_sliding_layers
     if not full:
         return f"{c.window_blocks_per_request} blocks (every layer keeps only its window)"
     return (
         f"{c.paged_blocks_per_request} blocks in each of {full} full-attention layers and "
-        f"{c.window_blocks_per_request} in each of {c.num_sliding_layers} sliding-window layers"
+        f"{c.window_blocks_per_request} in each of {shape.num_sliding_layers} sliding-window layers"
     )
 
 

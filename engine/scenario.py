@@ -185,13 +185,14 @@ def load(path: str | Path) -> Scenario:
     reqs = tuple(_request(i, d) for i, d in enumerate(raw.get("requests", [])))
     if not reqs:
         raise InvalidConfigError(f"scenario {p.name} has no [[requests]]")
-    ids = [i for r in reqs for i in r.sample_ids]
-    if len(set(ids)) != len(ids):
-        twice = next(i for i in ids if ids.count(i) > 1)
-        raise InvalidConfigError(
-            f"scenario {p.name}: request ids must be unique, and {twice!r} is used twice"
-            " (a request with n samples also takes the ids id.0 .. id.(n-1))"
-        )
+    seen: set[str] = set()
+    for rid in (i for r in reqs for i in r.sample_ids):
+        if rid in seen:
+            raise InvalidConfigError(
+                f"scenario {p.name}: request ids must be unique, and {rid!r} is used twice"
+                " (a request with n samples also takes the ids id.0 .. id.(n-1))"
+            )
+        seen.add(rid)
     caching = arena.get("enable_prefix_caching", False)
     if type(caching) is not bool:
         raise InvalidConfigError(

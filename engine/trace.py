@@ -123,7 +123,8 @@ class TraceWriter:
         self._write({"end": True, "num_events": self.num_events})
         if self._own:
             self.stream.close()
-            self._land(self._target)
+            if self._target is not None:
+                os.replace(self.stream.name, self._target)
 
     def abort(self) -> None:
         """End a run that failed: what was written stays, with no end line, so it reads as
@@ -131,13 +132,9 @@ class TraceWriter:
         if self._own:
             self.stream.close()
             if self._target is not None:
-                self._land(self._target.with_name(self._target.name + ".partial"))
+                os.replace(self.stream.name, self._target.with_name(self._target.name + ".partial"))
         else:
             self.stream.flush()
-
-    def _land(self, path: Path | None) -> None:
-        if path is not None and self._target is not None:
-            os.replace(self.stream.name, path)
 
     def __enter__(self) -> TraceWriter:
         return self

@@ -219,7 +219,7 @@ def _concurrency(r: CapacityReport, t: dict) -> None:
     fig.update_layout(height=280, margin=dict(l=10, r=10, t=10, b=10))
     st.plotly_chart(fig, key="capacity_chart")
     st.caption(
-        t[_conc_key(c)].format(
+        t[_conc_key(c, r.shape)].format(
             max_len=c.max_len,
             pre=format_bytes(c.prealloc_bytes_per_request),
             mean=c.mean_len,
@@ -228,18 +228,20 @@ def _concurrency(r: CapacityReport, t: dict) -> None:
             paged=format_bytes(c.paged_bytes_per_request),
             tail=c.paged_blocks_per_request * c.block_size - c.mean_len,
             wblocks=c.window_blocks_per_request,
-            full=c.num_layers - c.num_sliding_layers,
-            sliding=c.num_sliding_layers,
+            full=r.shape.num_layers - r.shape.num_sliding_layers,
+            sliding=r.shape.num_sliding_layers,
         )
     )
 
 
-def _conc_key(c) -> str:
+def _conc_key(c, shape: ModelShape) -> str:
     """The caption for how paging holds a mean request: a sliding window may cap some layers
     (Gemma-2's every other) or all of them (Mistral's), past which they hold only the window."""
     if c.window_blocks_per_request is None:
         return "conc_cap"
-    return "conc_cap_window" if c.num_sliding_layers < c.num_layers else "conc_cap_window_all"
+    return (
+        "conc_cap_window" if shape.num_sliding_layers < shape.num_layers else "conc_cap_window_all"
+    )
 
 
 def _essay_note(t: dict) -> None:
