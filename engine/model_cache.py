@@ -16,8 +16,9 @@ Where: ``$PAGED_MODEL_CACHE`` if set (``off`` disables caching), else
 ``$XDG_CACHE_HOME/seeing-pagedattention`` or ``~/.cache/seeing-pagedattention``. One folder per
 source file and library version (size, mtime and versions in its name), written to a temporary
 folder and renamed into place, so concurrent first loads never see half a cache. A cache that
-fails to load is removed and rebuilt from the GGUF; a cache that cannot be written is skipped
-with one line on stderr.
+fails to load is removed and rebuilt from the GGUF, unless the failure is the machine's (out of
+memory: raised) or the reader's (no permission: the GGUF is loaded, the cache kept); a cache that
+cannot be written is skipped with one line on stderr.
 """
 
 from __future__ import annotations
@@ -74,6 +75,11 @@ def load_cached(folder: Path, dtype: torch.dtype):
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
         hf = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    except MemoryError:  # the machine's state, not the cache's: a rebuild would need more
+        raise
+    except PermissionError as e:  # someone else's cache: load from the source, keep theirs
+        print(f"model cache {folder} not readable ({e.strerror}); not used", file=sys.stderr)
+        return None
     except Exception as e:  # a truncated or foreign cache is rebuilt, whatever broke in it
         print(f"model cache {folder} unreadable ({type(e).__name__}); rebuilding", file=sys.stderr)
         shutil.rmtree(folder, ignore_errors=True)

@@ -183,3 +183,32 @@ def test_an_unwritable_cache_costs_one_line_and_nothing_else(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model cache not written" in err
     assert blocker.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("error", [MemoryError(), PermissionError(13, "Permission denied")])
+def test_a_load_that_fails_for_the_machines_reasons_keeps_the_cache(
+    tmp_path, monkeypatch, capsys, error
+):
+    """Only a cache whose content is broken is removed: running out of memory or lacking
+    permission says nothing about the files (a shared cache was once deleted for less)."""
+    import transformers
+
+    folder = tmp_path / "m-0123456789abcdef"
+    folder.mkdir()
+    (folder / model_cache.WEIGHTS).write_bytes(b"whatever the weights are")
+
+    def fail(*a, **k):
+        raise error
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fail)
+    if isinstance(error, MemoryError):
+        with pytest.raises(MemoryError):
+            model_cache.load_cached(folder, torch.float32)
+    else:
+        assert model_cache.load_cached(folder, torch.float32) is None
+        assert "not readable" in capsys.readouterr().err
+    assert (folder / model_cache.WEIGHTS).read_bytes() == b"whatever the weights are"
+    # content that is broken is still removed, to be rebuilt
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: 1 / 0)
+    assert model_cache.load_cached(folder, torch.float32) is None
+    assert not folder.exists()
