@@ -120,3 +120,17 @@ def test_fig13_ratios_are_computed_from_the_cited_values():
     assert round(paper.fig13_ratio("sharegpt", "pow2"), 2) == 1.40
     assert round(paper.fig13_ratio("sharegpt", "oracle"), 2) == 1.95
     assert round(paper.fig13_ratio("sharegpt", "paged"), 2) == 4.35
+
+
+def test_a_policy_run_says_how_far_it_is_and_the_request_cap_is_minutes_not_hours(monkeypatch):
+    from engine import cmd_simulate
+
+    monkeypatch.setattr(cmd_simulate, "PROGRESS_EVERY_S", 0.0)  # a line per step
+    rc, _, err = _simulate("--requests", "30", "--policies", "max,paged", "--json")
+    said = [ln.strip() for ln in err.splitlines() if "requests finished" in ln]
+    for policy in ("max", "paged"):
+        mine = [int(ln.split()[1].split("/")[0]) for ln in said if ln.startswith(f"{policy}:")]
+        assert rc == 0 and mine and mine == sorted(mine) and mine[-1] <= 30
+    # 10,000 requests took about 2 min of CPU under max: a million was hours and ~30 GB
+    rc, _, err = _simulate("--requests", str(cmd_simulate.MAX_SIM_REQUESTS + 1))
+    assert rc == 2 and "--requests at most 20,000" in err
