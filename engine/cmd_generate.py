@@ -187,6 +187,7 @@ def run(args) -> int:
         kv_cache_dtype=args.kv_cache_dtype,
         preemption_mode=args.preemption_mode,
         swap_space_mb=args.swap_space_mb,
+        enable_prefix_caching=args.enable_prefix_caching,
     )
     if args.trace is not None:
         check_output_path(args.trace, "--trace", (args.prompts_file,) if args.prompts_file else ())
@@ -215,12 +216,51 @@ def run(args) -> int:
     )
     t0 = time.perf_counter()
     try:
-        outputs = llm.generate(prompts, params, chat=args.chat)
-        elapsed = time.perf_counter() - t0
-        if llm.kv_publisher is not None and args.kv_events_hold > 0:
-            time.sleep(args.kv_events_hold)
+        outputs = llm.generate(prompts, params, chat=args.chat, progress=_progress_printer())
+        _print_outputs(args, llm, outputs, time.perf_counter() - t0)
+        if llm.kv_publisher is not None:
+            hold_publisher(args.kv_events_hold)  # after the outputs: a Ctrl-C here loses nothing
     finally:
         llm.close()
+    return 0
+
+
+#: How often ``generate`` says how far it is, in seconds (a step takes milliseconds).
+PROGRESS_EVERY_S = 1.0
+
+
+def _progress_printer():
+    """A ``progress`` for ``LLM.generate`` that prints on stderr at most once per
+    ``PROGRESS_EVERY_S``, so a long run says it is alive without a line per step."""
+    last = [time.monotonic()]
+
+    def say(line: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_EVERY_S:
+            last[0] = now
+            print(f"generating: {line}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def hold_publisher(seconds: float) -> None:
+    """Keep the KV-event sockets open ``seconds`` for watchers that join late. Said before the
+    wait, so a watcher (or a test) knows the stream is complete; a Ctrl-C ends the wait early
+    (the run is done, so nothing is lost)."""
+    if seconds <= 0:
+        return
+    print(
+        f"holding the KV-event sockets open for {seconds:g} s (Ctrl-C ends the wait)",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        time.sleep(seconds)
+    except KeyboardInterrupt:
+        print("hold ended early", file=sys.stderr)
+
+
+def _print_outputs(args, llm, outputs, elapsed: float) -> None:
     num_tokens = sum(len(o.token_ids) for o in outputs)
     summary = {
         "num_requests": len(outputs),
@@ -265,4 +305,4 @@ def run(args) -> int:
             f"({summary['tokens_per_s']} tok/s), {llm.num_preemptions} preemptions",
             file=sys.stderr,
         )
-    return 0
+    sys.stdout.flush()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import time
 
 from engine import scenario as scenario_mod
+from engine.cmd_generate import hold_publisher
 from engine.engine_args import KV_CACHE_DTYPES, check_output_path
 from engine.recorder import record, stderr_progress
 from engine.request import InvalidConfigError
@@ -81,14 +81,8 @@ def run(args) -> int:
     publisher, sinks = _kv_events(args, allocators, sc.runs)
     try:
         _record(args, sc, allocators, out, sinks)
-        if publisher is not None and args.kv_events_hold > 0:
-            # said before the wait, so a watcher (or a test) knows the stream is complete
-            print(
-                f"holding the KV-event sockets open for {args.kv_events_hold:g} s",
-                file=sys.stderr,
-                flush=True,
-            )
-            time.sleep(args.kv_events_hold)
+        if publisher is not None:
+            hold_publisher(args.kv_events_hold)
     finally:
         if publisher is not None:
             publisher.close()

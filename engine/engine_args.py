@@ -52,6 +52,8 @@ class EngineArgs:
     kv_cache_dtype: str = "auto"  # auto: the model's dtype; fp8_*: one byte an element
     preemption_mode: str = "recompute"  # or swap: blocks go to a CPU tier (paged only)
     swap_space_mb: float | None = None  # the CPU tier in MiB; None: as large as the arena
+    #: Paging only: a contiguous run is private to its request, so it has nothing to share.
+    enable_prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         if not is_int(self.block_size) or not 0 < self.block_size <= MAX_BLOCK_SIZE:
@@ -101,6 +103,15 @@ class EngineArgs:
                 f"unknown allocator {self.allocator!r}; choose one of {', '.join(ALLOCATORS)}"
             )
         check_preemption_mode(self.preemption_mode, self.allocator)
+        if type(self.enable_prefix_caching) is not bool:  # 'no' is truthy
+            raise InvalidConfigError(
+                f"enable_prefix_caching must be true or false, got {self.enable_prefix_caching!r:.40}"
+            )
+        if self.enable_prefix_caching and self.allocator != "paged":
+            raise InvalidConfigError(
+                f"prefix caching needs the paged allocator; a {self.allocator!r} run is private "
+                "to its request and shares nothing"
+            )
         if self.swap_space_mb is not None and not (
             is_real(self.swap_space_mb) and 0 <= self.swap_space_mb <= MAX_KV_BUDGET_MB
         ):

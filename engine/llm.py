@@ -86,12 +86,10 @@ class LLM:
                 KV.parse_endpoint(kv_events, kv_events_allow_remote)
             except KV.EndpointError as e:
                 raise InvalidConfigError(str(e)) from None
-        for name, flag in (
-            ("enable_prefix_caching", enable_prefix_caching),
-            ("kv_events_allow_remote", kv_events_allow_remote),  # 'no' is truthy: a safety flag
-        ):
-            if type(flag) is not bool:
-                raise InvalidConfigError(f"{name} must be true or false, got {flag!r:.40}")
+        if type(kv_events_allow_remote) is not bool:  # 'no' is truthy: a safety flag
+            raise InvalidConfigError(
+                f"kv_events_allow_remote must be true or false, got {kv_events_allow_remote!r:.40}"
+            )
         if not isinstance(model, (LoadedModel, str, os.PathLike, type(None))):
             raise InvalidConfigError(f"model must be a path or a loaded model, got {model!r:.40}")
         if trace is not None and not callable(trace) and not isinstance(trace, (str, os.PathLike)):
@@ -110,6 +108,7 @@ class LLM:
             kv_cache_dtype=kv_cache_dtype,
             preemption_mode=preemption_mode,
             swap_space_mb=swap_space_mb,
+            enable_prefix_caching=enable_prefix_caching,
         )
         if trace is not None and not callable(trace):
             check_output_path(trace, "trace")
@@ -166,19 +165,29 @@ class LLM:
         prompts: str | Sequence[str] | Sequence[Sequence[int]],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
         chat: bool = False,
+        progress: Callable[[str], None] | None = None,
     ) -> list[RequestOutput]:
         """Complete every prompt (text, or token ids) and return outputs in input order; a prompt
         whose params ask for ``n`` samples gives ``n`` consecutive outputs (``sample_index`` 0 to
         n - 1), so the list is as long as the sum of the ``n``. A bare
         string is one prompt (as in vLLM), never a sequence of one-character prompts.
-        ``chat`` wraps text prompts in the model's chat template. Everything is validated before
+        ``chat`` wraps text prompts in the model's chat template; ``progress``, if given, is
+        told after every engine step how far the run is (one line). Everything is validated before
         the first step: InvalidRequestError for an empty, over-long or non-text prompt,
         InvalidConfigError when a request could not fit in the KV arena even alone.
 
         A run that fails part-way leaves its trace without an end line (it reads as truncated)
         and this ``LLM`` as it was: no per-request sampler state survives it."""
-        items: Sequence[str | Sequence[int]] = [prompts] if isinstance(prompts, str) else prompts
-        params = params or SamplingParams()
+        if isinstance(prompts, str):
+            items: Sequence[str | Sequence[int]] = [prompts]
+        elif isinstance(prompts, Sequence) and not isinstance(prompts, (bytes, bytearray)):
+            items = prompts
+        else:  # None, a dict or set (no order), a generator, a tensor: say so, not a TypeError
+            raise InvalidRequestError(
+                f"prompts must be a text or a list of prompts, got {type(prompts).__name__}"
+            )
+        if params is None:  # an empty list is not "the defaults": it is 0 params for N prompts
+            params = SamplingParams()
         plist: list[SamplingParams] = (
             list(params) if isinstance(params, (list, tuple)) else [params] * len(items)  # type: ignore[list-item]
         )
@@ -199,7 +208,7 @@ class LLM:
             self.kv_publisher.publish([KV.AllBlocksCleared()])
             core.bus.subscribe(KV.EngineEventTranslator(self.kv_publisher))
         try:
-            core.run_to_completion()
+            core.run_to_completion(None if progress is None else _reporter(reqs, progress))
         except BaseException:
             if writer is not None:
                 writer.abort()
@@ -308,3 +317,14 @@ def _sample_requests(rid: str, ids: list[int], params: SamplingParams) -> list[R
         p = dataclasses.replace(params, n=1, seed=seed)
         out.append(Request(f"{rid}.{k}", list(ids), p, parent_id=f"{rid}.0" if k else None))
     return out
+
+
+def _reporter(reqs: list[Request], say: Callable[[str], None]) -> Callable[[EngineCore], None]:
+    """An ``on_step`` that tells ``say`` the step, the requests finished and the tokens made."""
+
+    def on_step(core: EngineCore) -> None:
+        done = sum(1 for r in reqs if r.finish_reason is not None)
+        made = sum(len(r.output_token_ids) for r in reqs)
+        say(f"step {core.step_count}: {done}/{len(reqs)} requests finished, {made} tokens")
+
+    return on_step

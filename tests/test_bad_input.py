@@ -253,6 +253,8 @@ CLI_CASES = [
         ],
         ["max twice"],
     ),
+    # a contiguous run is private to its request: the flag would have been ignored silently
+    (["generate", "hi", "--enable-prefix-caching", "--allocator", "max"], ["paged allocator"]),
     (["capacity", "--budget-gb", "nan"], ["--budget-gb"]),
     (["capacity", "--budget-gb", "inf"], ["--budget-gb"]),
     (["capacity", "--budget-gb", "-1"], ["--budget-gb"]),
@@ -319,6 +321,8 @@ def test_sampling_params_accept_their_edges():
         ({"device": None}, "device"),
         ({"trace": 5}, "trace"),
         ({"kv_events": "tcp://127.0.0.1:5555", "kv_events_allow_remote": "no"}, "allow_remote"),
+        ({"allocator": "oracle", "enable_prefix_caching": True}, "paged allocator"),
+        ({"enable_prefix_caching": "no"}, "enable_prefix_caching"),
     ],
 )
 def test_llm_refuses_bad_settings_before_loading(kwargs, words, no_model_load):
@@ -350,6 +354,13 @@ def test_a_bare_string_is_one_prompt_and_odd_prompts_are_refused(smollm):
             llm.generate(bad, params)
     with pytest.raises(InvalidRequestError, match="SamplingParams"):
         llm.generate(["hi"], {"max_tokens": 3})
+    # not a list of prompts: None and a generator were raw TypeErrors, a dict's keys and a set's
+    # members (in no set order) were taken for prompts
+    for bad in (None, {"hi": "there"}, {"hi"}, (p for p in ["hi"]), b"hi", 5):
+        with pytest.raises(InvalidRequestError, match="prompts must be"):
+            llm.generate(bad, params)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="0 sampling params for 1 prompts"):
+        llm.generate(["hi"], [])  # was taken for "the defaults"
 
 
 @pytest.mark.model

@@ -6,11 +6,13 @@ the same model again. test_bad_input.py runs the real ``python -m engine`` entry
 from __future__ import annotations
 
 import json
+import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from engine import cli
+from engine import cli, cmd_generate
 from engine.llm import LLM
 from engine.request import SamplingParams
 
@@ -24,6 +26,11 @@ def on_session_model(smollm, monkeypatch):
     monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
 
 
+def summary_steps(said: list[str]) -> int:
+    """The last step a progress line names (one line per step, numbered from 1)."""
+    return int(said[-1].split()[2].rstrip(":"))
+
+
 def json_lines(stdout: str) -> tuple[list[dict], dict]:
     rows = [json.loads(line) for line in stdout.splitlines() if line.strip()]
     assert "summary" in rows[-1]
@@ -32,8 +39,9 @@ def json_lines(stdout: str) -> tuple[list[dict], dict]:
 
 @pytest.mark.model
 def test_json_output_from_a_prompts_file_matches_the_api(
-    smollm, on_session_model, capsys, tmp_path
+    smollm, on_session_model, capsys, tmp_path, monkeypatch
 ):
+    monkeypatch.setattr(cmd_generate, "PROGRESS_EVERY_S", 0.0)  # a line per step
     f = tmp_path / "prompts.json"
     f.write_text(json.dumps(PROMPTS))
     assert (
@@ -56,11 +64,20 @@ def test_json_output_from_a_prompts_file_matches_the_api(
         )
         == 0
     )
-    rows, summary = json_lines(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    rows, summary = json_lines(captured.out)
     assert [r["prompt"] for r in rows] == PROMPTS
-    expected = LLM(smollm, kv_budget_mb=8).generate(
-        PROMPTS, SamplingParams(max_tokens=8, ignore_eos=True)
+    said = [ln for ln in captured.err.splitlines() if ln.startswith("generating: step ")]
+    # progress while it runs, on stderr (stdout stays the JSON lines), ending with everything done
+    assert len(said) == summary_steps(said) and said[-1].endswith(
+        f"{len(PROMPTS)}/{len(PROMPTS)} requests finished, {8 * len(PROMPTS)} tokens"
     )
+    lines: list[str] = []
+    expected = LLM(smollm, kv_budget_mb=8).generate(
+        PROMPTS, SamplingParams(max_tokens=8, ignore_eos=True), progress=lines.append
+    )
+    made = [int(ln.rsplit(", ", 1)[1].split()[0]) for ln in lines]
+    assert made == sorted(made) and made[-1] == 8 * len(PROMPTS)
     for row, out in zip(rows, expected, strict=True):
         assert {"prompt", "prompt_token_ids", "token_ids", "text"} <= row.keys()
         assert row["prompt_token_ids"] == smollm.tokenizer.encode(row["prompt"])
@@ -147,3 +164,31 @@ def test_trace_flag_writes_a_complete_trace_of_the_run(on_session_model, capsys,
     assert sorted(ev.req for ev in finished) == ["0", "1"]
     assert all(ev.num_generated == 3 for ev in finished)
     capsys.readouterr()
+
+
+@pytest.mark.model
+def test_outputs_are_printed_before_the_kv_event_hold_which_ctrl_c_ends(
+    on_session_model, capsys, monkeypatch
+):
+    """The completions once came only after the hold, so a Ctrl-C during it lost them."""
+    from tests.test_kv_events import free_ports
+
+    seen_before_hold: list[tuple[str, str]] = []
+
+    def interrupted_sleep(seconds: float) -> None:
+        seen_before_hold.append(capsys.readouterr())
+        raise KeyboardInterrupt
+
+    clock = SimpleNamespace(perf_counter=time.perf_counter, monotonic=time.monotonic)
+    monkeypatch.setattr(
+        cmd_generate, "time", SimpleNamespace(**vars(clock), sleep=interrupted_sleep)
+    )
+    port, _ = free_ports()
+    argv = ["generate", PROMPTS[0], "--max-tokens", "2", "--json"]
+    argv += ["--kv-events", f"tcp://127.0.0.1:{port}", "--kv-events-hold", "600"]
+    assert cli.main(argv) == 0
+    [(before, said)] = seen_before_hold
+    rows, summary = json_lines(before)
+    assert [r["prompt"] for r in rows] == [PROMPTS[0]] and summary["num_generated_tokens"] == 2
+    assert said.endswith("holding the KV-event sockets open for 600 s (Ctrl-C ends the wait)\n")
+    assert capsys.readouterr().err == "hold ended early\n"
