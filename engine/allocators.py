@@ -30,10 +30,19 @@ def check_allocator(name: str) -> str:
     return name
 
 
+#: The largest block size anything here accepts, in tokens: far above any real engine's
+#: (vLLM's largest is 256), and small enough that one block is never a whole arena by itself.
+MAX_BLOCK_SIZE = 1 << 16
+
+
 def check_block_size(block_size: int) -> int:
-    """``block_size`` if positive, else InvalidConfigError (the one place this is checked)."""
-    if block_size <= 0:
-        raise InvalidConfigError(f"block size must be positive, got {block_size}")
+    """``block_size`` if it is a whole number from 1 to MAX_BLOCK_SIZE, else InvalidConfigError
+    (the one place this is checked: the engine, the API, the calculator and the simulator)."""
+    if type(block_size) is not int or not 0 < block_size <= MAX_BLOCK_SIZE:
+        raise InvalidConfigError(
+            f"block size must be a whole number from 1 to {MAX_BLOCK_SIZE:,}, "
+            f"got {block_size!r:.40}"
+        )
     return block_size
 
 

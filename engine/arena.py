@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.allocators import check_block_size
 from engine.model import ModelConfig
 from engine.request import InvalidConfigError
 
@@ -31,8 +32,7 @@ def blocks_for_budget(
 ) -> int:
     """How many whole blocks fit in ``kv_budget_mb`` MiB. Raises InvalidConfigError when not
     even one does."""
-    if block_size <= 0:
-        raise InvalidConfigError(f"block size must be positive, got {block_size}")
+    check_block_size(block_size)
     per_block = bytes_per_block(config, block_size, dtype)
     n = int(kv_budget_mb * MIB // per_block)
     if n <= 0:
@@ -107,8 +107,7 @@ class KVArena:
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        if block_size <= 0:
-            raise InvalidConfigError(f"block size must be positive, got {block_size}")
+        check_block_size(block_size)
         if num_blocks <= 0:
             raise InvalidConfigError(f"number of KV blocks must be positive, got {num_blocks}")
         self.shape = ArenaShape(num_blocks, block_size, config.num_kv_heads, config.head_dim)

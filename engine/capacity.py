@@ -38,6 +38,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from engine.allocators import check_block_size
 from engine.gguf_metadata import GGUF_MAX_BYTES, gguf_metadata
 from engine.request import InvalidConfigError
 
@@ -544,6 +545,7 @@ def build_report(
     for n in (*lengths, *batches):
         _positive("lengths and batches", n)
     _positive("entry bytes", entry_bytes)
+    check_block_size(block_size)
     conc = concurrency(shape, budget_bytes, max_len, mean_len, block_size)
     return CapacityReport(shape, block_size, tuple(lengths), tuple(batches), conc, entry_bytes)
 

@@ -300,8 +300,11 @@ def _print_outputs(args, llm, outputs, elapsed: float) -> None:
             if len(outputs) > 1:
                 print(f"--- [{i}] {o.prompt!r}")
             print(o.text)
+        n_prompts = len(outputs) // args.n  # every prompt gets args.n samples
+        what = f"{n_prompts} prompt{'s' * (n_prompts != 1)}"
+        what += f" ({args.n} samples each)" if args.n > 1 else ""
         print(
-            f"{num_tokens} tokens for {len(outputs)} prompts in {elapsed:.2f} s "
+            f"{num_tokens} tokens for {what} in {elapsed:.2f} s "
             f"({summary['tokens_per_s']} tok/s), {llm.num_preemptions} preemptions",
             file=sys.stderr,
         )

@@ -10,7 +10,7 @@ from typing import Any
 
 from engine import events as E
 from engine import workload
-from engine.allocators import ALLOCATORS, check_allocator
+from engine.allocators import ALLOCATORS, check_allocator, check_block_size
 from engine.engine_args import MAX_ARENA_SLOTS
 from engine.placement import PLACEMENTS
 from engine.request import InvalidConfigError
@@ -81,7 +81,8 @@ def _check(args) -> list[str]:
         raise InvalidConfigError(f"no policy given; choose from {', '.join(ALLOCATORS)}")
     for policy in policies:
         check_allocator(policy)
-    for name in ("requests", "block_size", "max_model_len", "num_slots"):
+    check_block_size(args.block_size)
+    for name in ("requests", "max_model_len", "num_slots"):
         if getattr(args, name) <= 0:
             raise InvalidConfigError(f"--{name.replace('_', '-')} must be positive")
     if args.num_slots > MAX_ARENA_SLOTS or args.requests > MAX_SIM_REQUESTS:
@@ -91,6 +92,10 @@ def _check(args) -> list[str]:
         )
     if args.num_slots < args.max_model_len:
         raise InvalidConfigError("--num-slots must hold at least one max-model-len request")
+    if args.block_size > args.num_slots:  # the arena would have no whole block
+        raise InvalidConfigError(
+            f"--block-size {args.block_size:,} is more than the arena's {args.num_slots:,} slots"
+        )
     return policies
 
 

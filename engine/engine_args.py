@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.allocators import ALLOCATORS
+from engine.allocators import ALLOCATORS, check_block_size
 from engine.request import InvalidConfigError
 from engine.swap import PREEMPTION_MODES, check_preemption_mode  # noqa: F401  (re-exported)
 
@@ -22,7 +22,6 @@ from engine.swap import PREEMPTION_MODES, check_preemption_mode  # noqa: F401  (
 #: (``arena.check_fits``), but these refuse typos like ``--num-blocks 10**15`` before a model loads.
 MAX_ARENA_SLOTS = 1 << 26
 MAX_KV_BUDGET_MB = 1 << 20  # 1 TiB
-MAX_BLOCK_SIZE = 1 << 16
 #: ``--kv-cache-dtype`` choices (kernels/fp8.py maps them to torch dtypes; no torch here)
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
 
@@ -56,11 +55,7 @@ class EngineArgs:
     enable_prefix_caching: bool = False
 
     def __post_init__(self) -> None:
-        if not is_int(self.block_size) or not 0 < self.block_size <= MAX_BLOCK_SIZE:
-            raise InvalidConfigError(
-                f"block size must be a positive integer up to "
-                f"{MAX_BLOCK_SIZE}, got {self.block_size!r}"
-            )
+        check_block_size(self.block_size)
         if self.num_blocks is not None and self.kv_budget_mb is not None:
             raise InvalidConfigError("give either num_blocks or kv_budget_mb, not both")
         if self.num_blocks is not None:

@@ -255,6 +255,12 @@ CLI_CASES = [
     ),
     # a contiguous run is private to its request: the flag would have been ignored silently
     (["generate", "hi", "--enable-prefix-caching", "--allocator", "max"], ["paged allocator"]),
+    # one bound on the block size everywhere: the calculator printed "0 requests" for 10**8,
+    # the simulator blamed an arena of 0 blocks
+    (["capacity", "--block-size", str(10**8)], ["block size", "65,536"]),
+    (["simulate", "--block-size", str(10**8)], ["block size", "65,536"]),
+    (["simulate", "--block-size", "65536", "--max-model-len", "8"], ["--block-size", "slots"]),
+    (["generate", "hi", "--block-size", "65537"], ["block size", "65,536"]),
     (["capacity", "--budget-gb", "nan"], ["--budget-gb"]),
     (["capacity", "--budget-gb", "inf"], ["--budget-gb"]),
     (["capacity", "--budget-gb", "-1"], ["--budget-gb"]),

@@ -102,7 +102,9 @@ def test_prompts_file_with_one_prompt_per_line_and_plain_output(on_session_model
     assert summary["num_requests"] == 3
     assert cli.main(["generate", PROMPTS[0], "--max-tokens", "2"]) == 0
     captured = capsys.readouterr()
-    assert captured.out.strip() and "tokens for 1 prompts" in captured.err
+    assert captured.out.strip() and "2 tokens for 1 prompt in" in captured.err
+    assert cli.main(["generate", PROMPTS[0], "--max-tokens", "2", "--n", "3", "--seed", "1"]) == 0
+    assert "6 tokens for 1 prompt (3 samples each) in" in capsys.readouterr().err  # not "3 prompts"
 
 
 @pytest.mark.model

@@ -15,6 +15,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
+from engine.allocators import MAX_BLOCK_SIZE
 from engine.capacity import (
     MAX_BUDGET_GIB,
     PRESETS,
@@ -110,7 +111,9 @@ def _server_address() -> str | None:
 
 def _settings(t: dict) -> dict:
     c = st.columns(4)
-    block = c[0].number_input(t["block"], min_value=1, value=16, step=1, key="capacity_block")
+    block = c[0].number_input(
+        t["block"], min_value=1, max_value=MAX_BLOCK_SIZE, value=16, step=1, key="capacity_block"
+    )
     budget = c[1].number_input(
         t["budget"],
         min_value=0.001,
