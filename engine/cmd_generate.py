@@ -149,8 +149,15 @@ def read_prompts_file(path: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
-def check_kv_events(endpoint: str, allow_remote: bool, hold: float) -> None:
-    """The address's form and loopback rule, and a sane hold time, before the model loads."""
+def check_kv_events(endpoint: str | None, allow_remote: bool, hold: float) -> None:
+    """The address's form and loopback rule, and a sane hold time, before the model loads; the
+    two flags that only qualify ``--kv-events`` are refused without it (they did nothing)."""
+    if endpoint is None:
+        if allow_remote or hold:
+            raise InvalidRequestError(
+                "--kv-events-allow-remote and --kv-events-hold apply only with --kv-events"
+            )
+        return
     from engine.kv_events import EndpointError, parse_endpoint  # pyzmq stays off other commands
 
     try:
@@ -191,8 +198,7 @@ def run(args) -> int:
     )
     if args.trace is not None:
         check_output_path(args.trace, "--trace", (args.prompts_file,) if args.prompts_file else ())
-    if args.kv_events is not None:
-        check_kv_events(args.kv_events, args.kv_events_allow_remote, args.kv_events_hold)
+    check_kv_events(args.kv_events, args.kv_events_allow_remote, args.kv_events_hold)
     from engine.llm import LLM  # torch and transformers load only once the input is sane
 
     llm = LLM(

@@ -7,7 +7,7 @@ import dataclasses
 import sys
 
 from engine import scenario as scenario_mod
-from engine.cmd_generate import hold_publisher
+from engine.cmd_generate import check_kv_events, hold_publisher
 from engine.engine_args import KV_CACHE_DTYPES, check_output_path
 from engine.recorder import record, stderr_progress
 from engine.request import InvalidConfigError
@@ -115,13 +115,12 @@ def _record(args, sc, allocators: list[str], out, sinks) -> None:
 def _kv_events(args, allocators: list[str], runs):
     """One publisher for one run (the paged one, else the first): two allocators' caches on one
     stream would read as one server's."""
+    check_kv_events(args.kv_events, args.kv_events_allow_remote, args.kv_events_hold)
     if args.kv_events is None:
         return None, None
-    from engine.cmd_generate import check_kv_events
     from engine.kv_events import EndpointError, EngineEventTranslator, KVEventPublisher
     from engine.request import InvalidRequestError
 
-    check_kv_events(args.kv_events, args.kv_events_allow_remote, args.kv_events_hold)
     try:
         pub = KVEventPublisher(args.kv_events, allow_remote=args.kv_events_allow_remote)
     except EndpointError as e:

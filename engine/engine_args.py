@@ -114,6 +114,10 @@ class EngineArgs:
                 f"swap space must be a number of MiB in [0, "
                 f"{MAX_KV_BUDGET_MB:,}], got {self.swap_space_mb!r}"
             )
+        if self.swap_space_mb is not None and self.preemption_mode != "swap":
+            raise InvalidConfigError(  # a CPU tier nothing would use: the setting was ignored
+                "swap space applies only to swap preemption (preemption_mode swap)"
+            )
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise InvalidConfigError(
                 f"unknown KV cache dtype {str(self.kv_cache_dtype)[:40]!r}; "

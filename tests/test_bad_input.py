@@ -261,6 +261,22 @@ CLI_CASES = [
     (["simulate", "--block-size", str(10**8)], ["block size", "65,536"]),
     (["simulate", "--block-size", "65536", "--max-model-len", "8"], ["--block-size", "slots"]),
     (["generate", "hi", "--block-size", "65537"], ["block size", "65,536"]),
+    # flags that qualify another one did nothing without it
+    (["generate", "hi", "--kv-events-hold", "5"], ["only with --kv-events"]),
+    (["generate", "hi", "--kv-events-allow-remote"], ["only with --kv-events"]),
+    (["generate", "hi", "--swap-space-mb", "64"], ["swap preemption"]),
+    (
+        [
+            "record",
+            "--scenario",
+            "{tmp}/good.toml",
+            "--out",
+            "{tmp}/t.jsonl",
+            "--kv-events-hold",
+            "5",
+        ],
+        ["only with --kv-events"],
+    ),
     (["capacity", "--budget-gb", "nan"], ["--budget-gb"]),
     (["capacity", "--budget-gb", "inf"], ["--budget-gb"]),
     (["capacity", "--budget-gb", "-1"], ["--budget-gb"]),
