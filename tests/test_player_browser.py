@@ -220,6 +220,14 @@ def test_question_mark_lists_every_key(player):
     page.keyboard.press("?")
     page.keyboard.press("?")
     assert not help_box.is_visible()
+    # over the help, a player key closes it and does nothing else: no step unseen behind it
+    for key in ("ArrowRight", "End", "f"):
+        page.keyboard.press("?")
+        page.keyboard.press(key)
+        assert not help_box.is_visible() and shown_frame(page) == 2
+        assert page.evaluate(ROOT_JS)["present"] == "0"
+    page.keyboard.press("ArrowRight")
+    assert shown_frame(page) == 3
 
 
 def test_f_toggles_presenter_mode_and_the_url_says_so(player):

@@ -3,6 +3,9 @@
 // costs no server round trip. Keys are handled as they arrive (none is dropped); the URL is
 // updated once per animation frame.
 const SPEEDS = [1, 2, 4, 8, 15, 30];
+// Every key the player acts on besides ? and Escape (see key()).
+const PLAYER_KEYS = new Set(["ArrowRight", "ArrowLeft", "PageDown", "PageUp", "Home", "End", " ",
+                             "Spacebar", "+", "=", "-", "−", "_", "f", "F"]);
 const SLOTS = ["lm", "lg", "lp", "rm", "rg", "rp", "lc", "rc", "body", "step"];
 const TARGETS = { lm: "pk-lm", lg: "pk-lg", lp: "pk-lp", rm: "pk-rm", rg: "pk-rg", rp: "pk-rp",
                   lc: "pk-cap-l", rc: "pk-cap-r", body: "pk-body" };
@@ -190,6 +193,11 @@ class Player {
     if (/^(INPUT|TEXTAREA|SELECT)$/.test(tag) || (e.target && e.target.isContentEditable)) return;
     const t0 = performance.now();
     const k = e.key;
+    if (!this.el("pk-help").hidden && k !== "?" && k !== "Escape") {
+      // over the help, a player key only closes it: a step taken behind it would go unseen
+      if (PLAYER_KEYS.has(k)) { e.preventDefault(); e.stopPropagation(); this.help(false); }
+      return;
+    }
     let handled = true;
     if (k === "ArrowRight") { this.stop(); this.go(this.i + 1); }
     else if (k === "ArrowLeft") { this.stop(); this.go(this.i - 1); }
