@@ -225,6 +225,7 @@ def run(args) -> int:
         outputs = llm.generate(prompts, params, chat=args.chat, progress=_progress_printer())
         _print_outputs(args, llm, outputs, time.perf_counter() - t0)
         if llm.kv_publisher is not None:
+            llm.kv_publisher.flush()  # the hold's announcement says the stream is complete
             hold_publisher(args.kv_events_hold)  # after the outputs: a Ctrl-C here loses nothing
     finally:
         llm.close()

@@ -82,6 +82,7 @@ def run(args) -> int:
     try:
         _record(args, sc, allocators, out, sinks)
         if publisher is not None:
+            publisher.flush()  # the hold's announcement says the stream is complete
             hold_publisher(args.kv_events_hold)
     finally:
         if publisher is not None:

@@ -341,6 +341,16 @@ class KVEventPublisher:
                 EventBatch(time.time() if ts is None else ts, evs, self.data_parallel_rank)
             )
 
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every batch published so far is sent and in the replay buffer (at most
+        ``timeout`` seconds); True when it is. Until then a replay may answer with less."""
+        end = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and self._thread.is_alive():
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.005)
+        return not self._queue.unfinished_tasks
+
     def close(self, timeout: float = 2.0) -> None:
         """Send what is queued, then stop the thread and close the sockets."""
         if self._thread.is_alive():
@@ -363,11 +373,13 @@ class KVEventPublisher:
             except queue.Empty:
                 continue
             if batch is None:
+                self._queue.task_done()
                 return
             payload = self._encoder.encode(batch)
             self._pub.send_multipart((self.topic, seq_bytes(self.next_seq), payload))
             self._buffer.append((self.next_seq, payload))
             self.next_seq += 1
+            self._queue.task_done()  # after the buffer holds it: flush() means replayable
 
     def _serve_replay(self) -> None:
         frames = self._replay.recv_multipart()

@@ -236,6 +236,33 @@ def test_replay_after_forced_gap(pub):
         ctx.destroy(linger=0)
 
 
+def test_after_flush_a_replay_holds_every_batch_published(pub):
+    """What a hold announces ("the stream is complete") must be true of the replay: batches
+    still queued in the publisher's thread were once missing from it."""
+    p, port = pub
+    for i in range(300):
+        p.publish([K.BlockStored([i], None, [i] * 2, 2, None, "GPU")])
+    assert p.flush(timeout=30)
+    ctx = zmq.Context()
+    try:
+        req = ctx.socket(zmq.DEALER)
+        req.setsockopt(zmq.LINGER, 0)
+        req.connect(f"tcp://127.0.0.1:{port + 1}")
+        req.send_multipart((b"", (0).to_bytes(8, "big")))
+        seqs = []
+        while True:
+            assert req.poll(5000), "replay timed out"
+            _, rseq, rpayload = req.recv_multipart()
+            if not rpayload:
+                break
+            seqs.append(int.from_bytes(rseq, "big"))
+        assert seqs == list(range(300))
+    finally:
+        ctx.destroy(linger=0)
+    p.close()
+    assert p.flush(timeout=1)  # a closed publisher has nothing left to send
+
+
 def test_a_closed_publisher_refuses_and_a_taken_port_is_one_error():
     port, _ = free_ports()
     p = K.KVEventPublisher(f"tcp://127.0.0.1:{port}")

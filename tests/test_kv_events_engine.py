@@ -6,12 +6,11 @@ Once the prefix cache emits its events (#14), the shared system prompt's blocks 
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import zmq
 
-from engine import cli
+from engine import cli, cmd_generate
 from engine import events as E
 from engine import kv_events as K
 from tests.test_kv_events import free_ports
@@ -48,7 +47,16 @@ def replay_all(port: int, timeout: float = 1.0) -> list[tuple[int, K.InBatch]] |
 
 
 @pytest.mark.model
-def test_generate_publishes_its_run(on_session_model):
+def test_generate_publishes_its_run(on_session_model, monkeypatch):
+    # the hold starts once the run is complete and lasts until the test has read the replay
+    # (a fixed hold left both of a 2-core machine's test workers waiting for seconds)
+    holding, read = threading.Event(), threading.Event()
+
+    def hold(seconds: float) -> None:
+        holding.set()
+        read.wait(seconds)
+
+    monkeypatch.setattr(cmd_generate, "hold_publisher", hold)
     port, _ = free_ports()
     rc: list[int] = []
     run = threading.Thread(
@@ -66,19 +74,15 @@ def test_generate_publishes_its_run(on_session_model):
                     "--kv-events",
                     f"tcp://127.0.0.1:{port}",
                     "--kv-events-hold",
-                    "3",
+                    "120",
                 ]
             )
         )
     )
     run.start()
-    got = None
-    end = time.monotonic() + 180
-    while time.monotonic() < end and run.is_alive():
-        r = replay_all(port)
-        if r is not None:  # the buffer only grows: the last answer (in the hold) is the run
-            got = r
-        time.sleep(0.3)
+    assert holding.wait(180), "the run never reached its hold"
+    got = replay_all(port, timeout=30)  # the whole run: the hold starts when it is complete
+    read.set()
     run.join(30)
     assert rc == [0] and got
     assert [s for s, _ in got] == list(range(len(got)))
