@@ -14,7 +14,7 @@ from engine.allocators import ALLOCATORS, check_allocator, check_block_size
 from engine.engine_args import MAX_ARENA_SLOTS
 from engine.placement import PLACEMENTS
 from engine.request import InvalidConfigError
-from engine.simulate import DEFAULT_NUM_SLOTS, build_requests, run_policy
+from engine.simulate import DEFAULT_NUM_SLOTS, build_requests, common_window, run_policy
 
 #: Measured on a 2-core CPU: 10,000 requests took about 1 min under paging and 2 under max
 #: (the work grows with the tokens generated), so this cap costs at most about 15 minutes for
@@ -125,10 +125,10 @@ def run(args) -> int:
             "max_model_len": args.max_model_len,
             "block_size": args.block_size,
             "num_slots": num_blocks * args.block_size,
-            "averaged_over": "all steps" if args.all_steps else "steps with a non-empty queue",
         },
         "policies": {},
     }
+    results = []
     for policy in policies:
         print(f"simulating {policy} ...", file=sys.stderr, flush=True)
         res = run_policy(
@@ -140,11 +140,23 @@ def run(args) -> int:
             sinks=(_progress(policy, len(reqs)),),
             placement=args.placement,
         )
-        shares = res.shares(saturated_only=not args.all_steps)
-        out["policies"][policy] = {
+        results.append(res)
+    saturated = common_window(results, not args.all_steps)
+    out["workload"]["averaged_over"] = "steps with a non-empty queue" if saturated else "all steps"
+    if saturated != (not args.all_steps):  # one window for every row, said where it changed
+        never = ", ".join(r.policy for r in results if not r.waited)
+        out["workload"]["why_all_steps"] = f"no request ever waited under {never}"
+        print(
+            f"note: no request ever waited under {never}, so every policy is averaged over all "
+            "its steps (more --requests saturate the arena)",
+            file=sys.stderr,
+        )
+    for res in results:
+        shares = res.shares(saturated)
+        out["policies"][res.policy] = {
             **{k: round(v, 4) for k, v in shares.items()},
-            "buddy_slack": round(res.slack_share(not args.all_steps), 4),
-            "mean_running": round(res.mean_running(not args.all_steps), 2),
+            "buddy_slack": round(res.slack_share(saturated), 4),
+            "mean_running": round(res.mean_running(saturated), 2),
             "steps": res.steps,
             "preemptions": res.num_preemptions,
         }

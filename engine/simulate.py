@@ -51,24 +51,41 @@ class SimResult:
     #: wait, as the paper's "external fragmentation & others" does.
     slack: list[int] = field(default_factory=list)
 
+    @property
+    def waited(self) -> bool:
+        """Whether any step had a request waiting: the saturated regime exists in this run."""
+        return any(a.waiting for a in self.accounts)
+
+    def _steps(self, saturated_only: bool) -> list[int]:
+        """The indices of the steps averaged over. A run in which no request ever waited has
+        no saturated regime: asking for it raises, where it once fell back to every step under
+        the same label (so a comparison mixed two windows; see ``common_window``)."""
+        if not saturated_only:
+            return list(range(len(self.accounts)))
+        if not self.waited:
+            raise ValueError(f"{self.policy}: no request ever waited; average over all steps")
+        return [i for i, a in enumerate(self.accounts) if a.waiting]
+
     def shares(self, saturated_only: bool = True) -> dict[str, float]:
         """Time-averaged share of the arena per category. With ``saturated_only``, over the steps
         in which requests were still waiting (the saturated regime), else over all steps."""
-        accts = [a for a in self.accounts if a.waiting] if saturated_only else self.accounts
-        accts = accts or self.accounts
+        accts = [self.accounts[i] for i in self._steps(saturated_only)]
         return {c: sum(a.share(c) for a in accts) / len(accts) for c in CATEGORIES}
 
     def slack_share(self, saturated_only: bool = True) -> float:
         """Time-averaged buddy slack as a share of the arena (a part of external + free)."""
-        pairs = list(zip(self.accounts, self.slack, strict=True))
-        picked = [(a, s) for a, s in pairs if a.waiting] if saturated_only else pairs
-        picked = picked or pairs
-        return sum(s / a.num_slots for a, s in picked) / len(picked) if picked else 0.0
+        picked = self._steps(saturated_only)
+        return sum(self.slack[i] / self.accounts[i].num_slots for i in picked) / len(picked)
 
     def mean_running(self, saturated_only: bool = True) -> float:
-        accts = [a for a in self.accounts if a.waiting] if saturated_only else self.accounts
-        accts = accts or self.accounts
-        return sum(a.running for a in accts) / len(accts)
+        picked = self._steps(saturated_only)
+        return sum(self.accounts[i].running for i in picked) / len(picked)
+
+
+def common_window(results: list[SimResult], saturated_only: bool = True) -> bool:
+    """Whether ``results`` can all be averaged over their saturated regimes (each had a request
+    waiting at some step); else every one is averaged over all its steps, so rows compare."""
+    return saturated_only and all(r.waited for r in results)
 
 
 def build_requests(

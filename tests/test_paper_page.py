@@ -136,6 +136,26 @@ def test_a_changed_setting_simulates_instead():
     assert not at.exception, at.exception
     text = _page_text(at)
     assert "100 synthetic Alpaca requests" in text and "Fig. 13b" in text
+    # paging holds all 100 at once: with no saturated regime under it, every row says and uses
+    # all steps (paging's over all steps beside max's over waiting steps did not compare)
+    assert "No request ever waited under" in text and "still wait" not in text
+
+
+def test_rows_are_compared_over_one_window():
+    config = R.SimConfig(workload="alpaca", requests=100, placement="first-fit")
+    rows = [R.simulate_policy(config, p) for p in paper.POLICIES]
+    assert not all(r.waited for r in rows) and any(r.waited for r in rows)
+    shown, never = R.compared(rows)
+    assert never == [r.policy for r in rows if not r.waited]
+    assert not any(r.waited for r in shown)
+    for row, was in zip(shown, rows, strict=True):
+        assert was.waited or row == was  # a row that never waited is already over all steps
+        if was.waited:
+            assert was.all_steps is not None and row.shares == was.all_steps["shares"]
+    # the shipped defaults saturate every policy: their rows are kept as they are
+    for res in R.load_shipped().values():
+        rows = [res.rows[p] for p in paper.POLICIES]
+        assert R.compared(rows) == (rows, [])
 
 
 def test_hostile_url_settings_fall_back_to_the_defaults():

@@ -15,6 +15,7 @@ from engine import paper
 from engine.capacity import PRESETS, KiB
 from engine.cli import main
 from engine.request import InvalidConfigError
+from engine.simulate import build_requests, run_policy
 from engine.workload import LENGTH_DISTS, LengthDist, generate
 
 N = 300
@@ -134,3 +135,31 @@ def test_a_policy_run_says_how_far_it_is_and_the_request_cap_is_minutes_not_hour
     # 10,000 requests took about 2 min of CPU under max: a million was hours and ~30 GB
     rc, _, err = _simulate("--requests", str(cmd_simulate.MAX_SIM_REQUESTS + 1))
     assert rc == 2 and "--requests at most 20,000" in err
+
+
+def test_rows_share_one_averaging_window_and_say_which():
+    """10 requests: paging never makes one wait. Its row once fell back to all steps while max's
+    stayed on its waiting steps, under one label, and max looked better than paging."""
+    rc, out, err = _simulate("--requests", "10", "--json")
+    rc2, out2, _ = _simulate("--requests", "10", "--json", "--all-steps")
+    assert rc == rc2 == 0
+    got, every = json.loads(out), json.loads(out2)
+    assert got["workload"]["averaged_over"] == "all steps"
+    assert "paged" in got["workload"]["why_all_steps"] and "paged" in err.split("note: ")[1]
+    assert got["policies"] == every["policies"]
+    assert got["policies"]["paged"]["token_states"] > got["policies"]["max"]["token_states"]
+    # saturated: the default label, no note
+    rc, out, err = _simulate("--requests", "300", "--json", "--policies", "max,paged")
+    assert json.loads(out)["workload"]["averaged_over"] == "steps with a non-empty queue"
+    assert "note:" not in err
+
+
+def test_a_run_with_no_waiting_step_has_no_saturated_average():
+    from engine.simulate import common_window
+
+    items = generate("alpaca", 3, 256, 0, LengthDist("fixed"))
+    res = run_policy("paged", build_requests(items, 256), 64, 16, 256)
+    assert not res.waited and not common_window([res])
+    with pytest.raises(ValueError, match="no request ever waited"):
+        res.shares()
+    assert sum(res.shares(False).values()) == pytest.approx(1.0)

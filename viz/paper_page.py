@@ -22,6 +22,7 @@ from viz.paper_results import (
     PolicyRow,
     SimConfig,
     WorkloadResult,
+    compared,
     load_shipped,
     simulate_policy,
     workload_means,
@@ -149,6 +150,12 @@ def render(lang: str = "en") -> None:
     name = WORKLOAD_NAMES[config.workload]
     st.markdown(t["intro"].format(n=config.requests, workload=name))
     res = result_for(config, lang)
+    rows, never = compared([res.rows[p] for p in POLICIES])
+    window = (
+        t["window_all"].format(policies=", ".join(NAMES[lang][p] for p in never))
+        if never
+        else t["window_waiting"]
+    )
     mean_in, mean_out = WORKLOADS[config.workload]
     st.caption(
         t["setting"].format(
@@ -166,9 +173,10 @@ def render(lang: str = "en") -> None:
             placement=config.placement,
         )
         + " "
+        + window
+        + " "
         + t["shipped"]
     )
-    rows = [res.rows[p] for p in POLICIES]
     _fig2(rows, lang, t)
     _concurrency(rows, config.workload, lang, t)
     _differences(rows, config, lang, t)

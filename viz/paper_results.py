@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from engine import events as E
@@ -53,7 +53,8 @@ class SimConfig:
 
 @dataclass(frozen=True)
 class PolicyRow:
-    """One policy's run, reduced to what the page shows."""
+    """One policy's run, reduced to what the page shows: averages over the steps in which
+    requests waited, or over all steps when ``waited`` is false (no request ever waited)."""
 
     policy: str
     shares: dict[str, float]  # time-averaged share per accounting category
@@ -61,6 +62,26 @@ class PolicyRow:
     mean_running: float
     steps: int
     preemptions: int
+    waited: bool = True
+    #: The same three averages over all steps (shares, buddy_slack, mean_running), for a row
+    #: shown beside one whose run never saturated; None in rows written before it existed.
+    all_steps: dict | None = None
+
+    def over_all_steps(self) -> PolicyRow:
+        """This row averaged over all its steps."""
+        if not self.waited:
+            return self
+        if self.all_steps is None:
+            raise ValueError(f"{self.policy}: no all-steps averages kept")
+        return replace(self, waited=False, all_steps=None, **self.all_steps)
+
+
+def compared(rows: list[PolicyRow]) -> tuple[list[PolicyRow], list[str]]:
+    """``rows`` averaged over one window: the saturated regime when every run had one, else
+    all steps for every row (a row of each kind side by side once made preallocation look
+    better than paging). Also the policies under which no request ever waited."""
+    never = [r.policy for r in rows if not r.waited]
+    return ([r.over_all_steps() for r in rows] if never else rows), never
 
 
 @dataclass(frozen=True)
@@ -97,8 +118,22 @@ def simulate_policy(
         sinks=sinks,
         placement=config.placement,
     )
+    overall: dict = {
+        "shares": res.shares(False),
+        "buddy_slack": res.slack_share(False),
+        "mean_running": res.mean_running(False),
+    }
+    if not res.waited:
+        row = PolicyRow(policy, {}, 0.0, 0.0, res.steps, res.num_preemptions, all_steps=overall)
+        return row.over_all_steps()
     return PolicyRow(
-        policy, res.shares(), res.slack_share(), res.mean_running(), res.steps, res.num_preemptions
+        policy,
+        res.shares(),
+        res.slack_share(),
+        res.mean_running(),
+        res.steps,
+        res.num_preemptions,
+        all_steps=overall,
     )
 
 
