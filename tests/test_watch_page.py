@@ -218,3 +218,29 @@ def test_a_gone_sessions_subscriber_is_stopped_on_the_next_connect(monkeypatch):
     finally:
         gone.stop()
         here.stop()
+
+
+def test_a_publishers_error_text_is_shown_as_text_not_markdown():
+    """A malformed batch's own tag reaches the error text (msgspec quotes it). Shown as
+    markdown, a hostile publisher drew a link and an image the browser fetched."""
+    at = AppTest.from_string(
+        """
+import dataclasses
+from viz import watch_page
+from viz.kv_watch import fold
+snap = dataclasses.replace(
+    fold([]).snapshot(),
+    last_error="Invalid value '![x](http://127.0.0.2:9/pwn.png) [click](http://127.0.0.2:9/p) :red[**ALERT**]'",
+)
+watch_page._view(snap, watch_page.TEXT["en"])
+""",
+        default_timeout=30,
+    )
+    at.run()
+    assert not at.exception and len(at.warning) == 1
+    shown = at.warning[0].value
+    # link-like words sit in code spans (drawn as characters, never fetched or followed) and
+    # every other mark is backslash-escaped
+    assert "` '![x](http://127.0.0.2:9/pwn.png) `" in shown
+    assert "` [click](http://127.0.0.2:9/p) `" in shown
+    assert ":red[" not in shown and "**ALERT" not in shown and "ALERT" in shown

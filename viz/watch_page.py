@@ -194,7 +194,7 @@ def _view(snap: Snapshot, t: dict) -> None:
     c[4].metric(t["m_malformed"], f"{snap.counters['malformed']:,}")
     c[5].metric(t["m_gaps"], f"{snap.counters['gaps']:,}")
     if snap.last_error:
-        st.warning(t["last_error"].format(error=safe.one_line(snap.last_error)))
+        st.warning(t["last_error"].format(error=safe.md_text(snap.last_error)))
     if snap.counters["untracked"]:
         st.caption(t["untracked"].format(n=snap.counters["untracked"]))
     if not snap.num_blocks:
