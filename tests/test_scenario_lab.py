@@ -54,6 +54,8 @@ def test_the_link_round_trips_exactly_and_is_short():
         (_token({"v": 1}), "not a scenario"),
         (_token({"v": 1, "requests": [1]}), "not a table"),
         (_token({"v": 1, "requests": [{}] * (S.MAX_REQUESTS + 1)}), "at most"),
+        # 5,000 levels of [ deflate to 30 bytes; json.loads raised RecursionError
+        (base64.urlsafe_b64encode(zlib.compress(b"[" * 5000)).decode(), "damaged"),
     ],
 )
 def test_hostile_links_are_one_line_errors(token, says):
@@ -232,3 +234,37 @@ def test_a_scenario_too_big_to_draw_is_refused_in_one_line():
     with pytest.raises(S.LabError) as e:
         S.record_dry(big)
     assert "fewer blocks or shorter answers" in str(e.value) and "\n" not in str(e.value)
+
+
+#: A link that broke the lab page for the rest of the session in another way: a lone surrogate
+#: (valid JSON) reached the table, whose Arrow conversion failed on every rerun.
+SURROGATE = _link_with(prompt="hi \ud800 there")
+
+
+def test_a_lone_surrogate_in_a_link_is_a_field_error():
+    lab, errors = S.decode(SURROGATE)
+    assert [(e.row, e.field, e.message) for e in errors] == [
+        (0, "prompt", "is not valid Unicode text")
+    ]
+    lab.requests[0].prompt.encode("utf-8")  # what the table gets encodes
+
+
+@pytest.mark.parametrize(
+    "token, notice",
+    [
+        (SURROGATE, "1 unreadable value"),
+        (base64.urlsafe_b64encode(zlib.compress(b"[" * 5000)).decode(), "damaged"),
+    ],
+    ids=["lone surrogate", "deep nesting"],
+)
+def test_the_lab_page_survives_links_that_broke_it_for_the_session(token, notice):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_lab_page, default_timeout=60)
+    at.query_params["scenario"] = token
+    at.run()
+    assert any(notice in w.value for w in at.warning)
+    for _ in range(2):  # the first run and a later rerun of the same session
+        assert not at.exception and not at.error
+        assert len(at.number_input) == 3  # the form is drawn
+        at.run()

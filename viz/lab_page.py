@@ -34,18 +34,19 @@ def _init(t: dict) -> None:
     ss = _ss()
     if "lab_base" in ss:
         return
-    ss.lab_base, ss.lab_gen, ss.lab_rec = S.example(), 0, None
+    base = S.example()
     token = st.query_params.get("scenario")
     if token:
         try:
-            ss.lab_base, bad = S.decode(token)
+            base, bad = S.decode(token)
         except S.LabError as e:
             ss.lab_notice = t["bad_link"].format(why=e)
         else:
             # placeholders stand in the table: say so rather than pass them off as the link's
             if bad:
                 ss.lab_notice = t["link_fields"].format(n=len(bad), first=S.describe(bad[0]))
-    ss.lab_policy = ss.lab_base.policy
+    ss.lab_gen, ss.lab_rec, ss.lab_policy = 0, None, base.policy
+    ss.lab_base = base  # last: it marks the state complete (a failure above is retried whole)
 
 
 def _table(lab: S.Lab, t: dict, gen: int) -> list[dict]:

@@ -123,6 +123,16 @@ def _blank(v: object) -> bool:
     )
 
 
+def _is_unicode(s: str) -> bool:
+    """Whether ``s`` encodes: a lone surrogate (JSON's ``\\ud800``) does not, and broke the
+    table's Arrow conversion on every rerun of the page."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def from_dict(d: object) -> tuple[Lab, list[FieldError]]:
     """A lab from a link's or the table's plain data. Values of the wrong type become field
     errors (and a placeholder value) rather than exceptions, so the page can show the table
@@ -141,6 +151,9 @@ def from_dict(d: object) -> tuple[Lab, list[FieldError]]:
         for key in REQUEST_FIELDS:
             v = r.get(key)
             if key in ("id", "prompt"):
+                if isinstance(v, str) and not _is_unicode(v):  # a lone surrogate, from JSON
+                    errors.append(FieldError(n, key, "is not valid Unicode text"))
+                    v = v.encode("utf-8", "replace").decode("utf-8")
                 vals[key] = (
                     v.strip()
                     if isinstance(v, str) and key == "id"
@@ -291,7 +304,8 @@ def decode(token: str) -> tuple[Lab, list[FieldError]]:
         d = json.loads(body.decode("utf-8"))
     except LabError:
         raise
-    except (binascii.Error, ValueError, zlib.error, UnicodeDecodeError):
+    except (binascii.Error, ValueError, zlib.error, UnicodeDecodeError, RecursionError):
+        # RecursionError: JSON nested thousands deep (a few bytes once deflated)
         raise LabError("the scenario link is damaged (not a scenario)") from None
     if not isinstance(d, dict) or d.get("v") != LINK_VERSION:
         raise LabError("the scenario link is not from this version of the lab")
