@@ -377,6 +377,7 @@ def test_cli_text_shows_the_tables():
         ("--gguf", "/no/such.gguf"),
         ("--config", "/no/such.json"),
         ("--lengths", "2048,x"),
+        ("--batches", ",".join(["8"] * 17)),  # a cell per length x batch: bounded
         ("--preset", "gpt-5"),
         ("--budget-gb", "-1"),
         ("--mean-len", "9000", "--max-len", "8192"),
@@ -528,6 +529,12 @@ def test_a_twenty_digit_length_is_a_field_error_not_a_traceback():
     assert len(at.error) == 1 and "Lengths" in at.error[0].value
     at.text_input(key="capacity_lengths").set_value("2048,8192").run()
     assert not at.exception and not at.error
+    # 3,000 lengths by 3,000 batch sizes took 17 s and 3.5 GB on every rerun
+    many = ",".join(str(n) for n in range(1, 3001))
+    at.text_input(key="capacity_lengths").set_value(many)
+    at.text_input(key="capacity_batches").set_value(many).run()
+    assert not at.exception
+    assert len(at.error) == 1 and "at most 16" in at.error[0].value
 
 
 def _hf(tmp_path, **cfg) -> ModelShape:

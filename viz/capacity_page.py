@@ -18,6 +18,7 @@ import streamlit as st
 from engine.allocators import MAX_BLOCK_SIZE
 from engine.capacity import (
     MAX_BUDGET_GIB,
+    MAX_VALUES,
     PRESETS,
     CapacityReport,
     GiB,
@@ -125,8 +126,12 @@ def _settings(t: dict) -> dict:
     max_len = c[2].number_input(t["max_len"], min_value=1, value=8192, key="capacity_max_len")
     mean_len = c[3].number_input(t["mean_len"], min_value=1, value=3000, key="capacity_mean")
     c2 = st.columns(2)
-    lengths = c2[0].text_input(t["lengths"], "2048,8192,32768", key="capacity_lengths")
-    batches = c2[1].text_input(t["batches"], "1,8,32", key="capacity_batches")
+    lengths = c2[0].text_input(
+        t["lengths"], "2048,8192,32768", key="capacity_lengths", max_chars=MAX_LIST_CHARS
+    )
+    batches = c2[1].text_input(
+        t["batches"], "1,8,32", key="capacity_batches", max_chars=MAX_LIST_CHARS
+    )
     return {
         "block_size": int(block),
         "budget_bytes": round(budget * GiB),
@@ -140,6 +145,8 @@ def _settings(t: dict) -> dict:
 #: The largest length or batch size the calculator takes (a 20-digit number is a typo, and
 #: overflows the table it would be shown in).
 MAX_INPUT = 10_000_000
+#: Room for MAX_VALUES numbers of MAX_INPUT's width, with commas and spaces.
+MAX_LIST_CHARS = MAX_VALUES * 10
 
 
 def _int_list(text: str, what: str, t: dict) -> tuple[int, ...]:
@@ -147,8 +154,10 @@ def _int_list(text: str, what: str, t: dict) -> tuple[int, ...]:
         values = tuple(int(x) for x in text.split(","))
     except ValueError:
         values = ()
-    if not values or min(values) <= 0 or max(values) > MAX_INPUT:
-        raise InvalidConfigError(t["bad_list"].format(what=what, text=text[:40], most=MAX_INPUT))
+    if not values or len(values) > MAX_VALUES or min(values) <= 0 or max(values) > MAX_INPUT:
+        raise InvalidConfigError(
+            t["bad_list"].format(what=what, text=text[:40], most=MAX_INPUT, count=MAX_VALUES)
+        )
     return values
 
 
