@@ -13,6 +13,7 @@ from engine import trace as T
 from engine.trace import read
 from viz import captions, chapters
 from viz import lesson as L
+from viz.percent import percents
 
 ROOT = Path(__file__).resolve().parent.parent
 NUM = re.compile(r"\d+(?:\.\d+)?")
@@ -83,6 +84,8 @@ def facts(lesson: L.Lesson, i: int) -> set[str]:
         for c in ("token_states", "reservation", "internal", "external", "free"):
             out.add(str(getattr(a, c)))
             out |= _pct(a.share(c))
+        # the shares as the strip prints them (summing to 100: one may round the other way)
+        out |= {v.rstrip("%") for v in percents(a.shares()).values()}
         for v in f.requests.values():
             out |= _ints(v.name) | {str(v.prompt_len)}
         for b in f.blocked:
@@ -269,3 +272,16 @@ def test_no_chapter_title_outlives_what_it_says(lesson):
         if ch.kind == "left_waits":
             for i in range(ch.start, ch.end + 1):
                 assert lesson.left.at(i).waiting and not lesson.right.at(i).waiting
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_state_line_quotes_the_strips_percentages(lesson, lang):
+    """One number per quantity on a screen: the chapter text once rounded 12.5 % to "12" while
+    the metrics strip beside it, which sums to 100, said "13"."""
+    for side in (lesson.left, lesson.right):
+        for f in side.frames:
+            if f.blocked_by("no_hole") is not None:
+                continue  # that line gives slots, not shares
+            strip = percents(f.account.shares())
+            line = captions.state_line(f, lang)
+            assert strip["token_states"] in line and strip["free"] in line, (line, strip)

@@ -12,7 +12,8 @@ from collections import Counter
 
 from engine import events as E
 from viz import ui_text
-from viz.lesson import Lesson, pct
+from viz.lesson import Lesson
+from viz.percent import percents
 from viz.reducer import PAGED, Frame
 
 MAX_PHRASES = 3  # per side; the rest are counted ("+2 more")
@@ -143,9 +144,10 @@ def state_line(frame: Frame, lang: str = "en") -> str:
             free=b.free_slots,
             hole=b.largest_hole,
         )
+    shown = percents(a.shares())  # the metrics strip's numbers: one number per quantity
     return t["state"].format(
         running=len(frame.running),
         waiting=len(frame.waiting),
-        tokens=pct(a.share("token_states")),
-        free=pct(a.share("free")),
+        tokens=shown["token_states"],
+        free=shown["free"],
     )
