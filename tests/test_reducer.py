@@ -347,3 +347,21 @@ def test_every_narration_placeholder_is_filled(lesson):
             step = L.render_step(lesson, k, lang)
             assert step.missing == (), (k, lang, step.missing)
             assert "{" not in step.narration
+
+
+def test_a_short_id_with_unprintable_characters_is_shown_by_its_arrival_letter():
+    """Short ids are shown as they are, unless they hold what a reader cannot see: a bidi
+    override reversed every caption quoting the id, a zero-width space made a second "A"."""
+    from viz import captions
+    from viz.reducer import display_name
+
+    assert display_name("A", 0) == "A" and display_name("r7", 6) == "r7"
+    assert display_name("\u202eD", 3) == "D" and display_name("A\u200b", 5) == "F"
+    assert display_name("A\n", 0) == "A" and display_name(" B", 1) == "B"
+    text = (L.trace_path(L.load_spec("six-steps"))).read_text(encoding="utf-8")
+    hostile = text.replace('"req":"D"', '"req":"\\u202eD"')
+    assert hostile != text
+    lesson = L.build(L.load_spec("six-steps"), parse_lines(hostile.splitlines()))
+    shown = [captions.caption(lesson, i, "en") for i in range(lesson.num_frames)]
+    assert not any("\u202e" in left + right for left, right in shown)
+    assert any("D waits" in left for left, _ in shown)

@@ -91,8 +91,10 @@ def label(order: int) -> str:
 
 def display_name(req: str, order: int) -> str:
     """Short engine ids (``A``, ``r7``) are shown as they are; long ones (uuids) by arrival
-    letter, so a grid cell can hold the name."""
-    return req if len(req) <= 4 else label(order)
+    letter, so a grid cell can hold the name, and so are ids with characters that are not
+    printable: a bidi override (U+202E) in an id reversed the caption it was quoted in, and a
+    zero-width space made ``A\u200b`` a second "A"."""
+    return req if len(req) <= 4 and req.isprintable() and req == req.strip() else label(order)
 
 
 @dataclass(frozen=True)
