@@ -190,9 +190,25 @@ def test_a_hash_opens_that_frame_language_and_mode(offline_page, exported):
     page.wait_for_function("() => location.hash === '#frame=3'")  # the player's own, landed
     page.goto(exported.as_uri() + "#frame=4294967301&lang=__proto__")
     page.reload()
+    page.wait_for_function("() => window.pkPlayer && window.pkPlayer.frames")  # inflated
     last = page.evaluate("() => window.pkPlayer.frames.length - 1")
     assert wait_ready(page) == last
     assert page.evaluate("() => document.querySelector('#pk-player').dataset.lang") == "en"
+    # frame, language and mode in one hash change: the language loads asynchronously and once
+    # landed on the frame shown before it (the last), and the mode was left as it was
+    root_js = "() => ({...document.querySelector('#pk-player').dataset})"
+    for want in ({"frame": 3, "lang": "zh", "present": "1"}, {"frame": 7, "lang": "en"}):
+        mode = "&present=1" if want.get("present") else ""
+        page.evaluate(
+            f"() => {{ location.hash = '#frame={want['frame']}&lang={want['lang']}{mode}'; }}"
+        )
+        page.wait_for_function(
+            f"() => document.querySelector('#pk-player').dataset.lang === '{want['lang']}'"
+        )
+        wait_painted(page, want["frame"])
+        root = page.evaluate(root_js)
+        assert shown_frame(page) == want["frame"] and root["present"] == want.get("present", "0")
+        page.wait_for_function(f"() => location.hash.startsWith('#frame={want['frame']}')")
     assert seen["aborted"] == [] and not seen.get("errors"), seen
 
 

@@ -66,9 +66,14 @@ document.querySelectorAll(".pk-sa-lang button").forEach((b) => {
 window.addEventListener("hashchange", () => {
   const h = new URLSearchParams(location.hash.replace(/^#/, ""));
   const l = h.get("lang") || PK.langs[0];
-  if (known(l) && l !== lang) show(l);
   const f = parseInt(h.get("frame") || "", 10);
-  if (window.pkPlayer && !Number.isNaN(f)) window.pkPlayer.go(f);
+  const p = window.pkPlayer;
+  // the frame first: another language loads asynchronously and keeps the frame shown then
+  if (p && !Number.isNaN(f)) p.go(f);
+  if (known(l) && l !== lang) show(l);
+  // a hash that names a frame also says the mode (the player writes present=1 when on)
+  const pr = h.get("present") === "1";
+  if (p && !Number.isNaN(f) && p.present !== pr) p.setPresent(pr);
 });
 show(lang);
 """
