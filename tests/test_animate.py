@@ -33,6 +33,9 @@ def test_frame_ranges_follow_slice_rules():
         (["--frames", "9:3"], "selects no frame"),
         (["--frames", "x"], "is not A:B"),
         (["--fps", "0"], "out of range"),
+        # a GIF stores whole hundredths of a second: 60 fps was written as 10 ms (100 fps)
+        (["--fps", "60"], "faster than a GIF plays"),
+        (["--frames", "-1:-5"], "selects no frame"),  # argparse took -1:-5 for an option
     ],
 )
 def test_bad_animation_options_are_one_line_errors(tmp_path, capsys, argv, says):
@@ -91,7 +94,7 @@ def test_gif_and_mp4_hold_the_frames_asked_for_with_each_frames_own_caption(
     with Image.open(gif) as im:
         assert im.n_frames == want
         assert im.size == animate.SIZE and im.size[0] * 9 == im.size[1] * 16
-        assert im.info["duration"] == pytest.approx(1000 / fps, abs=10)
+        assert im.info["duration"] == animate.gif_delay_ms(fps) == round(1000 / fps)
         im.seek(0)
         first = im.convert("RGB").tobytes()
         im.seek(want - 1)
@@ -123,3 +126,10 @@ def test_too_many_frames_for_one_animation_is_refused_before_any_work(
     err = capsys.readouterr().err.strip()
     assert code == 2 and "--frames A:B" in err and "\n" not in err
     assert animate.frame_range("0:5", 50) == range(5)
+
+
+def test_gif_delays_are_what_a_gif_can_store_and_play():
+    assert [animate.gif_delay_ms(f) for f in (2, 5, 30, 40, 50)] == [500, 200, 30, 20, 20]
+    assert animate.check_fps(50, ["gif"]) == 50 and animate.check_fps(60, ["mp4"]) == 60
+    with pytest.raises(animate.AnimationError, match="at most 50"):
+        animate.check_fps(51, ["gif", "mp4"])

@@ -75,6 +75,31 @@ def test_unknown_format_is_one_line_and_exit_2(capsys, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_an_output_folder_that_cannot_be_written_is_one_line_and_exit_2(capsys, tmp_path):
+    """Each once ended in a traceback: a file where the folder goes, a file under it, a folder
+    where the page goes; an empty --out wrote into the current folder."""
+    (tmp_path / "afile").write_text("kept")
+    (tmp_path / "x" / "six-steps.html").mkdir(parents=True)
+    for out, says in [
+        (tmp_path / "afile", "afile"),
+        (tmp_path / "afile" / "sub", "afile"),
+        (tmp_path / "x", "six-steps.html"),
+        ("", "--out is empty"),
+    ]:
+        assert export.main(["--out", str(out), "--format", "html"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and err.count("\n") == 0 and says in err, err
+    assert (tmp_path / "afile").read_text() == "kept"
+
+
+def test_a_page_in_another_language_opens_in_it_and_carries_both(tmp_path, capsys):
+    assert export.main(["--out", str(tmp_path), "--format", "html", "--lang", "zh,zh"]) == 0
+    assert "wrote 1 files" in capsys.readouterr().err  # zh,zh is one language
+    text = (tmp_path / "six-steps.html").read_text(encoding="utf-8")
+    assert text.startswith("<!doctype html>\n<html lang='zh-Hans'>")
+    assert "data-lang='zh'" in text and "data-lang='en'" in text
+
+
 def test_module_runs_as_a_script(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "viz.export", "--out", str(tmp_path), "--lang", "fr"],

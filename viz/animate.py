@@ -9,13 +9,14 @@ ffmpeg for MP4, H.264 in yuv420p so slides software plays it).
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 SIZE = (1280, 720)
 DEFAULT_FPS = 2.0
-MAX_FRAMES = 600  # an animation's frames are held in memory (about 3 MB each)
+MAX_FRAMES = 600  # an animation's frames are held as PNGs (about 0.1 MB each)
+MAX_GIF_FPS = 50
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,14 @@ def bounded(r: range) -> range:
     return r
 
 
-def check_fps(fps: float) -> float:
+def check_fps(fps: float, formats: Iterable[str] = ()) -> float:
     if not 0.1 <= fps <= 60:
         raise AnimationError(f"--fps {fps:g} is out of range (0.1 to 60)")
+    if "gif" in formats and fps > MAX_GIF_FPS:  # its delays are whole hundredths of a second
+        raise AnimationError(
+            f"--fps {fps:g} is faster than a GIF plays (at most {MAX_GIF_FPS}: browsers slow "
+            "shorter delays to a tenth of a second); an MP4 takes up to 60"
+        )
     return fps
 
 
@@ -124,21 +130,36 @@ def _photograph(
                 browser.close()
 
 
-def _arrays(shots: list[Shot]) -> list:
+def _images(shots: list[Shot]) -> Iterator:
+    """Each shot decoded when it is needed: all of them at once, as RGB arrays, once held
+    about 9 MB per frame while a GIF was encoded (5 GB at MAX_FRAMES)."""
     import io
 
-    import numpy as np
     from PIL import Image
 
-    return [np.asarray(Image.open(io.BytesIO(s.png)).convert("RGB")) for s in shots]
+    for s in shots:
+        with Image.open(io.BytesIO(s.png)) as im:
+            yield im.convert("RGB")
+
+
+def gif_delay_ms(fps: float) -> int:
+    """How long a GIF shows each frame: GIF stores delays in hundredths of a second, and
+    browsers slow anything under two of them to a tenth of a second."""
+    return 10 * max(2, round(100 / fps))
 
 
 def write_gif(path: Path, shots: list[Shot], fps: float) -> Path:
-    """An endlessly looping GIF, one image per frame, each shown 1/fps s."""
-    import imageio.v3 as iio
-
-    iio.imwrite(
-        path, _arrays(shots), extension=".gif", plugin="pillow", duration=round(1000 / fps), loop=0
+    """An endlessly looping GIF, one image per frame, each shown ``gif_delay_ms(fps)``."""
+    frames = _images(shots)
+    first = next(frames)
+    first.save(
+        path,
+        format="GIF",
+        save_all=True,
+        append_images=frames,
+        duration=gif_delay_ms(fps),
+        loop=0,
+        optimize=False,
     )
     return path
 
@@ -158,8 +179,10 @@ def write_mp4(path: Path, shots: list[Shot], fps: float) -> Path:
         macro_block_size=16,
         ffmpeg_log_level="error",
     ) as w:
-        for a in _arrays(shots):
-            w.append_data(a)  # type: ignore[attr-defined]  # imageio's writer, untyped
+        import numpy as np
+
+        for im in _images(shots):
+            w.append_data(np.asarray(im))  # type: ignore[attr-defined]  # imageio's, untyped
     return path
 
 

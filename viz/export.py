@@ -155,7 +155,7 @@ def export_lesson(
     from viz import animate
 
     try:
-        animate.check_fps(fps)
+        animate.check_fps(fps, formats)
         lesson = load_lesson(name, root)
         span = animate.frame_range(frames, lesson.num_frames)
         if any(f in animate.WRITERS for f in formats):
@@ -197,7 +197,9 @@ def _lesson_files(
     from viz import animate, standalone
 
     written: list[Path] = []
-    page = standalone.page(lesson) if formats else ""
+    # every language, opening in the first one asked (--lang zh: a page that opens in Chinese)
+    order = tuple(dict.fromkeys([*langs, *standalone.LANGS]))
+    page = standalone.page(lesson, order) if formats else ""
     if "html" in formats:
         path = out / f"{name}.html"
         path.write_text(page, encoding="utf-8")
@@ -231,7 +233,7 @@ def _checked(values: list[str], allowed: tuple[str, ...], what: str) -> list[str
         raise ExportError(
             f"unknown {what} {bad[0] if bad else '(none)'!r}; choose from {', '.join(allowed)}"
         )
-    return values
+    return list(dict.fromkeys(values))  # zh,zh is one language: one file, said once
 
 
 class _one_browser:
@@ -335,7 +337,15 @@ def main(argv: list[str] | None = None) -> int:
         help="gif/mp4: frames A (included) to B (not), Python slice rules",
     )
     p.add_argument("--fps", default=2.0, type=float, help="gif/mp4 frames per second (2)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for i, a in enumerate(argv[:-1]):  # `--frames -2:` would read as an unknown option
+        if a == "--frames" and argv[i + 1].startswith("-"):
+            argv[i : i + 2] = [f"--frames={argv[i + 1]}"]
+            break
     args = p.parse_args(argv)
+    if not args.out.strip():
+        print("error: --out is empty; name the folder to write into", file=sys.stderr)
+        return 2
     try:
         paths = export_lesson(
             args.lesson,
@@ -348,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ExportError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # an --out that is a file, a folder in the way, no permission, a full disk
+        where = e.filename or args.out
+        print(f"error: cannot write {str(where)[:200]}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(f"wrote {len(paths)} files to {args.out}", file=sys.stderr)
     return 0
