@@ -16,6 +16,7 @@ from engine import events as E
 from engine import kv_events as KV
 from engine.allocators import check_allocator
 from engine.arena import MIB, KVArena, blocks_for_budget, bytes_per_block, check_fits
+from engine.attention import resolve_backend
 from engine.core import EngineConfig, EngineCore, build_core
 from engine.cpu_tier import CpuKVStore
 from engine.engine_args import EngineArgs, check_output_path
@@ -95,7 +96,9 @@ class LLM:
         if trace is not None and not callable(trace) and not isinstance(trace, (str, os.PathLike)):
             raise InvalidConfigError(f"trace must be a path or a callable, got {trace!r:.40}")
         if not isinstance(model, LoadedModel):
-            resolve_device(device, dtype)  # before the load: its loader must never see a bad one
+            # before the load: its loader must never see a bad one, and a backend this machine
+            # cannot run is said before the seconds a load takes, not after
+            resolve_backend(attention, resolve_device(device, dtype)[0])
         self.enable_prefix_caching = enable_prefix_caching
         args = EngineArgs(
             num_blocks=num_blocks,

@@ -477,3 +477,13 @@ def test_help_descriptions_are_whole_sentences():
     subs = next(a for a in parser._actions if a.dest == "command").choices
     for p in (parser, subs["capacity"]):
         assert p.description and p.description.rstrip().endswith("."), p.description
+
+
+def test_triton_on_a_cpu_without_its_interpreter_is_refused_before_loading(
+    no_model_load, monkeypatch
+):
+    from engine.llm import LLM
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(InvalidConfigError, match="TRITON_INTERPRET=1"):
+        LLM("/never/loaded", device="cpu", attention="triton")
