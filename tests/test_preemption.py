@@ -145,3 +145,27 @@ def test_a_run_that_outgrows_a_short_final_length_gives_way_itself_once(policy):
     assert preempted == ["A"]
     assert runs["A"][-1] == 4 + 20 - 1  # back at the max policy's length: it fits to the end
     assert len(a.output_token_ids) == 10 and all(len(r.output_token_ids) == 20 for r in others)
+
+
+def test_a_token_budget_is_used_as_given():
+    """max_num_batched_tokens was raised to max(max_model_len, 2048) whatever it was, so any
+    value up to that did nothing. Four 20-token prompts: 45 admits two per step, None all."""
+
+    def first_step_sizes(budget: int | None) -> list[int]:
+        config = EngineConfig("paged", 64, 16, 256, max_num_batched_tokens=budget)
+        core = build_core(config, DryRunner(), EOS)
+        for i in range(4):
+            p = SamplingParams(max_tokens=3, ignore_eos=True)
+            core.add_request(Request(f"r{i}", [FILLER] * 20, p, forced_output_len=3))
+        sizes = []
+        while core.has_unfinished():
+            before = core.scheduler.running[:]
+            core.step()
+            sizes.append(
+                len(set(r.req_id for r in core.scheduler.running) - {r.req_id for r in before})
+            )
+        return sizes
+
+    assert first_step_sizes(None)[0] == 4
+    assert first_step_sizes(45)[:2] == [2, 2]
+    assert first_step_sizes(1)[:4] == [1, 1, 1, 1]  # one prompt a step always runs
