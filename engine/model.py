@@ -264,7 +264,7 @@ def _load_default(where: Path, dtype: torch.dtype, kwargs: dict, folder: Path | 
         return cached
     tokenizer, hf = _load_hf(where, dtype, kwargs)
     if folder is not None:
-        model_cache.store(folder, tokenizer, hf)
+        model_cache.store(folder, tokenizer, hf, source=where / DEFAULT_GGUF)
     return tokenizer, hf
 
 

@@ -18,7 +18,8 @@ source file and library version (size, mtime and versions in its name), written 
 folder and renamed into place, so concurrent first loads never see half a cache. A cache that
 fails to load is removed and rebuilt from the GGUF, unless the failure is the machine's (out of
 memory: raised) or the reader's (no permission: the GGUF is loaded, the cache kept); a cache that
-cannot be written is skipped with one line on stderr.
+cannot be written is skipped with one line on stderr. Each cache names its source file
+(``source.json``); writing one removes those whose file is gone or changed (a deleted clone's).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import torch
 WEIGHTS = "model.safetensors"
 FACTS = "engine.json"
 FACTS_FORMAT = 1
+SOURCE = "source.json"  # which file a cache converts: a cache whose file is gone is removed
 
 
 def cache_root() -> Path | None:
@@ -87,10 +89,11 @@ def load_cached(folder: Path, dtype: torch.dtype):
     return tokenizer, hf
 
 
-def store(folder: Path, tokenizer, hf) -> None:
+def store(folder: Path, tokenizer, hf, source: Path | None = None) -> None:
     """Save the converted model and the tokenizer; a failure to write costs only the speed-up.
     Only an fp32 load is stored (the GGUF's de-quantized tensors as they are); a cached load in
-    another dtype casts them, as the GGUF load itself does."""
+    another dtype casts them, as the GGUF load itself does. With ``source`` (the file converted)
+    the folder names it, and caches whose own source file is gone or changed are removed."""
     if hf.dtype != torch.float32:
         return
     from safetensors.torch import save_model
@@ -106,6 +109,8 @@ def store(folder: Path, tokenizer, hf) -> None:
             AutoConfig.for_model(**config).save_pretrained(tmp)
             save_model(hf, str(tmp / WEIGHTS))
             tokenizer.save_pretrained(tmp)
+            if source is not None:
+                (tmp / SOURCE).write_text(json.dumps(_stamp(source)), encoding="utf-8")
             # another process may have finished first: its copy is as good as ours
             with contextlib.suppress(OSError):
                 os.rename(tmp, folder)
@@ -113,6 +118,33 @@ def store(folder: Path, tokenizer, hf) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError as e:
         print(f"model cache not written ({e.strerror or e}); loads stay slow", file=sys.stderr)
+        return
+    prune(folder.parent)
+
+
+def _stamp(source: Path) -> dict:
+    st = source.stat()
+    return {"path": str(source.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def prune(root: Path) -> list[Path]:
+    """Remove the caches in ``root`` whose source file (``source.json``) is gone or changed:
+    each is about 520 MB, and every clone, virtualenv or library upgrade leaves one behind.
+    A cache without ``source.json`` (written before it existed) is left alone. Returns the
+    folders removed."""
+    gone = []
+    for stamp in root.glob(f"*/{SOURCE}"):
+        try:
+            was = json.loads(stamp.read_text(encoding="utf-8"))
+            now = _stamp(Path(was["path"]))
+        except FileNotFoundError:
+            now = None
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unreadable: not ours to judge
+        if now != was:
+            shutil.rmtree(stamp.parent, ignore_errors=True)
+            gone.append(stamp.parent)
+    return gone
 
 
 def store_facts(folder: Path, weights) -> None:

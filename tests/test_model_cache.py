@@ -64,6 +64,8 @@ def test_a_cached_load_is_the_gguf_load_bit_for_bit_and_a_broken_cache_is_rebuil
     assert len(calls) == 1  # the broken cache fell back to the GGUF file,
     assert list(tmp_path.iterdir()) == [folder]  # and was written whole in its place, no temp
     assert (folder / model_cache.WEIGHTS).stat().st_size > len(whole)
+    source = json.loads((folder / model_cache.SOURCE).read_text())  # names the file it converts
+    assert source["path"] == str((M.default_model_dir() / M.DEFAULT_GGUF).resolve())
     monkeypatch.setattr(M, "_load_hf", lambda *a, **k: pytest.fail("the cache was not used"))
     _same_model(first, M.load_model(device="cpu", dtype="float32", keep_hf=True, progress=False))
     # without the HF module, a load reads the cache's own files and never goes through
@@ -212,3 +214,22 @@ def test_a_load_that_fails_for_the_machines_reasons_keeps_the_cache(
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: 1 / 0)
     assert model_cache.load_cached(folder, torch.float32) is None
     assert not folder.exists()
+
+
+def test_caches_whose_source_file_is_gone_or_changed_are_pruned(tmp_path):
+    """Each cache is about 520 MB and every clone or upgrade left one behind (8 here, 4 GB)."""
+    root = tmp_path / "cache"
+    kept, moved, edited = tmp_path / "a.gguf", tmp_path / "b.gguf", tmp_path / "c.gguf"
+    for f in (kept, moved, edited):
+        f.write_bytes(b"gguf")
+    stamps = {f: model_cache._stamp(f) for f in (kept, moved, edited)}
+    for name, f in (("a-1", kept), ("b-2", moved), ("c-3", edited)):
+        (root / name).mkdir(parents=True)
+        (root / name / model_cache.SOURCE).write_text(json.dumps(stamps[f]))
+    (root / "old-4").mkdir()  # written before source.json existed: left alone
+    (root / "odd-5").mkdir()
+    (root / "odd-5" / model_cache.SOURCE).write_text("{not json")  # not ours to judge
+    moved.unlink()
+    edited.write_bytes(b"gguf, another version")
+    assert sorted(p.name for p in model_cache.prune(root)) == ["b-2", "c-3"]
+    assert sorted(p.name for p in root.iterdir()) == ["a-1", "odd-5", "old-4"]
