@@ -77,6 +77,12 @@ def run(args) -> int:
             raise InvalidConfigError("--allocators names no allocator")
         if twice := sorted({a for a in allocators if allocators.count(a) > 1}):
             raise InvalidConfigError(f"--allocators names {', '.join(twice)} twice")
+    if args.enable_prefix_caching:  # asked for here, so it must apply to some run
+        plans = allocators or [r.allocator for r in sc.runs]
+        if "paged" not in plans:
+            raise InvalidConfigError(
+                f"--enable-prefix-caching applies to paged runs; {', '.join(plans)} has none"
+            )
     out = sys.stdout if args.out == "-" else check_output_path(args.out, "--out", (args.scenario,))
     publisher, sinks = _kv_events(args, allocators, sc.runs)
     try:

@@ -320,17 +320,23 @@ def to_toml(lab: Lab, title: str = "Scenario lab") -> str:
     """An engine scenario file (``python -m engine record --scenario FILE``). Requests without
     an early stop ignore EOS, so the real model runs them to max_tokens as the dry run does."""
     lines = [
-        f"# Written by the scenario lab; left policy: {lab.policy}",
+        f"# Written by the scenario lab: {lab.policy} on the left, paging on the right",
         f"title = {_toml_str(title)}",
-        "",
-        "[lab]",
-        f"policy = {_toml_str(lab.policy)}",
         "",
         "[arena]",
         f"num_blocks = {lab.num_blocks}",
         f"block_size = {lab.block_size}",
         f"max_model_len = {lab.max_model_len}",
     ]
+    # the runs the lab drew, so `record --scenario` records the same comparison (a [lab] table
+    # naming the policy was ignored by the engine, which recorded max and paged)
+    for policy in (lab.policy, "paged"):
+        lines += [
+            "",
+            "[[runs]]",
+            f"label = {_toml_str(policy)}",
+            f"allocator = {_toml_str(policy)}",
+        ]
     for r in lab.requests:
         lines += [
             "",
