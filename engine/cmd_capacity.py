@@ -36,7 +36,8 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--dtype",
         choices=sorted(DTYPE_BYTES),
-        help="KV element type (default: the model's if half precision, else fp16)",
+        help="KV element type (default: a preset's own, e.g. fp32 for smollm2-135m as this "
+        "engine runs it on a CPU; a config's or GGUF's if half precision, else fp16)",
     )
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument(
@@ -66,7 +67,7 @@ def run(args) -> int:
     if not (0 < args.budget_gb <= MAX_BUDGET_GIB):  # also refuses nan and inf
         raise InvalidConfigError(
             f"--budget-gb must be a number above 0 and at most {MAX_BUDGET_GIB:,}"
-            f" (8 PiB), got {args.budget_gb}"
+            f" (just under 8 PiB), got {args.budget_gb}"
         )
     shape = load_shape(args.preset, args.config, args.gguf, args.dtype)
     report = build_report(

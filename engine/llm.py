@@ -91,6 +91,8 @@ class LLM:
             raise InvalidConfigError(
                 f"kv_events_allow_remote must be true or false, got {kv_events_allow_remote!r:.40}"
             )
+        if kv_events_allow_remote and kv_events is None:  # as the CLI: it would do nothing
+            raise InvalidConfigError("kv_events_allow_remote applies only with kv_events")
         if not isinstance(model, (LoadedModel, str, os.PathLike, type(None))):
             raise InvalidConfigError(f"model must be a path or a loaded model, got {model!r:.40}")
         if trace is not None and not callable(trace) and not isinstance(trace, (str, os.PathLike)):

@@ -60,7 +60,7 @@ class Limits:
     max_requests: int = 4096  # per run
     max_events: int = 200_000  # whole trace
     max_line_chars: int = 1 << 20
-    max_trace_chars: int = 64 << 20  # the app refuses uploads over 50 MB before this
+    max_trace_chars: int = 64 << 20  # the app refuses uploads over MAX_UPLOAD_MB (8) first
     max_depth: int = 32  # JSON nesting of one line
     max_frame_cells: int = 1 << 22  # sum over runs of frames x arena slots
     max_slot_touches: int = 1 << 22  # slots the fold walks for allocation, release, writes
