@@ -41,6 +41,7 @@ from pathlib import Path
 from engine.allocators import check_block_size
 from engine.gguf_metadata import GGUF_MAX_BYTES, gguf_metadata
 from engine.request import InvalidConfigError
+from engine.trace_check import all_text_encodes
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 DEFAULT_ENTRY_BYTES = 8  # one block-table entry: an int64 physical block id
@@ -305,13 +306,26 @@ def _sliding_layers(cfg: dict, layers: int, path: str | Path) -> int:
 
 def _read_json(path: Path) -> dict:
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InvalidConfigError(f"no config file at {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError) as e:
         raise InvalidConfigError(f"cannot read {path} as JSON: {e}") from None
+    return config_json(text, str(path))
+
+
+def config_json(text: str, name: str) -> dict:
+    """A config.json's text as a dict; InvalidConfigError (one line) for anything else: not
+    JSON, nested past the parser, not an object, or holding a lone surrogate (valid JSON that
+    no page could draw)."""
+    try:
+        cfg = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise InvalidConfigError(f"cannot read {name} as JSON: {str(e)[:120]}") from None
     if not isinstance(cfg, dict):
-        raise InvalidConfigError(f"{path} is not a JSON object")
+        raise InvalidConfigError(f"{name} is not a JSON object")
+    if not all_text_encodes(cfg):
+        raise InvalidConfigError(f"{name} holds a lone surrogate (\\ud800-\\udfff)")
     return cfg
 
 

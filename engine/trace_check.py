@@ -117,9 +117,34 @@ def parse_json_line(line: str, where: str, limits: Limits = LIMITS) -> object:
     if not check_nesting(line, limits.max_depth):
         raise TraceError(f"trace is corrupt: {where} nests deeper than {limits.max_depth} levels")
     try:
-        return _DECODER.decode(line)
+        obj = _DECODER.decode(line)
     except (ValueError, RecursionError):  # JSONDecodeError, NaN, ints of 4,300+ digits
         raise TraceError(f"trace is corrupt or truncated: {where} is not valid JSON") from None
+    # a \ud800 escape with no partner decodes to a string nothing can encode or draw: every
+    # page that showed it failed (rare, so only a line that has such an escape is walked)
+    if _SURROGATE_ESCAPE.search(line) and not all_text_encodes(obj):
+        raise TraceError(f"trace is corrupt: {where} holds a lone surrogate (\\ud800-\\udfff)")
+    return obj
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def all_text_encodes(obj: object) -> bool:
+    """Whether every string in ``obj`` (keys too) is valid Unicode (no lone surrogate)."""
+    todo = [obj]
+    while todo:
+        o = todo.pop()
+        if isinstance(o, str):
+            try:
+                o.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(o, dict):
+            todo += [*o.keys(), *o.values()]
+        elif isinstance(o, list):
+            todo += o
+    return True
 
 
 # --- the header ------------------------------------------------------------------------------

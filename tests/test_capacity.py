@@ -32,6 +32,7 @@ from engine.capacity import (
     preset,
 )
 from engine.request import InvalidConfigError
+from viz import model_files
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA_70B = preset("llama-2-70b")
@@ -319,6 +320,16 @@ def test_non_json_config_is_a_config_error(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(InvalidConfigError, match="cannot read"):
         from_hf_config(bad)
+    # valid JSON each: the first was a RecursionError, the second broke every page showing it
+    for text, says in (
+        ("[" * 100_000, "cannot read"),
+        ('{"_name_or_path": "x\\ud800"}', "surrogate"),
+    ):
+        bad.write_text(text)
+        with pytest.raises(InvalidConfigError, match=says):
+            from_hf_config(bad)
+        with pytest.raises(InvalidConfigError, match=says):
+            model_files.config_shape(text.encode(), "config.json")
 
 
 # --- the CLI -------------------------------------------------------------------------------

@@ -44,6 +44,9 @@ def test_a_good_trace_round_trips(tmp_path):
             "schema version 99",
         ),
         (lambda text: json.dumps({"hello": "world"}) + "\n", "not a paged-KV trace"),
+        # valid JSON that no page can draw: every page showing the model name failed
+        (lambda text: text.replace('"model":"', '"model":"m\\ud800', 1), "lone surrogate"),
+        (lambda text: text.replace('"req":"', '"req":"\\uDC00', 1), "lone surrogate"),
     ],
 )
 def test_unusable_traces_raise_one_clear_error(tmp_path, mangle, message):

@@ -14,12 +14,11 @@ Bounds (documented in README "Serving a classroom"):
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
 
-from engine.capacity import ModelShape, shape_from_config, shape_from_gguf_metadata
+from engine.capacity import ModelShape, config_json, shape_from_config, shape_from_gguf_metadata
 from engine.gguf_metadata import GGUF_MAX_BYTES as GGUF_MAX_BYTES  # the page's upload bound
 from engine.gguf_metadata import gguf_metadata
 from engine.request import InvalidConfigError
@@ -55,11 +54,10 @@ def config_shape(data: bytes, name: str, dtype: str | None = None) -> ModelShape
     if len(data) > CONFIG_MAX_BYTES:
         raise InvalidConfigError(f"{name} is larger than {CONFIG_MAX_BYTES >> 20} MiB")
     try:
-        cfg = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
         raise InvalidConfigError(f"cannot read {name} as JSON: {str(e)[:120]}") from None
-    if not isinstance(cfg, dict):
-        raise InvalidConfigError(f"{name} is not a JSON object")
+    cfg = config_json(text, name)
     return _checked(lambda: shape_from_config(cfg, name, Path(name).stem, dtype), name)
 
 
