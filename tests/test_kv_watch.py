@@ -95,6 +95,29 @@ def test_recording_round_trips_and_steps():
             read_recording(bad)
 
 
+def test_a_recording_fits_the_upload_limit_so_it_opens_again():
+    """A ring of 16 MiB of batches downloaded as up to 29 MB of JSON, which the page's own 8 MB
+    upload limit then refused: the download keeps the newest batches that fit."""
+    from pathlib import Path
+
+    from viz import safe
+
+    config = (Path(__file__).resolve().parent.parent / ".streamlit" / "config.toml").read_text()
+    assert f"maxUploadSize = {safe.MAX_UPLOAD_MB}\n" in config  # one limit, said twice
+    tokens = list(range(64))
+    state = WatchState(ring_bytes=4 << 20)
+    for b in range(400):
+        stored = [K.BlockStored([b * 100 + i], None, tokens, 64, None, "GPU") for i in range(100)]
+        state.feed(b, payload(stored, ts=float(b)))
+    whole = "\n".join(state.recording()) + "\n"
+    cap = len(whole.encode()) // 3
+    fitted = "\n".join(state.recording(cap)) + "\n"
+    assert len(fitted.encode()) <= cap < len(whole.encode())
+    seqs = [s for s, _ in read_recording(fitted)]
+    assert seqs and seqs == list(range(400 - len(seqs), 400))  # the newest, in order
+    assert len(seqs) > 0.9 * 400 / 3  # and as many as fit
+
+
 def test_malformed_messages_are_counted_and_change_nothing():
     msgs, _ = shared_prompt_stream()
     state = fold(msgs)

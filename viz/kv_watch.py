@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -247,17 +247,27 @@ class WatchState:
             len(blocks), chains, nodes, rates, counters, last_error, last_seq, bs, age, *kept
         )
 
-    def recording(self) -> Iterator[str]:
-        """The ring as JSONL lines: a header, then one ``{"seq", "batch"}`` per batch."""
+    def recording(self, max_bytes: int | None = None) -> list[str]:
+        """The ring as JSONL lines: a header, then one ``{"seq", "batch"}`` per batch. With
+        ``max_bytes``, only the newest batches whose lines (and newlines) fit in it: a download
+        the page's own upload limit refused could never be opened again."""
         with self.lock:
             ring = list(self.ring)
-        yield msgspec.json.encode({"format": RECORD_FORMAT, "version": 1}).decode()
-        for seq, payload in ring:
+        head = msgspec.json.encode({"format": RECORD_FORMAT, "version": 1}).decode()
+        room = None if max_bytes is None else max_bytes - len(head) - 1
+        lines: list[str] = []
+        for seq, payload in reversed(ring):
             try:
                 batch = decode_batch(payload)
             except MalformedBatch:  # pragma: no cover - only decoded batches enter the ring
                 continue
-            yield msgspec.json.encode(_Line(seq, batch)).decode()
+            line = msgspec.json.encode(_Line(seq, batch)).decode()
+            if room is not None:
+                room -= len(line.encode()) + 1
+                if room < 0:
+                    break
+            lines.append(line)
+        return [head, *reversed(lines)]
 
 
 class _Line(msgspec.Struct):

@@ -38,7 +38,7 @@ from viz.live import LiveRun, record_command
 from viz.live_registry import REGISTRY, session_id
 
 ENGINE_ROOT = Path(__file__).resolve().parent.parent  # where `python -m engine` resolves
-MAX_UPLOAD_MB = 8  # an uploaded trace, also server.maxUploadSize (README: resource limits)
+MAX_UPLOAD_MB = safe.MAX_UPLOAD_MB  # an uploaded trace (README: resource limits)
 SOURCES = ("lesson", "live", "upload")
 
 UI = {

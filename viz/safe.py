@@ -30,6 +30,10 @@ from typing import TypeVar
 log = logging.getLogger("viz.safe")
 
 MAX_SHOWN = 300  # characters of untrusted text shown in one line
+#: The largest upload the app takes, in MB (also server.maxUploadSize in .streamlit/config.toml,
+#: which Streamlit enforces first). Anything the app hands out to open again must fit it.
+MAX_UPLOAD_MB = 8
+UPLOAD_BYTES = MAX_UPLOAD_MB * 1_000_000
 # Marks that open markup anywhere in a line (links, images, emphasis, code, HTML, math,
 # Streamlit's :colour[..] directives, tables); a leading one may open a list, heading or quote.
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>!$~|{}#&:])")

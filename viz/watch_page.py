@@ -145,12 +145,13 @@ def _live_view(sub: Subscriber, t: dict) -> None:
     state = sub.state  # the JSONL is built on click, not on every redraw (up to 16 MiB)
     st.download_button(
         t["download"],
-        lambda: "\n".join(state.recording()) + "\n",
+        lambda: "\n".join(state.recording(safe.UPLOAD_BYTES)) + "\n",
         file_name="kv-events.jsonl",
         mime="application/jsonl",
         key="kvw_download",
         on_click="ignore",
     )
+    st.caption(t["download_cap"].format(mb=safe.MAX_UPLOAD_MB))
 
 
 # --- recording --------------------------------------------------------------------------------
