@@ -465,6 +465,20 @@ def _page_on(address: str | None, monkeypatch):
     return at
 
 
+def test_page_keeps_the_settings_through_a_bad_file_and_a_missing_one(monkeypatch):
+    """A widget missing from one run loses its value: the settings were drawn only once a model
+    was read, so a bad file, or none yet, reset the user's block size and lists."""
+    at = _page_on("127.0.0.1", monkeypatch)  # GGUF chosen, no file yet
+    at.number_input(key="capacity_block").set_value(32).run()
+    at.text_input(key="capacity_lengths").set_value("1024,4096").run()
+    at.text_input(key="capacity_gguf_path").set_value("/no/such.gguf").run()
+    assert len(at.error) == 1
+    at.radio(key="capacity_source").set_value("preset").run()
+    assert not at.exception and not at.error
+    assert at.number_input(key="capacity_block").value == 32
+    assert at.text_input(key="capacity_lengths").value == "1024,4096"
+
+
 def test_page_on_localhost_reads_a_path_boundedly_and_a_real_gguf_loads(monkeypatch):
     at = _page_on("127.0.0.1", monkeypatch)
     at.text_input(key="capacity_gguf_path").set_value("/no/such.gguf").run()

@@ -39,11 +39,22 @@ def render(lang: str = "en") -> None:
     t = TEXT.get(lang, TEXT["en"])
     st.header(t["title"])
     st.caption(t["intro"])
+    # the settings are drawn on every run, whatever the model source says: a widget missing
+    # from one run loses its value, so a bad upload once reset the user's block size and lists
+    top, below = st.container(), st.container()
+    with below:
+        try:
+            settings, bad = _settings(t), None
+        except InvalidConfigError as e:
+            settings, bad = None, e
     try:
-        shape = _pick_model(t, lang)
+        with top:
+            shape = _pick_model(t, lang)
         if shape is None:
             return
-        report = build_report(shape, **_settings(t))
+        if bad is not None:
+            raise bad
+        report = build_report(shape, **settings)  # type: ignore[arg-type]
     except InvalidConfigError as e:
         st.error(safe.md_text(e))
         return
