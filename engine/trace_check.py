@@ -45,6 +45,10 @@ class TraceError(ValueError):
     """A trace file cannot be used; the message is one line saying why."""
 
 
+class TraceTooLarge(TraceError):
+    """A trace past the reader's budget: possibly whole and valid, never called corrupt."""
+
+
 @dataclass(frozen=True)
 class Limits:
     """What one trace may cost the viewer. The fold keeps one frame per step per run, and each
@@ -814,12 +818,12 @@ class Budget:
     def event(self) -> None:
         self.events += 1
         if self.events > self.limits.max_events:
-            raise TraceError(f"trace holds more than {self.limits.max_events:,} events")
+            raise TraceTooLarge(f"trace holds more than {self.limits.max_events:,} events")
 
     def frame(self, num_slots: int) -> None:
         self.cells += num_slots
         if self.cells > self.limits.max_frame_cells:
-            raise TraceError(
+            raise TraceTooLarge(
                 f"trace is too large to draw: frames x arena slots exceed "
                 f"{self.limits.max_frame_cells:,}"
             )
@@ -827,7 +831,7 @@ class Budget:
     def touch(self, n: int) -> None:
         self.touches += n
         if self.touches > self.limits.max_slot_touches:
-            raise TraceError(
+            raise TraceTooLarge(
                 f"trace is too large to draw: its events walk more than "
                 f"{self.limits.max_slot_touches:,} slots"
             )
@@ -871,6 +875,8 @@ class TraceChecker:
             ev = build_event(obj, self.limits)  # type: ignore[arg-type]
             self.budget.event()
             self.checkers[run].feed(ev)
+        except TraceTooLarge as e:  # whole and valid, maybe: past the budget, not corrupt
+            raise TraceTooLarge(f"{e} (at line {lineno})") from None
         except TraceError as e:
             raise TraceError(f"trace is corrupt: line {lineno} (run {run!r:.40}): {e}") from None
         self.runs[run].append(ev)

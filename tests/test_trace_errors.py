@@ -228,5 +228,6 @@ def test_the_fold_budget_refuses_a_small_trace_that_would_draw_huge(tmp_path):
     lines = _lines(tmp_path)
     small = T.Limits(max_frame_cells=40)
     T.loads("\n".join(lines))
-    with pytest.raises(TraceError, match="too large to draw"):
+    with pytest.raises(TraceError, match="too large to draw") as info:
         T.loads("\n".join(lines), limits=small)
+    assert "corrupt" not in str(info.value)  # a whole, valid trace: only too big to draw here
