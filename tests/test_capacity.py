@@ -534,10 +534,20 @@ def test_page_reads_an_uploaded_gguf_prefix_and_config(monkeypatch):
     ],
 )
 def test_page_hostile_gguf_upload_is_one_error_line(data, words, monkeypatch):
+    from viz import capacity_page
+
+    parsed = []
+    real = model_files.gguf_shape
+    monkeypatch.setattr(model_files, "gguf_shape", lambda *a: parsed.append(1) or real(*a))
+    monkeypatch.setattr(capacity_page, "_READ", type(capacity_page._READ)())
     at = _page_on("0.0.0.0", monkeypatch)
     at.file_uploader(key="capacity_gguf_upload").set_value(("bad.gguf", data, "")).run()
     assert not at.exception
     assert len(at.error) == 1 and words in _plain(at.error[0].value)
+    # a rerun (any widget change) says the same without reading the file again: a crafted
+    # 8 MB header cost ~3 s of CPU on every rerun
+    at.number_input(key="capacity_block").set_value(32).run()
+    assert len(at.error) == 1 and words in _plain(at.error[0].value) and len(parsed) == 1
 
 
 def test_a_twenty_digit_length_is_a_field_error_not_a_traceback():

@@ -12,6 +12,10 @@ the app listens on localhost alone, and is read the same bounded way, regular fi
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
+
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -82,9 +86,34 @@ def _pick_model(t: dict, lang: str) -> ModelShape | None:
     if got is None:
         return None
     data, name = got
-    if kind == "gguf":
-        return model_files.gguf_shape(data, name, dtype)
-    return model_files.config_shape(data, name, dtype)
+    return _read_shape(kind, data, name, dtype)
+
+
+#: Shapes (or error lines) read from model files, by content: every rerun of the page (each
+#: widget change) read the file again, and a crafted 8 MB GGUF header costs ~3 s of CPU to parse.
+_READ: OrderedDict[tuple, ModelShape | str] = OrderedDict()
+_READ_LOCK = threading.Lock()
+_READ_KEEP = 8
+
+
+def _read_shape(kind: str, data: bytes, name: str, dtype: str | None) -> ModelShape:
+    key = (kind, hashlib.sha256(data).hexdigest(), name, dtype)
+    with _READ_LOCK:
+        got = _READ.get(key)
+    if got is None:
+        try:
+            got = (model_files.gguf_shape if kind == "gguf" else model_files.config_shape)(
+                data, name, dtype
+            )
+        except InvalidConfigError as e:
+            got = str(e)
+        with _READ_LOCK:
+            _READ[key] = got
+            while len(_READ) > _READ_KEEP:
+                _READ.popitem(last=False)
+    if isinstance(got, str):
+        raise InvalidConfigError(got)
+    return got
 
 
 def _model_file(kind: str, s: dict) -> tuple[bytes, str] | None:
