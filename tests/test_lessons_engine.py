@@ -123,3 +123,32 @@ def test_the_dry_run_stops_each_request_where_the_real_model_did():
             assert real[r.id].num_generated == want, (run, r.id)
         early = [r for r in sc.requests if real[r.id].num_generated * 3 < r.max_tokens]
         assert len(early) >= 2 and all(real[r.id].reason == "eos" for r in early), run
+
+
+def test_a_live_view_shows_the_finished_traces_frame_at_every_line_it_may_stop_at():
+    """The recorder writes each run's step in turn: a stream read between the two once showed
+    one side a step behind, labelled as ended, and narrated the run as finished ("every
+    request has finished ... in 32 steps") while it ran. Cut after every line of the opening
+    and closing steps (all of them take seconds), the newest frame must be the finished trace's,
+    side by side, and no step keyed to the last frame may show before the end."""
+    from viz import lesson as L
+
+    buf = io.StringIO()
+    record(load(SIX_STEPS), ["max", "paged"], buf, forward="skip")
+    lines = buf.getvalue().splitlines(keepends=True)
+    spec = L.load_spec("six-steps")
+    full = L.build(spec, trace.loads(buf.getvalue()), source="live")
+    last_step = [k for k, s in enumerate(spec.steps) if s.rule.get("frame") == "last"]
+    folded = 0
+    for k in [*range(1, 140), *range(len(lines) - 60, len(lines))]:
+        tr = trace.parse_lines(lines[:k], require_end=False)
+        if not all(any(e.kind == "step_end" for e in evs) for evs in tr.runs.values()):
+            continue
+        live = L.build(spec, L.live_edge(tr), source="live", partial=True)
+        i = live.num_frames - 1
+        for side in ("left", "right"):
+            ended, was = i >= len(live.side(side).frames), i >= len(full.side(side).frames)
+            assert ended == was and live.side(side).at(i) == full.side(side).at(i), (k, side)
+        assert all(live.keyframes[s] is None for s in last_step), k
+        folded += 1
+    assert folded > 150 and last_step

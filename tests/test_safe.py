@@ -254,3 +254,28 @@ def test_the_page_tells_a_second_session_a_live_run_is_in_progress():
         REGISTRY.stop_all()
     assert _gone(other.proc.pid)
     assert os.getpid() != other.proc.pid
+
+
+@needs_trace
+def test_a_live_run_is_shown_only_on_its_own_lesson():
+    """The session's live run was folded under whichever lesson was picked next: six-steps'
+    frames under shared-prompt's titles, or another lesson's failure on this one."""
+    from viz.live_registry import REGISTRY
+
+    try:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+        at.button(key="pk_source_pick_live").click().run()
+        at.button(key="pk_forward_skip").click().run()
+        at.button(key="pk_live_btn").click().run()
+        end = time.monotonic() + 60
+        while not any("frames live" in s.value for s in at.success):
+            assert time.monotonic() < end, "the dry run never finished"
+            time.sleep(0.5)
+            at.run()
+        at.button(key="pk_lesson_pick_shared-prompt").click().run()
+        assert not at.exception and not at.error
+        assert not any("frames live" in s.value for s in at.success)  # not six-steps' run
+        at.button(key="pk_lesson_pick_six-steps").click().run()
+        assert any("frames live" in s.value for s in at.success)  # its own lesson shows it
+    finally:
+        REGISTRY.stop_all()

@@ -111,6 +111,9 @@ class Lesson:
     source: str  # "lesson", a file name, or "live"
     key: str = ""  # content hash when cached (a stable cache key)
     origin: tuple[tuple[str, str], ...] = ()  # the trace header's model, device, created...
+    #: A live run still going: its last frame is where the stream has got to, not the end, so
+    #: no step keyed to "the last frame" (the scoreboard: "every request has finished") is shown.
+    partial: bool = False
 
     @property
     def num_frames(self) -> int:
@@ -218,10 +221,11 @@ def file_digest(path: Path) -> str:
 # --- folding a trace into a lesson -----------------------------------------------------------
 
 
-def build(spec: LessonSpec, trace: Trace, source: str = "lesson") -> Lesson:
+def build(spec: LessonSpec, trace: Trace, source: str = "lesson", partial: bool = False) -> Lesson:
     """Fold both sides and find the keyframes. A trace whose run names differ from the spec's
     (an uploaded file) puts its contiguous run left and its paged run right. A stream still
-    running folds to the first frames of its finished trace: no frame reads ahead."""
+    running (``partial``; cut with ``live_edge``) folds to the first frames of its finished
+    trace: no frame reads ahead."""
     runs = pick_runs(spec, trace)
     sides = {side: _side(trace, runs[side], spec.side_titles[side]) for side in SIDES}
     origin = tuple(
@@ -229,8 +233,41 @@ def build(spec: LessonSpec, trace: Trace, source: str = "lesson") -> Lesson:
         for k in ("model", "device", "created", "forward")
         if trace.header.get(k) not in (None, "")
     )
-    lesson = Lesson(spec, sides["left"], sides["right"], (), source, origin=origin)
+    lesson = Lesson(spec, sides["left"], sides["right"], (), source, origin=origin, partial=partial)
     return replace(lesson, keyframes=find_keyframes(lesson))
+
+
+def live_edge(trace: Trace) -> Trace:
+    """A stream's trace cut at the last step every run still stepping has ended. The recorder
+    steps its runs in lockstep and writes each run's step in turn, so a stream read between two
+    runs' lines held one side a step ahead: the newest frame showed the other side's previous
+    frame, labelled as ended, and differed from the finished trace's frame. A run is done when
+    every request the header's scenario names (with its samples) has finished and that step has
+    ended."""
+    requests = trace.header.get("scenario", {}).get("requests", [])
+    total = sum(r.get("n", 1) if isinstance(r.get("n", 1), int) else 1 for r in requests)
+    steps = {n: sum(e.kind == "step_end" for e in evs) for n, evs in trace.runs.items()}
+    going = [
+        steps[n]
+        for n, evs in trace.runs.items()
+        if not total  # no scenario to count by: treat as still stepping
+        or sum(e.kind == "finished" for e in evs) < total
+        or evs[-1].kind != "step_end"  # its last request finished; its last step has not ended
+    ]
+    if not going:
+        return trace
+    k = min(going)
+    runs = {}
+    for n, evs in trace.runs.items():
+        seen, cut = 0, len(evs)
+        for j, e in enumerate(evs):
+            if e.kind == "step_end":
+                seen += 1
+                if seen == k:
+                    cut = j + 1
+                    break
+        runs[n] = evs[:cut] if steps[n] > k else evs
+    return Trace(trace.header, runs)
 
 
 def pick_runs(spec: LessonSpec, trace: Trace) -> dict[str, str]:
@@ -304,7 +341,7 @@ def find_keyframes(lesson: Lesson) -> tuple[int | None, ...]:
 
 def _matches(lesson: Lesson, i: int, rule: dict) -> bool:
     if rule.get("frame") == "last":
-        return i == lesson.num_frames - 1
+        return not lesson.partial and i == lesson.num_frames - 1
     sides = SIDES if rule.get("side", "any") == "any" else (rule["side"],)
     return any(_side_matches(lesson.side(s), i, rule) for s in sides)
 

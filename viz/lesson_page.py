@@ -31,6 +31,7 @@ from viz.lesson import (
     available,
     build,
     file_digest,
+    live_edge,
     load_spec,
     trace_path,
 )
@@ -303,6 +304,8 @@ def _live(spec, root: Path, t: dict) -> Lesson | None:
     ss = _ss()
     scenario = spec.folder / "scenario.toml"
     run: LiveRun | None = ss.get("pk_live")
+    if run is not None and ss.get("pk_live_lesson") != spec.name:
+        run = None  # another lesson's run: never folded under this lesson's titles and text
     if not scenario.is_file():
         st.warning(t["no_scenario"])
         return None
@@ -325,12 +328,16 @@ def _live(spec, root: Path, t: dict) -> Lesson | None:
             if run is not None and running:
                 run.stop()
             else:
+                old = ss.get("pk_live")
+                if old is not None and not old.done:  # this session's run of another lesson
+                    old.stop()
                 cmd = record_command(scenario, forward or "model")
                 started = REGISTRY.start(session_id(), cmd, cwd=ENGINE_ROOT)
                 if started is None:  # one live run per server: another session holds it
                     ss.pk_live_busy = True
                 else:
                     ss.pk_live = run = started
+                    ss.pk_live_lesson = spec.name
                     ss.pk_frame, ss.pk_live_seen = 0, 0
             st.rerun()
         if ss.pop("pk_live_busy", False):
@@ -346,7 +353,9 @@ def _live_fold(run: LiveRun, spec) -> Lesson | None:
     tr = run.trace()
     if tr is None or not all(any(e.kind == "step_end" for e in evs) for evs in tr.runs.values()):
         return None
-    return build(spec, tr, source="live")
+    if run.done and run.returncode == 0:  # the whole trace, end line checked
+        return build(spec, tr, source="live")
+    return build(spec, live_edge(tr), source="live", partial=True)
 
 
 def _live_lesson(run: LiveRun, spec, t: dict) -> Lesson | None:

@@ -246,7 +246,8 @@ def payload(lesson: Lesson, lang: str) -> dict:
     body = json.dumps({"pieces": pieces.items, "frames": frames}, separators=(",", ":"))
     t = captions.text(lang)
     return {
-        "id": f"{lesson.key or lesson.spec.name}:{lesson.num_frames}:{lang}",
+        # a live lesson's content changes with its frame count and once more when it ends
+        "id": f"{lesson.key or lesson.spec.name}:{lesson.num_frames}:{int(lesson.partial)}:{lang}",
         "lesson": lesson.spec.name,
         "lang": lang,
         "num_frames": lesson.num_frames,
