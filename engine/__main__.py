@@ -1,5 +1,16 @@
+import signal
 import sys
 
-from engine.cli import main
+from engine.cli import Terminated, main
 
+
+def _terminate(signum: int, frame) -> None:
+    # SIGTERM (kill, a process manager) and SIGHUP (a closed terminal) end a command as Ctrl-C
+    # does: a recording keeps the old trace and writes its own events to <name>.partial. By
+    # default Python dies on them at once, leaving a hidden temporary file and no .partial.
+    raise Terminated(signum)
+
+
+for _sig in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(_sig, _terminate)
 sys.exit(main())

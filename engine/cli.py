@@ -15,6 +15,15 @@ from engine.request import EngineInputError
 COMMANDS = ("generate", "record", "simulate", "capacity")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised by ``python -m engine``'s handler: unwinds as Ctrl-C does, so
+    what a command was writing is ended cleanly (``signum``: the signal)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's own usage errors: also one line, exit 2
         print(f"error: {message}", file=sys.stderr)
@@ -41,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     except EngineInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Terminated as e:
+        print(f"terminated (signal {e.signum})", file=sys.stderr)
+        return 128 + e.signum
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -263,7 +263,9 @@ def hold_publisher(seconds: float) -> None:
     )
     try:
         time.sleep(seconds)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        if e.args:  # engine.cli.Terminated (SIGTERM, SIGHUP): the process is asked to end
+            raise
         print("hold ended early", file=sys.stderr)
 
 

@@ -306,3 +306,31 @@ def test_without_chromium_the_page_says_how_to_get_figures(monkeypatch):
     ]
     assert any("make browser" in c.value for c in at.caption)
     assert not at.exception
+
+
+def test_a_live_run_killed_from_outside_says_so_not_its_last_progress_line():
+    """A SIGKILLed engine was 'explained' by its last progress line: "The live run failed:
+    step 19: 3/10 requests finished"."""
+    import os
+    import signal
+    import sys
+
+    from viz.live import LiveRun
+
+    code = (
+        "import sys, time\nprint('step 19: 3/10 requests finished', file=sys.stderr, flush=True)\n"
+    )
+    run = LiveRun.start([sys.executable, "-c", code + "time.sleep(600)\n"])
+    deadline = time.monotonic() + 30
+    while run.progress() == "" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(run.proc.pid, signal.SIGKILL)
+    run.proc.wait(timeout=30)
+    while not run.done and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert run.error() == "the engine was killed (SIGKILL) after “step 19: 3/10 requests finished”"
+    failed = LiveRun.start([sys.executable, "-c", "import sys; sys.exit('error: no room')"])
+    failed.proc.wait(timeout=30)
+    while not failed.done and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert failed.error() == "error: no room"  # a failure's own last line is its reason

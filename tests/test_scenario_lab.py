@@ -268,3 +268,29 @@ def test_the_lab_page_survives_links_that_broke_it_for_the_session(token, notice
         assert not at.exception and not at.error
         assert len(at.number_input) == 3  # the form is drawn
         at.run()
+
+
+def test_the_real_model_is_not_run_on_a_lab_the_dry_run_refuses():
+    """Too long to draw: the dry run refused it, but the real-model button started a run whose
+    trace then broke the page on every rerun (TraceTooLarge)."""
+    from streamlit.testing.v1 import AppTest
+
+    from viz.live_registry import REGISTRY
+
+    reqs = tuple(
+        S.LabRequest(f"R{i}", "Tell me a story about a cat.", 500, i * 25) for i in range(8)
+    )
+    big = S.Lab(reqs, num_blocks=256, block_size=16, max_model_len=1024, policy="max")
+    assert S.check(big) == []
+    with pytest.raises(S.LabError, match="more than the player draws"):
+        S.record_dry(big)
+    at = AppTest.from_function(_lab_page, default_timeout=60)
+    at.query_params["scenario"] = S.encode(big)
+    at.run()
+    try:
+        at.button(key="lab_model").click().run()
+        assert not at.exception
+        assert any("Not run on the real model" in e.value for e in at.error)
+        assert REGISTRY.running() == {}  # nothing was started
+    finally:
+        REGISTRY.stop_all()

@@ -2,6 +2,7 @@
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -231,3 +232,42 @@ def test_the_fold_budget_refuses_a_small_trace_that_would_draw_huge(tmp_path):
     with pytest.raises(TraceError, match="too large to draw") as info:
         T.loads("\n".join(lines), limits=small)
     assert "corrupt" not in str(info.value)  # a whole, valid trace: only too big to draw here
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_recording_ended_by_a_signal_keeps_the_old_trace_and_writes_its_partial(tmp_path, sig):
+    """SIGTERM (kill, a process manager) and SIGHUP (a closed terminal) once killed a recording
+    outright: no .partial, and a hidden temporary file left per kill. They now end it as Ctrl-C
+    does."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    lines = ['title = "long"', "[arena]", "num_blocks = 64", "block_size = 16"]
+    lines += ["max_model_len = 256"]
+    for i in range(400):
+        lines += ["[[requests]]", f'id = "r{i}"', "prompt_len = 40", "max_tokens = 150"]
+        lines += ["ignore_eos = true", f"arrival_step = {i}"]
+    (tmp_path / "long.toml").write_text("\n".join(lines) + "\n")
+    target = tmp_path / "t.jsonl"
+    target.write_text("the previous trace\n")
+    cmd = [sys.executable, "-m", "engine", "record", "--scenario", str(tmp_path / "long.toml")]
+    cmd += ["--out", str(target), "--forward", "skip"]
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    end = time.monotonic() + 60
+    while not any(p.stat().st_size > 10_000 for p in tmp_path.glob(".t.jsonl.*.tmp")):
+        assert proc.poll() is None and time.monotonic() < end, "the recording never got going"
+        time.sleep(0.05)
+    proc.send_signal(getattr(signal, sig))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + getattr(signal, sig)
+    said = err.decode().strip().splitlines()  # progress lines, then one line saying why
+    assert (
+        said[-1] == f"terminated (signal {getattr(signal, sig)})"
+        and "Traceback" not in err.decode()
+    )
+    assert target.read_text() == "the previous trace\n"
+    assert (tmp_path / "t.jsonl.partial").stat().st_size > 10_000
+    assert not list(tmp_path.glob(".t.jsonl.*"))  # no temporary file left behind

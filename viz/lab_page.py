@@ -15,6 +15,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from engine.trace import TraceError
 from viz import html, player, safe, standalone, ui_text
 from viz import scenario_lab as S
 from viz.controls import choice_buttons
@@ -193,6 +194,11 @@ def _real_model(lab: S.Lab, errors: list, t: dict, lang: str) -> None:
         if running and run is not None:
             run.stop()
         else:
+            try:  # the real run is as long as the dry one or shorter: refuse what it refuses
+                S.record_dry(lab)
+            except S.LabError as e:
+                ss.lab_model_refused = str(e)
+                st.rerun()
             cmd = record_command(_scenario_file(lab), "model") + [
                 "--allocators",
                 f"{lab.policy},paged",
@@ -205,6 +211,8 @@ def _real_model(lab: S.Lab, errors: list, t: dict, lang: str) -> None:
         st.rerun()
     if ss.pop("lab_busy", False):
         st.warning(ui_text.load("safe")[lang]["live_busy"])
+    if refused := ss.pop("lab_model_refused", None):
+        st.error(safe.md_text(t["model_refused"].format(why=refused)))
     if run is None:
         return
     if not run.done:
@@ -212,7 +220,7 @@ def _real_model(lab: S.Lab, errors: list, t: dict, lang: str) -> None:
     elif run.returncode == 0 and not run.stopped and ss.get("lab_live_taken") is not run:
         ss.lab_rec, ss.lab_live_taken = (ss.lab_live_lab, S.Recording(run.text())), run
     elif run.error():
-        st.error(safe.md_text(t["failed"].format(why=run.error())))
+        st.error(safe.md_text(t["model_failed"].format(why=run.error())))
 
 
 def _model_progress(run: LiveRun, t: dict) -> None:
@@ -238,12 +246,19 @@ def _player(lab: S.Lab, texts: dict, lang: str) -> None:
     shown, recording = rec
     if shown != lab:
         st.caption(t["stale"])
-    lesson = S.lesson_for(
-        shown,
-        recording,
-        _side_titles(texts, shown.policy),
-        {lg: texts[lg]["title"] for lg in texts},
-    )
+    try:
+        lesson = S.lesson_for(
+            shown,
+            recording,
+            _side_titles(texts, shown.policy),
+            {lg: texts[lg]["title"] for lg in texts},
+        )
+    except (S.LabError, TraceError) as e:  # kept, so it can still be downloaded
+        st.error(safe.md_text(t["too_large"].format(why=e)))
+        st.download_button(
+            "JSONL", recording.trace_text, file_name="lab.jsonl", key="lab_jsonl", on_click="ignore"
+        )
+        return
     st.caption(
         t["recorded"].format(
             frames=lesson.num_frames,

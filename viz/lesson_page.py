@@ -362,7 +362,10 @@ def _live_lesson(run: LiveRun, spec, t: dict) -> Lesson | None:
     try:
         lesson = _live_fold(run, spec)
     except T.TraceError as e:
-        st.error(safe.md_text(t["live_failed"].format(why=run.error() or e)))
+        why = run.error() or e
+        if not run.done:  # a corrupt stream can show nothing more: free the server's one slot
+            run.stop()
+        st.error(safe.md_text(t["live_failed"].format(why=why)))
         return None
     if run.error():
         st.error(safe.md_text(t["live_failed"].format(why=run.error())))

@@ -114,6 +114,13 @@ class LiveRun:
             return None
         _, log = self.snapshot()
         last = next((line.strip() for line in reversed(log) if line.strip()), "")
+        if self.returncode is not None and self.returncode < 0:  # killed from outside: its last
+            # line is progress, not a reason ("step 19: 3/10 requests finished" was shown as one)
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:
+                name = f"signal {-self.returncode}"
+            return f"the engine was killed ({name})" + (f" after “{last}”" if last else "")
         return last or f"the engine exited with status {self.returncode}"
 
     def stop(self) -> None:
