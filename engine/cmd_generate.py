@@ -38,7 +38,8 @@ def add_parser(sub) -> None:
         type=int,
         default=None,
         metavar="L",
-        help="longest prompt + output (default: the model's context length)",
+        help="most K/V slots a request fills: prompt + output - 1, as the last token's K/V is "
+        "never computed (vLLM stops at the same token); default: the model's context length",
     )
     p.add_argument("--chat", action="store_true", help="wrap each prompt in the chat template")
     p.add_argument(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -66,7 +66,10 @@ class EngineConfig:
 
 
 def build_core(
-    config: EngineConfig, runner: Runner, eos_token_id: int | None, bus: E.EventBus | None = None
+    config: EngineConfig,
+    runner: Runner,
+    eos_token_id: int | Collection[int] | None,
+    bus: E.EventBus | None = None,
 ) -> EngineCore:
     """The one assembly of an engine: a bus (``bus`` or a fresh one), the allocator named by
     ``config`` emitting on it, and an EngineCore driving ``runner`` over both."""
@@ -107,7 +110,9 @@ class EngineCore:
 
     ``add_request`` refuses (InvalidRequestError / InvalidConfigError) anything that could never
     finish: an empty prompt, a prompt longer than ``max_model_len``, or a request the whole arena
-    cannot hold. ``max_tokens`` is clipped so prompt plus output never exceeds ``max_model_len``."""
+    cannot hold. ``max_tokens`` is clipped so the K/V slots a request fills (prompt plus output
+    minus one: the last token's K/V is never computed) never exceed ``max_model_len``; vLLM
+    stops at the same token."""
 
     def __init__(
         self,
@@ -118,7 +123,7 @@ class EngineCore:
         max_model_len: int,
         max_num_seqs: int = 256,
         max_num_batched_tokens: int | None = None,
-        eos_token_id: int | None = None,
+        eos_token_id: int | Collection[int] | None = None,
         preemption_mode: str = "recompute",
     ) -> None:
         self.bus = bus if bus is not None else allocator.bus

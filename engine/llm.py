@@ -202,7 +202,7 @@ class LLM:
             raise InvalidRequestError("params must be SamplingParams (or a list of them)")
         ids = [self._tokenize(i, p, chat) for i, p in enumerate(items)]
         sps: list[SamplingParams] = [p for p in plist if isinstance(p, SamplingParams)]
-        core = build_core(self._engine_config(), self.runner, self.model.config.eos_token_id)
+        core = build_core(self._engine_config(), self.runner, self.model.config.stop_ids)
         reqs = [
             core.add_request(r)
             for i, (t, p) in enumerate(zip(ids, sps, strict=True))

@@ -46,6 +46,17 @@ class ModelConfig:
     rms_norm_eps: float
     max_position_embeddings: int
     eos_token_id: int | None
+    #: Every id that ends a sequence (config.json's and generation_config.json's, as HF and
+    #: vLLM stop on any of them: Llama 3 Instruct ends a turn with one of three); () means
+    #: just ``eos_token_id``. A list in a cache's engine.json written before it: ().
+    stop_token_ids: tuple[int, ...] = ()
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """The ids a sequence stops at: ``stop_token_ids``, else ``eos_token_id`` alone."""
+        if self.stop_token_ids:
+            return tuple(self.stop_token_ids)
+        return () if self.eos_token_id is None else (self.eos_token_id,)
 
 
 @dataclass
@@ -327,6 +338,15 @@ def _plain_reader(reader: type) -> type:
     return PlainGGUFReader
 
 
+def _ids(value) -> list[int]:
+    """An EOS setting (an id, a list of ids, or None) as a list of ids."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
+    return []
+
+
 def extract_weights(hf, tokenizer=None) -> ModelWeights:
     """Copy what our forward needs out of an HF ``LlamaForCausalLM``."""
     c = hf.config
@@ -341,6 +361,10 @@ def extract_weights(hf, tokenizer=None) -> ModelWeights:
         )
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     eos = c.eos_token_id if c.eos_token_id is not None else getattr(tokenizer, "eos_token_id", None)
+    stops = [
+        *_ids(eos),
+        *_ids(getattr(getattr(hf, "generation_config", None), "eos_token_id", None)),
+    ]
     config = ModelConfig(
         c.num_hidden_layers,
         c.hidden_size,
@@ -351,6 +375,7 @@ def extract_weights(hf, tokenizer=None) -> ModelWeights:
         float(c.rms_norm_eps),
         c.max_position_embeddings,
         eos[0] if isinstance(eos, list) else eos,
+        tuple(dict.fromkeys(stops)) if len(set(stops)) > 1 else (),
     )
     m = hf.model
     layers = [

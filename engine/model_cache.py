@@ -183,7 +183,9 @@ def load_light(folder: Path, dtype: torch.dtype):
 
         tensors = load_file(str(folder / WEIGHTS))
         tokenizer = Tokenizer.from_folder(folder)
-        config = ModelConfig(**facts["config"])
+        fields = dict(facts["config"])
+        fields["stop_token_ids"] = tuple(fields.get("stop_token_ids", ()))  # JSON gave a list
+        config = ModelConfig(**fields)
 
         def weight(name: str) -> torch.Tensor:
             t = tensors[name]

@@ -266,7 +266,7 @@ def _forward(forward, model_path, device, dtype, attention, scenario, say, model
         return ModelRunner(model, arena, attention, cpu_tier=cpu)
 
     say(f"model loaded on {model.device}")
-    return make_runner, model.config.eos_token_id, model.name, str(model.device), model.tokenizer
+    return make_runner, model.config.stop_ids, model.name, str(model.device), model.tokenizer
 
 
 def stderr_progress(msg: str) -> None:

@@ -15,6 +15,7 @@ will have computed, so full blocks are cached as soon as their K/V exist.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection
 from typing import Literal
 
 from engine import events as E
@@ -29,7 +30,7 @@ class Scheduler:
         bus: E.EventBus,
         max_num_seqs: int = 256,
         max_num_batched_tokens: int = 8192,
-        eos_token_id: int | None = None,
+        eos_token_id: int | Collection[int] | None = None,
         preemption_mode: str = "recompute",
     ) -> None:
         self.allocator = allocator
@@ -37,7 +38,14 @@ class Scheduler:
         self.bus = bus
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.eos_token_id = eos_token_id
+        #: the ids a sequence stops at (a model may have several: any one ends it)
+        self.stop_ids: frozenset[int] = frozenset(
+            ()
+            if eos_token_id is None
+            else (eos_token_id,)
+            if isinstance(eos_token_id, int)
+            else eos_token_id
+        )
         self.pending: list[Request] = []  # not arrived yet, by arrival step
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # in admission order
@@ -216,7 +224,7 @@ class Scheduler:
         return finished
 
     def _finish_reason(self, req: Request, token: int) -> str | None:
-        if not req.params.ignore_eos and token == self.eos_token_id:
+        if not req.params.ignore_eos and token in self.stop_ids:
             return "eos"
         if len(req.output_token_ids) >= req.params.max_tokens:
             return "length"

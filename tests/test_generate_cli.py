@@ -138,6 +138,29 @@ def test_a_local_llama_directory_runs_and_matches_hf_greedy(tiny_llama_dir, caps
 
 
 @pytest.mark.model
+def test_generation_stops_at_any_of_the_models_eos_ids(tiny_llama_dir, tmp_path):
+    """Only the first of several EOS ids stopped a sequence, and generation_config.json was not
+    read: a Llama 3 Instruct model ran past its end-of-turn token to max_tokens."""
+    import shutil
+
+    from engine.llm import LLM
+
+    params = SamplingParams(max_tokens=6)
+    free = LLM(tiny_llama_dir, device="cpu", num_blocks=64, block_size=4).generate("1 2 3", params)
+    third = free[0].token_ids[2]
+    assert free[0].finish_reason == "length" and third not in free[0].token_ids[:2]
+    for where in ("config.json", "generation_config.json"):
+        model = tmp_path / where.split(".")[0]
+        shutil.copytree(tiny_llama_dir, model)
+        cfg = json.loads((model / where).read_text()) if (model / where).exists() else {}
+        eos = cfg.get("eos_token_id")
+        cfg["eos_token_id"] = [*(eos if isinstance(eos, list) else [eos] if eos else []), third]
+        (model / where).write_text(json.dumps(cfg))
+        [out] = LLM(model, device="cpu", num_blocks=64, block_size=4).generate("1 2 3", params)
+        assert out.token_ids == free[0].token_ids[:3] and out.finish_reason == "eos", where
+
+
+@pytest.mark.model
 def test_trace_flag_writes_a_complete_trace_of_the_run(on_session_model, capsys, tmp_path):
     from engine import events as E
     from engine import trace
