@@ -186,6 +186,9 @@ def files(tmp_path):
     return tmp_path
 
 
+#: A good scenario recorded into t.jsonl: the cases below add the flag under test.
+RECORD_GOOD = ["record", "--scenario", "{tmp}/good.toml", "--out", "{tmp}/t.jsonl"]
+
 CLI_CASES = [
     (["generate", "hi", "--kv-budget-mb", "nan"], ["KV budget"]),
     (["generate", "hi", "--kv-budget-mb", "inf"], ["KV budget"]),
@@ -241,18 +244,7 @@ CLI_CASES = [
     # a command's own input is never its output (the scenario or the prompts were lost)
     (["record", "--scenario", "{tmp}/good.toml", "--out", "{tmp}/good.toml"], ["input"]),
     (["generate", "--prompts-file", "{tmp}/p.txt", "--trace", "{tmp}/p.txt"], ["input"]),
-    (
-        [
-            "record",
-            "--scenario",
-            "{tmp}/good.toml",
-            "--out",
-            "{tmp}/t.jsonl",
-            "--allocators",
-            "max,max",
-        ],
-        ["max twice"],
-    ),
+    ([*RECORD_GOOD, "--allocators", "max,max"], ["max twice"]),
     # a contiguous run is private to its request: the flag would have been ignored silently
     (["generate", "hi", "--enable-prefix-caching", "--allocator", "max"], ["paged allocator"]),
     # one bound on the block size everywhere: the calculator printed "0 requests" for 10**8,
@@ -265,31 +257,8 @@ CLI_CASES = [
     (["generate", "hi", "--kv-events-hold", "5"], ["only with --kv-events"]),
     (["generate", "hi", "--kv-events-allow-remote"], ["only with --kv-events"]),
     (["generate", "hi", "--swap-space-mb", "64"], ["swap preemption"]),
-    (
-        [
-            "record",
-            "--scenario",
-            "{tmp}/good.toml",
-            "--out",
-            "{tmp}/t.jsonl",
-            "--kv-events-hold",
-            "5",
-        ],
-        ["only with --kv-events"],
-    ),
-    (
-        [
-            "record",
-            "--scenario",
-            "{tmp}/good.toml",
-            "--out",
-            "{tmp}/t.jsonl",
-            "--allocators",
-            "max",
-            "--enable-prefix-caching",
-        ],
-        ["paged runs"],
-    ),
+    ([*RECORD_GOOD, "--kv-events-hold", "5"], ["only with --kv-events"]),
+    ([*RECORD_GOOD, "--allocators", "max", "--enable-prefix-caching"], ["paged runs"]),
     (["capacity", "--budget-gb", "nan"], ["--budget-gb"]),
     (["capacity", "--budget-gb", "inf"], ["--budget-gb"]),
     (["capacity", "--budget-gb", "-1"], ["--budget-gb"]),
