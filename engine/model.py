@@ -48,7 +48,7 @@ class ModelConfig:
     eos_token_id: int | None
     #: Every id that ends a sequence (config.json's and generation_config.json's, as HF and
     #: vLLM stop on any of them: Llama 3 Instruct ends a turn with one of three); () means
-    #: just ``eos_token_id``. A list in a cache's engine.json written before it: ().
+    #: just ``eos_token_id``, as in a cache's engine.json written before this field existed.
     stop_token_ids: tuple[int, ...] = ()
 
     @property

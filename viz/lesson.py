@@ -244,8 +244,10 @@ def live_edge(trace: Trace) -> Trace:
     frame, labelled as ended, and differed from the finished trace's frame. A run is done when
     every request the header's scenario names (with its samples) has finished and that step has
     ended."""
-    requests = trace.header.get("scenario", {}).get("requests", [])
-    total = sum(r.get("n", 1) if isinstance(r.get("n", 1), int) else 1 for r in requests)
+    scenario = trace.header.get("scenario")
+    requests = scenario.get("requests") if isinstance(scenario, dict) else None
+    listed = [r for r in requests if isinstance(r, dict)] if isinstance(requests, list) else []
+    total = sum(n if type(n := r.get("n", 1)) is int and n > 0 else 1 for r in listed)
     steps = {n: sum(e.kind == "step_end" for e in evs) for n, evs in trace.runs.items()}
     going = [
         steps[n]
