@@ -262,11 +262,13 @@ def hold_publisher(seconds: float) -> None:
         file=sys.stderr,
         flush=True,
     )
+    from engine.cli import Terminated  # here: engine.cli imports this module's parser
+
     try:
         time.sleep(seconds)
-    except KeyboardInterrupt as e:
-        if e.args:  # engine.cli.Terminated (SIGTERM, SIGHUP): the process is asked to end
-            raise
+    except Terminated:  # SIGTERM, SIGHUP: the process is asked to end, not the wait
+        raise
+    except KeyboardInterrupt:
         print("hold ended early", file=sys.stderr)
 
 

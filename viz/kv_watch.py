@@ -261,12 +261,12 @@ class WatchState:
                 batch = decode_batch(payload)
             except MalformedBatch:  # pragma: no cover - only decoded batches enter the ring
                 continue
-            line = msgspec.json.encode(_Line(seq, batch)).decode()
+            raw = msgspec.json.encode(_Line(seq, batch))
             if room is not None:
-                room -= len(line.encode()) + 1
+                room -= len(raw) + 1
                 if room < 0:
                     break
-            lines.append(line)
+            lines.append(raw.decode())
         return [head, *reversed(lines)]
 
 

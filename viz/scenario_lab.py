@@ -24,6 +24,7 @@ from pathlib import Path
 
 from engine import trace as T
 from engine.request import InvalidConfigError
+from engine.trace_check import all_text_encodes
 
 POLICIES = ("max", "pow2", "oracle")
 MAX_REQUESTS = 8
@@ -123,16 +124,6 @@ def _blank(v: object) -> bool:
     )
 
 
-def _is_unicode(s: str) -> bool:
-    """Whether ``s`` encodes: a lone surrogate (JSON's ``\\ud800``) does not, and broke the
-    table's Arrow conversion on every rerun of the page."""
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def from_dict(d: object) -> tuple[Lab, list[FieldError]]:
     """A lab from a link's or the table's plain data. Values of the wrong type become field
     errors (and a placeholder value) rather than exceptions, so the page can show the table
@@ -151,7 +142,8 @@ def from_dict(d: object) -> tuple[Lab, list[FieldError]]:
         for key in REQUEST_FIELDS:
             v = r.get(key)
             if key in ("id", "prompt"):
-                if isinstance(v, str) and not _is_unicode(v):  # a lone surrogate, from JSON
+                # a lone surrogate (JSON's \ud800) broke the table's Arrow conversion on every rerun
+                if isinstance(v, str) and not all_text_encodes(v):
                     errors.append(FieldError(n, key, "is not valid Unicode text"))
                     v = v.encode("utf-8", "replace").decode("utf-8")
                 vals[key] = (
