@@ -91,7 +91,10 @@ def _claims_hold(lesson: L.Lesson, lab: S.Lab) -> None:
         ev = L._rule_event(lesson, kf, rule) if "event" in rule else None
         req = getattr(ev, "req", None)
         if rule.get("event") == "admitted":
-            held = req in lesson.left.at(kf).reservations
+            # held at the frame's end, or reserved and released in it (stopped as admitted)
+            held = req in lesson.left.at(kf).reservations or any(
+                e.kind == "slots_reserved" and e.req == req for e in lesson.left.at(kf).events
+            )
             assert ("sets aside one unbroken run" in text) == held, (kf, text)
         if rule.get("event") == "finished":
             assert ev.reason == "eos" and ev.num_generated < by_id[req].max_tokens, (ev, text)
@@ -102,7 +105,12 @@ def _claims_hold(lesson: L.Lesson, lab: S.Lab) -> None:
             assert not never or f"**{never}** were never filled" in text
         if rule.get("event") == "admission_blocked":
             assert ev.free_slots >= ev.need_slots > ev.largest_hole, ev  # "which is enough"
-            running = bool(lesson.right.at(kf).block_tables.get(req))
+            right = lesson.right.at(kf)
+            # holds blocks at the frame's end, or ran in it and stopped (its blocks still drawn)
+            running = bool(right.block_tables.get(req)) or (
+                kf < len(lesson.right.frames)
+                and any(e.kind == "finished" and e.req == req for e in right.events)
+            )
             assert ("is already running here" in text) == running, (kf, text)
         if rule.get("frame") == "last":
             ls, rs = lesson.left.summary.steps, lesson.right.summary.steps

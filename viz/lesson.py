@@ -442,19 +442,49 @@ def _event_ns(lesson: Lesson, i: int, ev: E.Event) -> SimpleNamespace:
                 prompt_blocks=math.ceil(view.prompt_len / bs),
             )
         run = left.reservations.get(req)
-        d["left_reserved"] = run[1] if run else 0
-        gone = lesson.left.at(i - 1).reservations.get(req) if i > 0 else None
-        d["left_released"] = gone[1] if gone and not run else 0  # the run it held until now
+        # A request that stops in the step it is admitted in (its first token is its last)
+        # reserves and releases its run within this one frame: the frame's reservations no
+        # longer list it, but it was held, and the caption quotes these same events.
+        mine = _own_events(lesson.left, i, req)
+        got = next((e.length for e in mine if isinstance(e, E.SlotsReserved)), 0)
+        let_go = next((e.length for e in mine if isinstance(e, E.ReservationReleased)), 0)
+        d["left_reserved"] = run[1] if run else got
+        d["left_released"] = 0 if run else let_go  # the run it held until now
         d["left_never"] = left.never_filled(req)  # hatched there: it stopped in this frame
         d["right_never"] = right.never_filled(req)
         d["hole_between"] = _hole_between(lesson, i, req)
         if "block_map" in d:  # a swap: device -> CPU blocks out, CPU -> device blocks in
             arrow = "#{}→c{}" if ev.kind == E.SwappedOut.kind else "c{}→#{}"
             d["moves"] = ", ".join(arrow.format(a, b) for a, b in d["block_map"])
-        table = right.block_tables.get(req, ())
+        table = right.block_tables.get(req) or _table_as_it_stopped(lesson.right, i, req)
         d["right_blocks"] = len(table)
         d["right_table"] = ", ".join(f"{n}→#{p}" for n, p in enumerate(table)) or "-"
     return SimpleNamespace(**d)
+
+
+def _own_events(side: Side, i: int, req: str) -> list[E.Event]:
+    """``req``'s events in frame ``i`` of ``side`` (none once that run has ended)."""
+    if i >= len(side.frames):
+        return []
+    return [e for e in side.frames[i].events if getattr(e, "req", None) == req]
+
+
+def _table_as_it_stopped(side: Side, i: int, req: str) -> tuple[int, ...]:
+    """The block table ``req`` held in frame ``i`` if it finished there (the grid still draws
+    those blocks, hatched where never filled): its table of the frame before, with the
+    entries this frame gave it. Empty for a request that did not stop in frame ``i``."""
+    mine = _own_events(side, i, req)
+    if not any(isinstance(e, E.Finished) for e in mine):
+        return ()
+    table = dict(enumerate(side.frames[i - 1].block_tables.get(req, ()))) if i > 0 else {}
+    for e in mine:
+        if isinstance(e, E.Preempted):
+            table = {}
+        elif isinstance(e, (E.BlockAllocated, E.BlockShared)):
+            table[e.logical] = e.physical
+        elif isinstance(e, E.BlockCopied):
+            table[e.logical] = e.dst
+    return tuple(table[n] for n in sorted(table))
 
 
 def _hole_between(lesson: Lesson, i: int, req: str) -> bool:

@@ -1,0 +1,59 @@
+"""Narration at the edges of a step: a request that stops in the very step it is admitted in
+(its first token is its last) reserves and lets go of its memory inside one frame. The frame
+still draws that memory, and the caption quotes it; the step's narration must say the same."""
+
+from __future__ import annotations
+
+from engine import events as E
+from viz import captions
+from viz import lesson as L
+from viz import scenario_lab as S
+
+TITLES = {"en": "lab", "zh": "lab"}
+SIDES = {"left": {"en": "left", "zh": "左"}, "right": {"en": "right", "zh": "右"}}
+
+
+def _lesson(*requests: S.LabRequest, num_blocks: int = 12) -> L.Lesson:
+    lab = S.Lab(requests, num_blocks=num_blocks, block_size=8, max_model_len=64, policy="max")
+    assert S.check(lab) == []
+    return S.lesson_for(lab, S.record_dry(lab), SIDES, TITLES)
+
+
+def _released(lesson: L.Lesson, i: int, req: str) -> int:
+    return next(
+        e.length
+        for e in lesson.left.frames[i].events
+        if isinstance(e, E.ReservationReleased) and e.req == req
+    )
+
+
+def test_a_request_that_stops_as_it_is_admitted_is_said_to_release_the_run_it_held():
+    lesson = _lesson(
+        S.LabRequest("A", "why is the sky blue tell me about rain", 20, 0),
+        S.LabRequest("B", "tell me two lines", 12, 2, stop_after=1),
+    )
+    k = 3  # "A short request finishes": B stops after its first token, as it is admitted
+    kf = lesson.keyframes[k]
+    held = _released(lesson, kf, "B")
+    never = lesson.left.frames[kf].never_filled("B")
+    assert held > never > 0
+    left_caption = captions.caption(lesson, kf, "en")[0]
+    assert f"{never} of its {held} slots were never filled" in left_caption
+    en = L.render_step(lesson, k, "en").narration
+    assert f"Of the **{held} slots** its run held, **{never}** were never filled" in en
+    zh = L.render_step(lesson, k, "zh").narration
+    assert f"**{held} 个槽位**，其中 **{never} 个**从未写入" in zh
+
+
+def test_a_request_admitted_and_finished_in_one_step_is_not_said_to_wait():
+    lesson = _lesson(S.LabRequest("Z", "answer", 1, 0))  # one token: done as admitted
+    k = 0  # "A request arrives"
+    kf = lesson.keyframes[k]
+    left_caption, right_caption = captions.caption(lesson, kf, "en")
+    assert "Z admitted into the hole at slot 0" in left_caption
+    en = L.render_step(lesson, k, "en").narration
+    assert "sets aside one unbroken run of **1 slots**" in en
+    assert "Z waits" not in en
+    # the right's table as the grid draws it this frame, not "-"
+    assert "block table: 0→\\#0." in en
+    assert "Z 只能等待" not in L.render_step(lesson, k, "zh").narration
