@@ -5,6 +5,7 @@ still draws that memory, and the caption quotes it; the step's narration must sa
 from __future__ import annotations
 
 from engine import events as E
+from engine.trace import read
 from viz import captions
 from viz import lesson as L
 from viz import scenario_lab as S
@@ -57,3 +58,34 @@ def test_a_request_admitted_and_finished_in_one_step_is_not_said_to_wait():
     # the right's table as the grid draws it this frame, not "-"
     assert "block table: 0→\\#0." in en
     assert "Z 只能等待" not in L.render_step(lesson, k, "zh").narration
+
+
+def test_the_right_is_not_said_to_free_blocks_in_a_step_where_its_request_does_not_stop():
+    # B waits on the left behind A's reservation and runs at once on the right: it stops
+    # early on both sides, in different steps
+    lesson = _lesson(
+        S.LabRequest("A", "why is the sky blue", 40, 0),
+        S.LabRequest("B", "tell me two lines", 20, 1, stop_after=2),
+        S.LabRequest("C", "rain", 20, 1),
+        num_blocks=8,
+    )
+    k = 3  # "A short request finishes", keyed to the left's frame
+    kf = lesson.keyframes[k]
+    right_stop = next(
+        i
+        for i, f in enumerate(lesson.right.frames)
+        if any(isinstance(e, E.Finished) and e.req == "B" for e in f.events)
+    )
+    assert right_stop != kf
+    en = L.render_step(lesson, k, "en").narration
+    assert "its blocks simply go back to the free pool" in en
+    assert "B stops in another step here" in en
+    assert "在这边是在另一步结束的" in L.render_step(lesson, k, "zh").narration
+
+
+def test_the_six_step_lesson_still_frees_the_right_in_the_same_step():
+    spec = L.load_spec("six-steps")
+    lesson = L.build(spec, read(L.trace_path(spec)))
+    en = L.render_step(lesson, 3, "en").narration
+    assert "**Right:** its blocks simply go back to the free pool" in en
+    assert "another step" not in en

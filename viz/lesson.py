@@ -453,6 +453,9 @@ def _event_ns(lesson: Lesson, i: int, ev: E.Event) -> SimpleNamespace:
         d["left_never"] = left.never_filled(req)  # hatched there: it stopped in this frame
         d["right_never"] = right.never_filled(req)
         d["hole_between"] = _hole_between(lesson, i, req)
+        d["right_finished"] = any(
+            isinstance(e, E.Finished) for e in _own_events(lesson.right, i, req)
+        )
         if "block_map" in d:  # a swap: device -> CPU blocks out, CPU -> device blocks in
             arrow = "#{}→c{}" if ev.kind == E.SwappedOut.kind else "c{}→#{}"
             d["moves"] = ", ".join(arrow.format(a, b) for a, b in d["block_map"])
@@ -586,6 +589,8 @@ CONDITIONS = {
     "hole_between": lambda ctx: bool(_ev(ctx, "hole_between", False)),
     # the step's request stopped at the keyframe with left slots it never filled (hatched)
     "left_never": lambda ctx: _ev(ctx, "left_never", 0) > 0,
+    # the step's request stops on the right in this same frame (each side keeps its own pace)
+    "right_finished": lambda ctx: bool(_ev(ctx, "right_finished", False)),
     "fewer_steps": lambda ctx: ctx["R"].steps < ctx["L"].steps,
     "same_steps": lambda ctx: ctx["R"].steps == ctx["L"].steps,
     "more_steps": lambda ctx: ctx["R"].steps > ctx["L"].steps,
