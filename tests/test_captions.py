@@ -285,3 +285,30 @@ def test_the_state_line_quotes_the_strips_percentages(lesson, lang):
             strip = percents(f.account.shares())
             line = captions.state_line(f, lang)
             assert strip["token_states"] in line and strip["free"] in line, (line, strip)
+
+
+SHARED = re.compile(r"^(\S+) admitted(?: again)?: \d+ blocks? .*\((\d+) shared\)$")
+
+
+def test_a_fork_that_copies_on_write_is_captioned_with_what_its_table_shares_after():
+    """Parallel samples share the prompt's blocks and, in the same step, copy the partly filled
+    last one before writing: the caption's "(k shared)" counts what the table still shares
+    when the frame ends (the grid's xN), and the copy itself is said."""
+    spec = L.load_spec("parallel-sampling")
+    side = L.build(spec, read(L.trace_path(spec))).right
+    copies = 0
+    for f in side.frames:
+        said = captions.side_phrases(f, "en")
+        names = {v.name: r for r, v in f.requests.items()}
+        for p in said:
+            m = SHARED.match(p)
+            if m:
+                req = names[m.group(1)]
+                others = {b for r, t in f.block_tables.items() if r != req for b in t}
+                assert int(m.group(2)) == sum(b in others for b in f.block_tables[req]), p
+        for e in f.events:
+            if e.kind == "block_copied":
+                copies += 1
+                want = f"copied to #{e.dst} first (copy-on-write)"
+                assert any(p.startswith(f.requests[e.req].name) and want in p for p in said)
+    assert copies > 0

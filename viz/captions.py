@@ -43,7 +43,11 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
     admitted_ids = {e.req for e in admitted}
     # a table's new entries: fresh blocks, and shared ones (a cache hit, a fork)
     blocks = Counter(e.req for e in evs if isinstance(e, (E.BlockAllocated, E.BlockShared)))
+    # still shared when the frame ends: a block copied on write (a fork writing into the
+    # shared, partly filled last block) is the request's own by then
+    copies = [e for e in evs if isinstance(e, E.BlockCopied)]
     shared = Counter(e.req for e in evs if isinstance(e, E.BlockShared))
+    shared.subtract(e.req for e in copies)
     # back to the pool only when no other table holds it any more
     freed = Counter(e.req for e in evs if isinstance(e, E.BlockFreed) and e.ref_count == 0)
     out_blocks = {e.req: len(e.block_map) for e in evs if isinstance(e, E.SwappedOut)}
@@ -73,7 +77,7 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
         view = frame.requests.get(a.req)
         prompt = view.prompt_len if view else a.num_tokens
         if paged:
-            n, k = blocks.get(a.req, 0), shared.get(a.req, 0)
+            n, k = blocks.get(a.req, 0), max(0, shared.get(a.req, 0))
             # back after a preemption or a swap: it holds its output so far too
             key = "readmitted_paged" if a.num_tokens > prompt else "admitted_paged"
             out.append(
@@ -86,6 +90,10 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
             out.append(
                 t["admitted_contig"].format(req=_name(frame, a.req), start=r.start, length=r.length)
             )
+    for c in copies:
+        out.append(
+            t["copied"].format(req=_name(frame, c.req), src=c.src, dst=c.dst, logical=c.logical)
+        )
     for b in frame.blocked:
         key = {E.BLOCKED_NO_HOLE: "blocked_hole", E.BLOCKED_BATCH_FULL: "blocked_batch"}.get(
             b.reason, "blocked_space"
