@@ -79,7 +79,7 @@ def test_the_right_is_not_said_to_free_blocks_in_a_step_where_its_request_does_n
     assert right_stop != kf
     en = L.render_step(lesson, k, "en").narration
     assert "its blocks simply go back to the free pool" in en
-    assert "B stops in another step here" in en
+    assert "here B stops in a different step" in en
     assert "在这边是在另一步结束的" in L.render_step(lesson, k, "zh").narration
 
 
@@ -88,4 +88,4 @@ def test_the_six_step_lesson_still_frees_the_right_in_the_same_step():
     lesson = L.build(spec, read(L.trace_path(spec)))
     en = L.render_step(lesson, 3, "en").narration
     assert "**Right:** its blocks simply go back to the free pool" in en
-    assert "another step" not in en
+    assert "different step" not in en

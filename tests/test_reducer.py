@@ -26,6 +26,7 @@ from viz.reducer import (
     apply,
     fold,
     replay,
+    replay_settled,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,6 +240,49 @@ def test_a_live_stream_ends_with_the_frames_of_its_replay():
     for side in ("left", "right"):
         assert live.side(side).frames == replayed.side(side).frames
     assert live.keyframes == replayed.keyframes
+
+
+# --- a run that has ended shows the arena as it left it ---------------------------------------
+
+
+def test_a_run_that_ended_shows_its_last_finishers_memory_free_not_held():
+    """A finishes in step 1 and is drawn there one last time; after the run, its slots are free
+    and Tally counts them so, while B, still running when the stream stops, keeps its own."""
+    events = contiguous_fragmented()[:-4]  # up to A's finish: B still holds [10, 30)
+    frames, settled = replay_settled(events, CONTIG)
+    last = frames[-1]
+    assert [last.owners[s] for s in (0, 9)] == ["A", "A"]  # the last look
+    assert settled is not None and (settled.step, settled.index) == (last.step, last.index)
+    assert settled.owners[:10] == (None,) * 10 and settled.cells[:10] == "F" * 10
+    assert settled.owners[10:30] == ("B",) * 20 and settled.cells[10:30] == last.cells[10:30]
+    assert settled.changed == frozenset(range(10))
+    acct = settled.account
+    assert acct.token_states == last.account.token_states - 4
+    assert acct.internal == last.account.internal - 6
+    assert acct.free == last.account.free + 10 and settled.events == ()
+
+
+def test_a_run_cut_inside_a_step_keeps_its_last_frame():
+    events = contiguous_fragmented()[:-2]  # C has arrived; step 2 never ended
+    frames, settled = replay_settled(events, CONTIG)
+    assert settled is frames[-1]
+
+
+def test_the_ended_side_of_a_lesson_holds_nothing_and_its_timeline_stops(lesson):
+    from viz import player
+
+    short = min((lesson.left, lesson.right), key=lambda s: len(s.frames))
+    n = len(short.frames)
+    assert n < lesson.num_frames, "six-steps: one side must end first"
+    assert short.frames[-1].last_look, "its last frame shows a finishing request"
+    for i in (n, lesson.num_frames - 1):
+        after = short.at(i)
+        assert set(after.cells) == {"F"} and after.block_tables == {} and not after.running
+        assert after.account.free == after.account.num_slots
+    assert short.at(n - 1) is short.frames[-1]
+    svg = player.timeline_svg(lesson, [], "en")
+    points = [len(p.split("'")[0].split()) for p in svg.split("points='")[1:]]
+    assert sorted(points) == sorted(len(s.frames) for s in (lesson.left, lesson.right))
 
 
 # --- the six keyframes show what their steps say -----------------------------------------------

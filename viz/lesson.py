@@ -40,7 +40,7 @@ from engine.accounting import CATEGORIES, account, time_averaged_shares
 from engine.trace import Trace, TraceError
 from viz import fp8_data
 from viz.percent import percents
-from viz.reducer import CONTIGUOUS, PAGED, Frame, RunInfo, replay
+from viz.reducer import CONTIGUOUS, PAGED, Frame, RunInfo, replay_settled
 from viz.safe import md_text
 from viz.tier_facts import TIER_CONDITIONS, tier_facts
 from viz.ui_text import load as load_text
@@ -93,9 +93,15 @@ class Side:
     frames: list[Frame]
     title: dict[str, str]
     summary: Summary
+    #: the arena as the run left it (reducer.settle), shown once it has ended; None: the last
+    #: frame stays
+    settled: Frame | None = None
 
     def at(self, i: int) -> Frame:
-        """Frame ``i``; a run that ended earlier shows its last frame."""
+        """Frame ``i``; a run that ended earlier shows the arena as it left it: its last frame,
+        less the memory that frame's finishing requests let go of."""
+        if i >= len(self.frames) and self.settled is not None:
+            return self.settled
         return self.frames[max(0, min(i, len(self.frames) - 1))]
 
 
@@ -290,10 +296,10 @@ def pick_runs(spec: LessonSpec, trace: Trace) -> dict[str, str]:
 def _side(trace: Trace, run: str, title: dict) -> Side:
     info = RunInfo.from_header(trace.run_config(run))
     events = trace.runs[run]
-    frames = replay(events, info)
+    frames, settled = replay_settled(events, info)
     if not frames:
         raise TraceError(f"run {run!r} has no finished engine step yet")
-    return Side(info, frames, title, summarize(frames, events))
+    return Side(info, frames, title, summarize(frames, events), settled)
 
 
 def summarize(frames: list[Frame], events: list[E.Event]) -> Summary:

@@ -142,8 +142,9 @@ def frame_record(
 
 
 def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
-    """Token-state share of each side per frame (right solid, left dashed, both in the token
-    colour: the colour means the category, the dash the side), step numbers at keyframes.
+    """Token-state share of each side per frame while its run lasts (right solid, left dashed,
+    both in the token colour: the colour means the category, the dash the side), step numbers
+    at keyframes.
     Drawn once; the player moves a playhead over it. The lines stretch with the width; the
     labels are HTML beside and under them, so text is never stretched."""
     n = max(1, lesson.num_frames)
@@ -159,8 +160,10 @@ def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
     lines = []
     for side, dash in (("left", "6 4"), ("right", "")):
         s = lesson.side(side)
+        # the line ends with its run (an ended run holds nothing: no share to plot)
         pts = " ".join(
-            f"{x(i):.1f},{y(s.at(i).account.share('token_states')):.1f}" for i in range(n)
+            f"{x(i):.1f},{y(f.account.share('token_states')):.1f}"
+            for i, f in enumerate(s.frames[:n])
         )
         lines.append(
             f"<polyline points='{pts}' fill='none' "

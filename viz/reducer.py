@@ -225,7 +225,7 @@ def step_in_place(s: ArenaState, ev: E.Event) -> None:
     if req is not None:
         s.touched.add(req)
     if isinstance(ev, E.StepEnd):
-        s.last_frame = _close(s, ev)
+        s.last_frame = _close(s, ev.step)
         s.step_events = []
         s.released = {}
         return
@@ -337,9 +337,9 @@ _HANDLERS: dict[str, Callable[[ArenaState, Any], None]] = {
 }
 
 
-def _close(s: ArenaState, ev: E.StepEnd) -> Frame:
+def _close(s: ArenaState, step: int) -> Frame:
     last_look = _finishing_cells(s)  # read before close_step forgets who finished
-    account = s.tally.close_step(ev.step)  # also fixes this step's refusals
+    account = s.tally.close_step(step)  # also fixes this step's refusals
     cells_list = _cells(s, account.external > 0)
     owners_list = list(s.owners)
     for slot, (req, code, _) in last_look.items():
@@ -349,7 +349,7 @@ def _close(s: ArenaState, ev: E.StepEnd) -> Frame:
     t = s.tally
     frame = Frame(
         index=s.num_frames,
-        step=ev.step,
+        step=step,
         run=s.run,
         cells=cells,
         owners=owners,
@@ -484,3 +484,32 @@ def replay(events: list[E.Event], run: RunInfo) -> list[Frame]:
     """All frames of a run, exactly as they were folded while it ran: no final length is read
     ahead of the ``finished`` event that tells it."""
     return list(fold(events, run))
+
+
+def replay_settled(events: list[E.Event], run: RunInfo) -> tuple[list[Frame], Frame | None]:
+    """``replay``, and the arena as the run left it (``settle``): what its side shows once its
+    last step is over while the other side still steps."""
+    state = ArenaState.empty(run)
+    frames = []
+    for ev in events:
+        step_in_place(state, ev)
+        if state.last_frame is not None and isinstance(ev, E.StepEnd):
+            frames.append(state.last_frame)
+    return frames, settle(state)
+
+
+def settle(s: ArenaState) -> Frame | None:
+    """The arena after the last frame, with no step taken: the requests that finished in it,
+    drawn there one last time as they held their memory, have let go of it (their slots are
+    free from the next frame on, and for a run that has ended that is every frame after its
+    last). Tally closes once more, with nothing new: those slots count as free and no refusal
+    stands. A run cut short keeps what its running requests still hold, and one cut inside a
+    step (events after its last ``step_end``) keeps its last frame: the fold is past it. Same
+    step and index as the last frame: it is that step's aftermath, not another step. None
+    before any step."""
+    last = s.last_frame
+    if last is None or not last.last_look or s.step_events:
+        return last
+    twin = s.clone()
+    twin.step_events, twin.num_frames = [], last.index
+    return _close(twin, last.step)
