@@ -89,3 +89,32 @@ def test_the_six_step_lesson_still_frees_the_right_in_the_same_step():
     en = L.render_step(lesson, 3, "en").narration
     assert "**Right:** its blocks simply go back to the free pool" in en
     assert "different step" not in en
+
+
+def test_two_steps_on_one_frame_both_speak_there_over_the_grids():
+    """A lab scenario whose early finish happens on the last frame: step 4 and the scoreboard
+    step share it. The later step took the frame and step 4's narration was shown nowhere (its
+    button opened the scoreboard, which hides the grids that narration is about)."""
+    from viz import chapters, player
+
+    lesson = _lesson(
+        S.LabRequest("A", "why is the sky blue", 40, 0),
+        S.LabRequest("B", "tell me two lines", 20, 1, stop_after=2),
+        num_blocks=8,
+    )
+    last = lesson.num_frames - 1
+    assert lesson.keyframes[3] == lesson.keyframes[5] == last, lesson.keyframes
+    chs = chapters.chapters(lesson)
+    ch = next(c for c in chs if c.start <= last <= c.end)
+    assert ch.steps == (3, 5)
+    for lang in ("en", "zh"):
+        body = chapters.body(lesson, ch, last, lang)
+        four, six = (L.render_step(lesson, k, lang).narration for k in (3, 5))
+        assert body.index(four) < body.index(six)
+        title = chapters.title(lesson, ch, lang)
+        assert title.startswith("4 · ") and " / 6 · " in title
+    data = player.payload(lesson, "en")
+    shared = next(c for c in data["chapters"] if c["start"] == last)
+    assert shared["step"] == 5 and not shared["score"]  # the grids stay up
+    assert [s["chapter"] for s in data["steps"]][3] == [s["chapter"] for s in data["steps"]][5]
+    assert ">4·6</span>" in data["timeline"]

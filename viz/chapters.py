@@ -25,6 +25,14 @@ class Chapter:
     end: int
     kind: str
     step: int | None = None
+    #: earlier steps whose keyframe is this one too (a lab scenario can put two on one frame):
+    #: their narration comes first, so no step goes unsaid
+    also: tuple[int, ...] = ()
+
+    @property
+    def steps(self) -> tuple[int, ...]:
+        """Every step this chapter speaks for, in order."""
+        return (*self.also, self.step) if self.step is not None else ()
 
 
 def _waiting(lesson: Lesson, side: str, i: int) -> int:
@@ -54,31 +62,35 @@ def phase(lesson: Lesson, i: int) -> str:
 
 def chapters(lesson: Lesson) -> list[Chapter]:
     """The run cut into chapters, in order, covering frames 0 .. last without gaps."""
-    at_key: dict[int, int] = {}
+    at_key: dict[int, list[int]] = {}
     for k, kf in enumerate(lesson.keyframes):
         if kf is not None:
-            at_key[kf] = k  # two steps on one frame: the later one speaks
+            at_key.setdefault(kf, []).append(k)  # two steps on one frame: both speak there
     out: list[Chapter] = []
     for i in range(lesson.num_frames):
-        kind, step = (STEP, at_key[i]) if i in at_key else (phase(lesson, i), None)
-        if out and out[-1].kind == kind and out[-1].step == step and kind != STEP:
+        if i in at_key:
+            *also, step = at_key[i]
+            out.append(Chapter(i, i, STEP, step, tuple(also)))
+            continue
+        kind = phase(lesson, i)
+        if out and out[-1].kind == kind:
             out[-1] = Chapter(out[-1].start, i, kind)
         else:
-            out.append(Chapter(i, i, kind, step))
+            out.append(Chapter(i, i, kind))
     return out
 
 
 def title(lesson: Lesson, ch: Chapter, lang: str) -> str:
-    if ch.kind == STEP and ch.step is not None:
-        return f"{ch.step + 1} · {lesson.spec.steps[ch.step].title[lang]}"
+    if ch.kind == STEP and ch.steps:
+        return " / ".join(f"{k + 1} · {lesson.spec.steps[k].title[lang]}" for k in ch.steps)
     return text(lang)[f"phase_{ch.kind}"]
 
 
 def body(lesson: Lesson, ch: Chapter, i: int, lang: str) -> str:
-    """The chapter's text on frame ``i``: the step's narration on its keyframe, else each
-    side's state on this very frame."""
-    if ch.kind == STEP and ch.step is not None:
-        return render_step(lesson, ch.step, lang).narration
+    """The chapter's text on frame ``i``: the step's narration on its keyframe (each step's,
+    in order, where two share it), else each side's state on this very frame."""
+    if ch.kind == STEP and ch.steps:
+        return "\n\n".join(render_step(lesson, k, lang).narration for k in ch.steps)
     t = text(lang)
     colon = ": " if lang == "en" else "："
     lines = []

@@ -175,7 +175,9 @@ def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
         f"vector-effect='non-scaling-stroke'/>"
         for v in (0, 0.5, 1)
     )
-    steps = [(c.start, c.step) for c in chs if c.kind == chapters.STEP and c.step is not None]
+    steps = [
+        (c.start, "·".join(str(k + 1) for k in c.steps)) for c in chs if c.kind == chapters.STEP
+    ]
     marks = "".join(
         f"<line x1='{x(i):.1f}' x2='{x(i):.1f}' y1='{top}' "
         f"y2='{TL_H - bottom}' stroke='{MUTED}' stroke-dasharray='2 3' "
@@ -191,7 +193,7 @@ def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
     ys = "".join(
         f"<span style='top:{100 * y(v) / TL_H:.2f}%'>{int(v * 100)}%</span>" for v in (0, 0.5, 1)
     )
-    nums = "".join(f"<span style='left:{100 * x(i) / TL_W:.3f}%'>{k + 1}</span>" for i, k in steps)
+    nums = "".join(f"<span style='left:{100 * x(i) / TL_W:.3f}%'>{k}</span>" for i, k in steps)
     return (
         f"<div class='pk-tl'><div class='pk-tl-y'>{ys}</div><div class='pk-tl-plot'>"
         f"{svg_}<div class='pk-tl-steps'>{nums}</div></div></div>"
@@ -261,7 +263,8 @@ def payload(lesson: Lesson, lang: str) -> dict:
                 "end": c.end,
                 "step": c.step,
                 "title": chapters.title(lesson, c, lang),
-                "score": c.step is not None and c.step == score_step,
+                # the scoreboard hides the grids: not over another step's narration of them
+                "score": c.step is not None and c.step == score_step and not c.also,
             }
             for c in chs
         ],
