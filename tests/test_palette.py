@@ -10,7 +10,7 @@ import re
 import pytest
 
 from engine.trace import read
-from viz import figures, html, svg
+from viz import figures, html, style, svg
 from viz import lesson as L
 from viz.reducer import CELL_CATEGORY
 from viz.style import CATEGORY_COLOURS, REQUEST_COLOURS, cell_colour
@@ -82,11 +82,7 @@ def test_every_cell_is_painted_with_its_categorys_colour():
 def test_one_screen_uses_each_colour_for_one_category():
     """On a real frame, every fill in the grid, the strip and the legend is a category colour
     (or neutral ink, grey text, white), and each category colour is used for that category only."""
-    spec = L.load_spec("six-steps")
-    path = L.trace_path(spec)
-    if not path.is_file():
-        pytest.skip("six-step trace not recorded")
-    lesson = L.build(spec, read(path))
+    lesson = _six_steps()
     layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
     allowed = {c.upper() for c in CATEGORY_COLOURS.values()} | {
         "#1F2933",
@@ -101,3 +97,57 @@ def test_one_screen_uses_each_colour_for_one_category():
             )
             fills = {f.upper() for f in re.findall(r"fill='(#[0-9A-Fa-f]{6}|white)'", page)}
             assert fills <= allowed, fills - allowed
+
+
+def _six_steps() -> L.Lesson:
+    spec = L.load_spec("six-steps")
+    return L.build(spec, read(L.trace_path(spec)))  # a shipped trace: missing is a failure
+
+
+def _hued(colours: set[str]) -> set[str]:
+    """Colours with a hue (CIELAB chroma over 12) that are no category's: the categories own
+    the hues, so anything else beside them is grey or ink."""
+    cats = {c.upper() for c in CATEGORY_COLOURS.values()}
+    return {c for c in colours - cats if math.hypot(*_lab(_linear(c))[1:]) > 12}
+
+
+def test_the_lecture_figures_legend_paints_each_category_as_the_grid_does():
+    """The exported figure's legend drew "free" darker (#C9CED6) than the grid's free cells."""
+    lesson = _six_steps()
+    i = lesson.keyframes[3]
+    fig = figures.side_by_side_figure(lesson.left.at(i), lesson.right.at(i), None, "en")
+    words = style.words("en")
+    legend = next(a.text for a in fig.layout.annotations if words["changed"] in (a.text or ""))
+    found = re.findall(r"color:(#[0-9A-Fa-f]{6})'>[^<]*</span> ([^<]+?)(?=\s{4}|$)", legend)
+    painted = {label: colour.upper() for colour, label in found}
+    for cat in CATEGORY_COLOURS:
+        assert painted[words[cat]] == CATEGORY_COLOURS[cat].upper(), (cat, painted)
+
+
+def test_a_chart_beside_the_categories_does_not_borrow_their_look():
+    """The paper page's concurrency bars ("ours") were #2F62C8, a blue a reader cannot tell
+    from the token-state blue of Fig. 2 on the same page."""
+    from engine import paper
+    from engine.accounting import CATEGORIES
+    from viz import paper_page as P
+    from viz import paper_results as R
+
+    rows = [
+        R.PolicyRow(p, {c: 0.2 for c in CATEGORIES}, 0.0, m, 1, 0)
+        for p, m in zip(paper.POLICIES, (5.0, 7.5, 10.0, 20.0), strict=True)
+    ]
+    fig = P.concurrency_figure(rows)
+    colours = {str(t.marker.color).upper() for t in fig.data}
+    assert len(colours) == 2 and not _hued(colours), colours
+
+
+def test_the_capacity_chart_uses_no_hue_of_its_own():
+    """Its bars were red and green: the hole's red with a second meaning, and a pair a
+    red-green colour-blind viewer cannot tell apart."""
+    from engine.capacity import concurrency, preset
+    from viz import capacity_page
+
+    c = concurrency(preset("llama-2-70b"), 40 * 2**30, 8192, 3000, 16)
+    fig = capacity_page.concurrency_figure(c, capacity_page.TEXT["en"])
+    colours = {str(x).upper() for x in fig.data[0].marker.color}
+    assert len(colours) == 2 and not _hued(colours), colours

@@ -33,6 +33,7 @@ from engine.capacity import (
 )
 from engine.request import InvalidConfigError
 from viz import model_files, safe, ui_text
+from viz.style import INK, MUTED
 
 TEXT = ui_text.load("capacity_page")  # viz/text/capacity_page.toml
 DTYPES = ("fp32", "fp16", "bf16", "fp8")
@@ -260,16 +261,7 @@ def _concurrency(r: CapacityReport, t: dict) -> None:
     m[0].metric(t["prealloc"], c.prealloc_requests)
     m[1].metric(t["paged"], c.paged_requests)
     m[2].metric(t["ratio"], "—" if c.ratio is None else f"{c.ratio:.2f}x")
-    fig = go.Figure(
-        go.Bar(
-            x=[t["prealloc"], t["paged"]],
-            y=[c.prealloc_requests, c.paged_requests],
-            text=[c.prealloc_requests, c.paged_requests],
-            marker_color=["#d62728", "#2ca02c"],
-        )
-    )
-    fig.update_layout(height=280, margin=dict(l=10, r=10, t=10, b=10))
-    st.plotly_chart(fig, key="capacity_chart")
+    st.plotly_chart(concurrency_figure(c, t), key="capacity_chart")
     st.caption(
         t[_conc_key(c, r.shape)].format(
             max_len=c.max_len,
@@ -284,6 +276,22 @@ def _concurrency(r: CapacityReport, t: dict) -> None:
             sliding=r.shape.num_sliding_layers,
         )
     )
+
+
+def concurrency_figure(c, t: dict) -> go.Figure:
+    """Requests that fit, preallocated beside paged. Grey and ink, told apart by their labels:
+    the hues belong to the accounting categories (viz.style), and red against green was both a
+    second meaning for the hole's red and lost on a red-green colour-blind viewer."""
+    fig = go.Figure(
+        go.Bar(
+            x=[t["prealloc"], t["paged"]],
+            y=[c.prealloc_requests, c.paged_requests],
+            text=[c.prealloc_requests, c.paged_requests],
+            marker_color=[MUTED, INK],
+        )
+    )
+    fig.update_layout(height=280, margin=dict(l=10, r=10, t=10, b=10))
+    return fig
 
 
 def _conc_key(c, shape: ModelShape) -> str:

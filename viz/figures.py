@@ -699,7 +699,7 @@ def _legend_line(fig: go.Figure, lang: str) -> None:
         (c["token_states"], "■", w["token_states"]),
         (c["reservation"], "■", w["reservation"]),
         (c["internal"], "▨", w["internal"]),
-        ("#C9CED6", "■", w["free"]),
+        (c["free"], "■", w["free"]),
         (c["external"], "☒", w["external"]),
         (CHANGED, "□", w["changed"]),
     ]

@@ -338,7 +338,7 @@ def concurrency_figure(
     ours = [r.mean_running for r in rows]
     ref = [P.FIG13[workload][r.policy] for r in rows]
     fig = go.Figure()
-    for label, vals, colour in ((t["ours"], ours, "#2F62C8"), (t["paper"], ref, "#9AA3AF")):
+    for label, vals, colour in ((t["ours"], ours, INK), (t["paper"], ref, "#9AA3AF")):
         fig.add_bar(
             x=names,
             y=vals,
