@@ -46,7 +46,6 @@ def test_bad_animation_options_are_one_line_errors(tmp_path, capsys, argv, says)
 
 @pytest.mark.browser
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium")
-@pytest.mark.skipif(not TRACE.is_file(), reason="six-step trace not recorded yet")
 @pytest.mark.parametrize("frames, fps, lang", [("3:10", 2.0, "en"), ("6:10", 5.0, "zh")])
 def test_gif_and_mp4_hold_the_frames_asked_for_with_each_frames_own_caption(
     tmp_path, monkeypatch, frames, fps, lang

@@ -18,7 +18,6 @@ TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium"),
-    pytest.mark.skipif(not TRACE.is_file(), reason="six-step trace not recorded yet"),
 ]
 playwright = pytest.importorskip("playwright.sync_api")
 

@@ -15,13 +15,12 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.trace import loads
-from tests.hostile_traces import REQUEST_IDS, RUN_NAMES, SIX_TRACE, hostile_trace_text
+from tests.hostile_traces import REQUEST_IDS, RUN_NAMES, hostile_trace_text
 from viz import figures, html, safe, svg
 from viz import lesson as L
 from viz.live_registry import LiveRegistry
 
 ROOT = Path(__file__).resolve().parent.parent
-needs_trace = pytest.mark.skipif(not SIX_TRACE.is_file(), reason="six-step trace not recorded")
 
 
 # --- escaping --------------------------------------------------------------------------------
@@ -71,7 +70,6 @@ class _Tags(HTMLParser):
             self.attrs.setdefault(k, set()).add(v or "")
 
 
-@needs_trace
 def test_every_frame_of_a_hostile_trace_draws_only_our_own_markup():
     lesson = L.build(L.load_spec("six-steps"), loads(hostile_trace_text()), source="x.jsonl")
     layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
@@ -103,7 +101,6 @@ def test_every_frame_of_a_hostile_trace_draws_only_our_own_markup():
     assert "u" not in parser.tags and REQUEST_IDS["C"] not in "".join(parser.attrs["class"])
 
 
-@needs_trace
 def test_hostile_names_in_plotly_text_are_escaped():
     lesson = L.build(L.load_spec("six-steps"), loads(hostile_trace_text()))
     layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
@@ -122,7 +119,6 @@ def test_hostile_names_in_plotly_text_are_escaped():
 # --- the error boundary ----------------------------------------------------------------------
 
 
-@needs_trace
 def test_an_error_while_drawing_a_frame_is_one_line_without_paths(monkeypatch, caplog):
     def broken(*a, **k):
         raise RuntimeError("/srv/secret/server/path.py exploded")
@@ -238,7 +234,6 @@ def test_a_finished_child_is_reaped_without_anyone_asking():
     assert reg.running() == {}
 
 
-@needs_trace
 def test_the_page_tells_a_second_session_a_live_run_is_in_progress():
     from viz.live_registry import REGISTRY
 
@@ -256,7 +251,6 @@ def test_the_page_tells_a_second_session_a_live_run_is_in_progress():
     assert os.getpid() != other.proc.pid
 
 
-@needs_trace
 def test_a_live_run_is_shown_only_on_its_own_lesson():
     """The session's live run was folded under whichever lesson was picked next: six-steps'
     frames under shared-prompt's titles, or another lesson's failure on this one."""

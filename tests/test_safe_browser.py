@@ -21,7 +21,6 @@ ARTIFACTS = ROOT / "test-artifacts"
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium"),
-    pytest.mark.skipif(not SIX_TRACE.is_file(), reason="six-step trace not recorded yet"),
 ]
 playwright = pytest.importorskip("playwright.sync_api")
 

@@ -18,8 +18,6 @@ ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
 MAX_BYTES = 3_000_000
 
-needs_trace = pytest.mark.skipif(not TRACE.is_file(), reason="six-step trace not recorded yet")
-
 
 @pytest.fixture(scope="module")
 def lesson():
@@ -33,7 +31,6 @@ def exported(tmp_path_factory) -> Path:
     return out / "six-steps.html"
 
 
-@needs_trace
 def test_the_file_reuses_the_players_own_code_and_carries_both_languages(exported):
     text = exported.read_text(encoding="utf-8")
     assert exported.stat().st_size <= MAX_BYTES
@@ -48,7 +45,6 @@ def test_the_file_reuses_the_players_own_code_and_carries_both_languages(exporte
     assert data["payloads"]["en"]["num_frames"] == data["payloads"]["zh"]["num_frames"] > 5
 
 
-@needs_trace
 def test_nothing_in_the_file_points_outside_it(exported):
     text = exported.read_text(encoding="utf-8")
     refs = re.findall(r"""(?:src|href)\s*=\s*['"]([^'"]*)""", text)
@@ -126,7 +122,6 @@ def _hash(page) -> str:
 
 
 @pytest.mark.browser
-@needs_trace
 @pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
 def test_offline_from_file_steps_switches_language_and_presents(offline_page, exported):
     from viz.serve import shown_frame, wait_painted, wait_ready
@@ -162,7 +157,6 @@ def test_offline_from_file_steps_switches_language_and_presents(offline_page, ex
 
 
 @pytest.mark.browser
-@needs_trace
 @pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
 def test_a_hash_opens_that_frame_language_and_mode(offline_page, exported):
     from viz.serve import shown_frame, wait_painted, wait_ready
@@ -233,7 +227,6 @@ def test_download_names_from_uploads_are_tame(name, stem):
 
 
 @pytest.mark.browser
-@needs_trace
 @pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
 def test_the_lesson_page_downloads_the_trace_on_screen_as_one_file(page, app_url, tmp_path):
     """The app's button hands out the same standalone player, which then opens offline."""
@@ -256,7 +249,6 @@ def test_the_lesson_page_downloads_the_trace_on_screen_as_one_file(page, app_url
 
 
 @pytest.mark.browser
-@needs_trace
 @pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
 @pytest.mark.parametrize("lang", ["en", "zh"])
 @pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)])
