@@ -409,3 +409,15 @@ def test_a_short_id_with_unprintable_characters_is_shown_by_its_arrival_letter()
     shown = [captions.caption(lesson, i, "en") for i in range(lesson.num_frames)]
     assert not any("\u202e" in left + right for left, right in shown)
     assert any("D waits" in left for left, _ in shown)
+
+
+def test_the_step_indicator_reads_left_then_right(lesson):
+    """It sorted the two sides' engine steps by value, so "27/51" could be either side's."""
+    from viz import player
+
+    short = min((lesson.left, lesson.right), key=lambda s: len(s.frames))
+    i = lesson.num_frames - 1
+    left, right = lesson.left.at(i).step, lesson.right.at(i).step
+    assert left != right and short.at(i).step == min(left, right)
+    assert player._indicator(lesson, i, "en") == f"engine step {left}/{right}"
+    assert player._indicator(lesson, 0, "en") == f"engine step {lesson.left.at(0).step}"

@@ -116,8 +116,9 @@ def _panel(lesson: Lesson, side: str, i: int, lang: str) -> str:
 
 
 def _indicator(lesson: Lesson, i: int, lang: str) -> str:
-    steps = sorted({lesson.left.at(i).step, lesson.right.at(i).step})
-    return words(lang)["step"] + " " + "/".join(str(s) for s in steps)
+    # left / right, as the sides stand on screen (one number when they agree)
+    left, right = lesson.left.at(i).step, lesson.right.at(i).step
+    return words(lang)["step"] + " " + (str(left) if left == right else f"{left}/{right}")
 
 
 def frame_record(
