@@ -193,3 +193,22 @@ def test_a_dry_run_oracle_knows_that_a_request_ignoring_eos_runs_to_its_bound(po
         core.step()
     assert not core.has_unfinished() and core.num_preemptions == 0
     assert len(b.output_token_ids) == 30
+
+
+@pytest.mark.parametrize("placement", ["first-fit", "buddy"])
+@pytest.mark.parametrize("policy", ["oracle", "pow2"])
+def test_a_run_that_outgrows_its_hint_comes_back_in_at_most_the_whole_arena(policy, placement):
+    """A is told 14 slots (a probe run that stopped sooner) but writes 29. Preempted, it asked
+    for the max policy's 69 slots, more than the 64-slot arena: it waited forever. Now it
+    comes back in the longest run the arena can place, which holds its 29."""
+    core = build_core(EngineConfig(policy, 4, 16, 128, placement=placement), DryRunner(), EOS)
+    a = Request(
+        "A", [0] * 10, SamplingParams(max_tokens=60), forced_output_len=20, known_final_len=14
+    )
+    core.add_request(a)
+    for _ in range(200):
+        if not core.has_unfinished():
+            break
+        core.step()
+    assert not core.has_unfinished(), "A never came back"
+    assert len(a.output_token_ids) == 20 and core.num_preemptions == 1
