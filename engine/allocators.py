@@ -452,9 +452,14 @@ class ContiguousAllocator:
         """The run admission reserves for ``req`` holding ``num_tokens``: its policy's
         reservation, unless the request already outgrew that (a pow2 or oracle final length
         that proved short, as when the model stops later than the run that taught it): then
-        the max policy's, rather than one slot more at each readmission."""
+        the max policy's, rather than one slot more at each readmission, though never more
+        than the placement can hold in an empty arena (a bound past the arena, accepted on a
+        short hint, waited forever for a hole no arena has; a longest run may still do)."""
         r = self.reservation(req)
-        return r if num_tokens <= r else max(num_tokens, min(self.max_model_len, req.max_final_len))
+        if num_tokens <= r:
+            return r
+        bound = min(self.max_model_len, req.max_final_len, self.placement.max_run)
+        return max(num_tokens, bound)
 
     def check_admit(self, req: Request, num_tokens: int) -> AdmitRefusal | None:
         need = self.placement.footprint(self.run_length(req, num_tokens))

@@ -143,7 +143,9 @@ class Request:
         """The final length as far as an oracle may know it."""
         if self.known_final_len is not None:
             return self.known_final_len
-        if self.forced_output_len is not None:
+        # a dry run's forced output length is where the stand-in emits EOS: a request that
+        # ignores EOS runs on to its bound, so the bound is its final length
+        if self.forced_output_len is not None and not self.params.ignore_eos:
             return self.prompt_len + min(self.forced_output_len, self.params.max_tokens) - 1
         return self.max_final_len
 

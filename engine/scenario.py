@@ -193,6 +193,11 @@ def load(path: str | Path) -> Scenario:
                 " (a request with n samples also takes the ids id.0 .. id.(n-1))"
             )
         seen.add(rid)
+    if len(seen) > LIMITS.max_requests:  # what a run of the trace may hold, samples each one
+        raise InvalidConfigError(
+            f"scenario {p.name}: {len(seen):,} requests counting each of n samples, more than "
+            f"a trace may hold ({LIMITS.max_requests:,})"
+        )
     caching = arena.get("enable_prefix_caching", False)
     if type(caching) is not bool:
         raise InvalidConfigError(

@@ -10,7 +10,7 @@ import pytest
 from engine import events as E
 from engine.accounting import Tally
 from engine.core import EngineConfig, build_core
-from engine.request import Request, SamplingParams
+from engine.request import InvalidConfigError, Request, SamplingParams
 from engine.simulate import EOS, FILLER, DryRunner
 from engine.workload import DEMO_SUBJECTS
 
@@ -169,3 +169,46 @@ def test_a_token_budget_is_used_as_given():
     assert first_step_sizes(None)[0] == 4
     assert first_step_sizes(45)[:2] == [2, 2]
     assert first_step_sizes(1)[:4] == [1, 1, 1, 1]  # one prompt a step always runs
+
+
+@pytest.mark.parametrize("policy", ["oracle", "pow2"])
+def test_a_dry_run_oracle_knows_that_a_request_ignoring_eos_runs_to_its_bound(policy):
+    """A dry run's output_len is where the stand-in emits EOS; with ignore_eos the request runs
+    on to max_tokens. The oracle was told output_len: A reserved 14 slots, wrote them, was
+    preempted and asked for its 69-slot bound, more than the 64-slot arena: `record` looped
+    forever. Now the oracle knows 69 and add_request refuses A up front; B (fits) finishes
+    at its bound with no preemption."""
+    core = build_core(EngineConfig(policy, 4, 16, 128), DryRunner(), EOS)
+    big = SamplingParams(max_tokens=60, ignore_eos=True)
+    with pytest.raises(InvalidConfigError, match="needs (69|74) KV slots"):
+        core.add_request(Request("A", [FILLER] * 10, big, forced_output_len=5))
+    b = Request(
+        "B", [FILLER] * 10, SamplingParams(max_tokens=30, ignore_eos=True), forced_output_len=5
+    )
+    assert b.true_final_len == 10 + 30 - 1
+    core.add_request(b)
+    for _ in range(100):
+        if not core.has_unfinished():
+            break
+        core.step()
+    assert not core.has_unfinished() and core.num_preemptions == 0
+    assert len(b.output_token_ids) == 30
+
+
+@pytest.mark.parametrize("placement", ["first-fit", "buddy"])
+@pytest.mark.parametrize("policy", ["oracle", "pow2"])
+def test_a_run_that_outgrows_its_hint_comes_back_in_at_most_the_whole_arena(policy, placement):
+    """A is told 14 slots (a probe run that stopped sooner) but writes 29. Preempted, it asked
+    for the max policy's 69 slots, more than the 64-slot arena: it waited forever. Now it
+    comes back in the longest run the arena can place, which holds its 29."""
+    core = build_core(EngineConfig(policy, 4, 16, 128, placement=placement), DryRunner(), EOS)
+    a = Request(
+        "A", [0] * 10, SamplingParams(max_tokens=60), forced_output_len=20, known_final_len=14
+    )
+    core.add_request(a)
+    for _ in range(200):
+        if not core.has_unfinished():
+            break
+        core.step()
+    assert not core.has_unfinished(), "A never came back"
+    assert len(a.output_token_ids) == 20 and core.num_preemptions == 1

@@ -413,6 +413,25 @@ def test_a_scenario_may_ask_for_samples_and_prefix_caching(tmp_path):
         scenario.load(f)
 
 
+def test_a_scenario_whose_samples_a_trace_cannot_hold_is_refused_on_load(tmp_path):
+    """scenario.load counted [[requests]] tables, not the n samples each becomes: 17 requests of
+    256 samples loaded, and record wrote a 4,352-request run that trace.read then refused
+    ("run holds more than 4096 requests")."""
+    from engine import scenario
+    from engine.request import InvalidConfigError
+    from engine.trace_check import LIMITS
+
+    f = tmp_path / "s.toml"
+    one = '[[requests]]\nid = "R{}"\nprompt_len = 2\nmax_tokens = 1\nn = 256\n'
+    many = LIMITS.max_requests // 256
+    f.write_text("[arena]\nnum_blocks = 8\n" + "".join(one.format(i) for i in range(many)))
+    assert len(scenario.load(f).requests) == many  # exactly the limit: fine
+    f.write_text("[arena]\nnum_blocks = 8\n" + "".join(one.format(i) for i in range(many + 1)))
+    with pytest.raises(InvalidConfigError, match="more than a trace may hold") as info:
+        scenario.load(f)
+    assert "\n" not in str(info.value)
+
+
 def test_a_refusal_counts_the_cached_blocks_it_would_take_back_from_the_free_ones():
     # A leaves 2 cached blocks nobody holds; C's prompt hits both, but taking them back empties
     # the free queue as a fresh block would: the refusal once said "needs 2 slots, 4 free"
