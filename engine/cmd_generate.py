@@ -225,12 +225,23 @@ def run(args) -> int:
     try:
         outputs = llm.generate(prompts, params, chat=args.chat, progress=_progress_printer())
         _print_outputs(args, llm, outputs, time.perf_counter() - t0)
+        if args.trace is not None:
+            warn_if_app_refuses(args.trace)
         if llm.kv_publisher is not None:
             llm.kv_publisher.flush()  # the hold's announcement says the stream is complete
             hold_publisher(args.kv_events_hold)  # after the outputs: a Ctrl-C here loses nothing
     finally:
         llm.close()
     return 0
+
+
+def warn_if_app_refuses(path: str) -> None:
+    """One line on stderr when the trace just written is valid but past what the app draws
+    (it refuses it on upload): the file stays, for tools that read it with larger limits."""
+    from engine.trace import too_large_to_open
+
+    if (why := too_large_to_open(path)) is not None:
+        print(f"warning: the app will not open {path}: {why}", file=sys.stderr, flush=True)
 
 
 #: How often ``generate`` says how far it is, in seconds (a step takes milliseconds).

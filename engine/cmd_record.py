@@ -7,7 +7,7 @@ import dataclasses
 import sys
 
 from engine import scenario as scenario_mod
-from engine.cmd_generate import check_kv_events, hold_publisher
+from engine.cmd_generate import check_kv_events, hold_publisher, warn_if_app_refuses
 from engine.engine_args import KV_CACHE_DTYPES, check_output_path
 from engine.recorder import record, stderr_progress
 from engine.request import InvalidConfigError
@@ -87,6 +87,8 @@ def run(args) -> int:
     publisher, sinks = _kv_events(args, allocators, sc.runs)
     try:
         _record(args, sc, allocators, out, sinks)
+        if args.out != "-":
+            warn_if_app_refuses(args.out)
         if publisher is not None:
             publisher.flush()  # the hold's announcement says the stream is complete
             hold_publisher(args.kv_events_hold)
@@ -107,7 +109,7 @@ def _record(args, sc, allocators: list[str], out, sinks) -> None:
         device=args.device,
         dtype=args.dtype,
         attention=args.attention,
-        progress=stderr_progress,
+        progress=stderr_progress(),
         sinks=sinks,
         kv_cache_dtype=args.kv_cache_dtype,
     )

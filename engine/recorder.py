@@ -7,8 +7,10 @@ each allocator; with ``forward="skip"`` a stand-in model stops each request at i
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import IO
@@ -269,5 +271,22 @@ def _forward(forward, model_path, device, dtype, attention, scenario, say, model
     return make_runner, model.config.stop_ids, model.name, str(model.device), model.tokenizer
 
 
-def stderr_progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+#: How often a recording says which step it is at, in seconds (a dry step takes microseconds).
+PROGRESS_EVERY_S = 1.0
+
+
+def stderr_progress() -> Callable[[str], None]:
+    """A ``progress`` for ``record`` that prints on stderr: every message, except that the
+    per-step line ("step N: ...") comes at most once per ``PROGRESS_EVERY_S`` (a 20,000-step
+    dry run printed 20,000 lines)."""
+    last = [-math.inf]
+
+    def say(msg: str) -> None:
+        if msg.startswith("step "):
+            now = time.monotonic()
+            if now - last[0] < PROGRESS_EVERY_S:
+                return
+            last[0] = now
+        print(msg, file=sys.stderr, flush=True)
+
+    return say

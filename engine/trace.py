@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import IO
 
 from engine.events import Event, JsonlSink
-from engine.trace_check import FORMAT, LIMITS, SCHEMA_VERSION, Limits, TraceChecker, TraceError
+from engine.trace_check import (
+    FORMAT,
+    LIMITS,
+    SCHEMA_VERSION,
+    Limits,
+    TraceChecker,
+    TraceError,
+    TraceTooLarge,
+)
 from engine.trace_check import check_header as _check_header
 
 __all__ = [
@@ -194,9 +202,20 @@ def read(path: str | Path, limits: Limits = LIMITS) -> Trace:
         raise TraceError(f"{str(p)[:200]!r} is not a usable path") from None
 
 
+def too_large_to_open(path: str | Path) -> str | None:
+    """Why the app will not open the trace just written at ``path`` (a valid one past its
+    drawing budget, ``LIMITS``), or None when it will. Read the way the app reads it; the
+    reader stops at the first line past the budget, so a huge file costs little."""
+    try:
+        read(path)
+    except TraceTooLarge as e:
+        return str(e)
+    return None
+
+
 def loads(text: str, *, require_end: bool = True, limits: Limits = LIMITS) -> Trace:
     """Parse and validate a trace held in memory (an upload). Lines end at a line feed only: a
     prompt in the header may hold U+2028 or other characters ``str.splitlines`` would cut at."""
     if len(text) > limits.max_trace_chars:
-        raise TraceError(f"trace is larger than {limits.max_trace_chars:,} characters")
+        raise TraceTooLarge(f"trace is larger than {limits.max_trace_chars:,} characters")
     return parse_lines(text.split("\n"), require_end=require_end, limits=limits)

@@ -853,7 +853,7 @@ class TraceChecker:
     def line(self, lineno: int, line: str) -> None:
         self.chars += len(line)
         if self.chars > self.limits.max_trace_chars:
-            raise TraceError(f"trace is larger than {self.limits.max_trace_chars:,} characters")
+            raise TraceTooLarge(f"trace is larger than {self.limits.max_trace_chars:,} characters")
         if len(line) <= self.limits.max_line_chars + 1 and not line.strip():
             return
         where = "header" if self.header is None else f"line {lineno}"

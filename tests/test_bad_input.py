@@ -6,12 +6,14 @@ import contextlib
 import io
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from engine import cli
+from engine import cli, trace
 from engine.request import InvalidConfigError, InvalidRequestError, SamplingParams
+from engine.trace import LIMITS, TraceError
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG_PROMPT = "the quick brown fox jumps over the lazy dog " * 12
@@ -470,3 +472,32 @@ def test_triton_on_a_cpu_without_its_interpreter_is_refused_before_loading(
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(InvalidConfigError, match="TRITON_INTERPRET=1"):
         LLM("/never/loaded", device="cpu", attention="triton")
+
+
+def test_record_says_when_the_app_will_not_open_what_it_wrote(tmp_path, capsys):
+    """A valid recording past the app's drawing budget (a 65,536-slot arena for 100 steps) was
+    written with exit 0 and no word, then refused on upload; and its progress printed one line
+    per step. Now it says so in one line and keeps the file; progress is at most once a second."""
+    sc = tmp_path / "big.toml"
+    sc.write_text(
+        "[arena]\nnum_blocks = 4096\nblock_size = 16\nmax_model_len = 256\n"
+        '[[requests]]\nid = "A"\nprompt_len = 10\nmax_tokens = 100\nignore_eos = true\n',
+        encoding="utf-8",
+    )
+    out = tmp_path / "big.jsonl"
+    argv = ["record", "--scenario", str(sc), "--out", str(out), "--forward", "skip"]
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err.splitlines()
+    warned = [line for line in err if line.startswith("warning:")]
+    assert warned == [f"warning: the app will not open {out}: " + warned[0].split(": ", 2)[2]]
+    assert "too large to draw" in warned[0]
+    with pytest.raises(TraceError, match="too large to draw"):
+        trace.read(out)
+    assert trace.read(out, limits=replace(LIMITS, max_frame_cells=1 << 30)).run_names
+    assert sum(line.startswith("step ") for line in err) < 10  # 100 steps, well under a second
+
+
+def test_record_is_quiet_about_a_trace_the_app_opens(files, capsys):
+    argv = [a.replace("{tmp}", str(files)) for a in RECORD_GOOD] + ["--forward", "skip"]
+    assert cli.main(argv) == 0
+    assert "warning" not in capsys.readouterr().err
