@@ -20,7 +20,7 @@ from typing import Literal
 
 from engine import events as E
 from engine.allocators import AdmitRefusal, Allocator
-from engine.request import Batch, Request, ScheduledSeq, Status
+from engine.request import Batch, InvalidRequestError, Request, ScheduledSeq, Status
 
 
 class Scheduler:
@@ -140,6 +140,7 @@ class Scheduler:
                 refusal = self.allocator.check_admit(req, n)
                 if refusal is not None:
                     self._blocked(req, refusal)
+                    self._check_not_stuck(req, refusal)
                     break
             self.waiting.popleft()
             self.bus.emit(E.Admitted, req=req.req_id, num_tokens=n)
@@ -176,6 +177,19 @@ class Scheduler:
         if parent.num_computed < req.prompt_len:
             return False
         return parent if self.allocator.can_fork() else None
+
+    def _check_not_stuck(self, req: Request, refusal: AdmitRefusal) -> None:
+        """Refused with nothing running and the whole arena free, the queue's head can never be
+        admitted: nothing will free memory for it, and it blocks everyone behind it. add_request
+        refuses what cannot fit; this is a contiguous run whose final-length hint proved short
+        and that outgrew the longest run the arena can hold. Raise instead of stepping forever."""
+        if self.running or self.allocator.free_slots < self.allocator.num_slots:
+            return
+        raise InvalidRequestError(
+            f"request {req.req_id} can never run again: it has grown to {req.num_tokens} tokens "
+            f"and needs {refusal.need_slots} slots, but the longest run this empty arena can "
+            f"hold is {refusal.largest_hole} (its final-length hint proved short)"
+        )
 
     def _blocked(self, req: Request, refusal: AdmitRefusal) -> None:
         self.bus.emit(

@@ -10,7 +10,7 @@ import pytest
 from engine import events as E
 from engine.accounting import Tally
 from engine.core import EngineConfig, build_core
-from engine.request import InvalidConfigError, Request, SamplingParams
+from engine.request import InvalidConfigError, InvalidRequestError, Request, SamplingParams
 from engine.simulate import EOS, FILLER, DryRunner
 from engine.workload import DEMO_SUBJECTS
 
@@ -212,3 +212,20 @@ def test_a_run_that_outgrows_its_hint_comes_back_in_at_most_the_whole_arena(poli
         core.step()
     assert not core.has_unfinished(), "A never came back"
     assert len(a.output_token_ids) == 20 and core.num_preemptions == 1
+
+
+@pytest.mark.parametrize("policy", ["oracle", "pow2"])
+def test_a_request_that_outgrows_the_whole_arena_is_an_error_not_an_endless_wait(policy):
+    """Told 14 slots, A writes 69 (prompt 10, 60 tokens): more than the 64-slot arena holds.
+    Preempted past its hint and again once it filled the whole arena, it waited for a run no
+    arena has, and the engine stepped forever with nothing running. Now the step that finds it
+    so raises one line."""
+    core = build_core(EngineConfig(policy, 4, 16, 128), DryRunner(), EOS)
+    a = Request(
+        "A", [0] * 10, SamplingParams(max_tokens=60), forced_output_len=60, known_final_len=14
+    )
+    core.add_request(a)
+    with pytest.raises(InvalidRequestError, match="request A can never run again: .* 64"):
+        for _ in range(500):
+            core.step()
+    assert core.num_preemptions == 2
