@@ -22,10 +22,10 @@ counted apart (``cpu_blocks``, ``cpu_used``, ``swapped``): its blocks are not ar
 "Will fill later" needs each request's final length. Until its ``finished`` event the bound
 ``prompt_len + max_tokens - 1`` stands in, so what it holds unwritten is reservation;
 ``final_lens`` gives the fold hindsight instead (``simulate`` and the paper's Fig. 2 split a
-complete run that way). ``show_finishing`` is the viewer's honest alternative: nothing is known
-before it happens, and a request that finishes is counted at the end of its last step as it held
-it (tokens, and the rest it never filled as internal), freed from the next step on. That is the
-one step in which its internal fragmentation is known and still there to see.
+complete run that way). ``show_finishing`` counts a request that finishes at the end of its last
+step as it held it (tokens, and the rest it never filled as internal), freed from the next step
+on: the one step in which its internal fragmentation is known and still there to see, and the
+memory a waiter refused in that step was refused against. The viewer and ``simulate`` both use it.
 Pure Python, no torch.
 """
 

@@ -122,10 +122,15 @@ def run_policy(
     ``placement`` (first-fit or buddy) places the contiguous policies' runs."""
     bus = E.EventBus()
     # The dry run knows every final length in advance, as a complete trace does at its end.
+    # A request finishing in a step is counted as it held its memory in that step (as the
+    # viewer does): a waiter refused earlier in the step was refused against that memory, and
+    # counting it freed (with the refusal standing) made all free slots external fragmentation
+    # (one-token requests: 100 % external, no token ever counted).
     tally = Tally(
         num_slots=num_blocks * block_size,
         block_size=block_size,
         final_lens={r.req_id: r.true_final_len for r in requests},
+        show_finishing=True,
     )
     accounts: list[StepAccount] = []
     slack: list[int] = []

@@ -163,3 +163,19 @@ def test_a_run_with_no_waiting_step_has_no_saturated_average():
     with pytest.raises(ValueError, match="no request ever waited"):
         res.shares()
     assert sum(res.shares(False).values()) == pytest.approx(1.0)
+
+
+def test_one_step_requests_are_counted_as_they_held_memory_not_as_a_hole():
+    """A max_model_len of 50 cuts every request to one step (49 in, 1 out): a waiter refused
+    before the finisher let go saw no room, yet the step's account had the finisher's memory
+    freed and the refusal standing, so every contiguous policy read 100 % external
+    fragmentation with no token ever held. Now the finisher counts in its step, as the viewer
+    draws it: 49 of 96 slots hold tokens, and the 32-slot buddy half nobody fits is the hole."""
+    rc, out, _ = _simulate(
+        "--requests", "5", "--num-slots", "100", "--max-model-len", "50", "--json"
+    )
+    assert rc == 0
+    rows = json.loads(out)["policies"]
+    for policy, row in rows.items():
+        assert row["token_states"] == pytest.approx(49 / 96, abs=1e-4), policy  # JSON: 4 places
+    assert rows["max"]["external"] < 0.5 and rows["paged"]["external"] == 0
