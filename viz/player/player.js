@@ -172,10 +172,12 @@ class Player {
   }
 
   // A standalone file (viz/standalone.py) has no server to keep query params for: the
-  // frame, language and presenter mode live in the hash, which a file:// link keeps.
+  // frame, language and presenter mode live in the hash, which a file:// link keeps. A hash
+  // without lang opens in the file's first language (``home_lang``: zh for `--lang zh`), so
+  // any other language is written out, English included.
   hashUrl() {
     let h = "#frame=" + this.i;
-    if (this.data.lang !== "en") h += "&lang=" + this.data.lang;
+    if (this.data.lang !== (this.data.home_lang || "en")) h += "&lang=" + this.data.lang;
     if (this.present) h += "&present=1";
     if (window.location.hash !== h) window.history.replaceState(window.history.state, "", h);
   }
