@@ -69,6 +69,21 @@ def test_a_link_opens_that_frame(page, app_url):
     page.screenshot(path=str(ARTIFACTS / "lesson-frame-8.png"), full_page=True)
 
 
+@pytest.mark.parametrize("query", ["/?frame=7", "/", "/?lesson=six-steps&frame=7"])
+def test_one_press_of_back_leaves_an_opened_link(page, app_url, query):
+    """A link (the README's classroom `?frame=0`, or none) is one history entry: Back goes
+    back to where it was opened from, once the player has written lesson and frame in."""
+    page.goto(f"{app_url}/_stcore/health")
+    before = page.evaluate("history.length")
+    want = 7 if "frame" in query else 0
+    assert open_frame(page, app_url + query) == want
+    wait_for_query(page, rf"lesson=six-steps.*frame={want}|frame={want}.*lesson=six-steps")
+    page.wait_for_timeout(500)  # any history write the page run makes has landed
+    assert page.evaluate("history.length") == before + 1
+    page.go_back()
+    page.wait_for_url(f"{app_url}/_stcore/health")
+
+
 def test_clicking_the_timeline_or_the_language_switch_keeps_arrows_working(page, app_url):
     assert open_frame(page, f"{app_url}/?frame=3") == 3
     page.locator("#pk-tl-box svg").click(position={"x": 1, "y": 40})  # the timeline's left end

@@ -4,13 +4,14 @@ page round-trips the scenario exactly."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 
 from viz import scenario_lab as S
-from viz.serve import CHROMIUM, shown_frame, wait_painted, wait_ready
+from viz.serve import CHROMIUM, shown_frame, wait_idle, wait_painted, wait_ready
 
 pytestmark = [
     pytest.mark.browser,
@@ -90,6 +91,42 @@ def test_a_linked_scenario_records_dry_and_steps_to_its_end(page, app_url):
     msg.wait_for(timeout=30_000)
     assert page.get_by_role("button", name="Record (dry run)").is_disabled()
     assert page.locator("#pk-player").count() == 0
+
+
+def test_the_table_keeps_its_keys_while_the_player_is_open(page, app_url):
+    """With a recording open below it, the table's arrow keys move its own selection and a
+    typed letter edits a cell: the player stepped instead (an F turned presenter mode on)."""
+    _open(page, app_url, THREE)
+    page.get_by_role("button", name="Record (dry run)").click()
+    assert wait_ready(page) == 0
+    wait_idle(page)  # a run still finishing would draw the table afresh under its editor
+    box = page.locator("[data-testid='stDataFrame'] canvas").first.bounding_box()
+    cell = "() => document.activeElement.id === 'glide-cell-2-0'"
+    for x in range(8, int(box["width"]), 24):  # the first row's id cell, wherever columns fall
+        page.mouse.click(box["x"] + x, box["y"] + 50)
+        try:  # the table moves focus to the cell it selected, a moment later
+            page.wait_for_function(cell, timeout=1500)
+            break
+        except playwright.TimeoutError:
+            page.keyboard.press("Escape")
+    else:
+        pytest.fail("could not select the first row's id cell")
+    page.keyboard.press("ArrowRight")  # on to the prompt
+    with contextlib.suppress(playwright.TimeoutError):
+        page.wait_for_function("() => document.activeElement.id === 'glide-cell-3-0'", timeout=5000)
+    assert page.evaluate("() => document.activeElement.id") == "glide-cell-3-0"
+    page.keyboard.press("Enter")
+    editing = "() => document.activeElement.tagName === 'TEXTAREA'"
+    page.wait_for_function(editing, timeout=10_000)
+    assert page.evaluate("() => document.activeElement.value") == THREE.requests[0].prompt
+    page.keyboard.press("Escape")
+    page.wait_for_function(f"() => !({editing})()")
+    page.keyboard.press("f")  # typing over the selected prompt, not presenter mode
+    page.wait_for_function(editing, timeout=10_000)
+    assert page.evaluate("() => document.activeElement.value") == "f"
+    page.keyboard.press("Escape")
+    player = page.evaluate("() => ({...document.querySelector('#pk-player').dataset})")
+    assert shown_frame(page) == 0 and player["present"] == "0"
 
 
 def test_bad_values_are_named_by_field_and_record_nothing(page, app_url):

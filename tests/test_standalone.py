@@ -206,6 +206,39 @@ def test_a_hash_opens_that_frame_language_and_mode(offline_page, exported):
     assert seen["aborted"] == [] and not seen.get("errors"), seen
 
 
+@pytest.mark.browser
+@needs_trace
+@pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
+def test_a_file_that_opens_in_chinese_keeps_english_in_its_links(offline_page, tmp_path):
+    """`--lang zh` writes a file that opens in Chinese: a hash without lang means Chinese
+    there, so English must be written out (its link opened in Chinese)."""
+    from viz.serve import shown_frame, wait_painted, wait_ready
+
+    page, seen = offline_page
+    args = ["--lesson", "six-steps", "--out", str(tmp_path), "--format", "html", "--lang", "zh"]
+    assert export.main(args) == 0
+    uri = (tmp_path / "six-steps.html").as_uri()
+    page.goto(uri)
+    assert wait_ready(page) == 0
+    lang_js = "() => document.querySelector('#pk-player').dataset.lang"
+    assert page.evaluate(lang_js) == "zh"
+    page.click(".pk-sa-lang button[data-lang='en']")
+    page.wait_for_function(f"() => ({lang_js})() === 'en'")
+    for n in (1, 2, 3):
+        page.keyboard.press("ArrowRight")
+        wait_painted(page, n)
+    link = _hash(page)
+    assert link == "#frame=3&lang=en"
+    page.goto("about:blank")
+    page.goto(uri + link)  # the link, opened afresh: English, frame 3
+    assert wait_ready(page) == 3 and page.evaluate(lang_js) == "en"
+    page.click(".pk-sa-lang button[data-lang='zh']")
+    page.wait_for_function(f"() => ({lang_js})() === 'zh'")
+    wait_painted(page, 3)
+    assert _hash(page) == "#frame=3" and shown_frame(page) == 3  # its own language: no lang
+    assert seen["aborted"] == [] and not seen.get("errors"), seen
+
+
 @pytest.mark.parametrize(
     "name, stem",
     [

@@ -417,13 +417,14 @@ def _wait_for_first_frame(run: LiveRun, spec, t: dict) -> None:
 
 
 def _sync_url(lesson: str) -> None:
-    """Mirror the lesson in the URL; the player keeps ``frame`` (and ``present``) up to date
-    itself, so the server never writes them."""
+    """Mirror the lesson in the URL while no player is shown (no trace yet, no file chosen).
+    A player writes lesson, frame and present itself, in place; a write from here is a new
+    history entry (Streamlit pushes each one), so it is made only where no player writes,
+    and as one write: an opened link took three presses of Back to leave."""
     qp = st.query_params
     if qp.get("lesson") != lesson:
-        qp["lesson"] = lesson
-        if "frame" in qp:
-            del qp["frame"]
+        kept = {k: qp.get_all(k) for k in qp if k not in ("lesson", "frame")}
+        qp.from_dict({**kept, "lesson": lesson})
 
 
 def _start_frame(lesson: Lesson) -> int:
@@ -462,7 +463,6 @@ def _stepping_view(view: View, t: dict) -> None:
     data = _cached_payload(lesson, lesson.key, lang) if lesson.key else player.payload(lesson, lang)
     present = st.query_params.get("present") == "1"
     player.mount(data, start, present, follow_end=follow)
-    _sync_url(lesson.spec.name)
 
 
 def _html_download(lesson: Lesson, lang: str) -> None:

@@ -57,7 +57,8 @@ function show(l) {
   document.getElementById("pk-sa-note").textContent = PK.notes[l];
   document.querySelectorAll(".pk-sa-lang button").forEach((b) =>
     b.classList.toggle("on", b.dataset.lang === l));
-  mountPlayer({ data: { ...PK.payloads[l], start, present, follow: false, standalone: true },
+  mountPlayer({ data: { ...PK.payloads[l], start, present, follow: false, standalone: true,
+                        home_lang: PK.langs[0] },
                 parentElement: document.getElementById("pk-sa-player") });
 }
 document.querySelectorAll(".pk-sa-lang button").forEach((b) => {

@@ -6,6 +6,10 @@ const SPEEDS = [1, 2, 4, 8, 15, 30];
 // Every key the player acts on besides ? and Escape (see key()).
 const PLAYER_KEYS = new Set(["ArrowRight", "ArrowLeft", "PageDown", "PageUp", "Home", "End", " ",
                              "Spacebar", "+", "=", "-", "−", "_", "f", "F"]);
+// Widgets that move their own selection with these keys (the scenario lab's table, a slider,
+// tabs, a list): a key meant for them is theirs, not a step of the lesson.
+const OWN_KEYS = "[role=grid], [role=treegrid], [role=slider], [role=tablist], [role=listbox], " +
+                 "[role=combobox], [role=menu], [role=radiogroup], [role=spinbutton]";
 const SLOTS = ["lm", "lg", "lp", "rm", "rg", "rp", "lc", "rc", "body", "step"];
 const TARGETS = { lm: "pk-lm", lg: "pk-lg", lp: "pk-lp", rm: "pk-rm", rg: "pk-rg", rp: "pk-rp",
                   lc: "pk-cap-l", rc: "pk-cap-r", body: "pk-body" };
@@ -172,10 +176,12 @@ class Player {
   }
 
   // A standalone file (viz/standalone.py) has no server to keep query params for: the
-  // frame, language and presenter mode live in the hash, which a file:// link keeps.
+  // frame, language and presenter mode live in the hash, which a file:// link keeps. A hash
+  // without lang opens in the file's first language (``home_lang``: zh for `--lang zh`), so
+  // any other language is written out, English included.
   hashUrl() {
     let h = "#frame=" + this.i;
-    if (this.data.lang !== "en") h += "&lang=" + this.data.lang;
+    if (this.data.lang !== (this.data.home_lang || "en")) h += "&lang=" + this.data.lang;
     if (this.present) h += "&present=1";
     if (window.location.hash !== h) window.history.replaceState(window.history.state, "", h);
   }
@@ -191,6 +197,7 @@ class Player {
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     const tag = (e.target && e.target.tagName) || "";
     if (/^(INPUT|TEXTAREA|SELECT)$/.test(tag) || (e.target && e.target.isContentEditable)) return;
+    if (e.target && e.target.closest && e.target.closest(OWN_KEYS)) return;
     const t0 = performance.now();
     const k = e.key;
     if (!this.el("pk-help").hidden && k !== "?" && k !== "Escape") {
