@@ -244,6 +244,24 @@ def test_f_toggles_presenter_mode_and_the_url_says_so(player):
     assert "present" not in url_after_one_animation_frame(page)
 
 
+def test_presenter_mode_says_how_to_leave_it_then_gets_out_of_the_way(player):
+    """It hides the help button, and its hint ("F: leave presenter mode") was sent but never
+    shown: someone opening a ?present=1 link had no way to learn the way out."""
+    page = player
+    hint = page.locator("#pk-hint")
+    assert not hint.is_visible()
+    page.keyboard.press("f")
+    assert hint.is_visible() and hint.inner_text() == "F: leave presenter mode"
+    page.wait_for_function(
+        "() => document.querySelector('#pk-hint').hidden", timeout=10_000, polling=200
+    )
+    page.keyboard.press("f")  # out, in again: said again
+    page.keyboard.press("f")
+    assert hint.is_visible()
+    page.keyboard.press("Escape")
+    assert not hint.is_visible()
+
+
 LABELS_JS = """() => {
   const root = document.querySelector('#pk-player');
   const out = [];

@@ -10,6 +10,7 @@ const PLAYER_KEYS = new Set(["ArrowRight", "ArrowLeft", "PageDown", "PageUp", "H
 // tabs, a list): a key meant for them is theirs, not a step of the lesson.
 const OWN_KEYS = "[role=grid], [role=treegrid], [role=slider], [role=tablist], [role=listbox], " +
                  "[role=combobox], [role=menu], [role=radiogroup], [role=spinbutton]";
+const HINT_MS = 4000;  // how long presenter mode says how to leave it
 const SLOTS = ["lm", "lg", "lp", "rm", "rg", "rp", "lc", "rc", "body", "step"];
 const TARGETS = { lm: "pk-lm", lg: "pk-lg", lp: "pk-lp", rm: "pk-rm", rg: "pk-rg", rp: "pk-rp",
                   lc: "pk-cap-l", rc: "pk-cap-r", body: "pk-body" };
@@ -240,6 +241,13 @@ class Player {
     this.root.classList.toggle("pk-present", on);
     document.body.classList.toggle("pk-presenting", on);
     this.root.dataset.present = on ? "1" : "0";
+    // Presenter mode hides the help button: say once, for a few seconds, how to leave it (a
+    // student opening a ?present=1 link would otherwise have to know F or Escape).
+    const hint = this.el("pk-hint");
+    clearTimeout(this.hintTimer);
+    hint.textContent = (this.data && this.data.text && this.data.text.present_hint) || "";
+    hint.hidden = !on || !hint.textContent;
+    if (!hint.hidden) this.hintTimer = setTimeout(() => { hint.hidden = true; }, HINT_MS);
     this.queueUrl();
   }
 
