@@ -207,7 +207,6 @@ def test_a_hash_opens_that_frame_language_and_mode(offline_page, exported):
 
 
 @pytest.mark.browser
-@needs_trace
 @pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
 def test_a_file_that_opens_in_chinese_keeps_english_in_its_links(offline_page, tmp_path):
     """`--lang zh` writes a file that opens in Chinese: a hash without lang means Chinese
