@@ -174,6 +174,9 @@ def test_a_hash_opens_that_frame_language_and_mode(offline_page, exported):
     page.wait_for_function("() => location.hash === '#frame=12&lang=zh&present=1'")
     page.goto(exported.as_uri() + "#frame=banana&lang=xx")  # same document: nothing moves
     assert shown_frame(page) == 12
+    for odd in ("1e3", "3.9", "-2", "0x10"):  # not frame numbers, as the app reads them
+        page.goto(exported.as_uri() + f"#frame={odd}")  # parseInt went to frame 1, 3, 0
+        assert shown_frame(page) == 12, odd
     page.reload()  # opened afresh: frame 0, English
     assert wait_ready(page) == 0
     assert page.evaluate("() => document.querySelector('#pk-player').dataset.lang") == "en"

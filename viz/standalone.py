@@ -47,7 +47,9 @@ const hash = new URLSearchParams(location.hash.replace(/^#/, ""));
 // the languages this file holds: not any key an object answers to ("constructor", "__proto__")
 const known = (l) => PK.langs.includes(l);
 let lang = known(hash.get("lang")) ? hash.get("lang") : PK.langs[0];
-const start = Math.max(0, parseInt(hash.get("frame") || "0", 10) || 0);
+// a frame is digits, as the app reads it (parseInt took "1e3" as 1 and "3.9" as 3)
+const frameOf = (s) => (/^[0-9]+$/.test(s || "") ? Number(s) : NaN);
+const start = frameOf(hash.get("frame")) || 0;
 const present = hash.get("present") === "1";
 function show(l) {
   lang = l;
@@ -67,7 +69,7 @@ document.querySelectorAll(".pk-sa-lang button").forEach((b) => {
 window.addEventListener("hashchange", () => {
   const h = new URLSearchParams(location.hash.replace(/^#/, ""));
   const l = h.get("lang") || PK.langs[0];
-  const f = parseInt(h.get("frame") || "", 10);
+  const f = frameOf(h.get("frame"));
   const p = window.pkPlayer;
   // the frame first: another language loads asynchronously and keeps the frame shown then
   if (p && !Number.isNaN(f)) p.go(f);
