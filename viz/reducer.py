@@ -471,9 +471,12 @@ def _request_view(t: Tally, r: str) -> RequestView:
     )
 
 
-def fold(events: Iterable[E.Event], run: RunInfo) -> Iterator[Frame]:
-    """Yield one Frame per ``step_end``, folding in place (same transition as ``apply``)."""
-    state = ArenaState.empty(run)
+def fold(
+    events: Iterable[E.Event], run: RunInfo, state: ArenaState | None = None
+) -> Iterator[Frame]:
+    """Yield one Frame per ``step_end``, folding in place (same transition as ``apply``) into
+    ``state`` (a fresh arena when None)."""
+    state = ArenaState.empty(run) if state is None else state
     for ev in events:
         step_in_place(state, ev)
         if state.last_frame is not None and isinstance(ev, E.StepEnd):
@@ -490,11 +493,7 @@ def replay_settled(events: list[E.Event], run: RunInfo) -> tuple[list[Frame], Fr
     """``replay``, and the arena as the run left it (``settle``): what its side shows once its
     last step is over while the other side still steps."""
     state = ArenaState.empty(run)
-    frames = []
-    for ev in events:
-        step_in_place(state, ev)
-        if state.last_frame is not None and isinstance(ev, E.StepEnd):
-            frames.append(state.last_frame)
+    frames = list(fold(events, run, state))
     return frames, settle(state)
 
 
