@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.fp8 import bits, dequantize, is_fp8, quantize
-from kernels.reference import gather_slots
+from kernels.reference import gather_slots, own_first_slot_past_context
 
 
 @dataclass
@@ -79,6 +79,7 @@ class TorchAttention:
             length = int(ctx.max())
             pos = torch.arange(length, device=ctx.device)
             slots = gather_slots(meta.decode_block_tables, pos, block_size)
+            slots = own_first_slot_past_context(slots, pos, ctx)
             mask = pos[None, :] < ctx[:, None].long()
             self._decode = _DecodePlan(
                 slots.reshape(-1), mask[:, None, None, :], slots.shape[0], length

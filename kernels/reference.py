@@ -49,6 +49,19 @@ def gather_slots(
     return physical * block_size + (positions % block_size).long()
 
 
+def own_first_slot_past_context(
+    slots: torch.Tensor, positions: torch.Tensor, context_lens: torch.Tensor
+) -> torch.Tensor:
+    """``slots`` [B, L] with every position at or past request b's context length pointed at
+    b's own first slot. Those positions are masked out, but a masked score is added to, not
+    replaced: a NaN or inf left in whatever slot they would read (another request's block
+    under the table's padding, a freed block's stale tail) still makes the softmax NaN. Read
+    from the request's own written slot instead, one request's non-finite K/V can no longer
+    reach another's output."""
+    past = positions[None, :] >= context_lens[:, None].to(positions.device)
+    return torch.where(past, slots[:, :1], slots)
+
+
 def _gather_kv(
     k_cache,
     v_cache,
@@ -57,12 +70,15 @@ def _gather_kv(
     out_dtype: torch.dtype,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    context_lens: torch.Tensor | None = None,
 ):
     bs, hkv, d = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
     pos = torch.arange(length, device=k_cache.device)
     # a shorter request's table past its last block may hold anything; clamp so gathering those
     # (masked-out) positions stays in bounds
     slots = gather_slots(block_tables, pos, bs).clamp_(max=k_cache.shape[0] * bs - 1)  # [B, L]
+    if context_lens is not None:
+        slots = own_first_slot_past_context(slots, pos, context_lens)
     k = dequantize(k_cache.view(-1, hkv, d)[slots], out_dtype, k_scale)  # [B, L, Hkv, D]
     v = dequantize(v_cache.view(-1, hkv, d)[slots], out_dtype, v_scale)
     return k, v, pos
@@ -84,7 +100,14 @@ def paged_decode_attention(
     b, hq, d = q.shape
     hkv = k_cache.shape[2]
     k, v, pos = _gather_kv(
-        k_cache, v_cache, block_tables, int(context_lens.max()), q.dtype, k_scale, v_scale
+        k_cache,
+        v_cache,
+        block_tables,
+        int(context_lens.max()),
+        q.dtype,
+        k_scale,
+        v_scale,
+        context_lens,
     )
     mask = pos[None, :] < context_lens[:, None].to(pos.device)  # [B, L]
     out = F.scaled_dot_product_attention(

@@ -59,3 +59,33 @@ def test_reused_gather_buffers_match_the_reference_as_batches_grow_and_shrink():
         if previous is not None:  # a later step must not write into an earlier step's output
             assert torch.equal(previous[0], previous[1])
         previous = (got[0], ref[0].clone())
+
+
+def test_a_non_finite_slot_no_request_may_read_changes_no_output():
+    """Masked positions still gather a slot (the short request's table padding, -1, reads block
+    0; its last block's unwritten tail reads whatever its previous owner left). NaN and inf
+    there, as a request whose K/V overflowed would leave behind, must not reach any output: a
+    masked score is added to, so 0 x NaN would poison the softmax."""
+    g = torch.Generator().manual_seed(1)
+    ctx = [3, 9]  # block 4: the first request's table is one block, then padding
+    case = decode_step(g, ctx)
+    (q, k, v), k_cache, v_cache, meta = case
+    meta.decode_block_tables = torch.tensor([[5, -1, -1], [7, 2, 9]], dtype=torch.int32)
+    meta.slot_mapping = torch.tensor([5 * BLOCK + 2, 9 * BLOCK + 0])  # positions 2 and 8
+    readable = torch.zeros(NUM_BLOCKS * BLOCK, dtype=torch.bool)
+    for row, c in zip(meta.decode_block_tables.tolist(), ctx, strict=True):
+        for p in range(c):
+            readable[row[p // BLOCK] * BLOCK + p % BLOCK] = True
+    assert not readable[:BLOCK].any(), "block 0 must be the padding's, no request's"
+    for name in ("reference", "torch"):
+        clean = run(Attention(name, torch.device("cpu"), 0.25), case)[0]
+        for poison in (float("nan"), float("inf")):
+            dirty_k, dirty_v = k_cache.clone(), v_cache.clone()
+            for cache in (dirty_k, dirty_v):
+                cache.view(-1, HKV, D)[~readable] = poison
+            got = run(
+                Attention(name, torch.device("cpu"), 0.25), ((q, k, v), dirty_k, dirty_v, meta)
+            )
+            assert torch.equal(got[0], clean), (
+                f"{name}: a {poison} no request owns changed an output"
+            )
