@@ -75,6 +75,15 @@ class Scenario:
     dtype: str | None = None  # the model's element type; None: the device's default
 
 
+#: The most a scenario file may hold: the trace header carries the scenario as written, and a
+#: trace line holds at most ``LIMITS.max_line_chars`` (1 MiB); reading is bounded by it too, so
+#: ``--scenario /dev/zero`` is one line, not a MemoryError.
+MAX_SCENARIO_BYTES = LIMITS.max_line_chars
+#: The latest arrival: every step before it is an idle step the trace records (one ``step_end``
+#: per run), so a later one only writes a trace no reader takes (``LIMITS.max_events``); an
+#: ``arrival_step`` of 2**31 - 1 ran for hours and wrote until the disk was full.
+MAX_ARRIVAL_STEP = LIMITS.max_events
+
 #: What ``[arena] dtype`` may name (engine.model.DTYPES spells them; no torch here).
 MODEL_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -123,6 +132,11 @@ def _request(i: int, d: dict) -> ScenarioRequest:
         if type(t) not in (int, float) or not 0 <= t <= 100:
             raise InvalidConfigError(f"{where} ({rid}): temperature must be a number in [0, 100]")
         d["temperature"] = float(t)
+    if d.get("arrival_step", 0) > MAX_ARRIVAL_STEP:
+        raise InvalidConfigError(
+            f"{where} ({rid}): arrival_step must be at most {MAX_ARRIVAL_STEP:,} (each step "
+            f"before it is recorded), got {d['arrival_step']:,}"
+        )
     try:  # the engine's own checks of n, seed and temperature
         SamplingParams(
             max_tokens=d["max_tokens"],
@@ -154,7 +168,14 @@ def load(path: str | Path) -> Scenario:
     file, bad TOML or a bad field."""
     p = Path(path)
     try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+        with p.open("rb") as f:
+            data = f.read(MAX_SCENARIO_BYTES + 1)
+        if len(data) > MAX_SCENARIO_BYTES:
+            raise InvalidConfigError(
+                f"scenario {p.name} is larger than {MAX_SCENARIO_BYTES >> 20} MiB "
+                "(what a trace header can carry)"
+            )
+        raw = tomllib.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise InvalidConfigError(f"no scenario file at {p}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
@@ -185,6 +206,12 @@ def load(path: str | Path) -> Scenario:
     reqs = tuple(_request(i, d) for i, d in enumerate(raw.get("requests", [])))
     if not reqs:
         raise InvalidConfigError(f"scenario {p.name} has no [[requests]]")
+    for r in reqs:  # the engine refuses it too, but only after building the prompt's token list
+        if r.prompt_len is not None and r.prompt_len > max_model_len:
+            raise InvalidConfigError(
+                f"scenario {p.name}: request {r.id}: prompt_len {r.prompt_len:,} exceeds "
+                f"max_model_len {max_model_len:,}"
+            )
     seen: set[str] = set()
     for rid in (i for r in reqs for i in r.sample_ids):
         if rid in seen:
