@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import math
 import queue
 import re
 import threading
@@ -207,6 +208,8 @@ def decode_batch(payload: bytes) -> InBatch:
         batch = _decode(payload)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise MalformedBatch(str(e).splitlines()[0][:200]) from None
+    if not math.isfinite(batch.ts):  # JSON has no NaN: a recording of it could not be read back
+        raise MalformedBatch(f"batch timestamp {batch.ts} is not a finite number")
     for ev in batch.events:
         if isinstance(ev, InStored) and len(ev.token_ids) > ev.block_size * len(ev.block_hashes):
             raise MalformedBatch(

@@ -118,6 +118,28 @@ def test_a_recording_fits_the_upload_limit_so_it_opens_again():
     assert len(seqs) > 0.9 * 400 / 3  # and as many as fit
 
 
+@pytest.mark.parametrize("medium", ["G\u2028P", "G\u2029P", "G\x85P"])
+def test_a_recording_with_line_separators_in_its_strings_opens_again(medium):
+    # JSON leaves U+2028 / U+0085 unescaped and str.splitlines cut the line there: the page's
+    # own download of such a stream was refused as "Input data was truncated"
+    stored = K.BlockStored([1, 2], None, list(range(2 * BS)), BS, None, medium)
+    state = fold([(0, payload([stored])), (1, payload([K.BlockRemoved([2], medium)]))])
+    back = read_recording("\r\n".join(state.recording()) + "\r\n")
+    assert [s for s, _ in back] == [0, 1]
+    assert fold(back).snapshot().num_blocks == 1
+
+
+@pytest.mark.parametrize("ts", [float("nan"), float("inf"), float("-inf")])
+def test_a_batch_with_a_timestamp_json_cannot_hold_is_malformed(ts):
+    # it was folded, then written to the recording as null: the download did not open again
+    state = WatchState()
+    assert not state.feed(0, payload([K.AllBlocksCleared()], ts=ts))
+    assert state.counters["malformed"] == 1 and "finite" in state.last_error
+    assert state.last_seq is None and state.recording()[1:] == []
+    state.feed(1, payload([K.AllBlocksCleared()]))
+    assert [s for s, _ in read_recording("\n".join(state.recording()))] == [1]
+
+
 def test_malformed_messages_are_counted_and_change_nothing():
     msgs, _ = shared_prompt_stream()
     state = fold(msgs)

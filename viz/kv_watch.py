@@ -294,7 +294,11 @@ def read_recording(text: str) -> list[tuple[int, bytes]]:
     line is decoded strictly; RecordingError names the first bad one."""
     if len(text) > MAX_RECORDING_BYTES:
         raise RecordingError(f"recording is larger than {MAX_RECORDING_BYTES >> 20} MiB")
-    lines = text.splitlines()
+    # newlines only: a string in a batch (a medium, say) may hold U+2028 or U+0085, which JSON
+    # leaves as they are and str.splitlines cuts at, so the page's own download would not open
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    while lines and not lines[-1].strip():
+        lines.pop()
     if not lines:
         raise RecordingError("recording is empty")
     try:
