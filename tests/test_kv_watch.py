@@ -322,6 +322,44 @@ def test_replay_with_a_topic_frame_as_newer_vllm_sends_it():
         ctx.destroy(linger=0)
 
 
+def test_the_live_socket_holds_a_bounded_number_of_bytes_unread():
+    # zmq bounds a receive queue in messages: 10,000 of up to 4 MiB each let a server sending
+    # faster than the page folds fill 40 GiB (measured: 2.5 GB within 15 s, 8 batches folded)
+    config = SubscriberConfig("tcp://127.0.0.1:5557")
+    assert config.rcvhwm * K.MAX_MESSAGE_BYTES <= 64 << 20
+
+
+def test_a_replay_larger_than_the_subscriber_keeps_is_cut_and_the_rest_is_a_gap():
+    """A hostile replay socket answers with 80 batches of 1 MiB each (every one under the
+    message limit): the subscriber keeps the first ones up to 64 MiB, in order."""
+    import threading
+
+    port, _ = free_ports()
+    ctx = zmq.Context()
+    try:
+        router = ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.bind(f"tcp://127.0.0.1:{port + 1}")
+        big = b"\x00" * (1 << 20)
+
+        def serve() -> None:
+            if router.poll(10_000):
+                ident, _, _ = router.recv_multipart()
+                for s in range(80):
+                    router.send_multipart([ident, b"", K.seq_bytes(s), big])
+                router.send_multipart([ident, b"", K.END_SEQ, b""])
+
+        server = threading.Thread(target=serve)
+        server.start()
+        sub = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}", replay_timeout_s=30))
+        got, answered = sub._replay(ctx, 0, 10_000)
+        server.join(30)
+        assert answered and 0 < sum(len(p) for _, p in got) <= 64 << 20
+        assert [s for s, _ in got] == list(range(len(got)))
+    finally:
+        ctx.destroy(linger=0)
+
+
 def collect(pub: K.KVEventPublisher, url: str, ctx: zmq.Context, events_for, n: int) -> list:
     """Publish until a raw subscriber has caught ``n`` batches; returns their frames."""
     raw = ctx.socket(zmq.SUB)

@@ -1,8 +1,10 @@
 """A background subscriber to a KV-event stream (vLLM's or ours), feeding a ``WatchState``.
 
 One thread owns the sockets. It reads at most ``batch_limit`` messages per turn (a flood cannot
-starve the stop flag), zmq drops any message over ``MAX_MESSAGE_BYTES`` unread and the receive
-queue is capped at ``rcvhwm``: memory stays bounded whatever the server sends. When sequence
+starve the stop flag), zmq drops any frame over ``MAX_MESSAGE_BYTES`` unread and the receive
+queue is capped at ``rcvhwm`` messages, so it holds at most ``QUEUE_BYTES`` (a full queue makes
+zmq stop reading the socket: the server's own queue waits, or drops, and we see a gap); a replay
+keeps at most ``max_replay_bytes``: memory stays bounded whatever the server sends. When sequence
 numbers jump, it asks the replay socket for the missing batches (a DEALER, which reads the whole
 reply stream) and marks a gap for whatever the replay could not give. A server that goes away is
 reconnected to by zmq itself; a restarted one (its seq goes back) resets the view. On every
@@ -30,6 +32,11 @@ from engine.kv_events import (
 )
 from viz.kv_watch import WatchState
 
+#: What a socket may hold unread: zmq bounds its queue in messages, each up to
+#: MAX_MESSAGE_BYTES (a queue of 10,000 let a server that sends faster than the page folds fill
+#: 40 GiB of the app's memory).
+QUEUE_BYTES = 32 << 20
+
 
 @dataclass(frozen=True)
 class SubscriberConfig:
@@ -37,10 +44,11 @@ class SubscriberConfig:
     replay_endpoint: str | None = None  # default: the endpoint's port + 1; "" for none
     topic: str = ""
     allow_remote: bool = False
-    rcvhwm: int = 10_000
+    rcvhwm: int = max(2, QUEUE_BYTES // MAX_MESSAGE_BYTES)  # messages
     batch_limit: int = 2_000
     replay_timeout_s: float = 1.0
-    max_replay: int = 10_000
+    max_replay: int = 10_000  # batches
+    max_replay_bytes: int = 64 << 20  # what one replay may bring in; the rest is a gap
 
 
 class Subscriber:
@@ -223,11 +231,12 @@ class Subscriber:
         dealer = ctx.socket(zmq.DEALER)
         try:
             dealer.setsockopt(zmq.LINGER, 0)
+            dealer.setsockopt(zmq.RCVHWM, self.config.rcvhwm)
             dealer.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
             dealer.connect(self.replay_url)
             dealer.send_multipart((b"", seq_bytes(start)), zmq.NOBLOCK)
             deadline = time.monotonic() + self.config.replay_timeout_s
-            expect = start
+            expect, room = start, self.config.max_replay_bytes
             for _ in range(self.config.max_replay + 1):
                 left = deadline - time.monotonic()
                 if left <= 0 or not dealer.poll(int(left * 1000)):
@@ -243,6 +252,9 @@ class Subscriber:
                 if seq >= upto:
                     break
                 if seq == expect:
+                    room -= len(body[1])
+                    if room < 0:  # a server replaying more than we keep: the rest is a gap
+                        break
                     out.append((seq, body[1]))
                     expect += 1
         except zmq.ZMQError:
