@@ -4,6 +4,7 @@ input, the TOML the engine reads, and the dry run in-process equal to the engine
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import subprocess
 import sys
@@ -294,3 +295,30 @@ def test_the_real_model_is_not_run_on_a_lab_the_dry_run_refuses():
         assert REGISTRY.running() == {}  # nothing was started
     finally:
         REGISTRY.stop_all()
+
+
+def test_the_real_model_scenario_file_is_written_in_a_private_folder(tmp_path, monkeypatch):
+    # the file went to /tmp/paged-kv-lab/<hash of the TOML>.toml: a folder any user of the
+    # machine could make first, with a link there to a file of the app's user
+    import tempfile
+
+    from viz import lab_page
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    forget = getattr(getattr(lab_page, "_lab_folder", None), "cache_clear", lambda: None)
+    forget()  # a folder made under the real temp dir by an earlier test
+    lab = S.example()
+    victim = tmp_path / "victim"
+    victim.write_text("the teacher's file\n")
+    shared = tmp_path / "paged-kv-lab"
+    shared.mkdir()
+    name = hashlib.sha256(S.to_toml(lab).encode()).hexdigest()[:16]
+    (shared / f"{name}.toml").symlink_to(victim)
+    try:
+        path = lab_page._scenario_file(lab)
+        assert victim.read_text() == "the teacher's file\n"
+        assert not path.is_symlink() and path.read_text(encoding="utf-8") == S.to_toml(lab)
+        assert path.parent.stat().st_mode & 0o077 == 0  # nobody else may place links in it
+        assert lab_page._scenario_file(lab) == path  # one file per content
+    finally:
+        forget()

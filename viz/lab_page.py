@@ -9,6 +9,7 @@ the same what-if; it is read once per session, as hostile input.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import tempfile
 from pathlib import Path
@@ -169,10 +170,20 @@ def render(lang: str = "en") -> None:
     st.caption(t["real_model"])
 
 
+@functools.cache
+def _lab_folder() -> Path:
+    """This process's own folder for lab scenarios: made fresh and private (0700). A fixed
+    /tmp/paged-kv-lab could be made first by another user of the machine, with a link at a
+    name computed from the example's TOML: the app then wrote through it into any file."""
+    return Path(tempfile.mkdtemp(prefix="paged-kv-lab-"))
+
+
 def _scenario_file(lab: S.Lab) -> Path:
     """The lab's TOML where the engine's child process can read it (one file per content)."""
-    folder = Path(tempfile.gettempdir()) / "paged-kv-lab"
-    folder.mkdir(exist_ok=True)
+    folder = _lab_folder()
+    if not folder.is_dir():  # a tmp cleaner took it while the app ran
+        _lab_folder.cache_clear()
+        folder = _lab_folder()
     text = S.to_toml(lab)
     path = folder / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.toml"
     path.write_text(text, encoding="utf-8")
