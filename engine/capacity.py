@@ -304,9 +304,18 @@ def _sliding_layers(cfg: dict, layers: int, path: str | Path) -> int:
     return layers
 
 
+#: A config.json is a few KB; the capacity page takes uploads up to this much, and so does the CLI
+#: (``--config /dev/zero`` read without end into a MemoryError traceback).
+CONFIG_MAX_BYTES = 1 << 20
+
+
 def _read_json(path: Path) -> dict:
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            data = f.read(CONFIG_MAX_BYTES + 1)
+        if len(data) > CONFIG_MAX_BYTES:
+            raise InvalidConfigError(f"{path} is larger than {CONFIG_MAX_BYTES >> 20} MiB")
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise InvalidConfigError(f"no config file at {path}") from None
     except (OSError, UnicodeDecodeError) as e:

@@ -113,13 +113,24 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
+#: Far more text than any run here generates from; ``--prompts-file /dev/zero`` was read without
+#: end into a MemoryError traceback.
+MAX_PROMPTS_FILE_BYTES = 64 << 20
+
+
 def read_prompts_file(path: str) -> list[str]:
     """A JSON list of strings, or else one prompt per non-blank line; a UTF-8 byte-order mark is
     skipped. Raises InvalidRequestError for a missing or unreadable file, a binary one (NUL
     bytes), or JSON that is not a list of strings (an object, a bare string)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8-sig")
+        with p.open("rb") as f:
+            data = f.read(MAX_PROMPTS_FILE_BYTES + 1)
+        if len(data) > MAX_PROMPTS_FILE_BYTES:
+            raise InvalidRequestError(
+                f"prompts file {p} is larger than {MAX_PROMPTS_FILE_BYTES >> 20} MiB"
+            )
+        text = data.decode("utf-8-sig")
     except FileNotFoundError:
         raise InvalidRequestError(f"prompts file {p} does not exist") from None
     except (OSError, UnicodeDecodeError) as e:

@@ -185,6 +185,11 @@ def files(tmp_path):
     (tmp_path / "a_dir").mkdir()
     (tmp_path / "good.toml").write_text(good)
     (tmp_path / "p.txt").write_text("hi\n")
+    # files read whole: --prompts-file or --config /dev/zero ended in a MemoryError traceback
+    for name, size in (("huge_prompts.txt", (64 << 20) + 1), ("huge_config.json", (1 << 20) + 1)):
+        with open(tmp_path / name, "wb") as f:  # sparse: costs no disk
+            f.write(b"{}" if name.endswith(".json") else b"hi\n")
+            f.truncate(size)
     return tmp_path
 
 
@@ -214,6 +219,8 @@ CLI_CASES = [
     (["generate", "--prompts-file", "{tmp}/nul.txt"], ["NUL"]),
     (["generate", "--prompts-file", "{tmp}/deep.json"], ["not valid JSON"]),
     (["generate", "--prompts-file", "{tmp}/a_dir"], ["cannot be read"]),
+    (["generate", "--prompts-file", "{tmp}/huge_prompts.txt"], ["larger than 64 MiB"]),
+    (["capacity", "--config", "{tmp}/huge_config.json"], ["larger than 1 MiB"]),
     (["record", "--scenario", "{tmp}/str_tokens.toml", "--out", "{tmp}/t.jsonl"], ["max_tokens"]),
     (["record", "--scenario", "{tmp}/float_blocks.toml", "--out", "{tmp}/t.jsonl"], ["num_blocks"]),
     (["record", "--scenario", "{tmp}/bool_id.toml", "--out", "{tmp}/t.jsonl"], ["id"]),

@@ -18,12 +18,12 @@ import os
 import stat
 from pathlib import Path
 
+from engine.capacity import CONFIG_MAX_BYTES as CONFIG_MAX_BYTES  # the page's upload bound
 from engine.capacity import ModelShape, config_json, shape_from_config, shape_from_gguf_metadata
 from engine.gguf_metadata import GGUF_MAX_BYTES as GGUF_MAX_BYTES  # the page's upload bound
 from engine.gguf_metadata import gguf_metadata
 from engine.request import InvalidConfigError
 
-CONFIG_MAX_BYTES = 1 << 20
 LOCAL_ADDRESSES = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
