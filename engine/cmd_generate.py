@@ -158,7 +158,10 @@ def read_prompts_file(path: str) -> list[str]:
                 f"prompts file {p} holds one JSON string; write a JSON "
                 "list of strings, or one prompt per line"
             )
-    return [line for line in text.splitlines() if line.strip()]
+    # lines end at \n (or \r\n) only: str.splitlines also cuts at U+2028, U+0085, a form feed
+    # and more, which split one prompt holding them into several
+    lines = (line.removesuffix("\r") for line in text.split("\n"))
+    return [line for line in lines if line.strip()]
 
 
 def check_kv_events(endpoint: str | None, allow_remote: bool, hold: float) -> None:

@@ -508,3 +508,20 @@ def test_record_is_quiet_about_a_trace_the_app_opens(files, capsys):
     argv = [a.replace("{tmp}", str(files)) for a in RECORD_GOOD] + ["--forward", "skip"]
     assert cli.main(argv) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_plain_prompts_file_splits_at_line_ends_only(tmp_path):
+    """One prompt per line, where a line ends at \\n or \\r\\n: a prompt holding U+2028, U+0085,
+    a form feed or a lone \\r (text pasted from a web page or a PDF) stays one prompt."""
+    from engine.cmd_generate import read_prompts_file
+
+    odd = [
+        "para\u2028graph",
+        "next\x85line",
+        "page\x0cbreak",
+        "carriage\rreturn",
+        "vertical\x0btab",
+    ]
+    path = tmp_path / "odd.txt"
+    path.write_bytes(("\r\n".join(odd[:2]) + "\n\n" + "\n".join(odd[2:]) + "\n").encode())
+    assert read_prompts_file(str(path)) == odd
