@@ -489,3 +489,54 @@ def test_a_live_copy_of_a_replayed_batch_is_dropped_and_a_new_one_is_a_restart()
     other = payload([K.BlockStored([99], None, [9] * BS, BS, None, "GPU")], ts=2000.0)
     sub.on_message(None, [b"", K.seq_bytes(1), other])  # seq 1 again, other bytes: new process
     assert state.counters["restarts"] == 1 and state.last_seq == 1
+
+
+def test_every_reader_shares_one_drawing_of_the_chains_until_the_state_changes(monkeypatch):
+    """Drawing 200k blocks' chains takes most of a second and every watching session asks each
+    second: a state draws once per change, and with ``max_age`` at most once in that long."""
+    import viz.kv_watch as W
+
+    drawn = []
+    real = W._chains
+    monkeypatch.setattr(W, "_chains", lambda *a: drawn.append(1) or real(*a))
+    msgs, _ = shared_prompt_stream()
+    state = fold(msgs[:2])
+    first = state.snapshot()
+    assert [state.snapshot() for _ in range(3)][-1].chains == first.chains
+    assert len(drawn) == 1, "readers of an unchanged state each drew it again"
+    state.feed(*msgs[2])
+    assert state.snapshot(max_age=60).num_blocks == first.num_blocks, "drawn just now: kept"
+    assert len(drawn) == 1
+    now = state.snapshot()  # no staleness allowed: the change is drawn
+    assert now.num_blocks == fold(msgs[:3]).snapshot().num_blocks > first.num_blocks
+    state.malformed("garbage")
+    assert state.snapshot().counters["malformed"] == 1  # counters are part of the drawing
+    state.restart()
+    assert state.snapshot().num_blocks == 0
+    drawn.clear()
+    assert state.snapshot(top=1).chains == state.snapshot().chains[:1] and len(drawn) == 2
+
+
+def test_a_replay_steps_forward_by_folding_only_the_new_batches(monkeypatch):
+    """The recording player's slider: any order of steps shows what a fresh fold to that step
+    shows, and a step forward decodes only the batches it adds."""
+    import viz.kv_watch as W
+
+    decoded = []
+    real = W.decode_batch
+    monkeypatch.setattr(W, "decode_batch", lambda p: decoded.append(p) or real(p))
+    msgs, _ = shared_prompt_stream()
+    msgs = [*msgs, (len(msgs), b"\xc1 not msgpack"), (0, msgs[0][1])]  # garbage, then a restart
+    replay = W.Replay(msgs)
+    # step, then batches decoded to get there: forward only the new ones, back all again
+    for upto, new in ((1, 1), (3, 2), (2, 2), (6, 4), (6, 0), (0, 0), (4, 4), (5, 1)):
+        before = len(decoded)
+        got = replay.at(upto).snapshot()
+        assert len(decoded) - before == new, f"step {upto}"
+        fresh = fold(msgs, upto).snapshot()
+        assert (got.num_blocks, got.chains, got.counters, got.last_seq) == (
+            fresh.num_blocks,
+            fresh.chains,
+            fresh.counters,
+            fresh.last_seq,
+        ), f"step {upto}"

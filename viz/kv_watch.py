@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import msgspec
 
@@ -116,6 +116,9 @@ class WatchState:
     last_message_at: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _ring_total: int = 0
+    _changes: int = 0  # bumped by everything that changes what a snapshot shows
+    _drawn: tuple[int, int, float, Snapshot] | None = None  # (changes, top, when, the snapshot)
+    _drawing: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # --- sequence numbers -------------------------------------------------------------------
 
@@ -130,12 +133,14 @@ class WatchState:
     def mark_gap(self, missed: int) -> None:
         """Batches that could not be replayed: the view may hold blocks since evicted."""
         with self.lock:
+            self._changes += 1
             self.counters["gaps"] += 1
             self.counters["missed"] += max(0, missed)
 
     def restart(self) -> None:
         """A new server process: its cache starts empty, and so does ours."""
         with self.lock:
+            self._changes += 1
             self.counters["restarts"] += 1
             self.blocks.clear()
             self.last_seq = None
@@ -155,6 +160,7 @@ class WatchState:
 
     def malformed(self, why: str) -> None:
         with self.lock:
+            self._changes += 1
             self.counters["malformed"] += 1
             self.last_error = why[:200]
 
@@ -182,6 +188,7 @@ class WatchState:
     ) -> None:
         """Fold a batch already decoded from ``payload`` (kept in the ring for recording)."""
         with self.lock:
+            self._changes += 1
             self._apply(batch, int(time.time() if now is None else now))
             self.last_seq = seq
             self.last_message_at = time.monotonic()
@@ -234,7 +241,28 @@ class WatchState:
 
     # --- reading ----------------------------------------------------------------------------
 
-    def snapshot(self, top: int = 50) -> Snapshot:
+    def snapshot(self, top: int = 50, max_age: float = 0.0) -> Snapshot:
+        """What the page draws. Drawing the chains of 200k blocks takes most of a second, and
+        every session watching this server asks once a second: a snapshot is drawn once per
+        change of state and reused by every reader until then, or, with ``max_age``, for up to
+        that many seconds after it was drawn, changes or not (the page, which redraws every
+        second, passes most of a second). Only the message age is always new."""
+        with self._drawing:  # one reader draws; the others wait and take its snapshot
+            with self.lock:
+                changes = self._changes
+            drawn = self._drawn
+            now = time.monotonic()
+            if (
+                drawn is None
+                or drawn[1] != top
+                or (drawn[0] != changes and now - drawn[2] >= max_age)
+            ):
+                drawn = self._drawn = (changes, top, now, self._draw(top))
+        with self.lock:
+            age = None if self.last_message_at is None else time.monotonic() - self.last_message_at
+        return replace(drawn[3], last_message_age=age)
+
+    def _draw(self, top: int) -> Snapshot:
         with self.lock:
             blocks = dict(self.blocks)
             rates = [(s, a, b) for s, a, b in self.rates]
@@ -331,18 +359,35 @@ def read_recording(text: str) -> list[tuple[int, bytes]]:
 def fold(messages: Iterable[tuple[int, bytes]], upto: int | None = None) -> WatchState:
     """A fresh state with the first ``upto`` recorded batches applied (all when None), each at
     its own timestamp: what the player shows at that step."""
-    state = WatchState()
-    for i, (seq, payload) in enumerate(messages):
-        if upto is not None and i >= upto:
-            break
-        if state.classify(seq) == "restart":
-            state.restart()
-        try:
-            ts = decode_batch(payload).ts
-        except MalformedBatch:
-            ts = 0.0
-        state.feed(seq, payload, now=ts)
-    return state
+    replay = Replay(list(messages))
+    return replay.at(len(replay.messages) if upto is None else upto)
+
+
+class Replay:
+    """A recording's batches folded up to a step, for a player: a step forward folds only the
+    batches it adds (a recording holds up to ~100k, and the page's slider asked for all of them
+    again on every move); a step back folds again from the start."""
+
+    def __init__(self, messages: list[tuple[int, bytes]]) -> None:
+        self.messages = messages
+        self._state, self._done = WatchState(), 0
+
+    def at(self, upto: int) -> WatchState:
+        upto = max(0, min(upto, len(self.messages)))
+        if upto < self._done:
+            self._state, self._done = WatchState(), 0
+        state = self._state
+        for seq, payload in self.messages[self._done : upto]:
+            if state.classify(seq) == "restart":
+                state.restart()
+            try:
+                batch = decode_batch(payload)
+            except MalformedBatch as e:
+                state.malformed(f"seq {seq}: {e}")
+                continue
+            state.apply(seq, batch, payload, now=batch.ts)
+        self._done = upto
+        return state
 
 
 def _chains(
