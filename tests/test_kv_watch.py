@@ -3,6 +3,7 @@ and restarted, malformed messages, a flood. Loopback sockets only; every wait is
 
 from __future__ import annotations
 
+import threading
 import time
 import tracemalloc
 
@@ -288,30 +289,41 @@ def test_subscriber_replays_a_gap_from_the_server():
         ctx.destroy(linger=0)
 
 
+def replay_server(ctx: zmq.Context, port: int, answer) -> threading.Thread:
+    """A replay socket on ``port`` that answers one request, with the frames ``answer(start)``
+    yields (each sent after the requester's identity and an empty frame), in a started thread."""
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    router.bind(f"tcp://127.0.0.1:{port}")
+
+    def serve() -> None:
+        if router.poll(10_000):
+            ident, _, start = router.recv_multipart()
+            for frames in answer(int.from_bytes(start, "big")):
+                router.send_multipart([ident, b"", *frames])
+
+    server = threading.Thread(target=serve)
+    # the thread drops ``serve`` (and with it the last reference to the socket) once it returns;
+    # a collected socket closes at once (LINGER 0) and throws away what is still queued to send
+    server.socket = router  # type: ignore[attr-defined]
+    server.start()
+    return server
+
+
 def test_replay_with_a_topic_frame_as_newer_vllm_sends_it():
     """Newer vLLM prefixes replay replies with the topic: [topic, seq, payload]."""
-    import threading
+    batches = {
+        s: payload([K.BlockStored([s + 1], s or None, [s] * BS, BS, None, "GPU")]) for s in range(4)
+    }
+
+    def answer(start: int):
+        yield from ([b"kv-events", K.seq_bytes(s), batches[s]] for s in range(start, 4))
+        yield [b"kv-events", K.END_SEQ, b""]
 
     port, _ = free_ports()
     ctx = zmq.Context()
     try:
-        router = ctx.socket(zmq.ROUTER)
-        router.setsockopt(zmq.LINGER, 0)
-        router.bind(f"tcp://127.0.0.1:{port + 1}")
-        batches = {
-            s: payload([K.BlockStored([s + 1], s or None, [s] * BS, BS, None, "GPU")])
-            for s in range(4)
-        }
-
-        def serve() -> None:
-            if router.poll(5000):
-                ident, _, start = router.recv_multipart()
-                for s in range(int.from_bytes(start, "big"), 4):
-                    router.send_multipart([ident, b"", b"kv-events", K.seq_bytes(s), batches[s]])
-                router.send_multipart([ident, b"", b"kv-events", K.END_SEQ, b""])
-
-        server = threading.Thread(target=serve)
-        server.start()
+        server = replay_server(ctx, port + 1, answer)
         state = WatchState()
         sub = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}"), state)
         sub.on_message(ctx, [b"kv-events", K.seq_bytes(3), batches[3]])  # joined late, at 3
@@ -332,25 +344,16 @@ def test_the_live_socket_holds_a_bounded_number_of_bytes_unread():
 def test_a_replay_larger_than_the_subscriber_keeps_is_cut_and_the_rest_is_a_gap():
     """A hostile replay socket answers with 80 batches of 1 MiB each (every one under the
     message limit): the subscriber keeps the first ones up to 64 MiB, in order."""
-    import threading
+    big = b"\x00" * (1 << 20)
+
+    def answer(start: int):
+        yield from ([K.seq_bytes(s), big] for s in range(80))
+        yield [K.END_SEQ, b""]
 
     port, _ = free_ports()
     ctx = zmq.Context()
     try:
-        router = ctx.socket(zmq.ROUTER)
-        router.setsockopt(zmq.LINGER, 0)
-        router.bind(f"tcp://127.0.0.1:{port + 1}")
-        big = b"\x00" * (1 << 20)
-
-        def serve() -> None:
-            if router.poll(10_000):
-                ident, _, _ = router.recv_multipart()
-                for s in range(80):
-                    router.send_multipart([ident, b"", K.seq_bytes(s), big])
-                router.send_multipart([ident, b"", K.END_SEQ, b""])
-
-        server = threading.Thread(target=serve)
-        server.start()
+        server = replay_server(ctx, port + 1, answer)
         sub = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}", replay_timeout_s=30))
         got, answered = sub._replay(ctx, 0, 10_000)
         server.join(30)
