@@ -44,10 +44,19 @@ class Player {
     document.addEventListener("keydown", this.onKey, true);
   }
 
-  async load(data, start) {
-    this.data = data;
+  // Open ``data`` on frame ``start``; ``start`` null stays on the frame shown (the same lesson
+  // in another language, or more of a live run: ``follow`` keeps a run watched at its end at
+  // the new end). The frame shown is read once the frames are unpacked, not when they were
+  // asked for: until then the keys step the frames on screen, and those steps count.
+  async load(data, start, follow) {
+    this.loading = data;
     const body = await inflate(data.z);
-    if (this.data !== data) return;    // a newer payload arrived meanwhile
+    if (this.loading !== data) return;    // a newer payload arrived meanwhile
+    if (start === null) {
+      const atEnd = this.i >= this.frames.length - 1;
+      start = follow && atEnd ? data.num_frames - 1 : this.i;
+    }
+    this.data = data;
     this.pieces = body.pieces;
     this.frames = body.frames;
     this.shown = {};
@@ -168,7 +177,8 @@ class Player {
       const u = new URL(window.location.href);
       u.searchParams.set("lesson", this.data.lesson);
       u.searchParams.set("frame", String(this.i));
-      if (this.data.lang !== "en") u.searchParams.set("lang", this.data.lang);
+      const lang = this.chosenLang();
+      if (lang !== "en") u.searchParams.set("lang", lang);
       else u.searchParams.delete("lang");
       if (this.present) u.searchParams.set("present", "1");
       else u.searchParams.delete("present");
@@ -176,13 +186,17 @@ class Player {
     });
   }
 
+  // The language last chosen, whose frames may still be unpacking: the link says it already.
+  chosenLang() { return (this.loading || this.data).lang; }
+
   // A standalone file (viz/standalone.py) has no server to keep query params for: the
   // frame, language and presenter mode live in the hash, which a file:// link keeps. A hash
   // without lang opens in the file's first language (``home_lang``: zh for `--lang zh`), so
   // any other language is written out, English included.
   hashUrl() {
     let h = "#frame=" + this.i;
-    if (this.data.lang !== (this.data.home_lang || "en")) h += "&lang=" + this.data.lang;
+    const lang = this.chosenLang();
+    if (lang !== (this.data.home_lang || "en")) h += "&lang=" + lang;
     if (this.present) h += "&present=1";
     if (window.location.hash !== h) window.history.replaceState(window.history.state, "", h);
   }
@@ -356,13 +370,10 @@ export default function mountPlayer(component) {
   if (p.loadedId !== data.id) {
     // Same lesson in another language (or more live frames): stay on the frame shown.
     const keep = p.loadedLesson === data.lesson && p.i >= 0;
-    const atEnd = p.frames && p.i >= p.frames.length - 1;
-    let start = keep ? p.i : data.start;
-    if (keep && data.follow && atEnd) start = data.num_frames - 1;
     p.loadedId = data.id;
     p.loadedLesson = data.lesson;
     root.dataset.lang = data.lang;
-    p.load(data, start);
+    p.load(data, keep ? null : data.start, !!data.follow);
     if (p.present === undefined) p.setPresent(!!data.present);
   }
   return () => {
