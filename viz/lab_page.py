@@ -16,7 +16,7 @@ from pathlib import Path
 import streamlit as st
 
 from engine.trace import TraceError
-from viz import html, player, safe, standalone, ui_text
+from viz import address, html, player, safe, standalone, ui_text
 from viz import scenario_lab as S
 from viz.controls import choice_buttons
 from viz.live import LiveRun, record_command
@@ -153,8 +153,7 @@ def render(lang: str = "en") -> None:
             icon=":material/download:",
         )
     if token is not None:
-        if st.query_params.get("scenario") != token:
-            st.query_params["scenario"] = token
+        address.keep({"scenario": token}, key="lab")  # in place: no history entry per edit
         st.caption(t["link"])
         st.code(f"{_base_url()}?scenario={token}", language=None, wrap_lines=True)
     if clicked and not errors:
