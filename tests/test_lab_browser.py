@@ -177,3 +177,35 @@ def test_a_scenario_records_on_the_real_model_with_progress(page, app_url):
     last = page.evaluate("() => window.pkPlayer.frames.length - 1")
     wait_painted(page, last)
     assert last >= 5
+
+
+def test_the_address_of_a_dry_run_reopens_its_frame(page, app_url):
+    """The player keeps ``?lesson=lab&frame=N`` in the address bar, as on the lesson page: a
+    fresh page from that address records the same dry run and opens on frame N (it opened the
+    table with nothing recorded). Once the table changes, the frames on screen are not the
+    linked scenario's any more: the address names no frame, and stepping writes none."""
+    _open(page, app_url, THREE)
+    page.get_by_role("button", name="Record (dry run)").click()
+    assert wait_ready(page) == 0
+    for f in (1, 2, 3):
+        page.keyboard.press("ArrowRight")
+        wait_painted(page, f)
+    page.wait_for_function("() => /[?&]frame=3(&|$)/.test(location.search)")
+    here = page.evaluate("location.href")
+    page.goto(here)
+    assert wait_ready(page) == 3
+    assert S.decode(parse_qs(urlparse(here).query)["scenario"][0])[0] == THREE
+    wait_idle(page)
+    blocks = page.get_by_label("Blocks")
+    blocks.fill(str(THREE.num_blocks + 1))
+    blocks.press("Enter")
+    page.get_by_text("The table has changed since this recording").wait_for(timeout=30_000)
+    page.wait_for_function("() => !/[?&](lesson|frame)=/.test(location.search)")
+    page.evaluate("() => document.activeElement.blur()")  # the keys are the player's again
+    page.keyboard.press("ArrowRight")
+    wait_painted(page, 4)
+    search = page.evaluate(
+        "() => new Promise(r => requestAnimationFrame(() => "
+        "requestAnimationFrame(() => r(location.search))))"
+    )
+    assert "frame=" not in search and "scenario=" in search

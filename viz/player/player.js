@@ -175,13 +175,18 @@ class Player {
       this.urlTimes.push(now);
       if (this.data.standalone) { this.hashUrl(); return; }
       const u = new URL(window.location.href);
-      u.searchParams.set("lesson", this.data.lesson);
-      u.searchParams.set("frame", String(this.i));
       const lang = this.chosenLang();
       if (lang !== "en") u.searchParams.set("lang", lang);
       else u.searchParams.delete("lang");
-      if (this.present) u.searchParams.set("present", "1");
-      else u.searchParams.delete("present");
+      if (this.linkFrame === false) {
+        // the page cannot reopen these frames from a link: the URL promises none of them
+        for (const k of ["lesson", "frame", "present"]) u.searchParams.delete(k);
+      } else {
+        u.searchParams.set("lesson", this.data.lesson);
+        u.searchParams.set("frame", String(this.i));
+        if (this.present) u.searchParams.set("present", "1");
+        else u.searchParams.delete("present");
+      }
       if (u.href !== window.location.href) window.history.replaceState(window.history.state, "", u.href);
     });
   }
@@ -366,6 +371,13 @@ export default function mountPlayer(component) {
   if (!p) {
     p = root.__pkPlayer = new Player(root, data);
     window.pkPlayer = p;
+  }
+  // Read on every mount: the scenario lab's frames stop being linkable once its table has
+  // changed (or were never: a run on the real model), without new frames.
+  const link = data.link_frame !== false;
+  if (p.linkFrame !== link) {
+    p.linkFrame = link;
+    if (p.frames) p.queueUrl();
   }
   if (p.loadedId !== data.id) {
     // Same lesson in another language (or more live frames): stay on the frame shown.
