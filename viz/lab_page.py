@@ -169,6 +169,9 @@ def render(lang: str = "en") -> None:
             on_click="ignore",
             icon=":material/download:",
         )
+    if token is not None:
+        st.caption(t["link"])
+        st.code(f"{_base_url()}?scenario={token}", language=None, wrap_lines=True)
     replay = ss.pop("lab_replay", False)  # once: the link's frame, recorded again
     if (clicked or replay) and not errors:
         try:
@@ -187,9 +190,6 @@ def render(lang: str = "en") -> None:
         params.update(lesson=None, frame=None, present=None)
     if params:
         address.keep(params, key="lab")
-    if token is not None:
-        st.caption(t["link"])
-        st.code(f"{_base_url()}?scenario={token}", language=None, wrap_lines=True)
     _player(lab, texts, lang)
     st.caption(t["real_model"])
 
