@@ -11,7 +11,16 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from viz import scenario_lab as S
-from viz.serve import CHROMIUM, shown_frame, wait_idle, wait_painted, wait_ready
+from viz.serve import (
+    CHROMIUM,
+    hold_unpacking,
+    release_unpacking,
+    shown_frame,
+    wait_idle,
+    wait_painted,
+    wait_ready,
+    wait_unpacking_held,
+)
 
 pytestmark = [
     pytest.mark.browser,
@@ -209,3 +218,16 @@ def test_the_address_of_a_dry_run_reopens_its_frame(page, app_url):
         "requestAnimationFrame(() => r(location.search))))"
     )
     assert "frame=" not in search and "scenario=" in search
+
+
+def test_keys_pressed_while_the_first_frames_unpack_count(page, app_url):
+    """A recording's first frames take a moment to unpack; arrows pressed meanwhile (the
+    keys' focus is on the Record button just clicked) were dropped, now each counts once."""
+    _open(page, app_url, THREE)
+    hold_unpacking(page)
+    page.get_by_role("button", name="Record (dry run)").click()
+    wait_unpacking_held(page)
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    release_unpacking(page)
+    assert wait_ready(page) == 2

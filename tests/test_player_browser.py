@@ -9,7 +9,17 @@ from urllib.parse import urlparse
 
 import pytest
 
-from viz.serve import CHROMIUM, hold_key, shown_frame, wait_idle, wait_painted, wait_ready
+from viz.serve import (
+    CHROMIUM,
+    hold_key,
+    hold_unpacking,
+    release_unpacking,
+    shown_frame,
+    wait_idle,
+    wait_painted,
+    wait_ready,
+    wait_unpacking_held,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -368,20 +378,6 @@ def test_every_frame_shows_its_own_caption_and_chapter(player):
         assert title == C.title(lesson, ch, "en"), i
 
 
-# The next frames the player unpacks wait at this gate (``pkGateHeld``) until
-# ``window.pkOpenGate()``: a swap held open as long as the test needs, with no timing in it.
-# Only a constructed Response (the player's inflate) waits; a fetched one has a URL and passes.
-GATE_JS = """() => {
-  const text = Response.prototype.text;
-  const gate = new Promise((open) => { window.pkOpenGate = open; });
-  Response.prototype.text = async function () {
-    if (this.url !== "") return text.call(this);
-    Response.prototype.text = text;
-    window.pkGateHeld = true;
-    await gate;
-    return text.call(this);
-  };
-}"""
 ZH_FRAMES_JS = """() => window.pkPlayer.data.lang === 'zh' &&
   /[\\u4e00-\\u9fff]/.test(document.querySelector('#pk-body').textContent)"""
 
@@ -391,13 +387,13 @@ def test_keys_pressed_while_another_language_unpacks_count_once(page, app_url):
     and the Chinese frames open where those keys left off: the swap took the player back to
     the frame it was on when the language was chosen."""
     assert open_player(page, f"{app_url}/?frame=5") == 5
-    page.evaluate(GATE_JS)
+    hold_unpacking(page)
     page.get_by_role("button", name="中文", exact=True).click()
-    page.wait_for_function("() => window.pkGateHeld === true")
+    wait_unpacking_held(page)
     for want in (6, 7, 8):
         page.keyboard.press("ArrowRight")
         wait_painted(page, want)
-    page.evaluate("() => window.pkOpenGate()")
+    release_unpacking(page)
     page.wait_for_function(ZH_FRAMES_JS)
     assert shown_frame(page) == 8
     page.keyboard.press("ArrowRight")

@@ -40,6 +40,7 @@ class Player {
     this.urlPending = false;
     this.urlTimes = [];
     this.times = [];          // keydown -> painted, ms (read by bench/frames.py)
+    this.early = [];          // keys pressed before the first frames were in (see key())
     this.onKey = (e) => this.key(e);
     document.addEventListener("keydown", this.onKey, true);
   }
@@ -64,6 +65,7 @@ class Player {
     this.static();
     this.i = -1;
     this.go(start);
+    for (const k of this.early.splice(0)) this.act(k);
     this.root.dataset.ready = "1";
   }
 
@@ -213,19 +215,40 @@ class Player {
   }
 
   key(e) {
-    if (!this.frames || !this.root.isConnected) return;
+    if (!this.root.isConnected) return;
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     const tag = (e.target && e.target.tagName) || "";
     if (/^(INPUT|TEXTAREA|SELECT)$/.test(tag) || (e.target && e.target.isContentEditable)) return;
     if (e.target && e.target.closest && e.target.closest(OWN_KEYS)) return;
     const t0 = performance.now();
     const k = e.key;
-    if (!this.el("pk-help").hidden && k !== "?" && k !== "Escape") {
-      // over the help, a player key only closes it: a step taken behind it would go unseen
-      if (PLAYER_KEYS.has(k)) { e.preventDefault(); e.stopPropagation(); this.help(false); }
+    if (!this.frames) {
+      // The first frames are still unpacking: a player key is kept and acted on once they
+      // are in, so a key counts whenever it is pressed.
+      if (PLAYER_KEYS.has(k) || k === "?") {
+        this.early.push(k);
+        e.preventDefault();
+        e.stopPropagation();
+      }
       return;
     }
-    let handled = true;
+    if (!this.act(k)) return;
+    e.preventDefault();
+    e.stopPropagation();
+    requestAnimationFrame(() => {
+      this.times.push(performance.now() - t0);
+      if (this.times.length > 5000) this.times.shift();
+    });
+  }
+
+  // Do what key ``k`` says; false when it says nothing to the player.
+  act(k) {
+    if (!this.el("pk-help").hidden && k !== "?" && k !== "Escape") {
+      // over the help, a player key only closes it: a step taken behind it would go unseen
+      if (!PLAYER_KEYS.has(k)) return false;
+      this.help(false);
+      return true;
+    }
     if (k === "ArrowRight") { this.stop(); this.go(this.i + 1); }
     else if (k === "ArrowLeft") { this.stop(); this.go(this.i - 1); }
     else if (k === "PageDown") { this.stop(); this.chapter(1); }
@@ -239,14 +262,8 @@ class Player {
     else if (k === "?") this.help();
     else if (k === "Escape" && !this.el("pk-help").hidden) this.help(false);
     else if (k === "Escape" && this.present) this.setPresent(false);
-    else handled = false;
-    if (!handled) return;
-    e.preventDefault();
-    e.stopPropagation();
-    requestAnimationFrame(() => {
-      this.times.push(performance.now() - t0);
-      if (this.times.length > 5000) this.times.shift();
-    });
+    else return false;
+    return true;
   }
 
   help(show) {
