@@ -229,5 +229,12 @@ def test_keys_pressed_while_the_first_frames_unpack_count(page, app_url):
     wait_unpacking_held(page)
     page.keyboard.press("ArrowRight")
     page.keyboard.press("ArrowRight")
+    # with no frame shown yet, the address names none (it said frame=-1 until one was)
+    search = page.evaluate(
+        "() => new Promise(r => requestAnimationFrame(() => "
+        "requestAnimationFrame(() => r(location.search))))"
+    )
+    assert "frame=" not in search
     release_unpacking(page)
     assert wait_ready(page) == 2
+    page.wait_for_function("() => /[?&]frame=2(&|$)/.test(location.search)")

@@ -165,6 +165,7 @@ class Player {
     this.urlPending = true;
     requestAnimationFrame(() => {
       this.urlPending = false;
+      if (this.i < 0) return;  // no frame shown yet (it said frame=-1): go() writes it
       // Chromium ignores more than ~200 history updates per 10 s: past 150, update at most
       // every 100 ms (the last frame always lands: a trailing update is scheduled).
       const now = performance.now();
