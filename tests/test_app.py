@@ -43,6 +43,15 @@ def player(at: AppTest) -> dict:
     return json.loads(el.proto.json)
 
 
+def address(at: AppTest) -> dict:
+    """The query parameters the page asks the browser to write in place (viz.address)."""
+    out: dict = {}
+    for el in at.get("bidi_component"):
+        if el.proto.component_name == "pk_address":
+            out.update(json.loads(el.proto.json)["params"])
+    return out
+
+
 def frames(data: dict) -> dict:
     """The player's frames and pieces, inflated as the browser inflates them."""
     return json.loads(zlib.decompress(base64.b64decode(data["z"])).decode("utf-8"))
@@ -124,7 +133,10 @@ def test_language_switch_sends_chinese_frames_and_keeps_the_url(lesson):
     data = player(at)
     assert data["lang"] == "zh" and data["start"] == lesson.keyframes[4]
     assert any("外部碎片" in p for p in frames(data)["pieces"])
-    assert at.query_params.get("lang") == "zh"
+    # the browser writes the language in place; a write from the server is a history entry
+    assert address(at) == {"lang": "zh"} and "lang" not in at.query_params
+    press(at, "lang_en")
+    assert address(at) == {"lang": None}
 
 
 def test_lang_param_opens_in_chinese():
@@ -168,6 +180,16 @@ def test_switching_lessons_starts_at_frame_zero_and_updates_the_url(two_lessons,
     assert not at.exception
     assert shown_frame(at) == 0 and at.session_state["pk_lesson"] == "dry-run"
     assert player(at)["lesson"] == "dry-run"  # which the player writes into the URL
+
+
+def test_with_no_player_shown_the_lesson_is_written_into_the_url_in_place():
+    """A file not chosen yet shows no player, so the page itself keeps the lesson in the URL:
+    in place, as the player does (through st.query_params it was a history entry of its own,
+    and coming back to the page from another made that one change two entries)."""
+    at = press(open_app({"frame": "7"}), "pk_source_pick_upload")
+    assert not [e for e in at.get("bidi_component") if e.proto.component_name == "pk_player"]
+    assert address(at) == {"lang": None, "lesson": "six-steps", "frame": None}
+    assert "lesson" not in at.query_params
 
 
 def test_unknown_lesson_falls_back_with_a_note(two_lessons, monkeypatch):

@@ -11,7 +11,16 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from viz import scenario_lab as S
-from viz.serve import CHROMIUM, shown_frame, wait_idle, wait_painted, wait_ready
+from viz.serve import (
+    CHROMIUM,
+    hold_unpacking,
+    release_unpacking,
+    shown_frame,
+    wait_idle,
+    wait_painted,
+    wait_ready,
+    wait_unpacking_held,
+)
 
 pytestmark = [
     pytest.mark.browser,
@@ -177,3 +186,55 @@ def test_a_scenario_records_on_the_real_model_with_progress(page, app_url):
     last = page.evaluate("() => window.pkPlayer.frames.length - 1")
     wait_painted(page, last)
     assert last >= 5
+
+
+def test_the_address_of_a_dry_run_reopens_its_frame(page, app_url):
+    """The player keeps ``?lesson=lab&frame=N`` in the address bar, as on the lesson page: a
+    fresh page from that address records the same dry run and opens on frame N (it opened the
+    table with nothing recorded). Once the table changes, the frames on screen are not the
+    linked scenario's any more: the address names no frame, and stepping writes none."""
+    _open(page, app_url, THREE)
+    page.get_by_role("button", name="Record (dry run)").click()
+    assert wait_ready(page) == 0
+    for f in (1, 2, 3):
+        page.keyboard.press("ArrowRight")
+        wait_painted(page, f)
+    page.wait_for_function("() => /[?&]frame=3(&|$)/.test(location.search)")
+    here = page.evaluate("location.href")
+    page.goto(here)
+    assert wait_ready(page) == 3
+    assert S.decode(parse_qs(urlparse(here).query)["scenario"][0])[0] == THREE
+    wait_idle(page)
+    blocks = page.get_by_label("Blocks")
+    blocks.fill(str(THREE.num_blocks + 1))
+    blocks.press("Enter")
+    page.get_by_text("The table has changed since this recording").wait_for(timeout=30_000)
+    page.wait_for_function("() => !/[?&](lesson|frame)=/.test(location.search)")
+    page.evaluate("() => document.activeElement.blur()")  # the keys are the player's again
+    page.keyboard.press("ArrowRight")
+    wait_painted(page, 4)
+    search = page.evaluate(
+        "() => new Promise(r => requestAnimationFrame(() => "
+        "requestAnimationFrame(() => r(location.search))))"
+    )
+    assert "frame=" not in search and "scenario=" in search
+
+
+def test_keys_pressed_while_the_first_frames_unpack_count(page, app_url):
+    """A recording's first frames take a moment to unpack; arrows pressed meanwhile (the
+    keys' focus is on the Record button just clicked) were dropped, now each counts once."""
+    _open(page, app_url, THREE)
+    hold_unpacking(page)
+    page.get_by_role("button", name="Record (dry run)").click()
+    wait_unpacking_held(page)
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    # with no frame shown yet, the address names none (it said frame=-1 until one was)
+    search = page.evaluate(
+        "() => new Promise(r => requestAnimationFrame(() => "
+        "requestAnimationFrame(() => r(location.search))))"
+    )
+    assert "frame=" not in search
+    release_unpacking(page)
+    assert wait_ready(page) == 2
+    page.wait_for_function("() => /[?&]frame=2(&|$)/.test(location.search)")

@@ -9,7 +9,17 @@ from urllib.parse import urlparse
 
 import pytest
 
-from viz.serve import CHROMIUM, hold_key, shown_frame, wait_idle, wait_painted, wait_ready
+from viz.serve import (
+    CHROMIUM,
+    hold_key,
+    hold_unpacking,
+    release_unpacking,
+    shown_frame,
+    wait_idle,
+    wait_painted,
+    wait_ready,
+    wait_unpacking_held,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -366,3 +376,26 @@ def test_every_frame_shows_its_own_caption_and_chapter(player):
         assert frame == i
         assert (left, right) == captions.caption(lesson, i, "en"), i
         assert title == C.title(lesson, ch, "en"), i
+
+
+ZH_FRAMES_JS = """() => window.pkPlayer.data.lang === 'zh' &&
+  /[\\u4e00-\\u9fff]/.test(document.querySelector('#pk-body').textContent)"""
+
+
+def test_keys_pressed_while_another_language_unpacks_count_once(page, app_url):
+    """Arrows pressed while the Chinese frames are still unpacking step the frames on screen,
+    and the Chinese frames open where those keys left off: the swap took the player back to
+    the frame it was on when the language was chosen."""
+    assert open_player(page, f"{app_url}/?frame=5") == 5
+    hold_unpacking(page)
+    page.get_by_role("button", name="中文", exact=True).click()
+    wait_unpacking_held(page)
+    for want in (6, 7, 8):
+        page.keyboard.press("ArrowRight")
+        wait_painted(page, want)
+    release_unpacking(page)
+    page.wait_for_function(ZH_FRAMES_JS)
+    assert shown_frame(page) == 8
+    page.keyboard.press("ArrowRight")
+    wait_painted(page, 9)
+    page.wait_for_function("() => /[?&]frame=9(&|$)/.test(location.search)")

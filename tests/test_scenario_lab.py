@@ -322,3 +322,66 @@ def test_the_real_model_scenario_file_is_written_in_a_private_folder(tmp_path, m
         assert lab_page._scenario_file(lab) == path  # one file per content
     finally:
         forget()
+
+
+def _mounted(at, name: str) -> dict:
+    """What the page handed component ``name`` (the lab's player, or the address it writes
+    in place: viz.address), merged over the page's mounts of it."""
+    out: dict = {}
+    for el in at.get("bidi_component"):
+        if el.proto.component_name == name:
+            out.update(json.loads(el.proto.json))
+    return out
+
+
+@pytest.mark.parametrize(
+    "raw, want, notice",
+    [("3", 3, None), ("99999", "last", None), ("-2", 0, None), ("3.5", 0, "not a frame number")],
+)
+def test_a_link_that_names_a_frame_records_its_dry_run_and_opens_on_it(raw, want, notice):
+    """The player keeps ``?lesson=lab&frame=N`` in the address while a dry run is shown, as on
+    the lesson page; a dry run is the scenario's alone (the stand-in model is deterministic),
+    so opening that address records it again and opens on frame N. It opened the table with
+    nothing recorded."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_lab_page, default_timeout=60)
+    for k, v in {"scenario": S.encode(LAB), "lesson": "lab", "frame": raw, "present": "1"}.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception and not at.error
+    shown = _mounted(at, "pk_player")
+    last = shown["num_frames"] - 1
+    assert shown["start"] == (last if want == "last" else want) and shown["link_frame"]
+    assert shown["present"] is True and last > 5
+    warnings = [w.value for w in at.warning]
+    assert any(notice in w for w in warnings) if notice else warnings == []
+    assert _mounted(at, "pk_address")["params"] == {"scenario": S.encode(LAB)}
+
+
+def test_a_link_never_names_a_frame_it_cannot_reopen():
+    """A run on the real model is not redone from a link, and once the table changes the
+    recording shown is not the scenario the link names: the address drops lesson, frame and
+    presenter mode, and the player writes none of them."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_lab_page, default_timeout=60)
+    at.query_params["scenario"] = S.encode(LAB)
+    at.run()
+    assert not _mounted(at, "pk_player")  # nothing recorded: no frame to name
+    drops = {"lesson": None, "frame": None, "present": None}
+    assert _mounted(at, "pk_address")["params"] == {"scenario": S.encode(LAB), **drops}
+    at.button(key="lab_record").click().run()
+    assert _mounted(at, "pk_player")["link_frame"] is True
+    assert _mounted(at, "pk_address")["params"] == {"scenario": S.encode(LAB)}
+    at.session_state["lab_rec"] = (LAB, S.Recording(S.record_dry(LAB).trace_text, dry=False))
+    at.run()
+    assert _mounted(at, "pk_player")["link_frame"] is False
+    assert _mounted(at, "pk_address")["params"] == {"scenario": S.encode(LAB), **drops}
+    at.button(key="lab_record").click().run()  # a dry run of it again: linkable
+    assert _mounted(at, "pk_player")["link_frame"] is True
+    blocks = next(n for n in at.number_input if n.key.startswith("lab_num_blocks"))
+    blocks.set_value(LAB.num_blocks + 1).run()
+    changed = S.encode(replace(LAB, num_blocks=LAB.num_blocks + 1))
+    assert not at.exception and _mounted(at, "pk_player")["link_frame"] is False
+    assert _mounted(at, "pk_address")["params"] == {"scenario": changed, **drops}

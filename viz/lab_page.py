@@ -4,7 +4,11 @@ The table, arena and policy are read through ``viz.scenario_lab`` (every value c
 bad one named by row and field before anything runs); "Record" runs the engine's dry run in
 this process (no torch: the scheduler and allocators with a stand-in model) and the lesson
 player opens on it. The URL's ``?scenario=`` carries the scenario (deflated) so a link opens
-the same what-if; it is read once per session, as hostile input.
+the same what-if; while a dry run of that very scenario is shown, the player adds its frame
+(``?lesson=lab&frame=N``), and opening such a link records the dry run again (it is the
+scenario's alone) and opens on that frame. A run on the real model, or one the table has
+changed since, is not what the link would reproduce: then the URL names no frame. The URL is
+read once per session, as hostile input.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pathlib import Path
 import streamlit as st
 
 from engine.trace import TraceError
-from viz import html, player, safe, standalone, ui_text
+from viz import address, html, player, safe, standalone, ui_text
 from viz import scenario_lab as S
 from viz.controls import choice_buttons
 from viz.live import LiveRun, record_command
@@ -32,12 +36,15 @@ def _ss():
 
 
 def _init(t: dict) -> None:
-    """The starting scenario: the link's, else the example. Once per session."""
+    """The starting scenario: the link's, else the example. Once per session. A link that
+    names a frame (the player writes ``frame`` while a dry run of the linked scenario is shown)
+    records that dry run again and opens on that frame, presenting if it says so."""
     ss = _ss()
     if "lab_base" in ss:
         return
     base = S.example()
     token = st.query_params.get("scenario")
+    replay = False
     if token:
         try:
             base, bad = S.decode(token)
@@ -47,6 +54,16 @@ def _init(t: dict) -> None:
             # placeholders stand in the table: say so rather than pass them off as the link's
             if bad:
                 ss.lab_notice = t["link_fields"].format(n=len(bad), first=S.describe(bad[0]))
+            replay = not bad  # only the very scenario the frame was shown for
+    raw = st.query_params.get("frame")
+    ss.lab_replay = replay and raw is not None
+    ss.lab_start = 0
+    if ss.lab_replay and raw is not None:
+        try:
+            ss.lab_start = int(raw)
+        except ValueError:
+            ss.lab_notice = t["bad_frame"].format(raw=raw)
+    ss.lab_present = ss.lab_replay and st.query_params.get("present") == "1"
     ss.lab_gen, ss.lab_rec, ss.lab_policy = 0, None, base.policy
     ss.lab_base = base  # last: it marks the state complete (a failure above is retried whole)
 
@@ -154,18 +171,26 @@ def render(lang: str = "en") -> None:
             icon=":material/download:",
         )
     if token is not None:
-        if st.query_params.get("scenario") != token:
-            st.query_params["scenario"] = token
         st.caption(t["link"])
         st.code(f"{_base_url()}?scenario={token}", language=None, wrap_lines=True)
-    if clicked and not errors:
+    replay = ss.pop("lab_replay", False)  # once: the link's frame, recorded again
+    if (clicked or replay) and not errors:
         try:
             rec = S.record_dry(lab)
         except S.LabError as e:
             st.error(safe.md_text(t["failed"].format(why=e)))
             return
         ss.lab_rec = (lab, rec)
+        if clicked:
+            ss.lab_start, ss.lab_present = 0, False
     _real_model(lab, errors, t, lang)
+    # In place (no history entry per edit). A frame in the address promises that the link
+    # reopens it: only while a dry run of this very scenario is shown.
+    params: dict[str, str | None] = {} if token is None else {"scenario": token}
+    if not _linkable(lab):
+        params.update(lesson=None, frame=None, present=None)
+    if params:
+        address.keep(params, key="lab")
     _player(lab, texts, lang)
     st.caption(t["real_model"])
 
@@ -176,6 +201,13 @@ def _lab_folder() -> Path:
     /tmp/paged-kv-lab could be made first by another user of the machine, with a link at a
     name computed from the example's TOML: the app then wrote through it into any file."""
     return Path(tempfile.mkdtemp(prefix="paged-kv-lab-"))
+
+
+def _linkable(lab: S.Lab) -> bool:
+    """Whether the recording shown is one a link to ``lab`` reproduces: a dry run (the real
+    model is not run again from a link) of the scenario the form holds now."""
+    rec = _ss().get("lab_rec")
+    return rec is not None and rec[0] == lab and rec[1].dry
 
 
 def _scenario_file(lab: S.Lab) -> Path:
@@ -229,7 +261,8 @@ def _real_model(lab: S.Lab, errors: list, t: dict, lang: str) -> None:
     if not run.done:
         st.fragment(_model_progress, run_every=1.0)(run, t)
     elif run.returncode == 0 and not run.stopped and ss.get("lab_live_taken") is not run:
-        ss.lab_rec, ss.lab_live_taken = (ss.lab_live_lab, S.Recording(run.text())), run
+        rec = S.Recording(run.text(), dry=False)
+        ss.lab_rec, ss.lab_live_taken = (ss.lab_live_lab, rec), run
     elif run.error():
         st.error(safe.md_text(t["model_failed"].format(why=run.error())))
 
@@ -282,7 +315,14 @@ def _player(lab: S.Lab, texts: dict, lang: str) -> None:
     if key not in cache:
         cache.clear()  # one scenario's frames per session: memory stays bounded
         cache[key] = player.payload(lesson, lang)
-    player.mount(cache[key], 0, False, key="lab_player")
+    ss = _ss()
+    player.mount(
+        cache[key],
+        lesson.clamp(ss.get("lab_start", 0)),
+        ss.get("lab_present", False),
+        key="lab_player",
+        link_frame=_linkable(lab),
+    )
     share = ui_text.load("standalone")[lang]
     st.download_button(
         share["download"],

@@ -22,7 +22,7 @@ from pathlib import Path
 import streamlit as st
 
 from engine import trace as T
-from viz import export, html, player, safe, standalone, ui_text
+from viz import address, export, html, player, safe, standalone, ui_text
 from viz.controls import choice_buttons
 from viz.lesson import (
     LESSONS_DIR,
@@ -418,13 +418,10 @@ def _wait_for_first_frame(run: LiveRun, spec, t: dict) -> None:
 
 def _sync_url(lesson: str) -> None:
     """Mirror the lesson in the URL while no player is shown (no trace yet, no file chosen).
-    A player writes lesson, frame and present itself, in place; a write from here is a new
-    history entry (Streamlit pushes each one), so it is made only where no player writes,
-    and as one write: an opened link took three presses of Back to leave."""
-    qp = st.query_params
-    if qp.get("lesson") != lesson:
-        kept = {k: qp.get_all(k) for k in qp if k not in ("lesson", "frame")}
-        qp.from_dict({**kept, "lesson": lesson})
+    A player writes lesson, frame and present itself; this writes in place too (viz.address):
+    a write through st.query_params is a history entry of its own, and coming back to this
+    page (Streamlit drops the query on a page change) made that change two entries."""
+    address.keep({"lesson": lesson, "frame": None}, key="lesson")
 
 
 def _start_frame(lesson: Lesson) -> int:

@@ -14,21 +14,26 @@ from dataclasses import dataclass
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 
-from viz import safe, ui_text
+from viz import address, safe, ui_text
 from viz.controls import choice_buttons
 
 LANG_NAMES = {"en": "English", "zh": "中文"}
 
 # The language switch floats in the top bar, beside the page links, so it costs no page height;
 # the main column starts right under the bar (Streamlit's default leaves a tall gap).
-APP_CSS = """
+APP_CSS = (
+    """
 <style>
 [data-testid="stMainBlockContainer"] { padding-top: 4.2rem; padding-bottom: 2rem; }
 .st-key-pk_lang_bar { position: fixed; top: 11px; right: 64px; z-index: 999991;
   width: auto !important; }
 .st-key-pk_lang_bar button { min-height: 2rem; padding: 0 .7rem; }
+"""
+    + address.CSS
+    + """
 </style>
 """
+)
 
 
 @dataclass(frozen=True)
@@ -54,18 +59,17 @@ PAGES: list[PageSpec] = [
 def language() -> str:
     """The language switch, top right of every page: buttons (see viz.controls) so arrow keys
     keep stepping the lesson. ``?lang=zh`` is read once per session; after that the switch is
-    the truth and the URL follows it."""
+    the truth and the URL follows it, written in place (viz.address): Streamlit drops the query
+    on a page change, and writing it back from here made each page change in Chinese two
+    history entries."""
     ss = st.session_state
     if "lang" not in ss:
         ss.lang = st.query_params.get("lang") if st.query_params.get("lang") in LANG_NAMES else "en"
     st.html(APP_CSS)
     with st.container(key="pk_lang_bar"):
         choice_buttons(list(LANG_NAMES), "lang", format_func=LANG_NAMES.get, key_prefix="lang")
-    lang = ss.lang if ss.lang in LANG_NAMES else "en"
-    if lang == "en" and "lang" in st.query_params:
-        del st.query_params["lang"]
-    elif lang != "en" and st.query_params.get("lang") != lang:
-        st.query_params["lang"] = lang
+        lang = ss.lang if ss.lang in LANG_NAMES else "en"
+        address.keep({"lang": None if lang == "en" else lang}, key="lang")
     return lang
 
 

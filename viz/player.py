@@ -329,11 +329,24 @@ def component():
 
 
 def mount(
-    data: dict, start: int, present: bool, follow_end: bool = False, key: str = "pk_player"
+    data: dict,
+    start: int,
+    present: bool,
+    follow_end: bool = False,
+    key: str = "pk_player",
+    link_frame: bool = True,
 ) -> None:
-    """Show the player at frame ``start`` (``present``: presenter mode on)."""
+    """Show the player at frame ``start`` (``present``: presenter mode on). ``link_frame``
+    False: the page cannot reopen these frames from a link, so the player keeps no lesson,
+    frame or presenter mode in the URL (and takes out any it wrote)."""
     component()(
-        data={**data, "start": start, "present": present, "follow": follow_end},
+        data={
+            **data,
+            "start": start,
+            "present": present,
+            "follow": follow_end,
+            "link_frame": link_frame,
+        },
         key=key,
         width="stretch",
     )

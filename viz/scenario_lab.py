@@ -358,8 +358,13 @@ def engine_scenario(lab: Lab):
 
 @dataclass
 class Recording:
+    """A recorded trace. ``dry``: a dry run, which the lab's scenario alone reproduces exactly
+    (the stand-in model is deterministic), so a link can name one of its frames; a run on the
+    real model is not redone from a link."""
+
     trace_text: str
     steps: dict[str, int] = field(default_factory=dict)
+    dry: bool = True
 
 
 def record_dry(lab: Lab) -> Recording:

@@ -191,3 +191,34 @@ def hold_key(
     cdp.send("Input.dispatchKeyEvent", {**ev, "type": "keyUp"})
     cdp.detach()
     return n
+
+
+# The player's next unpacking of frames (its inflate reads a constructed Response; a fetched
+# one has a URL and passes) waits at a gate until ``release_unpacking``: a swap held open as
+# long as a test needs, with no timing in it.
+_GATE_JS = """() => {
+  const text = Response.prototype.text;
+  const gate = new Promise((open) => { window.pkOpenGate = open; });
+  window.pkGateHeld = false;
+  Response.prototype.text = async function () {
+    if (this.url !== "") return text.call(this);
+    Response.prototype.text = text;
+    window.pkGateHeld = true;
+    await gate;
+    return text.call(this);
+  };
+}"""
+
+
+def hold_unpacking(page) -> None:
+    """Hold the player's next unpacking of frames (the first frames of a new player, or another
+    language's) until ``release_unpacking``; ``wait_unpacking_held`` waits until it is held."""
+    page.evaluate(_GATE_JS)
+
+
+def wait_unpacking_held(page, timeout_ms: float = 60000) -> None:
+    page.wait_for_function("() => window.pkGateHeld === true", timeout=timeout_ms, polling="raf")
+
+
+def release_unpacking(page) -> None:
+    page.evaluate("() => window.pkOpenGate()")

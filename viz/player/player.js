@@ -40,14 +40,24 @@ class Player {
     this.urlPending = false;
     this.urlTimes = [];
     this.times = [];          // keydown -> painted, ms (read by bench/frames.py)
+    this.early = [];          // keys pressed before the first frames were in (see key())
     this.onKey = (e) => this.key(e);
     document.addEventListener("keydown", this.onKey, true);
   }
 
-  async load(data, start) {
-    this.data = data;
+  // Open ``data`` on frame ``start``; ``start`` null stays on the frame shown (the same lesson
+  // in another language, or more of a live run: ``follow`` keeps a run watched at its end at
+  // the new end). The frame shown is read once the frames are unpacked, not when they were
+  // asked for: until then the keys step the frames on screen, and those steps count.
+  async load(data, start, follow) {
+    this.loading = data;
     const body = await inflate(data.z);
-    if (this.data !== data) return;    // a newer payload arrived meanwhile
+    if (this.loading !== data) return;    // a newer payload arrived meanwhile
+    if (start === null) {
+      const atEnd = this.i >= this.frames.length - 1;
+      start = follow && atEnd ? data.num_frames - 1 : this.i;
+    }
+    this.data = data;
     this.pieces = body.pieces;
     this.frames = body.frames;
     this.shown = {};
@@ -55,6 +65,7 @@ class Player {
     this.static();
     this.i = -1;
     this.go(start);
+    for (const k of this.early.splice(0)) this.act(k);
     this.root.dataset.ready = "1";
   }
 
@@ -154,6 +165,7 @@ class Player {
     this.urlPending = true;
     requestAnimationFrame(() => {
       this.urlPending = false;
+      if (this.i < 0) return;  // no frame shown yet (it said frame=-1): go() writes it
       // Chromium ignores more than ~200 history updates per 10 s: past 150, update at most
       // every 100 ms (the last frame always lands: a trailing update is scheduled).
       const now = performance.now();
@@ -166,15 +178,24 @@ class Player {
       this.urlTimes.push(now);
       if (this.data.standalone) { this.hashUrl(); return; }
       const u = new URL(window.location.href);
-      u.searchParams.set("lesson", this.data.lesson);
-      u.searchParams.set("frame", String(this.i));
-      if (this.data.lang !== "en") u.searchParams.set("lang", this.data.lang);
+      const lang = this.chosenLang();
+      if (lang !== "en") u.searchParams.set("lang", lang);
       else u.searchParams.delete("lang");
-      if (this.present) u.searchParams.set("present", "1");
-      else u.searchParams.delete("present");
+      if (this.linkFrame === false) {
+        // the page cannot reopen these frames from a link: the URL promises none of them
+        for (const k of ["lesson", "frame", "present"]) u.searchParams.delete(k);
+      } else {
+        u.searchParams.set("lesson", this.data.lesson);
+        u.searchParams.set("frame", String(this.i));
+        if (this.present) u.searchParams.set("present", "1");
+        else u.searchParams.delete("present");
+      }
       if (u.href !== window.location.href) window.history.replaceState(window.history.state, "", u.href);
     });
   }
+
+  // The language last chosen, whose frames may still be unpacking: the link says it already.
+  chosenLang() { return (this.loading || this.data).lang; }
 
   // A standalone file (viz/standalone.py) has no server to keep query params for: the
   // frame, language and presenter mode live in the hash, which a file:// link keeps. A hash
@@ -182,7 +203,8 @@ class Player {
   // any other language is written out, English included.
   hashUrl() {
     let h = "#frame=" + this.i;
-    if (this.data.lang !== (this.data.home_lang || "en")) h += "&lang=" + this.data.lang;
+    const lang = this.chosenLang();
+    if (lang !== (this.data.home_lang || "en")) h += "&lang=" + lang;
     if (this.present) h += "&present=1";
     if (window.location.hash !== h) window.history.replaceState(window.history.state, "", h);
   }
@@ -194,19 +216,40 @@ class Player {
   }
 
   key(e) {
-    if (!this.frames || !this.root.isConnected) return;
+    if (!this.root.isConnected) return;
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     const tag = (e.target && e.target.tagName) || "";
     if (/^(INPUT|TEXTAREA|SELECT)$/.test(tag) || (e.target && e.target.isContentEditable)) return;
     if (e.target && e.target.closest && e.target.closest(OWN_KEYS)) return;
     const t0 = performance.now();
     const k = e.key;
-    if (!this.el("pk-help").hidden && k !== "?" && k !== "Escape") {
-      // over the help, a player key only closes it: a step taken behind it would go unseen
-      if (PLAYER_KEYS.has(k)) { e.preventDefault(); e.stopPropagation(); this.help(false); }
+    if (!this.frames) {
+      // The first frames are still unpacking: a player key is kept and acted on once they
+      // are in, so a key counts whenever it is pressed.
+      if (PLAYER_KEYS.has(k) || k === "?") {
+        this.early.push(k);
+        e.preventDefault();
+        e.stopPropagation();
+      }
       return;
     }
-    let handled = true;
+    if (!this.act(k)) return;
+    e.preventDefault();
+    e.stopPropagation();
+    requestAnimationFrame(() => {
+      this.times.push(performance.now() - t0);
+      if (this.times.length > 5000) this.times.shift();
+    });
+  }
+
+  // Do what key ``k`` says; false when it says nothing to the player.
+  act(k) {
+    if (!this.el("pk-help").hidden && k !== "?" && k !== "Escape") {
+      // over the help, a player key only closes it: a step taken behind it would go unseen
+      if (!PLAYER_KEYS.has(k)) return false;
+      this.help(false);
+      return true;
+    }
     if (k === "ArrowRight") { this.stop(); this.go(this.i + 1); }
     else if (k === "ArrowLeft") { this.stop(); this.go(this.i - 1); }
     else if (k === "PageDown") { this.stop(); this.chapter(1); }
@@ -220,14 +263,8 @@ class Player {
     else if (k === "?") this.help();
     else if (k === "Escape" && !this.el("pk-help").hidden) this.help(false);
     else if (k === "Escape" && this.present) this.setPresent(false);
-    else handled = false;
-    if (!handled) return;
-    e.preventDefault();
-    e.stopPropagation();
-    requestAnimationFrame(() => {
-      this.times.push(performance.now() - t0);
-      if (this.times.length > 5000) this.times.shift();
-    });
+    else return false;
+    return true;
   }
 
   help(show) {
@@ -353,16 +390,20 @@ export default function mountPlayer(component) {
     p = root.__pkPlayer = new Player(root, data);
     window.pkPlayer = p;
   }
+  // Read on every mount: the scenario lab's frames stop being linkable once its table has
+  // changed (or were never: a run on the real model), without new frames.
+  const link = data.link_frame !== false;
+  if (p.linkFrame !== link) {
+    p.linkFrame = link;
+    if (p.frames) p.queueUrl();
+  }
   if (p.loadedId !== data.id) {
     // Same lesson in another language (or more live frames): stay on the frame shown.
     const keep = p.loadedLesson === data.lesson && p.i >= 0;
-    const atEnd = p.frames && p.i >= p.frames.length - 1;
-    let start = keep ? p.i : data.start;
-    if (keep && data.follow && atEnd) start = data.num_frames - 1;
     p.loadedId = data.id;
     p.loadedLesson = data.lesson;
     root.dataset.lang = data.lang;
-    p.load(data, start);
+    p.load(data, keep ? null : data.start, !!data.follow);
     if (p.present === undefined) p.setPresent(!!data.present);
   }
   return () => {
