@@ -210,6 +210,9 @@ def test_the_address_of_a_dry_run_reopens_its_frame(page, app_url):
     blocks.press("Enter")
     page.get_by_text("The table has changed since this recording").wait_for(timeout=30_000)
     page.wait_for_function("() => !/[?&](lesson|frame)=/.test(location.search)")
+    # the address and the player hear of the change in separate mounts; a key the player took
+    # before its own wrote frame= back until that mount took it away again
+    page.wait_for_function("() => window.pkPlayer && window.pkPlayer.linkFrame === false")
     page.evaluate("() => document.activeElement.blur()")  # the keys are the player's again
     page.keyboard.press("ArrowRight")
     wait_painted(page, 4)
