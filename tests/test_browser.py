@@ -74,12 +74,12 @@ def test_one_press_of_back_leaves_an_opened_link(page, app_url, query):
     """A link (the README's classroom `?frame=0`, or none) is one history entry: Back goes
     back to where it was opened from, once the player has written lesson and frame in."""
     page.goto(f"{app_url}/_stcore/health")
-    before = page.evaluate("history.length")
     want = 7 if "frame" in query else 0
     assert open_frame(page, app_url + query) == want
     wait_for_query(page, rf"lesson=six-steps.*frame={want}|frame={want}.*lesson=six-steps")
     page.wait_for_timeout(500)  # any history write the page run makes has landed
-    assert page.evaluate("history.length") == before + 1
+    # counted by going back, not by history.length: Chromium keeps 50 entries a tab, and the
+    # tab the browser tests share may hold that many already
     page.go_back()
     page.wait_for_url(f"{app_url}/_stcore/health")
 
