@@ -50,9 +50,13 @@ class StepAccount:
     internal: int
     external: int
     free: int
-    running: int
+    running: int  # requests running at the step's end
     waiting: int
     blocked: int
+    #: Requests in the step's batch: ``running`` plus those that finished in it, which ran in
+    #: the batch to make their last token (the paper's Fig. 13 counts them). A step's batch
+    #: size, where ``running`` is the queue it leaves.
+    batched: int = 0
     cpu_blocks: int = 0  # the CPU tier's size in blocks (0: no tier)
     cpu_used: int = 0  # CPU blocks holding swapped-out K/V
     swapped: int = 0  # requests whose K/V sit on the CPU tier
@@ -111,6 +115,7 @@ class Tally:
     finishing: dict[str, tuple[int, int]] = field(default_factory=dict)
     # slots released this step as (written, unwritten), until a finished or preempted says why
     released_now: dict[str, tuple[int, int]] = field(default_factory=dict)
+    finished_now: int = 0  # requests that finished this step (they ran in its batch)
 
     def final_len(self, req: str) -> int:
         info = self.requests.get(req)
@@ -184,6 +189,7 @@ class Tally:
         elif isinstance(ev, E.Finished):
             _discard(self.running, ev.req)
             self.requests[ev.req].status = "finished"
+            self.finished_now += 1
             self.filled.pop(ev.req, None)
             # A live stream learns a final length only now (a complete trace knew it already).
             self.final_lens.setdefault(ev.req, ev.final_len)
@@ -239,7 +245,9 @@ class Tally:
             swapped=len(self.cpu_tables),
             shared=shared,
             saved=saved,
+            batched=len(self.running) + self.finished_now,
         )
+        self.finished_now = 0
         self.blocked_now.clear()
         self.finishing.clear()
         self.released_now.clear()

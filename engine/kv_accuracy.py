@@ -62,7 +62,10 @@ def measure(
     """Compare ``other`` (e.g. a float8 KV arena) with ``full`` (the model's own dtype) on
     ``prompts`` (token ids), ``new_tokens`` greedy tokens each, EOS ignored. ``reference``:
     full's greedy tokens when they are already known (at least ``new_tokens`` per prompt; the
-    first ``new_tokens`` are used), instead of generating them again."""
+    first ``new_tokens`` are used), instead of generating them again. The greedy runs batch
+    all ``prompts`` together; over a float8 arena their common prefix depends on that batch
+    (its rounding does: ``kernels/fp8.py``), the teacher-forced agreement (one prompt at a
+    time) does not."""
     params = SamplingParams(max_tokens=new_tokens, ignore_eos=True)
     if reference is None:
         ref = [o.token_ids for o in full.generate(prompts, params)]

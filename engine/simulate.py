@@ -78,8 +78,10 @@ class SimResult:
         return sum(self.slack[i] / self.accounts[i].num_slots for i in picked) / len(picked)
 
     def mean_running(self, saturated_only: bool = True) -> float:
+        """The mean batch size (the paper's Fig. 13 "average number of batched requests"):
+        a request is counted in every step it ran in, the one that made its last token too."""
         picked = self._steps(saturated_only)
-        return sum(self.accounts[i].running for i in picked) / len(picked)
+        return sum(self.accounts[i].batched for i in picked) / len(picked)
 
 
 def common_window(results: list[SimResult], saturated_only: bool = True) -> bool:

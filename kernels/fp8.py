@@ -19,6 +19,15 @@ clamp matters because torch turns an out-of-range value into NaN, not into the l
 Every store path (``kernels.reference.store_kv``, ``kernels.store_kv``, the torch backend) calls
 ``quantize`` here, so the arena holds the same bits on every backend. Dequantize on load:
 ``x.float() * scale``, inside the attention kernels (Triton and reference).
+
+Batch dependence: over a float8 arena a request's greedy tokens may change with the requests
+that share its batch (6 of 12 prompts within 32 tokens in e4m3; none over a fp32 arena), and
+that is rounding, not this file: nothing here depends on the batch, and with a batch-invariant
+fp32 forward the float8 logits are the same bit for bit alone and batched
+(``bench/fp8_batch.py``). The fp32 forward rounds a little differently for each batch shape
+(matmul kernels chosen by row count, decode attention padded to the longest context: 6e-5 in
+the logits); a value that close to a float8 rounding boundary lands on its other side, a jump
+of up to an eighth of its size in e4m3, and such jumps multiply through the layers' attention.
 """
 
 from __future__ import annotations

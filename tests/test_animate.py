@@ -44,6 +44,37 @@ def test_bad_animation_options_are_one_line_errors(tmp_path, capsys, argv, says)
     assert code == 2 and err.startswith("error: ") and says in err and "\n" not in err
 
 
+@pytest.mark.parametrize(
+    "fmt, argv, says",
+    [
+        ("html", ["--fps", "0"], "--fps applies only to the gif and mp4"),
+        ("png,svg", ["--frames", "9:3"], "--frames applies only to the gif and mp4"),
+        ("html,pdf", ["--fps", "4", "--frames", "0:5"], "--frames and --fps apply only to"),
+    ],
+)
+def test_an_animation_option_without_an_animation_is_named_as_unused(
+    tmp_path, capsys, fmt, argv, says
+):
+    """Not its value's error (html never reads --fps): that the option does nothing here."""
+    code = export.main(["--lesson", "six-steps", "--out", str(tmp_path), "--format", fmt, *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: ") and says in err and "\n" not in err
+    assert f"--format {fmt} asks for neither" in err
+    assert not any(tmp_path.iterdir())  # refused before any work
+
+
+def test_the_api_refuses_what_the_cli_refuses_and_checks_values_only_for_animations(tmp_path):
+    with pytest.raises(export.ExportError, match="--fps applies only"):
+        export.export_lesson("six-steps", tmp_path, ["html"], fps=0)
+    with pytest.raises(export.ExportError, match="--frames applies only"):
+        export.export_lesson("six-steps", tmp_path, ["svg"], frames="1:2")
+    with pytest.raises(export.ExportError, match="out of range"):  # gif reads it: checked
+        export.export_lesson("six-steps", tmp_path, ["html", "gif"], fps=0)
+    with pytest.raises(export.ExportError, match="selects no frame"):
+        export.export_lesson("six-steps", tmp_path, ["mp4"], frames="9:3")
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.browser
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium")
 @pytest.mark.parametrize("frames, fps, lang", [("3:10", 2.0, "en"), ("6:10", 5.0, "zh")])

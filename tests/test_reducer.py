@@ -385,6 +385,19 @@ def test_step6_scoreboard_favours_paging(lesson):
     assert right.steps < left.steps
 
 
+def test_scoreboard_batch_sizes_count_a_request_in_the_step_it_finishes(lesson):
+    """A request that makes its last token in a step was in that step's batch (the paper's
+    Fig. 13 counts it; simulate's mean_running does): the scoreboard's mean and peak are the
+    requests each frame's step wrote K/V for, not only those still running at its end."""
+    for side in (lesson.left, lesson.right):
+        batches = [
+            len({ev.req for ev in f.events if isinstance(ev, E.TokensWritten)}) for f in side.frames
+        ]
+        assert side.summary.mean_running == pytest.approx(sum(batches) / len(batches))
+        assert side.summary.max_running == max(batches)
+        assert any(b > len(f.running) for b, f in zip(batches, side.frames, strict=True))
+
+
 def test_every_narration_placeholder_is_filled(lesson):
     for k in range(len(lesson.spec.steps)):
         for lang in L.LANGS:

@@ -179,3 +179,29 @@ def test_one_step_requests_are_counted_as_they_held_memory_not_as_a_hole():
     for policy, row in rows.items():
         assert row["token_states"] == pytest.approx(49 / 96, abs=1e-4), policy  # JSON: 4 places
     assert rows["max"]["external"] < 0.5 and rows["paged"]["external"] == 0
+
+
+def test_mean_running_is_the_mean_batch_size_counting_a_request_in_its_last_step(monkeypatch):
+    """Fig. 13 averages the requests in each step's batch. A request that makes its last token
+    in a step ran in that step's batch, but the mean counted only those still running at the
+    step's end: one-step requests (the second run) read 0. Here every step's batch is measured
+    where the model would see it, in the runner, and the mean must be exactly that."""
+    from engine import simulate
+
+    sizes: list[int] = []
+
+    class CountingRunner(simulate.DryRunner):
+        def execute(self, batch):
+            sizes.append(len(batch.seqs))
+            return super().execute(batch)
+
+    monkeypatch.setattr(simulate, "DryRunner", CountingRunner)
+    cases = [(generate("sharegpt", 40, 512, 1), 512, 48), (generate("alpaca", 9, 50, 2), 50, 6)]
+    for items, max_len, num_blocks in cases:
+        for policy in paper.POLICIES:
+            sizes.clear()
+            res = run_policy(policy, build_requests(items, max_len), num_blocks, 16, max_len)
+            # a step the runner never sees (nothing to run or copy) ran a batch of none
+            assert res.mean_running(False) == pytest.approx(sum(sizes) / res.steps), policy
+            assert max(a.batched for a in res.accounts) == max(sizes), policy
+            assert all(a.batched >= a.running for a in res.accounts)

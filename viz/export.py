@@ -145,21 +145,28 @@ def export_lesson(
     root: Path = LESSONS_DIR,
     progress: Callable[[str], None] | None = None,
     frames: str | None = None,
-    fps: float = 2.0,
+    fps: float | None = None,
 ) -> list[Path]:
     """Write every step of lesson ``name`` in each format and language to ``out_dir`` (created
-    if missing). Returns the written paths in order. Raises ExportError (one line) for a bad
-    lesson, format or language."""
+    if missing). Returns the written paths in order. ``frames`` (``A:B``) and ``fps`` (default
+    ``animate.DEFAULT_FPS``) shape the gif/mp4 animations only. Raises ExportError (one line)
+    for a bad lesson, format or language, a bad ``frames`` or ``fps`` where an animation is
+    asked for, and either of them given where none is (it would do nothing)."""
     formats = _checked(list(formats), ALL_FORMATS, "format")
     langs = _checked([lang] if isinstance(lang, str) else list(lang), LANGS, "language")
     from viz import animate
 
+    animated = any(f in animate.WRITERS for f in formats)
+    if not animated:
+        _refuse_unused(formats, frames=frames, fps=fps)
+    fps = animate.DEFAULT_FPS if fps is None else fps
     try:
-        animate.check_fps(fps, formats)
+        if animated:
+            animate.check_fps(fps, formats)
         lesson = load_lesson(name, root)
-        span = animate.frame_range(frames, lesson.num_frames)
-        if any(f in animate.WRITERS for f in formats):
-            span = animate.bounded(span)
+        span = range(lesson.num_frames)
+        if animated:
+            span = animate.bounded(animate.frame_range(frames, lesson.num_frames))
     except animate.AnimationError as e:
         raise ExportError(str(e)) from None
     out = Path(out_dir)
@@ -225,6 +232,19 @@ def _lesson_files(
                 f"{path.stat().st_size / 1e6:.2f} MB"
             )
     return written
+
+
+def _refuse_unused(formats: list[str], **options: object) -> None:
+    """Why refuse rather than note: an option that shapes nothing was a mistake in the command
+    (a format left out, a flag from another line), and the engine's commands refuse such
+    options too (``--sigma`` without lognormal, ``--kv-events-hold`` without ``--kv-events``)."""
+    given = [f"--{name}" for name, value in options.items() if value is not None]
+    if given:
+        verb = "applies" if len(given) == 1 else "apply"
+        raise ExportError(
+            f"{' and '.join(given)} {verb} only to the gif and mp4 animations, and "
+            f"--format {','.join(formats)} asks for neither"
+        )
 
 
 def _checked(values: list[str], allowed: tuple[str, ...], what: str) -> list[str]:
@@ -336,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="A:B",
         help="gif/mp4: frames A (included) to B (not), Python slice rules",
     )
-    p.add_argument("--fps", default=2.0, type=float, help="gif/mp4 frames per second (2)")
+    p.add_argument("--fps", default=None, type=float, help="gif/mp4 frames per second (2)")
     argv = list(sys.argv[1:] if argv is None else argv)
     for i, a in enumerate(argv[:-1]):  # `--frames -2:` would read as an unknown option
         if a == "--frames" and argv[i + 1].startswith("-"):

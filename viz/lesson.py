@@ -80,6 +80,8 @@ class Summary:
     """One run over its whole length: the scoreboard's numbers."""
 
     shares: dict[str, float]  # time-averaged share per accounting category
+    #: the largest and the mean batch size: a request counts in every step it ran in, the one
+    #: that made its last token too (StepAccount.batched), as simulate's mean_running does
     max_running: int
     mean_running: float
     steps: int
@@ -318,8 +320,8 @@ def summarize(frames: list[Frame], events: list[E.Event]) -> Summary:
     )
     return Summary(
         shares=time_averaged_shares(looking_back),
-        max_running=max(a.running for a in accounts),
-        mean_running=sum(a.running for a in accounts) / len(accounts),
+        max_running=max(a.batched for a in accounts),
+        mean_running=sum(a.batched for a in accounts) / len(accounts),
         steps=len(frames),
         finished=sum(1 for e in events if e.kind == E.Finished.kind),
         preemptions=sum(1 for e in events if e.kind == E.Preempted.kind),
