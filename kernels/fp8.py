@@ -61,8 +61,10 @@ def quantize(x: torch.Tensor, dtype: torch.dtype, scale: float = 1.0) -> torch.T
     if not is_fp8(dtype):
         return x.to(dtype)
     big = torch.finfo(dtype).max
+    # out of place: ``x.float()`` is ``x`` itself when x is float32, and clamping it in place
+    # changed the caller's tensor
     y = x.float() if scale == 1.0 else x.float() / scale
-    return y.clamp_(-big, big).to(dtype)
+    return y.clamp(-big, big).to(dtype)
 
 
 def dequantize(x: torch.Tensor, out_dtype: torch.dtype, scale: float = 1.0) -> torch.Tensor:

@@ -88,6 +88,7 @@ def test_quantize_saturates_instead_of_making_nan():
     big = torch.finfo(torch.float8_e4m3fn).max
     assert q.tolist()[:2] == [big, -big] and torch.isfinite(q).all()
     assert abs(q[2].item() - 0.3) < 0.3 / 8
+    assert x[0].item() == 1e6 and x[3].item() == float("inf"), "the input was clamped in place"
 
 
 @pytest.mark.parametrize("fp8", FP8)
