@@ -337,6 +337,8 @@ def _split(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from viz import animate  # light: its heavy imports wait for a gif or mp4
+
     p = argparse.ArgumentParser(
         prog="python -m viz.export",
         description="Write a lesson's figures (one per step), its "
@@ -356,7 +358,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="A:B",
         help="gif/mp4: frames A (included) to B (not), Python slice rules",
     )
-    p.add_argument("--fps", default=None, type=float, help="gif/mp4 frames per second (2)")
+    p.add_argument(
+        "--fps",
+        default=None,
+        type=float,
+        help=f"gif/mp4 frames per second ({animate.DEFAULT_FPS:g})",
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     for i, a in enumerate(argv[:-1]):  # `--frames -2:` would read as an unknown option
         if a == "--frames" and argv[i + 1].startswith("-"):
