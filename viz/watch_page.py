@@ -35,7 +35,9 @@ from viz.live_registry import session_alive, session_id
 TEXT = ui_text.load("watch_page")  # viz/text/watch_page.toml
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
 MAX_SUBSCRIBERS = 8  # live subscriber threads in this app process, all sessions together
-_LIVE: list[tuple[str, Subscriber]] = []  # (session id, its subscriber)
+#: (session id, the subscriber it watches through): sessions watching one stream share one
+#: subscriber, so its state, and the snapshot drawn from it, exist once for all of them
+_LIVE: list[tuple[str, Subscriber]] = []
 _LIVE_LOCK = threading.Lock()
 
 
@@ -87,37 +89,51 @@ def _connect(addr: str, topic: str, remote: bool, t: dict) -> Subscriber | None:
     if old is not None:
         _drop(old)
     try:
-        sub = Subscriber(SubscriberConfig(addr, topic=topic, allow_remote=remote))
+        fresh = Subscriber(SubscriberConfig(addr, topic=topic, allow_remote=remote))
     except EndpointError as e:
         st.error(safe.md_text(e))
         return None
     with _LIVE_LOCK:
         _prune()
-        if len(_LIVE) >= MAX_SUBSCRIBERS:
-            st.error(t["too_many"].format(n=MAX_SUBSCRIBERS))
-            return None
-        _LIVE.append((session_id(), sub.start()))
+        sub = next((s for _, s in _LIVE if _stream(s) == _stream(fresh)), None)
+        if sub is None:
+            if len({id(s) for _, s in _LIVE}) >= MAX_SUBSCRIBERS:
+                st.error(t["too_many"].format(n=MAX_SUBSCRIBERS))
+                return None
+            sub = fresh.start()
+        _LIVE.append((session_id(), sub))
     ss.kvw_sub = sub
     return sub
 
 
+def _stream(sub: Subscriber) -> tuple:
+    """What a subscriber follows, addresses normalised: two sessions asking for the same
+    stream are given one subscriber (the remote opt-in only decides whether it may be asked)."""
+    return (sub.url, sub.replay_url, sub.config.topic)
+
+
 def _prune() -> None:
-    """Stop the subscribers of sessions that have gone (a closed tab never says goodbye).
+    """Stop the subscribers only gone sessions watched (a closed tab never says goodbye).
     Called with ``_LIVE_LOCK`` held, on every connect: a gone session's thread lives, bounded,
     until the next one."""
-    keep = []
-    for sid, sub in _LIVE:
-        if sub.alive and session_alive(sid):
-            keep.append((sid, sub))
-        else:
+    keep = [(sid, sub) for sid, sub in _LIVE if sub.alive and session_alive(sid)]
+    held = {id(sub) for _, sub in keep}
+    for _, sub in _LIVE:
+        if id(sub) not in held:
             sub.stop()
     _LIVE[:] = keep
 
 
 def _drop(sub: Subscriber) -> None:
-    sub.stop()
+    """This session stops watching ``sub``; the subscriber stops once no session watches it."""
+    sid = session_id()
     with _LIVE_LOCK:
-        _LIVE[:] = [(sid, s) for sid, s in _LIVE if s is not sub]
+        mine = next((i for i, (s_id, s) in enumerate(_LIVE) if s is sub and s_id == sid), None)
+        if mine is not None:
+            del _LIVE[mine]
+        watched = any(s is sub for _, s in _LIVE)
+    if not watched:
+        sub.stop()
 
 
 #: How stale a drawn snapshot the live view may show: it redraws every second, and every session
