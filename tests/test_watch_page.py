@@ -271,3 +271,23 @@ def test_sessions_watching_one_stream_share_its_subscriber_and_its_drawing():
         for at in pages:
             if "kvw_sub" in at.session_state:
                 at.session_state["kvw_sub"].stop()
+
+
+def test_a_recording_taken_away_is_not_kept_in_the_session():
+    """The player keeps the upload's batches and their fold between slider moves (up to 64 MiB
+    and 100k batches); a removed upload, or a switch to the live view, must let them go rather
+    than hold them as long as the tab stays open."""
+    at = page()
+    at.radio(key="kvw_source").set_value("recording").run()
+    data = recorded_workload().encode()
+    for leave in ("clear", "live"):
+        at.file_uploader(key="kvw_upload").set_value(("kv.jsonl", data, "application/jsonl"))
+        at.run()
+        assert "kvw_replay" in at.session_state
+        if leave == "clear":
+            at.file_uploader(key="kvw_upload").clear().run()
+        else:
+            at.radio(key="kvw_source").set_value("live").run()
+        assert not at.exception
+        assert "kvw_replay" not in at.session_state, leave
+        at.radio(key="kvw_source").set_value("recording").run()

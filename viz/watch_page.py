@@ -54,6 +54,7 @@ def render(lang: str = "en") -> None:
         format_func=lambda m: t[f"source_{m}"],
     )
     if mode == "live":
+        st.session_state.pop("kvw_replay", None)  # the uploader is gone, and its file with it
         _live(t)
     else:
         _recording(t)
@@ -181,9 +182,11 @@ def _live_view(sub: Subscriber, t: dict) -> None:
 def _recording(t: dict) -> None:
     up = st.file_uploader(t["upload"], type=["jsonl"], key="kvw_upload")
     if up is None:
+        st.session_state.pop("kvw_replay", None)  # a removed file's batches go with it
         st.caption(t["upload_hint"])
         return
     if up.size > MAX_RECORDING_BYTES:
+        st.session_state.pop("kvw_replay", None)
         st.error(t["too_big"].format(mb=MAX_RECORDING_BYTES >> 20))
         return
     # the slider reruns the page: read the upload once, and fold forward from the last step
