@@ -16,6 +16,7 @@ from viz.serve import (
     hold_unpacking,
     release_unpacking,
     shown_frame,
+    url_after_one_animation_frame,
     wait_idle,
     wait_painted,
     wait_ready,
@@ -216,10 +217,7 @@ def test_the_address_of_a_dry_run_reopens_its_frame(page, app_url):
     page.evaluate("() => document.activeElement.blur()")  # the keys are the player's again
     page.keyboard.press("ArrowRight")
     wait_painted(page, 4)
-    search = page.evaluate(
-        "() => new Promise(r => requestAnimationFrame(() => "
-        "requestAnimationFrame(() => r(location.search))))"
-    )
+    search = url_after_one_animation_frame(page)
     assert "frame=" not in search and "scenario=" in search
 
 
@@ -233,10 +231,7 @@ def test_keys_pressed_while_the_first_frames_unpack_count(page, app_url):
     page.keyboard.press("ArrowRight")
     page.keyboard.press("ArrowRight")
     # with no frame shown yet, the address names none (it said frame=-1 until one was)
-    search = page.evaluate(
-        "() => new Promise(r => requestAnimationFrame(() => "
-        "requestAnimationFrame(() => r(location.search))))"
-    )
+    search = url_after_one_animation_frame(page)
     assert "frame=" not in search
     release_unpacking(page)
     assert wait_ready(page) == 2

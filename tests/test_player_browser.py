@@ -15,6 +15,7 @@ from viz.serve import (
     hold_unpacking,
     release_unpacking,
     shown_frame,
+    url_after_one_animation_frame,
     wait_idle,
     wait_painted,
     wait_ready,
@@ -87,13 +88,6 @@ def chapters(page) -> list[dict]:
 
 def last_frame(page) -> int:
     return page.evaluate("() => window.pkPlayer.frames.length - 1")
-
-
-def url_after_one_animation_frame(page) -> str:
-    return page.evaluate(
-        "() => new Promise(r => requestAnimationFrame(() => "
-        "requestAnimationFrame(() => r(location.search))))"
-    )
 
 
 def test_arrows_home_end_and_chapter_keys(player):

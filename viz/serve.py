@@ -155,6 +155,15 @@ IDLE_JS = (
 )
 
 
+def url_after_one_animation_frame(page) -> str:
+    """``location.search`` once the player's pending address write (made in an animation
+    frame) has landed: read two animation frames on."""
+    return page.evaluate(
+        "() => new Promise(r => requestAnimationFrame(() => "
+        "requestAnimationFrame(() => r(location.search))))"
+    )
+
+
 def wait_idle(page, timeout_ms: float = 30000) -> None:
     """Wait until no script run is in flight. A key pressed while a full-page run is still
     finishing can be dropped by Streamlit, so tests settle here before each key."""
