@@ -300,7 +300,7 @@ def _pct(v: float | None, category: str) -> str:
 
 
 def concurrency_ratios(rows: list[PolicyRow], workload: str) -> dict[str, tuple[float, float]]:
-    """policy -> (ours, paper) mean running over Max's; plus ``paged/oracle``."""
+    """policy -> (ours, paper) mean requests per batch over Max's; plus ``paged/oracle``."""
     by = {r.policy: r.mean_running for r in rows}
     out = {p: (by[p] / by["max"], P.fig13_ratio(workload, p)) for p in POLICIES if p != "max"}
     out["paged/oracle"] = (by["paged"] / by["oracle"], P.fig13_ratio(workload, "paged", "oracle"))
