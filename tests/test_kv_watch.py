@@ -334,11 +334,40 @@ def test_replay_with_a_topic_frame_as_newer_vllm_sends_it():
         ctx.destroy(linger=0)
 
 
-def test_the_live_socket_holds_a_bounded_number_of_bytes_unread():
-    # zmq bounds a receive queue in messages: 10,000 of up to 4 MiB each let a server sending
-    # faster than the page folds fill 40 GiB (measured: 2.5 GB within 15 s, 8 batches folded)
-    config = SubscriberConfig("tcp://127.0.0.1:5557")
-    assert config.rcvhwm * K.MAX_MESSAGE_BYTES <= 64 << 20
+def test_every_socket_the_subscriber_reads_holds_a_bounded_number_of_bytes_unread(monkeypatch):
+    """zmq bounds a receive queue in messages: 10,000 of up to 4 MiB each let a server sending
+    faster than the page folds fill 40 GiB (measured: 2.5 GB within 15 s, 8 batches folded).
+    Both sockets the subscriber reads, the live SUB and a replay's DEALER, must be set to a
+    message cap and a message count whose product stays within 64 MiB."""
+    opts: dict[int, dict[int, int]] = {}  # socket id -> option -> value
+    kinds: dict[int, int] = {}
+    real = zmq.Socket.setsockopt
+
+    def spy(sock, opt, value):
+        kinds[id(sock)] = sock.type
+        opts.setdefault(id(sock), {})[opt] = value
+        return real(sock, opt, value)
+
+    monkeypatch.setattr(zmq.Socket, "setsockopt", spy)
+    port, _ = free_ports()
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    try:
+        pub.bind(f"tcp://127.0.0.1:{port}")
+        server = replay_server(ctx, port + 1, lambda start: iter([[K.END_SEQ, b""]]))
+        sub = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}")).start()
+        deadline = time.monotonic() + 10
+        while not {zmq.SUB, zmq.DEALER} <= set(kinds.values()):
+            assert time.monotonic() < deadline, f"sockets seen: {sorted(kinds.values())}"
+            time.sleep(0.02)  # connecting makes the subscriber ask the replay socket
+        sub.stop()
+        server.join(10)
+    finally:
+        ctx.destroy(linger=0)
+    for sock, kind in kinds.items():
+        if kind in (zmq.SUB, zmq.DEALER):
+            got = opts[sock]
+            assert got[zmq.RCVHWM] * got[zmq.MAXMSGSIZE] <= 64 << 20, zmq.SocketType(kind).name
 
 
 def test_a_replay_larger_than_the_subscriber_keeps_is_cut_and_the_rest_is_a_gap():
