@@ -14,7 +14,7 @@ import zmq
 from engine import kv_events as K
 from tests.test_kv_events import free_ports
 from viz.kv_subscriber import Subscriber, SubscriberConfig
-from viz.kv_watch import RecordingError, WatchState, fold, read_recording
+from viz.kv_watch import RecordingError, Replay, WatchState, fold, read_recording
 
 BS = 4
 SYSTEM = list(range(100, 108))  # a shared system prompt: two full blocks
@@ -572,3 +572,22 @@ def test_a_replay_steps_forward_by_folding_only_the_new_batches(monkeypatch):
             fresh.counters,
             fresh.last_seq,
         ), f"step {upto}"
+
+
+def test_a_replay_step_that_raised_does_not_fold_its_batch_again(monkeypatch):
+    msgs, _ = shared_prompt_stream()
+    replay = Replay(msgs)
+    applied: list[int] = []
+    real = WatchState.apply
+
+    def once_broken(self, seq, *a, **k):
+        applied.append(seq)
+        real(self, seq, *a, **k)
+        if len(applied) == 2:
+            raise RuntimeError("a page rerun stopped midway")
+
+    monkeypatch.setattr(WatchState, "apply", once_broken)
+    with pytest.raises(RuntimeError):
+        replay.at(4)
+    replay.at(4)
+    assert applied == [0, 1, 2, 3], "a batch was folded twice"

@@ -377,7 +377,9 @@ class Replay:
         if upto < self._done:
             self._state, self._done = WatchState(), 0
         state = self._state
-        for seq, payload in self.messages[self._done : upto]:
+        while self._done < upto:
+            seq, payload = self.messages[self._done]
+            self._done += 1  # counted first: a batch that raised is never folded twice
             if state.classify(seq) == "restart":
                 state.restart()
             try:
@@ -386,7 +388,6 @@ class Replay:
                 state.malformed(f"seq {seq}: {e}")
                 continue
             state.apply(seq, batch, payload, now=batch.ts)
-        self._done = upto
         return state
 
 
