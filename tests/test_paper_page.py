@@ -190,3 +190,17 @@ def test_what_agrees_with_the_paper_is_checked_on_the_run_shown(workload):
     where, elsewhere = (agree, differ) if paged >= paper_floor / 100 else (differ, agree)
     assert said in bullets[where]
     assert said not in bullets.get(elsewhere, "")
+
+
+@pytest.mark.parametrize("workload", R.WORKLOADS)
+def test_the_difference_column_is_the_difference_of_the_shares_printed(workload):
+    """The table once printed "-0.0" where ours and the paper's read the same (8.9 % and
+    8.9 %): the difference was taken before rounding."""
+    res = R.load_shipped()[R.SimConfig(workload=workload)]
+    table = P.breakdown_table([res.rows[p] for p in paper.POLICIES], "en")
+    compared = [r for r in table if r["paper"] != "—"]
+    assert compared
+    for row in compared:
+        ours, ref = (float(row[c].rstrip("%")) for c in ("ours", "paper"))
+        assert float(row["ours − paper"]) == pytest.approx(ours - ref, abs=1e-9), row
+        assert not row["ours − paper"].startswith("-0.0"), row

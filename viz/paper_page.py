@@ -226,10 +226,17 @@ def breakdown_table(rows: list[PolicyRow], lang: str) -> list[dict]:
                     + (" + " + w["cat_short"]["free"] if c == "external" else ""),
                     t["col_ours"]: f"{ours:.1%}",
                     t["col_paper"]: "—" if ref is None else f"{ref:.1%}",
-                    t["col_diff"]: "—" if ref is None else f"{100 * (ours - ref):+.1f}",
+                    t["col_diff"]: "—" if ref is None else points_apart(ours, ref),
                 }
             )
     return out
+
+
+def points_apart(ours: float, ref: float) -> str:
+    """``ours - ref`` in percentage points, from the two shares as the table prints them (one
+    decimal), so the three columns agree on screen and a tie reads 0.0, not -0.0."""
+    d = round(round(100 * ours, 1) - round(100 * ref, 1), 1)
+    return "0.0" if d == 0 else f"{d:+.1f}"
 
 
 def fig2_figure(rows: list[PolicyRow], lang: str = "en", height: int = 440) -> go.Figure:
