@@ -204,3 +204,20 @@ def test_the_difference_column_is_the_difference_of_the_shares_printed(workload)
         ours, ref = (float(row[c].rstrip("%")) for c in ("ours", "paper"))
         assert float(row["ours − paper"]) == pytest.approx(ours - ref, abs=1e-9), row
         assert not row["ours − paper"].startswith("-0.0"), row
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_buddy_slack_is_shown_with_the_share_it_is_part_of(lang):
+    """Slack is a share of the whole memory, part of external + free: shown alone after "of our
+    external share", Pow2's 26.7 % read as a quarter of a 35 % segment."""
+    res = R.load_shipped()[R.SimConfig()]
+    rows = [res.rows[p] for p in paper.POLICIES]
+    note = P.slack_note(rows, lang, P.text(lang))
+    for r in rows[:-1]:
+        part, whole = r.buddy_slack, r.shares["external"] + r.shares["free"]
+        assert part <= whole + 1e-12
+        item = P.text(lang)["slack_item"].format(
+            name=P.NAMES[lang][r.policy], slack=f"{part:.1%}", ext=f"{whole:.1%}"
+        )
+        assert item in note
+    assert "of our external share" not in note.lower()

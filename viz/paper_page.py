@@ -195,13 +195,26 @@ def _fig2(rows: list[PolicyRow], lang: str, t: dict) -> None:
     )
     st.caption(t["fig2_cap"].format(src=P.FIG2_SOURCE))
     st.dataframe(breakdown_table(rows, lang), hide_index=True)
-    slack = ", ".join(
-        f"{NAMES[lang][r.policy]} {r.buddy_slack:.1%}" for r in rows if r.policy != "paged"
-    )
-    st.markdown(t["slack_note"].format(slack=slack))
+    st.markdown(slack_note(rows, lang, t))
     st.markdown(f"#### {t['essay_h']}")
     st.caption(t["essay_intro"])
     _fixes(essay_fixes.table_fixes(), t)
+
+
+def slack_note(rows: list[PolicyRow], lang: str, t: dict) -> str:
+    """Each contiguous policy's buddy slack beside the external + free share that holds it:
+    both are shares of the whole memory ("Pow2 26.7 %" alone read as 26.7 % of the external)."""
+    sep = ", " if lang == "en" else "，"
+    items = sep.join(
+        t["slack_item"].format(
+            name=NAMES[lang][r.policy],
+            slack=f"{r.buddy_slack:.1%}",
+            ext=f"{r.shares['external'] + r.shares['free']:.1%}",
+        )
+        for r in rows
+        if r.policy != "paged"
+    )
+    return t["slack_note"].format(slack=items)
 
 
 def paper_value(policy: str, category: str) -> float | None:
