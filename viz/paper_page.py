@@ -195,13 +195,26 @@ def _fig2(rows: list[PolicyRow], lang: str, t: dict) -> None:
     )
     st.caption(t["fig2_cap"].format(src=P.FIG2_SOURCE))
     st.dataframe(breakdown_table(rows, lang), hide_index=True)
-    slack = ", ".join(
-        f"{NAMES[lang][r.policy]} {r.buddy_slack:.1%}" for r in rows if r.policy != "paged"
-    )
-    st.markdown(t["slack_note"].format(slack=slack))
+    st.markdown(slack_note(rows, lang, t))
     st.markdown(f"#### {t['essay_h']}")
     st.caption(t["essay_intro"])
     _fixes(essay_fixes.table_fixes(), t)
+
+
+def slack_note(rows: list[PolicyRow], lang: str, t: dict) -> str:
+    """Each contiguous policy's buddy slack beside the external + free share that holds it:
+    both are shares of the whole memory ("Pow2 26.7 %" alone read as 26.7 % of the external)."""
+    sep = ", " if lang == "en" else "，"
+    items = sep.join(
+        t["slack_item"].format(
+            name=NAMES[lang][r.policy],
+            slack=f"{r.buddy_slack:.1%}",
+            ext=f"{r.shares['external'] + r.shares['free']:.1%}",
+        )
+        for r in rows
+        if r.policy != "paged"
+    )
+    return t["slack_note"].format(slack=items)
 
 
 def paper_value(policy: str, category: str) -> float | None:
@@ -226,10 +239,17 @@ def breakdown_table(rows: list[PolicyRow], lang: str) -> list[dict]:
                     + (" + " + w["cat_short"]["free"] if c == "external" else ""),
                     t["col_ours"]: f"{ours:.1%}",
                     t["col_paper"]: "—" if ref is None else f"{ref:.1%}",
-                    t["col_diff"]: "—" if ref is None else f"{100 * (ours - ref):+.1f}",
+                    t["col_diff"]: "—" if ref is None else points_apart(ours, ref),
                 }
             )
     return out
+
+
+def points_apart(ours: float, ref: float) -> str:
+    """``ours - ref`` in percentage points, from the two shares as the table prints them (one
+    decimal), so the three columns agree on screen and a tie reads 0.0, not -0.0."""
+    d = round(round(100 * ours, 1) - round(100 * ref, 1), 1)
+    return "0.0" if d == 0 else f"{d:+.1f}"
 
 
 def fig2_figure(rows: list[PolicyRow], lang: str = "en", height: int = 440) -> go.Figure:
@@ -385,7 +405,68 @@ def _differences(rows: list[PolicyRow], config: SimConfig, lang: str, t: dict) -
             tok_name=P.PAPER_NAMES[tp], tok_diff=td, run_name=P.PAPER_NAMES[rp], run_diff=rd
         )
     )
-    st.markdown(t["diff"].format(sigma=f"{SIGMA:g}"))
+    st.markdown(t["diff"].format(sigma=f"{SIGMA:g}") + "\n" + agreement_text(rows, lang, t))
+
+
+def agreements(rows: list[PolicyRow], lang: str = "en") -> list[tuple[str, bool, dict[str, str]]]:
+    """The paper's qualitative findings, each checked on this run: (key, holds, values). A
+    sentence once listed them as agreeing on every setting, beside Alpaca bars that showed
+    paging at 83 % token states against the paper's 96.3 %."""
+    by = {r.policy: r for r in rows}
+    order = ("max", "pow2", "oracle", "paged")
+
+    def rising(values: list[float]) -> bool:
+        return all(a < b for a, b in zip(values, values[1:], strict=False))
+
+    def listed(f) -> str:
+        return ", ".join(f"{NAMES[lang][p]} {f(by[p])}" for p in order)
+
+    tokens = [by[p].shares["token_states"] for p in order]
+    mx = by["max"].shares
+    paged, paper = by["paged"].shares["token_states"], P.FIG2["paged"].token_states
+    floor = int(100 * paper)
+
+    def external_leads(s: dict[str, float]) -> bool:
+        return s["external"] > max(s["internal"], s["reservation"])
+
+    return [
+        ("order", rising(tokens), {"values": listed(lambda r: f"{r.shares['token_states']:.1%}")}),
+        (
+            "max",
+            mx["internal"] > max(mx["reservation"], mx["external"]),
+            {"value": f"{mx['internal']:.1%}"},
+        ),
+        (
+            "ext",
+            all(external_leads(by[p].shares) for p in ("pow2", "oracle")),
+            {
+                "values": ", ".join(
+                    f"{NAMES[lang][p]} {by[p].shares['external']:.1%}" for p in ("pow2", "oracle")
+                )
+            },
+        ),
+        (
+            "paged",
+            paged >= floor / 100,
+            {"ours": f"{paged:.1%}", "paper": f"{paper:.1%}", "floor": str(floor)},
+        ),
+        (
+            "conc",
+            rising([by[p].mean_running for p in order]),
+            {"values": listed(lambda r: f"{r.mean_running:.1f}")},
+        ),
+    ]
+
+
+def agreement_text(rows: list[PolicyRow], lang: str, t: dict) -> str:
+    """Two bullets: the findings that hold on this run, and those that do not."""
+    found = agreements(rows, lang)
+    out = []
+    for holds, (head, prefix) in ((True, ("agrees", "agree_")), (False, ("differs", "differ_"))):
+        items = [t[prefix + key].format(**v) for key, ok, v in found if ok is holds]
+        if items:
+            out.append(t[head].format(items=t["list_sep"].join(items)))
+    return "\n".join(out)
 
 
 def _arithmetic(t: dict) -> None:
