@@ -4,6 +4,7 @@ blocks need few table entries), re-recording reproduces them, and the page rende
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 from pathlib import Path
 
@@ -46,13 +47,13 @@ def test_never_used_share_grows_with_block_size(results):
 def test_block_table_shrinks_with_block_size(results):
     entries = [r.mean_entries for r in results]
     assert entries == sorted(entries, reverse=True)
-    assert results[0].mean_entries == pytest.approx(results[0].mean_final_len)
+    assert results[0].mean_entries == pytest.approx(results[0].mean_kv_slots)
     assert results[-1].max_entries == 1
 
 
 def test_a_finished_request_wastes_less_than_one_block(results):
     for r in results:
-        tail = r.mean_entries * r.block_size - r.mean_final_len
+        tail = r.mean_entries * r.block_size - r.mean_kv_slots
         assert 0 <= tail <= r.block_size - 1
 
 
@@ -84,6 +85,28 @@ def test_narration_quotes_only_numbers_the_traces_have(spec, results, lang):
     for text in [spec.intro[lang]] + [s.text[lang] for s in spec.sections]:
         body, missing = sweep.fill(text, ctx, lang)
         assert not missing and "{" not in body
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_intro_quotes_the_true_length_and_the_kv_slots_apart(spec, results, lang):
+    """The intro said "mean final length 116 tokens": that was the K/V slots a request fills,
+    one fewer than its prompt plus output (the last token's K/V is never computed)."""
+    events = T.read(spec.trace_path(spec.block_sizes[0])).runs["paged"]
+    prompt = {e.req: e.prompt_len for e in events if e.kind == "request_arrived"}
+    done = [e for e in events if e.kind == "finished"]
+    length = sum(prompt[e.req] + e.num_generated for e in done) / len(done)
+    slots = sum(e.final_len for e in done) / len(done)
+    assert slots < length
+    body, _ = sweep.fill(spec.intro[lang], sweep.narration_context(results), lang)
+    assert f"{length:.1f}" in body and f"{slots:.1f}" in body, body
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("n", [3, None])
+def test_intro_counts_the_runs_it_draws(spec, results, lang, n):
+    shown = results[:n]
+    body, _ = sweep.fill(spec.intro[lang], sweep.narration_context(shown), lang)
+    assert re.search(rf"(?<!\d){len(shown)} ?(times|遍)", body), body
 
 
 def test_chinese_lines_join_without_gaps_but_keep_latin_words_apart():

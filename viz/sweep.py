@@ -84,7 +84,8 @@ class SizeResult:
     internal_per_request: float  # never-used slots per running request, step-averaged
     mean_entries: float  # block-table entries per request when it finished
     max_entries: int
-    mean_final_len: float
+    mean_len: float  # tokens per request at its end: prompt plus output
+    mean_kv_slots: float  # K/V slots a request filled: its last token's K/V is never computed
     peak_held: int
     model: str
     device: str
@@ -134,20 +135,22 @@ def analyse(trace: T.Trace, run: str = "paged") -> SizeResult:
     if not accounts:
         raise SweepError(f"run {run!r} has no finished engine step")
     entries = _table_entries(events)
-    finals = [e.final_len for e in events if isinstance(e, E.Finished)]
+    finished = [e for e in events if isinstance(e, E.Finished)]
+    prompts = {e.req: e.prompt_len for e in events if isinstance(e, E.RequestArrived)}
     h = trace.header
     return SizeResult(
         block_size=bs,
         num_slots=num_slots,
         steps=len(accounts),
-        requests=len(finals),
+        requests=len(finished),
         preemptions=sum(1 for e in events if e.kind == E.Preempted.kind),
         held_shares=_held_shares(accounts),
         arena_shares=time_averaged_shares(accounts),
         internal_per_request=_mean([a.internal / a.running for a in accounts if a.running]),
         mean_entries=_mean(list(entries.values())),
         max_entries=max(entries.values(), default=0),
-        mean_final_len=_mean(finals),
+        mean_len=_mean([prompts[e.req] + e.num_generated for e in finished]),
+        mean_kv_slots=_mean([e.final_len for e in finished]),
         peak_held=max(_held(a) for a in accounts),
         model=str(h.get("model", "")),
         device=str(h.get("device", "")),
@@ -269,7 +272,9 @@ def narration_context(results: list[SizeResult]) -> dict:
     ctx: dict[str, object] = {f"b{r.block_size}": _size_ns(r) for r in results}
     ctx.update(
         requests=first.requests,
-        mean_len=f"{first.mean_final_len:.0f}",
+        mean_len=f"{first.mean_len:.1f}",
+        mean_kv_slots=f"{first.mean_kv_slots:.1f}",
+        runs=len(results),
         num_slots=f"{first.num_slots:,}",
         entry_bytes=DEFAULT_ENTRY_BYTES,
         long_len=f"{LONG_LEN:,}",
