@@ -151,3 +151,40 @@ def test_the_capacity_chart_uses_no_hue_of_its_own():
     fig = capacity_page.concurrency_figure(c, capacity_page.TEXT["en"])
     colours = {str(x).upper() for x in fig.data[0].marker.color}
     assert len(colours) == 2 and not _hued(colours), colours
+
+
+def _trace_colours(trace) -> set[str]:
+    found = [getattr(trace, "marker", None), getattr(trace, "line", None)]
+    colours = {str(x.color).upper() for x in found if x is not None and x.color is not None}
+    if getattr(trace, "fillcolor", None):
+        colours.add(str(trace.fillcolor).upper())
+    return colours
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_block_size_charts_give_each_category_colour_one_quantity(lang):
+    """The block-size page's trade-off chart drew "reserved + never used" in the orange that
+    the composition chart beside it, and the whole app, gives to never-used slots alone: a
+    category colour on its charts plots that category's share (or, in the tail chart, its
+    slots) under that category's name, and no other hue appears."""
+    from viz import block_size_page as P
+    from viz import sweep
+
+    results = sweep.load_results(sweep.load_spec("block-size"))
+    words = style.words(lang)
+    by_colour = {c.upper(): cat for cat, c in CATEGORY_COLOURS.items()}
+    for fig in (P.composition_figure(results, lang), P.tradeoff_figure(results, lang)):
+        for trace in fig.data:
+            colours = _trace_colours(trace)
+            assert not _hued(colours), (trace.name, colours)
+            for cat in {by_colour[c] for c in colours if c in by_colour}:
+                assert trace.name == words[cat], (trace.name, cat)
+                share = [100 * r.held_shares[cat] for r in results]
+                assert list(trace.y) == pytest.approx(share), (trace.name, cat)
+    internal = CATEGORY_COLOURS["internal"].upper()
+    for fig in (P.tail_figure(results, lang), P.long_table_figure(results, lang)):
+        for trace in fig.data:
+            colours = _trace_colours(trace)
+            assert not _hued(colours), (trace.name, colours)
+            if internal in colours:  # the never-used tail, wherever the share has one
+                assert [y > 0 for y in trace.y] == [r.held_shares["internal"] > 0 for r in results]

@@ -15,7 +15,7 @@ import streamlit as st
 
 from engine.capacity import DEFAULT_ENTRY_BYTES, block_table_bytes
 from viz import sweep, ui_text
-from viz.style import CATEGORY_COLOURS, INK, MUTED, SIDE_COLOURS, words
+from viz.style import CATEGORY_COLOURS, INK, MUTED, words
 
 LESSON = "block-size"
 
@@ -153,27 +153,34 @@ def composition_figure(
 def tradeoff_figure(
     results: list[sweep.SizeResult], lang: str = "en", height: int = 340
 ) -> go.Figure:
-    """Two curves over block size: the empty share of held slots rises, table entries fall."""
-    u = UI[lang]
+    """Two curves over block size: the empty share of held slots rises, table entries fall.
+    The empty share is drawn as what it is made of, reserved and never-used slots stacked in
+    their categories' colours (as in the composition chart), its total written on top."""
+    u, w = UI[lang], words(lang)
     empty = [100 * (1 - r.held_shares["token_states"]) for r in results]
     fig = go.Figure()
-    fig.add_scatter(
-        x=_x(results),
-        y=empty,
-        name=u["empty"],
-        mode="lines+markers+text",
-        line=dict(color=CATEGORY_COLOURS["internal"], width=3),
-        text=[f"{v:.0f}%" for v in empty],
-        textposition="top left",
-        hovertemplate="%{y:.1f}%<extra></extra>",
-    )
+    for c in ("reservation", "internal"):
+        top = c == "internal"
+        fig.add_scatter(
+            x=_x(results),
+            y=[100 * r.held_shares[c] for r in results],
+            name=w[c],
+            stackgroup="empty",
+            mode="lines+text" if top else "lines",
+            line=dict(color=CATEGORY_COLOURS[c], width=2),
+            fillcolor=CATEGORY_COLOURS[c],
+            text=[f"{v:.0f}%" for v in empty] if top else None,
+            textposition="top left",
+            textfont=dict(color=INK),
+            hovertemplate=f"{w[c]}: %{{y:.1f}}%<extra></extra>",
+        )
     fig.add_scatter(
         x=_x(results),
         y=[r.mean_entries for r in results],
         name=u["entries"],
         yaxis="y2",
         mode="lines+markers+text",
-        line=dict(color=SIDE_COLOURS["right"], width=3, dash="dot"),
+        line=dict(color=INK, width=3, dash="dot"),
         text=[f"{r.mean_entries:.1f}" for r in results],
         textposition="top right",
         hovertemplate="%{y:.1f}<extra></extra>",
@@ -181,13 +188,10 @@ def tradeoff_figure(
     fig.update_layout(
         **LAYOUT,
         height=height,
-        legend=dict(orientation="h", x=0, y=-0.25),
+        legend=dict(orientation="h", x=0, y=-0.25, traceorder="normal"),
         xaxis=dict(title=u["block_size"], type="category", fixedrange=True, automargin=True),
         yaxis=dict(
-            title=dict(
-                text=u["empty"].split(" (")[0].split("（")[0],
-                font=dict(color=CATEGORY_COLOURS["internal"]),
-            ),
+            title=u["empty"],
             range=[0, 100],
             ticksuffix="%",
             gridcolor="#EEF0F3",
@@ -195,7 +199,7 @@ def tradeoff_figure(
             automargin=True,
         ),
         yaxis2=dict(
-            title=dict(text=u["entries"], font=dict(color=SIDE_COLOURS["right"])),
+            title=u["entries"],
             type="log",
             overlaying="y",
             side="right",
@@ -222,7 +226,7 @@ def long_table_figure(
         go.Bar(
             x=_x(results),
             y=mib,
-            marker_color=SIDE_COLOURS["right"],
+            marker_color=INK,
             text=[_mib(v) for v in mib],
             textposition="outside",
             cliponaxis=False,
