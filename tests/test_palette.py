@@ -188,3 +188,20 @@ def test_the_block_size_charts_give_each_category_colour_one_quantity(lang):
             assert not _hued(colours), (trace.name, colours)
             if internal in colours:  # the never-used tail, wherever the share has one
                 assert [y > 0 for y in trace.y] == [r.held_shares["internal"] > 0 for r in results]
+
+
+def test_the_block_size_bars_label_each_category_as_the_grid_does():
+    """Its composition bars wrote every share in white, on the pale reserved blue too, where
+    the grid writes ink: "9%" on it was barely legible on a projector."""
+    from viz import block_size_page as P
+    from viz import sweep
+
+    results = sweep.load_results(sweep.load_spec("block-size"))
+    by_colour = {c.upper(): cat for cat, c in CATEGORY_COLOURS.items()}
+    labelled = set()
+    for trace in P.composition_figure(results).data:
+        cat = by_colour[str(trace.marker.color).upper()]
+        if any(trace.text):
+            labelled.add(cat)
+            assert trace.textfont.color == style.CATEGORY_MARKS[cat], cat
+    assert "reservation" in labelled  # the shipped traces do label a reserved segment

@@ -15,7 +15,7 @@ import streamlit as st
 
 from engine.capacity import DEFAULT_ENTRY_BYTES, block_table_bytes
 from viz import sweep, ui_text
-from viz.style import CATEGORY_COLOURS, INK, MUTED, words
+from viz.style import CATEGORY_COLOURS, CATEGORY_MARKS, INK, MUTED, words
 
 LESSON = "block-size"
 
@@ -129,7 +129,7 @@ def composition_figure(
             marker_color=CATEGORY_COLOURS[c],
             text=[f"{v:.0f}%" if v >= 6 else "" for v in vals],
             textposition="inside",
-            textfont=dict(color="white", size=13),
+            textfont=dict(color=CATEGORY_MARKS[c], size=13),
             hovertemplate=f"{w[c]}: %{{y:.1f}}%<extra></extra>",
         )
     fig.update_layout(
