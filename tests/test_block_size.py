@@ -12,7 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine import trace as T
-from viz import sweep
+from viz import sweep, ui_text
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = ROOT / "lessons" / "block-size"
@@ -55,6 +55,14 @@ def test_a_finished_request_wastes_less_than_one_block(results):
     for r in results:
         tail = r.mean_entries * r.block_size - r.mean_kv_slots
         assert 0 <= tail <= r.block_size - 1
+
+
+def test_a_running_requests_tail_is_smaller_than_a_finished_ones(results):
+    """The tail section says so, and quotes the running figure beside the chart of the
+    finished one."""
+    for r in results[1:]:
+        tail = r.mean_entries * r.block_size - r.mean_kv_slots
+        assert 0 < r.internal_per_request < tail, r.block_size
 
 
 def test_every_size_ran_without_waiting_so_only_the_cut_differs(results):
@@ -129,16 +137,19 @@ def test_page_renders_without_exception(lang):
     assert any("GPU" in i.value for i in at.info)  # kernel time: not measured here
 
 
-def test_page_shows_a_kernel_table_where_one_was_measured(tmp_path, monkeypatch):
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_page_shows_a_kernel_table_where_one_was_measured(tmp_path, monkeypatch, lang):
     lessons = tmp_path / "lessons"
     shutil.copytree(LESSON, lessons / "block-size")
     table = lessons / "block-size" / "kernels" / "b16" / "kernels.csv"
     table.parent.mkdir(parents=True)
     table.write_text("batch,context,kv_mib,paged_us,contiguous_us\n8,2048,8.0,41.5,30.2\n")
     monkeypatch.setenv("PAGED_KV_LESSONS", str(lessons))
-    at = _page("en")
+    at = _page(lang)
     assert not at.exception and not at.info
-    assert at.dataframe[0].value.iloc[0]["paged µs"] == 41.5
+    row = at.dataframe[0].value.iloc[0]
+    cols = ui_text.load("block_size_page")[lang]["kernel_cols"]  # its headers were English only
+    assert (row[cols["paged"]], row[cols["contiguous"]], row[cols["bs"]]) == (41.5, 30.2, 16)
 
 
 def test_missing_trace_is_one_error_line_not_a_traceback(tmp_path, monkeypatch):

@@ -289,14 +289,15 @@ def _kernel(spec: sweep.SweepSpec, u: dict) -> None:
     if not rows:
         st.info(u["no_kernel"].format(cmd=KERNEL_CMD))
         return
+    c = u["kernel_cols"]
     st.dataframe(
         [
             {
-                "block size": r.block_size,
-                "batch": r.batch,
-                "context": r.context,
-                "paged µs": round(r.paged_us, 1),
-                "contiguous µs": round(r.contiguous_us, 1),
+                c["bs"]: r.block_size,
+                c["batch"]: r.batch,
+                c["context"]: r.context,
+                c["paged"]: round(r.paged_us, 1),
+                c["contiguous"]: round(r.contiguous_us, 1),
             }
             for r in rows
         ],
