@@ -26,6 +26,7 @@ from viz.reducer import CELL_CATEGORY, HOLE, INTERNAL, PAGED, Frame
 from viz.safe import plotly_text
 from viz.style import (
     CATEGORY_COLOURS,
+    CATEGORY_MARKS,
     CHANGED,
     FREE_COLOUR,
     INK,
@@ -333,7 +334,7 @@ def metrics_parts(
             text=[shown[c] if account.share(c) >= 0.07 else ""],
             textposition="inside",
             insidetextanchor="middle",
-            textfont=dict(color="white" if c != "free" else INK, size=13),
+            textfont=dict(color=CATEGORY_MARKS[c], size=13),
             hovertemplate=f"{w[c]}: %{{x:.1f}}%<extra></extra>",
             xaxis=xaxis,
             yaxis=yaxis,
@@ -487,7 +488,7 @@ def scoreboard_figure(
             marker=dict(color=CATEGORY_COLOURS[c]),
             text=[p[c] if v >= 4 else "" for p, v in zip(shown, vals, strict=True)],
             textposition="inside",
-            textfont=dict(color="white" if c != "free" else INK, size=14),
+            textfont=dict(color=CATEGORY_MARKS[c], size=14),
             hovertemplate=f"{w[c]}: %{{x:.1f}}%<extra></extra>",
         )
     fig.update_layout(

@@ -98,7 +98,7 @@ def metrics_strip(frame: Frame, lang: str = "en") -> str:
         if share <= 0:
             continue
         text = shown[c] if share >= 0.08 else ""
-        colour = "white" if c != "free" else INK
+        colour = CATEGORY_MARKS[c]
         segs.append(
             f"<div title='{escape(w[c])}: {getattr(a, c)} {w['slots']}' "
             f"style='width:{100 * share:.3f}%;background:{CATEGORY_COLOURS[c]};"
@@ -127,7 +127,7 @@ def scoreboard_card(summary, lang: str = "en") -> str:
     shown = percents(summary.shares, 1)
     segs = "".join(
         f"<div style='width:{100 * summary.shares[c]:.3f}%;background:{CATEGORY_COLOURS[c]};"
-        f"color:{'white' if c != 'free' else INK}'>"
+        f"color:{CATEGORY_MARKS[c]}'>"
         f"{shown[c] if summary.shares[c] >= 0.1 else ''}</div>"
         for c in CATEGORIES
         if summary.shares[c] > 0

@@ -27,7 +27,7 @@ from viz.paper_results import (
     simulate_policy,
     workload_means,
 )
-from viz.style import CATEGORY_COLOURS, INK, MUTED, words
+from viz.style import CATEGORY_COLOURS, CATEGORY_MARKS, INK, MUTED, words
 
 POLICIES = P.POLICIES
 REQUEST_CHOICES = (100, 300, 1000)
@@ -275,7 +275,7 @@ def fig2_figure(rows: list[PolicyRow], lang: str = "en", height: int = 440) -> g
             text=[_pct(v, c) for v in vals],
             textposition="inside",
             insidetextanchor="middle",
-            textfont=dict(color="white" if c != "free" else INK, size=13),
+            textfont=dict(color=CATEGORY_MARKS[c], size=13),
             hovertemplate=f"{w[c]}: %{{y:.1f}}%<extra></extra>",
         )
     rest = sum(
