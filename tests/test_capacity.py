@@ -449,6 +449,29 @@ def test_page_in_chinese_renders():
     assert at.header[0].value == "KV 缓存容量计算器"
 
 
+@pytest.mark.parametrize("fn", ["_page_en", "_page_zh"])
+def test_essay_note_follows_the_engine_not_numbers_typed_into_its_text(fn, monkeypatch):
+    """The note's text once held "(about 2.7x)" and "0.625 GiB": true only of the shape it was
+    written for. Under another shape (an fp32 KV cache) every number in it must follow."""
+    from dataclasses import replace
+
+    from streamlit.testing.v1 import AppTest
+
+    from engine import capacity
+
+    shape = replace(capacity.PRESETS["llama-2-70b"], dtype_bytes=4)
+    monkeypatch.setitem(capacity.PRESETS, "llama-2-70b", shape)
+    r = build_report(shape)
+    c, length = r.concurrency, r.lengths[0]
+    at = AppTest.from_function(globals()[fn], default_timeout=60).run()
+    assert not at.exception and not at.error
+    (note,) = [i.value for i in at.info if "0.6 GB" in i.value]
+    assert f"{c.ratio:.2f}" in note and f"{c.ratio:.1f}" in note
+    assert f"{c.paged_requests}" in note and f"{c.prealloc_requests}" in note
+    assert f"{shape.bytes_per_request(length) / GiB:g} GiB" in note and f"{length:,}" in note
+    assert "2.7" not in note and "0.625" not in note  # the old shape's figures are gone
+
+
 def _plain(md: str) -> str:
     """An error line as the viewer reads it (markdown backslash escapes undone)."""
     return re.sub(r"\\(.)", r"\1", md)
