@@ -358,3 +358,22 @@ def test_a_live_run_killed_from_outside_says_so_not_its_last_progress_line():
     while not failed.done and time.monotonic() < deadline:
         time.sleep(0.05)
     assert failed.error() == "error: no room"  # a failure's own last line is its reason
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_the_lesson_picker_shows_each_lessons_title_and_keeps_its_folder_name_as_the_id(lang):
+    """The picker showed folder names (`fp8-twice`, `recompute-or-swap`), in 中文 too. Each
+    button now says the lesson's title in the page's language, from its own lesson.toml; the
+    URL's ``?lesson=`` still names the folder."""
+    import tomllib
+
+    at = open_app({"lang": lang})
+    picks = {(b.key or "").removeprefix("pk_lesson_pick_"): b.label for b in at.button}
+    picks = {k: v for k, v in picks.items() if k in L.available()}
+    assert sorted(picks) == L.available() and len(picks) > 1
+    for name, label in picks.items():
+        toml = tomllib.loads((ROOT / "lessons" / name / "lesson.toml").read_text("utf-8"))
+        assert label == toml["title"][lang] != name
+    other = next(n for n in picks if n != "six-steps")
+    press(at, f"pk_lesson_pick_{other}")
+    assert at.session_state["pk_lesson"] == other and player(at)["lesson"] == other

@@ -433,8 +433,8 @@ def test_page_says_how_a_window_caps_paged_blocks(fn):
 
     at = AppTest.from_function(globals()[fn], default_timeout=60).run()
     at.selectbox(key="capacity_preset").set_value("mistral-7b")
-    at.number_input(key="capacity_max_len").set_value(32768)
-    at.number_input(key="capacity_mean").set_value(16000).run()
+    at.text_input(key="capacity_max_len").set_value("32768")
+    at.text_input(key="capacity_mean").set_value("16000").run()
     assert not at.exception and not at.error
     shown = " ".join(c.value for c in at.caption)
     assert "256" in shown and "1000" not in shown  # every layer holds its window only
@@ -447,6 +447,29 @@ def test_page_in_chinese_renders():
     at = AppTest.from_function(_page_zh, default_timeout=60).run()
     assert not at.exception and not at.error
     assert at.header[0].value == "KV 缓存容量计算器"
+
+
+@pytest.mark.parametrize("fn", ["_page_en", "_page_zh"])
+def test_essay_note_follows_the_engine_not_numbers_typed_into_its_text(fn, monkeypatch):
+    """The note's text once held "(about 2.7x)" and "0.625 GiB": true only of the shape it was
+    written for. Under another shape (an fp32 KV cache) every number in it must follow."""
+    from dataclasses import replace
+
+    from streamlit.testing.v1 import AppTest
+
+    from engine import capacity
+
+    shape = replace(capacity.PRESETS["llama-2-70b"], dtype_bytes=4)
+    monkeypatch.setitem(capacity.PRESETS, "llama-2-70b", shape)
+    r = build_report(shape)
+    c, length = r.concurrency, r.lengths[0]
+    at = AppTest.from_function(globals()[fn], default_timeout=60).run()
+    assert not at.exception and not at.error
+    (note,) = [i.value for i in at.info if "0.6 GB" in i.value]
+    assert f"{c.ratio:.2f}" in note and f"{c.ratio:.1f}" in note
+    assert f"{c.paged_requests}" in note and f"{c.prealloc_requests}" in note
+    assert f"{shape.bytes_per_request(length) / GiB:g} GiB" in note and f"{length:,}" in note
+    assert "2.7" not in note and "0.625" not in note  # the old shape's figures are gone
 
 
 def _plain(md: str) -> str:
@@ -570,6 +593,58 @@ def test_a_twenty_digit_length_is_a_field_error_not_a_traceback():
     at.text_input(key="capacity_batches").set_value(many).run()
     assert not at.exception
     assert len(at.error) == 1 and "at most 16" in at.error[0].value
+
+
+def _capacity_app(lang: str):
+    from streamlit.testing.v1 import AppTest
+
+    return AppTest.from_string(
+        f"from viz.capacity_page import render\nrender({lang!r})\n", default_timeout=120
+    ).run()
+
+
+def _set_lengths(at, max_len: str, mean: str):
+    at.text_input(key="capacity_max_len").set_value(max_len)
+    return at.text_input(key="capacity_mean").set_value(mean).run()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_max_len_past_the_bound_is_one_line_naming_it_not_a_silent_no_op(lang):
+    """max_len = 10**16 once left every result as it was and said nothing: the number_input,
+    with no bound of its own but the browser's 2**53, put back its old value. Now the page
+    states the bound beside the field and refuses a value past it in one line."""
+    from viz.capacity_page import MAX_INPUT, TEXT
+
+    at = _capacity_app(lang)
+    assert str(f"{MAX_INPUT:,}") in at.text_input(key="capacity_max_len").help
+    for value in ("10000000000000000", str(MAX_INPUT + 1), "0", "8k"):
+        _set_lengths(at, value, "3000")
+        assert not at.exception and not at.metric  # no stale results shown as if current
+        (err,) = [_plain(e.value) for e in at.error]
+        assert TEXT[lang]["max_len"] in err and f"{MAX_INPUT:,}" in err and value in err
+    _set_lengths(at, f"{MAX_INPUT:,}", "3000")  # the bound itself is taken
+    assert not at.error and not at.exception
+    c = concurrency(LLAMA_70B, 40 * GiB, MAX_INPUT, 3000, 16)
+    assert {m.label: m.value for m in at.metric}[TEXT[lang]["prealloc"]] == str(c.prealloc_requests)
+
+
+def test_in_chinese_the_form_errors_are_chinese_not_the_engines_english():
+    """In 中文 the page said "mean length 1000000000 exceeds max_len 8192", the engine's own
+    line. Each error the form can reach is now the page's, in the page's language."""
+    at = _capacity_app("zh")
+    cases = [("8192", "1000000000"), ("8192", "9000"), ("99999999999", "3000"), ("x", "3000")]
+    for max_len, mean in cases:
+        _set_lengths(at, max_len, mean)
+        assert not at.exception
+        (err,) = [_plain(e.value) for e in at.error]
+        assert re.search(r"[\u4e00-\u9fff]", err) and not re.search(r"exceeds|must|expected", err)
+    _set_lengths(at, "8192", "3000")
+    at.text_input(key="capacity_lengths").set_value("0").run()
+    (err,) = [_plain(e.value) for e in at.error]
+    assert re.search(r"[\u4e00-\u9fff]", err) and "expected" not in err
+    # the engine's own check still speaks English to the CLI
+    with pytest.raises(InvalidConfigError, match="exceeds max_len"):
+        build_report(LLAMA_70B, max_len=8192, mean_len=9000)
 
 
 def _hf(tmp_path, **cfg) -> ModelShape:

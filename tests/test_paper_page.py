@@ -4,6 +4,8 @@ page rendering in both languages."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -221,3 +223,24 @@ def test_buddy_slack_is_shown_with_the_share_it_is_part_of(lang):
         )
         assert item in note
     assert "of our external share" not in note.lower()
+
+
+def test_essay_arithmetic_sentences_hold_no_number_the_code_computes(monkeypatch):
+    """The sentences once had "16 requests", "40 GiB" and "× 4 KiB" typed in: true of the fp16
+    Llama-2-70B only. Under an fp32 KV cache each shown sentence must carry the new numbers."""
+    from dataclasses import replace
+
+    from engine.capacity import concurrency
+    from viz import ui_text
+
+    shape = replace(essay_fixes.LLAMA70B, dtype_bytes=4)
+    monkeypatch.setattr(essay_fixes, "LLAMA70B", shape)
+    c = concurrency(shape, 40 * 2**30, 8192, 3000, 16)
+    texts = ui_text.load("paper_fidelity")
+    for lang in ("en", "zh"):
+        shown = {
+            f.key: texts[lang][f.key].format(**f.values) for f in essay_fixes.arithmetic_fixes()
+        }
+        assert f"{c.prealloc_requests} " in shown["fix_prealloc"]
+        assert not re.search(r"(?<![\d.])16 (requests|个请求)", shown["fix_prealloc"])
+        assert f"× {shape.bytes_per_token_per_layer // 1024} KiB" in shown["fix_tail"]

@@ -13,6 +13,7 @@ the app listens on localhost alone, and is read the same bounded way, regular fi
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from collections import OrderedDict
 
@@ -164,8 +165,15 @@ def _settings(t: dict) -> dict:
         step=1.0,
         key="capacity_budget",
     )
-    max_len = c[2].number_input(t["max_len"], min_value=1, value=8192, key="capacity_max_len")
-    mean_len = c[3].number_input(t["mean_len"], min_value=1, value=3000, key="capacity_mean")
+    # text fields, checked here: a number_input refused a value past its bound by keeping the
+    # old one (10**16 left the results as they were, saying nothing), or in Streamlit's English
+    bound = t["len_help"].format(most=MAX_INPUT)
+    max_len = c[2].text_input(
+        t["max_len"], "8192", key="capacity_max_len", max_chars=MAX_NUMBER_CHARS, help=bound
+    )
+    mean_len = c[3].text_input(
+        t["mean_len"], "3000", key="capacity_mean", max_chars=MAX_NUMBER_CHARS, help=bound
+    )
     c2 = st.columns(2)
     lengths = c2[0].text_input(
         t["lengths"], "2048,8192,32768", key="capacity_lengths", max_chars=MAX_LIST_CHARS
@@ -173,11 +181,14 @@ def _settings(t: dict) -> dict:
     batches = c2[1].text_input(
         t["batches"], "1,8,32", key="capacity_batches", max_chars=MAX_LIST_CHARS
     )
+    most, mean = _int_field(max_len, t["max_len"], t), _int_field(mean_len, t["mean_len"], t)
+    if mean > most:  # the engine says so too, in English only: this is the page's own line
+        raise InvalidConfigError(t["mean_over_max"].format(mean=mean, max_len=most))
     return {
         "block_size": int(block),
         "budget_bytes": round(budget * GiB),
-        "max_len": int(max_len),
-        "mean_len": int(mean_len),
+        "max_len": most,
+        "mean_len": mean,
         "lengths": _int_list(lengths, t["lengths"], t),
         "batches": _int_list(batches, t["batches"], t),
     }
@@ -188,6 +199,21 @@ def _settings(t: dict) -> dict:
 MAX_INPUT = 10_000_000
 #: Room for MAX_VALUES numbers of MAX_INPUT's width, with commas and spaces.
 MAX_LIST_CHARS = MAX_VALUES * 10
+
+
+#: Room for one number written with thousands separators, and a typo's worth more.
+MAX_NUMBER_CHARS = 40
+_NUMBER = re.compile(r"\d{1,3}(,\d{3})+|\d+", re.ASCII)
+
+
+def _int_field(text: str, what: str, t: dict) -> int:
+    """One length from a text field ("8192" or "8,192"), from 1 to MAX_INPUT; else one line,
+    in the page's language, naming the field and the bound."""
+    digits = text.strip()
+    value = int(digits.replace(",", "")) if _NUMBER.fullmatch(digits) else 0
+    if not 0 < value <= MAX_INPUT:
+        raise InvalidConfigError(t["bad_number"].format(what=what, text=text[:40], most=MAX_INPUT))
+    return value
 
 
 def _int_list(text: str, what: str, t: dict) -> tuple[int, ...]:
@@ -305,9 +331,23 @@ def _conc_key(c, shape: ModelShape) -> str:
 
 
 def _essay_note(t: dict) -> None:
-    # Computed, not typed in: the note stays true if the arithmetic ever changes.
-    c = build_report(preset("llama-2-70b")).concurrency
-    st.info(
-        f"**{t['essay_h']}** — "
-        + t["essay"].format(paged=c.paged_requests, pre=c.prealloc_requests, ratio=c.ratio)
-    )
+    # Computed, not typed in: the note stays true if the arithmetic ever changes. Only the
+    # essay's own figures ("about 40", 2.5x, 0.6 GB) are written in the text: they are quotes.
+    st.info(f"**{t['essay_h']}** — " + t["essay"].format(**essay_values()))
+
+
+def essay_values() -> dict:
+    """The essay's setting (build_report's defaults) for Llama-2-70B, as the note states it."""
+    r = build_report(preset("llama-2-70b"))
+    c, first = r.concurrency, r.per_request_rows()[0]
+    return {
+        "budget": format_bytes(c.budget_bytes),
+        "max_len": c.max_len,
+        "mean": c.mean_len,
+        "bs": c.block_size,
+        "paged": c.paged_requests,
+        "pre": c.prealloc_requests,
+        "ratio": c.ratio,
+        "length": first["length"],
+        "request": f"{r.shape.bytes_per_request(first['length']) / GiB:g} GiB",
+    }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.capacity import PRESETS, GiB, KiB, MiB, block_table_bytes, concurrency
+from engine.capacity import PRESETS, GiB, KiB, MiB, block_table_bytes, concurrency, format_bytes
 from engine.paper import FIG2, FIG2_SOURCE, FIG13_SOURCE, PAPER, fig13_ratio
 
 #: Where the essay's setting comes from (its §1.2 and §4.2): Llama-2-70B in fp16.
@@ -74,9 +74,11 @@ def concurrency_fix() -> Fix:
 def arithmetic_fixes() -> list[Fix]:
     """The essay's capacity arithmetic (§1.2, §4.2, §5.2, §5.3), recomputed exactly."""
     kv = 32 * 32_768 * LLAMA70B.bytes_per_token  # batch 32 at 32k tokens
-    tail = 8 * LLAMA70B.bytes_per_token_per_layer  # half a 16-token block, on average
+    tail_tokens = 16 // 2  # half a 16-token block, on average
+    tail = tail_tokens * LLAMA70B.bytes_per_token_per_layer
     c = concurrency(LLAMA70B, 40 * GiB, 8192, 3000, 16)
-    table = 100 * block_table_bytes(32_768, 8)
+    requests, length, block, entry = 100, 32_768, 8, 8  # the essay's §5.3 block tables
+    table = requests * block_table_bytes(length, block, entry)
     return [
         Fix(
             "fix_kv_weights",
@@ -92,6 +94,8 @@ def arithmetic_fixes() -> list[Fix]:
         Fix(
             "fix_tail",
             {
+                "tokens": str(tail_tokens),
+                "token_layer": format_bytes(LLAMA70B.bytes_per_token_per_layer),
                 "per_layer": f"{tail / KiB:g} KiB",
                 "layers": str(LLAMA70B.num_layers),
                 "all_layers": f"{tail * LLAMA70B.num_layers / MiB:g} MiB",
@@ -101,7 +105,11 @@ def arithmetic_fixes() -> list[Fix]:
         Fix(
             "fix_prealloc",
             {
-                "used": f"{100 * 3000 / 8192:.2f} %",
+                "pre": str(c.prealloc_requests),
+                "mean": f"{c.mean_len:,}",
+                "max_len": f"{c.max_len:,}",
+                "budget": format_bytes(c.budget_bytes),
+                "used": f"{100 * c.mean_len / c.max_len:.2f} %",
                 "idle": f"{(c.budget_bytes - c.prealloc_used_bytes) / GiB:.2f}",
                 "paged": str(c.paged_requests),
                 "gain": f"{c.ratio:.2f}",
@@ -110,7 +118,15 @@ def arithmetic_fixes() -> list[Fix]:
         ),
         Fix(
             "fix_block_table",
-            {"bytes": f"{table:,}", "mib": f"{table / MiB:g}", "mb": f"{table / 1e6:.2f}"},
+            {
+                "requests": str(requests),
+                "length": f"{length:,}",
+                "bs": str(block),
+                "entry": str(entry),
+                "bytes": f"{table:,}",
+                "mib": f"{table / MiB:g}",
+                "mb": f"{table / 1e6:.2f}",
+            },
             ARITHMETIC_SOURCE,
         ),
     ]

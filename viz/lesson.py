@@ -26,6 +26,7 @@ text (or a generic line), and the player greys it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import re
@@ -158,6 +159,19 @@ class RenderedStep:
 def available(root: Path = LESSONS_DIR) -> list[str]:
     """Lesson names, sorted, that have a lesson.toml."""
     return sorted(p.parent.name for p in root.glob("*/lesson.toml"))
+
+
+def lesson_titles(root: Path = LESSONS_DIR) -> dict[str, dict[str, str]]:
+    """Each available lesson's title by language, from its lesson.toml: what the lesson picker
+    shows (the folder name stays the lesson's id, in the URL). A lesson whose file will not
+    read, or that has no title, is left out: the picker then shows its folder name."""
+    titles = {}
+    for name in available(root):
+        with contextlib.suppress(LessonError, KeyError, TypeError, AttributeError):
+            titles[name] = texts(
+                read_lesson_toml(name, "lesson.toml", root, LessonError)[1]["title"]
+            )
+    return titles
 
 
 def read_lesson_toml(

@@ -31,6 +31,7 @@ from viz.lesson import (
     available,
     build,
     file_digest,
+    lesson_titles,
     live_edge,
     load_spec,
     trace_path,
@@ -233,15 +234,22 @@ def _origin(lesson: Lesson, t: dict) -> str:
 
 
 def _header(spec, names: list[str], lang: str, t: dict) -> str:
-    """Title, lesson picker and source picker in one row; returns the chosen source."""
+    """The lesson picker on a row of its own (its labels are the lessons' titles, too wide to
+    share one), then the title and the source picker; returns the chosen source."""
     ss = _ss()
+    if len(names) > 1:
+        titles = lesson_titles(lessons_root())  # the folder name is the id, in the URL
+        with st.container(horizontal=True, horizontal_alignment="right"):
+            choice_buttons(
+                names,
+                "pk_lesson",
+                format_func=lambda n: titles.get(n, {}).get(lang, n),
+                key_prefix="pk_lesson_pick",
+                on_change=lambda _: _move_to(0),
+            )
     title, pick = st.columns([2, 3], vertical_alignment="bottom")
     title.markdown(f"### {spec.title[lang]}")
     with pick, st.container(horizontal=True, horizontal_alignment="right"):
-        if len(names) > 1:
-            choice_buttons(
-                names, "pk_lesson", key_prefix="pk_lesson_pick", on_change=lambda _: _move_to(0)
-            )
         choice_buttons(
             SOURCES, "pk_source", format_func=t["sources"].get, key_prefix="pk_source_pick"
         )
