@@ -11,17 +11,8 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from viz import scenario_lab as S
-from viz.serve import (
-    CHROMIUM,
-    hold_unpacking,
-    release_unpacking,
-    shown_frame,
-    url_after_one_animation_frame,
-    wait_idle,
-    wait_painted,
-    wait_ready,
-    wait_unpacking_held,
-)
+from viz import serve
+from viz.serve import CHROMIUM, shown_frame, wait_idle, wait_painted, wait_ready
 
 pytestmark = [
     pytest.mark.browser,
@@ -217,7 +208,7 @@ def test_the_address_of_a_dry_run_reopens_its_frame(page, app_url):
     page.evaluate("() => document.activeElement.blur()")  # the keys are the player's again
     page.keyboard.press("ArrowRight")
     wait_painted(page, 4)
-    search = url_after_one_animation_frame(page)
+    search = serve.url_after_one_animation_frame(page)
     assert "frame=" not in search and "scenario=" in search
 
 
@@ -225,14 +216,14 @@ def test_keys_pressed_while_the_first_frames_unpack_count(page, app_url):
     """A recording's first frames take a moment to unpack; arrows pressed meanwhile (the
     keys' focus is on the Record button just clicked) were dropped, now each counts once."""
     _open(page, app_url, THREE)
-    hold_unpacking(page)
+    serve.hold_unpacking(page)
     page.get_by_role("button", name="Record (dry run)").click()
-    wait_unpacking_held(page)
+    serve.wait_unpacking_held(page)
     page.keyboard.press("ArrowRight")
     page.keyboard.press("ArrowRight")
     # with no frame shown yet, the address names none (it said frame=-1 until one was)
-    search = url_after_one_animation_frame(page)
+    search = serve.url_after_one_animation_frame(page)
     assert "frame=" not in search
-    release_unpacking(page)
+    serve.release_unpacking(page)
     assert wait_ready(page) == 2
     page.wait_for_function("() => /[?&]frame=2(&|$)/.test(location.search)")
