@@ -84,12 +84,17 @@ class SizeResult:
     internal_per_request: float  # never-used slots per running request, step-averaged
     mean_entries: float  # block-table entries per request when it finished
     max_entries: int
-    mean_len: float  # tokens per request at its end: prompt plus output
     mean_kv_slots: float  # K/V slots a request filled: its last token's K/V is never computed
     peak_held: int
     model: str
     device: str
     forward: str
+
+    @property
+    def mean_len(self) -> float:
+        """Mean tokens per request at its end, prompt plus output: one more than the K/V slots
+        it filled (a checked trace holds every ``final_len`` to prompt + output - 1)."""
+        return self.mean_kv_slots + 1 if self.requests else 0.0
 
     @property
     def table_bytes(self) -> float:
@@ -136,7 +141,6 @@ def analyse(trace: T.Trace, run: str = "paged") -> SizeResult:
         raise SweepError(f"run {run!r} has no finished engine step")
     entries = _table_entries(events)
     finished = [e for e in events if isinstance(e, E.Finished)]
-    prompts = {e.req: e.prompt_len for e in events if isinstance(e, E.RequestArrived)}
     h = trace.header
     return SizeResult(
         block_size=bs,
@@ -149,7 +153,6 @@ def analyse(trace: T.Trace, run: str = "paged") -> SizeResult:
         internal_per_request=_mean([a.internal / a.running for a in accounts if a.running]),
         mean_entries=_mean(list(entries.values())),
         max_entries=max(entries.values(), default=0),
-        mean_len=_mean([prompts[e.req] + e.num_generated for e in finished]),
         mean_kv_slots=_mean([e.final_len for e in finished]),
         peak_held=max(_held(a) for a in accounts),
         model=str(h.get("model", "")),
