@@ -254,7 +254,7 @@ def _mib(v: float) -> str:
 def tail_figure(results: list[sweep.SizeResult], lang: str = "en", height: int = 320) -> go.Figure:
     """Mean never-used slots per request at its end, against the bound block size − 1."""
     u = UI[lang]
-    tails = [r.mean_entries * r.block_size - r.mean_kv_slots for r in results]
+    tails = [r.mean_tail for r in results]
     fig = go.Figure()
     fig.add_bar(
         x=_x(results),
@@ -317,7 +317,7 @@ def _table(results: list[sweep.SizeResult], u: dict) -> list[dict]:
             c["per_req"]: round(r.internal_per_request, 1),
             c["entries"]: round(r.mean_entries, 2),
             c["bytes"]: round(r.mean_entries * DEFAULT_ENTRY_BYTES),
-            c["tail"]: round(r.mean_entries * r.block_size - r.mean_kv_slots, 1),
+            c["tail"]: round(r.mean_tail, 1),
             c["peak"]: r.peak_held,
             c["steps"]: r.steps,
             c["preempt"]: r.preemptions,

@@ -97,6 +97,11 @@ class SizeResult:
         return self.mean_kv_slots + 1 if self.requests else 0.0
 
     @property
+    def mean_tail(self) -> float:
+        """Mean never-used slots per request at its end: its last block's unfilled part."""
+        return self.mean_entries * self.block_size - self.mean_kv_slots
+
+    @property
     def table_bytes(self) -> float:
         """Mean block-table bytes per request (``DEFAULT_ENTRY_BYTES`` per entry)."""
         return self.mean_entries * DEFAULT_ENTRY_BYTES
