@@ -133,6 +133,22 @@ def _uploaded_lesson(name: str, root: str, digest: str, _text: str, file_name: s
     return replace(lesson, key=f"upload:{name}:{digest}")
 
 
+@st.cache_data(max_entries=4, show_spinner=False)
+def _titles(root: str, stamps: tuple[tuple[str, int, int], ...]) -> dict[str, dict[str, str]]:
+    """The lesson picker's titles, read once per state of the lesson files (``stamps``: each
+    lesson.toml's name, mtime and size, so an edited title is read again), not every run."""
+    return lesson_titles(Path(root))
+
+
+def _stamps(root: Path, names: list[str]) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for name in names:
+        with contextlib.suppress(OSError):  # gone since it was listed: its title goes too
+            s = (root / name / "lesson.toml").stat()
+            out.append((name, s.st_mtime_ns, s.st_size))
+    return tuple(out)
+
+
 # --- session state ---------------------------------------------------------------------------
 
 
@@ -238,7 +254,8 @@ def _header(spec, names: list[str], lang: str, t: dict) -> str:
     share one), then the title and the source picker; returns the chosen source."""
     ss = _ss()
     if len(names) > 1:
-        titles = lesson_titles(lessons_root())  # the folder name is the id, in the URL
+        root = lessons_root()
+        titles = _titles(str(root), _stamps(root, names))  # the folder name is the id, in the URL
         with st.container(horizontal=True, horizontal_alignment="right"):
             choice_buttons(
                 names,
