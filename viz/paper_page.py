@@ -413,15 +413,14 @@ def agreements(rows: list[PolicyRow], lang: str = "en") -> list[tuple[str, bool,
     sentence once listed them as agreeing on every setting, beside Alpaca bars that showed
     paging at 83 % token states against the paper's 96.3 %."""
     by = {r.policy: r for r in rows}
-    order = ("max", "pow2", "oracle", "paged")
 
     def rising(values: list[float]) -> bool:
         return all(a < b for a, b in zip(values, values[1:], strict=False))
 
-    def listed(f) -> str:
-        return ", ".join(f"{NAMES[lang][p]} {f(by[p])}" for p in order)
+    def listed(f, policies: tuple[str, ...] = POLICIES) -> str:
+        return ", ".join(f"{NAMES[lang][p]} {f(by[p])}" for p in policies)
 
-    tokens = [by[p].shares["token_states"] for p in order]
+    tokens = [by[p].shares["token_states"] for p in POLICIES]
     mx = by["max"].shares
     paged, paper = by["paged"].shares["token_states"], P.FIG2["paged"].token_states
     floor = int(100 * paper)
@@ -439,11 +438,7 @@ def agreements(rows: list[PolicyRow], lang: str = "en") -> list[tuple[str, bool,
         (
             "ext",
             all(external_leads(by[p].shares) for p in ("pow2", "oracle")),
-            {
-                "values": ", ".join(
-                    f"{NAMES[lang][p]} {by[p].shares['external']:.1%}" for p in ("pow2", "oracle")
-                )
-            },
+            {"values": listed(lambda r: f"{r.shares['external']:.1%}", ("pow2", "oracle"))},
         ),
         (
             "paged",
@@ -452,7 +447,7 @@ def agreements(rows: list[PolicyRow], lang: str = "en") -> list[tuple[str, bool,
         ),
         (
             "conc",
-            rising([by[p].mean_running for p in order]),
+            rising([by[p].mean_running for p in POLICIES]),
             {"values": listed(lambda r: f"{r.mean_running:.1f}")},
         ),
     ]
