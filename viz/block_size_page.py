@@ -13,7 +13,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import streamlit as st
 
-from engine.capacity import DEFAULT_ENTRY_BYTES, block_table_bytes
+from engine.capacity import block_table_bytes
 from viz import sweep, ui_text
 from viz.style import CATEGORY_COLOURS, CATEGORY_MARKS, INK, MUTED, words
 
@@ -316,7 +316,7 @@ def _table(results: list[sweep.SizeResult], u: dict) -> list[dict]:
             c["internal"]: f"{r.held_shares['internal']:.1%}",
             c["per_req"]: round(r.internal_per_request, 1),
             c["entries"]: round(r.mean_entries, 2),
-            c["bytes"]: round(r.mean_entries * DEFAULT_ENTRY_BYTES),
+            c["bytes"]: round(r.table_bytes),
             c["tail"]: round(r.mean_tail, 1),
             c["peak"]: r.peak_held,
             c["steps"]: r.steps,
