@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from engine.allocators import check_block_size
+from engine.files import read_bounded
 from engine.gguf_metadata import GGUF_MAX_BYTES, gguf_metadata
 from engine.request import InvalidConfigError
 from engine.trace_check import all_text_encodes
@@ -311,9 +312,8 @@ CONFIG_MAX_BYTES = 1 << 20
 
 def _read_json(path: Path) -> dict:
     try:
-        with path.open("rb") as f:
-            data = f.read(CONFIG_MAX_BYTES + 1)
-        if len(data) > CONFIG_MAX_BYTES:
+        data = read_bounded(path, CONFIG_MAX_BYTES)
+        if data is None:
             raise InvalidConfigError(f"{path} is larger than {CONFIG_MAX_BYTES >> 20} MiB")
         text = data.decode("utf-8")
     except FileNotFoundError:

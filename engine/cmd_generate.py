@@ -11,6 +11,7 @@ from pathlib import Path
 from engine.allocators import ALLOCATORS
 from engine.backends import BACKENDS
 from engine.engine_args import KV_CACHE_DTYPES, PREEMPTION_MODES, EngineArgs, check_output_path
+from engine.files import read_bounded
 from engine.request import InvalidRequestError, SamplingParams, check_prompt
 
 
@@ -124,9 +125,8 @@ def read_prompts_file(path: str) -> list[str]:
     bytes), or JSON that is not a list of strings (an object, a bare string)."""
     p = Path(path)
     try:
-        with p.open("rb") as f:
-            data = f.read(MAX_PROMPTS_FILE_BYTES + 1)
-        if len(data) > MAX_PROMPTS_FILE_BYTES:
+        data = read_bounded(p, MAX_PROMPTS_FILE_BYTES)
+        if data is None:
             raise InvalidRequestError(
                 f"prompts file {p} is larger than {MAX_PROMPTS_FILE_BYTES >> 20} MiB"
             )

@@ -30,6 +30,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.files import read_bounded
 from engine.request import InvalidConfigError, InvalidRequestError, SamplingParams, check_prompt
 from engine.scenario_runs import ScenarioRun, parse_runs
 from engine.trace_check import LIMITS
@@ -168,9 +169,8 @@ def load(path: str | Path) -> Scenario:
     file, bad TOML or a bad field."""
     p = Path(path)
     try:
-        with p.open("rb") as f:
-            data = f.read(MAX_SCENARIO_BYTES + 1)
-        if len(data) > MAX_SCENARIO_BYTES:
+        data = read_bounded(p, MAX_SCENARIO_BYTES)
+        if data is None:
             raise InvalidConfigError(
                 f"scenario {p.name} is larger than {MAX_SCENARIO_BYTES >> 20} MiB "
                 "(what a trace header can carry)"
