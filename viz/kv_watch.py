@@ -257,23 +257,26 @@ class WatchState:
                 or drawn[1] != top
                 or (drawn[0] != changes and now - drawn[2] >= max_age)
             ):
-                drawn = self._drawn = (changes, top, now, self._draw(top))
+                drawn = self._drawn = self._draw(top, now)
         with self.lock:
             age = None if self.last_message_at is None else time.monotonic() - self.last_message_at
         return replace(drawn[3], last_message_age=age)
 
-    def _draw(self, top: int) -> Snapshot:
+    def _draw(self, top: int, now: float) -> tuple[int, int, float, Snapshot]:
+        """A drawing tagged with the change it shows (taken with the copy, under one lock) and
+        ``now``; its message age is left for ``snapshot`` to fill in."""
         with self.lock:
+            changes = self._changes
             blocks = dict(self.blocks)
             rates = [(s, a, b) for s, a, b in self.rates]
             counters = dict(self.counters)
-            age = None if self.last_message_at is None else time.monotonic() - self.last_message_at
             last_error, last_seq, bs = self.last_error, self.last_seq, self.block_size
             kept = (len(self.ring), self._ring_total)
         chains, nodes = _chains(blocks, top, self.max_nodes)
-        return Snapshot(
-            len(blocks), chains, nodes, rates, counters, last_error, last_seq, bs, age, *kept
+        snap = Snapshot(
+            len(blocks), chains, nodes, rates, counters, last_error, last_seq, bs, None, *kept
         )
+        return changes, top, now, snap
 
     def recording(self, max_bytes: int | None = None) -> list[str]:
         """The ring as JSONL lines: a header, then one ``{"seq", "batch"}`` per batch. With
