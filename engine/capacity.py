@@ -70,7 +70,10 @@ def dtype_bytes(dtype: str | int) -> int:
         return _positive("dtype bytes", dtype)
     key = str(dtype).strip().lower().removeprefix("torch.")
     if key not in DTYPE_BYTES:
-        raise InvalidConfigError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}")
+        shown, known = f"{dtype!r:.40}", ", ".join(DTYPE_BYTES)
+        raise InvalidConfigError(
+            f"unknown dtype {shown}; known: {known}", "unknown_dtype", dtype=shown, known=known
+        )
     return DTYPE_BYTES[key]
 
 
@@ -87,9 +90,20 @@ MAX_BUDGET_GIB = MAX_COUNT // GiB
 
 def _positive(what: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidConfigError(f"{what} must be a positive integer, got {value!r:.40}")
+        shown = f"{value!r:.40}"
+        raise InvalidConfigError(
+            f"{what} must be a positive integer, got {shown}",
+            "not_positive",
+            what=what,
+            value=shown,
+        )
     if value > MAX_COUNT:
-        raise InvalidConfigError(f"{what} must be at most 2**53 - 1 ({MAX_COUNT:,}), got more")
+        raise InvalidConfigError(
+            f"{what} must be at most 2**53 - 1 ({MAX_COUNT:,}), got more",
+            "too_large",
+            what=what,
+            most=MAX_COUNT,
+        )
     return value
 
 
@@ -300,7 +314,9 @@ def _sliding_layers(cfg: dict, layers: int, path: str | Path) -> int:
     if cfg.get("use_sliding_window") is True and "max_window_layers" in cfg:
         first = cfg["max_window_layers"]
         if isinstance(first, bool) or not isinstance(first, int) or first < 0:
-            raise InvalidConfigError(f"{path}: max_window_layers must be an integer >= 0")
+            raise InvalidConfigError(
+                f"{path}: max_window_layers must be an integer >= 0", "window_layers", name=path
+            )
         return max(0, layers - first)
     return layers
 
@@ -329,18 +345,30 @@ def config_json(text: str, name: str) -> dict:
     no page could draw)."""
     try:
         cfg = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise InvalidConfigError(f"cannot read {name} as JSON: {str(e)[:120]}") from None
+    except json.JSONDecodeError as e:
+        raise InvalidConfigError(
+            f"cannot read {name} as JSON: {str(e)[:120]}",
+            "json_syntax",
+            name=name,
+            line=e.lineno,
+            col=e.colno,
+        ) from None
+    except (ValueError, RecursionError) as e:  # nested past the parser, a 5,000-digit number
+        raise InvalidConfigError(
+            f"cannot read {name} as JSON: {str(e)[:120]}", "json_unreadable", name=name
+        ) from None
     if not isinstance(cfg, dict):
-        raise InvalidConfigError(f"{name} is not a JSON object")
+        raise InvalidConfigError(f"{name} is not a JSON object", "not_object", name=name)
     if not all_text_encodes(cfg):
-        raise InvalidConfigError(f"{name} holds a lone surrogate (\\ud800-\\udfff)")
+        raise InvalidConfigError(
+            f"{name} holds a lone surrogate (\\ud800-\\udfff)", "surrogate", name=name
+        )
     return cfg
 
 
 def _config_int(cfg: dict, key: str, path: str | Path) -> int:
     if key not in cfg:
-        raise InvalidConfigError(f"{path} has no {key!r}")
+        raise InvalidConfigError(f"{path} has no {key!r}", "missing_key", name=path, key=key)
     return _positive(f"{path}: {key}", cfg[key])
 
 
@@ -372,7 +400,9 @@ def shape_from_gguf_metadata(
     def get(key: str, default=None):
         value = meta.get(f"{arch}.{key}", default)
         if value is None:
-            raise InvalidConfigError(f"{path} has no {arch}.{key}")
+            raise InvalidConfigError(
+                f"{path} has no {arch}.{key}", "missing_key", name=path, key=f"{arch}.{key}"
+            )
         return max(value) if isinstance(value, list) else value  # per-layer lists: the widest
 
     heads = get("attention.head_count")

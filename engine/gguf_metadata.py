@@ -60,7 +60,10 @@ class _Cursor:
         n = self.fixed(10)
         if n > GGUF_MAX_STRING:
             raise InvalidConfigError(
-                f"a GGUF string of {n:,} bytes (the most read is {GGUF_MAX_STRING:,})"
+                f"a GGUF string of {n:,} bytes (the most read is {GGUF_MAX_STRING:,})",
+                "gguf_string",
+                size=n,
+                most=GGUF_MAX_STRING,
             )
         raw = self.take(n)
         return bytes(raw).decode("utf-8", errors="replace") if keep else None
@@ -76,17 +79,30 @@ def gguf_metadata(data: bytes, name: str = "GGUF file") -> dict:
     cur = _Cursor(data[:GGUF_MAX_BYTES])
     try:
         if bytes(cur.take(4)) != b"GGUF":
-            raise InvalidConfigError(f"{name} is not a GGUF file (no GGUF magic)")
+            raise InvalidConfigError(
+                f"{name} is not a GGUF file (no GGUF magic)", "gguf_magic", name=name
+            )
         version = cur.fixed(4)
         if version not in (2, 3):
-            raise InvalidConfigError(f"{name}: GGUF version {version} is not supported")
+            raise InvalidConfigError(
+                f"{name}: GGUF version {version} is not supported",
+                "gguf_version",
+                name=name,
+                version=version,
+            )
         cur.fixed(10)  # tensor count: tensors are never read
         count = cur.fixed(10)
     except _Truncated:
-        raise InvalidConfigError(f"{name} is too short to be a GGUF file") from None
+        raise InvalidConfigError(
+            f"{name} is too short to be a GGUF file", "gguf_short", name=name
+        ) from None
     if count > GGUF_MAX_KEYS:
         raise InvalidConfigError(
-            f"{name}: {count:,} metadata keys (the most read is {GGUF_MAX_KEYS:,})"
+            f"{name}: {count:,} metadata keys (the most read is {GGUF_MAX_KEYS:,})",
+            "gguf_keys",
+            name=name,
+            count=count,
+            most=GGUF_MAX_KEYS,
         )
     meta: dict = {}
     try:
@@ -97,7 +113,9 @@ def gguf_metadata(data: bytes, name: str = "GGUF file") -> dict:
     except _Truncated:
         pass  # a prefix: what was read is all there is
     except (KeyError, struct.error, OverflowError):
-        raise InvalidConfigError(f"{name}: corrupt GGUF metadata") from None
+        raise InvalidConfigError(
+            f"{name}: corrupt GGUF metadata", "gguf_corrupt", name=name
+        ) from None
     return {k: v for k, v in meta.items() if v is not _SKIPPED}
 
 

@@ -697,3 +697,157 @@ def test_past_the_window_paged_blocks_are_counted_per_kind_of_layer(tmp_path, mo
     assert words in out.stdout
     # within the window every layer holds the same: no second count
     assert concurrency(shape, 40 * GiB, 8192, 3000, 16).window_blocks_per_request is None
+
+
+# --- model-file errors in the page's language ------------------------------------------------
+
+
+def _gguf(*pairs: tuple[str, int, bytes], count: int | None = None) -> bytes:
+    """A GGUF v3 header with these (key, value type, packed value) pairs."""
+    import struct
+
+    def text(s: str) -> bytes:
+        return struct.pack("<Q", len(s.encode())) + s.encode()
+
+    body = b"".join(text(k) + struct.pack("<I", kind) + v for k, kind, v in pairs)
+    return b"GGUF" + struct.pack("<IQQ", 3, 0, len(pairs) if count is None else count) + body
+
+
+def _u32(n: int) -> bytes:
+    return n.to_bytes(4, "little")
+
+
+_SHAPE = {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64}
+
+
+def _config(**cfg) -> bytes:
+    return json.dumps(cfg).encode()
+
+
+#: A hostile model file (or path) for each code a model file's error can carry.
+FILE_ERRORS = [
+    ("cannot_open", "path", "/no/such/model.gguf"),
+    ("not_regular", "path", "/dev/null"),
+    ("config_too_big", "config", b" " * (model_files.CONFIG_MAX_BYTES + 1)),
+    ("not_utf8", "config", b'{"a": "\xff"}'),
+    ("json_syntax", "config", b"{not json"),
+    ("json_unreadable", "config", b"[" * 100_000),
+    ("json_unreadable", "config", b'{"n": ' + b"1" * 5000 + b"}"),
+    ("not_object", "config", b"[1, 2]"),
+    ("surrogate", "config", b'{"_name_or_path": "x\\ud800"}'),
+    ("missing_key", "config", _config(num_attention_heads=4)),
+    ("not_positive", "config", _config(**{**_SHAPE, "num_hidden_layers": 0})),
+    ("not_positive", "config", _config(**{**_SHAPE, "head_dim": "x"})),
+    ("too_large", "config", _config(**{**_SHAPE, "num_hidden_layers": 2**60})),
+    ("unknown_dtype", "config", _config(**_SHAPE, torch_dtype="int3")),
+    (
+        "window_layers",
+        "config",
+        _config(**_SHAPE, sliding_window=8, use_sliding_window=True, max_window_layers=-1),
+    ),
+    ("gguf_magic", "gguf", b"not a gguf at all, just text"),
+    ("gguf_version", "gguf", b"GGUF" + _u32(7) + bytes(16)),
+    ("gguf_short", "gguf", b"GGUF"),
+    ("gguf_keys", "gguf", b"GGUF\x03\x00\x00\x00" + b"\xff" * 16),
+    ("gguf_string", "gguf", _gguf(count=1) + (2**21).to_bytes(8, "little")),
+    ("gguf_corrupt", "gguf", _gguf(("a", 99, b""))),
+    ("missing_key", "gguf", _gguf()),
+    (
+        "wrong_type",
+        "gguf",
+        _gguf(
+            ("llama.attention.head_count", 8, (1).to_bytes(8, "little") + b"x"),
+            ("llama.embedding_length", 4, _u32(64)),
+        ),
+    ),
+]
+
+
+def _file_error(kind: str, data) -> InvalidConfigError:
+    read = {
+        "path": lambda: model_files.read_local(data, model_files.GGUF_MAX_BYTES),
+        "config": lambda: model_files.config_shape(data, "bad.json"),
+        "gguf": lambda: model_files.gguf_shape(data, "bad.gguf"),
+    }[kind]
+    with pytest.raises(InvalidConfigError) as err:
+        read()
+    return err.value
+
+
+#: Latin words a Chinese line may hold besides the values quoted in it: format names and a
+#: config key, as the Chinese text itself writes them (and code points: \ud800).
+_NAMES = {"GGUF", "JSON", "UTF", "MiB", "max_window_layers"}
+
+
+def _untranslated(line: str, values) -> set[str]:
+    """The Latin words in ``line`` once the quoted values are taken out: English left in."""
+    for v in sorted((str(v) for v in values), key=len, reverse=True):
+        line = line.replace(v, " ")
+    line = re.sub(r"\\u[0-9a-f]{4}", " ", line)  # a code point written out (\ud800)
+    return set(re.findall(r"[A-Za-z_]{2,}", line)) - _NAMES
+
+
+@pytest.mark.parametrize("code, kind, data", FILE_ERRORS)
+def test_every_model_file_error_is_worded_in_the_pages_language(code, kind, data):
+    """On the 中文 page an unreadable config.json or GGUF said the engine's English ("cannot
+    read bad.json as JSON: Expecting property name ..."). Each error now carries a code and its
+    values, and the page words it from its own text in each language."""
+    from viz.capacity_page import TEXT, error_line
+
+    e = _file_error(kind, data)
+    assert e.code == code, str(e)
+    en, zh = error_line(e, TEXT["en"]), error_line(e, TEXT["zh"])
+    for line in (en, zh):
+        assert "\n" not in line and len(line) < 300
+    assert re.search(r"[\u4e00-\u9fff]", zh) and not _untranslated(zh, e.params.values()), zh
+    assert not re.search(r"[\u4e00-\u9fff]", en)
+    assert str(e).count("\n") == 0  # the CLI's English line is still there, unchanged in kind
+
+
+def test_each_model_file_error_text_is_reached_by_a_file():
+    from viz.capacity_page import TEXT
+
+    assert {code for code, _, _ in FILE_ERRORS} == set(TEXT["en"]["file_errors"])
+
+
+def test_an_os_error_without_its_own_words_still_reads_in_the_pages_language():
+    from viz.capacity_page import TEXT, error_line
+
+    e = InvalidConfigError("cannot open /x: I/O error", "cannot_open", path="/x", errno="EIO")
+    zh = error_line(e, TEXT["zh"])
+    assert zh == TEXT["zh"]["file_errors"]["cannot_open"].format(
+        path="/x", reason=TEXT["zh"]["os_errors"]["other"].format(errno="EIO")
+    )
+    assert not _untranslated(zh, ["/x", "EIO"])
+
+
+def _page_zh_on(address: str | None, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from viz import capacity_page
+
+    monkeypatch.setattr(capacity_page, "_server_address", lambda: address)
+    monkeypatch.setattr(capacity_page, "_READ", type(capacity_page._READ)())
+    return AppTest.from_function(_page_zh, default_timeout=60).run()
+
+
+def _shown_error(at) -> str:
+    (err,) = [_plain(e.value) for e in at.error]
+    return re.sub(r"`+ (.*?) `+", r"\1", err)  # a code span quotes its text literally
+
+
+def test_in_chinese_an_uploaded_model_files_error_is_one_chinese_line(monkeypatch):
+    at = _page_zh_on("127.0.0.1", monkeypatch)
+    at.radio(key="capacity_source").set_value("config").run()
+    at.file_uploader(key="capacity_config_upload").set_value(("c.json", b"{not json", "")).run()
+    assert not at.exception
+    assert _shown_error(at) == "无法把 c.json 读作 JSON：第 1 行第 2 列有语法错误"
+    at.file_uploader(key="capacity_config_upload").set_value(None)
+    at.text_input(key="capacity_config_path").set_value("/no/such.json").run()
+    assert _shown_error(at) == "无法打开 /no/such.json：没有这个文件或目录"
+    at.radio(key="capacity_source").set_value("gguf").run()
+    at.file_uploader(key="capacity_gguf_upload").set_value(("h.gguf", b"GGUF", "")).run()
+    assert not at.exception
+    assert _shown_error(at) == "h.gguf 太短，不可能是 GGUF 文件"
+    at.number_input(key="capacity_block").set_value(32).run()  # a rerun says it from the cache
+    assert _shown_error(at) == "h.gguf 太短，不可能是 GGUF 文件"

@@ -2,7 +2,9 @@
 
 All arithmetic lives in :mod:`engine.capacity`; this module only gathers inputs and lays out
 results. It never imports torch. Bad input (an unreadable file, a zero block size) shows one
-``st.error`` line and stops the page, never a traceback.
+``st.error`` line in the page's language and stops the page, never a traceback: the form's
+fields are text the page checks itself, and a model file's error is worded from its code
+(``InvalidConfigError.code``, see ``error_line``), not the engine's English.
 
 Resource limits: model files arrive by upload (config.json at most 1 MiB; a GGUF's first
 8 MiB, of which only the header and metadata are parsed). A server path is offered only while
@@ -62,7 +64,7 @@ def render(lang: str = "en") -> None:
             raise bad
         report = build_report(shape, **settings)  # type: ignore[arg-type]
     except InvalidConfigError as e:
-        st.error(safe.md_text(e))
+        st.error(safe.md_text(error_line(e, t)))
         return
     _unit_metrics(report, t)
     _request_table(report, t)
@@ -91,9 +93,25 @@ def _pick_model(t: dict, lang: str) -> ModelShape | None:
     return _read_shape(kind, data, name, dtype)
 
 
-#: Shapes (or error lines) read from model files, by content: every rerun of the page (each
-#: widget change) read the file again, and a crafted 8 MB GGUF header costs ~3 s of CPU to parse.
-_READ: OrderedDict[tuple, ModelShape | str] = OrderedDict()
+def error_line(e: InvalidConfigError, t: dict) -> str:
+    """The line the page shows for ``e``: its code's text in the page's language (``t``), the
+    values filled in; the message itself when it has no code (the page's own lines are raised
+    already worded, and an engine error the form cannot reach keeps its English)."""
+    template = t["file_errors"].get(e.code or "")
+    if template is None:
+        return str(e)
+    params = dict(e.params)
+    if "errno" in params:  # an OS error: its reason from our table, not the C library's English
+        reasons = t["os_errors"]
+        params["reason"] = reasons.get(params["errno"], reasons["other"]).format(**params)
+    return template.format(**params)
+
+
+#: Shapes (or errors) read from model files, by content: every rerun of the page (each widget
+#: change) read the file again, and a crafted 8 MB GGUF header costs ~3 s of CPU to parse. An
+#: error is kept as its parts (message, code, params), not the exception: its traceback holds
+#: the frames that held the file's bytes.
+_READ: OrderedDict[tuple, ModelShape | tuple[str, str | None, dict]] = OrderedDict()
 _READ_LOCK = threading.Lock()
 _READ_KEEP = 8
 
@@ -108,13 +126,14 @@ def _read_shape(kind: str, data: bytes, name: str, dtype: str | None) -> ModelSh
                 data, name, dtype
             )
         except InvalidConfigError as e:
-            got = str(e)
+            got = (str(e), e.code, e.params)
         with _READ_LOCK:
             _READ[key] = got
             while len(_READ) > _READ_KEEP:
                 _READ.popitem(last=False)
-    if isinstance(got, str):
-        raise InvalidConfigError(got)
+    if isinstance(got, tuple):
+        message, code, params = got
+        raise InvalidConfigError(message, code, **params)
     return got
 
 

@@ -14,6 +14,7 @@ Bounds (documented in README "Serving a classroom"):
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -39,10 +40,15 @@ def read_local(path: str, limit: int) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as e:
-        raise InvalidConfigError(f"cannot open {path}: {e.strerror}") from None
+        raise InvalidConfigError(
+            f"cannot open {path}: {e.strerror}",
+            "cannot_open",
+            path=path,
+            errno=errno.errorcode.get(e.errno or 0, str(e.errno)),
+        ) from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InvalidConfigError(f"{path} is not a regular file")
+            raise InvalidConfigError(f"{path} is not a regular file", "not_regular", path=path)
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(limit)
     finally:
@@ -52,11 +58,16 @@ def read_local(path: str, limit: int) -> bytes:
 def config_shape(data: bytes, name: str, dtype: str | None = None) -> ModelShape:
     """A model shape from a config.json's bytes (``name`` labels errors)."""
     if len(data) > CONFIG_MAX_BYTES:
-        raise InvalidConfigError(f"{name} is larger than {CONFIG_MAX_BYTES >> 20} MiB")
+        mib = CONFIG_MAX_BYTES >> 20
+        raise InvalidConfigError(
+            f"{name} is larger than {mib} MiB", "config_too_big", name=name, mib=mib
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InvalidConfigError(f"cannot read {name} as JSON: {str(e)[:120]}") from None
+        raise InvalidConfigError(
+            f"cannot read {name} as JSON: {str(e)[:120]}", "not_utf8", name=name, at=e.start
+        ) from None
     cfg = config_json(text, name)
     return _checked(lambda: shape_from_config(cfg, name, Path(name).stem, dtype), name)
 
@@ -74,4 +85,6 @@ def _checked(build, name: str) -> ModelShape:
         raise
     except (TypeError, ValueError, ZeroDivisionError, OverflowError) as e:
         # a hostile file's values of the wrong type: one line, not a traceback
-        raise InvalidConfigError(f"{name}: a shape value has the wrong type ({e})") from None
+        raise InvalidConfigError(
+            f"{name}: a shape value has the wrong type ({e})", "wrong_type", name=name
+        ) from None
