@@ -492,13 +492,13 @@ def test_page_keeps_the_settings_through_a_bad_file_and_a_missing_one(monkeypatc
     """A widget missing from one run loses its value: the settings were drawn only once a model
     was read, so a bad file, or none yet, reset the user's block size and lists."""
     at = _page_on("127.0.0.1", monkeypatch)  # GGUF chosen, no file yet
-    at.number_input(key="capacity_block").set_value(32).run()
+    at.text_input(key="capacity_block").set_value("32").run()
     at.text_input(key="capacity_lengths").set_value("1024,4096").run()
     at.text_input(key="capacity_gguf_path").set_value("/no/such.gguf").run()
     assert len(at.error) == 1
     at.radio(key="capacity_source").set_value("preset").run()
     assert not at.exception and not at.error
-    assert at.number_input(key="capacity_block").value == 32
+    assert at.text_input(key="capacity_block").value == "32"
     assert at.text_input(key="capacity_lengths").value == "1024,4096"
 
 
@@ -569,7 +569,7 @@ def test_page_hostile_gguf_upload_is_one_error_line(data, words, monkeypatch):
     assert len(at.error) == 1 and words in _plain(at.error[0].value)
     # a rerun (any widget change) says the same without reading the file again: a crafted
     # 8 MB header cost ~3 s of CPU on every rerun
-    at.number_input(key="capacity_block").set_value(32).run()
+    at.text_input(key="capacity_block").set_value("32").run()
     assert len(at.error) == 1 and words in _plain(at.error[0].value) and len(parsed) == 1
 
 
@@ -849,5 +849,36 @@ def test_in_chinese_an_uploaded_model_files_error_is_one_chinese_line(monkeypatc
     at.file_uploader(key="capacity_gguf_upload").set_value(("h.gguf", b"GGUF", "")).run()
     assert not at.exception
     assert _shown_error(at) == "h.gguf 太短，不可能是 GGUF 文件"
-    at.number_input(key="capacity_block").set_value(32).run()  # a rerun says it from the cache
+    at.text_input(key="capacity_block").set_value("32").run()  # a rerun says it from the cache
     assert _shown_error(at) == "h.gguf 太短，不可能是 GGUF 文件"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_block_size_and_budget_out_of_range_are_our_own_line_not_streamlits(lang):
+    """Block size and budget were number_inputs: past their bounds Streamlit's browser widget
+    said "value must be ≤ 65536" in English, in 中文 too. They are text fields the page checks,
+    as max_len and mean length are: one line in the page's language naming field and bound."""
+    from engine.allocators import MAX_BLOCK_SIZE
+    from engine.capacity import MAX_BUDGET_GIB
+    from viz.capacity_page import TEXT
+
+    t = TEXT[lang]
+    at = _capacity_app(lang)
+    assert not at.number_input  # no widget whose bound speaks Streamlit's English
+    for value in ("0", str(MAX_BLOCK_SIZE + 1), "1" * 30, "16.5", "x"):
+        at.text_input(key="capacity_block").set_value(value).run()
+        assert not at.exception and not at.metric
+        (err,) = [_plain(e.value) for e in at.error]
+        assert t["block"] in err and f"{MAX_BLOCK_SIZE:,}" in err and value in err
+    at.text_input(key="capacity_block").set_value(str(MAX_BLOCK_SIZE))
+    for value in ("0", "0.0009", str(MAX_BUDGET_GIB + 1), "1e3", "-4"):
+        at.text_input(key="capacity_budget").set_value(value).run()
+        assert not at.exception and not at.metric
+        (err,) = [_plain(e.value) for e in at.error]
+        assert t["budget"] in err and f"{MAX_BUDGET_GIB:,}" in err and value in err
+    at.text_input(key="capacity_budget").set_value("1,024.5").run()  # both bounds' insides
+    assert not at.exception and not at.error
+    c = concurrency(LLAMA_70B, round(1024.5 * GiB), 8192, 3000, MAX_BLOCK_SIZE)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics[t["paged"]] == str(c.paged_requests)
+    assert metrics[t["prealloc"]] == str(c.prealloc_requests)

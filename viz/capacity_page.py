@@ -172,20 +172,24 @@ def _server_address() -> str | None:
 
 
 def _settings(t: dict) -> dict:
+    # text fields, checked here, each refusing a bad value in one line in the page's language:
+    # a number_input refused a value past its bound in Streamlit's own English ("value must be
+    # ≤ 65536"), or by keeping the old one (10**16 left the results as they were, saying nothing)
     c = st.columns(4)
-    block = c[0].number_input(
-        t["block"], min_value=1, max_value=MAX_BLOCK_SIZE, value=16, step=1, key="capacity_block"
+    block = c[0].text_input(
+        t["block"],
+        "16",
+        key="capacity_block",
+        max_chars=MAX_NUMBER_CHARS,
+        help=t["len_help"].format(most=MAX_BLOCK_SIZE),
     )
-    budget = c[1].number_input(
+    budget = c[1].text_input(
         t["budget"],
-        min_value=0.001,
-        max_value=float(MAX_BUDGET_GIB),
-        value=40.0,
-        step=1.0,
+        "40",
         key="capacity_budget",
+        max_chars=MAX_NUMBER_CHARS,
+        help=t["budget_help"].format(least=MIN_BUDGET_GIB, most=MAX_BUDGET_GIB),
     )
-    # text fields, checked here: a number_input refused a value past its bound by keeping the
-    # old one (10**16 left the results as they were, saying nothing), or in Streamlit's English
     bound = t["len_help"].format(most=MAX_INPUT)
     max_len = c[2].text_input(
         t["max_len"], "8192", key="capacity_max_len", max_chars=MAX_NUMBER_CHARS, help=bound
@@ -204,8 +208,8 @@ def _settings(t: dict) -> dict:
     if mean > most:  # the engine says so too, in English only: this is the page's own line
         raise InvalidConfigError(t["mean_over_max"].format(mean=mean, max_len=most))
     return {
-        "block_size": int(block),
-        "budget_bytes": round(budget * GiB),
+        "block_size": _int_field(block, t["block"], t, MAX_BLOCK_SIZE),
+        "budget_bytes": round(_budget_field(budget, t) * GiB),
         "max_len": most,
         "mean_len": mean,
         "lengths": _int_list(lengths, t["lengths"], t),
@@ -218,20 +222,37 @@ def _settings(t: dict) -> dict:
 MAX_INPUT = 10_000_000
 #: Room for MAX_VALUES numbers of MAX_INPUT's width, with commas and spaces.
 MAX_LIST_CHARS = MAX_VALUES * 10
+#: The smallest KV budget the page takes, in GiB (about a megabyte).
+MIN_BUDGET_GIB = 0.001
 
 
 #: Room for one number written with thousands separators, and a typo's worth more.
 MAX_NUMBER_CHARS = 40
 _NUMBER = re.compile(r"\d{1,3}(,\d{3})+|\d+", re.ASCII)
+_DECIMAL = re.compile(r"(\d{1,3}(,\d{3})+|\d+)(\.\d+)?|\.\d+", re.ASCII)
 
 
-def _int_field(text: str, what: str, t: dict) -> int:
-    """One length from a text field ("8192" or "8,192"), from 1 to MAX_INPUT; else one line,
-    in the page's language, naming the field and the bound."""
+def _int_field(text: str, what: str, t: dict, most: int = MAX_INPUT) -> int:
+    """One whole number from a text field ("8192" or "8,192"), from 1 to ``most``; else one
+    line, in the page's language, naming the field and the bound."""
     digits = text.strip()
     value = int(digits.replace(",", "")) if _NUMBER.fullmatch(digits) else 0
-    if not 0 < value <= MAX_INPUT:
-        raise InvalidConfigError(t["bad_number"].format(what=what, text=text[:40], most=MAX_INPUT))
+    if not 0 < value <= most:
+        raise InvalidConfigError(t["bad_number"].format(what=what, text=text[:40], most=most))
+    return value
+
+
+def _budget_field(text: str, t: dict) -> float:
+    """The KV budget in GiB ("40", "0.5", "1,024"), from MIN_BUDGET_GIB to MAX_BUDGET_GIB;
+    else one line in the page's language."""
+    digits = text.strip()
+    value = float(digits.replace(",", "")) if _DECIMAL.fullmatch(digits) else 0.0
+    if not MIN_BUDGET_GIB <= value <= MAX_BUDGET_GIB:
+        raise InvalidConfigError(
+            t["bad_budget"].format(
+                what=t["budget"], text=text[:40], least=MIN_BUDGET_GIB, most=MAX_BUDGET_GIB
+            )
+        )
     return value
 
 
