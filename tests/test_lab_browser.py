@@ -212,6 +212,32 @@ def test_the_address_of_a_dry_run_reopens_its_frame(page, app_url):
     assert "frame=" not in search and "scenario=" in search
 
 
+def test_a_new_recording_opens_on_its_first_frame_not_the_last_ones(page, app_url):
+    """Every recording is lesson "lab" to the player, which kept its frame for the "same
+    lesson": after stepping one recording to frame 3, the next scenario's recording opened on
+    frame 3 too. A new recording opens where the lab says: frame 0."""
+    _open(page, app_url, THREE)
+    page.get_by_role("button", name="Record (dry run)").click()
+    assert wait_ready(page) == 0
+    for f in (1, 2, 3):
+        page.keyboard.press("ArrowRight")
+        wait_painted(page, f)
+    first = page.evaluate("() => window.pkPlayer.data.id")
+    wait_idle(page)
+    blocks = page.get_by_label("Blocks")
+    blocks.fill(str(THREE.num_blocks + 1))
+    blocks.press("Enter")
+    page.get_by_text("The table has changed since this recording").wait_for(timeout=30_000)
+    wait_idle(page)
+    page.get_by_role("button", name="Record (dry run)").click()
+    # the new frames are in once the player holds the new payload (load sets both at once)
+    page.wait_for_function(
+        "(old) => window.pkPlayer.data.id !== old", arg=first, timeout=60_000, polling=50
+    )
+    assert shown_frame(page) == 0
+    page.wait_for_function("() => /[?&]frame=0(&|$)/.test(location.search)")
+
+
 def test_keys_pressed_while_the_first_frames_unpack_count(page, app_url):
     """A recording's first frames take a moment to unpack; arrows pressed meanwhile (the
     keys' focus is on the Record button just clicked) were dropped, now each counts once."""

@@ -222,6 +222,23 @@ def test_the_in_process_dry_run_equals_the_engines_cli(tmp_path):
     assert names >= {"A", "Bé", "long"}
 
 
+def test_each_recording_is_its_own_content_to_the_player_and_each_language_the_same():
+    """Every lab recording is lesson "lab": the player took a new recording for the same
+    lesson in another language and kept the last one's frame. The payload now says which
+    trace its frames show, the same in both languages and new with each recording."""
+    from viz import player
+
+    sides = {s: {"en": s, "zh": s} for s in ("left", "right")}
+    title = {"en": "t", "zh": "t"}
+    one = S.lesson_for(LAB, S.record_dry(LAB), sides, title)
+    other_lab = replace(LAB, num_blocks=LAB.num_blocks + 1)
+    other = S.lesson_for(other_lab, S.record_dry(other_lab), sides, title)
+    en, zh, new = player.payload(one, "en"), player.payload(one, "zh"), player.payload(other, "en")
+    assert en["lesson"] == new["lesson"] == "lab"  # the link's name: why it could not tell
+    assert en["content"] == zh["content"] and en["id"] != zh["id"]
+    assert new["content"] != en["content"]
+
+
 def test_a_scenario_too_big_to_draw_is_refused_in_one_line():
     big = S.Lab(
         tuple(

@@ -251,9 +251,14 @@ def payload(lesson: Lesson, lang: str) -> dict:
     )
     body = json.dumps({"pieces": pieces.items, "frames": frames}, separators=(",", ":"))
     t = captions.text(lang)
+    # The trace these frames show, in any language: the player stays on its frame for the same
+    # content in another language, or for more frames of a live run (no key: the lesson's
+    # name), and opens a new one (the lab's next recording, another upload) on ``start``.
+    content = lesson.key or lesson.spec.name
     return {
         # a live lesson's content changes with its frame count and once more when it ends
-        "id": f"{lesson.key or lesson.spec.name}:{lesson.num_frames}:{int(lesson.partial)}:{lang}",
+        "id": f"{content}:{lesson.num_frames}:{int(lesson.partial)}:{lang}",
+        "content": content,
         "lesson": lesson.spec.name,
         "lang": lang,
         "num_frames": lesson.num_frames,

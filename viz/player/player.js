@@ -398,10 +398,12 @@ export default function mountPlayer(component) {
     if (p.frames) p.queueUrl();
   }
   if (p.loadedId !== data.id) {
-    // Same lesson in another language (or more live frames): stay on the frame shown.
-    const keep = p.loadedLesson === data.lesson && p.i >= 0;
+    // The same trace in another language (or more live frames): stay on the frame shown.
+    // Not the same lesson: every recording in the scenario lab is lesson "lab", and a new one
+    // kept the last recording's frame number.
+    const keep = p.loadedContent === data.content && p.i >= 0;
     p.loadedId = data.id;
-    p.loadedLesson = data.lesson;
+    p.loadedContent = data.content;
     root.dataset.lang = data.lang;
     p.load(data, keep ? null : data.start, !!data.follow);
     if (p.present === undefined) p.setPresent(!!data.present);
