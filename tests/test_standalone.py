@@ -4,6 +4,7 @@ request refused."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine import trace as T
-from viz import export, player, standalone
+from viz import captions, export, player, standalone
 from viz.lesson import build, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -343,3 +344,76 @@ def test_quoted_values_show_literally_never_as_markup(value):
         " and this"
     )
     assert out.count("<b>") == 1 and out.count("<i>") == 1 and "<a" not in out
+
+
+# --- frames that cannot be unpacked ------------------------------------------------------------
+
+
+def _unpackable(lesson, lang: str) -> dict:
+    """``lang``'s payload with frames no browser can inflate (valid base64, not deflate)."""
+    return {**player.payload(lesson, lang), "z": base64.b64encode(b"not deflate").decode()}
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
+def test_frames_that_cannot_be_unpacked_say_so_and_drop_the_keys_kept_for_them(
+    offline_page, lesson, tmp_path
+):
+    """The first unpacking failed and the player stayed blank and silent, still keeping every
+    key pressed for frames that were never coming. Now one line says so, in the payload's
+    language, and the kept keys are dropped; later keys are left to the page."""
+    from viz import serve
+
+    file = tmp_path / "broken.html"
+    file.write_text(
+        standalone.page(lesson, langs=("zh",), payloads={"zh": _unpackable(lesson, "zh")}),
+        encoding="utf-8",
+    )
+    page = offline_page[0].context.new_page()  # the gate stays with this tab: its own
+    try:
+        serve.hold_first_unpacking(page)
+        page.goto(file.as_uri())
+        serve.wait_unpacking_held(page)
+        for key in ("ArrowRight", "ArrowRight", "?"):
+            page.keyboard.press(key)
+        assert page.evaluate("() => window.pkPlayer.early.length") == 3  # kept meanwhile
+        serve.release_unpacking(page)
+        line = page.locator("#pk-error")
+        line.wait_for(state="visible", timeout=10_000)
+        assert line.inner_text() == captions.text("zh")["unpack_failed"]
+        assert line.bounding_box()["height"] < 60  # one line at this width
+        page.keyboard.press("ArrowRight")
+        p = page.evaluate(
+            "() => ({early: window.pkPlayer.early.length, frames: !!window.pkPlayer.frames,"
+            " error: document.querySelector('#pk-player').dataset.error})"
+        )
+        assert p == {"early": 0, "frames": False, "error": "unpack"}
+    finally:
+        page.close()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
+def test_a_language_that_cannot_be_unpacked_leaves_the_frames_shown_steppable(
+    offline_page, lesson, tmp_path
+):
+    from viz.serve import shown_frame, wait_painted, wait_ready
+
+    page, seen = offline_page
+    file = tmp_path / "half.html"
+    file.write_text(
+        standalone.page(lesson, payloads={"zh": _unpackable(lesson, "zh")}), encoding="utf-8"
+    )
+    page.goto(file.as_uri())
+    assert wait_ready(page) == 0
+    page.keyboard.press("ArrowRight")
+    wait_painted(page, 1)
+    page.click(".pk-sa-lang button[data-lang='zh']")
+    line = page.locator("#pk-error")
+    line.wait_for(state="visible", timeout=10_000)
+    assert line.inner_text() == captions.text("zh")["unpack_failed"]
+    page.evaluate("() => document.activeElement.blur()")
+    page.keyboard.press("ArrowRight")  # the English frames on screen still step
+    wait_painted(page, 2)
+    assert shown_frame(page) == 2 and _hash(page) == "#frame=2"  # and the link says English
+    assert not seen.get("errors"), seen

@@ -304,6 +304,7 @@ def payload(lesson: Lesson, lang: str) -> dict:
                 "key_help",
                 "key_timeline",
                 "present_hint",
+                "unpack_failed",
             )
         },
     }

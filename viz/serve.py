@@ -225,6 +225,12 @@ def hold_unpacking(page) -> None:
     page.evaluate(_GATE_JS)
 
 
+def hold_first_unpacking(page) -> None:
+    """``hold_unpacking`` from before the page's own scripts run, for a page that unpacks its
+    frames as it loads (an offline file). It holds on every later load of ``page`` too."""
+    page.add_init_script(f"({_GATE_JS})()")
+
+
 def wait_unpacking_held(page, timeout_ms: float = 60000) -> None:
     page.wait_for_function("() => window.pkGateHeld === true", timeout=timeout_ms, polling="raf")
 

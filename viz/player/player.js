@@ -51,7 +51,14 @@ class Player {
   // asked for: until then the keys step the frames on screen, and those steps count.
   async load(data, start, follow) {
     this.loading = data;
-    const body = await inflate(data.z);
+    this.failed = false;                  // frames are coming again: keys wait for them
+    let body;
+    try {
+      body = await inflate(data.z);
+    } catch (err) {
+      if (this.loading === data) this.unpackFailed(data, err);
+      return;
+    }
     if (this.loading !== data) return;    // a newer payload arrived meanwhile
     if (start === null) {
       const atEnd = this.i >= this.frames.length - 1;
@@ -66,7 +73,24 @@ class Player {
     this.i = -1;
     this.go(start);
     for (const k of this.early.splice(0)) this.act(k);
+    this.el("pk-error").hidden = true;
+    delete this.root.dataset.error;
     this.root.dataset.ready = "1";
+  }
+
+  // The frames could not be unpacked (a browser without DecompressionStream, a damaged
+  // payload): one line says so in the payload's language, and the keys kept for those frames
+  // are dropped. Frames already on screen (another language failed) stay, and keys step them;
+  // with none, keys are left to the page.
+  unpackFailed(data, err) {
+    console.error("lesson player: the frames could not be unpacked:", err);
+    this.loading = null;                  // the address keeps the language shown
+    this.early.length = 0;
+    this.failed = !this.frames;
+    const line = this.el("pk-error");
+    line.textContent = data.text.unpack_failed;
+    line.hidden = false;
+    this.root.dataset.error = "unpack";
   }
 
   static() {
@@ -225,8 +249,8 @@ class Player {
     const k = e.key;
     if (!this.frames) {
       // The first frames are still unpacking: a player key is kept and acted on once they
-      // are in, so a key counts whenever it is pressed.
-      if (PLAYER_KEYS.has(k) || k === "?") {
+      // are in, so a key counts whenever it is pressed (none are coming once unpacking failed).
+      if (!this.failed && (PLAYER_KEYS.has(k) || k === "?")) {
         this.early.push(k);
         e.preventDefault();
         e.stopPropagation();
