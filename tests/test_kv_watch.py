@@ -462,21 +462,36 @@ def test_one_message_of_many_frames_cannot_fill_the_app_memory():
     assert peak < 160, f"the app held {peak} MiB at its peak"
 
 
-def test_the_socket_reader_drops_a_message_over_its_memory_cap():
-    """256 MiB in one message against a reader capped 64 MiB above its start: its libzmq cannot
-    allocate the next frame and drops the connection (or the process dies at its cap: libzmq
-    aborts, or glibc cannot give a thread its thread-local data). Either way it never holds the
-    whole message, so it never reports the message's framing."""
+@pytest.mark.parametrize(
+    "frames, size, why, said",
+    [
+        (256, 1 << 20, "a message over the reader's 64 MiB cap", "starting a new one"),
+        (1, 5 << 20, "a 5 MiB frame", "dropped the connection for good; starting a new one"),
+    ],
+)
+def test_a_message_the_reader_cannot_hold_costs_one_reconnect(frames, size, why, said):
+    """libzmq drops the connection on a frame over MAXMSGSIZE, or one its capped process cannot
+    allocate, and never reconnects after such a protocol error: the view stayed "gone" for good.
+    The reader process ends instead (at its cap it may also die first: libzmq aborts, or glibc
+    cannot give a thread its thread-local data); a new one reconnects and the view goes on."""
     port, _ = free_ports()
     url = f"tcp://127.0.0.1:{port}"
     ctx = zmq.Context()
+    state = WatchState()
     config = SubscriberConfig(url, replay_endpoint="", reader_memory_bytes=64 << 20)
-    sub = Subscriber(config).start()
+    sub = Subscriber(config, state).start()
     try:
         pub = hostile_publisher(ctx, url)
-        send_one_message(pub, frames=256)
+        send_one_message(pub, frames, size)
         wait_until(lambda: sub.disconnects == 1)
-        assert "frames" not in sub.state.last_error
+        good = [b"", K.seq_bytes(0), payload([request_blocks(SYSTEM, 0)])]
+        end = time.monotonic() + 10
+        while state.last_seq is None:  # sent again until a new reader has joined
+            assert time.monotonic() < end, f"never read on after {why}"
+            pub.send_multipart(good)
+            time.sleep(0.05)
+        assert state.snapshot().num_blocks == 2 and sub.disconnects == 1
+        assert state.counters["malformed"] == 1 and said in state.last_error
     finally:
         sub.stop()
         ctx.destroy(linger=0)

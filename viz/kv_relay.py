@@ -11,6 +11,10 @@ sees a disconnect). When its queue cannot grow it aborts (the app's ``Relay`` se
 end and starts a new one). The app receives only messages with valid framing, and each answer
 is bounded in bytes.
 
+A connection libzmq drops for a frame it refuses (over MAXMSGSIZE) or cannot allocate is never
+retried (a protocol error ends its session; a server that merely went away is retried within a
+millisecond). The process then ends, with ``ABANDONED``, and the app starts a new one.
+
 The pipe protocol: one request, then one answer, each as a 4-byte big-endian length and a
 msgpack body. ``["poll", timeout_ms, max_messages]`` is answered by ``[monitor events,
 messages]`` (each message is its three frames, or a line saying why its framing is wrong).
@@ -41,6 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 POLL_BYTES = 16 << 20  # what one poll answer carries (plus its last message)
 MEMORY_BYTES = 512 << 20  # the child's address space beyond what it maps once its sockets exist
 OVERHEAD = 64  # msgpack bytes around one message or replayed batch, at most
+ABANDONED = 3  # the child's exit status when zmq has given up on its connection
+RETRY_WITHIN_S = 1.0  # how soon zmq schedules a reconnect after a disconnect it will retry
 
 Messages = list[list[bytes] | str]
 Replayed = tuple[list[tuple[int, bytes]], bool]
@@ -88,7 +94,10 @@ class Sockets:
         self.sub.setsockopt(zmq.RECONNECT_IVL, 100)
         self.sub.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         self.sub.setsockopt(zmq.SUBSCRIBE, config.topic.encode("utf-8"))
-        self.monitor = self.sub.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        self.monitor = self.sub.get_monitor_socket(
+            zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+        )
+        self.dropped_at: float | None = None  # disconnected, and no reconnect scheduled yet
         self.sub.connect(config.url)
         self.poller = zmq.Poller()
         self.poller.register(self.sub, zmq.POLLIN)
@@ -107,7 +116,10 @@ class Sockets:
         self.poller.poll(timeout_ms)
         events = []
         while self.monitor.poll(0):
-            events.append(recv_monitor_message(self.monitor)["event"])
+            ev = recv_monitor_message(self.monitor)["event"]
+            self.dropped_at = time.monotonic() if ev == zmq.EVENT_DISCONNECTED else None
+            if ev != zmq.EVENT_CONNECT_RETRIED:
+                events.append(ev)
         messages: Messages = []
         size = 0
         while not events and len(messages) < max_messages and size < POLL_BYTES:
@@ -118,6 +130,12 @@ class Sockets:
             messages.append(frames if bad is None else bad)
             size += OVERHEAD + (len(bad) if bad else sum(map(len, frames)))
         return events, messages
+
+    @property
+    def abandoned(self) -> bool:
+        """zmq dropped the connection and will not reconnect."""
+        since = self.dropped_at
+        return since is not None and time.monotonic() - since > RETRY_WITHIN_S
 
     def replay(self, start: int, upto: int) -> Replayed:
         """Batches ``start <= seq < upto`` from the replay socket, in order, whatever arrives
@@ -186,7 +204,12 @@ def main() -> None:
     try:
         while len(head := inp.read(4)) == 4 and (size := int.from_bytes(head, "big")) < 4096:
             kind, a, b = _REQUEST.decode(inp.read(size))
-            _send(out, sockets.poll(a, b) if kind == "poll" else sockets.replay(a, b))
+            if kind != "poll":
+                _send(out, sockets.replay(a, b))
+                continue
+            _send(out, sockets.poll(a, b))
+            if sockets.abandoned:  # judged right after the monitor was read
+                sys.exit(ABANDONED)
     finally:
         sockets.ctx.destroy(linger=0)
 
@@ -274,6 +297,11 @@ class Relay:
             code = self.proc.wait(1.0)
         except subprocess.TimeoutExpired:
             code = None
+        if code == ABANDONED:
+            return (
+                f"the server sent a frame over {MAX_MESSAGE_BYTES >> 20} MiB or a message over "
+                "the reader's memory cap, and zmq dropped the connection for good"
+            )
         return f"the socket reader process ended (exit status {code})"
 
 

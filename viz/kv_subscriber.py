@@ -2,12 +2,13 @@
 
 One thread asks a socket reader process (``viz/kv_relay.py``, its memory capped: libzmq holds a
 multipart message whole, however many frames, before any of it is readable) for at most
-``batch_limit`` messages per turn (a flood cannot starve the stop flag). zmq drops any frame
-over ``MAX_MESSAGE_BYTES`` unread and the receive queue is capped at ``rcvhwm`` messages, so it
-holds at most ``QUEUE_BYTES`` (a full queue makes zmq stop reading the socket: the server's own
-queue waits, or drops, and we see a gap); a replay keeps at most ``max_replay_bytes``: memory
-stays bounded whatever the server sends. A reader process that ends (at its memory cap) is
-started again, as a disconnect. When sequence numbers jump, it asks the replay socket for the
+``batch_limit`` messages per turn (a flood cannot starve the stop flag). zmq drops the
+connection on any frame over ``MAX_MESSAGE_BYTES``, unread, and the receive queue is capped at
+``rcvhwm`` messages, so it holds at most ``QUEUE_BYTES`` (a full queue makes zmq stop reading
+the socket: the server's own queue waits, or drops, and we see a gap); a replay keeps at most
+``max_replay_bytes``: memory stays bounded whatever the server sends. A reader process that
+ends (at its memory cap, or because zmq will not reconnect after a frame it refused) counts
+as a disconnect, and a new one is started. When sequence numbers jump, it asks the replay socket for the
 missing batches (a DEALER, which reads the whole reply stream) and marks a gap for whatever the
 replay could not give. A server that goes away is reconnected to by zmq itself; a restarted one
 (its seq goes back) resets the view. On every (re)connect it asks the replay socket what it
