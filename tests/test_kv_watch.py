@@ -3,9 +3,12 @@ and restarted, malformed messages, a flood. Loopback sockets only; every wait is
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import tracemalloc
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -13,6 +16,7 @@ import zmq
 
 from engine import kv_events as K
 from tests.test_kv_events import free_ports
+from viz.kv_relay import Relay, Sockets
 from viz.kv_subscriber import Subscriber, SubscriberConfig
 from viz.kv_watch import RecordingError, Replay, WatchState, fold, read_recording
 
@@ -266,24 +270,26 @@ def test_subscriber_replays_a_gap_from_the_server():
         assert len(frames) >= 6
         state = WatchState()
         sub = Subscriber(SubscriberConfig(url), state)
-        sub.on_message(ctx, frames[0])
-        sub.on_message(ctx, frames[5])
-        first = int.from_bytes(frames[0][1], "big")
-        assert state.last_seq == first + 5
-        # batches before the first one seen (PUB drops them until the subscriber joined) and
-        # the four of the gap all come from the replay socket
-        assert state.counters["replayed"] == first + 4 and state.counters["gaps"] == 0
-        assert state.snapshot().num_blocks == first + 6
-        # joining late: the first batch seen is 3; the past comes from the replay socket
-        late = WatchState()
-        Subscriber(SubscriberConfig(url), late).on_message(ctx, frames[3])
-        assert late.counters["replayed"] == first + 3 and late.snapshot().num_blocks == first + 4
-        # no replay socket: the gap is marked, the view keeps going
-        lone = WatchState()
-        nosub = Subscriber(SubscriberConfig(url, replay_endpoint=""), lone)
-        nosub.on_message(ctx, frames[0])
-        nosub.on_message(ctx, frames[5])
-        assert (lone.counters["gaps"], lone.counters["missed"]) == (1 + (first > 0), first + 4)
+        with Relay(sub.relay_config()) as relay:
+            sub.on_message(relay, frames[0])
+            sub.on_message(relay, frames[5])
+            first = int.from_bytes(frames[0][1], "big")
+            assert state.last_seq == first + 5
+            # batches before the first one seen (PUB drops them until the subscriber joined)
+            # and the four of the gap all come from the replay socket
+            assert state.counters["replayed"] == first + 4 and state.counters["gaps"] == 0
+            assert state.snapshot().num_blocks == first + 6
+            # joining late: the first batch seen is 3; the past comes from the replay socket
+            late = WatchState()
+            Subscriber(SubscriberConfig(url), late).on_message(relay, frames[3])
+            assert late.counters["replayed"] == first + 3
+            assert late.snapshot().num_blocks == first + 4
+            # no replay socket: the gap is marked, the view keeps going
+            lone = WatchState()
+            nosub = Subscriber(SubscriberConfig(url, replay_endpoint=""), lone)
+            nosub.on_message(relay, frames[0])
+            nosub.on_message(relay, frames[5])
+            assert (lone.counters["gaps"], lone.counters["missed"]) == (1 + (first > 0), first + 4)
     finally:
         pub.close()
         ctx.destroy(linger=0)
@@ -326,7 +332,8 @@ def test_replay_with_a_topic_frame_as_newer_vllm_sends_it():
         server = replay_server(ctx, port + 1, answer)
         state = WatchState()
         sub = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}"), state)
-        sub.on_message(ctx, [b"kv-events", K.seq_bytes(3), batches[3]])  # joined late, at 3
+        with Relay(sub.relay_config()) as relay:
+            sub.on_message(relay, [b"kv-events", K.seq_bytes(3), batches[3]])  # joined late, at 3
         server.join(10)
         assert state.counters["replayed"] == 3 and state.snapshot().num_blocks == 4
         assert state.counters["gaps"] == 0
@@ -337,8 +344,9 @@ def test_replay_with_a_topic_frame_as_newer_vllm_sends_it():
 def test_every_socket_the_subscriber_reads_holds_a_bounded_number_of_bytes_unread(monkeypatch):
     """zmq bounds a receive queue in messages: 10,000 of up to 4 MiB each let a server sending
     faster than the page folds fill 40 GiB (measured: 2.5 GB within 15 s, 8 batches folded).
-    Both sockets the subscriber reads, the live SUB and a replay's DEALER, must be set to a
-    message cap and a message count whose product stays within 64 MiB."""
+    Both sockets the subscriber's reader process reads, the live SUB and a replay's DEALER, must
+    be set to a message cap and a message count whose product stays within 64 MiB (run here
+    in this process, where the spy sees them)."""
     opts: dict[int, dict[int, int]] = {}  # socket id -> option -> value
     kinds: dict[int, int] = {}
     real = zmq.Socket.setsockopt
@@ -355,15 +363,15 @@ def test_every_socket_the_subscriber_reads_holds_a_bounded_number_of_bytes_unrea
     try:
         pub.bind(f"tcp://127.0.0.1:{port}")
         server = replay_server(ctx, port + 1, lambda start: iter([[K.END_SEQ, b""]]))
-        sub = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}")).start()
-        deadline = time.monotonic() + 10
-        while not {zmq.SUB, zmq.DEALER} <= set(kinds.values()):
-            assert time.monotonic() < deadline, f"sockets seen: {sorted(kinds.values())}"
-            time.sleep(0.02)  # connecting makes the subscriber ask the replay socket
-        sub.stop()
+        sockets = Sockets(Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}")).relay_config())
+        try:
+            assert sockets.replay(0, 1) == ([], True)
+        finally:
+            sockets.ctx.destroy(linger=0)
         server.join(10)
     finally:
         ctx.destroy(linger=0)
+    assert {zmq.SUB, zmq.DEALER} <= set(kinds.values()), sorted(kinds.values())
     for sock, kind in kinds.items():
         if kind in (zmq.SUB, zmq.DEALER):
             got = opts[sock]
@@ -384,12 +392,133 @@ def test_a_replay_larger_than_the_subscriber_keeps_is_cut_and_the_rest_is_a_gap(
     try:
         server = replay_server(ctx, port + 1, answer)
         sub = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}", replay_timeout_s=30))
-        got, answered = sub._replay(ctx, 0, 10_000)
+        with Relay(sub.relay_config()) as relay:
+            got, answered = relay.replay(0, 10_000)
         server.join(30)
         assert answered and 0 < sum(len(p) for _, p in got) <= 64 << 20
         assert [s for s, _ in got] == list(range(len(got)))
     finally:
         ctx.destroy(linger=0)
+
+
+def hostile_publisher(ctx: zmq.Context, url: str) -> zmq.Socket:
+    pub = ctx.socket(zmq.XPUB)  # an XPUB hears a subscriber join: nothing is sent before that
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.bind(url)
+    return pub
+
+
+def send_one_message(pub: zmq.Socket, frames: int, size: int = 1 << 20) -> None:
+    """Once a subscriber has joined: one message of ``frames`` frames, each a view of the same
+    ``size`` bytes (zero-copy: this process never holds more than one frame)."""
+    assert pub.poll(10_000), "no subscriber joined"
+    pub.recv()
+    chunk = bytes(size)
+    for _ in range(frames - 1):
+        pub.send(chunk, zmq.SNDMORE, copy=False)
+    pub.send(chunk, copy=False)
+
+
+APP_UNDER_FLOOD = """
+import sys, time
+from viz.kv_subscriber import Subscriber, SubscriberConfig
+sub = Subscriber(SubscriberConfig(sys.argv[1], replay_endpoint="")).start()
+end = time.monotonic() + 30
+while time.monotonic() < end and not (sub.state.counters["malformed"] or sub.disconnects):
+    time.sleep(0.02)
+sub.stop()
+# VmHWM, not ru_maxrss: that one carries over the peak of the process this one was forked from
+peak = next(int(line.split()[1]) >> 10 for line in open("/proc/self/status") if "VmHWM" in line)
+print(peak, sub.state.counters["malformed"])
+"""
+
+
+def test_one_message_of_many_frames_cannot_fill_the_app_memory():
+    """libzmq bounds each frame (MAXMSGSIZE) and the whole messages it queues (RCVHWM), yet
+    holds a message of any number of frames whole before its first frame is readable: one
+    message of 384 frames of 1 MiB took 384 MiB of the app. Its sockets now live in a child
+    process with a memory cap; the app (a fresh interpreter here, its peak memory its own)
+    stays near what it imports and is told, in one line, that the message was malformed."""
+    port, _ = free_ports()
+    url = f"tcp://127.0.0.1:{port}"
+    ctx = zmq.Context()
+    try:
+        pub = hostile_publisher(ctx, url)
+        app = subprocess.Popen(
+            [sys.executable, "-c", APP_UNDER_FLOOD, url],
+            cwd=Path(__file__).resolve().parent.parent,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            send_one_message(pub, frames=384)
+            out, _ = app.communicate(timeout=60)
+        finally:
+            app.kill()
+    finally:
+        ctx.destroy(linger=0)
+    peak, malformed = map(int, out.split())
+    assert malformed == 1
+    assert peak < 160, f"the app held {peak} MiB at its peak"
+
+
+@pytest.mark.parametrize(
+    "frames, size, why, said",
+    [
+        (256, 1 << 20, "a message over the reader's 64 MiB cap", "starting a new one"),
+        (1, 5 << 20, "a 5 MiB frame", "dropped the connection for good; starting a new one"),
+    ],
+)
+def test_a_message_the_reader_cannot_hold_costs_one_reconnect(frames, size, why, said):
+    """libzmq drops the connection on a frame over MAXMSGSIZE, or one its capped process cannot
+    allocate, and never reconnects after such a protocol error: the view stayed "gone" for good.
+    The reader process ends instead (at its cap it may also die first: libzmq aborts, or glibc
+    cannot give a thread its thread-local data); a new one reconnects and the view goes on."""
+    port, _ = free_ports()
+    url = f"tcp://127.0.0.1:{port}"
+    ctx = zmq.Context()
+    state = WatchState()
+    config = SubscriberConfig(url, replay_endpoint="", reader_memory_bytes=64 << 20)
+    sub = Subscriber(config, state).start()
+    try:
+        pub = hostile_publisher(ctx, url)
+        send_one_message(pub, frames, size)
+        wait_until(lambda: sub.disconnects == 1)
+        good = [b"", K.seq_bytes(0), payload([request_blocks(SYSTEM, 0)])]
+        end = time.monotonic() + 10
+        while state.last_seq is None:  # sent again until a new reader has joined
+            assert time.monotonic() < end, f"never read on after {why}"
+            pub.send_multipart(good)
+            time.sleep(0.05)
+        assert state.snapshot().num_blocks == 2 and sub.disconnects == 1
+        assert state.counters["malformed"] == 1 and said in state.last_error
+    finally:
+        sub.stop()
+        ctx.destroy(linger=0)
+
+
+def test_a_socket_reader_that_ends_is_started_again_and_the_view_goes_on():
+    """At its cap libzmq may also abort (its queue of a message of millions of empty frames
+    cannot grow): a reader gone is a disconnect, said in one line; a new reader reconnects,
+    asks the replay socket what it missed, and the view goes on without a restart."""
+    port, _ = free_ports()
+    url = f"tcp://127.0.0.1:{port}"
+    state = WatchState()
+    pub = K.KVEventPublisher(url)
+    sub = Subscriber(SubscriberConfig(url), state).start()
+    try:
+        publish_until(pub, [request_blocks(SYSTEM, 0)], lambda: state.snapshot().num_blocks == 2)
+        wait_until(lambda: sub.connected)
+        first = sub.relay
+        assert first is not None
+        first.proc.kill()  # as an abort at the cap would
+        pub.publish([request_blocks([5] * (3 * BS), 1)])  # while no reader listens
+        wait_until(lambda: sub.relay is not first and state.snapshot().num_blocks == 5)
+        assert sub.disconnects == 1 and "socket reader process ended" in state.last_error
+        assert state.counters["restarts"] == 0 and state.counters["gaps"] == 0
+    finally:
+        sub.stop()
+        pub.close()
 
 
 def collect(pub: K.KVEventPublisher, url: str, ctx: zmq.Context, events_for, n: int) -> list:
@@ -420,6 +549,7 @@ def test_a_reconnect_to_a_new_process_that_got_ahead_is_a_restart():
     try:
         state = WatchState()
         sub = Subscriber(SubscriberConfig(url), state)
+        relay = Relay(sub.relay_config())
         old = K.KVEventPublisher(url)
         try:
             for f in collect(
@@ -429,7 +559,7 @@ def test_a_reconnect_to_a_new_process_that_got_ahead_is_a_restart():
                 lambda i: [K.BlockStored([10_000 + i], None, [1] * BS, BS, None, "GPU")],
                 2,
             )[:2]:
-                sub.on_message(ctx, f)
+                sub.on_message(relay, f)
         finally:
             old.close()
         k = state.last_seq
@@ -445,7 +575,7 @@ def test_a_reconnect_to_a_new_process_that_got_ahead_is_a_restart():
             )
             ahead = next(f for f in frames if int.from_bytes(f[1], "big") > k + 1)
             sub._rejoined = True  # what the monitor sets on a reconnect
-            sub.on_message(ctx, ahead)
+            sub.on_message(relay, ahead)
             seq = int.from_bytes(ahead[1], "big")
             assert state.counters["restarts"] == 1 and state.last_seq == seq
             snap = state.snapshot()
@@ -453,6 +583,7 @@ def test_a_reconnect_to_a_new_process_that_got_ahead_is_a_restart():
         finally:
             new.close()
     finally:
+        relay.close()
         ctx.destroy(linger=0)
 
 

@@ -1,15 +1,19 @@
 """A background subscriber to a KV-event stream (vLLM's or ours), feeding a ``WatchState``.
 
-One thread owns the sockets. It reads at most ``batch_limit`` messages per turn (a flood cannot
-starve the stop flag), zmq drops any frame over ``MAX_MESSAGE_BYTES`` unread and the receive
-queue is capped at ``rcvhwm`` messages, so it holds at most ``QUEUE_BYTES`` (a full queue makes
-zmq stop reading the socket: the server's own queue waits, or drops, and we see a gap); a replay
-keeps at most ``max_replay_bytes``: memory stays bounded whatever the server sends. When sequence
-numbers jump, it asks the replay socket for the missing batches (a DEALER, which reads the whole
-reply stream) and marks a gap for whatever the replay could not give. A server that goes away is
-reconnected to by zmq itself; a restarted one (its seq goes back) resets the view. On every
-(re)connect it asks the replay socket what it missed (a run that has finished and only holds its
-sockets open sends nothing live), and drops the live copies of batches it already replayed.
+One thread asks a socket reader process (``viz/kv_relay.py``, its memory capped: libzmq holds a
+multipart message whole, however many frames, before any of it is readable) for at most
+``batch_limit`` messages per turn (a flood cannot starve the stop flag). zmq drops the
+connection on any frame over ``MAX_MESSAGE_BYTES``, unread, and the receive queue is capped at
+``rcvhwm`` messages, so it holds at most ``QUEUE_BYTES`` (a full queue makes zmq stop reading
+the socket: the server's own queue waits, or drops, and we see a gap); a replay keeps at most
+``max_replay_bytes``: memory stays bounded whatever the server sends. A reader process that
+ends (at its memory cap, or because zmq will not reconnect after a frame it refused) counts
+as a disconnect, and a new one is started. When sequence numbers jump, it asks the replay socket for the
+missing batches (a DEALER, which reads the whole reply stream) and marks a gap for whatever the
+replay could not give. A server that goes away is reconnected to by zmq itself; a restarted one
+(its seq goes back) resets the view. On every (re)connect it asks the replay socket what it
+missed (a run that has finished and only holds its sockets open sends nothing live), and drops
+the live copies of batches it already replayed.
 
 No torch, no Streamlit.
 """
@@ -17,19 +21,13 @@ No torch, no Streamlit.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import zmq
 
-from engine.kv_events import (
-    END_SEQ,
-    MAX_MESSAGE_BYTES,
-    MalformedBatch,
-    decode_batch,
-    parse_endpoint,
-    seq_bytes,
-)
+from engine.kv_events import MAX_MESSAGE_BYTES, MalformedBatch, decode_batch, parse_endpoint
+from viz.kv_relay import MEMORY_BYTES, Relay, RelayConfig, RelayError, Replayed, framing_error
 from viz.kv_watch import WatchState
 
 #: What a socket may hold unread: zmq bounds its queue in messages, each up to
@@ -49,6 +47,13 @@ class SubscriberConfig:
     replay_timeout_s: float = 1.0
     max_replay: int = 10_000  # batches
     max_replay_bytes: int = 64 << 20  # what one replay may bring in; the rest is a gap
+    reader_memory_bytes: int = MEMORY_BYTES  # the socket reader process's cap, beyond its start
+
+
+class Replayer(Protocol):
+    """What asks a replay socket: a ``Relay``, or (in its child) ``kv_relay.Sockets``."""
+
+    def replay(self, start: int, upto: int) -> Replayed: ...
 
 
 class Subscriber:
@@ -72,6 +77,7 @@ class Subscriber:
         self.disconnects = 0
         self._rejoined = False  # reconnected since the last batch: maybe a new server process
         self._catch_up_due = False  # (re)connected: ask the replay socket what we missed
+        self.relay: Relay | None = None  # the socket reader process now asked
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -89,61 +95,62 @@ class Subscriber:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def relay_config(self) -> RelayConfig:
+        c = self.config
+        return RelayConfig(
+            self.url,
+            self.replay_url,
+            c.topic,
+            c.rcvhwm,
+            c.replay_timeout_s,
+            c.max_replay,
+            c.max_replay_bytes,
+            c.reader_memory_bytes,
+        )
+
     def _run(self) -> None:
-        ctx = zmq.Context()
-        try:
-            sub = ctx.socket(zmq.SUB)
-            for opt, val in (
-                (zmq.LINGER, 0),
-                (zmq.RCVHWM, self.config.rcvhwm),
-                (zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES),
-                (zmq.RECONNECT_IVL, 100),
-                (zmq.RECONNECT_IVL_MAX, 1000),
-            ):
-                sub.setsockopt(opt, val)
-            sub.setsockopt(zmq.SUBSCRIBE, self.config.topic.encode("utf-8"))
-            monitor = sub.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
-            sub.connect(self.url)
-            poller = zmq.Poller()
-            poller.register(sub, zmq.POLLIN)
-            poller.register(monitor, zmq.POLLIN)
-            while not self._stop.is_set():
-                ready = dict(poller.poll(100))
-                if monitor in ready:
-                    self._on_monitor(monitor)
-                if self._catch_up_due:
-                    self._catch_up_due = False
-                    self.catch_up(ctx)
-                if sub in ready:
-                    self._drain(ctx, sub)
-        finally:
-            ctx.destroy(linger=0)
+        while not self._stop.is_set():
+            try:
+                with Relay(self.relay_config()) as relay:
+                    self.relay = relay
+                    self._follow(relay)
+            except (RelayError, OSError) as e:  # OSError: no process could be started
+                if self.connected:  # its sockets went with it
+                    self._on_monitor(zmq.EVENT_DISCONNECTED)
+                self.state.malformed(f"{e}; starting a new one")
+                self._stop.wait(1.0)
 
-    def _on_monitor(self, monitor: zmq.Socket) -> None:
-        from zmq.utils.monitor import recv_monitor_message
+    def _follow(self, relay: Relay) -> None:
+        while not self._stop.is_set():
+            events, messages = relay.poll(100, self.config.batch_limit)
+            for ev in events:
+                self._on_monitor(ev)
+            if self._catch_up_due:
+                self._catch_up_due = False
+                self.catch_up(relay)
+            for frames in messages:
+                if self._stop.is_set():
+                    return
+                if isinstance(frames, str):
+                    self.state.malformed(frames)
+                else:
+                    self.on_message(relay, frames)
 
-        while monitor.poll(0):
-            ev = recv_monitor_message(monitor)["event"]
-            if ev == zmq.EVENT_CONNECTED:
-                self._rejoined = self.disconnects > 0
-                self.connected = True
-                self._catch_up_due = True
-            elif ev == zmq.EVENT_DISCONNECTED:
-                self.connected = False
-                self.disconnects += 1
+    def _on_monitor(self, ev: int) -> None:
+        if ev == zmq.EVENT_CONNECTED:
+            self._rejoined = self.disconnects > 0
+            self.connected = True
+            self._catch_up_due = True
+        elif ev == zmq.EVENT_DISCONNECTED:
+            self.connected = False
+            self.disconnects += 1
 
-    def _drain(self, ctx: zmq.Context, sub: zmq.Socket) -> None:
-        for _ in range(self.config.batch_limit):
-            if self._stop.is_set() or not sub.poll(0):
-                return
-            frames = sub.recv_multipart(copy=True)
-            self.on_message(ctx, frames)
-
-    def on_message(self, ctx: zmq.Context | None, frames: list[bytes]) -> None:
+    def on_message(self, link: Replayer | None, frames: list[bytes]) -> None:
         """Validate the framing, follow the sequence numbers, fold the batch."""
         st = self.state
-        if len(frames) != 3 or len(frames[1]) != 8:
-            st.malformed(f"expected [topic, 8-byte seq, payload], got {len(frames)} frames")
+        bad = framing_error(frames)
+        if bad is not None:
+            st.malformed(bad)
             return
         seq = int.from_bytes(frames[1], "big")
         if st.last_seq is not None and seq <= st.last_seq and st.holds(seq, frames[2]):
@@ -156,109 +163,65 @@ class Subscriber:
         kind = st.classify(seq)
         if self._rejoined:
             self._rejoined = False
-            if kind != "restart" and self._new_process(ctx):
+            if kind != "restart" and self._new_process(link):
                 kind = "restart"
         if kind == "restart":
             st.restart()
             if seq > 0:  # joined the new process late: ask for its first batches
-                self._fill_gap(ctx, 0, seq)
+                self._fill_gap(link, 0, seq)
         elif kind == "gap" and st.last_seq is not None:
-            self._fill_gap(ctx, st.last_seq + 1, seq)
+            self._fill_gap(link, st.last_seq + 1, seq)
         elif st.last_seq is None and seq > 0:  # joined a running server: ask for its past
-            self._fill_gap(ctx, 0, seq)
+            self._fill_gap(link, 0, seq)
         st.apply(seq, batch, frames[2])
 
-    def catch_up(self, ctx: zmq.Context | None) -> None:
+    def catch_up(self, link: Replayer | None) -> None:
         """Just (re)connected: fold what the server published while we were not listening. If
         its replay socket still holds the last batch we folded, byte for byte, it is the same
         process and the batches after that one are replayed; any other answer means a new
         process: the view restarts from that process's batch 0. No answer (no replay socket,
         or not yet bound) changes nothing: the next live batch decides, as before."""
         st = self.state
-        if ctx is None or self.replay_url is None:
+        if link is None or self.replay_url is None:
             return
         most = self.config.max_replay
         if st.last_seq is None or not st.ring:
-            got, answered = self._replay(ctx, 0, most)
+            got, answered = link.replay(0, most)
         else:
             last = st.ring[-1]
-            got, answered = self._replay(ctx, last[0], last[0] + most)
+            got, answered = link.replay(last[0], last[0] + most)
             if answered and got[:1] == [last]:
                 got = got[1:]
             elif answered:
                 st.restart()
-                got, answered = self._replay(ctx, 0, most)
+                got, answered = link.replay(0, most)
         if not answered:
             return
         self._rejoined = False
         for seq, payload in got:
             st.feed(seq, payload, replayed=True)
 
-    def _new_process(self, ctx: zmq.Context | None) -> bool:
+    def _new_process(self, link: Replayer | None) -> bool:
         """After a reconnect a seq above the last one is ambiguous (the old process going on, or
         a new one that has sent more batches than the old one did). Ask the replay socket for the last batch we
         folded: the same bytes mean the same process. No replay socket: assume the same."""
         st = self.state
-        if ctx is None or self.replay_url is None or st.last_seq is None or not st.ring:
+        if link is None or self.replay_url is None or st.last_seq is None or not st.ring:
             return False
         last, payload = st.ring[-1]
-        got, answered = self._replay(ctx, last, last + 1)
+        got, answered = link.replay(last, last + 1)
         return answered and got != [(last, payload)]
 
-    def _fill_gap(self, ctx: zmq.Context | None, start: int, upto: int) -> None:
+    def _fill_gap(self, link: Replayer | None, start: int, upto: int) -> None:
         got = 0
         if (
-            ctx is not None
+            link is not None
             and self.replay_url is not None
             and upto - start <= self.config.max_replay
         ):
-            for seq, payload in self._replay(ctx, start, upto)[0]:
+            for seq, payload in link.replay(start, upto)[0]:
                 if self.state.feed(seq, payload, replayed=True):
                     got += 1
         missed = (upto - start) - got
         if missed > 0:
             self.state.mark_gap(missed)
-
-    def _replay(
-        self, ctx: zmq.Context, start: int, upto: int
-    ) -> tuple[list[tuple[int, bytes]], bool]:
-        """Batches ``start <= seq < upto`` from the replay socket, in order, whatever arrives
-        within the timeout (a fresh DEALER each time: no stale replies can leak across); and
-        whether the socket answered at all."""
-        assert self.replay_url is not None
-        out: list[tuple[int, bytes]] = []
-        answered = False
-        dealer = ctx.socket(zmq.DEALER)
-        try:
-            dealer.setsockopt(zmq.LINGER, 0)
-            dealer.setsockopt(zmq.RCVHWM, self.config.rcvhwm)
-            dealer.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-            dealer.connect(self.replay_url)
-            dealer.send_multipart((b"", seq_bytes(start)), zmq.NOBLOCK)
-            deadline = time.monotonic() + self.config.replay_timeout_s
-            expect, room = start, self.config.max_replay_bytes
-            for _ in range(self.config.max_replay + 1):
-                left = deadline - time.monotonic()
-                if left <= 0 or not dealer.poll(int(left * 1000)):
-                    break
-                # [b"", seq, payload], or [b"", topic, seq, payload] from newer vLLM
-                body = dealer.recv_multipart()[1:]
-                answered = True
-                if len(body) == 3:
-                    body = body[1:]
-                if len(body) != 2 or len(body[0]) != 8 or body[0] == END_SEQ:
-                    break
-                seq = int.from_bytes(body[0], "big")
-                if seq >= upto:
-                    break
-                if seq == expect:
-                    room -= len(body[1])
-                    if room < 0:  # a server replaying more than we keep: the rest is a gap
-                        break
-                    out.append((seq, body[1]))
-                    expect += 1
-        except zmq.ZMQError:
-            pass  # no replay socket reachable: the gap is marked
-        finally:
-            dealer.close(linger=0)
-        return out, answered
