@@ -722,3 +722,40 @@ def test_a_replay_step_that_raised_does_not_fold_its_batch_again(monkeypatch):
         replay.at(4)
     replay.at(4)
     assert applied == [0, 1, 2, 3], "a batch was folded twice"
+
+
+def test_a_seq_at_the_top_of_its_range_does_not_end_the_subscriber():
+    """Eight bytes of seq reach 2**64 - 1. On the next reconnect the subscriber asked the replay
+    socket for ``seq .. seq + max_replay``, and msgpack cannot carry an int past 2**64 - 1 to the
+    reader process: the OverflowError ended the subscriber's thread, and the page went on saying
+    "connected" over a view that never changed again. The new server's batches still fold."""
+    port, _ = free_ports()
+    url = f"tcp://127.0.0.1:{port}"
+    ctx = zmq.Context()
+    state = WatchState()
+    sub = Subscriber(SubscriberConfig(url, replay_timeout_s=0.2), state).start()
+    top = (1 << 64) - 1
+    try:
+        pub = hostile_publisher(ctx, url)
+        assert pub.poll(10_000), "no subscriber joined"
+        pub.recv()
+        end = time.monotonic() + 10
+        while state.last_seq != top:
+            assert time.monotonic() < end, "the batch at the top seq never folded"
+            pub.send_multipart([b"", K.seq_bytes(top), payload([request_blocks(SYSTEM, 0)])])
+            time.sleep(0.05)
+        pub.close(linger=0)
+        wait_until(lambda: not sub.connected)
+        pub = hostile_publisher(ctx, url)  # the server back, counting from 0 again
+        wait_until(lambda: sub.connected)
+        good = [b"", K.seq_bytes(0), payload([request_blocks([5] * (3 * BS), 1)])]
+        end = time.monotonic() + 10
+        while state.last_seq != 0:
+            assert sub.alive, "the subscriber's thread ended"
+            assert time.monotonic() < end, "the new server's batch never folded"
+            pub.send_multipart(good)
+            time.sleep(0.05)
+        assert state.snapshot().num_blocks == 3
+    finally:
+        sub.stop()
+        ctx.destroy(linger=0)

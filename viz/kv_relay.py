@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 POLL_BYTES = 16 << 20  # what one poll answer carries (plus its last message)
 MEMORY_BYTES = 512 << 20  # the child's address space beyond what it maps once its sockets exist
 OVERHEAD = 64  # msgpack bytes around one message or replayed batch, at most
+SEQ_END = (1 << 64) - 1  # END_SEQ as an int: the most a seq, or msgpack's int, can be
 ABANDONED = 3  # the child's exit status when zmq has given up on its connection
 RETRY_WITHIN_S = 1.0  # how soon zmq schedules a reconnect after a disconnect it will retry
 
@@ -247,6 +248,9 @@ class Relay:
         return self._ask(_POLLED, ["poll", timeout_ms, max_messages], timeout_ms / 1000)
 
     def replay(self, start: int, upto: int) -> Replayed:
+        # a seq is 8 bytes and so is msgpack's widest int: ``last + max_replay`` past the top
+        # raised OverflowError here, ending the subscriber. 2**64 - 1 is END_SEQ, never a batch.
+        start, upto = (min(max(0, n), SEQ_END) for n in (start, upto))
         return self._ask(_REPLAYED, ["replay", start, upto], self.config.replay_timeout_s)
 
     def close(self) -> None:
