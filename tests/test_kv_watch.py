@@ -759,3 +759,31 @@ def test_a_seq_at_the_top_of_its_range_does_not_end_the_subscriber():
     finally:
         sub.stop()
         ctx.destroy(linger=0)
+
+
+def test_the_reader_answers_an_app_holding_more_than_1024_files():
+    """An app server with many sessions holds many descriptors (a socket each, and the files it
+    reads). The pipe from the reader process then has a number past 1023, where select() raises
+    ValueError: the subscriber's thread ended on its first poll. poll() has no such bound."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1100
+    if soft < want:
+        if hard != resource.RLIM_INFINITY and hard < want:
+            pytest.skip(f"this process may open only {hard} files")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    held: list[int] = []
+    try:
+        while not held or held[-1] < 1030:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        port, _ = free_ports()
+        sub = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}", replay_endpoint=""))
+        with Relay(sub.relay_config()) as relay:
+            assert relay._back.fileno() > 1023
+            assert relay.poll(10, 1) == ([], [])
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

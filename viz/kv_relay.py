@@ -285,9 +285,13 @@ class Relay:
         buf = bytearray(n)
         view, got = memoryview(buf), 0
         fd = self._back.fileno()
+        # poll, not select: an app server holding over 1,023 descriptors (a socket per session)
+        # gets a pipe numbered past select's FD_SETSIZE, where select raises ValueError
+        ready = select.poll()
+        ready.register(fd, select.POLLIN)
         while got < n:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0 or not ready.poll(left * 1000):
                 self.close()
                 raise RelayError("the socket reader did not answer in time")
             k = os.readv(fd, [view[got:]])
