@@ -787,3 +787,39 @@ def test_the_reader_answers_an_app_holding_more_than_1024_files():
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_reader_that_keeps_ending_is_started_ever_less_often(monkeypatch):
+    """A server can end every reader it meets (a frame over the limit on each connection:
+    zmq gives the connection up). Measured: a new reader process every 2 s for as long as the
+    page watched (14 in 30 s; heavier messages make each one cost more). The wait between
+    starts doubles up to 30 s while readers keep ending, and is 1 s again after a reader that
+    lived that long."""
+    import viz.kv_subscriber as KS
+
+    clock = [0.0]
+    lives = iter([0.5] * 7 + [31.0, 0.5, 0.5])  # seconds each reader lived
+    waits: list[float] = []
+
+    class EndingRelay:
+        def __init__(self, config) -> None:
+            clock[0] += next(lives)
+            raise KS.RelayError("the socket reader process ended (exit status -6)")
+
+    class Stop:
+        def is_set(self) -> bool:
+            return len(waits) >= 10
+
+        def wait(self, timeout: float) -> bool:
+            waits.append(timeout)
+            clock[0] += timeout
+            return self.is_set()
+
+    monkeypatch.setattr(KS, "Relay", EndingRelay)
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    state = WatchState()
+    sub = Subscriber(SubscriberConfig("tcp://127.0.0.1:5557", replay_endpoint=""), state)
+    sub._stop = Stop()  # type: ignore[assignment]
+    sub._run()
+    assert waits == [1, 2, 4, 8, 16, 30, 30, 1, 2, 4]
+    assert state.last_error.endswith("starting a new one in 4 s")

@@ -6,14 +6,14 @@ multipart message whole, however many frames, before any of it is readable) for 
 connection on any frame over ``MAX_MESSAGE_BYTES``, unread, and the receive queue is capped at
 ``rcvhwm`` messages, so it holds at most ``QUEUE_BYTES`` (a full queue makes zmq stop reading
 the socket: the server's own queue waits, or drops, and we see a gap); a replay keeps at most
-``max_replay_bytes``: memory stays bounded whatever the server sends. A reader process that
-ends (at its memory cap, or because zmq will not reconnect after a frame it refused) counts
-as a disconnect, and a new one is started. When sequence numbers jump, it asks the replay socket for the
-missing batches (a DEALER, which reads the whole reply stream) and marks a gap for whatever the
-replay could not give. A server that goes away is reconnected to by zmq itself; a restarted one
-(its seq goes back) resets the view. On every (re)connect it asks the replay socket what it
-missed (a run that has finished and only holds its sockets open sends nothing live), and drops
-the live copies of batches it already replayed.
+``max_replay_bytes``: memory stays bounded whatever the server sends. A reader process that ends
+(at its memory cap, or because zmq will not reconnect after a frame it refused) counts as a
+disconnect, and a new one is started (ever later while readers keep ending). When sequence
+numbers jump, it asks the replay socket for the missing batches (a DEALER, which reads the whole
+reply stream) and marks a gap for whatever the replay could not give. A server that goes away is
+reconnected to by zmq itself; a restarted one (its seq goes back) resets the view. On every
+(re)connect it asks the replay socket what it missed (a run that has finished and only holds its
+sockets open sends nothing live), and drops the live copies of batches it already replayed.
 
 No torch, no Streamlit.
 """
@@ -21,6 +21,7 @@ No torch, no Streamlit.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,6 +35,10 @@ from viz.kv_watch import WatchState
 #: MAX_MESSAGE_BYTES (a queue of 10,000 let a server that sends faster than the page folds fill
 #: 40 GiB of the app's memory).
 QUEUE_BYTES = 32 << 20
+#: The wait before a new socket reader process, doubling while readers keep ending, up to the
+#: most; back to the least after a reader that lived longer than the most.
+RESTART_WAIT_S = 1.0
+RESTART_WAIT_MAX_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,9 @@ class Subscriber:
         )
 
     def _run(self) -> None:
+        wait = 0.0
         while not self._stop.is_set():
+            began = time.monotonic()
             try:
                 with Relay(self.relay_config()) as relay:
                     self.relay = relay
@@ -117,8 +124,14 @@ class Subscriber:
             except (RelayError, OSError) as e:  # OSError: no process could be started
                 if self.connected:  # its sockets went with it
                     self._on_monitor(zmq.EVENT_DISCONNECTED)
-                self.state.malformed(f"{e}; starting a new one")
-                self._stop.wait(1.0)
+                # a server can end every reader it meets (a frame over the limit on each
+                # connection): each new one costs a process and a reconnect, so while readers
+                # keep ending they are started ever less often
+                lived = time.monotonic() - began
+                fresh = not wait or lived > RESTART_WAIT_MAX_S
+                wait = RESTART_WAIT_S if fresh else min(2 * wait, RESTART_WAIT_MAX_S)
+                self.state.malformed(f"{e}; starting a new one in {wait:g} s")
+                self._stop.wait(wait)
 
     def _follow(self, relay: Relay) -> None:
         while not self._stop.is_set():
