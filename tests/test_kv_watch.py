@@ -823,3 +823,39 @@ def test_a_reader_that_keeps_ending_is_started_ever_less_often(monkeypatch):
     sub._run()
     assert waits == [1, 2, 4, 8, 16, 30, 30, 1, 2, 4]
     assert state.last_error.endswith("starting a new one in 4 s")
+
+
+def test_one_poll_of_the_reader_answers_in_time_and_loses_nothing(monkeypatch):
+    """Reading a message of a million empty frames takes the reader about a second of CPU, and
+    a poll read on while messages kept coming (up to batch_limit, 2,000, as a malformed one
+    counts a few bytes whatever its frames): the answer missed the app's deadline, the app
+    thread waited 10 s, killed the reader and dropped what it had read. A poll now answers
+    after POLL_SECONDS of reading, and the next one reads on from there."""
+    import viz.kv_relay as KR
+
+    monkeypatch.setattr(KR, "POLL_SECONDS", 0.05)
+    port, _ = free_ports()
+    url = f"tcp://127.0.0.1:{port}"
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.bind(url)
+    config = Subscriber(SubscriberConfig(url, replay_endpoint="", rcvhwm=64)).relay_config()
+    sockets = Sockets(config)
+    try:
+        while not sockets.poll(10, 1)[0]:  # the monitor says connected
+            pass
+        time.sleep(0.2)  # the subscription reaches the publisher
+        for _ in range(20):
+            pub.send_multipart([b""] * 20_000)
+        time.sleep(0.5)  # all of them queued in the reader
+        first = sockets.poll(10, 2_000)[1]
+        assert 0 < len(first) < 20
+        got = len(first)
+        end = time.monotonic() + 10
+        while got < 20 and time.monotonic() < end:
+            got += len(sockets.poll(10, 2_000)[1])
+        assert got == 20
+    finally:
+        sockets.ctx.destroy(linger=0)
+        ctx.destroy(linger=0)

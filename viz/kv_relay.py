@@ -44,6 +44,9 @@ from engine.kv_events import END_SEQ, MAX_MESSAGE_BYTES, seq_bytes
 ROOT = Path(__file__).resolve().parent.parent
 POLL_BYTES = 16 << 20  # what one poll answer carries (plus its last message)
 MEMORY_BYTES = 512 << 20  # the child's address space beyond what it maps once its sockets exist
+#: How long one poll reads on: a message of a million empty frames takes about a second to
+#: read, and the app waits for an answer only so long (``Relay._ask``).
+POLL_SECONDS = 0.5
 OVERHEAD = 64  # msgpack bytes around one message or replayed batch, at most
 SEQ_END = (1 << 64) - 1  # END_SEQ as an int: the most a seq, or msgpack's int, can be
 ABANDONED = 3  # the child's exit status when zmq has given up on its connection
@@ -112,8 +115,9 @@ class Sockets:
         return sock
 
     def poll(self, timeout_ms: int, max_messages: int) -> tuple[list[int], Messages]:
-        """Monitor events, or else up to ``max_messages`` messages (about ``POLL_BYTES``): the
-        app asks its replay socket what it missed on a connect before it reads on."""
+        """Monitor events, or else up to ``max_messages`` messages (about ``POLL_BYTES``, or
+        what ``POLL_SECONDS`` of reading brings): the app asks its replay socket what it
+        missed on a connect before it reads on."""
         self.poller.poll(timeout_ms)
         events = []
         while self.monitor.poll(0):
@@ -123,6 +127,7 @@ class Sockets:
                 events.append(ev)
         messages: Messages = []
         size = 0
+        until = time.monotonic() + POLL_SECONDS
         while not events and len(messages) < max_messages and size < POLL_BYTES:
             if not self.sub.poll(0):
                 break
@@ -130,6 +135,8 @@ class Sockets:
             bad = framing_error(frames)
             messages.append(frames if bad is None else bad)
             size += OVERHEAD + (len(bad) if bad else sum(map(len, frames)))
+            if time.monotonic() > until:
+                break
         return events, messages
 
     @property
