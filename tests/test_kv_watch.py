@@ -859,3 +859,32 @@ def test_one_poll_of_the_reader_answers_in_time_and_loses_nothing(monkeypatch):
     finally:
         sockets.ctx.destroy(linger=0)
         ctx.destroy(linger=0)
+
+
+def test_a_bug_in_folding_is_one_line_and_the_view_goes_on(monkeypatch):
+    """Only a reader that ended (RelayError) or could not start (OSError) was caught: any other
+    exception (two were found: an OverflowError, a ValueError from select) ended the thread
+    unsaid, and the page went on saying "connected" over a view that never changed. It is
+    now logged, said in one line, and a new reader catches up from the replay socket."""
+    real = WatchState.apply
+    failed: list[bool] = []
+
+    def apply_once_broken(self, *args, **kwargs):
+        if not failed:
+            failed.append(True)
+            raise RuntimeError("a bug")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(WatchState, "apply", apply_once_broken)
+    port, _ = free_ports()
+    url = f"tcp://127.0.0.1:{port}"
+    state = WatchState()
+    pub = K.KVEventPublisher(url)
+    sub = Subscriber(SubscriberConfig(url), state).start()
+    try:
+        publish_until(pub, [request_blocks(SYSTEM, 0)], lambda: state.snapshot().num_blocks == 2)
+        assert failed and sub.alive
+        assert "RuntimeError, ref " in state.last_error and "\n" not in state.last_error
+    finally:
+        sub.stop()
+        pub.close()

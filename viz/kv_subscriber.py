@@ -28,6 +28,7 @@ from typing import Protocol
 import zmq
 
 from engine.kv_events import MAX_MESSAGE_BYTES, MalformedBatch, decode_batch, parse_endpoint
+from viz import safe
 from viz.kv_relay import MEMORY_BYTES, Relay, RelayConfig, RelayError, Replayed, framing_error
 from viz.kv_watch import WatchState
 
@@ -121,7 +122,11 @@ class Subscriber:
                 with Relay(self.relay_config()) as relay:
                     self.relay = relay
                     self._follow(relay)
-            except (RelayError, OSError) as e:  # OSError: no process could be started
+            except Exception as e:  # noqa: BLE001 - a thread that ends leaves "connected" shown
+                # RelayError: the reader ended; OSError: none could be started; anything else
+                # is a bug, logged, and the view goes on as after a reader that ended
+                known = isinstance(e, (RelayError, OSError))
+                why = str(e) if known else safe.report(e, "the KV-event subscriber failed")
                 if self.connected:  # its sockets went with it
                     self._on_monitor(zmq.EVENT_DISCONNECTED)
                 # a server can end every reader it meets (a frame over the limit on each
@@ -130,7 +135,7 @@ class Subscriber:
                 lived = time.monotonic() - began
                 fresh = not wait or lived > RESTART_WAIT_MAX_S
                 wait = RESTART_WAIT_S if fresh else min(2 * wait, RESTART_WAIT_MAX_S)
-                self.state.malformed(f"{e}; starting a new one in {wait:g} s")
+                self.state.malformed(f"{why}; starting a new one in {wait:g} s")
                 self._stop.wait(wait)
 
     def _follow(self, relay: Relay) -> None:
