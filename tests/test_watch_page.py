@@ -202,20 +202,38 @@ def test_a_foreign_recording_is_one_error_line():
 
 
 def test_a_gone_sessions_subscriber_is_stopped_on_the_next_connect(monkeypatch):
+    """...once the lock every session's connect takes is let go: stopping waits up to 2 s for
+    the subscriber's thread, and other sessions' connects waited with it."""
     from viz import watch_page
     from viz.kv_subscriber import Subscriber, SubscriberConfig
 
     port, _ = free_ports()
     gone = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}")).start()
     here = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}")).start()
-    monkeypatch.setattr(watch_page, "_LIVE", [("gone", gone), ("here", here)])
+    stopped_holding_lock = []
+    stop = gone.stop
+
+    def watched_stop(timeout: float = 2.0) -> None:
+        stopped_holding_lock.append(watch_page._LIVE_LOCK.locked())
+        stop(timeout)
+
+    monkeypatch.setattr(gone, "stop", watched_stop)
+    monkeypatch.setattr(watch_page, "_LIVE", [("gone", gone), ("here", here), ("gone", gone)])
     monkeypatch.setattr(watch_page, "session_alive", lambda sid: sid != "gone")
+    script = f"""
+from viz import watch_page
+watch_page._connect("tcp://127.0.0.1:{port}", "", False, watch_page.TEXT["en"])
+"""
+    at = AppTest.from_string(script, default_timeout=30)
     try:
-        with watch_page._LIVE_LOCK:
-            watch_page._prune()
-        assert [sid for sid, _ in watch_page._LIVE] == ["here"]
+        at.run()
+        assert not at.exception
+        assert [sid for sid, _ in watch_page._LIVE][0] == "here"
+        assert stopped_holding_lock == [False]  # once, and not under the lock
         assert not gone.alive and here.alive
     finally:
+        for sub in {id(s): s for _, s in watch_page._LIVE}.values():
+            sub.stop()
         gone.stop()
         here.stop()
 

@@ -95,14 +95,17 @@ def _connect(addr: str, topic: str, remote: bool, t: dict) -> Subscriber | None:
         st.error(safe.md_text(e))
         return None
     with _LIVE_LOCK:
-        _prune()
+        gone = _prune()
         sub = next((s for _, s in _LIVE if _stream(s) == _stream(fresh)), None)
-        if sub is None:
-            if len({id(s) for _, s in _LIVE}) >= MAX_SUBSCRIBERS:
-                st.error(t["too_many"].format(n=MAX_SUBSCRIBERS))
-                return None
+        if sub is None and len({id(s) for _, s in _LIVE}) < MAX_SUBSCRIBERS:
             sub = fresh.start()
-        _LIVE.append((session_id(), sub))
+        if sub is not None:
+            _LIVE.append((session_id(), sub))
+    for old_sub in gone:  # each may take its 2 s to end: other sessions' connects go on
+        old_sub.stop()
+    if sub is None:
+        st.error(t["too_many"].format(n=MAX_SUBSCRIBERS))
+        return None
     ss.kvw_sub = sub
     return sub
 
@@ -113,16 +116,16 @@ def _stream(sub: Subscriber) -> tuple:
     return (sub.url, sub.replay_url, sub.config.topic)
 
 
-def _prune() -> None:
-    """Stop the subscribers only gone sessions watched (a closed tab never says goodbye).
-    Called with ``_LIVE_LOCK`` held, on every connect: a gone session's thread lives, bounded,
-    until the next one."""
+def _prune() -> list[Subscriber]:
+    """Forget the subscribers only gone sessions watched (a closed tab never says goodbye) and
+    return them, for the caller to stop once it has let go of ``_LIVE_LOCK`` (held here, on every
+    connect): stopping one waits up to 2 s for its thread, and with the lock held every other
+    session's connect waited too. A gone session's thread lives, bounded, until the next one."""
     keep = [(sid, sub) for sid, sub in _LIVE if sub.alive and session_alive(sid)]
     held = {id(sub) for _, sub in keep}
-    for _, sub in _LIVE:
-        if id(sub) not in held:
-            sub.stop()
+    gone = list({id(sub): sub for _, sub in _LIVE if id(sub) not in held}.values())
     _LIVE[:] = keep
+    return gone
 
 
 def _drop(sub: Subscriber) -> None:
