@@ -12,6 +12,12 @@ const OWN_KEYS = "[role=grid], [role=treegrid], [role=slider], [role=tablist], [
                  "[role=combobox], [role=menu], [role=radiogroup], [role=spinbutton]";
 const HINT_MS = 4000;  // how long presenter mode says how to leave it
 const SLOTS = ["lm", "lg", "lp", "rm", "rg", "rp", "lc", "rc", "body", "step"];
+// The rows above the grids whose text changes from frame to frame: each group is held as tall
+// as its tallest text (both sides alike). [box id, slot index into a frame record] per side;
+// a chapter title and a side title come from data, not frames.
+const ROWS = [[["pk-chapter", null]], [["pk-cap-l", 6], ["pk-cap-r", 7]],
+              [["pk-title-l", null], ["pk-title-r", null]], [["pk-lm", 0], ["pk-rm", 3]]];
+const FIT_MAX = 40;  // texts measured per box: the longest (a long run has thousands)
 const TARGETS = { lm: "pk-lm", lg: "pk-lg", lp: "pk-lp", rm: "pk-rm", rg: "pk-rg", rp: "pk-rp",
                   lc: "pk-cap-l", rc: "pk-cap-r", body: "pk-body" };
 
@@ -43,6 +49,12 @@ class Player {
     this.early = [];          // keys pressed before the first frames were in (see key())
     this.onKey = (e) => this.key(e);
     document.addEventListener("keydown", this.onKey, true);
+    // A new width or font size (a resized window, presenter mode, zoom) re-measures the rows.
+    this.fitted = "";
+    // (after the observer's turn: rows grown inside it would be a resize loop error)
+    this.resized = new ResizeObserver(() => requestAnimationFrame(() => this.fitRows()));
+    this.resized.observe(root);
+    if (document.fonts) document.fonts.ready.then(() => { this.fitted = ""; this.fitRows(); });
   }
 
   // Open ``data`` on frame ``start``; ``start`` null stays on the frame shown (the same lesson
@@ -71,7 +83,9 @@ class Player {
     this.shownChapter = undefined;     // another language: the chapter title is redrawn too
     this.static();
     this.i = -1;
+    this.fitted = "";
     this.go(start);
+    this.fitRows();
     for (const k of this.early.splice(0)) this.act(k);
     this.el("pk-error").hidden = true;
     delete this.root.dataset.error;
@@ -161,6 +175,7 @@ class Player {
       this.el("pk-chapter").textContent = ch.title;
       this.el("pk-sides").hidden = ch.score;
       this.el("pk-score").hidden = !ch.score;
+      if (!ch.score && this.rowsStale) this.fitRows();
       const step = ch.step === null ? this.lastStepBefore(n) : n;
       this.root.querySelectorAll(".pk-p-nav button").forEach((b) =>
         b.classList.toggle("on", Number(b.dataset.chapter) === step));
@@ -177,6 +192,67 @@ class Player {
     }
     this.root.dataset.frame = i;
     this.queueUrl();
+  }
+
+  // The chapter title, the captions, the side titles and the metrics strips sit above the
+  // grids, and their text wraps to more lines on some frames than on others: each row is held
+  // as tall as its tallest text at this width, on both sides, so the grids neither move nor
+  // resize under the lecturer's pointer, and both sides keep one scale. Measured once per
+  // width, font size and payload (off screen, all at once); a key costs nothing.
+  fitRows() {
+    if (!this.frames) return;
+    const key = [this.root.clientWidth, getComputedStyle(this.root).fontSize, this.data.id,
+                 this.data.lang, this.frames.length].join();
+    if (key === this.fitted && !this.rowsStale) return;
+    // widths read first and heights read last: two layouts, however many rows
+    const rows = ROWS.map((group) => group.map(([id, slot]) => {
+      const el = this.el(id);  // a caption is measured with its "Left" / "Right" tag
+      const box = id.startsWith("pk-cap-") ? el.parentElement : el;
+      return { box, slot: el, width: box.getBoundingClientRect().width };
+    }));
+    // hidden (the scoreboard) or not laid out yet: measured when the grids are shown
+    this.rowsStale = rows.some((g) => g.some((r) => r.width === 0));
+    if (this.rowsStale) return;
+    this.fitted = key;
+    const probes = [];
+    ROWS.forEach((group, g) => group.forEach(([id, slot], k) => {
+      const r = rows[g][k];
+      const probe = document.createElement("div");
+      probe.style.cssText = "position:absolute;left:0;top:0;visibility:hidden;" +
+        "pointer-events:none;display:flex;flex-direction:column;width:" + r.width + "px";
+      const at = r.slot === r.box ? -1 : [...r.box.children].indexOf(r.slot);
+      r.clones = this.rowTexts(id, slot).map((h) => {
+        const c = r.box.cloneNode(true);
+        c.removeAttribute("id");
+        c.querySelectorAll("[id]").forEach((e) => e.removeAttribute("id"));
+        c.style.minHeight = "";
+        c.style.flex = "none";  // the chapter title's flex basis is a width, not a height
+        (at < 0 ? c : c.children[at]).innerHTML = h;
+        probe.appendChild(c);
+        return c;
+      });
+      r.box.parentElement.appendChild(probe);
+      probes.push(probe);
+    }));
+    const tall = rows.map((group) => Math.max(...group.flatMap((r) => r.clones.map(
+      (c) => c.getBoundingClientRect().height))));
+    rows.forEach((group, g) => group.forEach((r) => {
+      r.box.style.minHeight = Math.ceil(tall[g]) + "px";
+    }));
+    probes.forEach((p) => p.remove());
+  }
+
+  // The HTML a row's box shows over the lesson, one per text shown (a strip's bar widths
+  // change no height), the longest texts first, at most FIT_MAX of them.
+  rowTexts(id, slot) {
+    let all;
+    if (id === "pk-chapter") all = this.data.chapters.map((c) => esc(c.title));
+    else if (slot === null) all = [this.el(id).innerHTML];
+    else all = [...new Set(this.frames.map((rec) => rec[slot]))].map((p) => this.pieces[p]);
+    const byText = new Map();
+    for (const h of all) byText.set(h.replace(/<[^>]*>/g, ""), h);
+    return [...byText].sort((a, b) => b[0].length - a[0].length).slice(0, FIT_MAX)
+      .map((x) => x[1]);
   }
 
   lastStepBefore(n) {
@@ -382,6 +458,7 @@ class Player {
 
   destroy() {
     this.stop();
+    this.resized.disconnect();
     document.removeEventListener("keydown", this.onKey, true);
     document.body.classList.remove("pk-presenting");
   }

@@ -1,0 +1,96 @@
+"""The player at a lecturer's projector and on a student's screen, from the offline file (the
+app's own player, no server to wait for): the grids hold still while the lecturer steps, both
+sides keep one scale, and presenter mode is readable from the back row. Geometry, not pixels:
+bounding boxes, computed font sizes and scroll sizes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from viz import export
+from viz.serve import CHROMIUM, wait_ready
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium"),
+]
+pytest.importorskip("playwright.sync_api")
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+LESSONS = ("six-steps", "recompute-or-swap")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("fit")
+    for name in LESSONS:
+        assert export.main(["--lesson", name, "--out", str(out), "--format", "html"]) == 0
+    return {name: out / f"{name}.html" for name in LESSONS}
+
+
+def _open(browser, path: Path, size: tuple[int, int], hash_: str, scale: float = 1):
+    ctx = browser.new_context(
+        viewport={"width": size[0], "height": size[1]}, device_scale_factor=scale
+    )
+    page = ctx.new_page()
+    page.goto(path.as_uri() + hash_)
+    wait_ready(page)
+    return ctx, page
+
+
+# Every frame's two grid boxes, rounded to a pixel (one evaluate: no round trip per frame).
+GRIDS_JS = """(n) => { const out = [];
+  for (let i = 0; i < n; i++) { window.pkPlayer.go(i);
+    const g = [...document.querySelectorAll('#pk-lg svg, #pk-rg svg')].map((s) => {
+      const r = s.getBoundingClientRect();
+      return [Math.round(r.left), Math.round(r.top), Math.round(r.width), Math.round(r.height)];
+    });
+    if (g.every((r) => r[2] > 0)) out.push([i, g]); }
+  return out; }"""
+
+
+# Resolves once a resize has been answered: the observer's callback, then the animation frame
+# it measures in.
+SETTLED_JS = """() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(
+  () => requestAnimationFrame(r))))"""
+
+
+def _grids(page) -> list:
+    n = page.evaluate("() => window.pkPlayer.frames.length")
+    return page.evaluate(GRIDS_JS, n)
+
+
+@pytest.mark.parametrize(
+    ("lesson", "lang", "size", "present"),
+    [
+        ("six-steps", "en", (1280, 720), True),  # a caption wraps to two lines on some frames
+        ("recompute-or-swap", "zh", (1920, 1080), True),  # one side's counts wrap on some
+        ("six-steps", "en", (1024, 768), False),  # the left title wraps, the right one not
+    ],
+)
+def test_the_grids_hold_still_and_share_one_scale_while_stepping(
+    browser, files, lesson, lang, size, present
+):
+    """A caption, chapter title or metrics line that wraps on some frames pushed the grids
+    down (and, in presenter mode, shrank them) under the lecturer's pointer; a side whose
+    title or counts wrapped drew its arena smaller than the other's, on a page that compares
+    the two at one scale."""
+    ctx, page = _open(browser, files[lesson], size, f"#frame=0&lang={lang}")
+    try:
+        if present:  # as a lecturer turns it on: the rows are measured again at the new size
+            page.keyboard.press("f")
+            page.evaluate(SETTLED_JS)
+        shown = _grids(page)
+        assert len(shown) > 5
+        first = shown[0][1]
+        moved = [(i, g) for i, g in shown if g != first]
+        assert not moved, (first, moved[:3])
+        left, right = first
+        assert left[1] == right[1] and left[3] == right[3], (left, right)  # same top, same height
+        if present:  # held still, not shrunk: the rows above take no more than they need
+            assert left[3] >= 0.6 * size[1], left
+    finally:
+        ctx.close()
