@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from viz import export
-from viz.serve import CHROMIUM, wait_ready
+from viz.serve import CHROMIUM, wait_painted, wait_ready
 
 pytestmark = [
     pytest.mark.browser,
@@ -92,5 +92,42 @@ def test_the_grids_hold_still_and_share_one_scale_while_stepping(
         assert left[1] == right[1] and left[3] == right[3], (left, right)  # same top, same height
         if present:  # held still, not shrunk: the rows above take no more than they need
             assert left[3] >= 0.6 * size[1], left
+    finally:
+        ctx.close()
+
+
+# Every text the player shows in HTML (the grids' SVG labels scale with the arena and are left
+# out): its computed size, and the caption's.
+FONTS_JS = """() => {
+  const out = [];
+  for (const el of document.querySelectorAll('#pk-player *')) {
+    if (el instanceof SVGElement) continue;
+    const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+    const r = el.getBoundingClientRect();
+    if (!own || (r.width === 0 && r.height === 0) || el.closest('[hidden]')) continue;
+    out.push([el.textContent.trim().slice(0, 30), parseFloat(getComputedStyle(el).fontSize)]);
+  }
+  const cap = parseFloat(getComputedStyle(document.querySelector('#pk-cap-l')).fontSize);
+  return {texts: out, caption: cap};
+}"""
+
+
+@pytest.mark.parametrize("size", [(1024, 768), (1280, 720), (1920, 1080)])
+def test_presenter_text_reads_from_the_back_row(browser, files, size):
+    """Presenter mode sized its text by the width alone: a 4:3 projector (1024x768) got 14 px
+    captions over a fifth of the screen left empty, and the secondary labels (the bar's shares,
+    the engine step, the legend; on the scoreboard its heading and the captions of the big
+    numbers, fixed pixel sizes) went down to 8-12 px, 12 px even at 1920x1080. Now the caption
+    is at least 2.2 % of the screen's height, and nothing is under three quarters of it."""
+    ctx, page = _open(browser, files["six-steps"], size, "#frame=9&present=1")
+    try:
+        last = page.evaluate("() => window.pkPlayer.frames.length - 1")
+        for frame in (9, last):  # the grids, then the scoreboard
+            page.evaluate(f"() => window.pkPlayer.go({frame})")
+            wait_painted(page, frame)
+            got = page.evaluate(FONTS_JS)
+            assert got["caption"] >= 0.022 * size[1] - 0.5, (frame, got["caption"])
+            small = [t for t in got["texts"] if t[1] < 0.75 * got["caption"] - 0.05]
+            assert not small, (frame, got["caption"], small[:6])
     finally:
         ctx.close()
