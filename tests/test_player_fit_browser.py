@@ -131,3 +131,45 @@ def test_presenter_text_reads_from_the_back_row(browser, files, size):
             assert not small, (frame, got["caption"], small[:6])
     finally:
         ctx.close()
+
+
+# Each text's box, and whether it lies inside the viewport (to half a pixel).
+OUTSIDE_JS = """() => {
+  const out = [];
+  for (const el of document.querySelectorAll('#pk-player *')) {
+    const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+    const r = el.getBoundingClientRect();
+    if (!own || (r.width === 0 && r.height === 0) || el.closest('[hidden]')) continue;
+    if (getComputedStyle(el).visibility === 'hidden') continue;
+    if (r.left < -0.5 || r.top < -0.5 || r.right > innerWidth + 0.5 || r.bottom > innerHeight + 0.5)
+      out.push([el.textContent.trim().slice(0, 30), Math.round(r.bottom), Math.round(r.right)]);
+  }
+  return out;
+}"""
+OVERLAP_JS = """() => {
+  const a = document.querySelector('#pk-legend').getBoundingClientRect();
+  const b = document.querySelector('#pk-score').getBoundingClientRect();
+  const shown = (r) => r.width > 0 && r.height > 0;
+  return shown(a) && shown(b) && a.top < b.bottom - 1 && b.top < a.bottom - 1;
+}"""
+
+
+@pytest.mark.parametrize("size", [(683, 384), (853, 480)])
+def test_the_scoreboard_fits_a_zoomed_projector_screen(browser, files, size):
+    """A browser zoomed to 150 % on a 1024x576 projector (683x384 CSS pixels): the scoreboard
+    ran past the screen's bottom edge (the captions of its big numbers cut off), and the grid
+    legend, a line the scoreboard has no use for, was drawn over its last rows. 853x480 (a
+    1280x720 projector at 150 %) fitted already and must go on fitting."""
+    ctx, page = _open(browser, files["six-steps"], size, "#frame=0&present=1", scale=1.5)
+    try:
+        last = page.evaluate("() => window.pkPlayer.frames.length - 1")
+        page.keyboard.press("End")
+        wait_painted(page, last)
+        page.evaluate(SETTLED_JS)
+        page.screenshot(path=str(ARTIFACTS / f"present-score-{size[0]}x{size[1]}.png"))
+        assert page.evaluate(OUTSIDE_JS) == []
+        assert not page.evaluate(OVERLAP_JS)
+        page.keyboard.press("f")  # out of presenter mode: the page's own sizes again
+        assert page.evaluate("() => document.querySelector('#pk-score').style.fontSize") == ""
+    finally:
+        ctx.close()

@@ -52,7 +52,10 @@ class Player {
     // A new width or font size (a resized window, presenter mode, zoom) re-measures the rows.
     this.fitted = "";
     // (after the observer's turn: rows grown inside it would be a resize loop error)
-    this.resized = new ResizeObserver(() => requestAnimationFrame(() => this.fitRows()));
+    this.resized = new ResizeObserver(() => requestAnimationFrame(() => {
+      this.fitRows();
+      this.fitScore();
+    }));
     this.resized.observe(root);
     if (document.fonts) document.fonts.ready.then(() => { this.fitted = ""; this.fitRows(); });
   }
@@ -175,7 +178,9 @@ class Player {
       this.el("pk-chapter").textContent = ch.title;
       this.el("pk-sides").hidden = ch.score;
       this.el("pk-score").hidden = !ch.score;
+      this.root.dataset.score = ch.score ? "1" : "0";
       if (!ch.score && this.rowsStale) this.fitRows();
+      if (ch.score) this.fitScore();
       const step = ch.step === null ? this.lastStepBefore(n) : n;
       this.root.querySelectorAll(".pk-p-nav button").forEach((b) =>
         b.classList.toggle("on", Number(b.dataset.chapter) === step));
@@ -240,6 +245,23 @@ class Player {
       r.box.style.minHeight = Math.ceil(tall[g]) + "px";
     }));
     probes.forEach((p) => p.remove());
+  }
+
+  // In presenter mode the scoreboard has the screen's height under the caption and no more:
+  // on a short screen (a zoomed browser: 1024x576 at 150 %) its text shrinks until it fits,
+  // rather than running under the screen's edge (at most three tries: margins are in rem).
+  fitScore() {
+    const score = this.el("pk-score");
+    score.style.fontSize = "";
+    if (!this.present || score.hidden) return;
+    const room = this.el("pk-main").clientHeight;
+    let scale = 1;
+    for (let k = 0; k < 3; k++) {
+      const need = score.getBoundingClientRect().height;
+      if (need <= room + 0.5 || scale <= 0.5) break;
+      scale = Math.max(0.5, scale * room / need);
+      score.style.fontSize = scale.toFixed(3) + "em";
+    }
   }
 
   // The HTML a row's box shows over the lesson, one per text shown (a strip's bar widths
@@ -378,6 +400,7 @@ class Player {
     this.root.classList.toggle("pk-present", on);
     document.body.classList.toggle("pk-presenting", on);
     this.root.dataset.present = on ? "1" : "0";
+    if (this.frames) this.fitScore();
     // Presenter mode hides the help button: say once, for a few seconds, how to leave it (a
     // student opening a ?present=1 link would otherwise have to know F or Escape).
     const hint = this.el("pk-hint");
