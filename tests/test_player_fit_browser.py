@@ -173,3 +173,38 @@ def test_the_scoreboard_fits_a_zoomed_projector_screen(browser, files, size):
         assert page.evaluate("() => document.querySelector('#pk-score').style.fontSize") == ""
     finally:
         ctx.close()
+
+
+# Text boxes that end past the viewport's right edge, and each grid's width.
+PHONE_JS = """() => {
+  const out = [];
+  for (const el of document.querySelectorAll('#pk-player *')) {
+    const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+    const r = el.getBoundingClientRect();
+    if (!own || (r.width === 0 && r.height === 0) || el.closest('[hidden]')) continue;
+    if (r.right > innerWidth + 0.5) out.push([el.textContent.trim().slice(0, 30), r.right]);
+  }
+  const grids = [...document.querySelectorAll('#pk-lg svg, #pk-rg svg')].map(
+    (s) => s.getBoundingClientRect().width);
+  return {past: out, grids, scroll: document.documentElement.scrollWidth, width: innerWidth};
+}"""
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_a_phone_shows_one_side_under_the_other(browser, files, lesson):
+    """On a phone (390x844) both sides were squeezed side by side: 86 px grids, and block
+    tables and queue chips running past the screen's right edge (the page scrolled sideways,
+    or in the app was cut off). Narrow screens stack the sides, and each grid over its
+    panel."""
+    ctx, page = _open(browser, files[lesson], (390, 844), "#frame=0", scale=2)
+    try:
+        for _ in range(4):
+            page.keyboard.press("PageDown")
+        frame = page.evaluate("() => window.pkPlayer.i")
+        wait_painted(page, frame)
+        got = page.evaluate(PHONE_JS)
+        page.screenshot(path=str(ARTIFACTS / f"phone-{lesson}.png"), full_page=True)
+        assert got["past"] == [] and got["scroll"] <= got["width"], got
+        assert min(got["grids"]) >= 300, got["grids"]
+    finally:
+        ctx.close()
