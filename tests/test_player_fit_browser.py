@@ -5,6 +5,7 @@ bounding boxes, computed font sizes and scroll sizes."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ pytest.importorskip("playwright.sync_api")
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
-LESSONS = ("six-steps", "recompute-or-swap")
+LESSONS = ("six-steps", "recompute-or-swap", "fp8-twice")
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +93,23 @@ def test_the_grids_hold_still_and_share_one_scale_while_stepping(
         assert left[1] == right[1] and left[3] == right[3], (left, right)  # same top, same height
         if present:  # held still, not shrunk: the rows above take no more than they need
             assert left[3] >= 0.6 * size[1], left
+    finally:
+        ctx.close()
+
+
+def test_one_long_caption_does_not_take_the_grids_room_on_every_frame(browser, files):
+    """fp8-twice has one caption of 325 characters (four requests stopping in one step), eight
+    lines in presenter mode on a 1024x576 screen zoomed to 150 %: held for every frame, it left
+    the grids 17 px tall throughout. The captions' row is held for its tallest caption only
+    up to 15 % of the screen's height, or as far as 90 % of the frames need: the rare longer
+    caption pushes the grids down on its own frame."""
+    ctx, page = _open(browser, files["fp8-twice"], (683, 384), "#frame=0&present=1", scale=1.5)
+    try:
+        shown = _grids(page)
+        boxes = Counter(tuple(map(tuple, g)) for _, g in shown)
+        (common, n), *_ = boxes.most_common(1)
+        assert n >= 0.85 * len(shown), boxes
+        assert common[0][3] >= 0.25 * 384, common
     finally:
         ctx.close()
 

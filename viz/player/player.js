@@ -12,12 +12,15 @@ const OWN_KEYS = "[role=grid], [role=treegrid], [role=slider], [role=tablist], [
                  "[role=combobox], [role=menu], [role=radiogroup], [role=spinbutton]";
 const HINT_MS = 4000;  // how long presenter mode says how to leave it
 const SLOTS = ["lm", "lg", "lp", "rm", "rg", "rp", "lc", "rc", "body", "step"];
-// The rows above the grids whose text changes from frame to frame: each group is held as tall
-// as its tallest text (both sides alike). [box id, slot index into a frame record] per side;
-// a chapter title and a side title come from data, not frames.
+// The rows above the grids whose text changes from frame to frame (see fitRows): [box id,
+// slot index into a frame record] per side; a chapter title and a side title come from data.
 const ROWS = [[["pk-chapter", null]], [["pk-cap-l", 6], ["pk-cap-r", 7]],
               [["pk-title-l", null], ["pk-title-r", null]], [["pk-lm", 0], ["pk-rm", 3]]];
 const FIT_MAX = 40;  // texts measured per box: the longest (a long run has thousands)
+// The captions' row is held for the tallest caption only up to this share of the screen's
+// height; past it, for the 10 % of frames with the longest captions, one long caption (six
+// requests stopping in one step) pushes the grids down on its own frame instead.
+const CAPTION_ROOM = 0.15, CAPTION_RARE = 0.1;
 const TARGETS = { lm: "pk-lm", lg: "pk-lg", lp: "pk-lp", rm: "pk-rm", rg: "pk-rg", rp: "pk-rp",
                   lc: "pk-cap-l", rc: "pk-cap-r", body: "pk-body" };
 
@@ -202,18 +205,19 @@ class Player {
   // The chapter title, the captions, the side titles and the metrics strips sit above the
   // grids, and their text wraps to more lines on some frames than on others: each row is held
   // as tall as its tallest text at this width, on both sides, so the grids neither move nor
-  // resize under the lecturer's pointer, and both sides keep one scale. Measured once per
-  // width, font size and payload (off screen, all at once); a key costs nothing.
+  // resize under the lecturer's pointer, and both sides keep one scale (the captions up to a
+  // share of the screen: CAPTION_ROOM). Measured once per width, font size and payload (off
+  // screen, all at once); a key costs nothing.
   fitRows() {
     if (!this.frames) return;
     const key = [this.root.clientWidth, getComputedStyle(this.root).fontSize, this.data.id,
-                 this.data.lang, this.frames.length].join();
+                 this.data.lang, this.frames.length, window.innerHeight].join();
     if (key === this.fitted && !this.rowsStale) return;
     // widths read first and heights read last: two layouts, however many rows
     const rows = ROWS.map((group) => group.map(([id, slot]) => {
       const el = this.el(id);  // a caption is measured with its "Left" / "Right" tag
       const box = id.startsWith("pk-cap-") ? el.parentElement : el;
-      return { box, slot: el, width: box.getBoundingClientRect().width };
+      return { id, box, slot: el, width: box.getBoundingClientRect().width };
     }));
     // hidden (the scoreboard) or not laid out yet: measured when the grids are shown
     this.rowsStale = rows.some((g) => g.some((r) => r.width === 0));
@@ -226,7 +230,8 @@ class Player {
       probe.style.cssText = "position:absolute;left:0;top:0;visibility:hidden;" +
         "pointer-events:none;display:flex;flex-direction:column;width:" + r.width + "px";
       const at = r.slot === r.box ? -1 : [...r.box.children].indexOf(r.slot);
-      r.clones = this.rowTexts(id, slot).map((h) => {
+      r.texts = this.rowTexts(id, slot);
+      r.clones = r.texts.map(([h]) => {
         const c = r.box.cloneNode(true);
         c.removeAttribute("id");
         c.querySelectorAll("[id]").forEach((e) => e.removeAttribute("id"));
@@ -239,8 +244,20 @@ class Player {
       r.box.parentElement.appendChild(probe);
       probes.push(probe);
     }));
-    const tall = rows.map((group) => Math.max(...group.flatMap((r) => r.clones.map(
-      (c) => c.getBoundingClientRect().height))));
+    const tall = rows.map((group) => {
+      const hs = group.flatMap((r) => r.clones.map((c, k) =>
+        [c.getBoundingClientRect().height, r.texts[k][1]]));
+      const most = Math.max(...hs.map(([h]) => h));
+      if (!group[0].id.startsWith("pk-cap-")) return most;
+      // the height that all but the rarest longest captions fit in (counted in frames)
+      hs.sort((a, b) => b[0] - a[0]);
+      let over = 0, common = hs[hs.length - 1][0];
+      for (const [h, n] of hs) {
+        over += n;
+        if (over > CAPTION_RARE * group.length * this.frames.length) { common = h; break; }
+      }
+      return Math.min(most, Math.max(common, CAPTION_ROOM * window.innerHeight));
+    });
     rows.forEach((group, g) => group.forEach((r) => {
       r.box.style.minHeight = Math.ceil(tall[g]) + "px";
     }));
@@ -264,15 +281,24 @@ class Player {
     }
   }
 
-  // The HTML a row's box shows over the lesson, one per text shown (a strip's bar widths
-  // change no height), the longest texts first, at most FIT_MAX of them.
+  // [HTML, frames showing it] for each text a row's box shows over the lesson (a strip's bar
+  // widths change no height), the longest texts first, at most FIT_MAX of them.
   rowTexts(id, slot) {
-    let all;
-    if (id === "pk-chapter") all = this.data.chapters.map((c) => esc(c.title));
-    else if (slot === null) all = [this.el(id).innerHTML];
-    else all = [...new Set(this.frames.map((rec) => rec[slot]))].map((p) => this.pieces[p]);
+    let all;  // [HTML, frames]
+    if (id === "pk-chapter") all = this.data.chapters.map((c) => [esc(c.title), 1]);
+    else if (slot === null) all = [[this.el(id).innerHTML, 1]];
+    else {
+      const n = new Map();
+      for (const rec of this.frames) n.set(rec[slot], (n.get(rec[slot]) || 0) + 1);
+      all = [...n].map(([p, k]) => [this.pieces[p], k]);
+    }
     const byText = new Map();
-    for (const h of all) byText.set(h.replace(/<[^>]*>/g, ""), h);
+    for (const [h, k] of all) {
+      const text = h.replace(/<[^>]*>/g, "");
+      const seen = byText.get(text);
+      if (seen) seen[1] += k;
+      else byText.set(text, [h, k]);
+    }
     return [...byText].sort((a, b) => b[0].length - a[0].length).slice(0, FIT_MAX)
       .map((x) => x[1]);
   }
