@@ -59,6 +59,11 @@ SETTLED_JS = """() => new Promise((r) => requestAnimationFrame(() => requestAnim
   () => requestAnimationFrame(r))))"""
 
 
+# The left grid's top, or None on the scoreboard (no grid shown).
+TOP_JS = """() => { const r = document.querySelector('#pk-lg svg').getBoundingClientRect();
+  return r.width ? Math.round(r.top) : null; }"""
+
+
 def _grids(page) -> list:
     n = page.evaluate("() => window.pkPlayer.frames.length")
     return page.evaluate(GRIDS_JS, n)
@@ -110,6 +115,27 @@ def test_one_long_caption_does_not_take_the_grids_room_on_every_frame(browser, f
         (common, n), *_ = boxes.most_common(1)
         assert n >= 0.85 * len(shown), boxes
         assert common[0][3] >= 0.25 * 384, common
+    finally:
+        ctx.close()
+
+
+def test_a_reader_scrolled_to_the_end_of_the_page_sees_the_grids_hold_still(browser, files):
+    """Outside presenter mode the page scrolls. A reader who scrolled to its end (at 1280x720
+    the player's grids, narration and timeline do not fit together) saw the grids jump 58 px
+    down on each frame whose narration or panels were shorter than the last one's: the page got
+    shorter and the browser pulled the scroll position back. Keys step as a reader does, one
+    painted frame at a time."""
+    ctx, page = _open(browser, files["six-steps"], (1280, 720), "#frame=0")
+    try:
+        page.evaluate("() => window.scrollTo(0, document.documentElement.scrollHeight)")
+        page.evaluate(SETTLED_JS)
+        tops = []
+        for frame in range(1, page.evaluate("() => window.pkPlayer.frames.length")):
+            page.keyboard.press("ArrowRight")
+            wait_painted(page, frame)
+            tops.append(page.evaluate(TOP_JS))
+        shown = [t for t in tops if t is not None]
+        assert len(shown) > 90 and len(set(shown)) == 1, Counter(tops)
     finally:
         ctx.close()
 

@@ -55,10 +55,14 @@ class Player {
     // A new width or font size (a resized window, presenter mode, zoom) re-measures the rows.
     this.fitted = "";
     // (after the observer's turn: rows grown inside it would be a resize loop error)
-    this.resized = new ResizeObserver(() => requestAnimationFrame(() => {
-      this.fitRows();
-      this.fitScore();
-    }));
+    this.resized = new ResizeObserver((seen) => {
+      this.holdHeight(seen[seen.length - 1]);
+      requestAnimationFrame(() => {
+        this.fitRows();
+        this.fitScore();
+      });
+    });
+    this.tallest = 0;
     this.resized.observe(root);
     if (document.fonts) document.fonts.ready.then(() => { this.fitted = ""; this.fitRows(); });
   }
@@ -90,6 +94,7 @@ class Player {
     this.static();
     this.i = -1;
     this.fitted = "";
+    this.releaseHeight(this.heldWidth);  // other frames: their own tallest
     this.go(start);
     this.fitRows();
     for (const k of this.early.splice(0)) this.act(k);
@@ -264,6 +269,36 @@ class Player {
     probes.forEach((p) => p.remove());
   }
 
+  // In the page (not presenter mode) the player never gets shorter while one steps: a frame
+  // with a shorter narration or shorter panels would shorten the page, and a reader scrolled
+  // to its end would see the grids jump down as the browser pulls the scroll position back.
+  // It keeps the tallest height it has had at this width, read from the observer's entry
+  // (after layout: no layout of its own). Only grows here: a shrink made inside the observer
+  // would be a resize loop, so letting go (new width, frames or mode) is releaseHeight's.
+  holdHeight(seen) {
+    if (this.present || !seen.borderBoxSize) return;
+    if (seen.contentRect.width !== this.heldWidth) {
+      this.heldWidth = seen.contentRect.width;
+      requestAnimationFrame(() => this.releaseHeight(this.heldWidth));
+      return;
+    }
+    const h = seen.borderBoxSize[0].blockSize;
+    if (h > this.tallest + 0.5) {
+      this.tallest = h;
+      this.root.style.minHeight = h + "px";
+    }
+  }
+
+  // Let go of the height held, and hold the one the frame on screen has by itself.
+  releaseHeight(width) {
+    this.heldWidth = width;
+    this.tallest = 0;
+    this.root.style.minHeight = "";
+    if (this.present || !this.root.isConnected) return;
+    this.tallest = this.root.getBoundingClientRect().height;
+    this.root.style.minHeight = this.tallest + "px";
+  }
+
   // In presenter mode the scoreboard has the screen's height under the caption and no more:
   // on a short screen (a zoomed browser: 1024x576 at 150 %) its text shrinks until it fits,
   // rather than running under the screen's edge (at most three tries: margins are in rem).
@@ -426,6 +461,7 @@ class Player {
     this.root.classList.toggle("pk-present", on);
     document.body.classList.toggle("pk-presenting", on);
     this.root.dataset.present = on ? "1" : "0";
+    this.releaseHeight(undefined);
     if (this.frames) this.fitScore();
     // Presenter mode hides the help button: say once, for a few seconds, how to leave it (a
     // student opening a ?present=1 link would otherwise have to know F or Escape).
