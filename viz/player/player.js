@@ -12,6 +12,15 @@ const OWN_KEYS = "[role=grid], [role=treegrid], [role=slider], [role=tablist], [
                  "[role=combobox], [role=menu], [role=radiogroup], [role=spinbutton]";
 const HINT_MS = 4000;  // how long presenter mode says how to leave it
 const SLOTS = ["lm", "lg", "lp", "rm", "rg", "rp", "lc", "rc", "body", "step"];
+// The rows above the grids whose text changes from frame to frame (see fitRows): [box id,
+// slot index into a frame record] per side; a chapter title and a side title come from data.
+const ROWS = [[["pk-chapter", null]], [["pk-cap-l", 6], ["pk-cap-r", 7]],
+              [["pk-title-l", null], ["pk-title-r", null]], [["pk-lm", 0], ["pk-rm", 3]]];
+const FIT_MAX = 40;  // texts measured per box: the longest (a long run has thousands)
+// The captions' row is held for the tallest caption only up to this share of the screen's
+// height; past it, for the 10 % of frames with the longest captions, one long caption (six
+// requests stopping in one step) pushes the grids down on its own frame instead.
+const CAPTION_ROOM = 0.15, CAPTION_RARE = 0.1;
 const TARGETS = { lm: "pk-lm", lg: "pk-lg", lp: "pk-lp", rm: "pk-rm", rg: "pk-rg", rp: "pk-rp",
                   lc: "pk-cap-l", rc: "pk-cap-r", body: "pk-body" };
 
@@ -43,6 +52,19 @@ class Player {
     this.early = [];          // keys pressed before the first frames were in (see key())
     this.onKey = (e) => this.key(e);
     document.addEventListener("keydown", this.onKey, true);
+    // A new width or font size (a resized window, presenter mode, zoom) re-measures the rows.
+    this.fitted = "";
+    // (after the observer's turn: rows grown inside it would be a resize loop error)
+    this.resized = new ResizeObserver((seen) => {
+      this.holdHeight(seen[seen.length - 1]);
+      requestAnimationFrame(() => {
+        this.fitRows();
+        this.fitScore();
+      });
+    });
+    this.tallest = 0;
+    this.resized.observe(root);
+    if (document.fonts) document.fonts.ready.then(() => { this.fitted = ""; this.fitRows(); });
   }
 
   // Open ``data`` on frame ``start``; ``start`` null stays on the frame shown (the same lesson
@@ -71,7 +93,10 @@ class Player {
     this.shownChapter = undefined;     // another language: the chapter title is redrawn too
     this.static();
     this.i = -1;
+    this.fitted = "";
+    this.releaseHeight(this.heldWidth);  // other frames: their own tallest
     this.go(start);
+    this.fitRows();
     for (const k of this.early.splice(0)) this.act(k);
     this.el("pk-error").hidden = true;
     delete this.root.dataset.error;
@@ -161,6 +186,9 @@ class Player {
       this.el("pk-chapter").textContent = ch.title;
       this.el("pk-sides").hidden = ch.score;
       this.el("pk-score").hidden = !ch.score;
+      this.root.dataset.score = ch.score ? "1" : "0";
+      if (!ch.score && this.rowsStale) this.fitRows();
+      if (ch.score) this.fitScore();
       const step = ch.step === null ? this.lastStepBefore(n) : n;
       this.root.querySelectorAll(".pk-p-nav button").forEach((b) =>
         b.classList.toggle("on", Number(b.dataset.chapter) === step));
@@ -177,6 +205,137 @@ class Player {
     }
     this.root.dataset.frame = i;
     this.queueUrl();
+  }
+
+  // The chapter title, the captions, the side titles and the metrics strips sit above the
+  // grids, and their text wraps to more lines on some frames than on others: each row is held
+  // as tall as its tallest text at this width, on both sides, so the grids neither move nor
+  // resize under the lecturer's pointer, and both sides keep one scale (the captions up to a
+  // share of the screen: CAPTION_ROOM). Measured once per width, font size and payload (off
+  // screen, all at once); a key costs nothing.
+  fitRows() {
+    if (!this.frames) return;
+    const key = [this.root.clientWidth, getComputedStyle(this.root).fontSize, this.data.id,
+                 this.data.lang, this.frames.length, window.innerHeight].join();
+    if (key === this.fitted && !this.rowsStale) return;
+    // widths read first and heights read last: two layouts, however many rows
+    const rows = ROWS.map((group) => group.map(([id, slot]) => {
+      const el = this.el(id);  // a caption is measured with its "Left" / "Right" tag
+      const box = id.startsWith("pk-cap-") ? el.parentElement : el;
+      return { id, box, slot: el, width: box.getBoundingClientRect().width };
+    }));
+    // hidden (the scoreboard) or not laid out yet: measured when the grids are shown
+    this.rowsStale = rows.some((g) => g.some((r) => r.width === 0));
+    if (this.rowsStale) return;
+    this.fitted = key;
+    const probes = [];
+    ROWS.forEach((group, g) => group.forEach(([id, slot], k) => {
+      const r = rows[g][k];
+      const probe = document.createElement("div");
+      probe.style.cssText = "position:absolute;left:0;top:0;visibility:hidden;" +
+        "pointer-events:none;display:flex;flex-direction:column;width:" + r.width + "px";
+      const at = r.slot === r.box ? -1 : [...r.box.children].indexOf(r.slot);
+      r.texts = this.rowTexts(id, slot);
+      r.clones = r.texts.map(([h]) => {
+        const c = r.box.cloneNode(true);
+        c.removeAttribute("id");
+        c.querySelectorAll("[id]").forEach((e) => e.removeAttribute("id"));
+        c.style.minHeight = "";
+        c.style.flex = "none";  // the chapter title's flex basis is a width, not a height
+        (at < 0 ? c : c.children[at]).innerHTML = h;
+        probe.appendChild(c);
+        return c;
+      });
+      r.box.parentElement.appendChild(probe);
+      probes.push(probe);
+    }));
+    const tall = rows.map((group) => {
+      const hs = group.flatMap((r) => r.clones.map((c, k) =>
+        [c.getBoundingClientRect().height, r.texts[k][1]]));
+      const most = Math.max(...hs.map(([h]) => h));
+      if (!group[0].id.startsWith("pk-cap-")) return most;
+      // the height that all but the rarest longest captions fit in (counted in frames)
+      hs.sort((a, b) => b[0] - a[0]);
+      let over = 0, common = hs[hs.length - 1][0];
+      for (const [h, n] of hs) {
+        over += n;
+        if (over > CAPTION_RARE * group.length * this.frames.length) { common = h; break; }
+      }
+      return Math.min(most, Math.max(common, CAPTION_ROOM * window.innerHeight));
+    });
+    rows.forEach((group, g) => group.forEach((r) => {
+      r.box.style.minHeight = Math.ceil(tall[g]) + "px";
+    }));
+    probes.forEach((p) => p.remove());
+  }
+
+  // In the page (not presenter mode) the player never gets shorter while one steps: a frame
+  // with a shorter narration or shorter panels would shorten the page, and a reader scrolled
+  // to its end would see the grids jump down as the browser pulls the scroll position back.
+  // It keeps the tallest height it has had at this width, read from the observer's entry
+  // (after layout: no layout of its own). Only grows here: a shrink made inside the observer
+  // would be a resize loop, so letting go (new width, frames or mode) is releaseHeight's.
+  holdHeight(seen) {
+    if (this.present || !seen.borderBoxSize) return;
+    if (seen.contentRect.width !== this.heldWidth) {
+      this.heldWidth = seen.contentRect.width;
+      requestAnimationFrame(() => this.releaseHeight(this.heldWidth));
+      return;
+    }
+    const h = seen.borderBoxSize[0].blockSize;
+    if (h > this.tallest + 0.5) {
+      this.tallest = h;
+      this.root.style.minHeight = h + "px";
+    }
+  }
+
+  // Let go of the height held, and hold the one the frame on screen has by itself.
+  releaseHeight(width) {
+    this.heldWidth = width;
+    this.tallest = 0;
+    this.root.style.minHeight = "";
+    if (this.present || !this.root.isConnected) return;
+    this.tallest = this.root.getBoundingClientRect().height;
+    this.root.style.minHeight = this.tallest + "px";
+  }
+
+  // In presenter mode the scoreboard has the screen's height under the caption and no more:
+  // on a short screen (a zoomed browser: 1024x576 at 150 %) its text shrinks until it fits,
+  // rather than running under the screen's edge (at most three tries: margins are in rem).
+  fitScore() {
+    const score = this.el("pk-score");
+    score.style.fontSize = "";
+    if (!this.present || score.hidden) return;
+    const room = this.el("pk-main").clientHeight;
+    let scale = 1;
+    for (let k = 0; k < 3; k++) {
+      const need = score.getBoundingClientRect().height;
+      if (need <= room + 0.5 || scale <= 0.5) break;
+      scale = Math.max(0.5, scale * room / need);
+      score.style.fontSize = scale.toFixed(3) + "em";
+    }
+  }
+
+  // [HTML, frames showing it] for each text a row's box shows over the lesson (a strip's bar
+  // widths change no height), the longest texts first, at most FIT_MAX of them.
+  rowTexts(id, slot) {
+    let all;  // [HTML, frames]
+    if (id === "pk-chapter") all = this.data.chapters.map((c) => [esc(c.title), 1]);
+    else if (slot === null) all = [[this.el(id).innerHTML, 1]];
+    else {
+      const n = new Map();
+      for (const rec of this.frames) n.set(rec[slot], (n.get(rec[slot]) || 0) + 1);
+      all = [...n].map(([p, k]) => [this.pieces[p], k]);
+    }
+    const byText = new Map();
+    for (const [h, k] of all) {
+      const text = h.replace(/<[^>]*>/g, "");
+      const seen = byText.get(text);
+      if (seen) seen[1] += k;
+      else byText.set(text, [h, k]);
+    }
+    return [...byText].sort((a, b) => b[0].length - a[0].length).slice(0, FIT_MAX)
+      .map((x) => x[1]);
   }
 
   lastStepBefore(n) {
@@ -302,6 +461,8 @@ class Player {
     this.root.classList.toggle("pk-present", on);
     document.body.classList.toggle("pk-presenting", on);
     this.root.dataset.present = on ? "1" : "0";
+    this.releaseHeight(undefined);
+    if (this.frames) this.fitScore();
     // Presenter mode hides the help button: say once, for a few seconds, how to leave it (a
     // student opening a ?present=1 link would otherwise have to know F or Escape).
     const hint = this.el("pk-hint");
@@ -382,6 +543,7 @@ class Player {
 
   destroy() {
     this.stop();
+    this.resized.disconnect();
     document.removeEventListener("keydown", this.onKey, true);
     document.body.classList.remove("pk-presenting");
   }
