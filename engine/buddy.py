@@ -39,10 +39,11 @@ class BuddyPlacement:
                 self.free_lists.setdefault(order, set()).add(start)
                 start += 1 << order
         self._max_run = 1 << (num_slots.bit_length() - 1)
+        self._free = num_slots  # kept as blocks come and go: admission asks at every step
 
     @property
     def free_slots(self) -> int:
-        return sum(len(starts) << order for order, starts in self.free_lists.items())
+        return self._free
 
     @property
     def largest_hole(self) -> int:
@@ -62,6 +63,7 @@ class BuddyPlacement:
             return None
         start = min(self.free_lists[order])
         self.free_lists[order].discard(start)
+        self._free -= 1 << want
         while order > want:  # keep the lower half, free the upper one
             order -= 1
             self.free_lists.setdefault(order, set()).add(start + (1 << order))
@@ -69,6 +71,7 @@ class BuddyPlacement:
 
     def free(self, start: int, need: int) -> None:
         order = self.footprint(need).bit_length() - 1
+        self._free += 1 << order
         while True:
             size = 1 << order
             buddy = start ^ size
