@@ -248,18 +248,24 @@ class Tally:
             if final is None:
                 info = requests.get(req)
                 final = info.bound if info is not None else 0
-            final = max(final, filled)
+            if final < filled:
+                final = filled
             token += filled
-            reservation += max(0, min(held, final) - filled)
-            internal += max(0, held - final)
+            # max(0, min(held, final) - filled) and max(0, held - final), without the calls
+            if held > final:
+                reservation += final - filled
+                internal += held - final
+            elif held > filled:
+                reservation += held - filled
             held_total += held
         shared, saved, dup_tokens = self._sharing()
-        # a shared block is in every holder's count: keep one copy of its written tokens and
-        # of its unwritten rest (reserved or internal)
-        token, rest = _take(token, dup_tokens)
-        reservation, rest = _take(reservation, saved - dup_tokens + rest)
-        internal, rest = _take(internal, rest)
-        token, _ = _take(token, rest)
+        if saved:  # (dup_tokens <= saved: nothing shared, nothing to take out)
+            # a shared block is in every holder's count: keep one copy of its written tokens
+            # and of its unwritten rest (reserved or internal)
+            token, rest = _take(token, dup_tokens)
+            reservation, rest = _take(reservation, saved - dup_tokens + rest)
+            internal, rest = _take(internal, rest)
+            token, _ = _take(token, rest)
         last_token = last_never = 0
         for w, u in self.finishing.values():
             last_token, last_never = last_token + w, last_never + u
