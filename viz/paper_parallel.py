@@ -92,10 +92,13 @@ class _Children:
         try:
             self._start_more()
             while self.live:
+                left = deadline - time.monotonic()
                 try:
-                    policy, line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                    if left <= 0:  # (a child that keeps printing must not keep it waiting)
+                        raise queue.Empty
+                    policy, line = self.lines.get(timeout=left)
                 except queue.Empty:
-                    raise SimulationError(f"no result after {TIMEOUT_S:.0f} s") from None
+                    raise SimulationError(f"no result after {TIMEOUT_S:g} s") from None
                 if line is None:  # its output has ended
                     code = self.live.pop(policy).wait()
                     if code != 0 or policy not in rows:
