@@ -74,7 +74,8 @@ class Allocator(Protocol):
     - ``release(req_id)``: give everything back;
     - ``block_table(req_id)``: physical blocks in units of ``view_block_size`` (1 for contiguous:
       a run of slots is a table of one-slot blocks, so attention has a single entry point);
-    - ``slot(req_id, pos)``: the flat arena slot of a logical position;
+    - ``slot(req_id, pos)``: the flat arena slot of a logical position; ``slots(req_id, start,
+      end)`` those of positions ``start`` to ``end`` (the scheduler's slot mapping);
     - ``slots_needed(req)``: the most slots ``req`` could ever hold (feasibility check);
     - ``free_slots`` / ``largest_hole``: the free total and the largest run one request could
       be given (for paging any free block will do, so the two are equal);
@@ -122,6 +123,8 @@ class Allocator(Protocol):
     def block_table(self, req_id: str) -> Sequence[int]: ...
 
     def slot(self, req_id: str, pos: int) -> int: ...
+
+    def slots(self, req_id: str, start: int, end: int) -> list[int]: ...
 
     def can_fork(self) -> bool: ...
 
@@ -259,6 +262,8 @@ class PagedAllocator:
         first = req.num_computed // self.block_size  # the block the next write lands in
         cow = first < len(table) and table[first].ref_count > 1
         need = cdiv(num_tokens, self.block_size) - len(table) + int(cow)
+        if need <= 0 and not cow:
+            return True  # room in the table already: most decode steps of every request
         if need > self.pool.num_free:
             return False
         if cow:
@@ -363,6 +368,10 @@ class PagedAllocator:
             + pos % self.block_size
         )
 
+    def slots(self, req_id: str, start: int, end: int) -> list[int]:
+        table, bs = self.tables[req_id], self.block_size
+        return [table[p // bs].block_id * bs + p % bs for p in range(start, end)]
+
 
 class ContiguousAllocator:
     """Preallocation: one contiguous run of slots per request, reserved whole at admission.
@@ -407,6 +416,7 @@ class ContiguousAllocator:
         self.bus = bus
         self.placement = make_placement(placement, self.num_slots)
         self.runs: dict[str, tuple[int, int]] = {}
+        self._slack = 0  # sum of footprint - length over the runs (read every dry-run step)
 
     @property
     def holes(self) -> list[tuple[int, int]]:
@@ -424,7 +434,7 @@ class ContiguousAllocator:
     @property
     def slack_slots(self) -> int:
         """Slots placed but outside every run: buddy rounding slack (0 under first-fit)."""
-        return sum(self.placement.footprint(n) - n for _, n in self.runs.values())
+        return self._slack
 
     def reservation(self, req: Request) -> int:
         if self.name == "max":
@@ -463,10 +473,12 @@ class ContiguousAllocator:
 
     def check_admit(self, req: Request, num_tokens: int) -> AdmitRefusal | None:
         need = self.placement.footprint(self.run_length(req, num_tokens))
-        if need <= self.largest_hole:
+        largest = self.largest_hole
+        if need <= largest:
             return None
-        reason = E.BLOCKED_NO_HOLE if need <= self.free_slots else E.BLOCKED_NO_SPACE
-        return AdmitRefusal(reason, need, self.free_slots, self.largest_hole)
+        free = self.free_slots
+        reason = E.BLOCKED_NO_HOLE if need <= free else E.BLOCKED_NO_SPACE
+        return AdmitRefusal(reason, need, free, largest)
 
     def admit(self, req: Request, num_tokens: int) -> int:
         need = self.run_length(req, num_tokens)
@@ -474,6 +486,7 @@ class ContiguousAllocator:
         if start is None:
             raise RuntimeError("admit() called without a successful check_admit()")
         self.runs[req.req_id] = (start, need)
+        self._slack += self.placement.footprint(need) - need
         self.bus.emit(E.SlotsReserved, req=req.req_id, start=start, length=need)
         return 0  # a run is private: no prefix is ever shared, each request computes its own
 
@@ -485,6 +498,7 @@ class ContiguousAllocator:
 
     def release(self, req_id: str) -> None:
         start, length = self.runs.pop(req_id)
+        self._slack -= self.placement.footprint(length) - length
         self.placement.free(start, length)
         self.bus.emit(E.ReservationReleased, req=req_id, start=start, length=length)
 
@@ -496,6 +510,10 @@ class ContiguousAllocator:
 
     def slot(self, req_id: str, pos: int) -> int:
         return self.runs[req_id][0] + pos
+
+    def slots(self, req_id: str, start: int, end: int) -> list[int]:
+        base = self.runs[req_id][0]
+        return list(range(base + start, base + end))
 
     def can_fork(self) -> bool:
         return False

@@ -39,14 +39,20 @@ class BuddyPlacement:
                 self.free_lists.setdefault(order, set()).add(start)
                 start += 1 << order
         self._max_run = 1 << (num_slots.bit_length() - 1)
+        self._free = num_slots  # kept as blocks come and go: admission asks at every step
+        self._largest: int | None = None  # largest_hole, until the next place or free
 
     @property
     def free_slots(self) -> int:
-        return sum(len(starts) << order for order, starts in self.free_lists.items())
+        return self._free
 
     @property
     def largest_hole(self) -> int:
-        return max((1 << order for order, starts in self.free_lists.items() if starts), default=0)
+        if self._largest is None:
+            self._largest = max(
+                (1 << order for order, starts in self.free_lists.items() if starts), default=0
+            )
+        return self._largest
 
     @property
     def max_run(self) -> int:
@@ -62,6 +68,8 @@ class BuddyPlacement:
             return None
         start = min(self.free_lists[order])
         self.free_lists[order].discard(start)
+        self._free -= 1 << want
+        self._largest = None
         while order > want:  # keep the lower half, free the upper one
             order -= 1
             self.free_lists.setdefault(order, set()).add(start + (1 << order))
@@ -69,6 +77,8 @@ class BuddyPlacement:
 
     def free(self, start: int, need: int) -> None:
         order = self.footprint(need).bit_length() - 1
+        self._free += 1 << order
+        self._largest = None
         while True:
             size = 1 << order
             buddy = start ^ size

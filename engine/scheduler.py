@@ -71,7 +71,7 @@ class Scheduler:
         preempted_before = self.num_preemptions
         seqs = self._schedule_running()
         # After a preemption memory is short: admitting now would only evict someone again.
-        if self.num_preemptions == preempted_before:
+        if self.waiting and self.num_preemptions == preempted_before:
             seqs += self._admit_waiting(sum(len(s.token_ids) for s in seqs))
         out, inn = self.allocator.take_swaps()
         return Batch(
@@ -206,13 +206,11 @@ class Scheduler:
         admission, one token while decoding)."""
         start, end = req.num_computed, req.num_tokens
         self.allocator.commit(req, end)
-        positions = list(range(start, end))
-        slots = [self.allocator.slot(req.req_id, p) for p in positions]
         return ScheduledSeq(
             request=req,
             token_ids=req.token_ids(start, end),
-            positions=positions,
-            slot_mapping=slots,
+            positions=list(range(start, end)),
+            slot_mapping=self.allocator.slots(req.req_id, start, end),
             block_table=self.allocator.block_table(req.req_id),
             context_len=end,
         )
@@ -221,9 +219,10 @@ class Scheduler:
         """Record this step's K/V writes and sampled tokens; finish and free what is done.
         Returns the requests that finished."""
         finished = []
+        emit = self.bus.emit  # once, not per sequence: every running request passes here
         for seq, token in zip(batch.seqs, next_tokens, strict=True):
             req = seq.request
-            self.bus.emit(
+            emit(
                 E.TokensWritten,
                 req=req.req_id,
                 positions=tuple(seq.positions),

@@ -137,9 +137,11 @@ def run_policy(
     accounts: list[StepAccount] = []
     slack: list[int] = []
 
+    apply, step_end = tally.apply, E.StepEnd.kind  # looked up once: fold sees every event
+
     def fold(ev: E.Event) -> None:
-        tally.apply(ev)
-        if ev.kind == E.StepEnd.kind:
+        apply(ev)
+        if ev.kind == step_end:
             accounts.append(tally.close_step(ev.step))
             slack.append(core.allocator.slack_slots)
 

@@ -102,6 +102,12 @@ class PagedMachine(RuleBasedStateMachine):
         assert not set(free) & in_use, "a block is both free and in a table"
 
     @invariant()
+    def slot_mapping_in_one_call_is_the_slots_one_by_one(self):
+        for rid, n in self.tokens.items():
+            assert self.alloc.slots(rid, 0, n) == [self.alloc.slot(rid, p) for p in range(n)]
+            assert self.alloc.slots(rid, n - 1, n) == [self.alloc.slot(rid, n - 1)]
+
+    @invariant()
     def events_replay_to_the_same_block_tables(self):
         tables: dict[str, list[int]] = {}
         for ev in self.sink.events:
@@ -157,6 +163,12 @@ class ContiguousMachine(RuleBasedStateMachine):
             assert start == pos and length > 0
             pos += length
         assert pos == NUM_BLOCKS * BLOCK
+
+    @invariant()
+    def slot_mapping_in_one_call_is_the_slots_one_by_one(self):
+        for rid, (_, n) in self.alloc.runs.items():
+            assert self.alloc.slots(rid, 0, n) == [self.alloc.slot(rid, p) for p in range(n)]
+            assert self.alloc.slots(rid, 1, 2) == [self.alloc.slot(rid, 1)]
 
     @invariant()
     def holes_are_merged(self):

@@ -3,6 +3,8 @@ back, checked against a brute-force model of which slots are taken after every o
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -114,6 +116,11 @@ class BuddyMachine(RuleBasedStateMachine):
         assert self.b.free_slots == self.owner.count(False)
 
     @invariant()
+    def the_largest_hole_is_the_largest_free_block(self):
+        # kept between places and frees (admission asks at every step): never stale
+        assert self.b.largest_hole == max((size for _, size in self.b.holes()), default=0)
+
+    @invariant()
     def no_two_free_buddies_are_left_unmerged(self):
         holes = set(self.b.holes())
         for start, size in holes:
@@ -166,6 +173,23 @@ def test_buddy_run_events_carry_the_run_and_the_slack_stays_outside_it():
     assert alloc.slack_slots == 12 and alloc.free_slots == 32
     alloc.release("r")
     assert alloc.slack_slots == 0 and alloc.holes == [(0, 64)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 30), st.integers(1, 30)), max_size=40))
+def test_buddy_slack_is_the_rounding_of_exactly_the_runs_held_now(ops):
+    # the slack is counted as runs come and go: it must equal a recount after every change
+    alloc = ContiguousAllocator(16, 4, 64, "oracle", E.EventBus(), placement="buddy")
+    held: list[str] = []
+    for i, (release, prompt, output) in enumerate(ops):
+        if release and held:
+            alloc.release(held.pop(i % len(held)))
+        else:
+            req = dataclasses.replace(_req(prompt, output), req_id=f"r{i}")
+            if alloc.check_admit(req, prompt) is None:
+                alloc.admit(req, prompt)
+                held.append(req.req_id)
+        assert alloc.slack_slots == sum(next_pow2(n) - n for _, n in alloc.runs.values())
 
 
 def test_buddy_refuses_a_request_no_block_can_hold_with_one_line():

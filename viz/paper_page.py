@@ -4,7 +4,8 @@ the vLLM paper printed, and the essay's claims corrected with their sources.
 
 The paper's figures are citations in ``engine.paper``; every ratio the page states is computed
 from them or from our results. The default configuration's results ship as data
-(``viz.paper_results``), so the page opens at once and simulates only when a setting changes.
+(``viz.paper_results``), so the page opens at once and simulates only when a setting changes: the
+four policies side by side (``viz.paper_parallel``), each setting once per server.
 Text lives in viz/text/paper_fidelity.toml. No torch.
 """
 
@@ -18,13 +19,13 @@ from engine.accounting import CATEGORIES
 from engine.placement import PLACEMENTS
 from engine.workload import LENGTH_DISTS, SIGMA, WORKLOADS
 from viz import essay_fixes, ui_text
+from viz.paper_parallel import simulate_rows
 from viz.paper_results import (
     PolicyRow,
     SimConfig,
     WorkloadResult,
     compared,
     load_shipped,
-    simulate_policy,
     workload_means,
 )
 from viz.style import CATEGORY_COLOURS, CATEGORY_MARKS, INK, MUTED, words
@@ -51,36 +52,33 @@ def _shipped() -> dict[SimConfig, WorkloadResult]:
     return load_shipped()
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def _cached_policy(config: SimConfig, policy: str, _i: int, _lang: str) -> PolicyRow:
-    # The bar is made inside the cached call: on a cache hit Streamlit replays it, already
-    # emptied. Underscored arguments are not part of the key: a language switch never reruns.
-    t, name, n = text(_lang), NAMES[_lang][policy], config.requests
-    bar = st.progress(
-        0.0, text=t["progress"].format(name=name, i=_i, total=len(POLICIES), done=0, n=n)
-    )
-    every = max(1, n // 50)
+@st.cache_data(show_spinner=False, max_entries=128)
+def _cached_rows(config: SimConfig, _lang: str) -> dict[str, PolicyRow]:
+    # Keyed by the setting alone (more entries than the 108 settings the page offers), shared by
+    # every session: a setting one class has seen opens at once for the next. The bar is made
+    # inside the cached call: on a cache hit Streamlit replays it, already emptied. Underscored
+    # arguments are not part of the key: a language switch never reruns.
+    t = text(_lang)
+    names = ("、" if _lang == "zh" else ", ").join(NAMES[_lang][p] for p in POLICIES)
+    total = config.requests * len(POLICIES)
+    bar = st.progress(0.0, text=t["progress"].format(names=names, done=0, total=total))
 
-    def tick(done: int) -> None:
-        if done % every == 0 or done == n:
-            bar.progress(
-                done / n,
-                text=t["progress"].format(name=name, i=_i, total=len(POLICIES), done=done, n=n),
-            )
+    def show(done: int, total: int) -> None:
+        bar.progress(done / total, text=t["progress"].format(names=names, done=done, total=total))
 
-    row = simulate_policy(config, policy, tick)
+    rows = simulate_rows(config, POLICIES, show)
     bar.empty()
-    return row
+    return rows
 
 
 def result_for(config: SimConfig, lang: str = "en") -> WorkloadResult:
-    """The shipped result when ``config`` is the default one, else a fresh (cached) run."""
+    """The shipped result when ``config`` is the default one, else a fresh (cached) run: the
+    four policies side by side, one process each where there is more than one core."""
     shipped = _shipped().get(config)
     if shipped is not None:
         return shipped
     inp, out = workload_means(config)
-    rows = {p: _cached_policy(config, p, i, lang) for i, p in enumerate(POLICIES, start=1)}
-    return WorkloadResult(config, inp, out, rows)
+    return WorkloadResult(config, inp, out, _cached_rows(config, lang))
 
 
 def _controls(t: dict) -> SimConfig:

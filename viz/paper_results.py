@@ -1,8 +1,9 @@
 """The paper page's simulation results: shipped for the defaults, computed for anything else.
 
-A thousand ShareGPT requests take the dry run about half a minute per workload, too long to wait
-for on every page open, so the default configuration's results ship as ``viz/data/
-paper_results.json`` and the page computes only when the reader changes a setting. Regenerate
+A thousand ShareGPT requests take the dry run several seconds per workload, too long to wait for
+on every page open, so the default configuration's results ship as ``viz/data/
+paper_results.json`` and the page computes only when the reader changes a setting (its policies
+side by side: ``viz.paper_parallel``). Regenerate
 the file after changing the simulator or its defaults:
 
     .venv/bin/python -m viz.paper_results            # writes viz/data/paper_results.json
