@@ -298,9 +298,13 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 
 
-#: Each event type's own fields (those ``emit`` passes besides ``step`` and ``seq``).
+#: Each event type's own fields (those ``emit`` passes besides ``step`` and ``seq``), for the
+#: types ``emit`` may build without ``__init__``: not one with a ``__post_init__``, whose
+#: checks or derived fields that would skip.
 _FIELDS: dict[type[Event], set[str]] = {
-    cls: {f.name for f in dataclasses.fields(cls)} - {"step", "seq"} for cls in EVENT_TYPES.values()
+    cls: {f.name for f in dataclasses.fields(cls)} - {"step", "seq"}
+    for cls in EVENT_TYPES.values()
+    if not hasattr(cls, "__post_init__")
 }
 _new = object.__new__
 
