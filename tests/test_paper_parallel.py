@@ -4,6 +4,8 @@ all of them, one line when a child fails, and no child left behind when the page
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -63,3 +65,52 @@ def test_a_child_past_its_time_is_ended(monkeypatch):
     with pytest.raises(PP.SimulationError, match="no result after"):
         PP.simulate_rows(R.SimConfig(requests=300), POLICIES, processes=4)
     assert _our_children() == []
+
+
+class _Counted:
+    """Popen, counting the children alive at once (from their start to their first wait)."""
+
+    def __init__(self):
+        self.lock, self.live, self.most = threading.Lock(), 0, 0
+        counter, popen = self, subprocess.Popen
+
+        class Popen(popen):  # type: ignore[misc, valid-type]
+            def __init__(self, *args, **kwargs):
+                with counter.lock:
+                    counter.live += 1
+                    counter.most = max(counter.most, counter.live)
+                self._counted = True
+                super().__init__(*args, **kwargs)
+
+            def wait(self, timeout=None):
+                code = super().wait(timeout)
+                with counter.lock:
+                    if self._counted:
+                        self._counted = False
+                        counter.live -= 1
+                return code
+
+        self.Popen = Popen
+
+
+@pytest.mark.parametrize("calls", [1, 3])
+def test_children_of_every_call_together_stay_within_the_bound(monkeypatch, calls):
+    counted = _Counted()
+    monkeypatch.setattr(PP.subprocess, "Popen", counted.Popen)
+    monkeypatch.setattr(PP, "_SLOTS", threading.BoundedSemaphore(2), raising=False)
+    results: list[dict] = []
+
+    def one_session() -> None:
+        results.append(PP.simulate_rows(SMALL, POLICIES, processes=len(POLICIES)))
+
+    threads = [threading.Thread(target=one_session) for _ in range(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    expected = {p: R.simulate_policy(SMALL, p) for p in POLICIES}
+    assert results == [expected] * calls
+    assert counted.most == 2
+    assert counted.live == 0 and _our_children() == []
+    # every slot came back: two more children could start now
+    assert PP._SLOTS.acquire(False) and PP._SLOTS.acquire(False)

@@ -5,7 +5,9 @@ is a pure function of the setting, so on a machine with more than one core they 
 ``python -m viz.paper_parallel '<job>'`` children that print their progress and then their row as
 JSON lines. The row is ``simulate_policy``'s, carried as JSON (floats print as their shortest
 round-tripping repr), so it equals the row computed in this process. With one core, or
-``processes=0``, the policies run here one after another. Pure Python (no torch, no streamlit).
+``processes=0``, the policies run here one after another. The children of every call (every
+session of the server) together number at most ``MAX_CHILDREN``: a call that finds them all busy
+waits for one. Pure Python (no torch, no streamlit).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 #: How long a child may run: a thousand-request policy takes seconds; a hung one must not hang
 #: the page for ever.
 TIMEOUT_S = 300.0
+#: While every child slot is taken, how often a waiting call looks again (and reports progress,
+#: where a page rerun or a closed tab ends the wait).
+SLOT_WAIT_S = 0.5
 #: Progress lines per policy (one every ``requests // PROGRESS_LINES`` finished requests).
 PROGRESS_LINES = 50
 
@@ -43,6 +48,12 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+#: Live children of all calls together, one per core: a class changing settings at once would
+#: otherwise start four processes per session (thirty sessions, 120 processes on two cores).
+MAX_CHILDREN = usable_cores()
+_SLOTS = threading.BoundedSemaphore(MAX_CHILDREN)
+
+
 def simulate_rows(
     config: SimConfig,
     policies: tuple[str, ...],
@@ -51,7 +62,8 @@ def simulate_rows(
 ) -> dict[str, PolicyRow]:
     """Each of ``policies`` under ``config``, as ``simulate_policy`` computes it. At most
     ``processes`` children run at once (None: one per policy when more than one core is usable,
-    else none; 0: none, every policy in this process). ``on_progress(done, total)`` follows the
+    else none; 0: none, every policy in this process), and no more than ``MAX_CHILDREN`` over
+    all calls (a call waits for a slot). ``on_progress(done, total)`` follows the
     requests finished over all policies. Raises SimulationError; an exception from
     ``on_progress`` (a page rerun) ends every child before it propagates."""
     if processes is None:
@@ -82,17 +94,21 @@ class _Children:
     def __init__(self, config: SimConfig, policies: tuple[str, ...], processes: int) -> None:
         self.config, self.todo, self.processes = config, list(policies), processes
         self.lines: queue.Queue[tuple[str, str | None]] = queue.Queue()
-        self.live: dict[str, subprocess.Popen] = {}
+        self.live: dict[str, subprocess.Popen] = {}  # each holds one of _SLOTS
+        self.started: dict[str, float] = {}  # when each live child began
         self.output: dict[str, list[str]] = {}  # what each child printed that is not progress
 
     def run(self, report: Callable[[int], None]) -> dict[str, PolicyRow]:
         rows: dict[str, PolicyRow] = {}
         done: dict[str, int] = {}
-        deadline = time.monotonic() + TIMEOUT_S
         try:
             self._start_more()
-            while self.live:
-                left = deadline - time.monotonic()
+            while self.live or self.todo:
+                if not self.live:  # other calls' children hold every slot: wait for one
+                    self._start_more(SLOT_WAIT_S)
+                    report(sum(done.values()))  # (a page rerun ends the wait here)
+                    continue
+                left = min(self.started[p] for p in self.live) + TIMEOUT_S - time.monotonic()
                 try:
                     if left <= 0:  # (a child that keeps printing must not keep it waiting)
                         raise queue.Empty
@@ -100,7 +116,7 @@ class _Children:
                 except queue.Empty:
                     raise SimulationError(f"no result after {TIMEOUT_S:g} s") from None
                 if line is None:  # its output has ended
-                    code = self.live.pop(policy).wait()
+                    code = self._reap(policy)
                     if code != 0 or policy not in rows:
                         said = self.output[policy][-1:] or [f"it exited with status {code}"]
                         raise SimulationError(f"simulating {policy} failed: {said[0]}")
@@ -116,27 +132,48 @@ class _Children:
                     self.output[policy].append(line.strip())
             return rows
         finally:
-            for proc in self.live.values():
-                proc.kill()
-                proc.wait()
+            for policy in list(self.live):
+                self.live[policy].kill()
+                self._reap(policy)
 
-    def _start_more(self) -> None:
+    def _reap(self, policy: str) -> int:
+        """Wait for ``policy``'s child and give its slot back; its exit status."""
+        try:
+            return self.live.pop(policy).wait()
+        finally:
+            _SLOTS.release()
+
+    def _start_more(self, wait_s: float = 0.0) -> None:
+        """Start children while this call may and a slot is free (waiting up to ``wait_s`` for
+        the first)."""
         while self.todo and len(self.live) < self.processes:
-            policy = self.todo.pop(0)
-            job = json.dumps({"config": asdict(self.config), "policy": policy})
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "viz.paper_parallel", job],
-                cwd=ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                encoding="utf-8",
-                errors="replace",
-            )
-            assert proc.stdout is not None
-            self.live[policy], self.output[policy] = proc, []
-            threading.Thread(target=self._pump, args=(policy, proc.stdout), daemon=True).start()
+            if not (_SLOTS.acquire(timeout=wait_s) if wait_s else _SLOTS.acquire(False)):
+                return
+            wait_s = 0.0
+            try:
+                self._start(self.todo[0])
+            except BaseException:
+                if self.todo[0] not in self.live:  # (a live one gives it back when reaped)
+                    _SLOTS.release()
+                raise
+            self.todo.pop(0)
+
+    def _start(self, policy: str) -> None:
+        job = json.dumps({"config": asdict(self.config), "policy": policy})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "viz.paper_parallel", job],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+        )
+        assert proc.stdout is not None
+        self.live[policy], self.output[policy] = proc, []
+        self.started[policy] = time.monotonic()
+        threading.Thread(target=self._pump, args=(policy, proc.stdout), daemon=True).start()
 
     def _pump(self, policy: str, stream: IO[str]) -> None:
         with stream:
