@@ -789,6 +789,38 @@ def test_the_reader_answers_an_app_holding_more_than_1024_files():
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
+def test_a_reader_whose_app_went_away_ends_without_a_traceback():
+    """The app's end of the pipe closed mid-answer (the server stopped, the subscriber closed
+    it): the reader ends with status 0 and writes nothing to the server's log, where a
+    BrokenPipeError traceback read as a crash."""
+    import json
+    import subprocess
+    import sys
+    from dataclasses import asdict
+
+    from viz.kv_relay import ROOT
+
+    port, _ = free_ports()
+    sub = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}", replay_endpoint=""))
+    child = subprocess.Popen(
+        [sys.executable, "-m", "viz.kv_relay", json.dumps(asdict(sub.relay_config()))],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdin is not None and child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # nobody will read the answer
+    body = b"\x93\xa4poll\x0a\x01"  # msgpack ["poll", 10, 1]
+    child.stdin.write(len(body).to_bytes(4, "big") + body)
+    child.stdin.close()
+    try:
+        assert child.wait(30) == 0
+    finally:
+        child.kill()
+    assert child.stderr.read() == b""
+
+
 def test_a_reader_that_keeps_ending_is_started_ever_less_often(monkeypatch):
     """A server can end every reader it meets (a frame over the limit on each connection:
     zmq gives the connection up). Measured: a new reader process every 2 s for as long as the

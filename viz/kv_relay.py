@@ -50,6 +50,7 @@ POLL_SECONDS = 0.5
 OVERHEAD = 64  # msgpack bytes around one message or replayed batch, at most
 SEQ_END = (1 << 64) - 1  # END_SEQ as an int: the most a seq, or msgpack's int, can be
 ABANDONED = 3  # the child's exit status when zmq has given up on its connection
+AT_CAP = 4  # ... when Python could not allocate under the memory cap
 RETRY_WITHIN_S = 1.0  # how soon zmq schedules a reconnect after a disconnect it will retry
 
 Messages = list[list[bytes] | str]
@@ -205,10 +206,13 @@ def _send(out: BinaryIO, answer: object) -> None:
 
 
 def main() -> None:
-    """The child: serve requests from stdin until it closes."""
+    """The child: serve requests from stdin until it closes. An app gone away mid-answer (its
+    end of the pipe closed) or an allocation refused at the memory cap ends it with a status, not
+    a traceback in the server's log: both are expected, and the app starts a new reader."""
     sockets = Sockets(RelayConfig(**json.loads(sys.argv[1])))
     cap_memory(sockets.config.memory_bytes)
     inp, out = sys.stdin.buffer, sys.stdout.buffer
+    status = 0
     try:
         while len(head := inp.read(4)) == 4 and (size := int.from_bytes(head, "big")) < 4096:
             kind, a, b = _REQUEST.decode(inp.read(size))
@@ -217,9 +221,16 @@ def main() -> None:
                 continue
             _send(out, sockets.poll(a, b))
             if sockets.abandoned:  # judged right after the monitor was read
-                sys.exit(ABANDONED)
+                status = ABANDONED
+                break
+    except BrokenPipeError:
+        # nobody reads the rest: what is still buffered must not fail again at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+    except MemoryError:
+        status = AT_CAP
     finally:
         sockets.ctx.destroy(linger=0)
+    sys.exit(status)
 
 
 # --- the app's side -----------------------------------------------------------------------------
@@ -317,6 +328,8 @@ class Relay:
                 f"the server sent a frame over {MAX_MESSAGE_BYTES >> 20} MiB or a message over "
                 "the reader's memory cap, and zmq dropped the connection for good"
             )
+        if code == AT_CAP:
+            return "the server sent more than the socket reader's memory cap holds"
         return f"the socket reader process ended (exit status {code})"
 
 
