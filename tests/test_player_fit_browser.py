@@ -252,3 +252,51 @@ def test_a_phone_shows_one_side_under_the_other(browser, files, lesson):
         assert min(got["grids"]) >= 300, got["grids"]
     finally:
         ctx.close()
+
+
+# Every share label shown on any frame that is cut by its segment's edge: a label drawn in its
+# segment must lie wholly inside it (a label pushed out of the segment's box is not drawn).
+CUT_JS = """(n) => { const cut = []; let whole = 0;
+  const check = (i) => {
+    for (const seg of document.querySelectorAll('#pk-player .pk-bar > div')) {
+      const s = seg.getBoundingClientRect();
+      if (!s.width || seg.closest('[hidden]') || !seg.textContent.trim()) continue;
+      const range = document.createRange();
+      range.selectNodeContents(seg);
+      const t = range.getBoundingClientRect();
+      const w = Math.min(t.right, s.right) - Math.max(t.left, s.left);
+      const h = Math.min(t.bottom, s.bottom) - Math.max(t.top, s.top);
+      const drawn = w > 0.5 && h > 0.5;
+      const inside = t.left >= s.left - 0.5 && t.right <= s.right + 0.5
+        && t.top >= s.top - 0.5 && t.bottom <= s.bottom + 0.5;
+      if (drawn && !inside) cut.push([i, seg.textContent.trim(), Math.round(s.width),
+                                      Math.round(t.width)]);
+      if (drawn && inside) whole += 1;
+    }
+  };
+  for (let i = 0; i < n; i++) { window.pkPlayer.go(i); check(i); }
+  return {cut, whole}; }"""
+
+
+@pytest.mark.parametrize(
+    ("lesson", "size"),
+    [
+        ("six-steps", (390, 844)),
+        ("fp8-twice", (390, 844)),
+        ("fp8-twice", (1024, 768)),
+        ("recompute-or-swap", (700, 900)),
+    ],
+)
+def test_a_share_label_fits_its_segment_or_is_not_drawn_in_it(browser, files, lesson, size):
+    """A segment only a little wider (or narrower) than its label cut the label at its edges:
+    "10.5%" on the scoreboard at narrow widths, "9%" on a phone. Whether a label fits depends
+    on the screen's width, so the page decides: a label that does not fit whole is not drawn
+    (its share stays in the segment's title and in the numbers under the bar)."""
+    ctx, page = _open(browser, files[lesson], size, "#frame=0", scale=2)
+    try:
+        n = page.evaluate("() => window.pkPlayer.frames.length")
+        got = page.evaluate(CUT_JS, n)
+        assert got["cut"] == [], got["cut"][:8]
+        assert got["whole"] > n, got["whole"]  # the labels that fit are still drawn
+    finally:
+        ctx.close()
