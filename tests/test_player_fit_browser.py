@@ -300,3 +300,37 @@ def test_a_share_label_fits_its_segment_or_is_not_drawn_in_it(browser, files, le
         assert got["whole"] > n, got["whole"]  # the labels that fit are still drawn
     finally:
         ctx.close()
+
+
+# On each chapter's first frame: the timeline's step numbers that are drawn (their boxes, in
+# order), the pairs of them that overlap, and the number marked as the step on screen.
+STEPS_JS = """() => { const out = [];
+  for (const ch of window.pkPlayer.data.chapters) { window.pkPlayer.go(ch.start);
+    const shown = [...document.querySelectorAll('#pk-tl-box .pk-tl-steps span')]
+      .filter((s) => getComputedStyle(s).visibility !== 'hidden')
+      .map((s) => [s.textContent, s.getBoundingClientRect(), s.classList.contains('on')]);
+    const overlaps = [];
+    shown.forEach(([a, ra], k) => shown.slice(k + 1).forEach(([b, rb]) => {
+      if (ra.left < rb.right && rb.left < ra.right) overlaps.push([a, b]); }));
+    const nav = document.querySelector('.pk-p-nav button.on');
+    out.push({start: ch.start, shown: shown.map((s) => s[0]), overlaps,
+              on: shown.filter((s) => s[2]).map((s) => s[0]),
+              nav: nav ? nav.textContent.split(' ')[0] : null}); }
+  return out; }"""
+
+
+def test_the_timelines_step_numbers_never_overlap_on_a_phone(browser, files):
+    """six-steps reaches its first four steps a frame or two apart: on a phone (390x844) their
+    numbers under the timeline were drawn over each other as one unreadable "1234". Numbers
+    that would touch are left out, and the step on screen keeps its number, marked."""
+    ctx, page = _open(browser, files["six-steps"], (390, 844), "#frame=0", scale=2)
+    try:
+        got = page.evaluate(STEPS_JS)
+        page.screenshot(path=str(ARTIFACTS / "phone-timeline-six-steps.png"), full_page=True)
+        assert all(c["overlaps"] == [] for c in got), [c for c in got if c["overlaps"]]
+        for c in got:
+            if c["nav"] is not None:  # a step is on: its number is drawn, and marked
+                assert c["on"] == [c["nav"]], c
+        assert len({tuple(c["shown"]) for c in got}) > 1  # each step shows in its turn
+    finally:
+        ctx.close()
