@@ -252,3 +252,85 @@ def test_a_phone_shows_one_side_under_the_other(browser, files, lesson):
         assert min(got["grids"]) >= 300, got["grids"]
     finally:
         ctx.close()
+
+
+# Every share label shown on any frame that is cut by its segment's edge: a label drawn in its
+# segment must lie wholly inside it (a label pushed out of the segment's box is not drawn).
+CUT_JS = """(n) => { const cut = []; let whole = 0;
+  const check = (i) => {
+    for (const seg of document.querySelectorAll('#pk-player .pk-bar > div')) {
+      const s = seg.getBoundingClientRect();
+      if (!s.width || seg.closest('[hidden]') || !seg.textContent.trim()) continue;
+      const range = document.createRange();
+      range.selectNodeContents(seg);
+      const t = range.getBoundingClientRect();
+      const w = Math.min(t.right, s.right) - Math.max(t.left, s.left);
+      const h = Math.min(t.bottom, s.bottom) - Math.max(t.top, s.top);
+      const drawn = w > 0.5 && h > 0.5;
+      const inside = t.left >= s.left - 0.5 && t.right <= s.right + 0.5
+        && t.top >= s.top - 0.5 && t.bottom <= s.bottom + 0.5;
+      if (drawn && !inside) cut.push([i, seg.textContent.trim(), Math.round(s.width),
+                                      Math.round(t.width)]);
+      if (drawn && inside) whole += 1;
+    }
+  };
+  for (let i = 0; i < n; i++) { window.pkPlayer.go(i); check(i); }
+  return {cut, whole}; }"""
+
+
+@pytest.mark.parametrize(
+    ("lesson", "size"),
+    [
+        ("six-steps", (390, 844)),
+        ("fp8-twice", (390, 844)),
+        ("fp8-twice", (1024, 768)),
+        ("recompute-or-swap", (700, 900)),
+    ],
+)
+def test_a_share_label_fits_its_segment_or_is_not_drawn_in_it(browser, files, lesson, size):
+    """A segment only a little wider (or narrower) than its label cut the label at its edges:
+    "10.5%" on the scoreboard at narrow widths, "9%" on a phone. Whether a label fits depends
+    on the screen's width, so the page decides: a label that does not fit whole is not drawn
+    (its share stays in the segment's title and in the numbers under the bar)."""
+    ctx, page = _open(browser, files[lesson], size, "#frame=0", scale=2)
+    try:
+        n = page.evaluate("() => window.pkPlayer.frames.length")
+        got = page.evaluate(CUT_JS, n)
+        assert got["cut"] == [], got["cut"][:8]
+        assert got["whole"] > n, got["whole"]  # the labels that fit are still drawn
+    finally:
+        ctx.close()
+
+
+# On each chapter's first frame: the timeline's step numbers that are drawn (their boxes, in
+# order), the pairs of them that overlap, and the number marked as the step on screen.
+STEPS_JS = """() => { const out = [];
+  for (const ch of window.pkPlayer.data.chapters) { window.pkPlayer.go(ch.start);
+    const shown = [...document.querySelectorAll('#pk-tl-box .pk-tl-steps span')]
+      .filter((s) => getComputedStyle(s).visibility !== 'hidden')
+      .map((s) => [s.textContent, s.getBoundingClientRect(), s.classList.contains('on')]);
+    const overlaps = [];
+    shown.forEach(([a, ra], k) => shown.slice(k + 1).forEach(([b, rb]) => {
+      if (ra.left < rb.right && rb.left < ra.right) overlaps.push([a, b]); }));
+    const nav = document.querySelector('.pk-p-nav button.on');
+    out.push({start: ch.start, shown: shown.map((s) => s[0]), overlaps,
+              on: shown.filter((s) => s[2]).map((s) => s[0]),
+              nav: nav ? nav.textContent.split(' ')[0] : null}); }
+  return out; }"""
+
+
+def test_the_timelines_step_numbers_never_overlap_on_a_phone(browser, files):
+    """six-steps reaches its first four steps a frame or two apart: on a phone (390x844) their
+    numbers under the timeline were drawn over each other as one unreadable "1234". Numbers
+    that would touch are left out, and the step on screen keeps its number, marked."""
+    ctx, page = _open(browser, files["six-steps"], (390, 844), "#frame=0", scale=2)
+    try:
+        got = page.evaluate(STEPS_JS)
+        page.screenshot(path=str(ARTIFACTS / "phone-timeline-six-steps.png"), full_page=True)
+        assert all(c["overlaps"] == [] for c in got), [c for c in got if c["overlaps"]]
+        for c in got:
+            if c["nav"] is not None:  # a step is on: its number is drawn, and marked
+                assert c["on"] == [c["nav"]], c
+        assert len({tuple(c["shown"]) for c in got}) > 1  # each step shows in its turn
+    finally:
+        ctx.close()

@@ -37,7 +37,13 @@ CSS = f"""
 .pk-strip {{ margin: 0 0 .35rem 0; }}
 .pk-bar {{ display:flex; height:22px; border-radius:5px; overflow:hidden; background:#eee; }}
 .pk-bar > div {{ height:100%; color:white; font-size:12px; font-weight:600; line-height:22px;
-  text-align:center; white-space:nowrap; overflow:hidden; }}
+  text-align:center; white-space:nowrap; overflow:hidden; display:flex; flex-wrap:wrap;
+  justify-content:center; align-content:flex-start; }}
+/* Whether a share's label fits its segment depends on the screen's width: a label that does
+   not fit whole wraps onto a second line, under the segment's clipped edge, beside this
+   full-height empty first item (a cut "10.5%" reads as another number). The share stays in
+   the title and in the numbers under the bar. */
+.pk-bar > div::before {{ content:""; width:0; height:100%; }}
 .pk-nums {{ display:flex; flex-wrap:wrap; gap:.2rem .9rem; font-size:13px; color:{INK};
   margin-top:.3rem; }}
 .pk-nums .sw {{ display:inline-block; width:10px; height:10px; border-radius:2px;
@@ -126,7 +132,8 @@ def scoreboard_card(summary, lang: str = "en") -> str:
     w = words(lang)
     shown = percents(summary.shares, 1)
     segs = "".join(
-        f"<div style='width:{100 * summary.shares[c]:.3f}%;background:{CATEGORY_COLOURS[c]};"
+        f"<div title='{escape(w[c])}: {shown[c]}' "
+        f"style='width:{100 * summary.shares[c]:.3f}%;background:{CATEGORY_COLOURS[c]};"
         f"color:{CATEGORY_MARKS[c]}'>"
         f"{shown[c] if summary.shares[c] >= 0.1 else ''}</div>"
         for c in CATEGORIES

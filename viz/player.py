@@ -177,13 +177,15 @@ def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
         for v in (0, 0.5, 1)
     )
     steps = [
-        (c.start, "·".join(str(k + 1) for k in c.steps)) for c in chs if c.kind == chapters.STEP
+        (c.start, "·".join(str(k + 1) for k in c.steps), n)
+        for n, c in enumerate(chs)
+        if c.kind == chapters.STEP
     ]
     marks = "".join(
         f"<line x1='{x(i):.1f}' x2='{x(i):.1f}' y1='{top}' "
         f"y2='{TL_H - bottom}' stroke='{MUTED}' stroke-dasharray='2 3' "
         f"vector-effect='non-scaling-stroke'/>"
-        for i, _ in steps
+        for i, _, _ in steps
     )
     svg_ = (
         f"<svg class='pk-tl-svg' viewBox='0 0 {TL_W} {TL_H}' preserveAspectRatio='none' "
@@ -194,7 +196,10 @@ def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
     ys = "".join(
         f"<span style='top:{100 * y(v) / TL_H:.2f}%'>{int(v * 100)}%</span>" for v in (0, 0.5, 1)
     )
-    nums = "".join(f"<span style='left:{100 * x(i) / TL_W:.3f}%'>{k}</span>" for i, k in steps)
+    nums = "".join(
+        f"<span data-chapter='{n}' style='left:{100 * x(i) / TL_W:.3f}%'>{k}</span>"
+        for i, k, n in steps
+    )
     return (
         f"<div class='pk-tl'><div class='pk-tl-y'>{ys}</div><div class='pk-tl-plot'>"
         f"{svg_}<div class='pk-tl-steps'>{nums}</div></div></div>"

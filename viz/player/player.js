@@ -60,6 +60,7 @@ class Player {
       requestAnimationFrame(() => {
         this.fitRows();
         this.fitScore();
+        this.fitSteps();
       });
     });
     this.tallest = 0;
@@ -97,6 +98,7 @@ class Player {
     this.releaseHeight(this.heldWidth);  // other frames: their own tallest
     this.go(start);
     this.fitRows();
+    this.fitSteps();
     for (const k of this.early.splice(0)) this.act(k);
     this.el("pk-error").hidden = true;
     delete this.root.dataset.error;
@@ -192,6 +194,7 @@ class Player {
       const step = ch.step === null ? this.lastStepBefore(n) : n;
       this.root.querySelectorAll(".pk-p-nav button").forEach((b) =>
         b.classList.toggle("on", Number(b.dataset.chapter) === step));
+      this.markStep(step);
     }
     const ind = this.el("pk-frame");
     ind.innerHTML = esc(this.data.text.frame_of.replace("{i}", i).replace("{last}", last)) +
@@ -267,6 +270,38 @@ class Player {
       r.box.style.minHeight = Math.ceil(tall[g]) + "px";
     }));
     probes.forEach((p) => p.remove());
+  }
+
+  // The timeline's step numbers sit under their frames, and on a narrow screen steps a frame
+  // or two apart ("1234" on a phone) would overlap. Measured once per width and payload, as
+  // fitRows: left to right, a number that would touch the last one kept is left out. The
+  // current step's number is always shown, underlined, and those it would touch make way
+  // (markStep swaps classes only: a key costs no layout).
+  fitSteps() {
+    const spans = [...this.el("pk-tl-box").querySelectorAll(".pk-tl-steps span")];
+    const boxes = spans.map((s) => s.getBoundingClientRect());
+    if (!spans.length || boxes.every((b) => b.width === 0)) return;  // hidden (presenter mode)
+    const GAP = 3;  // px between two numbers
+    const touch = (a, b) => a.left < b.right + GAP && b.left < a.right + GAP;
+    let kept = null;
+    spans.forEach((s, k) => {
+      const keep = !kept || !touch(boxes[k], kept);
+      s.classList.toggle("pk-thin", !keep);
+      if (keep) kept = boxes[k];
+    });
+    this.stepNear = new Map(spans.map((s, k) =>
+      [Number(s.dataset.chapter), spans.filter((_, j) => j !== k && touch(boxes[j], boxes[k]))]));
+    this.markStep(this.markedStep);
+  }
+
+  markStep(step) {
+    this.markedStep = step;
+    const spans = this.el("pk-tl-box").querySelectorAll(".pk-tl-steps span");
+    const near = (this.stepNear && this.stepNear.get(step)) || [];
+    spans.forEach((s) => {
+      s.classList.toggle("on", Number(s.dataset.chapter) === step);
+      s.classList.toggle("pk-yield", near.includes(s));
+    });
   }
 
   // In the page (not presenter mode) the player never gets shorter while one steps: a frame
