@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 import tracemalloc
+from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
@@ -501,13 +502,7 @@ def test_a_socket_reader_that_ends_is_started_again_and_the_view_goes_on():
     """At its cap libzmq may also abort (its queue of a message of millions of empty frames
     cannot grow): a reader gone is a disconnect, said in one line; a new reader reconnects,
     asks the replay socket what it missed, and the view goes on without a restart."""
-    port, _ = free_ports()
-    url = f"tcp://127.0.0.1:{port}"
-    state = WatchState()
-    pub = K.KVEventPublisher(url)
-    sub = Subscriber(SubscriberConfig(url), state).start()
-    try:
-        publish_until(pub, [request_blocks(SYSTEM, 0)], lambda: state.snapshot().num_blocks == 2)
+    with watching_the_system_prompt() as (pub, sub, state):
         wait_until(lambda: sub.connected)
         first = sub.relay
         assert first is not None
@@ -516,6 +511,20 @@ def test_a_socket_reader_that_ends_is_started_again_and_the_view_goes_on():
         wait_until(lambda: sub.relay is not first and state.snapshot().num_blocks == 5)
         assert sub.disconnects == 1 and "socket reader process ended" in state.last_error
         assert state.counters["restarts"] == 0 and state.counters["gaps"] == 0
+
+
+@contextmanager
+def watching_the_system_prompt():
+    """A publisher and a subscriber on a free port, once the subscriber has folded the system
+    prompt's two blocks: ``(publisher, subscriber, state)``; both closed after."""
+    port, _ = free_ports()
+    url = f"tcp://127.0.0.1:{port}"
+    state = WatchState()
+    pub = K.KVEventPublisher(url)
+    sub = Subscriber(SubscriberConfig(url), state).start()
+    try:
+        publish_until(pub, [request_blocks(SYSTEM, 0)], lambda: state.snapshot().num_blocks == 2)
+        yield pub, sub, state
     finally:
         sub.stop()
         pub.close()
@@ -908,15 +917,6 @@ def test_a_bug_in_folding_is_one_line_and_the_view_goes_on(monkeypatch):
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(WatchState, "apply", apply_once_broken)
-    port, _ = free_ports()
-    url = f"tcp://127.0.0.1:{port}"
-    state = WatchState()
-    pub = K.KVEventPublisher(url)
-    sub = Subscriber(SubscriberConfig(url), state).start()
-    try:
-        publish_until(pub, [request_blocks(SYSTEM, 0)], lambda: state.snapshot().num_blocks == 2)
+    with watching_the_system_prompt() as (_, sub, state):
         assert failed and sub.alive
         assert "RuntimeError, ref " in state.last_error and "\n" not in state.last_error
-    finally:
-        sub.stop()
-        pub.close()

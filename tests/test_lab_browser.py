@@ -46,6 +46,16 @@ def _open(page, app_url: str, lab: S.Lab | None = None, token: str | None = None
     page.get_by_role("button", name="Record (dry run)").wait_for(timeout=60_000)
 
 
+def _record_and_step(page, app_url: str, frames: int) -> None:
+    """Open THREE in the lab, record its dry run and step it to frame ``frames``."""
+    _open(page, app_url, THREE)
+    page.get_by_role("button", name="Record (dry run)").click()
+    assert wait_ready(page) == 0
+    for f in range(1, frames + 1):
+        page.keyboard.press("ArrowRight")
+        wait_painted(page, f)
+
+
 def _link(page) -> str:
     code = page.locator("[data-testid='stCode']").filter(has_text="scenario=").first
     code.wait_for(timeout=30_000)
@@ -185,12 +195,7 @@ def test_the_address_of_a_dry_run_reopens_its_frame(page, app_url):
     fresh page from that address records the same dry run and opens on frame N (it opened the
     table with nothing recorded). Once the table changes, the frames on screen are not the
     linked scenario's any more: the address names no frame, and stepping writes none."""
-    _open(page, app_url, THREE)
-    page.get_by_role("button", name="Record (dry run)").click()
-    assert wait_ready(page) == 0
-    for f in (1, 2, 3):
-        page.keyboard.press("ArrowRight")
-        wait_painted(page, f)
+    _record_and_step(page, app_url, 3)
     page.wait_for_function("() => /[?&]frame=3(&|$)/.test(location.search)")
     here = page.evaluate("location.href")
     page.goto(here)
@@ -216,12 +221,7 @@ def test_a_new_recording_opens_on_its_first_frame_not_the_last_ones(page, app_ur
     """Every recording is lesson "lab" to the player, which kept its frame for the "same
     lesson": after stepping one recording to frame 3, the next scenario's recording opened on
     frame 3 too. A new recording opens where the lab says: frame 0."""
-    _open(page, app_url, THREE)
-    page.get_by_role("button", name="Record (dry run)").click()
-    assert wait_ready(page) == 0
-    for f in (1, 2, 3):
-        page.keyboard.press("ArrowRight")
-        wait_painted(page, f)
+    _record_and_step(page, app_url, 3)
     first = page.evaluate("() => window.pkPlayer.data.id")
     wait_idle(page)
     blocks = page.get_by_label("Blocks")
