@@ -80,10 +80,20 @@ def publisher_greeting() -> bytes:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--frames", type=int, default=1024)
-    ap.add_argument("--frame-bytes", type=int, default=1 << 20)
-    ap.add_argument("--receiver", choices=["app", "zmq"], default="app")
-    ap.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
+    ap.add_argument("--frames", type=int, default=1024, help="frames in the one message (1024)")
+    ap.add_argument("--frame-bytes", type=int, default=1 << 20, help="bytes in each frame (1 MiB)")
+    ap.add_argument(
+        "--receiver",
+        choices=["app", "zmq"],
+        default="app",
+        help="the watch page's Subscriber (default) or a bare zmq SUB set as the page's was",
+    )
+    ap.add_argument(
+        "--root",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent,
+        help="the checkout whose Subscriber is measured (default: this one)",
+    )
     args = ap.parse_args()
     listener = socket.create_server(("127.0.0.1", 0))
     url = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
