@@ -179,6 +179,30 @@ def test_stepping_back_from_the_scoreboard_measures_nothing_on_the_key(browser, 
         ctx.close()
 
 
+def test_a_live_runs_next_frames_keep_the_page_as_tall_as_it_was(browser, files):
+    """A live run sends the same trace with more frames every 0.75 s, and each payload let go
+    of the height held while stepping: for a reader scrolled to the end of the page, it got
+    134 px shorter and the grids jumped down, on every payload. The next payload is given as
+    the page gives it (the same content: the frame shown is kept)."""
+    ctx, page = _open(browser, files["six-steps"], (1280, 720), "#frame=0")
+    try:
+        for _ in range(60):
+            page.keyboard.press("ArrowRight")
+        wait_painted(page, 60)
+        page.evaluate("() => window.scrollTo(0, document.documentElement.scrollHeight)")
+        page.evaluate(SETTLED_JS)
+        before = page.evaluate(TOP_JS), page.evaluate("() => scrollY")
+        page.evaluate(
+            "async () => { const p = window.pkPlayer;"
+            " await p.load({...p.data, id: p.data.id + ':more'}, null, false); }"
+        )
+        page.evaluate(SETTLED_JS)
+        assert page.evaluate("() => window.pkPlayer.i") == 60
+        assert (page.evaluate(TOP_JS), page.evaluate("() => scrollY")) == before
+    finally:
+        ctx.close()
+
+
 # Every text the player shows in HTML (the grids' SVG labels scale with the arena and are left
 # out): its computed size, and the caption's.
 FONTS_JS = """() => {

@@ -74,6 +74,7 @@ class Player {
   // asked for: until then the keys step the frames on screen, and those steps count.
   async load(data, start, follow) {
     this.loading = data;
+    const same = start === null;
     this.failed = false;                  // frames are coming again: keys wait for them
     let body;
     try {
@@ -95,7 +96,10 @@ class Player {
     this.static();
     this.i = -1;
     this.fitted = "";
-    this.releaseHeight(this.heldWidth);  // other frames: their own tallest
+    // other frames: their own tallest; the same trace with more frames (a live run's next
+    // payload, every 0.75 s) or in another language keeps the height held, or the page
+    // shrank under a reader scrolled to its end on every payload
+    if (!same) this.releaseHeight(this.heldWidth);
     this.go(start);
     this.fitRows();
     this.fitSteps();
