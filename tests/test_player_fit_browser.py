@@ -140,6 +140,69 @@ def test_a_reader_scrolled_to_the_end_of_the_page_sees_the_grids_hold_still(brow
         ctx.close()
 
 
+# Divs created while one key is handled: fitRows builds its off-screen probes with them, go()
+# never does (it swaps innerHTML).
+DIVS_IN_KEY_JS = """() => { const make = document.createElement.bind(document);
+  window.pkDivs = 0;
+  document.createElement = (t, o) => { if (String(t).toLowerCase() === 'div') window.pkDivs++;
+                                       return make(t, o); }; }"""
+
+
+@pytest.mark.parametrize("present", [False, True])
+def test_stepping_back_from_the_scoreboard_measures_nothing_on_the_key(browser, files, present):
+    """The scoreboard hides the sides, so the rows measured there (on opening a link to it, on
+    a resize, on turning presenter mode on or off) were left stale and measured by the next key
+    that showed the grids: 20-60 ms of off-screen layout on that one key, over the 16 ms a
+    step may take. They are measured where the resize is answered, the sides shown unseen."""
+    ctx, page = _open(browser, files["six-steps"], (1280, 720), "#frame=99999")
+    try:
+        last = page.evaluate("() => window.pkPlayer.frames.length - 1")
+        assert page.evaluate("() => document.querySelector('#pk-player').dataset.score") == "1"
+        if present:
+            page.keyboard.press("f")
+        else:
+            page.set_viewport_size({"width": 900, "height": 720})
+        page.evaluate(SETTLED_JS)
+        fitted = page.evaluate(
+            "() => [document.querySelector('#pk-caption > div').style.minHeight,"
+            " window.pkPlayer.rowsStale]"
+        )
+        assert fitted[0] and not fitted[1], fitted
+        page.evaluate(DIVS_IN_KEY_JS)
+        page.keyboard.press("ArrowLeft")
+        wait_painted(page, last - 1)
+        assert page.evaluate("() => window.pkDivs") == 0
+        top = page.evaluate(TOP_JS)
+        page.evaluate(f"() => window.pkPlayer.go({last // 2})")
+        assert top is not None and page.evaluate(TOP_JS) == top
+    finally:
+        ctx.close()
+
+
+def test_a_live_runs_next_frames_keep_the_page_as_tall_as_it_was(browser, files):
+    """A live run sends the same trace with more frames every 0.75 s, and each payload let go
+    of the height held while stepping: for a reader scrolled to the end of the page, it got
+    134 px shorter and the grids jumped down, on every payload. The next payload is given as
+    the page gives it (the same content: the frame shown is kept)."""
+    ctx, page = _open(browser, files["six-steps"], (1280, 720), "#frame=0")
+    try:
+        for _ in range(60):
+            page.keyboard.press("ArrowRight")
+        wait_painted(page, 60)
+        page.evaluate("() => window.scrollTo(0, document.documentElement.scrollHeight)")
+        page.evaluate(SETTLED_JS)
+        before = page.evaluate(TOP_JS), page.evaluate("() => scrollY")
+        page.evaluate(
+            "async () => { const p = window.pkPlayer;"
+            " await p.load({...p.data, id: p.data.id + ':more'}, null, false); }"
+        )
+        page.evaluate(SETTLED_JS)
+        assert page.evaluate("() => window.pkPlayer.i") == 60
+        assert (page.evaluate(TOP_JS), page.evaluate("() => scrollY")) == before
+    finally:
+        ctx.close()
+
+
 # Every text the player shows in HTML (the grids' SVG labels scale with the arena and are left
 # out): its computed size, and the caption's.
 FONTS_JS = """() => {

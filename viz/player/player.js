@@ -74,6 +74,7 @@ class Player {
   // asked for: until then the keys step the frames on screen, and those steps count.
   async load(data, start, follow) {
     this.loading = data;
+    const same = start === null;
     this.failed = false;                  // frames are coming again: keys wait for them
     let body;
     try {
@@ -95,7 +96,10 @@ class Player {
     this.static();
     this.i = -1;
     this.fitted = "";
-    this.releaseHeight(this.heldWidth);  // other frames: their own tallest
+    // other frames: their own tallest; the same trace with more frames (a live run's next
+    // payload, every 0.75 s) or in another language keeps the height held, or the page
+    // shrank under a reader scrolled to its end on every payload
+    if (!same) this.releaseHeight(this.heldWidth);
     this.go(start);
     this.fitRows();
     this.fitSteps();
@@ -189,7 +193,6 @@ class Player {
       this.el("pk-sides").hidden = ch.score;
       this.el("pk-score").hidden = !ch.score;
       this.root.dataset.score = ch.score ? "1" : "0";
-      if (!ch.score && this.rowsStale) this.fitRows();
       if (ch.score) this.fitScore();
       const step = ch.step === null ? this.lastStepBefore(n) : n;
       this.root.querySelectorAll(".pk-p-nav button").forEach((b) =>
@@ -221,13 +224,34 @@ class Player {
     const key = [this.root.clientWidth, getComputedStyle(this.root).fontSize, this.data.id,
                  this.data.lang, this.frames.length, window.innerHeight].join();
     if (key === this.fitted && !this.rowsStale) return;
+    // On the scoreboard the sides are hidden: they are shown unseen while measured (no paint
+    // in between), so stepping back to the grids finds its rows fitted and measures nothing
+    // on that key (it cost the key 20-60 ms).
+    const sides = this.el("pk-sides"), score = this.el("pk-score"), onScore = sides.hidden;
+    if (onScore) {
+      sides.style.visibility = "hidden";
+      sides.hidden = false;
+      score.hidden = true;
+    }
+    try {
+      this.measureRows(key);
+    } finally {
+      if (onScore) {
+        sides.hidden = true;
+        score.hidden = false;
+        sides.style.visibility = "";
+      }
+    }
+  }
+
+  measureRows(key) {
     // widths read first and heights read last: two layouts, however many rows
     const rows = ROWS.map((group) => group.map(([id, slot]) => {
       const el = this.el(id);  // a caption is measured with its "Left" / "Right" tag
       const box = id.startsWith("pk-cap-") ? el.parentElement : el;
       return { id, box, slot: el, width: box.getBoundingClientRect().width };
     }));
-    // hidden (the scoreboard) or not laid out yet: measured when the grids are shown
+    // not laid out yet (a tab not shown): measured when the observer sees it shown
     this.rowsStale = rows.some((g) => g.some((r) => r.width === 0));
     if (this.rowsStale) return;
     this.fitted = key;
