@@ -4,9 +4,10 @@ One thread asks a socket reader process (``viz/kv_relay.py``, its memory capped:
 multipart message whole, however many frames, before any of it is readable) for at most
 ``batch_limit`` messages per turn (a flood cannot starve the stop flag). zmq drops the
 connection on any frame over ``MAX_MESSAGE_BYTES``, unread, and the receive queue is capped at
-``rcvhwm`` messages, so it holds at most ``QUEUE_BYTES`` (a full queue makes zmq stop reading
-the socket: the server's own queue waits, or drops, and we see a gap); a replay keeps at most
-``max_replay_bytes``: memory stays bounded whatever the server sends. A reader process that ends
+``rcvhwm`` messages, so a queue of well-formed (three-frame) messages holds at most
+``QUEUE_BYTES`` (a full queue makes zmq stop reading the socket: the server's own queue waits, or
+drops, and we see a gap); a message of more frames is bounded only by the reader's memory cap,
+never in this process. A replay keeps at most ``max_replay_bytes``. A reader process that ends
 (at its memory cap, or because zmq will not reconnect after a frame it refused) counts as a
 disconnect, and a new one is started (ever later while readers keep ending). When sequence
 numbers jump, it asks the replay socket for the missing batches (a DEALER, which reads the whole
