@@ -28,9 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from engine.kv_accuracy import measure  # noqa: E402
 from engine.llm import LLM  # noqa: E402
-from engine.model import load_model  # noqa: E402
+from engine.model.kv_accuracy import measure  # noqa: E402
+from engine.model.loader import load_model  # noqa: E402
 
 PROMPTS = [
     "The capital of France is",

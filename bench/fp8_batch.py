@@ -43,16 +43,16 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from bench.fp8_accuracy import PROMPTS  # noqa: E402
+from engine.core.request import SamplingParams  # noqa: E402
 from engine.llm import LLM  # noqa: E402
-from engine.model import load_model  # noqa: E402
-from engine.request import SamplingParams  # noqa: E402
+from engine.model.loader import load_model  # noqa: E402
 
 ARENAS = ("auto", "fp8_e4m3", "fp8_e5m2")
 
 
 def make_batch_invariant() -> None:
     """Patch the forward (this process only) so no number depends on the batch's shape."""
-    from engine import attention_torch as AT
+    from engine.model import attention_torch as AT
 
     linear = F.linear
     F.linear = lambda x, w, b=None: torch.cat([linear(x[i : i + 1], w, b) for i in range(len(x))])

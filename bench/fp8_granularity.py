@@ -22,11 +22,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from bench.fp8_accuracy import NEW_TOKENS, PROMPTS  # noqa: E402
-from engine.kv_accuracy import teacher_forced_argmax  # noqa: E402
+from engine.core.request import SamplingParams  # noqa: E402
 from engine.llm import LLM  # noqa: E402
-from engine.model import load_model  # noqa: E402
-from engine.request import SamplingParams  # noqa: E402
-from engine.workload import DEMO_PROMPTS  # noqa: E402
+from engine.model.kv_accuracy import teacher_forced_argmax  # noqa: E402
+from engine.model.loader import load_model  # noqa: E402
+from engine.sim.workload import DEMO_PROMPTS  # noqa: E402
 from kernels.fp8 import dequantize, quantize  # noqa: E402
 
 CALIBRATION = [

@@ -31,10 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import events as E  # noqa: E402
-from engine.simulate import build_requests, run_policy  # noqa: E402
-from engine.trace import TraceWriter, make_header  # noqa: E402
-from engine.workload import generate  # noqa: E402
+from engine.core import events as E  # noqa: E402
+from engine.sim.simulate import build_requests, run_policy  # noqa: E402
+from engine.sim.workload import generate  # noqa: E402
+from engine.trace.io import TraceWriter, make_header  # noqa: E402
 
 NUM_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN = 64, 16, 256
 POLICIES = ("max", "paged")
@@ -92,7 +92,7 @@ def payload_size(trace: Path, lessons: Path) -> dict:
     import base64
     import zlib
 
-    from engine import trace as T
+    from engine.trace import io as T
     from viz import player
     from viz.lesson import build, load_spec
 

@@ -53,7 +53,7 @@ from viz.paper_results import SimConfig, simulate
 config, how = SimConfig(**json.loads(sys.argv[2])), sys.argv[3]
 t0, c0 = time.perf_counter(), time.process_time()
 if how == "page":
-    from engine.paper import POLICIES
+    from engine.sim.paper import POLICIES
     from viz.paper_parallel import simulate_rows
     rows = simulate_rows(config, POLICIES)
 else:
@@ -66,8 +66,8 @@ print(json.dumps({"wall": wall, "cpu": cpu, "rows": {p: asdict(r) for p, r in ro
 
 
 def every_setting() -> list[SimConfig]:
-    from engine.placement import PLACEMENTS
-    from engine.workload import LENGTH_DISTS, SIGMA, WORKLOADS
+    from engine.core.placement import PLACEMENTS
+    from engine.sim.workload import LENGTH_DISTS, SIGMA, WORKLOADS
     from viz.paper_page import REQUEST_CHOICES, SIGMA_CHOICES  # (imports streamlit)
 
     return [

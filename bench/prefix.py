@@ -18,10 +18,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from engine.core.request import SamplingParams  # noqa: E402
 from engine.llm import LLM  # noqa: E402
-from engine.model import load_model  # noqa: E402
-from engine.request import SamplingParams  # noqa: E402
-from engine.scenario import FILLER_TEXT  # noqa: E402
+from engine.model.loader import load_model  # noqa: E402
+from engine.trace.scenario import FILLER_TEXT  # noqa: E402
 
 QUESTIONS = [
     "What is a page?",

@@ -16,7 +16,7 @@ import hashlib
 import json
 import sys
 
-from engine import trace as T
+from engine.trace import io as T
 from viz import figures, player
 from viz.export import step_figure
 from viz.layout import grid_layout

@@ -23,11 +23,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from engine import events as E  # noqa: E402
+from engine.core import events as E  # noqa: E402
+from engine.core.request import SamplingParams  # noqa: E402
 from engine.llm import LLM  # noqa: E402
-from engine.model import load_model  # noqa: E402
-from engine.request import SamplingParams  # noqa: E402
-from engine.workload import DEMO_PROMPTS  # noqa: E402
+from engine.model.loader import load_model  # noqa: E402
+from engine.sim.workload import DEMO_PROMPTS  # noqa: E402
 
 PROMPTS = list(DEMO_PROMPTS)
 

@@ -21,10 +21,10 @@ import engine  # noqa: E402, F401  # sets torch's OpenMP waiting before torch lo
 # isort: split
 import torch  # noqa: E402
 
+from engine.core.request import SamplingParams  # noqa: E402
 from engine.llm import LLM  # noqa: E402
-from engine.model import load_model  # noqa: E402
-from engine.request import SamplingParams  # noqa: E402
-from engine.workload import DEMO_PROMPTS  # noqa: E402
+from engine.model.loader import load_model  # noqa: E402
+from engine.sim.workload import DEMO_PROMPTS  # noqa: E402
 
 PROMPTS = list(DEMO_PROMPTS)
 

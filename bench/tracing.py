@@ -16,9 +16,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine.model import load_model  # noqa: E402
-from engine.recorder import record  # noqa: E402
-from engine.scenario import load  # noqa: E402
+from engine.model.loader import load_model  # noqa: E402
+from engine.trace.recorder import record  # noqa: E402
+from engine.trace.scenario import load  # noqa: E402
 
 
 def _run(sc, model, traced: bool) -> float:

@@ -1,7 +1,7 @@
 import signal
 import sys
 
-from engine.cli import Terminated, main
+from engine.cli.main import Terminated, main
 
 
 def _terminate(signum: int, frame) -> None:

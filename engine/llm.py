@@ -12,24 +12,24 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from engine import events as E
-from engine import kv_events as KV
-from engine.allocators import check_allocator
-from engine.arena import MIB, KVArena, blocks_for_budget, bytes_per_block, check_fits
-from engine.attention import resolve_backend
-from engine.core import EngineConfig, EngineCore, build_core
-from engine.cpu_tier import CpuKVStore
-from engine.engine_args import EngineArgs, check_output_path
-from engine.model import LoadedModel, load_model, resolve_device
-from engine.request import (
+from engine.core import events as E
+from engine.core.allocators import check_allocator
+from engine.core.engine_core import EngineConfig, EngineCore, build_core
+from engine.core.request import (
     InvalidConfigError,
     InvalidRequestError,
     Request,
     SamplingParams,
     check_prompt,
 )
-from engine.runner import ModelRunner
-from engine.trace import TraceWriter, make_header
+from engine.engine_args import EngineArgs, check_output_path
+from engine.interop import kv_events as KV
+from engine.model.arena import MIB, KVArena, blocks_for_budget, bytes_per_block, check_fits
+from engine.model.attention import resolve_backend
+from engine.model.cpu_tier import CpuKVStore
+from engine.model.loader import LoadedModel, load_model, resolve_device
+from engine.model.runner import ModelRunner
+from engine.trace.io import TraceWriter, make_header
 from kernels.fp8 import resolve_kv_dtype
 
 #: Arena size when neither num_blocks nor kv_budget_mb is given: for SmolLM2 in fp32 about 11k

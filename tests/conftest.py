@@ -62,7 +62,7 @@ def smollm():
     """SmolLM2-135M-Instruct on CPU in fp32, loaded as users load it (from the conversion
     cache, without transformers, once the cache exists). HF's outputs are stored test data
     (tests/data/golden_hf.json); ``smollm_hf`` is for the one live HF check."""
-    from engine.model import load_model
+    from engine.model.loader import load_model
 
     return load_model(device="cpu", dtype="float32", progress=False)
 
@@ -71,7 +71,7 @@ def smollm():
 def smollm_hf():
     """The same model through transformers, with its HF module kept (``hf_model``): for a test
     that runs HF ``generate`` on the very same weights."""
-    from engine.model import load_model
+    from engine.model.loader import load_model
 
     return load_model(device="cpu", dtype="float32", keep_hf=True, progress=False)
 

@@ -3,10 +3,11 @@ live event stream equals that of the trace read back from disk."""
 
 import pytest
 
-from engine import accounting, trace
-from engine import events as E
-from engine.recorder import record
-from engine.scenario import Scenario, ScenarioRequest
+from engine.core import accounting
+from engine.core import events as E
+from engine.trace import io as trace
+from engine.trace.recorder import record
+from engine.trace.scenario import Scenario, ScenarioRequest
 
 pytestmark = pytest.mark.model
 

@@ -86,7 +86,7 @@ def test_gif_and_mp4_hold_the_frames_asked_for_with_each_frames_own_caption(
     import imageio.v2 as iio2
     from PIL import Image
 
-    from engine import trace as T
+    from engine.trace import io as T
     from viz import captions
     from viz.lesson import build, load_spec
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.trace import loads, read
+from engine.trace.io import loads, read
 from viz import lesson as L
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,8 +150,8 @@ def two_lessons(tmp_path: Path) -> Path:
     shutil.copytree(SIX, tmp_path / "six-steps")
     other = tmp_path / "dry-run"
     shutil.copytree(SIX, other)
-    from engine import scenario
-    from engine.recorder import record
+    from engine.trace import scenario
+    from engine.trace.recorder import record
 
     (other / "trace.jsonl").unlink()
     record(

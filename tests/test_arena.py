@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.arena import KVArena, blocks_for_budget, bytes_per_block
-from engine.attention import resolve_backend
-from engine.model import ModelConfig
-from engine.request import InvalidConfigError
+from engine.core.request import InvalidConfigError
+from engine.model.arena import KVArena, blocks_for_budget, bytes_per_block
+from engine.model.attention import resolve_backend
+from engine.model.loader import ModelConfig
 
 CFG = ModelConfig(
     num_layers=3,

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from engine import cli, trace
-from engine.request import InvalidConfigError, InvalidRequestError, SamplingParams
-from engine.trace import LIMITS, TraceError
+from engine.cli import main as cli
+from engine.core.request import InvalidConfigError, InvalidRequestError, SamplingParams
+from engine.trace import io as trace
+from engine.trace.io import LIMITS, TraceError
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG_PROMPT = "the quick brown fox jumps over the lazy dog " * 12
@@ -88,9 +89,9 @@ def test_cli_refuses_what_only_the_model_can_judge(cli_on_loaded_model, capsys, 
 
 
 def test_an_engine_refuses_a_request_id_it_already_has():
-    from engine.core import EngineConfig, build_core
-    from engine.request import Request
-    from engine.simulate import EOS, DryRunner
+    from engine.core.engine_core import EngineConfig, build_core
+    from engine.core.request import Request
+    from engine.sim.simulate import EOS, DryRunner
 
     core = build_core(
         EngineConfig("paged", num_blocks=8, block_size=4, max_model_len=32), DryRunner(), EOS
@@ -152,13 +153,13 @@ def test_api_raises_specific_errors(smollm):
 def no_model_load(monkeypatch):
     """Fail loudly if a refusal came only after loading the model."""
     import engine.llm
-    import engine.model
+    import engine.model.loader
 
     def boom(*a, **k):
         raise AssertionError("the model was loaded before the input was checked")
 
     monkeypatch.setattr(engine.llm, "load_model", boom)
-    monkeypatch.setattr(engine.model, "load_model", boom)
+    monkeypatch.setattr(engine.model.loader, "load_model", boom)
 
 
 @pytest.fixture
@@ -379,8 +380,8 @@ def test_a_bare_string_is_one_prompt_and_odd_prompts_are_refused(smollm):
 
 @pytest.mark.model
 def test_a_failed_run_writes_no_end_line_and_leaves_the_llm_as_fresh(smollm, tmp_path, monkeypatch):
-    from engine import trace
     from engine.llm import LLM
+    from engine.trace import io as trace
 
     prompts = ["Once upon a time", "The weather today"]
     # four steps a run: the third fails mid-run, with seeded generators already drawn from
@@ -415,7 +416,7 @@ def test_a_failed_run_writes_no_end_line_and_leaves_the_llm_as_fresh(smollm, tmp
 
 
 def test_an_arena_larger_than_the_device_is_refused_before_allocating():
-    from engine.arena import check_fits, device_memory
+    from engine.model.arena import check_fits, device_memory
 
     total = device_memory("cpu")
     assert total and total > 0
@@ -426,10 +427,10 @@ def test_an_arena_larger_than_the_device_is_refused_before_allocating():
 
 @pytest.mark.model
 def test_llm_refuses_a_budget_the_machine_cannot_hold(smollm, monkeypatch):
-    import engine.arena
+    import engine.model.arena
     from engine.llm import LLM
 
-    monkeypatch.setattr(engine.arena, "device_memory", lambda device: 64 << 20)
+    monkeypatch.setattr(engine.model.arena, "device_memory", lambda device: 64 << 20)
     with pytest.raises(InvalidConfigError, match="does not fit"):
         LLM(smollm, kv_budget_mb=512)
     assert LLM(smollm, kv_budget_mb=8).arena.num_blocks > 0
@@ -513,7 +514,7 @@ def test_record_is_quiet_about_a_trace_the_app_opens(files, capsys):
 def test_a_plain_prompts_file_splits_at_line_ends_only(tmp_path):
     """One prompt per line, where a line ends at \\n or \\r\\n: a prompt holding U+2028, U+0085,
     a form feed or a lone \\r (text pasted from a web page or a PDF) stays one prompt."""
-    from engine.cmd_generate import read_prompts_file
+    from engine.cli.generate import read_prompts_file
 
     odd = [
         "para\u2028graph",

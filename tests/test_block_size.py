@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine import trace as T
+from engine.trace import io as T
 from viz import sweep, ui_text
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import cli
-from engine.capacity import (
+from engine.cli import main as cli
+from engine.core.request import InvalidConfigError
+from engine.sim.capacity import (
     MAX_COUNT,
     GiB,
     KiB,
@@ -31,7 +32,6 @@ from engine.capacity import (
     load_shape,
     preset,
 )
-from engine.request import InvalidConfigError
 from viz import model_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -457,7 +457,7 @@ def test_essay_note_follows_the_engine_not_numbers_typed_into_its_text(fn, monke
 
     from streamlit.testing.v1 import AppTest
 
-    from engine import capacity
+    from engine.sim import capacity
 
     shape = replace(capacity.PRESETS["llama-2-70b"], dtype_bytes=4)
     monkeypatch.setitem(capacity.PRESETS, "llama-2-70b", shape)
@@ -858,8 +858,8 @@ def test_block_size_and_budget_out_of_range_are_our_own_line_not_streamlits(lang
     """Block size and budget were number_inputs: past their bounds Streamlit's browser widget
     said "value must be ≤ 65536" in English, in 中文 too. They are text fields the page checks,
     as max_len and mean length are: one line in the page's language naming field and bound."""
-    from engine.allocators import MAX_BLOCK_SIZE
-    from engine.capacity import MAX_BUDGET_GIB
+    from engine.core.allocators import MAX_BLOCK_SIZE
+    from engine.sim.capacity import MAX_BUDGET_GIB
     from viz.capacity_page import TEXT
 
     t = TEXT[lang]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import trace as T
-from engine.trace import read
+from engine.trace import io as T
+from engine.trace.io import read
 from viz import captions, chapters
 from viz import lesson as L
 from viz.percent import percents
@@ -224,8 +224,8 @@ def test_paged_captions_count_the_blocks_a_table_gains_and_the_pool_gets_back(le
 
 def test_a_request_held_back_by_a_full_batch_is_not_said_to_lack_memory(tmp_path):
     # two prompts over the step's token budget: B waits for the batch, with memory to spare
-    from engine.recorder import record
-    from engine.scenario import load
+    from engine.trace.recorder import record
+    from engine.trace.scenario import load
 
     (tmp_path / "s.toml").write_text(
         "[arena]\nnum_blocks = 1200\nblock_size = 16\nmax_model_len = 6000\n"

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = """
 import json, sys
-from engine.cli import main
+from engine.cli.main import main
 try:
     rc = main(sys.argv[1:])
 except SystemExit as e:  # --help exits
@@ -42,5 +42,5 @@ def run_and_list_modules(*args: str) -> tuple[int, set[str]]:
 def test_commands_without_a_model_import_no_torch(args):
     rc, modules = run_and_list_modules(*args)
     assert rc == 0
-    assert f"engine.cmd_{args[0]}" in modules
+    assert f"engine.cli.{args[0]}" in modules
     assert not {m for m in modules if m == "torch" or m.startswith("torch.")}

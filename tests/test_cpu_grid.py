@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from engine import trace as T
-from engine.accounting import account
+from engine.core.accounting import account
+from engine.trace import io as T
 from tests.test_swap import BLOCK, NUM_CPU, _dry_run
 from viz import svg
 from viz.cpu_grid import cpu_owners, moved_cpu_blocks

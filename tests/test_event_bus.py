@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from engine import events as E
+from engine.core import events as E
 
 #: A value of each field type events use (their annotations are strings).
 SAMPLE = {

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.arena import MIB, KVArena, blocks_for_budget, bytes_per_block
-from engine.capacity import preset
+from engine.core.request import InvalidConfigError
 from engine.engine_args import EngineArgs
-from engine.model import ModelConfig
-from engine.request import InvalidConfigError
+from engine.model.arena import MIB, KVArena, blocks_for_budget, bytes_per_block
+from engine.model.loader import ModelConfig
+from engine.sim.capacity import preset
 from kernels.fp8 import quantize, resolve_kv_dtype
 
 SHAPE = preset("smollm2-135m")
@@ -93,7 +93,7 @@ def test_quantize_saturates_instead_of_making_nan():
 
 @pytest.mark.parametrize("fp8", FP8)
 def test_torch_backend_matches_reference_on_a_float8_arena(fp8):
-    from engine.attention import Attention
+    from engine.model.attention import Attention
     from tests.test_model_exact import attention_case
 
     outs = []
@@ -111,8 +111,8 @@ def test_torch_backend_matches_reference_on_a_float8_arena(fp8):
 
 @pytest.mark.model
 def test_fp8_arena_agrees_with_full_precision_on_most_tokens(smollm):
-    from engine.kv_accuracy import measure
     from engine.llm import LLM
+    from engine.model.kv_accuracy import measure
     from tests.test_model_exact import PROMPTS, golden
 
     # full precision's greedy tokens on these prompts are HF's, stored (test_model_exact holds

@@ -12,9 +12,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from engine import cli, cmd_generate
+from engine.cli import generate as cmd_generate
+from engine.cli import main as cli
+from engine.core.request import SamplingParams
 from engine.llm import LLM
-from engine.request import SamplingParams
 
 PROMPTS = ["The capital of France is", "def add(a, b):", "Roses are red,"]
 
@@ -162,8 +163,8 @@ def test_generation_stops_at_any_of_the_models_eos_ids(tiny_llama_dir, tmp_path)
 
 @pytest.mark.model
 def test_trace_flag_writes_a_complete_trace_of_the_run(on_session_model, capsys, tmp_path):
-    from engine import events as E
-    from engine import trace
+    from engine.core import events as E
+    from engine.trace import io as trace
 
     path = tmp_path / "run.jsonl"
     assert (

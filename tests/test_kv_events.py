@@ -16,10 +16,10 @@ import msgspec
 import pytest
 import zmq
 
-from engine import events as E
-from engine import kv_events as K
+from engine.core import events as E
+from engine.interop import kv_events as K
 
-# --- vLLM's documented schema, written independently of engine.kv_events ------------------------
+# --- vLLM's documented schema, written independently of engine.interop.kv_events ------------------------
 
 
 class VBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
@@ -53,7 +53,7 @@ class VKVBatch(VBatch):
     events: list[VBlockStored | VBlockRemoved | VAllBlocksCleared]
 
 
-# --- stand-ins for the prefix cache's events (engine/events.py gains the real ones in #14) -------
+# --- stand-ins for the prefix cache's events (engine/core/events.py gains the real ones in #14) -------
 # STAND-INS: same kind strings and field names as the events the prefix-cache issue adds.
 
 
@@ -391,7 +391,7 @@ def test_translator_batches_bus_events_per_step():
 
 @pytest.mark.parametrize("cmd", ["generate", "record"])
 def test_cli_refuses_a_remote_address_in_one_line(cmd, capsys, tmp_path):
-    from engine.cli import main
+    from engine.cli.main import main
 
     args = (
         ["generate", "hi"]
@@ -414,7 +414,7 @@ def test_cli_refuses_a_remote_address_in_one_line(cmd, capsys, tmp_path):
 @pytest.mark.parametrize("cmd", ["generate", "record"])
 @pytest.mark.parametrize("hold", ["-1", "nan", "3601"])
 def test_cli_refuses_a_bad_hold_in_one_line(cmd, hold, capsys, tmp_path):
-    from engine.cli import main
+    from engine.cli.main import main
 
     scenario = next((Path(__file__).parent.parent / "lessons").glob("*/scenario.toml"))
     args = (

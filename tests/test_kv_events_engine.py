@@ -10,9 +10,10 @@ import threading
 import pytest
 import zmq
 
-from engine import cli, cmd_generate
-from engine import events as E
-from engine import kv_events as K
+from engine.cli import generate as cmd_generate
+from engine.cli import main as cli
+from engine.core import events as E
+from engine.interop import kv_events as K
 from tests.test_kv_events import free_ports
 
 SYSTEM = "You are a careful assistant. Answer in one short sentence. "

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 import zmq
 
-from engine import kv_events as K
+from engine.interop import kv_events as K
 from tests.test_kv_events import free_ports
 from viz.kv_relay import Relay, Sockets
 from viz.kv_subscriber import Subscriber, SubscriberConfig

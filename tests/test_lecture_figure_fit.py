@@ -11,7 +11,7 @@ import json
 import pytest
 from plotly.offline import get_plotlyjs
 
-from engine import trace as T
+from engine.trace import io as T
 from viz import figures
 from viz import lesson as L
 from viz.style import words

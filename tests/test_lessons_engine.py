@@ -5,12 +5,13 @@ import json
 
 import pytest
 
-from engine import accounting, trace
-from engine import events as E
-from engine.recorder import record
-from engine.scenario import load
-from engine.simulate import build_requests, run_policy
-from engine.workload import WorkItem, generate
+from engine.core import accounting
+from engine.core import events as E
+from engine.sim.simulate import build_requests, run_policy
+from engine.sim.workload import WorkItem, generate
+from engine.trace import io as trace
+from engine.trace.recorder import record
+from engine.trace.scenario import load
 
 SIX_STEPS = "lessons/six-steps/scenario.toml"
 
@@ -97,7 +98,7 @@ def test_paged_preempts_under_pressure_and_still_finishes_everything():
 def test_simulate_cli_prints_one_json_object(tmp_path):
     import contextlib
 
-    from engine.cli import main
+    from engine.cli.main import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import trace as T
-from engine.trace_check import LIMITS, TraceChecker
+from engine.trace import io as T
+from engine.trace.check import LIMITS, TraceChecker
 from viz.lesson_page import MAX_UPLOAD_MB
 from viz.serve import CHROMIUM, SERVER_POLL_MS, running_app, wait_idle
 
@@ -92,7 +92,7 @@ class MaxTrace:
 
     def path(self) -> Path:
         """The recording, once it is both under the byte cap and within the reader's drawing
-        budget (engine.trace_check.Limits: frames x arena slots): the largest trace the app
+        budget (engine.trace.check.Limits: frames x arena slots): the largest trace the app
         accepts, not one it refuses in a line."""
         while True:
             assert self.proc.wait(timeout=120) == 0

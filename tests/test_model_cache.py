@@ -12,10 +12,10 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from engine import model as M
-from engine import model_cache
-from engine.tokenizer import Tokenizer
-from engine.workload import DEMO_PROMPTS
+from engine.model import cache as model_cache
+from engine.model import loader as M
+from engine.model.tokenizer import Tokenizer
+from engine.sim.workload import DEMO_PROMPTS
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = ROOT / "lessons"
@@ -96,7 +96,7 @@ def _same_weights(a: M.ModelWeights, b: M.ModelWeights) -> None:
 
 
 def test_the_light_tokenizer_gives_transformers_ids_and_text(smollm, tmp_path):
-    """engine.tokenizer against transformers' own tokenizer over the same cached files: the
+    """engine.model.tokenizer against transformers' own tokenizer over the same cached files: the
     same ids for every lesson prompt, the demo prompts and awkward text, the same chat
     prompts, and the same text back for the stored HF outputs and for ids around the
     special tokens."""

@@ -4,8 +4,8 @@ still draws that memory, and the caption quotes it; the step's narration must sa
 
 from __future__ import annotations
 
-from engine import events as E
-from engine.trace import read
+from engine.core import events as E
+from engine.trace.io import read
 from viz import captions
 from viz import lesson as L
 from viz import scenario_lab as S

@@ -9,8 +9,8 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine import paper
-from engine.accounting import CATEGORIES
+from engine.core.accounting import CATEGORIES
+from engine.sim import paper
 from viz import essay_fixes
 from viz import paper_page as P
 from viz import paper_results as R
@@ -230,7 +230,7 @@ def test_essay_arithmetic_sentences_hold_no_number_the_code_computes(monkeypatch
     Llama-2-70B only. Under an fp32 KV cache each shown sentence must carry the new numbers."""
     from dataclasses import replace
 
-    from engine.capacity import concurrency
+    from engine.sim.capacity import concurrency
     from viz import ui_text
 
     shape = replace(essay_fixes.LLAMA70B, dtype_bytes=4)

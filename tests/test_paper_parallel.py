@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.paper import POLICIES
+from engine.sim.paper import POLICIES
 from viz import paper_parallel as PP
 from viz import paper_results as R
 

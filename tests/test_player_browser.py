@@ -346,7 +346,7 @@ def test_the_app_opens_and_steps_with_the_network_cut_off(page, app_url):
 def test_every_frame_shows_its_own_caption_and_chapter(player):
     """Walk every frame in the browser: the caption and chapter title on screen are the ones
     folded from that frame (tests/test_captions.py checks those against the frame's numbers)."""
-    from engine.trace import read
+    from engine.trace.io import read
     from viz import captions
     from viz import chapters as C
     from viz.lesson import build, load_spec

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from engine import events as E
-from engine.accounting import Tally
-from engine.core import EngineConfig, build_core
-from engine.request import InvalidConfigError, InvalidRequestError, Request, SamplingParams
-from engine.simulate import EOS, FILLER, DryRunner
-from engine.workload import DEMO_SUBJECTS
+from engine.core import events as E
+from engine.core.accounting import Tally
+from engine.core.engine_core import EngineConfig, build_core
+from engine.core.request import InvalidConfigError, InvalidRequestError, Request, SamplingParams
+from engine.sim.simulate import EOS, FILLER, DryRunner
+from engine.sim.workload import DEMO_SUBJECTS
 
 # Every request crosses a block boundary while it grows (prompts of 7-8 tokens, blocks of 8;
 # asserted below): at a quarter of the memory that alone preempts several times; more tokens

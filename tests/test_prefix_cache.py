@@ -16,15 +16,15 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from engine import events as E
-from engine import trace as trace_mod
-from engine.accounting import CATEGORIES, account
-from engine.block_pool import BlockPool
-from engine.core import EngineConfig, build_core
-from engine.prefix_hash import ROOT_HASH, block_hash, chain_hashes
-from engine.request import Request, SamplingParams
-from engine.simulate import EOS, DryRunner
-from engine.trace import TraceWriter, make_header
+from engine.core import events as E
+from engine.core.accounting import CATEGORIES, account
+from engine.core.block_pool import BlockPool
+from engine.core.engine_core import EngineConfig, build_core
+from engine.core.prefix_hash import ROOT_HASH, block_hash, chain_hashes
+from engine.core.request import Request, SamplingParams
+from engine.sim.simulate import EOS, DryRunner
+from engine.trace import io as trace_mod
+from engine.trace.io import TraceWriter, make_header
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_chain_hashes_agree_across_processes():
     tokens = list(range(1000, 1040))
     code = (
-        "from engine.prefix_hash import chain_hashes; "
+        "from engine.core.prefix_hash import chain_hashes; "
         "print(','.join(chain_hashes(list(range(1000, 1040)), 16)))"
     )
     env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=str(ROOT))
@@ -388,8 +388,8 @@ def test_bad_sample_counts_are_one_line_before_any_model_loads(args, words):
 
 
 def test_a_scenario_may_ask_for_samples_and_prefix_caching(tmp_path):
-    from engine import scenario
-    from engine.recorder import build_requests
+    from engine.trace import scenario
+    from engine.trace.recorder import build_requests
 
     f = tmp_path / "s.toml"
     f.write_text(
@@ -417,9 +417,9 @@ def test_a_scenario_whose_samples_a_trace_cannot_hold_is_refused_on_load(tmp_pat
     """scenario.load counted [[requests]] tables, not the n samples each becomes: 17 requests of
     256 samples loaded, and record wrote a 4,352-request run that trace.read then refused
     ("run holds more than 4096 requests")."""
-    from engine import scenario
-    from engine.request import InvalidConfigError
-    from engine.trace_check import LIMITS
+    from engine.core.request import InvalidConfigError
+    from engine.trace import scenario
+    from engine.trace.check import LIMITS
 
     f = tmp_path / "s.toml"
     one = '[[requests]]\nid = "R{}"\nprompt_len = 2\nmax_tokens = 1\nn = 256\n'

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from engine.core.request import SamplingParams
 from engine.llm import LLM
-from engine.request import SamplingParams
 
 SYSTEM = (
     "You are a helpful assistant for an operating systems course. Answer in one short "
@@ -139,7 +139,7 @@ def test_generate_json_reports_prefill_and_cache_hits(smollm, monkeypatch, capsy
     import json
 
     import engine.llm
-    from engine import cli
+    from engine.cli import main as cli
 
     monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
     prompts = [SYSTEM + q for q in QUESTIONS[:2]]

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import events as E
-from engine.accounting import account
-from engine.trace import parse_lines, read
+from engine.core import events as E
+from engine.core.accounting import account
+from engine.trace.io import parse_lines, read
 from viz import lesson as L
 from viz.reducer import (
     HOLE,
@@ -212,8 +212,8 @@ def test_paging_wastes_less_than_one_block_per_request_at_every_frame():
     st.sampled_from(["max", "pow2", "oracle", "paged"]),
 )
 def test_any_dry_run_folds_to_the_engines_accounting(items, policy):
-    from engine.simulate import build_requests, run_policy
-    from engine.workload import WorkItem
+    from engine.sim.simulate import build_requests, run_policy
+    from engine.sim.workload import WorkItem
 
     work = [WorkItem(i, o) for i, o, _ in items]
     reqs = build_requests(work, max_model_len=96, arrivals=[a for _, _, a in items])

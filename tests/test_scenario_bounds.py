@@ -1,14 +1,14 @@
 """A scenario file is data from a stranger: a few bytes of it must not cost gigabytes or hours.
-Each case is refused by ``engine.scenario.load`` in one line, before anything is built or run."""
+Each case is refused by ``engine.trace.scenario.load`` in one line, before anything is built or run."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine import cli
-from engine.request import InvalidConfigError
-from engine.scenario import load
-from engine.trace_check import LIMITS
+from engine.cli import main as cli
+from engine.core.request import InvalidConfigError
+from engine.trace.check import LIMITS
+from engine.trace.scenario import load
 
 MAX_ARRIVAL_STEP = LIMITS.max_events  # what a trace holds: one step_end per step at least
 MAX_SCENARIO_BYTES = LIMITS.max_line_chars  # what its header line holds

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import scenario as engine_scenario
-from engine import trace as T
+from engine.trace import io as T
+from engine.trace import scenario as engine_scenario
 from viz import scenario_lab as S
 
 ROOT = Path(__file__).resolve().parent.parent

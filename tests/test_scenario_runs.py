@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from engine import trace as T
-from engine.recorder import record
-from engine.request import InvalidConfigError
-from engine.scenario import load
-from engine.trace_check import check_header
+from engine.core.request import InvalidConfigError
+from engine.trace import io as T
+from engine.trace.check import check_header
+from engine.trace.recorder import record
+from engine.trace.scenario import load
 
 ROOT = Path(__file__).resolve().parents[1]
 SIX_STEPS = ROOT / "lessons" / "six-steps" / "scenario.toml"

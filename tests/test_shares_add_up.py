@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.trace import read
+from engine.trace.io import read
 from viz import figures, html
 from viz import lesson as L
 from viz.percent import percents

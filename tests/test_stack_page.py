@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.trace import read
+from engine.trace.io import read
 from viz import fp8_data, stack
 from viz.safe import md_text
 from viz.stack_page import layer_text

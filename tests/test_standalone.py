@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import trace as T
+from engine.trace import io as T
 from viz import captions, export, player, standalone
 from viz.lesson import build, load_spec
 

@@ -13,17 +13,17 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from engine import events as E
-from engine import trace as T
-from engine.accounting import Tally, account
-from engine.arena import KVArena
-from engine.core import EngineConfig, build_core
-from engine.cpu_tier import CpuKVStore
+from engine.core import events as E
+from engine.core.accounting import Tally, account
+from engine.core.engine_core import EngineConfig, build_core
+from engine.core.request import Batch, InvalidConfigError, Request, SamplingParams
+from engine.core.swap import SwappingPagedAllocator
 from engine.engine_args import EngineArgs
-from engine.request import Batch, InvalidConfigError, Request, SamplingParams
-from engine.simulate import EOS, DryRunner
-from engine.swap import SwappingPagedAllocator
-from engine.trace_check import TraceError
+from engine.model.arena import KVArena
+from engine.model.cpu_tier import CpuKVStore
+from engine.sim.simulate import EOS, DryRunner
+from engine.trace import io as T
+from engine.trace.check import TraceError
 from kernels.fp8 import quantize
 from tests.test_fp8 import SMOL
 from viz.reducer import RunInfo, replay
@@ -184,7 +184,7 @@ def test_dry_swap_run_writes_a_trace_that_validates_and_folds():
 
 
 def _slots_holding_kv(events: list[E.Event], bs: int) -> list[int]:
-    """Per step, the arena slots that hold K/V, folded apart from engine.accounting: per block,
+    """Per step, the arena slots that hold K/V, folded apart from engine.core.accounting: per block,
     the most tokens any holder wrote into it (a swapped-in request's come back in order)."""
     tables: dict[str, list[int]] = {}
     filled: dict[str, int] = {}
@@ -241,8 +241,8 @@ n = 2
 def test_blocks_copied_back_from_the_cpu_tier_count_as_holding_tokens(tmp_path):
     # the fold once forgot it: a swapped-in request finished with all its slots counted as
     # never filled, and a block shared right after its swap-in counted its tokens twice
-    from engine import scenario
-    from engine.recorder import record
+    from engine.trace import scenario
+    from engine.trace.recorder import record
 
     (tmp_path / "fork.toml").write_text(FORK_AFTER_SWAP_IN)
     buf = io.StringIO()
@@ -384,7 +384,7 @@ def test_blocks_swapped_out_and_in_come_back_bit_for_bit_in_other_blocks(dtype):
 
 
 def test_the_runner_moves_blocks_before_the_forward():
-    from engine.runner import ModelRunner
+    from engine.model.runner import ModelRunner
     from tests.test_model_exact import tiny_model
 
     model = tiny_model()

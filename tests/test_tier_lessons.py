@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import trace as T
-from engine.recorder import record
-from engine.scenario import load
+from engine.trace import io as T
+from engine.trace.recorder import record
+from engine.trace.scenario import load
 from viz import lesson as L
 from viz import player, standalone
 

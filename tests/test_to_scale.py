@@ -13,7 +13,7 @@ from fractions import Fraction
 
 import pytest
 
-from engine import trace as T
+from engine.trace import io as T
 from viz import figures, player, svg, to_scale
 from viz.cpu_grid import tier_height
 from viz.layout import grid_layout

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from engine import events as E
-from engine import trace as T
-from engine.recorder import record
-from engine.scenario import load as load_scenario
-from engine.trace import SCHEMA_VERSION, TraceError, TraceWriter, make_header, read
+from engine.core import events as E
+from engine.trace import io as T
+from engine.trace.io import SCHEMA_VERSION, TraceError, TraceWriter, make_header, read
+from engine.trace.recorder import record
+from engine.trace.scenario import load as load_scenario
 
 
 def _write_trace(path):

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from engine import events as E
-from engine.accounting import CATEGORIES
-from engine.recorder import record
-from engine.scenario import Scenario, ScenarioRequest
-from engine.trace import Trace, TraceError, loads
+from engine.core import events as E
+from engine.core.accounting import CATEGORIES
+from engine.trace.io import Trace, TraceError, loads
+from engine.trace.recorder import record
+from engine.trace.scenario import Scenario, ScenarioRequest
 from viz import figures, html, svg, sweep
 from viz import lesson as L
 from viz.reducer import (

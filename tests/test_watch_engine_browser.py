@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import kv_events as K
+from engine.interop import kv_events as K
 from tests.test_kv_events import free_ports
 from tests.watch_browser import (
     ARTIFACTS,

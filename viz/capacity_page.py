@@ -1,6 +1,6 @@
 """The KV capacity calculator page: ``render(lang="en")`` draws it with Streamlit calls.
 
-All arithmetic lives in :mod:`engine.capacity`; this module only gathers inputs and lays out
+All arithmetic lives in :mod:`engine.sim.capacity`; this module only gathers inputs and lays out
 results. It never imports torch. Bad input (an unreadable file, a zero block size) shows one
 ``st.error`` line in the page's language and stops the page, never a traceback: the form's
 fields are text the page checks itself, and a model file's error is worded from its code
@@ -22,8 +22,9 @@ from collections import OrderedDict
 import plotly.graph_objects as go
 import streamlit as st
 
-from engine.allocators import MAX_BLOCK_SIZE
-from engine.capacity import (
+from engine.core.allocators import MAX_BLOCK_SIZE
+from engine.core.request import InvalidConfigError
+from engine.sim.capacity import (
     MAX_BUDGET_GIB,
     MAX_VALUES,
     PRESETS,
@@ -34,7 +35,6 @@ from engine.capacity import (
     format_bytes,
     preset,
 )
-from engine.request import InvalidConfigError
 from viz import model_files, safe, ui_text
 from viz.style import INK, MUTED
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from engine import events as E
+from engine.core import events as E
 from viz import ui_text
 from viz.lesson import Lesson
 from viz.percent import percents

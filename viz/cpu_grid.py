@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from html import escape
 
-from engine import events as E
+from engine.core import events as E
 from viz.layout import GridLayout
 from viz.reducer import FREE, TOKEN, Frame
 from viz.safe import plotly_text

@@ -1,6 +1,6 @@
 """Where the essay (shared/seed) and its sources disagree: each claim, the value that holds, and
 where that value comes from. Every corrected number is computed here from the paper's cited
-figures (engine.paper) or from exact capacity arithmetic (engine.capacity); the page supplies
+figures (engine.sim.paper) or from exact capacity arithmetic (engine.sim.capacity); the page supplies
 the sentences (viz/text/paper_fidelity.toml). Pure Python, no torch.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.capacity import PRESETS, GiB, KiB, MiB, block_table_bytes, concurrency, format_bytes
-from engine.paper import FIG2, FIG2_SOURCE, FIG13_SOURCE, PAPER, fig13_ratio
+from engine.sim.capacity import PRESETS, GiB, KiB, MiB, block_table_bytes, concurrency, format_bytes
+from engine.sim.paper import FIG2, FIG2_SOURCE, FIG13_SOURCE, PAPER, fig13_ratio
 
 #: Where the essay's setting comes from (its §1.2 and §4.2): Llama-2-70B in fp16.
 LLAMA70B = PRESETS["llama-2-70b"]
@@ -17,7 +17,7 @@ LLAMA70B = PRESETS["llama-2-70b"]
 ESSAY_WEIGHT_BYTES = 70 * 10**9 * 2
 ABSTRACT_SOURCE = f"{PAPER}, abstract"
 TERMS_SOURCE = f"{PAPER}, §3 and Fig. 2"
-ARITHMETIC_SOURCE = "exact arithmetic (engine.capacity)"
+ARITHMETIC_SOURCE = "exact arithmetic (engine.sim.capacity)"
 
 
 @dataclass(frozen=True)

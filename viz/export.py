@@ -31,7 +31,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from engine import trace as T
+from engine.trace import io as T
 from viz.lesson import LESSONS_DIR, Lesson, LessonError, build, load_spec, render_step, trace_path
 
 MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}

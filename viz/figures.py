@@ -14,7 +14,7 @@ import re
 
 import plotly.graph_objects as go
 
-from engine.accounting import CATEGORIES, StepAccount
+from engine.core.accounting import CATEGORIES, StepAccount
 from viz import to_scale
 from viz.cpu_grid import tier_plotly, tier_rows
 from viz.layout import HOVER_MAX_SLOTS, GridLayout, changed_runs

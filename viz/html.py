@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from html import escape
 
-from engine.accounting import CATEGORIES
+from engine.core.accounting import CATEGORIES
 from viz.panels import finished_labels, queue_entries, table_rows
 from viz.percent import percents
 from viz.reducer import PAGED, Frame

@@ -28,7 +28,7 @@ from typing import Protocol
 
 import zmq
 
-from engine.kv_events import MAX_MESSAGE_BYTES, MalformedBatch, decode_batch, parse_endpoint
+from engine.interop.kv_events import MAX_MESSAGE_BYTES, MalformedBatch, decode_batch, parse_endpoint
 from viz import safe
 from viz.kv_relay import MEMORY_BYTES, Relay, RelayConfig, RelayError, Replayed, framing_error
 from viz.kv_watch import WatchState

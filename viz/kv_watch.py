@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import msgspec
 
-from engine.kv_events import (
+from engine.interop.kv_events import (
     MAX_MESSAGE_BYTES,
     InBatch,
     InCleared,

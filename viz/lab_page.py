@@ -20,7 +20,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from engine.trace import TraceError
+from engine.trace.io import TraceError
 from viz import address, html, player, safe, standalone, ui_text
 from viz import scenario_lab as S
 from viz.controls import choice_buttons

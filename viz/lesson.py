@@ -36,9 +36,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
-from engine import events as E
-from engine.accounting import CATEGORIES, account, time_averaged_shares
-from engine.trace import Trace, TraceError
+from engine.core import events as E
+from engine.core.accounting import CATEGORIES, account, time_averaged_shares
+from engine.trace.io import Trace, TraceError
 from viz import fp8_data
 from viz.percent import percents
 from viz.reducer import CONTIGUOUS, PAGED, Frame, RunInfo, replay_settled

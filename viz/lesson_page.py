@@ -21,7 +21,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from engine import trace as T
+from engine.trace import io as T
 from viz import address, export, html, player, safe, standalone, ui_text
 from viz.controls import choice_buttons
 from viz.lesson import (

@@ -3,7 +3,7 @@
 The engine runs in a child process (``python -m engine record --scenario FILE --out -``) that
 writes the trace JSONL to stdout, one flushed line per event, and progress to stderr. Two reader
 threads collect complete lines; the page folds what has arrived so far with
-``engine.trace.parse_lines(require_end=False)`` on every refresh. A ``LiveRun`` lives in
+``engine.trace.io.parse_lines(require_end=False)`` on every refresh. A ``LiveRun`` lives in
 ``st.session_state``, so a rerun of the page never loses the child.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from engine.trace import Trace, parse_lines
+from engine.trace.io import Trace, parse_lines
 
 
 def record_command(scenario: Path, forward: str = "model") -> list[str]:

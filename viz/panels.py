@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from itertools import pairwise
 
-from engine import events as E
+from engine.core import events as E
 from viz.reducer import PAGED, Frame
 from viz.style import words
 

@@ -2,7 +2,7 @@
 
 ``apply(state, ev) -> state`` is the pure contract (it never mutates its input); ``fold`` runs the
 same transition in place, which is what the app uses on long traces. Every number a frame carries
-comes from ``engine.accounting.Tally`` -- the viewer never re-derives the paper's categories. What
+comes from ``engine.core.accounting.Tally`` -- the viewer never re-derives the paper's categories. What
 this module adds is *where* things are: which request owns each slot, which category each slot is
 in, block tables, reservation ranges, the queue and what changed since the previous frame.
 
@@ -22,12 +22,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import events as E
-from engine.accounting import StepAccount, Tally
+from engine.core import events as E
+from engine.core.accounting import StepAccount, Tally
 
 # One character per slot: compact, hashable, and cheap to compare between frames.
 TOKEN, RESERVED, INTERNAL, FREE, HOLE = "T", "R", "I", "F", "H"
-#: The accounting category (engine.accounting.CATEGORIES) each cell code draws.
+#: The accounting category (engine.core.accounting.CATEGORIES) each cell code draws.
 CELL_CATEGORY = {
     TOKEN: "token_states",
     RESERVED: "reservation",

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine import events as E
-from engine.trace import TraceError
-from engine.trace import read as read_trace
+from engine.core import events as E
+from engine.trace.io import TraceError
+from engine.trace.io import read as read_trace
 from viz import fp8_data
 from viz.lesson import LESSONS_DIR, Lesson, LessonError, build, load_spec, pct, trace_path
 from viz.tier_facts import tier_facts

@@ -13,8 +13,8 @@ A folder ``lessons/<name>/`` with a ``narration.toml``::
     text = { en = "...{b16.internal_share}...", zh = "..." }
 
 Every number the narration quotes is a ``{placeholder}`` filled by ``narration_context`` from
-the traces (``b16.internal_share``) or from ``engine.capacity`` arithmetic
-(``b16.long_table_bytes``); all categories come from ``engine.accounting``. Pure Python, no
+the traces (``b16.internal_share``) or from ``engine.sim.capacity`` arithmetic
+(``b16.long_table_bytes``); all categories come from ``engine.core.accounting``. Pure Python, no
 Streamlit, no torch.
 """
 
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from engine import events as E
-from engine import trace as T
-from engine.accounting import StepAccount, account, time_averaged_shares
-from engine.capacity import DEFAULT_ENTRY_BYTES, block_table_bytes, blocks_for
+from engine.core import events as E
+from engine.core.accounting import StepAccount, account, time_averaged_shares
+from engine.sim.capacity import DEFAULT_ENTRY_BYTES, block_table_bytes, blocks_for
+from engine.trace import io as T
 from viz.lesson import LESSONS_DIR, SafeFormatter, read_lesson_toml, texts
 
 #: The essay's long request (§5.2): a 32,768-token sequence, 100 of them at once.

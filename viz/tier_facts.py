@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine import events as E
+from engine.core import events as E
 from viz.reducer import Frame, RunInfo
 
 MIB = 1 << 20

@@ -19,7 +19,7 @@ import threading
 import plotly.graph_objects as go
 import streamlit as st
 
-from engine.kv_events import EndpointError
+from engine.interop.kv_events import EndpointError
 from viz import model_files, safe, ui_text
 from viz.kv_subscriber import Subscriber, SubscriberConfig
 from viz.kv_watch import (

@@ -19,8 +19,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # run as a script from anywhere: the repo root
 
-from engine import scenario as scenario_mod  # noqa: E402
-from engine.recorder import record  # noqa: E402
+from engine.trace import scenario as scenario_mod  # noqa: E402
+from engine.trace.recorder import record  # noqa: E402
 
 BLOCK_SIZES = (1, 8, 16, 32, 128, 256)
 
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     model = None
     if args.forward == "model":
-        from engine.model import load_model
+        from engine.model.loader import load_model
 
         model = load_model(progress=False)
     for bs in (int(s) for s in args.sizes.split(",")):

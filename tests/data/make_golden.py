@@ -28,7 +28,7 @@ def main() -> int:
     import test_preemption as preemption
     import test_prefix_exact as prefix
 
-    from engine.model import load_model
+    from engine.model.loader import load_model
 
     model = load_model(device="cpu", dtype="float32", keep_hf=True, progress=False)
     cases = {

