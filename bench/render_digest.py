@@ -17,10 +17,11 @@ import json
 import sys
 
 from engine.trace import io as T
-from viz import figures, player
-from viz.export import step_figure
-from viz.layout import grid_layout
-from viz.lesson import LESSONS_DIR, build, load_spec, trace_path
+from viz.export.lecture import step_figure
+from viz.fold.lesson import LESSONS_DIR, build, load_spec, trace_path
+from viz.player import payload as player
+from viz.render import figures
+from viz.render.layout import grid_layout
 
 
 def _sha(text: str) -> str:

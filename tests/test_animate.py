@@ -1,4 +1,4 @@
-"""Lesson animations for slides (viz/animate.py via ``python -m viz.export --format gif,mp4``):
+"""Lesson animations for slides (viz/export/animate.py via ``python -m viz.export --format gif,mp4``):
 the GIF and the MP4 hold exactly the frames asked for, at the asked rate, 16:9, read back with
 the libraries that wrote them."""
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from viz import animate, export
-from viz.serve import CHROMIUM
+from viz.export import animate
+from viz.export import lecture as export
+from viz.export.serve import CHROMIUM
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
@@ -87,8 +88,8 @@ def test_gif_and_mp4_hold_the_frames_asked_for_with_each_frames_own_caption(
     from PIL import Image
 
     from engine.trace import io as T
-    from viz import captions
-    from viz.lesson import build, load_spec
+    from viz.fold import captions
+    from viz.fold.lesson import build, load_spec
 
     taken: list[animate.Shot] = []
     photograph = animate.screenshots

@@ -15,7 +15,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.trace.io import loads, read
-from viz import lesson as L
+from viz.fold import lesson as L
 
 ROOT = Path(__file__).resolve().parent.parent
 SIX = ROOT / "lessons" / "six-steps"
@@ -44,7 +44,7 @@ def player(at: AppTest) -> dict:
 
 
 def address(at: AppTest) -> dict:
-    """The query parameters the page asks the browser to write in place (viz.address)."""
+    """The query parameters the page asks the browser to write in place (viz.app.address)."""
     out: dict = {}
     for el in at.get("bidi_component"):
         if el.proto.component_name == "pk_address":
@@ -264,7 +264,7 @@ def test_a_stopped_live_run_keeps_the_frames_that_arrived(tmp_path):
     what arrived folds into frames."""
     import sys
 
-    from viz.live import LiveRun
+    from viz.live.run import LiveRun
 
     lines = (SIX / "trace.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
     part = tmp_path / "part.jsonl"
@@ -294,7 +294,7 @@ def test_figures_are_valid_plotly_at_every_keyframe(lesson, lang):
     own validation runs here instead, on every keyframe, with the lecture figure too."""
     import plotly.graph_objects as go
 
-    from viz import figures, svg
+    from viz.render import figures, svg
 
     titles = (lesson.left.title[lang], lesson.right.title[lang])
     layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
@@ -311,7 +311,7 @@ def test_figures_are_valid_plotly_at_every_keyframe(lesson, lang):
 
 
 def test_every_step_offers_its_lecture_figure_for_download(lesson, monkeypatch):
-    from viz import export
+    from viz.export import lecture as export
 
     monkeypatch.setattr(export, "browser_available", lambda: True)
     at = open_app()
@@ -321,7 +321,7 @@ def test_every_step_offers_its_lecture_figure_for_download(lesson, monkeypatch):
 
 
 def test_without_chromium_the_page_says_how_to_get_figures(monkeypatch):
-    from viz import export
+    from viz.export import lecture as export
 
     monkeypatch.setattr(export, "browser_available", lambda: False)
     at = open_app({"frame": "3"})
@@ -339,7 +339,7 @@ def test_a_live_run_killed_from_outside_says_so_not_its_last_progress_line():
     import signal
     import sys
 
-    from viz.live import LiveRun
+    from viz.live.run import LiveRun
 
     code = (
         "import sys, time\nprint('step 19: 3/10 requests finished', file=sys.stderr, flush=True)\n"

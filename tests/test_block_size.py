@@ -12,7 +12,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.trace import io as T
-from viz import sweep, ui_text
+from viz import ui_text
+from viz.fold import sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSON = ROOT / "lessons" / "block-size"
@@ -124,7 +125,7 @@ def test_chinese_lines_join_without_gaps_but_keep_latin_words_apart():
 
 def _page(lang: str) -> AppTest:
     return AppTest.from_string(
-        f"from viz.block_size_page import render\nrender({lang!r})", default_timeout=60
+        f"from viz.app.block_size import render\nrender({lang!r})", default_timeout=60
     ).run()
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from viz.serve import CHROMIUM, shown_frame, wait_idle, wait_painted, wait_ready
+from viz.export.serve import CHROMIUM, shown_frame, wait_idle, wait_painted, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"

@@ -32,7 +32,7 @@ from engine.sim.capacity import (
     load_shape,
     preset,
 )
-from viz import model_files
+from viz.app import model_files
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA_70B = preset("llama-2-70b")
@@ -405,13 +405,13 @@ def test_cli_bad_input_exits_2_with_one_line(args):
 
 
 def _page_en():
-    from viz.capacity_page import render
+    from viz.app.capacity import render
 
     render()
 
 
 def _page_zh():
-    from viz.capacity_page import render
+    from viz.app.capacity import render
 
     render(lang="zh")
 
@@ -480,7 +480,7 @@ def _plain(md: str) -> str:
 def _page_on(address: str | None, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from viz import capacity_page
+    from viz.app import capacity as capacity_page
 
     monkeypatch.setattr(capacity_page, "_server_address", lambda: address)
     at = AppTest.from_function(_page_en, default_timeout=60).run()
@@ -557,7 +557,7 @@ def test_page_reads_an_uploaded_gguf_prefix_and_config(monkeypatch):
     ],
 )
 def test_page_hostile_gguf_upload_is_one_error_line(data, words, monkeypatch):
-    from viz import capacity_page
+    from viz.app import capacity as capacity_page
 
     parsed = []
     real = model_files.gguf_shape
@@ -579,7 +579,7 @@ def test_a_twenty_digit_length_is_a_field_error_not_a_traceback():
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_string(
-        "from viz.capacity_page import render\nrender('en')\n", default_timeout=120
+        "from viz.app.capacity import render\nrender('en')\n", default_timeout=120
     )
     at.run()
     at.text_input(key="capacity_lengths").set_value("12345678901234567890").run()
@@ -599,7 +599,7 @@ def _capacity_app(lang: str):
     from streamlit.testing.v1 import AppTest
 
     return AppTest.from_string(
-        f"from viz.capacity_page import render\nrender({lang!r})\n", default_timeout=120
+        f"from viz.app.capacity import render\nrender({lang!r})\n", default_timeout=120
     ).run()
 
 
@@ -613,7 +613,7 @@ def test_a_max_len_past_the_bound_is_one_line_naming_it_not_a_silent_no_op(lang)
     """max_len = 10**16 once left every result as it was and said nothing: the number_input,
     with no bound of its own but the browser's 2**53, put back its old value. Now the page
     states the bound beside the field and refuses a value past it in one line."""
-    from viz.capacity_page import MAX_INPUT, TEXT
+    from viz.app.capacity import MAX_INPUT, TEXT
 
     at = _capacity_app(lang)
     assert str(f"{MAX_INPUT:,}") in at.text_input(key="capacity_max_len").help
@@ -792,7 +792,7 @@ def test_every_model_file_error_is_worded_in_the_pages_language(code, kind, data
     """On the 中文 page an unreadable config.json or GGUF said the engine's English ("cannot
     read bad.json as JSON: Expecting property name ..."). Each error now carries a code and its
     values, and the page words it from its own text in each language."""
-    from viz.capacity_page import TEXT, error_line
+    from viz.app.capacity import TEXT, error_line
 
     e = _file_error(kind, data)
     assert e.code == code, str(e)
@@ -805,13 +805,13 @@ def test_every_model_file_error_is_worded_in_the_pages_language(code, kind, data
 
 
 def test_each_model_file_error_text_is_reached_by_a_file():
-    from viz.capacity_page import TEXT
+    from viz.app.capacity import TEXT
 
     assert {code for code, _, _ in FILE_ERRORS} == set(TEXT["en"]["file_errors"])
 
 
 def test_an_os_error_without_its_own_words_still_reads_in_the_pages_language():
-    from viz.capacity_page import TEXT, error_line
+    from viz.app.capacity import TEXT, error_line
 
     e = InvalidConfigError("cannot open /x: I/O error", "cannot_open", path="/x", errno="EIO")
     zh = error_line(e, TEXT["zh"])
@@ -824,7 +824,7 @@ def test_an_os_error_without_its_own_words_still_reads_in_the_pages_language():
 def _page_zh_on(address: str | None, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from viz import capacity_page
+    from viz.app import capacity as capacity_page
 
     monkeypatch.setattr(capacity_page, "_server_address", lambda: address)
     monkeypatch.setattr(capacity_page, "_READ", type(capacity_page._READ)())
@@ -860,7 +860,7 @@ def test_block_size_and_budget_out_of_range_are_our_own_line_not_streamlits(lang
     as max_len and mean length are: one line in the page's language naming field and bound."""
     from engine.core.allocators import MAX_BLOCK_SIZE
     from engine.sim.capacity import MAX_BUDGET_GIB
-    from viz.capacity_page import TEXT
+    from viz.app.capacity import TEXT
 
     t = TEXT[lang]
     at = _capacity_app(lang)

@@ -11,9 +11,9 @@ import pytest
 
 from engine.trace import io as T
 from engine.trace.io import read
-from viz import captions, chapters
-from viz import lesson as L
-from viz.percent import percents
+from viz.fold import captions, chapters
+from viz.fold import lesson as L
+from viz.fold.percent import percents
 
 ROOT = Path(__file__).resolve().parent.parent
 NUM = re.compile(r"\d+(?:\.\d+)?")
@@ -254,7 +254,7 @@ def test_every_step_speaks_on_a_frame_of_its_own(lesson):
 def test_the_grid_names_each_cell_once(lesson):
     # shared blocks got every holder's name in one cell, printed over each other ("S.00",
     # "S.10" and "S.20" as one smudge on parallel sampling's right)
-    from viz.panels import label_starts
+    from viz.fold.panels import label_starts
 
     shared = 0
     for side in (lesson.left, lesson.right):

@@ -8,10 +8,10 @@ import re
 from engine.core.accounting import account
 from engine.trace import io as T
 from tests.test_swap import BLOCK, NUM_CPU, _dry_run
-from viz import svg
-from viz.cpu_grid import cpu_owners, moved_cpu_blocks
-from viz.layout import grid_layout
-from viz.reducer import RunInfo, replay
+from viz.fold.reducer import RunInfo, replay
+from viz.render import svg
+from viz.render.cpu_grid import cpu_owners, moved_cpu_blocks
+from viz.render.layout import grid_layout
 
 NUM_BLOCKS = 12
 
@@ -87,7 +87,7 @@ def test_the_chinese_grid_names_the_tier_in_chinese():
 
 
 def test_the_tables_panel_lists_each_swapped_requests_cpu_blocks():
-    from viz import html
+    from viz.render import html
 
     _, frames = _frames("swap", NUM_CPU)
     f = next(f for f in frames if f.cpu_tables)

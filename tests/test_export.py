@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageStat
 
-from viz import export
-from viz.lesson import load_spec
+from viz.export import lecture as export
+from viz.fold.lesson import load_spec
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -17,9 +17,9 @@ import zmq
 
 from engine.interop import kv_events as K
 from tests.test_kv_events import free_ports
-from viz.kv_relay import Relay, Sockets
-from viz.kv_subscriber import Subscriber, SubscriberConfig
-from viz.kv_watch import RecordingError, Replay, WatchState, fold, read_recording
+from viz.watch.relay import Relay, Sockets
+from viz.watch.state import RecordingError, Replay, WatchState, fold, read_recording
+from viz.watch.subscriber import Subscriber, SubscriberConfig
 
 BS = 4
 SYSTEM = list(range(100, 108))  # a shared system prompt: two full blocks
@@ -422,7 +422,7 @@ def send_one_message(pub: zmq.Socket, frames: int, size: int = 1 << 20) -> None:
 
 APP_UNDER_FLOOD = """
 import sys, time
-from viz.kv_subscriber import Subscriber, SubscriberConfig
+from viz.watch.subscriber import Subscriber, SubscriberConfig
 sub = Subscriber(SubscriberConfig(sys.argv[1], replay_endpoint="")).start()
 end = time.monotonic() + 30
 while time.monotonic() < end and not (sub.state.counters["malformed"] or sub.disconnects):
@@ -666,7 +666,7 @@ def test_a_live_copy_of_a_replayed_batch_is_dropped_and_a_new_one_is_a_restart()
 def test_every_reader_shares_one_drawing_of_the_chains_until_the_state_changes(monkeypatch):
     """Drawing 200k blocks' chains takes most of a second and every watching session asks each
     second: a state draws once per change, and with ``max_age`` at most once in that long."""
-    import viz.kv_watch as W
+    import viz.watch.state as W
 
     drawn = []
     real = W._chains
@@ -692,7 +692,7 @@ def test_every_reader_shares_one_drawing_of_the_chains_until_the_state_changes(m
 def test_a_replay_steps_forward_by_folding_only_the_new_batches(monkeypatch):
     """The recording player's slider: any order of steps shows what a fresh fold to that step
     shows, and a step forward decodes only the batches it adds."""
-    import viz.kv_watch as W
+    import viz.watch.state as W
 
     decoded = []
     real = W.decode_batch
@@ -807,12 +807,12 @@ def test_a_reader_whose_app_went_away_ends_without_a_traceback():
     import sys
     from dataclasses import asdict
 
-    from viz.kv_relay import ROOT
+    from viz.watch.relay import ROOT
 
     port, _ = free_ports()
     sub = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}", replay_endpoint=""))
     child = subprocess.Popen(
-        [sys.executable, "-m", "viz.kv_relay", json.dumps(asdict(sub.relay_config()))],
+        [sys.executable, "-m", "viz.watch.relay", json.dumps(asdict(sub.relay_config()))],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -836,7 +836,7 @@ def test_a_reader_that_keeps_ending_is_started_ever_less_often(monkeypatch):
     page watched (14 in 30 s; heavier messages make each one cost more). The wait between
     starts doubles up to 30 s while readers keep ending, and is 1 s again after a reader that
     lived that long."""
-    import viz.kv_subscriber as KS
+    import viz.watch.subscriber as KS
 
     clock = [0.0]
     lives = iter([0.5] * 7 + [31.0, 0.5, 0.5])  # seconds each reader lived
@@ -872,7 +872,7 @@ def test_one_poll_of_the_reader_answers_in_time_and_loses_nothing(monkeypatch):
     counts a few bytes whatever its frames): the answer missed the app's deadline, the app
     thread waited 10 s, killed the reader and dropped what it had read. A poll now answers
     after POLL_SECONDS of reading, and the next one reads on from there."""
-    import viz.kv_relay as KR
+    import viz.watch.relay as KR
 
     monkeypatch.setattr(KR, "POLL_SECONDS", 0.05)
     port, _ = free_ports()

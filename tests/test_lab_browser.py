@@ -10,9 +10,9 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from viz import scenario_lab as S
-from viz import serve
-from viz.serve import CHROMIUM, shown_frame, wait_idle, wait_painted, wait_ready
+from viz.export import serve
+from viz.export.serve import CHROMIUM, shown_frame, wait_idle, wait_painted, wait_ready
+from viz.live import lab as S
 
 pytestmark = [
     pytest.mark.browser,

@@ -10,9 +10,10 @@ import re
 
 import pytest
 
-from viz import chapters, player
-from viz import lesson as L
-from viz import scenario_lab as S
+from viz.fold import chapters
+from viz.fold import lesson as L
+from viz.live import lab as S
+from viz.player import payload as player
 
 N_SCENARIOS = 200
 WORDS = (

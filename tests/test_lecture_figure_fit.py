@@ -12,9 +12,9 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from engine.trace import io as T
-from viz import figures
-from viz import lesson as L
-from viz.style import words
+from viz.fold import lesson as L
+from viz.render import figures
+from viz.render.style import words
 
 MEASURE_JS = """([fig, word]) => Plotly.react('g', fig.data, fig.layout, {staticPlot: true})
   .then(() => {

@@ -132,7 +132,7 @@ def test_a_live_view_shows_the_finished_traces_frame_at_every_line_it_may_stop_a
     request has finished ... in 32 steps") while it ran. Cut after every line of the opening
     and closing steps (all of them take seconds), the newest frame must be the finished trace's,
     side by side, and no step keyed to the last frame may show before the end."""
-    from viz import lesson as L
+    from viz.fold import lesson as L
 
     buf = io.StringIO()
     record(load(SIX_STEPS), ["max", "paged"], buf, forward="skip")

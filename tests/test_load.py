@@ -17,8 +17,8 @@ import pytest
 
 from engine.trace import io as T
 from engine.trace.check import LIMITS, TraceChecker
-from viz.lesson_page import MAX_UPLOAD_MB
-from viz.serve import CHROMIUM, SERVER_POLL_MS, running_app, wait_idle
+from viz.app.lesson import MAX_UPLOAD_MB
+from viz.export.serve import CHROMIUM, SERVER_POLL_MS, running_app, wait_idle
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -181,7 +181,7 @@ SHARED_RENDERERS = [
 @pytest.fixture
 def browser(playwright_driver):
     """This test's own Chromium, with SHARED_RENDERERS (the suite's shares no switches)."""
-    from viz.serve import launch_chromium
+    from viz.export.serve import launch_chromium
 
     b = launch_chromium(playwright_driver, SHARED_RENDERERS)
     yield b

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from engine.core import events as E
 from engine.trace.io import read
-from viz import captions
-from viz import lesson as L
-from viz import scenario_lab as S
+from viz.fold import captions
+from viz.fold import lesson as L
+from viz.live import lab as S
 
 TITLES = {"en": "lab", "zh": "lab"}
 SIDES = {"left": {"en": "left", "zh": "左"}, "right": {"en": "right", "zh": "右"}}
@@ -95,7 +95,8 @@ def test_two_steps_on_one_frame_both_speak_there_over_the_grids():
     """A lab scenario whose early finish happens on the last frame: step 4 and the scoreboard
     step share it. The later step took the frame and step 4's narration was shown nowhere (its
     button opened the scoreboard, which hides the grids that narration is about)."""
-    from viz import chapters, player
+    from viz.fold import chapters
+    from viz.player import payload as player
 
     lesson = _lesson(
         S.LabRequest("A", "why is the sky blue", 40, 0),

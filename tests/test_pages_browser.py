@@ -1,7 +1,7 @@
 """Every page of the app, in English and Chinese, in a real browser: it draws its title and
 shows no exception, no error box and no traceback.
 
-Starts the app with ``viz.serve.running_app`` and drives Debian's Chromium with Playwright.
+Starts the app with ``viz.export.serve.running_app`` and drives Debian's Chromium with Playwright.
 A failing page leaves a screenshot in ``test-artifacts/``.
 """
 
@@ -11,9 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from viz import capacity_page, paper_page, stack_page, sweep, ui_text, watch_page
-from viz.lesson import load_spec
-from viz.serve import CHROMIUM, wait_idle
+from viz import ui_text
+from viz.app import capacity as capacity_page
+from viz.app import paper as paper_page
+from viz.app import stack as stack_page
+from viz.app import watch as watch_page
+from viz.export.serve import CHROMIUM, wait_idle
+from viz.fold import sweep
+from viz.fold.lesson import load_spec
 
 pytestmark = [
     pytest.mark.browser,

@@ -11,9 +11,9 @@ from streamlit.testing.v1 import AppTest
 
 from engine.core.accounting import CATEGORIES
 from engine.sim import paper
-from viz import essay_fixes
-from viz import paper_page as P
-from viz import paper_results as R
+from viz.app import paper as P
+from viz.paper import essay_fixes
+from viz.paper import results as R
 
 SMALL = 60
 
@@ -118,7 +118,7 @@ def _page_text(at: AppTest) -> str:
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_default_page_renders_from_the_shipped_results(lang):
     at = AppTest.from_string(
-        f"from viz.paper_page import render\nrender({lang!r})", default_timeout=60
+        f"from viz.app.paper import render\nrender({lang!r})", default_timeout=60
     )
     at.run()
     assert not at.exception, at.exception
@@ -130,7 +130,7 @@ def test_default_page_renders_from_the_shipped_results(lang):
 
 
 def test_a_changed_setting_simulates_instead():
-    at = AppTest.from_string("from viz.paper_page import render\nrender('en')", default_timeout=180)
+    at = AppTest.from_string("from viz.app.paper import render\nrender('en')", default_timeout=180)
     at.query_params["requests"] = "100"
     at.query_params["workload"] = "Alpaca"  # the URL carries the label shown
     at.query_params["placement"] = "first-fit"
@@ -161,7 +161,7 @@ def test_rows_are_compared_over_one_window():
 
 
 def test_hostile_url_settings_fall_back_to_the_defaults():
-    at = AppTest.from_string("from viz.paper_page import render\nrender('en')", default_timeout=60)
+    at = AppTest.from_string("from viz.app.paper import render\nrender('en')", default_timeout=60)
     for key, value in {"sigma": "9", "dist": "zipf", "requests": "-5", "placement": "<b>"}.items():
         at.query_params[key] = value
     at.run()
@@ -177,7 +177,7 @@ def test_what_agrees_with_the_paper_is_checked_on_the_run_shown(workload):
     res = R.load_shipped()[R.SimConfig(workload=workload)]
     paged = res.rows["paged"].shares["token_states"]
     paper_floor = int(100 * paper.FIG2["paged"].token_states)  # the paper's "above 96 %"
-    at = AppTest.from_string("from viz.paper_page import render\nrender('en')", default_timeout=60)
+    at = AppTest.from_string("from viz.app.paper import render\nrender('en')", default_timeout=60)
     at.query_params["workload"] = P.WORKLOAD_NAMES[workload]
     at.run()
     assert not at.exception and not at.error

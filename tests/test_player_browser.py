@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from viz.serve import (
+from viz.export.serve import (
     CHROMIUM,
     hold_key,
     hold_unpacking,
@@ -347,9 +347,9 @@ def test_every_frame_shows_its_own_caption_and_chapter(player):
     """Walk every frame in the browser: the caption and chapter title on screen are the ones
     folded from that frame (tests/test_captions.py checks those against the frame's numbers)."""
     from engine.trace.io import read
-    from viz import captions
-    from viz import chapters as C
-    from viz.lesson import build, load_spec
+    from viz.fold import captions
+    from viz.fold import chapters as C
+    from viz.fold.lesson import build, load_spec
 
     lesson = build(load_spec("six-steps"), read(TRACE))
     chs = C.chapters(lesson)

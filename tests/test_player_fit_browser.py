@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from viz import export
-from viz.serve import CHROMIUM, wait_painted, wait_ready
+from viz.export import lecture as export
+from viz.export.serve import CHROMIUM, wait_painted, wait_ready
 
 pytestmark = [
     pytest.mark.browser,

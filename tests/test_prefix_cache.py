@@ -342,9 +342,9 @@ def test_parallel_samples_under_memory_pressure():
 
 @pytest.mark.parametrize("case", ["chat", "samples", "pressure"])
 def test_the_viewer_draws_each_shared_slot_once(case):
-    from viz.layout import grid_layout
-    from viz.reducer import HOLE, INTERNAL, PAGED, RESERVED, TOKEN, RunInfo, replay
-    from viz.svg import arena_svg, ref_counts
+    from viz.fold.reducer import HOLE, INTERNAL, PAGED, RESERVED, TOKEN, RunInfo, replay
+    from viz.render.layout import grid_layout
+    from viz.render.svg import arena_svg, ref_counts
 
     reqs, blocks = {
         "chat": (_chat(6), 64),

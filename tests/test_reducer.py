@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from engine.core import events as E
 from engine.core.accounting import account
 from engine.trace.io import parse_lines, read
-from viz import lesson as L
-from viz.reducer import (
+from viz.fold import lesson as L
+from viz.fold.reducer import (
     HOLE,
     INTERNAL,
     PAGED,
@@ -269,7 +269,7 @@ def test_a_run_cut_inside_a_step_keeps_its_last_frame():
 
 
 def test_the_ended_side_of_a_lesson_holds_nothing_and_its_timeline_stops(lesson):
-    from viz import player
+    from viz.player import payload as player
 
     short = min((lesson.left, lesson.right), key=lambda s: len(s.frames))
     n = len(short.frames)
@@ -409,8 +409,8 @@ def test_every_narration_placeholder_is_filled(lesson):
 def test_a_short_id_with_unprintable_characters_is_shown_by_its_arrival_letter():
     """Short ids are shown as they are, unless they hold what a reader cannot see: a bidi
     override reversed every caption quoting the id, a zero-width space made a second "A"."""
-    from viz import captions
-    from viz.reducer import display_name
+    from viz.fold import captions
+    from viz.fold.reducer import display_name
 
     assert display_name("A", 0) == "A" and display_name("r7", 6) == "r7"
     assert display_name("\u202eD", 3) == "D" and display_name("A\u200b", 5) == "F"
@@ -426,7 +426,7 @@ def test_a_short_id_with_unprintable_characters_is_shown_by_its_arrival_letter()
 
 def test_the_step_indicator_reads_left_then_right(lesson):
     """It sorted the two sides' engine steps by value, so "27/51" could be either side's."""
-    from viz import player
+    from viz.player import payload as player
 
     short = min((lesson.left, lesson.right), key=lambda s: len(s.frames))
     i = lesson.num_frames - 1

@@ -16,9 +16,10 @@ from streamlit.testing.v1 import AppTest
 
 from engine.trace.io import loads
 from tests.hostile_traces import REQUEST_IDS, RUN_NAMES, hostile_trace_text
-from viz import figures, html, safe, svg
-from viz import lesson as L
-from viz.live_registry import LiveRegistry
+from viz import safe
+from viz.app.live_registry import LiveRegistry
+from viz.fold import lesson as L
+from viz.render import figures, html, svg
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,7 +125,7 @@ def test_an_error_while_drawing_a_frame_is_one_line_without_paths(monkeypatch, c
         raise RuntimeError("/srv/secret/server/path.py exploded")
 
     monkeypatch.setattr(html, "tables_panel", broken)
-    from viz import lesson_page
+    from viz.app import lesson as lesson_page
 
     lesson_page._cached_payload.clear()  # frames drawn by an earlier test would hide the failure
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
@@ -141,7 +142,7 @@ def test_an_error_while_drawing_a_frame_is_one_line_without_paths(monkeypatch, c
 
 
 def test_an_error_in_any_page_is_one_line(monkeypatch):
-    from viz import capacity_page
+    from viz.app import capacity as capacity_page
 
     def broken(t, lang):
         raise KeyError("/etc/passwd")
@@ -149,7 +150,7 @@ def test_an_error_in_any_page_is_one_line(monkeypatch):
     monkeypatch.setattr(capacity_page, "_pick_model", broken)
 
     def page():
-        from viz import pages
+        from viz.app import pages
 
         pages._page_body(pages.PAGES[1])()
 
@@ -235,7 +236,7 @@ def test_a_finished_child_is_reaped_without_anyone_asking():
 
 
 def test_the_page_tells_a_second_session_a_live_run_is_in_progress():
-    from viz.live_registry import REGISTRY
+    from viz.app.live_registry import REGISTRY
 
     other = REGISTRY.start("another-session", SLEEPER)
     assert other is not None
@@ -254,7 +255,7 @@ def test_the_page_tells_a_second_session_a_live_run_is_in_progress():
 def test_a_live_run_is_shown_only_on_its_own_lesson():
     """The session's live run was folded under whichever lesson was picked next: six-steps'
     frames under shared-prompt's titles, or another lesson's failure on this one."""
-    from viz.live_registry import REGISTRY
+    from viz.app.live_registry import REGISTRY
 
     try:
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()

@@ -13,7 +13,7 @@ from urllib.parse import quote, urlsplit
 import pytest
 
 from tests.hostile_traces import HEADER, REMOTE, SIX_TRACE, hostile_trace_text
-from viz.serve import CHROMIUM, settle_after_load, wait_idle
+from viz.export.serve import CHROMIUM, settle_after_load, wait_idle
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -148,7 +148,7 @@ def slow_live_app(tmp_path):
     """The app over a copy of the six-step lesson whose scenario runs long even as a dry run,
     so a live run is still going when a second session asks and when its tab closes."""
     from tests.test_load import load_scenario
-    from viz.serve import running_app
+    from viz.export.serve import running_app
 
     lesson = tmp_path / "six-steps"
     lesson.mkdir()

@@ -1,4 +1,4 @@
-"""The scenario lab's model (viz/scenario_lab.py): field-level checks, the link as hostile
+"""The scenario lab's model (viz/live/lab.py): field-level checks, the link as hostile
 input, the TOML the engine reads, and the dry run in-process equal to the engine's CLI."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from engine.trace import io as T
 from engine.trace import scenario as engine_scenario
-from viz import scenario_lab as S
+from viz.live import lab as S
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = S.Lab(
@@ -122,7 +122,7 @@ def test_a_link_value_no_widget_can_show_is_a_field_error(field, token):
 
 def _lab_page():
     from viz import safe, ui_text
-    from viz.lab_page import render
+    from viz.app.lab import render
 
     safe.boundary(ui_text.load("safe")["en"]["page_failed"])(render)("en")
 
@@ -226,7 +226,7 @@ def test_each_recording_is_its_own_content_to_the_player_and_each_language_the_s
     """Every lab recording is lesson "lab": the player took a new recording for the same
     lesson in another language and kept the last one's frame. The payload now says which
     trace its frames show, the same in both languages and new with each recording."""
-    from viz import player
+    from viz.player import payload as player
 
     sides = {s: {"en": s, "zh": s} for s in ("left", "right")}
     title = {"en": "t", "zh": "t"}
@@ -293,7 +293,7 @@ def test_the_real_model_is_not_run_on_a_lab_the_dry_run_refuses():
     trace then broke the page on every rerun (TraceTooLarge)."""
     from streamlit.testing.v1 import AppTest
 
-    from viz.live_registry import REGISTRY
+    from viz.app.live_registry import REGISTRY
 
     reqs = tuple(
         S.LabRequest(f"R{i}", "Tell me a story about a cat.", 500, i * 25) for i in range(8)
@@ -319,7 +319,7 @@ def test_the_real_model_scenario_file_is_written_in_a_private_folder(tmp_path, m
     # machine could make first, with a link there to a file of the app's user
     import tempfile
 
-    from viz import lab_page
+    from viz.app import lab as lab_page
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     forget = getattr(getattr(lab_page, "_lab_folder", None), "cache_clear", lambda: None)
@@ -343,7 +343,7 @@ def test_the_real_model_scenario_file_is_written_in_a_private_folder(tmp_path, m
 
 def _mounted(at, name: str) -> dict:
     """What the page handed component ``name`` (the lab's player, or the address it writes
-    in place: viz.address), merged over the page's mounts of it."""
+    in place: viz.app.address), merged over the page's mounts of it."""
     out: dict = {}
     for el in at.get("bidi_component"):
         if el.proto.component_name == name:

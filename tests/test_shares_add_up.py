@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.trace.io import read
-from viz import figures, html
-from viz import lesson as L
-from viz.percent import percents
+from viz.fold import lesson as L
+from viz.fold.percent import percents
+from viz.render import figures, html
 
 SIX = Path(__file__).resolve().parents[1] / "lessons" / "six-steps"
 NUMBER = re.compile(r"(\d+(?:\.\d+)?)%")
@@ -74,7 +74,7 @@ RECORDED = sorted(p.name for p in LESSONS.iterdir() if (p / "trace.jsonl").is_fi
 def test_paging_never_draws_an_unusable_hole(name):
     """Any free block serves any request, so a paged side has no external fragmentation, even
     while a request waits for more blocks than are free; the contiguous side keeps its holes."""
-    from viz.reducer import HOLE
+    from viz.fold.reducer import HOLE
 
     lesson = L.build(L.load_spec(name), read(LESSONS / name / "trace.jsonl"))
     for side in (lesson.left, lesson.right):

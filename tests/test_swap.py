@@ -26,7 +26,7 @@ from engine.trace import io as T
 from engine.trace.check import TraceError
 from kernels.fp8 import quantize
 from tests.test_fp8 import SMOL
-from viz.reducer import RunInfo, replay
+from viz.fold.reducer import RunInfo, replay
 
 NUM_BLOCKS, NUM_CPU, BLOCK = 10, 8, 4
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,8 +15,9 @@ import pytest
 from engine.trace import io as T
 from engine.trace.recorder import record
 from engine.trace.scenario import load
-from viz import lesson as L
-from viz import player, standalone
+from viz.export import standalone
+from viz.fold import lesson as L
+from viz.player import payload as player
 
 ROOT = Path(__file__).resolve().parents[1]
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -120,7 +121,7 @@ def test_a_fallback_is_said_only_when_the_cpu_tier_ran_out(lang):
 def test_lecture_figures_are_valid_plotly_and_show_the_tier_where_there_is_one(name, lang):
     import plotly.graph_objects as go
 
-    from viz import figures
+    from viz.render import figures
 
     lesson = _lesson(name)
     titles = (lesson.left.title[lang], lesson.right.title[lang])
@@ -132,7 +133,7 @@ def test_lecture_figures_are_valid_plotly_and_show_the_tier_where_there_is_one(n
         boxes = [s for s in fig.layout.shapes if s.type == "rect" and s.layer == "below"]
         assert len(boxes) == right.run.num_cpu_blocks + left.run.num_cpu_blocks
         # both arenas at one scale: y ranges of one length on both grids (a grid drawn to
-        # scale, viz/to_scale.py, starts half its shorter row above its first row's centre)
+        # scale, viz/render/to_scale.py, starts half its shorter row above its first row's centre)
         (a0, a1), (b0, b1) = fig.layout.yaxis.range, fig.layout.yaxis3.range
         assert a0 - a1 == pytest.approx(b0 - b1)
 
@@ -140,7 +141,7 @@ def test_lecture_figures_are_valid_plotly_and_show_the_tier_where_there_is_one(n
 def test_recompute_counts_only_what_the_prefix_cache_does_not_find_again(tmp_path):
     # with caching on, a readmitted victim finds its full blocks again: the lesson once said
     # all 64 thrown-away slots "had to be computed again" when the cache held every one
-    from viz.tier_facts import tier_facts
+    from viz.fold.tier_facts import tier_facts
 
     src = ROOT / "lessons" / "recompute-or-swap" / "scenario.toml"
     text = src.read_text().replace("[arena]\n", "[arena]\nenable_prefix_caching = true\n", 1)

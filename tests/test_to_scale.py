@@ -1,4 +1,4 @@
-"""Drawn area follows bytes (viz/to_scale.py). The fp8 lesson's two arenas hold the same bytes
+"""Drawn area follows bytes (viz/render/to_scale.py). The fp8 lesson's two arenas hold the same bytes
 (bf16 left, fp8 right, twice the blocks), so on screen they must cover the same area: in the
 app's SVG grids and in the lecture figure. Other ratios come from a copy of the six-step
 lesson's trace (two runs of equal slots) whose header gives each run a block size in bytes;
@@ -14,11 +14,12 @@ from fractions import Fraction
 import pytest
 
 from engine.trace import io as T
-from viz import figures, player, svg, to_scale
-from viz.cpu_grid import tier_height
-from viz.layout import grid_layout
-from viz.lesson import Lesson, build, load_spec, trace_path
-from viz.reducer import RunInfo
+from viz.fold.lesson import Lesson, build, load_spec, trace_path
+from viz.fold.reducer import RunInfo
+from viz.player import payload as player
+from viz.render import figures, svg, to_scale
+from viz.render.cpu_grid import tier_height
+from viz.render.layout import grid_layout
 
 _RECT = re.compile(r"<rect x='[\d.]+' y='[\d.]+' width='([\d.]+)' height='([\d.]+)'")
 _VIEWBOX = re.compile(r"viewBox='([^']+)'")

@@ -30,9 +30,9 @@ from engine.core.accounting import CATEGORIES
 from engine.trace.io import Trace, TraceError, loads
 from engine.trace.recorder import record
 from engine.trace.scenario import Scenario, ScenarioRequest
-from viz import figures, html, svg, sweep
-from viz import lesson as L
-from viz.reducer import (
+from viz.fold import lesson as L
+from viz.fold import sweep
+from viz.fold.reducer import (
     FREE,
     HOLE,
     INTERNAL,
@@ -42,6 +42,7 @@ from viz.reducer import (
     RunInfo,
     replay,
 )
+from viz.render import figures, html, svg
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [

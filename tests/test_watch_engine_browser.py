@@ -38,8 +38,8 @@ from tests.watch_browser import (
     survives_malformed,
     until,
 )
-from viz.kv_watch import fold, read_recording
-from viz.serve import CHROMIUM
+from viz.export.serve import CHROMIUM
+from viz.watch.state import fold, read_recording
 
 pytestmark = [
     pytest.mark.browser,

@@ -22,7 +22,7 @@ from tests.test_kv_events import (
     send_probe,
 )
 from viz import ui_text
-from viz.kv_watch import WatchState
+from viz.watch.state import WatchState
 
 T = ui_text.load("watch_page")["en"]
 BS = 4
@@ -30,7 +30,7 @@ SYSTEM = tuple(range(100, 108))
 
 
 def page() -> AppTest:
-    at = AppTest.from_string("from viz.watch_page import render\nrender('en')", default_timeout=60)
+    at = AppTest.from_string("from viz.app.watch import render\nrender('en')", default_timeout=60)
     at.run()
     assert not at.exception, at.exception
     return at
@@ -204,8 +204,8 @@ def test_a_foreign_recording_is_one_error_line():
 def test_a_gone_sessions_subscriber_is_stopped_on_the_next_connect(monkeypatch):
     """...once the lock every session's connect takes is let go: stopping waits up to 2 s for
     the subscriber's thread, and other sessions' connects waited with it."""
-    from viz import watch_page
-    from viz.kv_subscriber import Subscriber, SubscriberConfig
+    from viz.app import watch as watch_page
+    from viz.watch.subscriber import Subscriber, SubscriberConfig
 
     port, _ = free_ports()
     gone = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}")).start()
@@ -221,7 +221,7 @@ def test_a_gone_sessions_subscriber_is_stopped_on_the_next_connect(monkeypatch):
     monkeypatch.setattr(watch_page, "_LIVE", [("gone", gone), ("here", here), ("gone", gone)])
     monkeypatch.setattr(watch_page, "session_alive", lambda sid: sid != "gone")
     script = f"""
-from viz import watch_page
+from viz.app import watch as watch_page
 watch_page._connect("tcp://127.0.0.1:{port}", "", False, watch_page.TEXT["en"])
 """
     at = AppTest.from_string(script, default_timeout=30)
@@ -244,8 +244,8 @@ def test_a_publishers_error_text_is_shown_as_text_not_markdown():
     at = AppTest.from_string(
         """
 import dataclasses
-from viz import watch_page
-from viz.kv_watch import fold
+from viz.app import watch as watch_page
+from viz.watch.state import fold
 snap = dataclasses.replace(
     fold([]).snapshot(),
     last_error="Invalid value '![x](http://127.0.0.2:9/pwn.png) [click](http://127.0.0.2:9/p) :red[**ALERT**]'",
@@ -268,7 +268,7 @@ def test_sessions_watching_one_stream_share_its_subscriber_and_its_drawing():
     """Every session used to start its own subscriber for the same server: its own copy of the
     cache and its own drawing of it (0.7 s of CPU a second at 200k blocks, per session), where
     the snapshot cache was meant to draw once for all. One session leaving keeps the others'."""
-    from viz import watch_page
+    from viz.app import watch as watch_page
 
     port, _ = free_ports()
     pages = [page(), page()]

@@ -1,4 +1,4 @@
-// Query parameters kept in the address bar in place (history.replaceState), for viz/address.py.
+// Query parameters kept in the address bar in place (history.replaceState), for viz/app/address.py.
 // A write through st.query_params is a history entry of its own; this one is not.
 export default function keepParams(component) {
   const params = component.data && component.data.params;

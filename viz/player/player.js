@@ -1,5 +1,5 @@
 // The lesson player's browser half. It draws nothing: every piece of HTML and SVG was rendered
-// by the server (viz/player.py) and arrives once, deflated. A key only swaps pieces, so stepping
+// by the server (viz/player/payload.py) and arrives once, deflated. A key only swaps pieces, so stepping
 // costs no server round trip. Keys are handled as they arrive (none is dropped); the URL is
 // updated once per animation frame.
 const SPEEDS = [1, 2, 4, 8, 15, 30];
@@ -439,7 +439,7 @@ class Player {
   // The language last chosen, whose frames may still be unpacking: the link says it already.
   chosenLang() { return (this.loading || this.data).lang; }
 
-  // A standalone file (viz/standalone.py) has no server to keep query params for: the
+  // A standalone file (viz/export/standalone.py) has no server to keep query params for: the
   // frame, language and presenter mode live in the hash, which a file:// link keeps. A hash
   // without lang opens in the file's first language (``home_lang``: zh for `--lang zh`), so
   // any other language is written out, English included.

@@ -1,0 +1,312 @@
+"""The "Watch a vLLM server" page: follow a KV-event stream (vLLM's, or our engine's
+``--kv-events``) and draw the server's prefix cache from it, live or from a recording.
+
+Addresses: ``tcp://HOST:PORT`` only (the replay socket is PORT+1 unless given). A host other than
+loopback is accepted only when this app itself listens on loopback alone and the user ticks the
+opt-in: subscribing makes the app's server connect out, which on a shared deployment would let
+any visitor probe the network behind it.
+
+Recording: the page keeps the last batches (bounded in bytes) and offers them as JSONL: a header
+line ``{"format": "paged-kv/kv-events-jsonl", "version": 1}``, then ``{"seq", "batch"}`` per
+batch, ``batch`` being vLLM's ``EventBatch`` as JSON arrays (bytes hashes in base64). Uploading
+such a file replays it batch by batch with a slider.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from engine.interop.kv_events import EndpointError
+from viz import safe, ui_text
+from viz.app import model_files
+from viz.app.live_registry import session_alive, session_id
+from viz.watch.state import (
+    MAX_RECORDING_BYTES,
+    RecordingError,
+    Replay,
+    Snapshot,
+    read_recording,
+    short_hash,
+)
+from viz.watch.subscriber import Subscriber, SubscriberConfig
+
+TEXT = ui_text.load("watch_page")  # viz/text/watch_page.toml
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
+MAX_SUBSCRIBERS = 8  # live subscriber threads in this app process, all sessions together
+#: (session id, the subscriber it watches through): sessions watching one stream share one
+#: subscriber, so its state, and the snapshot drawn from it, exist once for all of them
+_LIVE: list[tuple[str, Subscriber]] = []
+_LIVE_LOCK = threading.Lock()
+
+
+def render(lang: str = "en") -> None:
+    t = TEXT.get(lang, TEXT["en"])
+    st.header(t["title"])
+    st.caption(t["intro"])
+    st.info(t["not_carried"])
+    mode = st.radio(
+        t["source"],
+        ["live", "recording"],
+        horizontal=True,
+        key="kvw_source",
+        format_func=lambda m: t[f"source_{m}"],
+    )
+    if mode == "live":
+        st.session_state.pop("kvw_replay", None)  # the uploader is gone, and its file with it
+        _live(t)
+    else:
+        _recording(t)
+
+
+# --- live -------------------------------------------------------------------------------------
+
+
+def _live(t: dict) -> None:
+    ss = st.session_state
+    c1, c2, c3 = st.columns([3, 2, 1])
+    addr = c1.text_input(t["endpoint"], value=DEFAULT_ENDPOINT, max_chars=120, key="kvw_addr")
+    topic = c2.text_input(t["topic"], value="", max_chars=64, key="kvw_topic")
+    remote = False
+    if model_files.server_paths_allowed(st.get_option("server.address")):
+        remote = st.checkbox(t["allow_remote"], key="kvw_remote")
+    sub: Subscriber | None = ss.get("kvw_sub")
+    if c3.button(t["connect"], key="kvw_connect", type="primary"):
+        sub = _connect(addr, topic, remote, t)
+    if sub is not None and st.button(t["disconnect"], key="kvw_disconnect"):
+        _drop(sub)
+        ss.pop("kvw_sub", None)
+        sub = None
+    if sub is None:
+        st.caption(t["hint"])
+        return
+    st.fragment(safe.boundary(t["view_failed"])(_live_view), run_every=1.0)(sub, t)
+
+
+def _connect(addr: str, topic: str, remote: bool, t: dict) -> Subscriber | None:
+    ss = st.session_state
+    old = ss.pop("kvw_sub", None)
+    if old is not None:
+        _drop(old)
+    try:
+        fresh = Subscriber(SubscriberConfig(addr, topic=topic, allow_remote=remote))
+    except EndpointError as e:
+        st.error(safe.md_text(e))
+        return None
+    with _LIVE_LOCK:
+        gone = _prune()
+        sub = next((s for _, s in _LIVE if _stream(s) == _stream(fresh)), None)
+        if sub is None and len({id(s) for _, s in _LIVE}) < MAX_SUBSCRIBERS:
+            sub = fresh.start()
+        if sub is not None:
+            _LIVE.append((session_id(), sub))
+    for old_sub in gone:  # each may take its 2 s to end: other sessions' connects go on
+        old_sub.stop()
+    if sub is None:
+        st.error(t["too_many"].format(n=MAX_SUBSCRIBERS))
+        return None
+    ss.kvw_sub = sub
+    return sub
+
+
+def _stream(sub: Subscriber) -> tuple:
+    """What a subscriber follows, addresses normalised: two sessions asking for the same
+    stream are given one subscriber (the remote opt-in only decides whether it may be asked)."""
+    return (sub.url, sub.replay_url, sub.config.topic)
+
+
+def _prune() -> list[Subscriber]:
+    """Forget the subscribers only gone sessions watched (a closed tab never says goodbye) and
+    return them, for the caller to stop once it has let go of ``_LIVE_LOCK`` (held here, on every
+    connect): stopping one waits up to 2 s for its thread, and with the lock held every other
+    session's connect waited too. A gone session's thread lives, bounded, until the next one."""
+    keep = [(sid, sub) for sid, sub in _LIVE if sub.alive and session_alive(sid)]
+    held = {id(sub) for _, sub in keep}
+    gone = list({id(sub): sub for _, sub in _LIVE if id(sub) not in held}.values())
+    _LIVE[:] = keep
+    return gone
+
+
+def _drop(sub: Subscriber) -> None:
+    """This session stops watching ``sub``; the subscriber stops once no session watches it."""
+    sid = session_id()
+    with _LIVE_LOCK:
+        mine = next((i for i, (s_id, s) in enumerate(_LIVE) if s is sub and s_id == sid), None)
+        if mine is not None:
+            del _LIVE[mine]
+        watched = any(s is sub for _, s in _LIVE)
+    if not watched:
+        sub.stop()
+
+
+#: How stale a drawn snapshot the live view may show: it redraws every second, and every session
+#: watching one server shares that server's snapshot (drawing 200k blocks takes ~0.7 s of CPU).
+SNAPSHOT_MAX_AGE = 0.9
+
+
+def _live_view(sub: Subscriber, t: dict) -> None:
+    snap = sub.state.snapshot(max_age=SNAPSHOT_MAX_AGE)
+    if not sub.connected and sub.disconnects:
+        status = t["status_gone"].format(url=sub.url)
+    elif not sub.connected:
+        status = t["status_waiting"].format(url=sub.url)
+    elif snap.last_message_age is None:
+        status = t["status_connected"].format(url=sub.url)
+    else:
+        status = t["status_live"].format(url=sub.url, age=snap.last_message_age)
+    st.caption(
+        safe.md_text(status)
+        + "  \n"
+        + t["status_counts"].format(disconnects=sub.disconnects, **snap.counters)
+        + "  \n"
+        + t["status_kept"].format(
+            n=snap.kept_batches,
+            mib=snap.kept_bytes / (1 << 20),
+            cap=sub.state.ring_bytes / (1 << 20),
+        )
+    )
+    _view(snap, t)
+    state = sub.state  # the JSONL is built on click, not on every redraw (up to 16 MiB)
+    st.download_button(
+        t["download"],
+        lambda: "\n".join(state.recording(safe.UPLOAD_BYTES)) + "\n",
+        file_name="kv-events.jsonl",
+        mime="application/jsonl",
+        key="kvw_download",
+        on_click="ignore",
+    )
+    st.caption(t["download_cap"].format(mb=safe.MAX_UPLOAD_MB))
+
+
+# --- recording --------------------------------------------------------------------------------
+
+
+def _recording(t: dict) -> None:
+    up = st.file_uploader(t["upload"], type=["jsonl"], key="kvw_upload")
+    if up is None:
+        st.session_state.pop("kvw_replay", None)  # a removed file's batches go with it
+        st.caption(t["upload_hint"])
+        return
+    if up.size > MAX_RECORDING_BYTES:
+        st.session_state.pop("kvw_replay", None)
+        st.error(t["too_big"].format(mb=MAX_RECORDING_BYTES >> 20))
+        return
+    # the slider reruns the page: read the upload once, and fold forward from the last step
+    kept = st.session_state.get("kvw_replay")
+    if kept is not None and kept[0] == up.file_id:
+        replay = kept[1]
+    else:
+        st.session_state.pop("kvw_replay", None)
+        try:
+            messages = read_recording(up.getvalue().decode("utf-8", errors="strict"))
+        except UnicodeDecodeError:
+            st.error(t["not_text"])
+            return
+        except RecordingError as e:
+            st.error(safe.md_text(e))
+            return
+        if not messages:
+            st.error(t["no_batches"])
+            return
+        replay = Replay(messages)
+        st.session_state["kvw_replay"] = (up.file_id, replay)
+    n = len(replay.messages)
+    upto = st.slider(t["batch"], 1, n, n, key="kvw_step") if n > 1 else 1
+    state = replay.at(upto)
+    st.caption(t["replay_at"].format(i=upto, n=n, seq=state.last_seq))
+    _view(state.snapshot(), t)
+
+
+# --- drawing (the same for live and recorded streams) -----------------------------------------
+
+
+def _view(snap: Snapshot, t: dict) -> None:
+    c = st.columns(6)
+    c[0].metric(t["m_blocks"], f"{snap.num_blocks:,}")
+    c[1].metric(t["m_chains"], f"{len(snap.chains):,}")
+    c[2].metric(t["m_stored"], f"{snap.counters['stored']:,}")
+    c[3].metric(t["m_removed"], f"{snap.counters['removed']:,}")
+    c[4].metric(t["m_malformed"], f"{snap.counters['malformed']:,}")
+    c[5].metric(t["m_gaps"], f"{snap.counters['gaps']:,}")
+    if snap.last_error:
+        st.warning(t["last_error"].format(error=safe.md_text(snap.last_error)))
+    if snap.counters["untracked"]:
+        st.caption(t["untracked"].format(n=snap.counters["untracked"]))
+    if not snap.num_blocks:
+        st.caption(t["empty"])
+    else:
+        st.plotly_chart(_tree(snap, t), key="kvw_tree", config={"displayModeBar": False})
+        _chain_table(snap, t)
+    if snap.rates:
+        st.plotly_chart(_rates(snap, t), key="kvw_rates", config={"displayModeBar": False})
+
+
+def _tree(snap: Snapshot, t: dict) -> go.Figure:
+    """The prefix tree: each box a held block, under its parent, as wide as the blocks below it;
+    labelled with its first token ids (what the events carry)."""
+    # one synthetic root above the chains: plotly draws a lone root transparent
+    ids = ["cache"] + [n[0] for n in snap.nodes]
+    parents = [""] + [n[1] or "cache" for n in snap.nodes]
+    labels = [t["tree_root"]] + [safe.plotly_text(n[2]) or "·" for n in snap.nodes]
+    fig = go.Figure(
+        go.Icicle(
+            ids=ids,
+            parents=parents,
+            labels=labels,
+            values=[0] + [1] * len(snap.nodes),
+            branchvalues="remainder",
+            root_color="#9e9e9e",
+            hovertemplate=t["tree_hover"] + "<extra></extra>",
+            tiling={"orientation": "h"},
+            maxdepth=12,
+        )
+    )
+    # left to right is the prompt's own order; no animation: the view redraws every second
+    fig.update_layout(
+        title=t["tree_title"],
+        height=380,
+        margin={"t": 40, "l": 0, "r": 0, "b": 0},
+        transition={"duration": 0},
+        uirevision="kv-tree",
+    )
+    return fig
+
+
+def _chain_table(snap: Snapshot, t: dict) -> None:
+    cols = t["cols"]
+    rows = [
+        {
+            cols["root"]: short_hash(c.root),
+            cols["blocks"]: c.num_blocks,
+            cols["depth"]: c.depth,
+            cols["leaves"]: c.leaves,
+            cols["shared"]: c.shared,
+            cols["hit"]: c.hit_tokens,
+            cols["tokens"]: " ".join(str(x) for x in c.preview),
+        }
+        for c in snap.chains
+    ]
+    st.subheader(t["chains_title"])
+    st.caption(t["chains_caption"])
+    st.dataframe(rows, hide_index=True, key="kvw_chains")
+
+
+def _rates(snap: Snapshot, t: dict) -> go.Figure:
+    now = snap.rates[-1][0]
+    xs = [s - now for s, _, _ in snap.rates]
+    fig = go.Figure(
+        [
+            go.Bar(x=xs, y=[a for _, a, _ in snap.rates], name=t["stored"]),
+            go.Bar(x=xs, y=[-b for _, _, b in snap.rates], name=t["removed"]),
+        ]
+    )
+    fig.update_layout(
+        title=t["rates_title"],
+        barmode="relative",
+        height=260,
+        xaxis_title=t["rates_x"],
+        margin={"t": 40, "l": 0, "r": 0, "b": 0},
+    )
+    return fig

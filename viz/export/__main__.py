@@ -1,0 +1,5 @@
+import sys
+
+from viz.export.lecture import main
+
+sys.exit(main())

@@ -1,0 +1,81 @@
+"""Colours and words shared by the app's HTML and the plotly figures (so an exported lecture
+figure looks like the app). Pure data and tiny helpers; no Streamlit, no plotly."""
+
+from __future__ import annotations
+
+from viz import ui_text
+from viz.fold.reducer import HOLE, INTERNAL, RESERVED, TOKEN
+
+#: One meaning per colour. A colour on screen names an accounting category (the paper's Fig. 2),
+#: in the grid, the metrics strip, the timeline and the scoreboard alike; requests have no colour
+#: of their own (they are told apart by their labels, A0 / A1 / B0 ..., and the white rules
+#: between blocks). Chosen so the five stay apart under deuteranopia (tests/test_palette.py).
+CATEGORY_COLOURS = {
+    "token_states": "#2166AC",
+    "reservation": "#A6CCEB",
+    "internal": "#E69F00",
+    "external": "#B2182B",
+    "free": "#E7EAEE",
+}
+#: The mark drawn over a category's cells, and the ink of a label written on it: at least 4.5:1
+#: against the fill (white on the orange was about 2.2:1, hard to read at a projector).
+CATEGORY_MARKS = {
+    "token_states": "white",
+    "reservation": "#1F2933",
+    "internal": "#1F2933",
+    "external": "white",
+    "free": "#1F2933",
+}
+FREE_COLOUR = CATEGORY_COLOURS["free"]
+HOLE_COLOUR = CATEGORY_COLOURS["external"]
+INK = "#1F2933"
+MUTED = "#6B7785"
+HOLE_MARK = CATEGORY_MARKS["external"]
+CHANGED = "#111827"
+#: Requests are ink, whatever their rank (kept as a tuple for callers that index by rank).
+REQUEST_COLOURS = (INK,)
+#: Sides are told apart by position and title, and on timelines by the dash, not by hue.
+SIDE_COLOURS = {"left": INK, "right": INK}
+SIDE_DASH = {"left": "dash", "right": "solid"}
+
+_CODE_CATEGORY = {
+    TOKEN: "token_states",
+    RESERVED: "reservation",
+    INTERNAL: "internal",
+    HOLE: "external",
+}
+
+
+def request_colour(order: int) -> str:
+    return REQUEST_COLOURS[order % len(REQUEST_COLOURS)]
+
+
+def tint(hex_colour: str, amount: float) -> str:
+    """Mix ``hex_colour`` with white; ``amount`` 0 keeps it, 1 gives white."""
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    mix = [round(c + (255 - c) * amount) for c in (r, g, b)]
+    return "#" + "".join(f"{c:02X}" for c in mix)
+
+
+def cell_category(code: str, order: int | None) -> str:
+    """The accounting category a grid cell shows (a slot nobody holds is free or a hole)."""
+    if order is None:
+        return "external" if code == HOLE else "free"
+    return _CODE_CATEGORY.get(code, "free")
+
+
+def cell_colour(code: str, order: int | None) -> str:
+    """The fill of one slot: its category's colour (the owner does not change it)."""
+    return CATEGORY_COLOURS[cell_category(code, order)]
+
+
+def cell_ink(code: str, order: int | None) -> str:
+    """The colour of a mark or label drawn on a slot, readable on its fill."""
+    return CATEGORY_MARKS[cell_category(code, order)]
+
+
+TEXT = ui_text.load("style")  # viz/text/style.toml
+
+
+def words(lang: str) -> dict:
+    return TEXT.get(lang, TEXT["en"])

@@ -1,0 +1,1 @@
+"""Following a server's KV-event stream: the socket reader process, its subscriber, the folded state."""
