@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+#: Debian's browser, never a downloaded one (viz.export.serve drives it; kept here so that
+#: collecting the tests imports no viewer module).
+CHROMIUM = "/usr/bin/chromium"
 
 # xdist workers already use every core between them: one torch (OpenMP) thread per worker and
 # per model subprocess a test starts, set before anything imports torch. Two threads per
@@ -17,17 +22,36 @@ if _workers > 1 and "OMP_NUM_THREADS" not in os.environ:
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // _workers))
 
 
+#: A test's folder says what it needs: everything under tests/browser/ drives Chromium, everything
+#: under tests/model/ loads the real model.
+FOLDER_MARKS = {"browser": pytest.mark.browser, "model": pytest.mark.model}
+
+
 def pytest_collection_modifyitems(items):
     """A test that reaches the real model or a browser through any fixture is marked so, whether
     or not its author remembered the marker: `make check` deselects by these marks, and a model
     test left unmarked once cost the fast gate minutes."""
     for item in items:
+        folder = item.path.parent.name
+        if folder in FOLDER_MARKS:
+            item.add_marker(FOLDER_MARKS[folder])
         names = set(getattr(item, "fixturenames", ()))
         if names & {"smollm", "smollm_hf"}:
             item.add_marker(pytest.mark.model)
         if names & {"browser", "app_url"}:
             item.add_marker(pytest.mark.browser)
     items[:] = heaviest_files_first(items)
+
+
+def pytest_runtest_setup(item):
+    """A browser test on a machine without Debian's Chromium is skipped where a developer runs
+    it, and fails under CI (``CI`` set): there a skipped browser test would hide a missing
+    install step behind a green run."""
+    if item.get_closest_marker("browser") and not Path(CHROMIUM).exists():
+        why = f"needs Debian's chromium at {CHROMIUM} (`make browser` installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{why}; under CI a missing browser fails the run", pytrace=False)
+        pytest.skip(why)
 
 
 #: How long a test tends to take by its marks: the load test (half a minute of 20 tabs), then

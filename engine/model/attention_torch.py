@@ -4,7 +4,7 @@
 K/V with advanced indexing. All of that is the same for the 30 layers of a step, so this backend
 does it once in ``prepare`` and each layer only gathers (``index_select``, several times faster
 than advanced indexing on CPU) and calls SDPA with exactly the reference's arguments. The output
-is bit-identical to the reference; ``tests/test_arena.py`` holds it to that.
+is bit-identical to the reference; ``tests/engine/test_arena.py`` holds it to that.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ before a model process can start (``python -m engine generate``, every live run 
 while the files it reads are ordinary: ``tokenizer.json`` (the ``tokenizers`` library's own
 format), ``tokenizer_config.json`` (the special tokens) and ``chat_template.jinja``. This class
 reads those three files and answers what the engine asks of a tokenizer, the way transformers
-answers it (``tests/test_model_cache.py`` holds the two to the same ids and text): ``encode``
+answers it (``tests/model/test_model_cache.py`` holds the two to the same ids and text): ``encode``
 runs the fast tokenizer, ``decode`` its decoder, and ``apply_chat_template`` renders the
 template in a sandboxed Jinja environment with transformers' settings, then encodes the text
 without adding special tokens.

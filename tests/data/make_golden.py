@@ -1,6 +1,6 @@
 """Regenerate ``tests/data/golden_hf.json``: HF transformers' own greedy tokens on SmolLM2 (fp32,
-CPU) for the prompts of tests/test_model_exact.py, tests/test_preemption.py and the shared-prefix
-workload of tests/test_prefix_exact.py.
+CPU) for the prompts of tests/model/test_model_exact.py, tests/engine/test_preemption.py and the shared-prefix
+workload of tests/model/test_prefix_exact.py.
 
 The tests compare our engine against these stored ids instead of calling HF ``generate`` a few
 dozen times per run; one live HF check stays in test_model_exact.py. Rerun this script when the

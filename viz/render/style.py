@@ -9,7 +9,7 @@ from viz.fold.reducer import HOLE, INTERNAL, RESERVED, TOKEN
 #: One meaning per colour. A colour on screen names an accounting category (the paper's Fig. 2),
 #: in the grid, the metrics strip, the timeline and the scoreboard alike; requests have no colour
 #: of their own (they are told apart by their labels, A0 / A1 / B0 ..., and the white rules
-#: between blocks). Chosen so the five stay apart under deuteranopia (tests/test_palette.py).
+#: between blocks). Chosen so the five stay apart under deuteranopia (tests/viz/test_palette.py).
 CATEGORY_COLOURS = {
     "token_states": "#2166AC",
     "reservation": "#A6CCEB",

@@ -1,0 +1,432 @@
+"""Our KV-event publisher speaks vLLM's protocol: a subscriber written here from vLLM's documented
+schema (its examples/online_serving/kv_events_subscriber.py, not our structs) decodes the stream
+exactly, including a replay after a forced gap. Loopback sockets on free ports; every wait is
+bounded."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import msgspec
+import pytest
+import zmq
+
+from engine.core import events as E
+from engine.interop import kv_events as K
+
+# --- vLLM's documented schema, written independently of engine.interop.kv_events ------------------------
+
+
+class VBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    ts: float
+    events: list
+
+
+class VEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
+    pass
+
+
+class VBlockStored(VEvent, tag="BlockStored"):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+
+
+class VBlockRemoved(VEvent, tag="BlockRemoved"):
+    block_hashes: list[int]
+    medium: str | None
+
+
+class VAllBlocksCleared(VEvent, tag="AllBlocksCleared"):
+    pass
+
+
+class VKVBatch(VBatch):
+    events: list[VBlockStored | VBlockRemoved | VAllBlocksCleared]
+
+
+# --- stand-ins for the prefix cache's events (engine/core/events.py gains the real ones in #14) -------
+# STAND-INS: same kind strings and field names as the events the prefix-cache issue adds.
+
+
+@dataclass(frozen=True)
+class FakeStored:
+    kind = "block_stored"
+    block_hash: int
+    parent_block_hash: int | None
+    token_ids: tuple[int, ...]
+    block_size: int
+    physical: int
+
+
+@dataclass(frozen=True)
+class FakeEvicted:
+    kind = "block_evicted"
+    block_hash: int
+    physical: int
+
+
+@dataclass(frozen=True)
+class FakeCleared:
+    kind = "all_blocks_cleared"
+
+
+@dataclass(frozen=True)
+class FakeStepEnd:
+    kind = "step_end"
+
+
+@contextmanager
+def hostile_publisher(url: str) -> Iterator[zmq.Socket]:
+    """A raw PUB socket bound where a server was: it sends whatever a test makes it send."""
+    ctx = zmq.Context()
+    try:
+        bad = ctx.socket(zmq.PUB)
+        bad.setsockopt(zmq.LINGER, 0)
+        bad.setsockopt(zmq.SNDHWM, 100_000)
+        bad.bind(url)
+        yield bad
+    finally:
+        ctx.destroy(linger=0)
+
+
+def send_probe(bad: zmq.Socket) -> None:
+    """One malformed message, sent until a subscriber shows it has (re)connected."""
+    bad.send_multipart([b"", b"probe"])
+
+
+def send_malformed(bad: zmq.Socket, n: int = 1000) -> None:
+    """``n`` messages with valid framing and undecodable payloads of 1 to 7 bytes."""
+    for i in range(n):
+        bad.send_multipart([b"", K.seq_bytes(i), b"\xc1" * (i % 7 + 1)])
+
+
+def free_ports() -> tuple[int, int]:
+    """Two consecutive free loopback ports (publisher and its replay socket)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port >= 65534:
+            continue
+        with socket.socket() as s2:
+            try:
+                s2.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port, port + 1
+    raise RuntimeError("no two consecutive free ports")
+
+
+def recv(sub: zmq.Socket, timeout_ms: int = 3000) -> list[bytes]:
+    assert sub.poll(timeout_ms), "no message within the timeout"
+    return sub.recv_multipart()
+
+
+def subscribe(ctx: zmq.Context, port: int, topic: bytes = b"") -> zmq.Socket:
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, topic)
+    sub.connect(f"tcp://127.0.0.1:{port}")
+    return sub
+
+
+def wait_joined(pub: K.KVEventPublisher, sub: zmq.Socket) -> int:
+    """PUB drops messages until the subscription arrives: publish probes until one shows up.
+    Returns the next seq the subscriber will see."""
+    for _ in range(100):
+        pub.publish([K.AllBlocksCleared()])
+        if sub.poll(50):
+            while sub.poll(200):
+                _, seq, _ = sub.recv_multipart()
+            return int.from_bytes(seq, "big") + 1
+    raise AssertionError("subscriber never joined")
+
+
+@pytest.fixture
+def pub():
+    port, _ = free_ports()
+    p = K.KVEventPublisher(f"tcp://127.0.0.1:{port}", topic="kv-events")
+    yield p, port
+    p.close()
+
+
+def test_documented_subscriber_decodes_translated_engine_events(pub):
+    p, port = pub
+    ctx = zmq.Context()
+    try:
+        sub = subscribe(ctx, port, b"kv-events")
+        first = wait_joined(p, sub)
+        tr = K.EngineEventTranslator(p)
+        tr(FakeStored(11, None, (1, 2, 3, 4), 4, physical=7))
+        tr(FakeStored(12, 11, (5, 6, 7, 8), 4, physical=3))
+        tr(FakeStepEnd())
+        tr(FakeEvicted(12, physical=3))
+        tr(FakeCleared())
+        tr(FakeStepEnd())
+        tr(FakeStepEnd())  # an empty step publishes nothing
+        dec = msgspec.msgpack.Decoder(VKVBatch)
+        topic, seq, payload = recv(sub)
+        assert topic == b"kv-events" and len(seq) == 8
+        assert int.from_bytes(seq, "big") == first
+        b1 = dec.decode(payload)
+        assert isinstance(b1.ts, float)
+        assert b1.events == [
+            VBlockStored([11], None, [1, 2, 3, 4], 4, None, "GPU"),
+            VBlockStored([12], 11, [5, 6, 7, 8], 4, None, "GPU"),
+        ]
+        _, seq2, payload2 = recv(sub)
+        assert int.from_bytes(seq2, "big") == first + 1
+        assert dec.decode(payload2).events == [VBlockRemoved([12], "GPU"), VAllBlocksCleared()]
+        assert not sub.poll(200)
+        # the raw msgpack is array-like and tagged by class name, as vLLM's is
+        raw = msgspec.msgpack.decode(payload2)
+        assert raw[1] == [["BlockRemoved", [12], "GPU"], ["AllBlocksCleared"]]
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_replay_after_forced_gap(pub):
+    """The subscriber misses batches (it drops them itself), sees the seq jump, asks the replay
+    socket from the first missing seq and gets exactly those batches in order, then the end
+    marker; the hashes of a negative Python hash arrive as uint64."""
+    p, port = pub
+    ctx = zmq.Context()
+    try:
+        sub = subscribe(ctx, port)
+        first = wait_joined(p, sub)
+        for i in range(6):
+            p.publish([K.BlockStored([i], None, [i] * 2, 2, None, "GPU")])
+        dec = msgspec.msgpack.Decoder(VKVBatch)
+        got = [recv(sub) for _ in range(6)]
+        last = int.from_bytes(got[0][1], "big")
+        assert last == first
+        # forced gap: batches 1..4 are "lost"; batch 5 shows the jump
+        seq5 = int.from_bytes(got[5][1], "big")
+        assert seq5 > last + 1
+        # a DEALER, not the docs' REQ: a REQ socket reads only the first reply of the stream
+        req = ctx.socket(zmq.DEALER)
+        req.setsockopt(zmq.LINGER, 0)
+        req.connect(f"tcp://127.0.0.1:{port + 1}")
+        req.send_multipart((b"", (last + 1).to_bytes(8, "big")))
+        replayed = []
+        for _ in range(100):
+            assert req.poll(3000), "replay timed out"
+            delim, rseq, rpayload = req.recv_multipart()
+            assert delim == b""
+            if not rpayload:
+                assert rseq == (-1).to_bytes(8, "big", signed=True)
+                break
+            replayed.append((int.from_bytes(rseq, "big"), dec.decode(rpayload)))
+        assert [s for s, _ in replayed] == list(range(last + 1, seq5 + 1))
+        assert [b.events[0].block_hashes for _, b in replayed] == [[i] for i in range(1, 6)]
+        assert replayed[-1][1].events == dec.decode(got[5][2]).events
+        assert K.wire_hash(-1) == (1 << 64) - 1
+        assert K.wire_hash((1, 2)) == K.wire_hash((1, 2)) != K.wire_hash((2, 1))
+        assert 0 <= K.wire_hash("abc") < 1 << 64
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_after_flush_a_replay_holds_every_batch_published(pub):
+    """What a hold announces ("the stream is complete") must be true of the replay: batches
+    still queued in the publisher's thread were once missing from it."""
+    p, port = pub
+    for i in range(300):
+        p.publish([K.BlockStored([i], None, [i] * 2, 2, None, "GPU")])
+    assert p.flush(timeout=30)
+    ctx = zmq.Context()
+    try:
+        req = ctx.socket(zmq.DEALER)
+        req.setsockopt(zmq.LINGER, 0)
+        req.connect(f"tcp://127.0.0.1:{port + 1}")
+        req.send_multipart((b"", (0).to_bytes(8, "big")))
+        seqs = []
+        while True:
+            assert req.poll(5000), "replay timed out"
+            _, rseq, rpayload = req.recv_multipart()
+            if not rpayload:
+                break
+            seqs.append(int.from_bytes(rseq, "big"))
+        assert seqs == list(range(300))
+    finally:
+        ctx.destroy(linger=0)
+    p.close()
+    assert p.flush(timeout=1)  # a closed publisher has nothing left to send
+
+
+def test_a_closed_publisher_refuses_and_a_taken_port_is_one_error():
+    port, _ = free_ports()
+    p = K.KVEventPublisher(f"tcp://127.0.0.1:{port}")
+    try:
+        with pytest.raises(K.EndpointError, match="cannot bind"):
+            K.KVEventPublisher(f"tcp://127.0.0.1:{port}")
+    finally:
+        p.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        p.publish([K.AllBlocksCleared()])
+
+
+@pytest.mark.parametrize("addr", ["tcp://0.0.0.0:5557", "tcp://*:5557", "tcp://10.1.2.3:5557"])
+def test_remote_address_needs_opt_in(addr):
+    with pytest.raises(K.EndpointError, match="not loopback"):
+        K.parse_endpoint(addr)
+    assert K.parse_endpoint(addr, allow_remote=True).url == addr
+
+
+@pytest.mark.parametrize(
+    "addr",
+    [
+        "",
+        "127.0.0.1:5557",
+        "ipc:///tmp/x",
+        "tcp://127.0.0.1",
+        "tcp://127.0.0.1:99999",
+        "tcp://127.0.0.1:1; rm -rf",
+        "tcp://" + "a" * 400 + ":1",
+    ],
+)
+def test_malformed_addresses(addr):
+    with pytest.raises(K.EndpointError):
+        K.parse_endpoint(addr)
+
+
+def test_decoder_accepts_newer_vllm_and_rejects_hostile():
+    newer = msgspec.msgpack.encode(
+        [1.0, [["BlockStored", [b"\x01" * 32], None, [1, 2], 2, None, "GPU", "lora", None, 0]], 0]
+    )
+    ev = K.decode_batch(newer).events[0]
+    assert isinstance(ev, K.InStored) and ev.block_hashes == [b"\x01" * 32]
+    # newer vLLM: events as maps with a "type" key (the batch an array, or a map too)
+    ev_map = {
+        "type": "BlockStored",
+        "block_hashes": [7],
+        "parent_block_hash": 3,
+        "token_ids": [1, 2],
+        "block_size": 2,
+        "lora_id": None,
+        "medium": "GPU",
+        "lora_name": None,
+        "extra_keys": [None],
+        "group_idx": 0,
+        "kv_cache_spec_kind": "full_attention",
+    }
+    for batch in (
+        [2.0, [ev_map, {"type": "BlockRemoved", "block_hashes": [7], "medium": None}], 0],
+        {"ts": 2.0, "events": [ev_map, {"type": "AllBlocksCleared"}]},
+    ):
+        got = K.decode_batch(msgspec.msgpack.encode(batch))
+        assert got.ts == 2.0 and got.events[0] == K.InStored([7], 3, [1, 2], 2, None, "GPU")
+        assert type(got.events[1]) in (K.InRemoved, K.InCleared)
+    for bad in [
+        b"",
+        b"\xc1",
+        msgspec.msgpack.encode([1.0, [dict(ev_map, token_ids=[0] * 5)]]),
+        msgspec.msgpack.encode({"ts": 1}),
+        msgspec.msgpack.encode([1.0, [["Nope"]]]),
+        msgspec.msgpack.encode(
+            [1.0, [["BlockStored", [1], None, [0] * (K.MAX_TOKENS + 1), K.MAX_TOKENS, None, None]]]
+        ),
+        msgspec.msgpack.encode([1.0, [["BlockRemoved", ["x"], None]]]),
+        msgspec.msgpack.encode([1.0, [["BlockStored", [1], None, [1], 0, None, None]]]),
+    ]:
+        with pytest.raises(K.MalformedBatch):
+            K.decode_batch(bad)
+
+
+# --- the engine hook, through our real EventBus ---------------------------------------------------
+# STAND-INS again: Event subclasses shaped like the prefix cache's, emitted by the real bus.
+
+
+@dataclass(frozen=True)
+class BusStored(E.Event):
+    kind: ClassVar[str] = "block_stored"
+    block_hash: int
+    parent_block_hash: int | None
+    token_ids: tuple[int, ...]
+    block_size: int
+    physical: int
+
+
+@dataclass(frozen=True)
+class BusEvicted(E.Event):
+    kind: ClassVar[str] = "block_evicted"
+    block_hash: int
+    physical: int
+
+
+class ListPublisher:
+    def __init__(self) -> None:
+        self.batches: list[list] = []
+
+    def publish(self, events) -> None:
+        self.batches.append(list(events))
+
+
+def test_translator_batches_bus_events_per_step():
+    bus, pub = E.EventBus(), ListPublisher()
+    bus.subscribe(K.EngineEventTranslator(pub))  # type: ignore[arg-type]
+    bus.emit(E.Admitted, req="0", num_tokens=8)
+    bus.emit(
+        BusStored, block_hash=-5, parent_block_hash=None, token_ids=(1, 2), block_size=2, physical=4
+    )
+    bus.emit(E.StepEnd, num_running=1, num_waiting=0)
+    bus.step = 1
+    bus.emit(BusEvicted, block_hash=-5, physical=4)
+    bus.emit(E.StepEnd, num_running=0, num_waiting=0)
+    h = (1 << 64) - 5
+    assert pub.batches == [
+        [K.BlockStored([h], None, [1, 2], 2, None, "GPU")],
+        [K.BlockRemoved([h], "GPU")],
+    ]
+
+
+@pytest.mark.parametrize("cmd", ["generate", "record"])
+def test_cli_refuses_a_remote_address_in_one_line(cmd, capsys, tmp_path):
+    from engine.cli.main import main
+
+    args = (
+        ["generate", "hi"]
+        if cmd == "generate"
+        else [
+            "record",
+            "--scenario",
+            str(tmp_path / "none.toml"),
+            "--out",
+            str(tmp_path / "t.jsonl"),
+        ]
+    )
+    if cmd == "record":  # the scenario is checked first; give it one that parses
+        args[2] = str(
+            next((Path(__file__).resolve().parents[2] / "lessons").glob("*/scenario.toml"))
+        )
+    assert main([*args, "--kv-events", "tcp://0.0.0.0:5557"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "not loopback" in err[0]
+
+
+@pytest.mark.parametrize("cmd", ["generate", "record"])
+@pytest.mark.parametrize("hold", ["-1", "nan", "3601"])
+def test_cli_refuses_a_bad_hold_in_one_line(cmd, hold, capsys, tmp_path):
+    from engine.cli.main import main
+
+    scenario = next((Path(__file__).resolve().parents[2] / "lessons").glob("*/scenario.toml"))
+    args = (
+        ["generate", "hi"]
+        if cmd == "generate"
+        else ["record", "--scenario", str(scenario), "--out", str(tmp_path / "t.jsonl")]
+    )
+    port, _ = free_ports()
+    rc = main([*args, "--kv-events", f"tcp://127.0.0.1:{port}", "--kv-events-hold", hold])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith("error: ") and "--kv-events-hold" in err[0]
+    assert not (tmp_path / "t.jsonl").exists()
