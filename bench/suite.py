@@ -73,7 +73,9 @@ def main() -> None:
         for f in git("ls-tree", "--name-only", f"{args.base}:tests").split()
         if f.startswith("test_") and f.endswith(".py")
     ]
-    today = [f"tests/{f}" for f in base_files if (ROOT / "tests" / f).exists()]
+    # Test files now live in sub-folders of tests/; a file keeps its name when it moves.
+    where = {p.name: p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py")}
+    today = [where[f] for f in base_files if f in where]
     gone = sorted(set(base_files) - {Path(f).name for f in today})
     xdist = make_test_flags()
     rows: list[tuple[str, float, str]] = []

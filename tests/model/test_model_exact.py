@@ -245,7 +245,7 @@ def test_planned_torch_attention_is_bit_identical_to_the_reference():
 
 TRITON_CHECK = """
 import sys, torch
-sys.path.insert(0, "tests")
+sys.path.insert(0, "tests/model")
 from test_model_exact import attention_case
 from engine.model.attention import Attention
 outs = []
