@@ -16,7 +16,7 @@ import torch
 
 from engine.core.allocators import check_block_size
 from engine.core.request import InvalidConfigError
-from engine.model.loader import ModelConfig
+from engine.model.weights import ModelConfig
 
 MIB = 1 << 20
 

@@ -8,7 +8,7 @@ import torch
 from engine.core.request import InvalidConfigError
 from engine.model.arena import KVArena, blocks_for_budget, bytes_per_block
 from engine.model.attention import resolve_backend
-from engine.model.loader import ModelConfig
+from engine.model.weights import ModelConfig
 
 CFG = ModelConfig(
     num_layers=3,
