@@ -68,13 +68,14 @@ def test_binary_and_missing_files(tmp_path):
 
 
 def test_a_live_queue_subscriber_sees_the_same_stream_in_order():
+    import queue
     import threading
 
-    bus, q, listed = E.EventBus(), E.QueueSink(), E.ListSink()
-    bus.subscribe(q)
+    bus, q, listed = E.EventBus(), queue.Queue[E.Event](), E.ListSink()
+    bus.subscribe(q.put)
     bus.subscribe(listed)
     got = []
-    consumer = threading.Thread(target=lambda: got.extend(q.queue.get(timeout=5) for _ in range(3)))
+    consumer = threading.Thread(target=lambda: got.extend(q.get(timeout=5) for _ in range(3)))
     consumer.start()
     bus.emit(E.RequestArrived, req="A", prompt_len=3, max_tokens=2)
     bus.step = 1
