@@ -352,7 +352,7 @@ class EventBus:
             # the frozen dataclass __init__ sets each field through object.__setattr__, which
             # cost a dry run a tenth of its time: fill the instance's dict directly (the same
             # event, equal and hashing alike); anything else (a defaulted field left out, a
-            # wrong name) goes through __init__ and fails there as it always did
+            # wrong name) goes through __init__ and fails there
             ev = _new(cls)
             ev.__dict__.update(fields, step=self.step, seq=self._seq)
         else:

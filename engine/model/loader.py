@@ -74,8 +74,8 @@ def resolve_device(
             )
         dtype = DTYPES[dtype]
     elif dtype not in set(DTYPES.values()):
-        # checked before anything loads: a bad dtype once reached the model cache's loader,
-        # which took the failure for a damaged cache and deleted it
+        # checked before anything loads: the model cache's loader would take a bad dtype's
+        # failure for a damaged cache and delete it
         raise InvalidConfigError(
             f"dtype must be one of {', '.join(DTYPES)} or its torch dtype, got {dtype!r:.40}"
         )
@@ -228,7 +228,7 @@ def _gguf_parsed_once() -> Iterator[None]:
     each walks ~100k vocabulary strings in Python) and rebuilds gguf-py's tensor-name table once
     per submodule (~400 times for SmolLM2): about two thirds of a 20 s cold load. Both are pure
     functions of their arguments, so within one load each is computed once: the same tensors and
-    tokenizer come out (compared bit for bit with the unpatched load when this was written).
+    tokenizer come out (compared bit for bit with an unpatched load).
     The reader is also handed plain arrays over its memory map (see ``_plain_reader``)."""
     import gguf
 

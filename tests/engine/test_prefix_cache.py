@@ -430,7 +430,7 @@ def test_a_scenario_whose_samples_a_trace_cannot_hold_is_refused_on_load(tmp_pat
 
 def test_a_refusal_counts_the_cached_blocks_it_would_take_back_from_the_free_ones():
     # A leaves 2 cached blocks nobody holds; C's prompt hits both, but taking them back empties
-    # the free queue as a fresh block would: the refusal once said "needs 2 slots, 4 free"
+    # the free queue as a fresh block would: the refusal must not say "needs 2 slots, 4 free"
     core = build_core(EngineConfig("paged", 4, 2, 8, enable_prefix_caching=True), DryRunner(), EOS)
     refusals: list[E.AdmissionBlocked] = []
     core.bus.subscribe(

@@ -193,7 +193,7 @@ def test_a_load_that_fails_for_the_machines_reasons_keeps_the_cache(
     tmp_path, monkeypatch, capsys, error
 ):
     """Only a cache whose content is broken is removed: running out of memory or lacking
-    permission says nothing about the files (a shared cache was once deleted for less)."""
+    permission says nothing about the files, and a shared cache is too costly to lose for it."""
     import transformers
 
     folder = tmp_path / "m-0123456789abcdef"
