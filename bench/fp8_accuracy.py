@@ -27,6 +27,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from engine.threads import configure_openmp  # noqa: E402
+
+configure_openmp()  # before torch loads
 
 from engine.llm import LLM  # noqa: E402
 from engine.model.kv_accuracy import measure  # noqa: E402

@@ -38,6 +38,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from engine.threads import configure_openmp  # noqa: E402
+
+configure_openmp()  # before torch loads
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402

@@ -1,8 +1,7 @@
-"""Test-suite wall time against the suite issue 10 was measured on, in the same run.
+"""Test-suite wall time against the suite at BASE, in the same run.
 
-Issue 10 asks that the suite take at most half of its filing-day time ("4 min of pytest on a
-fresh clone"). Since then other issues added hundreds of tests, so this runs, back to back on
-this machine:
+The goal: the suite takes at most half of BASE's time ("4 min of pytest on a fresh clone"). The
+suite has grown by hundreds of tests since BASE, so this runs, back to back on this machine:
 
 1. ``base``: the suite at BASE (default ``1d46bd3``, the commit that 4 min was measured on) in a
    temporary git worktree, in one process, as its Makefile ran it;
@@ -62,7 +61,7 @@ def pytest(python: Path, cwd: Path, args: list[str]) -> tuple[float, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base", default=BASE, help=f"the filing-day commit (default {BASE})")
+    ap.add_argument("--base", default=BASE, help=f"the commit to compare with (default {BASE})")
     ap.add_argument("--skip-whole", action="store_true", help="leave out today's whole suite")
     args = ap.parse_args()
     python = ROOT / ".venv" / "bin" / "python"

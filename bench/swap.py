@@ -9,8 +9,8 @@ computed twice, and checks both produced the same tokens.
 Measured 2026-11-30 on the shared 2-core dev box (--rounds 2 --new-tokens 48, load ~3): 64 blocks
 needed, arena 16; recompute 48.8 tok/s, 20 preemptions, 444 tokens recomputed; swap 54.1 tok/s,
 20 preemptions (19 swap-outs, 1 fallback: 43 tokens recomputed), 42.2 MiB moved; swap / recompute
-1.11x; same tokens. (An earlier 0.58x was measured while torch's OpenMP workers spun under load,
-which slowed every small copy the swap makes; see engine/__init__.py.)
+1.11x; same tokens. Under load the ratio depends on how torch's OpenMP workers wait: spinning
+workers slow every small copy the swap makes (engine/threads.py).
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from engine.threads import configure_openmp  # noqa: E402
+
+configure_openmp()  # before torch loads
 
 from engine.core import events as E  # noqa: E402
 from engine.core.request import SamplingParams  # noqa: E402

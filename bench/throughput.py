@@ -16,7 +16,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-import engine  # noqa: E402, F401  # sets torch's OpenMP waiting before torch loads
+from engine.threads import configure_openmp  # noqa: E402
+
+configure_openmp()  # before torch loads
 
 # isort: split
 import torch  # noqa: E402

@@ -1,7 +1,11 @@
 import signal
 import sys
 
-from engine.cli.main import Terminated, main
+from engine.threads import configure_openmp
+
+configure_openmp()  # before the CLI imports torch
+
+from engine.cli.main import Terminated, main  # noqa: E402
 
 
 def _terminate(signum: int, frame) -> None:

@@ -115,7 +115,7 @@ class EngineArgs:
                 f"{MAX_KV_BUDGET_MB:,}], got {self.swap_space_mb!r}"
             )
         if self.swap_space_mb is not None and self.preemption_mode != "swap":
-            raise InvalidConfigError(  # a CPU tier nothing would use: the setting was ignored
+            raise InvalidConfigError(  # a CPU tier nothing would use: a setting silently ignored
                 "swap space applies only to swap preemption (preemption_mode swap)"
             )
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:

@@ -56,8 +56,8 @@ def own_first_slot_past_context(
     b's own first slot. Those positions are masked out, but a masked score is added to, not
     replaced: a NaN or inf left in whatever slot they would read (another request's block
     under the table's padding, a freed block's stale tail) still makes the softmax NaN. Read
-    from the request's own written slot instead, one request's non-finite K/V can no longer
-    reach another's output."""
+    from the request's own written slot instead, one request's non-finite K/V cannot reach
+    another's output."""
     past = positions[None, :] >= context_lens[:, None].to(positions.device)
     return torch.where(past, slots[:, :1], slots)
 

@@ -77,8 +77,10 @@ def heaviest_files_first(items: list) -> list:
 
 
 # before any test module loads torch: briefly spinning, then sleeping OpenMP workers
-# (engine/__init__.py sets them and says why)
-import engine  # noqa: E402, F401
+# (engine/threads.py says why); test processes and the model processes they start inherit them
+from engine.threads import configure_openmp  # noqa: E402
+
+configure_openmp()
 
 
 @pytest.fixture(scope="session")

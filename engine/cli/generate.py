@@ -114,8 +114,8 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-#: Far more text than any run here generates from; ``--prompts-file /dev/zero`` was read without
-#: end into a MemoryError traceback.
+#: Far more text than any run here generates from; without a bound ``--prompts-file /dev/zero``
+#: reads without end into a MemoryError traceback.
 MAX_PROMPTS_FILE_BYTES = 64 << 20
 
 
@@ -166,7 +166,7 @@ def read_prompts_file(path: str) -> list[str]:
 
 def check_kv_events(endpoint: str | None, allow_remote: bool, hold: float) -> None:
     """The address's form and loopback rule, and a sane hold time, before the model loads; the
-    two flags that only qualify ``--kv-events`` are refused without it (they did nothing)."""
+    two flags that only qualify ``--kv-events`` are refused without it (they would do nothing)."""
     if endpoint is None:
         if allow_remote or hold:
             raise InvalidRequestError(

@@ -18,8 +18,8 @@ from engine.sim.simulate import DEFAULT_NUM_SLOTS, build_requests, common_window
 
 #: Measured on a 2-core CPU: 10,000 requests took 28 s under paging and 21 s under max
 #: (the work grows with the tokens generated), so this cap costs at most about 15 minutes for
-#: all four policies; the old cap of a million would have run for hours and needed more memory
-#: than the machine has.
+#: all four policies; a cap of a million would run for hours and need more memory than the
+#: machine has.
 MAX_SIM_REQUESTS = 20_000
 #: How often a policy's run says how far it is, in seconds.
 PROGRESS_EVERY_S = 2.0

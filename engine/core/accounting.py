@@ -308,7 +308,7 @@ class Tally:
         if not self.blocked_now:
             return ()
         # the scheduler refuses one request a step, the queue's head: a list lookup finds it
-        # at once, where a set of a thousand waiting requests was built every step
+        # at once, where a set would be built of a thousand waiting requests every step
         waiting = self.waiting if len(self.blocked_now) == 1 else set(self.waiting)
         return tuple(b for r, b in self.blocked_now.items() if r in waiting)
 

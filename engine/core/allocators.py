@@ -341,13 +341,6 @@ class PagedAllocator:
         """No CPU tier: a preempted request is recomputed."""
         return None
 
-    def reset_prefix_cache(self) -> None:
-        """Forget every cached hash (blocks in use keep their contents and holders)."""
-        self.pool.clear_cache()
-        for chain in self.hashes.values():
-            chain.clear()
-        self.bus.emit(E.AllBlocksCleared)
-
     def _evicted(self, block: Block, old_hash: str) -> None:
         self.bus.emit(E.BlockEvicted, block_hash=old_hash, physical=block.block_id)
 

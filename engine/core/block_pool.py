@@ -143,13 +143,5 @@ class BlockPool:
     def lookup(self, block_hash: str) -> Block | None:
         return self.cached.get(block_hash)
 
-    def clear_cache(self) -> list[Block]:
-        """Forget every cached hash (free blocks stay free). Returns the blocks that had one."""
-        blocks = list(self.cached.values())
-        for b in blocks:
-            b.block_hash = None
-        self.cached.clear()
-        return blocks
-
     def free_ids(self) -> list[int]:
         return [b.block_id for b in self._free]

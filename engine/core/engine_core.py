@@ -135,8 +135,8 @@ class EngineCore:
             self.bus,
             max_num_seqs,
             # given: as given (a step always admits one prompt, so any budget runs); else
-            # vLLM's default without chunked prefill. A given value was once raised to this
-            # floor, so anything up to max_model_len did nothing.
+            # vLLM's default without chunked prefill. A given value is not raised to this
+            # floor: that would make anything up to max_model_len do nothing.
             max(max_model_len, 2048) if max_num_batched_tokens is None else max_num_batched_tokens,
             eos_token_id,
             preemption_mode,

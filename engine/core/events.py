@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import queue
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, ClassVar
@@ -353,7 +352,7 @@ class EventBus:
             # the frozen dataclass __init__ sets each field through object.__setattr__, which
             # cost a dry run a tenth of its time: fill the instance's dict directly (the same
             # event, equal and hashing alike); anything else (a defaulted field left out, a
-            # wrong name) goes through __init__ and fails there as it always did
+            # wrong name) goes through __init__ and fails there
             ev = _new(cls)
             ev.__dict__.update(fields, step=self.step, seq=self._seq)
         else:
@@ -386,13 +385,3 @@ class JsonlSink:
         self.stream.write(json.dumps(d, separators=(",", ":")) + "\n")
         if self.flush:
             self.stream.flush()
-
-
-class QueueSink:
-    """Puts events on a thread-safe queue, for a live viewer in the same process."""
-
-    def __init__(self, q: queue.Queue[Event] | None = None) -> None:
-        self.queue = q if q is not None else queue.Queue()
-
-    def __call__(self, ev: Event) -> None:
-        self.queue.put(ev)

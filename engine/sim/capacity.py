@@ -82,7 +82,7 @@ def dtype_bytes(dtype: str | int) -> int:
 #: range, so shares and unit conversions never overflow (a config.json may hold 4,000 digits).
 MAX_COUNT = 2**53 - 1
 #: The most lengths, and batch sizes, one report takes: its table has a cell for each pair, and
-#: 3,000 of each once took 17 s and 3.5 GB of a server's memory on every rerun.
+#: 3,000 of each take 17 s and 3.5 GB of a server's memory on every rerun.
 MAX_VALUES = 16
 #: The largest KV budget in GiB whose byte count is within MAX_COUNT (8 PiB).
 MAX_BUDGET_GIB = MAX_COUNT // GiB

@@ -58,8 +58,8 @@ class SimResult:
 
     def _steps(self, saturated_only: bool) -> list[int]:
         """The indices of the steps averaged over. A run in which no request ever waited has
-        no saturated regime: asking for it raises, where it once fell back to every step under
-        the same label (so a comparison mixed two windows; see ``common_window``)."""
+        no saturated regime: asking for it raises, since falling back to every step under the
+        same label would let a comparison mix two windows (see ``common_window``)."""
         if not saturated_only:
             return list(range(len(self.accounts)))
         if not self.waited:

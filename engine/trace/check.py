@@ -125,7 +125,7 @@ def parse_json_line(line: str, where: str, limits: Limits = LIMITS) -> object:
     except (ValueError, RecursionError):  # JSONDecodeError, NaN, ints of 4,300+ digits
         raise TraceError(f"trace is corrupt or truncated: {where} is not valid JSON") from None
     # a \ud800 escape with no partner decodes to a string nothing can encode or draw: every
-    # page that showed it failed (rare, so only a line that has such an escape is walked)
+    # page that showed it would fail (rare, so only a line that has such an escape is walked)
     if _SURROGATE_ESCAPE.search(line) and not all_text_encodes(obj):
         raise TraceError(f"trace is corrupt: {where} holds a lone surrogate (\\ud800-\\udfff)")
     return obj

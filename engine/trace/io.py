@@ -92,7 +92,7 @@ class TraceWriter:
 
     A path that is a regular file (or nothing yet) is written beside it and renamed over it only
     by ``close()``: a run that fails or is interrupted leaves the previous trace as it was (a
-    lesson re-recorded in place once lost its trace to a Ctrl-C) and its own events in
+    Ctrl-C while a lesson is re-recorded in place must not cost its trace) and its own events in
     ``<name>.partial``, which reads as truncated. Other paths (/dev/stdout, a pipe) are written
     directly."""
 

@@ -87,7 +87,7 @@ class Scenario:
 MAX_SCENARIO_BYTES = LIMITS.max_line_chars
 #: The latest arrival: every step before it is an idle step the trace records (one ``step_end``
 #: per run), so a later one only writes a trace no reader takes (``LIMITS.max_events``); an
-#: ``arrival_step`` of 2**31 - 1 ran for hours and wrote until the disk was full.
+#: ``arrival_step`` of 2**31 - 1 would run for hours and write until the disk is full.
 MAX_ARRIVAL_STEP = LIMITS.max_events
 
 #: What ``[arena] dtype`` may name (engine.model.loader.DTYPES spells them; no torch here).

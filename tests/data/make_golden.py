@@ -23,7 +23,10 @@ OUT = HERE / "golden_hf.json"
 
 def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "model"), str(ROOT / "tests" / "engine")]
+    sys.path[:0] = [str(ROOT), *(str(ROOT / "tests" / folder) for folder in ("model", "engine"))]
+    from engine.threads import configure_openmp
+
+    configure_openmp()  # before the test modules import torch
     import test_model_exact as exact
     import test_preemption as preemption
     import test_prefix_exact as prefix

@@ -8,7 +8,7 @@ import torch
 from engine.core.request import InvalidConfigError
 from engine.model.arena import KVArena, blocks_for_budget, bytes_per_block
 from engine.model.attention import resolve_backend
-from engine.model.loader import ModelConfig
+from engine.model.weights import ModelConfig
 
 CFG = ModelConfig(
     num_layers=3,
@@ -31,8 +31,8 @@ def test_bytes_per_block_counts_k_and_v_in_every_layer():
 def test_budget_buys_whole_blocks_only():
     per_block = bytes_per_block(CFG, 4, torch.float32)
     budget_mb = (10.5 * per_block) / 2**20
-    arena = KVArena.from_budget(CFG, budget_mb, 4)
-    assert arena.num_blocks == blocks_for_budget(CFG, 4, torch.float32, budget_mb) == 10
+    arena = KVArena(CFG, blocks_for_budget(CFG, 4, torch.float32, budget_mb), 4)
+    assert arena.num_blocks == 10
     assert arena.num_slots == 40
     assert arena.nbytes == 10 * per_block
     assert arena.k[0].shape == (10, 4, 2, 16) and len(arena.v) == 3
@@ -44,7 +44,9 @@ def test_budget_buys_whole_blocks_only():
         lambda: KVArena(CFG, 8, 0),
         lambda: KVArena(CFG, 8, -2),
         lambda: KVArena(CFG, 0, 4),
-        lambda: KVArena.from_budget(CFG, bytes_per_block(CFG, 4, torch.float32) * 0.9 / 2**20, 4),
+        lambda: blocks_for_budget(
+            CFG, 4, torch.float32, bytes_per_block(CFG, 4, torch.float32) * 0.9 / 2**20
+        ),
         lambda: blocks_for_budget(CFG, 0, torch.float32, 1.0),
     ],
 )

@@ -146,7 +146,7 @@ def test_api_raises_specific_errors(smollm):
     assert len(llm.generate(["fine"], params)[0].token_ids) >= 1
 
 
-# --- issue 9: every case below is one `error:` line and exit 2, in-process, no model loaded ---
+# --- every case below is one `error:` line and exit 2, in-process, no model loaded ----------
 
 
 @pytest.fixture
@@ -272,7 +272,7 @@ CLI_CASES = [
     (["capacity", "--budget-gb", "nan"], ["--budget-gb"]),
     (["capacity", "--budget-gb", "inf"], ["--budget-gb"]),
     (["capacity", "--budget-gb", "-1"], ["--budget-gb"]),
-    (["capacity", "--budget-gb", "1e300"], ["--budget-gb", "8 PiB"]),  # was an OverflowError
+    (["capacity", "--budget-gb", "1e300"], ["--budget-gb", "8 PiB"]),  # not an OverflowError
     (["capacity", "--max-len", "1" + "0" * 300], ["max_len", "at most"]),
 ]
 
@@ -329,7 +329,7 @@ def test_sampling_params_accept_their_edges():
         ({"block_size": True}, "block size"),
         ({"max_num_batched_tokens": 0}, "batched"),
         ({"allocator": "buddy"}, "allocator"),
-        # a bad dtype once reached the model cache's loader, which deleted the shared cache
+        # refused before the model cache's loader, which would delete the cache for it
         ({"dtype": 5}, "dtype"),
         ({"dtype": "int8"}, "dtype"),
         ({"device": None}, "device"),
@@ -369,13 +369,13 @@ def test_a_bare_string_is_one_prompt_and_odd_prompts_are_refused(smollm):
             llm.generate(bad, params)
     with pytest.raises(InvalidRequestError, match="SamplingParams"):
         llm.generate(["hi"], {"max_tokens": 3})
-    # not a list of prompts: None and a generator were raw TypeErrors, a dict's keys and a set's
-    # members (in no set order) were taken for prompts
+    # not a list of prompts: neither a raw TypeError (None, a generator) nor prompts taken from a
+    # dict's keys or a set's members (in no set order)
     for bad in (None, {"hi": "there"}, {"hi"}, (p for p in ["hi"]), b"hi", 5):
         with pytest.raises(InvalidRequestError, match="prompts must be"):
             llm.generate(bad, params)  # type: ignore[arg-type]
     with pytest.raises(InvalidRequestError, match="0 sampling params for 1 prompts"):
-        llm.generate(["hi"], [])  # was taken for "the defaults"
+        llm.generate(["hi"], [])  # not "the defaults"
 
 
 @pytest.mark.model
@@ -453,7 +453,7 @@ def test_a_full_disk_under_the_output_is_one_line():
 
 
 def test_a_reader_that_stops_early_ends_the_command_quietly():
-    # `record --out - | head -1`: the closed pipe was a BrokenPipeError traceback
+    # `record --out - | head -1`: the closed pipe is no BrokenPipeError traceback
     cmd = [sys.executable, "-m", "engine", "record", "--scenario", SIX, "--out", "-"]
     proc = subprocess.Popen(
         [*cmd, "--forward", "skip"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
@@ -465,7 +465,7 @@ def test_a_reader_that_stops_early_ends_the_command_quietly():
 
 
 def test_help_descriptions_are_whole_sentences():
-    # each once took its docstring's first line and stopped mid-sentence ("...lives in its own")
+    # not a docstring's first line cut mid-sentence ("...lives in its own")
     parser = cli.build_parser()
     subs = next(a for a in parser._actions if a.dest == "command").choices
     for p in (parser, subs["capacity"]):
@@ -483,9 +483,9 @@ def test_triton_on_a_cpu_without_its_interpreter_is_refused_before_loading(
 
 
 def test_record_says_when_the_app_will_not_open_what_it_wrote(tmp_path, capsys):
-    """A valid recording past the app's drawing budget (a 65,536-slot arena for 100 steps) was
-    written with exit 0 and no word, then refused on upload; and its progress printed one line
-    per step. Now it says so in one line and keeps the file; progress is at most once a second."""
+    """A valid recording past the app's drawing budget (a 65,536-slot arena for 100 steps) is
+    kept, with one line saying the app will not open it (rather than a refusal on upload), and
+    its progress is at most one line a second, not one per step."""
     sc = tmp_path / "big.toml"
     sc.write_text(
         "[arena]\nnum_blocks = 4096\nblock_size = 16\nmax_model_len = 256\n"

@@ -98,8 +98,8 @@ def test_narration_quotes_only_numbers_the_traces_have(spec, results, lang):
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_intro_quotes_the_true_length_and_the_kv_slots_apart(spec, results, lang):
-    """The intro said "mean final length 116 tokens": that was the K/V slots a request fills,
-    one fewer than its prompt plus output (the last token's K/V is never computed)."""
+    """The intro quotes a request's mean length (prompt plus output) and, apart from it, the K/V
+    slots a request fills: one fewer (the last token's K/V is never computed)."""
     events = T.read(spec.trace_path(spec.block_sizes[0])).runs["paged"]
     prompt = {e.req: e.prompt_len for e in events if e.kind == "request_arrived"}
     done = [e for e in events if e.kind == "finished"]

@@ -320,7 +320,7 @@ def test_non_json_config_is_a_config_error(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(InvalidConfigError, match="cannot read"):
         from_hf_config(bad)
-    # valid JSON each: the first was a RecursionError, the second broke every page showing it
+    # valid JSON each: the first is no RecursionError, the second must not break a page
     for text, says in (
         ("[" * 100_000, "cannot read"),
         ('{"_name_or_path": "x\\ud800"}', "surrogate"),
@@ -451,8 +451,8 @@ def test_page_in_chinese_renders():
 
 @pytest.mark.parametrize("fn", ["_page_en", "_page_zh"])
 def test_essay_note_follows_the_engine_not_numbers_typed_into_its_text(fn, monkeypatch):
-    """The note's text once held "(about 2.7x)" and "0.625 GiB": true only of the shape it was
-    written for. Under another shape (an fp32 KV cache) every number in it must follow."""
+    """Numbers typed into the note ("(about 2.7x)", "0.625 GiB") would be true only of one
+    shape. Under another shape (an fp32 KV cache) every number in it must follow."""
     from dataclasses import replace
 
     from streamlit.testing.v1 import AppTest
@@ -489,8 +489,8 @@ def _page_on(address: str | None, monkeypatch):
 
 
 def test_page_keeps_the_settings_through_a_bad_file_and_a_missing_one(monkeypatch):
-    """A widget missing from one run loses its value: the settings were drawn only once a model
-    was read, so a bad file, or none yet, reset the user's block size and lists."""
+    """A widget missing from one run loses its value: the settings are drawn before a model is
+    read, so a bad file, or none yet, keeps the user's block size and lists."""
     at = _page_on("127.0.0.1", monkeypatch)  # GGUF chosen, no file yet
     at.text_input(key="capacity_block").set_value("32").run()
     at.text_input(key="capacity_lengths").set_value("1024,4096").run()
@@ -610,8 +610,8 @@ def _set_lengths(at, max_len: str, mean: str):
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_a_max_len_past_the_bound_is_one_line_naming_it_not_a_silent_no_op(lang):
-    """max_len = 10**16 once left every result as it was and said nothing: the number_input,
-    with no bound of its own but the browser's 2**53, put back its old value. Now the page
+    """max_len = 10**16 must not leave every result as it was and say nothing (a number_input,
+    with no bound of its own but the browser's 2**53, puts back its old value): the page
     states the bound beside the field and refuses a value past it in one line."""
     from viz.app.capacity import MAX_INPUT, TEXT
 
@@ -629,8 +629,8 @@ def test_a_max_len_past_the_bound_is_one_line_naming_it_not_a_silent_no_op(lang)
 
 
 def test_in_chinese_the_form_errors_are_chinese_not_the_engines_english():
-    """In 中文 the page said "mean length 1000000000 exceeds max_len 8192", the engine's own
-    line. Each error the form can reach is now the page's, in the page's language."""
+    """In 中文 the page must not say "mean length 1000000000 exceeds max_len 8192", the engine's
+    own line: each error the form can reach is the page's, in the page's language."""
     at = _capacity_app("zh")
     cases = [("8192", "1000000000"), ("8192", "9000"), ("99999999999", "3000"), ("x", "3000")]
     for max_len, mean in cases:
@@ -673,7 +673,7 @@ def test_sliding_layers_follow_each_familys_rule_where_layer_types_is_left_out(
 ):
     shape = _hf(tmp_path, **cfg)
     assert shape.num_sliding_layers == sliding
-    # all 42 layers treated as sliding once made Gemma-2-9B's 8,192 tokens 33 % too small
+    # all 42 layers treated as sliding would make Gemma-2-9B's 8,192 tokens 33 % too small
     window = cfg["sliding_window"]
     per_layer = 8 * 256 * 2 * 2
     full = 42 - sliding
@@ -789,9 +789,9 @@ def _untranslated(line: str, values) -> set[str]:
 
 @pytest.mark.parametrize("code, kind, data", FILE_ERRORS)
 def test_every_model_file_error_is_worded_in_the_pages_language(code, kind, data):
-    """On the 中文 page an unreadable config.json or GGUF said the engine's English ("cannot
-    read bad.json as JSON: Expecting property name ..."). Each error now carries a code and its
-    values, and the page words it from its own text in each language."""
+    """On the 中文 page an unreadable config.json or GGUF must not say the engine's English
+    ("cannot read bad.json as JSON: Expecting property name ..."). Each error carries a code and
+    its values, and the page words it from its own text in each language."""
     from viz.app.capacity import TEXT, error_line
 
     e = _file_error(kind, data)
@@ -855,8 +855,8 @@ def test_in_chinese_an_uploaded_model_files_error_is_one_chinese_line(monkeypatc
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_block_size_and_budget_out_of_range_are_our_own_line_not_streamlits(lang):
-    """Block size and budget were number_inputs: past their bounds Streamlit's browser widget
-    said "value must be ≤ 65536" in English, in 中文 too. They are text fields the page checks,
+    """Block size and budget are not number_inputs: past their bounds Streamlit's browser widget
+    says "value must be ≤ 65536" in English, in 中文 too. They are text fields the page checks,
     as max_len and mean length are: one line in the page's language naming field and bound."""
     from engine.core.allocators import MAX_BLOCK_SIZE
     from engine.sim.capacity import MAX_BUDGET_GIB

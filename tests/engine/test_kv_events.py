@@ -53,8 +53,8 @@ class VKVBatch(VBatch):
     events: list[VBlockStored | VBlockRemoved | VAllBlocksCleared]
 
 
-# --- stand-ins for the prefix cache's events (engine/core/events.py gains the real ones in #14) -------
-# STAND-INS: same kind strings and field names as the events the prefix-cache issue adds.
+# --- stand-ins for engine.core.events' prefix-cache events: same kind strings and field names,
+# int hashes; the sink reads nothing else -------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -237,8 +237,8 @@ def test_replay_after_forced_gap(pub):
 
 
 def test_after_flush_a_replay_holds_every_batch_published(pub):
-    """What a hold announces ("the stream is complete") must be true of the replay: batches
-    still queued in the publisher's thread were once missing from it."""
+    """What a hold announces ("the stream is complete") must be true of the replay, batches
+    still queued in the publisher's thread included."""
     p, port = pub
     for i in range(300):
         p.publish([K.BlockStored([i], None, [i] * 2, 2, None, "GPU")])

@@ -127,9 +127,9 @@ def test_the_dry_run_stops_each_request_where_the_real_model_did():
 
 
 def test_a_live_view_shows_the_finished_traces_frame_at_every_line_it_may_stop_at():
-    """The recorder writes each run's step in turn: a stream read between the two once showed
-    one side a step behind, labelled as ended, and narrated the run as finished ("every
-    request has finished ... in 32 steps") while it ran. Cut after every line of the opening
+    """The recorder writes each run's step in turn: a stream read between the two must not show
+    one side a step behind, labelled as ended, nor narrate the run as finished ("every
+    request has finished ... in 32 steps") while it runs. Cut after every line of the opening
     and closing steps (all of them take seconds), the newest frame must be the finished trace's,
     side by side, and no step keyed to the last frame may show before the end."""
     from viz.fold import lesson as L

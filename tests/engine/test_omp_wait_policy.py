@@ -1,8 +1,9 @@
-"""Importing ``engine`` before torch makes torch's OpenMP workers spin briefly, then sleep.
+"""``configure_openmp()`` before torch makes torch's OpenMP workers spin briefly, then sleep;
+importing ``engine`` alone changes nothing.
 
 libgomp prints the settings it parsed at load with ``OMP_DISPLAY_ENV=VERBOSE``; its busy-wait spin
 count is 3000 as the engine sets it, 300000 under libgomp's own default and 30000000000 under the
-active policy (engine/__init__.py says why neither extreme suits the CPU path)."""
+active policy (engine/threads.py says why neither extreme suits the CPU path)."""
 
 from __future__ import annotations
 
@@ -18,16 +19,26 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def spin_count(code: str, **env: str) -> str:
-    """The busy-wait spin count libgomp chose in a fresh interpreter running ``code``.
+CONFIGURED = "from engine.threads import configure_openmp; configure_openmp(); import torch"
+
+
+def clean_env(**env: str) -> dict[str, str]:
+    """This process's environment without the two settings (conftest set them), plus ``env``."""
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    return {**base, **env}
+
+
+def spin_count(code: str, *args: str, **env: str) -> str:
+    """The busy-wait spin count libgomp chose in a fresh interpreter running ``code`` (``-c``'s
+    argument, or ``-m`` and a module's arguments).
 
     libgomp prints its settings as it loads, early in ``import torch``: the process is stopped
     there, since the rest of torch's import (most of the ~2 s) cannot change what was chosen."""
-    base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    command = ["-m", code, *args] if args else ["-c", code]
     proc = subprocess.Popen(
-        [sys.executable, "-c", code],
+        [sys.executable, *command],
         cwd=ROOT,
-        env={**base, "OMP_DISPLAY_ENV": "VERBOSE", **env},
+        env=clean_env(OMP_DISPLAY_ENV="VERBOSE", **env),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -50,18 +61,38 @@ def spin_count(code: str, **env: str) -> str:
     pytest.skip("torch here does not run on GNU libgomp (no GOMP_SPINCOUNT in its display)")
 
 
-def test_engine_first_makes_openmp_workers_spin_briefly():
-    assert spin_count("import engine, torch") == "3000"
+def test_configure_before_torch_makes_openmp_workers_spin_briefly():
+    assert spin_count(CONFIGURED) == "3000"
 
 
-def test_torch_first_keeps_the_spinning_default():
-    # the control: the setting only holds when engine is imported before torch loads libgomp
-    assert spin_count("import torch, engine") == "300000"
+def test_the_command_line_configures_before_torch_loads():
+    assert spin_count("engine", "generate", "hi", "--device", "cpu", "--max-tokens", "1") == "3000"
+
+
+def test_importing_engine_keeps_the_spinning_default():
+    assert spin_count("import engine, engine.llm, torch") == "300000"
+
+
+def test_importing_engine_leaves_the_environment_alone():
+    code = "import os; before = dict(os.environ); import engine, engine.llm; print(os.environ == before)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=clean_env(), capture_output=True, text=True
+    )
+    assert out.stdout.strip() == "True", out.stderr[-2000:]
+
+
+def test_configure_after_torch_is_too_late_and_says_so():
+    code = "import torch; from engine.threads import configure_openmp; print(configure_openmp())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=clean_env(), capture_output=True, text=True
+    )
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
+    assert spin_count(code) == "300000"
 
 
 def test_an_explicit_policy_wins():
-    assert spin_count("import engine, torch", OMP_WAIT_POLICY="ACTIVE") == "30000000000"
+    assert spin_count(CONFIGURED, OMP_WAIT_POLICY="ACTIVE") == "30000000000"
 
 
 def test_an_explicit_spin_count_wins():
-    assert spin_count("import engine, torch", GOMP_SPINCOUNT="12345") == "12345"
+    assert spin_count(CONFIGURED, GOMP_SPINCOUNT="12345") == "12345"

@@ -148,8 +148,8 @@ def test_a_run_that_outgrows_a_short_final_length_gives_way_itself_once(policy):
 
 
 def test_a_token_budget_is_used_as_given():
-    """max_num_batched_tokens was raised to max(max_model_len, 2048) whatever it was, so any
-    value up to that did nothing. Four 20-token prompts: 45 admits two per step, None all."""
+    """max_num_batched_tokens is not raised to max(max_model_len, 2048), which would make any
+    value up to that do nothing. Four 20-token prompts: 45 admits two per step, None all."""
 
     def first_step_sizes(budget: int | None) -> list[int]:
         config = EngineConfig("paged", 64, 16, 256, max_num_batched_tokens=budget)
@@ -174,10 +174,10 @@ def test_a_token_budget_is_used_as_given():
 @pytest.mark.parametrize("policy", ["oracle", "pow2"])
 def test_a_dry_run_oracle_knows_that_a_request_ignoring_eos_runs_to_its_bound(policy):
     """A dry run's output_len is where the stand-in emits EOS; with ignore_eos the request runs
-    on to max_tokens. The oracle was told output_len: A reserved 14 slots, wrote them, was
-    preempted and asked for its 69-slot bound, more than the 64-slot arena: `record` looped
-    forever. Now the oracle knows 69 and add_request refuses A up front; B (fits) finishes
-    at its bound with no preemption."""
+    on to max_tokens. Told output_len, the oracle would reserve 14 slots for A, which writes
+    them, is preempted and asks for its 69-slot bound, more than the 64-slot arena: `record`
+    would loop forever. The oracle knows 69 and add_request refuses A up front; B (fits)
+    finishes at its bound with no preemption."""
     core = build_core(EngineConfig(policy, 4, 16, 128), DryRunner(), EOS)
     big = SamplingParams(max_tokens=60, ignore_eos=True)
     with pytest.raises(InvalidConfigError, match="needs (69|74) KV slots"):
@@ -198,8 +198,8 @@ def test_a_dry_run_oracle_knows_that_a_request_ignoring_eos_runs_to_its_bound(po
 @pytest.mark.parametrize("placement", ["first-fit", "buddy"])
 @pytest.mark.parametrize("policy", ["oracle", "pow2"])
 def test_a_run_that_outgrows_its_hint_comes_back_in_at_most_the_whole_arena(policy, placement):
-    """A is told 14 slots (a probe run that stopped sooner) but writes 29. Preempted, it asked
-    for the max policy's 69 slots, more than the 64-slot arena: it waited forever. Now it
+    """A is told 14 slots (a probe run that stopped sooner) but writes 29. Preempted, it must
+    not ask for the max policy's 69 slots, more than the 64-slot arena, and wait forever: it
     comes back in the longest run the arena can place, which holds its 29."""
     core = build_core(EngineConfig(policy, 4, 16, 128, placement=placement), DryRunner(), EOS)
     a = Request(
@@ -217,8 +217,8 @@ def test_a_run_that_outgrows_its_hint_comes_back_in_at_most_the_whole_arena(poli
 @pytest.mark.parametrize("policy", ["oracle", "pow2"])
 def test_a_request_that_outgrows_the_whole_arena_is_an_error_not_an_endless_wait(policy):
     """Told 14 slots, A writes 69 (prompt 10, 60 tokens): more than the 64-slot arena holds.
-    Preempted past its hint and again once it filled the whole arena, it waited for a run no
-    arena has, and the engine stepped forever with nothing running. Now the step that finds it
+    Preempted past its hint and again once it fills the whole arena, it would wait for a run
+    no arena has while the engine steps forever with nothing running: the step that finds it
     so raises one line."""
     core = build_core(EngineConfig(policy, 4, 16, 128), DryRunner(), EOS)
     a = Request(

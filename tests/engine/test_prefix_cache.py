@@ -20,7 +20,7 @@ from engine.core import events as E
 from engine.core.accounting import CATEGORIES, account
 from engine.core.block_pool import BlockPool
 from engine.core.engine_core import EngineConfig, build_core
-from engine.core.prefix_hash import ROOT_HASH, block_hash, chain_hashes
+from engine.core.prefix_hash import ROOT_HASH, block_hash
 from engine.core.request import Request, SamplingParams
 from engine.sim.simulate import EOS, DryRunner
 from engine.trace import io as trace_mod
@@ -32,26 +32,22 @@ ROOT = Path(__file__).resolve().parents[2]
 # --- hashes --------------------------------------------------------------------------------
 
 
-def test_chain_hashes_agree_across_processes():
-    tokens = list(range(1000, 1040))
-    code = (
-        "from engine.core.prefix_hash import chain_hashes; "
-        "print(','.join(chain_hashes(list(range(1000, 1040)), 16)))"
-    )
+TWO_BLOCKS = "block_hash(block_hash(ROOT_HASH, range(1000, 1016)), range(1016, 1032))"
+
+
+def test_chained_block_hashes_agree_across_processes():
+    code = f"from engine.core.prefix_hash import ROOT_HASH, block_hash; print({TWO_BLOCKS})"
     env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=str(ROOT))
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, cwd=ROOT
     ).stdout.strip()
-    assert out.split(",") == chain_hashes(tokens, 16)
-    assert len(out.split(",")) == 2  # only full blocks are hashed
+    assert out == block_hash(block_hash(ROOT_HASH, range(1000, 1016)), range(1016, 1032))
 
 
 def test_a_block_hash_names_its_whole_prefix():
     block = [5, 6, 7, 8]
     assert block_hash(ROOT_HASH, block) != block_hash(block_hash(ROOT_HASH, [1, 2, 3, 4]), block)
     assert block_hash(ROOT_HASH, [1, 2]) != block_hash(ROOT_HASH, [2, 1])
-    a, b = chain_hashes([1, 2, 3, 4, 5, 6, 7, 8], 4), chain_hashes([9, 2, 3, 4, 5, 6, 7, 8], 4)
-    assert a[1] != b[1]  # same second block, different first: different chain
 
 
 # --- the pool ------------------------------------------------------------------------------
@@ -434,7 +430,7 @@ def test_a_scenario_whose_samples_a_trace_cannot_hold_is_refused_on_load(tmp_pat
 
 def test_a_refusal_counts_the_cached_blocks_it_would_take_back_from_the_free_ones():
     # A leaves 2 cached blocks nobody holds; C's prompt hits both, but taking them back empties
-    # the free queue as a fresh block would: the refusal once said "needs 2 slots, 4 free"
+    # the free queue as a fresh block would: the refusal must not say "needs 2 slots, 4 free"
     core = build_core(EngineConfig("paged", 4, 2, 8, enable_prefix_caching=True), DryRunner(), EOS)
     refusals: list[E.AdmissionBlocked] = []
     core.bus.subscribe(

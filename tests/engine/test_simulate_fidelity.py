@@ -1,5 +1,5 @@
 """The dry-run simulation against the vLLM paper's own figures: Orca as §6.1 describes it (buddy
-placement, output-only Pow2), the Table 1 arena, and Fig. 2 / Fig. 13 within the issue's bounds.
+placement, output-only Pow2), the Table 1 arena, and Fig. 2 / Fig. 13 within stated bounds.
 The full-size run (1,000 requests) is reported in the note; here 300 keep the test fast."""
 
 from __future__ import annotations
@@ -138,8 +138,8 @@ def test_a_policy_run_says_how_far_it_is_and_the_request_cap_is_minutes_not_hour
 
 
 def test_rows_share_one_averaging_window_and_say_which():
-    """10 requests: paging never makes one wait. Its row once fell back to all steps while max's
-    stayed on its waiting steps, under one label, and max looked better than paging."""
+    """10 requests: paging never makes one wait. Were its row to fall back to all steps while
+    max's stays on its waiting steps, under one label, max would look better than paging."""
     rc, out, err = _simulate("--requests", "10", "--json")
     rc2, out2, _ = _simulate("--requests", "10", "--json", "--all-steps")
     assert rc == rc2 == 0
@@ -167,10 +167,10 @@ def test_a_run_with_no_waiting_step_has_no_saturated_average():
 
 def test_one_step_requests_are_counted_as_they_held_memory_not_as_a_hole():
     """A max_model_len of 50 cuts every request to one step (49 in, 1 out): a waiter refused
-    before the finisher let go saw no room, yet the step's account had the finisher's memory
-    freed and the refusal standing, so every contiguous policy read 100 % external
-    fragmentation with no token ever held. Now the finisher counts in its step, as the viewer
-    draws it: 49 of 96 slots hold tokens, and the 32-slot buddy half nobody fits is the hole."""
+    before the finisher let go saw no room; an account with the finisher's memory freed and
+    the refusal standing would read 100 % external fragmentation with no token ever held. The
+    finisher counts in its step, as the viewer draws it: 49 of 96 slots hold tokens, and the
+    32-slot buddy half nobody fits is the hole."""
     rc, out, _ = _simulate(
         "--requests", "5", "--num-slots", "100", "--max-model-len", "50", "--json"
     )

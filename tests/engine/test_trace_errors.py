@@ -68,13 +68,14 @@ def test_binary_and_missing_files(tmp_path):
 
 
 def test_a_live_queue_subscriber_sees_the_same_stream_in_order():
+    import queue
     import threading
 
-    bus, q, listed = E.EventBus(), E.QueueSink(), E.ListSink()
-    bus.subscribe(q)
+    bus, q, listed = E.EventBus(), queue.Queue[E.Event](), E.ListSink()
+    bus.subscribe(q.put)
     bus.subscribe(listed)
     got = []
-    consumer = threading.Thread(target=lambda: got.extend(q.queue.get(timeout=5) for _ in range(3)))
+    consumer = threading.Thread(target=lambda: got.extend(q.get(timeout=5) for _ in range(3)))
     consumer.start()
     bus.emit(E.RequestArrived, req="A", prompt_len=3, max_tokens=2)
     bus.step = 1
@@ -85,7 +86,7 @@ def test_a_live_queue_subscriber_sees_the_same_stream_in_order():
     assert [(e.step, e.seq) for e in got] == [(0, 0), (1, 1), (1, 2)]
 
 
-# --- issue 9: the reader checks everything before the viewer folds it ------------------------
+# --- the reader checks everything before the viewer folds it --------------------------------
 
 SCENARIO = """
 title = "two"
@@ -146,7 +147,7 @@ def test_a_recording_that_fails_writes_no_end_line(tmp_path):
     out.write_text(good, encoding="utf-8")  # a trace recorded before, to be re-recorded in place
     with pytest.raises(RuntimeError):
         record(load_scenario(path), ["paged"], str(out), forward="skip", sinks={"paged": [crash]})
-    # the previous trace is untouched (a Ctrl-C once left it cut short); the failed run's own
+    # the previous trace is untouched (not cut short, as a Ctrl-C would leave it); the run's own
     # events are beside it and read as truncated
     assert out.read_text(encoding="utf-8") == good
     with pytest.raises(TraceError, match="truncated"):
@@ -236,9 +237,8 @@ def test_the_fold_budget_refuses_a_small_trace_that_would_draw_huge(tmp_path):
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
 def test_a_recording_ended_by_a_signal_keeps_the_old_trace_and_writes_its_partial(tmp_path, sig):
-    """SIGTERM (kill, a process manager) and SIGHUP (a closed terminal) once killed a recording
-    outright: no .partial, and a hidden temporary file left per kill. They now end it as Ctrl-C
-    does."""
+    """SIGTERM (kill, a process manager) and SIGHUP (a closed terminal) end a recording as
+    Ctrl-C does: a .partial, and no hidden temporary file left per kill."""
     import signal
     import subprocess
     import sys

@@ -10,7 +10,7 @@ import torch
 from engine.core.request import InvalidConfigError
 from engine.engine_args import EngineArgs
 from engine.model.arena import MIB, KVArena, blocks_for_budget, bytes_per_block
-from engine.model.loader import ModelConfig
+from engine.model.weights import ModelConfig
 from engine.sim.capacity import preset
 from kernels.fp8 import quantize, resolve_kv_dtype
 

@@ -1,4 +1,4 @@
-"""Issue: every allocator serves the real model the same greedy tokens, and the accounting of the
+"""Every allocator serves the real model the same greedy tokens, and the accounting of the
 live event stream equals that of the trace read back from disk."""
 
 import pytest

@@ -196,7 +196,7 @@ def test_trace_flag_writes_a_complete_trace_of_the_run(on_session_model, capsys,
 def test_outputs_are_printed_before_the_kv_event_hold_which_ctrl_c_ends(
     on_session_model, capsys, monkeypatch
 ):
-    """The completions once came only after the hold, so a Ctrl-C during it lost them."""
+    """The completions come before the hold, so a Ctrl-C during it loses none of them."""
     from tests.engine.test_kv_events import free_ports
 
     seen_before_hold: list[tuple[str, str]] = []

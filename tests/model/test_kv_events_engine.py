@@ -1,7 +1,7 @@
 """``generate --kv-events`` on the real model: the run's batches reach a subscriber (through the
 replay socket, which holds them all: a PUB drops what it sends before a subscriber joins).
-Once the prefix cache emits its events (#14), the shared system prompt's blocks must arrive as
-``BlockStored`` too; until then the run publishes only its opening ``AllBlocksCleared``."""
+The run opens with ``AllBlocksCleared``, and the shared system prompt's blocks arrive as
+``BlockStored``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import zmq
 
 from engine.cli import generate as cmd_generate
 from engine.cli import main as cli
-from engine.core import events as E
 from engine.interop import kv_events as K
 from tests.engine.test_kv_events import free_ports
 
@@ -50,7 +49,7 @@ def replay_all(port: int, timeout: float = 1.0) -> list[tuple[int, K.InBatch]] |
 @pytest.mark.model
 def test_generate_publishes_its_run(on_session_model, monkeypatch):
     # the hold starts once the run is complete and lasts until the test has read the replay
-    # (a fixed hold left both of a 2-core machine's test workers waiting for seconds)
+    # (a fixed hold would leave both of a 2-core machine's test workers waiting for seconds)
     holding, read = threading.Event(), threading.Event()
 
     def hold(seconds: float) -> None:
@@ -88,7 +87,6 @@ def test_generate_publishes_its_run(on_session_model, monkeypatch):
     assert rc == [0] and got
     assert [s for s, _ in got] == list(range(len(got)))
     assert isinstance(got[0][1].events[0], K.InCleared)
-    if "block_stored" in E.EVENT_TYPES:  # the prefix cache has landed
-        stored = [ev for _, b in got for ev in b.events if isinstance(ev, K.InStored)]
-        assert stored and all(ev.block_size == 4 for ev in stored)
-        assert {tuple(ev.token_ids) for ev in stored if ev.parent_block_hash is None}
+    stored = [ev for _, b in got for ev in b.events if isinstance(ev, K.InStored)]
+    assert stored and all(ev.block_size == 4 for ev in stored)
+    assert {tuple(ev.token_ids) for ev in stored if ev.parent_block_hash is None}

@@ -15,6 +15,7 @@ from safetensors.torch import save
 from engine.model import cache as model_cache
 from engine.model import loader as M
 from engine.model.tokenizer import Tokenizer
+from engine.model.weights import ModelWeights
 from engine.sim.workload import DEMO_PROMPTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +86,7 @@ def test_a_cached_load_is_the_gguf_load_bit_for_bit_and_a_broken_cache_is_rebuil
     assert model_cache.load_light(folder, torch.float32) is not None
 
 
-def _same_weights(a: M.ModelWeights, b: M.ModelWeights) -> None:
+def _same_weights(a: ModelWeights, b: ModelWeights) -> None:
     assert a.config == b.config and a.rope_scaling == b.rope_scaling
     pairs = [(a.embed, b.embed), (a.final_norm, b.final_norm), (a.lm_head, b.lm_head)]
     pairs += [(a.inv_freq, b.inv_freq)]
@@ -192,7 +193,7 @@ def test_a_load_that_fails_for_the_machines_reasons_keeps_the_cache(
     tmp_path, monkeypatch, capsys, error
 ):
     """Only a cache whose content is broken is removed: running out of memory or lacking
-    permission says nothing about the files (a shared cache was once deleted for less)."""
+    permission says nothing about the files, and a shared cache is too costly to lose for it."""
     import transformers
 
     folder = tmp_path / "m-0123456789abcdef"
