@@ -29,7 +29,7 @@ def prompt_ids(tok) -> list[list[int]]:
 def golden_tokens(tok) -> list[list[int]]:
     """HF's own greedy tokens for the demo prompts, ``NEW_TOKENS`` each, computed without any
     memory limit (stored: tests/data/golden_hf.json)."""
-    from test_model_exact import golden
+    from tests.model.test_model_exact import golden
 
     stored = golden("preemption")
     assert stored["prompt_ids"] == prompt_ids(tok) and stored["new_tokens"] >= NEW_TOKENS, (

@@ -413,7 +413,12 @@ def test_swap_outputs_match_ample_memory_and_recompute(smollm):
     # they need), preempting by swap. Its recompute run is held to the same stored ids there
     # (test_quarter_of_the_needed_kv_memory_preempts_yet_every_output_is_unchanged): running it
     # here too would repeat that check, and cost its steps again on another xdist worker
-    from test_preemption import NEW_TOKENS, golden_tokens, prompt_ids, quarter_memory_run
+    from tests.engine.test_preemption import (
+        NEW_TOKENS,
+        golden_tokens,
+        prompt_ids,
+        quarter_memory_run,
+    )
 
     ids = prompt_ids(smollm.tokenizer)
     # the ample-memory run's tokens: HF's own greedy ids, stored, made with no memory limit

@@ -58,7 +58,7 @@ def _tight(model, prompts, max_tokens, block_size=PRESSURE_BLOCK) -> int:
     """One block more than the longest request needs alone: the others must wait, and a
     request growing past a block boundary preempts another (asserted: each request does)."""
     lens = [len(model.tokenizer.encode(p)) for p in prompts]
-    from test_preemption import grows_past_a_block
+    from tests.engine.test_preemption import grows_past_a_block
 
     assert all(grows_past_a_block(n, max_tokens, block_size) for n in lens), (
         "every request must grow past a block boundary"

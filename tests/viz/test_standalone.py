@@ -302,8 +302,7 @@ def test_the_lesson_page_downloads_the_trace_on_screen_as_one_file(page, app_url
 def test_presenter_mode_fits_the_screen_with_system_fonts(page, exported, lang, size):
     """The animations photograph this view: with the file's system fonts (not the app's) every
     label still lies inside the screen, none cut short, at the keyframes and the last frame."""
-    from test_player_browser import LABELS_JS
-
+    from tests.browser.test_player_browser import LABELS_JS
     from viz.export.serve import wait_painted, wait_ready
 
     page.set_viewport_size({"width": size[0], "height": size[1]})
