@@ -36,10 +36,10 @@ from viz.fold.lesson import (
     build,
     file_digest,
     lesson_titles,
-    live_edge,
     load_spec,
     trace_path,
 )
+from viz.live.follow import LiveView
 from viz.live.run import LiveRun, record_command
 from viz.player import payload as player
 from viz.render import html
@@ -378,14 +378,19 @@ def _live(spec, root: Path, t: dict) -> Lesson | None:
     return _live_lesson(run, spec, t)
 
 
+def _live_view(run: LiveRun, spec) -> LiveView:
+    """The session's fold of ``run`` under ``spec``: kept, so each tick reads only new lines."""
+    ss = _ss()
+    view = ss.get("pk_live_view")
+    if view is None or view.run is not run or view.spec != spec:
+        view = ss.pk_live_view = LiveView(run, spec)
+    return view
+
+
 def _live_fold(run: LiveRun, spec) -> Lesson | None:
-    """What has streamed in so far, folded; None until every run has finished one step."""
-    tr = run.trace()
-    if tr is None or not all(any(e.kind == "step_end" for e in evs) for evs in tr.runs.values()):
-        return None
-    if run.done and run.returncode == 0:  # the whole trace, end line checked
-        return build(spec, tr, source="live")
-    return build(spec, live_edge(tr), source="live", partial=True)
+    """What has streamed in so far, folded; None until every run has finished one step. The
+    whole trace, end line checked, once the child has exited cleanly."""
+    return _live_view(run, spec).lesson()
 
 
 def _live_lesson(run: LiveRun, spec, t: dict) -> Lesson | None:
@@ -487,7 +492,12 @@ def _stepping_view(view: View, t: dict) -> None:
         follow = True
         _live_progress(run, lesson.num_frames, t)
     start = _start_frame(lesson) if view.refresh is None else lesson.num_frames - 1
-    data = _cached_payload(lesson, lesson.key, lang) if lesson.key else player.payload(lesson, lang)
+    if lesson.key:
+        data = _cached_payload(lesson, lesson.key, lang)
+    elif lesson.source == "live":  # only the frames that are new are drawn
+        data = _live_view(ss.pk_live, lesson.spec).payload(lesson, lang)
+    else:
+        data = player.payload(lesson, lang)
     present = st.query_params.get("present") == "1"
     player.mount(data, start, present, follow_end=follow)
 

@@ -2,8 +2,8 @@
 
 The engine runs in a child process (``python -m engine record --scenario FILE --out -``) that
 writes the trace JSONL to stdout, one flushed line per event, and progress to stderr. Two reader
-threads collect complete lines; the page folds what has arrived so far with
-``engine.trace.io.parse_lines(require_end=False)`` on every refresh. A ``LiveRun`` lives in
+threads collect complete lines; on every refresh the page reads the lines that are new
+(``lines_since``) and folds only those (``viz.live.follow.LiveView``). A ``LiveRun`` lives in
 ``st.session_state``, so a rerun of the page never loses the child.
 """
 
@@ -93,6 +93,11 @@ class LiveRun:
     def snapshot(self) -> tuple[list[str], list[str]]:
         with self._lock:
             return list(self.lines), list(self.log)
+
+    def lines_since(self, n: int) -> list[str]:
+        """The trace lines after the first ``n``, each whole (ending in its line feed)."""
+        with self._lock:
+            return self.lines[n:]
 
     def trace(self) -> Trace | None:
         """What has arrived so far as a Trace (None before the header). Raises TraceError if

@@ -122,13 +122,13 @@ def _indicator(lesson: Lesson, i: int, lang: str) -> str:
     return words(lang)["step"] + " " + (str(left) if left == right else f"{left}/{right}")
 
 
-def frame_record(
-    lesson: Lesson, i: int, lang: str, chapter: chapters.Chapter, pieces: Pieces
-) -> list[int]:
-    """Frame ``i`` as indices into ``pieces``, in ``SLOTS`` order."""
+def frame_parts(lesson: Lesson, i: int, lang: str) -> list[str]:
+    """Frame ``i``'s pieces in ``SLOTS`` order, less ``body`` (the chapter's text, which depends
+    on the chapter the frame falls in). They read only ``at(i)`` of each side and whether (and
+    after how many frames) that side has ended."""
     left, right = lesson.left.at(i), lesson.right.at(i)
     lc, rc = captions.caption(lesson, i, lang)
-    parts = [
+    return [
         html.metrics_strip(left, lang),
         _grid(lesson, "left", i, lang),
         _panel(lesson, "left", i, lang),
@@ -137,9 +137,19 @@ def frame_record(
         _panel(lesson, "right", i, lang),
         _html.escape(lc),
         _html.escape(rc),
-        markdown(chapters.body(lesson, chapter, i, lang)),
         _indicator(lesson, i, lang),
     ]
+
+
+BODY = SLOTS.index("body")
+
+
+def frame_record(
+    lesson: Lesson, i: int, lang: str, chapter: chapters.Chapter, pieces: Pieces
+) -> list[int]:
+    """Frame ``i`` as indices into ``pieces``, in ``SLOTS`` order."""
+    parts = frame_parts(lesson, i, lang)
+    parts.insert(BODY, markdown(chapters.body(lesson, chapter, i, lang)))
     return [pieces.add(p) for p in parts]
 
 
@@ -249,13 +259,20 @@ def payload(lesson: Lesson, lang: str) -> dict:
     pieces = Pieces([], {})
     of_frame = {i: c for c in chs for i in range(c.start, c.end + 1)}
     frames = [frame_record(lesson, i, lang, of_frame[i], pieces) for i in range(lesson.num_frames)]
+    body = json.dumps({"pieces": pieces.items, "frames": frames}, separators=(",", ":"))
+    return envelope(lesson, lang, chs, zlib.compress(body.encode("utf-8"), 6))
+
+
+def envelope(lesson: Lesson, lang: str, chs: list[chapters.Chapter], z: bytes) -> dict:
+    """The payload around its frames: ``z`` is the zlib stream of
+    ``{"pieces": [...], "frames": [...]}`` (``payload`` deflates it whole; a live run's
+    ``viz.player.live.LivePayload`` adds only what is new)."""
     last_step = len(lesson.spec.steps) - 1
     score_step = (
         last_step
         if lesson.spec.steps and lesson.spec.steps[last_step].rule.get("frame") == "last"
         else None
     )
-    body = json.dumps({"pieces": pieces.items, "frames": frames}, separators=(",", ":"))
     t = captions.text(lang)
     # The trace these frames show, in any language: the player stays on its frame for the same
     # content in another language, or for more frames of a live run (no key: the lesson's
@@ -268,7 +285,7 @@ def payload(lesson: Lesson, lang: str) -> dict:
         "lesson": lesson.spec.name,
         "lang": lang,
         "num_frames": lesson.num_frames,
-        "z": base64.b64encode(zlib.compress(body.encode("utf-8"), 6)).decode("ascii"),
+        "z": base64.b64encode(z).decode("ascii"),
         "chapters": [
             {
                 "start": c.start,
