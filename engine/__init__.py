@@ -20,12 +20,8 @@ if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     os.environ["GOMP_SPINCOUNT"] = "3000"
 
-from engine.core.request import (
-    EngineInputError,
-    InvalidConfigError,
-    InvalidRequestError,
-    SamplingParams,
-)
+from engine.core.request import SamplingParams
+from engine.errors import EngineInputError, InvalidConfigError, InvalidRequestError
 
 __all__ = ["LLM", "SamplingParams", "EngineInputError", "InvalidConfigError", "InvalidRequestError"]
 

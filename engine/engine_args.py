@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.core.allocators import ALLOCATORS, check_block_size
-from engine.core.request import InvalidConfigError
 from engine.core.swap import PREEMPTION_MODES, check_preemption_mode  # noqa: F401  (re-exported)
+from engine.errors import InvalidConfigError
 
 #: Sanity bounds, far above anything a machine here holds; the real limit is the device's memory
 #: (``arena.check_fits``), but these refuse typos like ``--num-blocks 10**15`` before a model loads.

@@ -15,14 +15,9 @@ from dataclasses import dataclass
 from engine.core import events as E
 from engine.core.allocators import check_allocator
 from engine.core.engine_core import EngineConfig, EngineCore, build_core
-from engine.core.request import (
-    InvalidConfigError,
-    InvalidRequestError,
-    Request,
-    SamplingParams,
-    check_prompt,
-)
+from engine.core.request import Request, SamplingParams, check_prompt
 from engine.engine_args import EngineArgs, check_output_path
+from engine.errors import InvalidConfigError, InvalidRequestError
 from engine.interop import kv_events as KV
 from engine.model.arena import MIB, KVArena, blocks_for_budget, bytes_per_block, check_fits
 from engine.model.attention import resolve_backend

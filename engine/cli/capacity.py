@@ -8,7 +8,7 @@ import argparse
 import json
 
 from engine.cli.main import first_paragraph
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 from engine.sim.capacity import (
     DTYPE_BYTES,
     MAX_BUDGET_GIB,

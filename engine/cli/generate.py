@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 from engine.core.allocators import ALLOCATORS
-from engine.core.request import InvalidRequestError, SamplingParams, check_prompt
+from engine.core.request import SamplingParams, check_prompt
 from engine.engine_args import KV_CACHE_DTYPES, PREEMPTION_MODES, EngineArgs, check_output_path
+from engine.errors import InvalidRequestError
 from engine.files import read_bounded
 from engine.model.backends import BACKENDS
 

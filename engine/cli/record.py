@@ -7,8 +7,8 @@ import dataclasses
 import sys
 
 from engine.cli.generate import check_kv_events, hold_publisher, warn_if_app_refuses
-from engine.core.request import InvalidConfigError
 from engine.engine_args import KV_CACHE_DTYPES, check_output_path
+from engine.errors import InvalidConfigError
 from engine.trace import scenario as scenario_mod
 from engine.trace.recorder import record, stderr_progress
 
@@ -127,7 +127,7 @@ def _kv_events(args, allocators: list[str], runs):
     check_kv_events(args.kv_events, args.kv_events_allow_remote, args.kv_events_hold)
     if args.kv_events is None:
         return None, None
-    from engine.core.request import InvalidRequestError
+    from engine.errors import InvalidRequestError
     from engine.interop.kv_events import EndpointError, EngineEventTranslator, KVEventPublisher
 
     try:

@@ -11,8 +11,8 @@ from typing import Any
 from engine.core import events as E
 from engine.core.allocators import ALLOCATORS, check_allocator, check_block_size
 from engine.core.placement import PLACEMENTS
-from engine.core.request import InvalidConfigError
 from engine.engine_args import MAX_ARENA_SLOTS
+from engine.errors import InvalidConfigError
 from engine.sim import workload
 from engine.sim.simulate import DEFAULT_NUM_SLOTS, build_requests, common_window, run_policy
 

@@ -9,9 +9,10 @@ from typing import Protocol
 
 from engine.core import events as E
 from engine.core.allocators import Allocator, check_allocator, check_block_size, make_allocator
-from engine.core.request import Batch, InvalidConfigError, InvalidRequestError, Request
+from engine.core.request import Batch, Request
 from engine.core.scheduler import Scheduler
 from engine.core.swap import SwappingPagedAllocator, check_preemption_mode
+from engine.errors import InvalidConfigError, InvalidRequestError
 
 
 class Runner(Protocol):

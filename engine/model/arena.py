@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.core.allocators import check_block_size
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 from engine.model.loader import ModelConfig
 
 MIB = 1 << 20

