@@ -4,12 +4,8 @@
 pure-Python parts (events, traces, accounting, allocators, scheduler) import without torch.
 """
 
-from engine.core.request import (
-    EngineInputError,
-    InvalidConfigError,
-    InvalidRequestError,
-    SamplingParams,
-)
+from engine.core.request import SamplingParams
+from engine.errors import EngineInputError, InvalidConfigError, InvalidRequestError
 
 __all__ = ["LLM", "SamplingParams", "EngineInputError", "InvalidConfigError", "InvalidRequestError"]
 

@@ -13,28 +13,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.core import events as E
-from engine.core.allocators import check_allocator
 from engine.core.engine_core import EngineConfig, EngineCore, build_core
-from engine.core.request import (
-    InvalidConfigError,
-    InvalidRequestError,
-    Request,
-    SamplingParams,
-    check_prompt,
-)
+from engine.core.request import Request, SamplingParams, check_prompt
 from engine.engine_args import EngineArgs, check_output_path
+from engine.errors import InvalidConfigError, InvalidRequestError
 from engine.interop import kv_events as KV
-from engine.model.arena import MIB, KVArena, blocks_for_budget, bytes_per_block, check_fits
+from engine.model.arena import bytes_per_block
 from engine.model.attention import resolve_backend
-from engine.model.cpu_tier import CpuKVStore
 from engine.model.loader import LoadedModel, load_model, resolve_device
-from engine.model.runner import ModelRunner
+from engine.model.runner import build_runner
 from engine.trace.io import TraceWriter, make_header
 from kernels.fp8 import resolve_kv_dtype
-
-#: Arena size when neither num_blocks nor kv_budget_mb is given: for SmolLM2 in fp32 about 11k
-#: token slots, room for one request of the full 8192-token context.
-DEFAULT_KV_BUDGET_MB = 512
 
 
 @dataclass
@@ -55,8 +44,10 @@ class LLM:
     and its trace are what the essay's baseline describes; ``generate`` outputs are the same
     either way (tested token for token in fp32).
 
-    Raises InvalidConfigError for a bad setting (block size <= 0, both or neither-sane memory
-    sizes, a budget below one block, unknown allocator/backend/device, missing model path)."""
+    The engine settings (``num_blocks`` to ``enable_prefix_caching``) are ``EngineArgs``'
+    fields; ``LLM.from_engine_args`` takes them already checked. Raises InvalidConfigError for a
+    bad setting (block size <= 0, both or neither-sane memory sizes, a budget below one block,
+    unknown allocator/backend/device, missing model path)."""
 
     def __init__(
         self,
@@ -81,27 +72,6 @@ class LLM:
         enable_prefix_caching: bool = False,
     ) -> None:
         # Cheap checks first: a typo should not cost a model load.
-        check_allocator(allocator)
-        if kv_events is not None:
-            try:
-                KV.parse_endpoint(kv_events, kv_events_allow_remote)
-            except KV.EndpointError as e:
-                raise InvalidConfigError(str(e)) from None
-        if type(kv_events_allow_remote) is not bool:  # 'no' is truthy: a safety flag
-            raise InvalidConfigError(
-                f"kv_events_allow_remote must be true or false, got {kv_events_allow_remote!r:.40}"
-            )
-        if kv_events_allow_remote and kv_events is None:  # as the CLI: it would do nothing
-            raise InvalidConfigError("kv_events_allow_remote applies only with kv_events")
-        if not isinstance(model, (LoadedModel, str, os.PathLike, type(None))):
-            raise InvalidConfigError(f"model must be a path or a loaded model, got {model!r:.40}")
-        if trace is not None and not callable(trace) and not isinstance(trace, (str, os.PathLike)):
-            raise InvalidConfigError(f"trace must be a path or a callable, got {trace!r:.40}")
-        if not isinstance(model, LoadedModel):
-            # before the load: its loader must never see a bad one, and a backend this machine
-            # cannot run is said before the seconds a load takes, not after
-            resolve_backend(attention, resolve_device(device, dtype)[0])
-        self.enable_prefix_caching = enable_prefix_caching
         args = EngineArgs(
             num_blocks=num_blocks,
             kv_budget_mb=kv_budget_mb,
@@ -115,6 +85,68 @@ class LLM:
             swap_space_mb=swap_space_mb,
             enable_prefix_caching=enable_prefix_caching,
         )
+        self._start(
+            args,
+            model,
+            device,
+            dtype,
+            attention,
+            trace,
+            progress,
+            kv_events,
+            kv_events_allow_remote,
+        )
+
+    @classmethod
+    def from_engine_args(
+        cls,
+        args: EngineArgs,
+        model: str | os.PathLike | LoadedModel | None = None,
+        device: str = "auto",
+        dtype: str | None = None,
+        attention: str = "auto",
+        trace: str | os.PathLike | Callable[[E.Event], None] | None = None,
+        progress: bool = True,
+        kv_events: str | None = None,
+        kv_events_allow_remote: bool = False,
+    ) -> LLM:
+        """An ``LLM`` with settings ``args`` (checked when they were built, not again); the
+        other parameters and what they raise are ``LLM()``'s."""
+        llm = cls.__new__(cls)
+        llm._start(
+            args,
+            model,
+            device,
+            dtype,
+            attention,
+            trace,
+            progress,
+            kv_events,
+            kv_events_allow_remote,
+        )
+        return llm
+
+    def _start(
+        self,
+        args: EngineArgs,
+        model: str | os.PathLike | LoadedModel | None,
+        device: str,
+        dtype: str | None,
+        attention: str,
+        trace: str | os.PathLike | Callable[[E.Event], None] | None,
+        progress: bool,
+        kv_events: str | None,
+        kv_events_allow_remote: bool,
+    ) -> None:
+        _check_kv_events(kv_events, kv_events_allow_remote)
+        if not isinstance(model, (LoadedModel, str, os.PathLike, type(None))):
+            raise InvalidConfigError(f"model must be a path or a loaded model, got {model!r:.40}")
+        if trace is not None and not callable(trace) and not isinstance(trace, (str, os.PathLike)):
+            raise InvalidConfigError(f"trace must be a path or a callable, got {trace!r:.40}")
+        if not isinstance(model, LoadedModel):
+            # before the load: its loader must never see a bad one, and a backend this machine
+            # cannot run is said before the seconds a load takes, not after
+            resolve_backend(attention, resolve_device(device, dtype)[0])
         if trace is not None and not callable(trace):
             check_output_path(trace, "trace")
         self.model = (
@@ -122,32 +154,9 @@ class LLM:
             if isinstance(model, LoadedModel)
             else load_model(model, device=device, dtype=dtype, progress=progress)
         )
-        cfg = self.model.config
-        self.max_model_len = args.model_len(cfg.max_position_embeddings)
-        # the arena's element type, which sizes a --kv-budget-mb: float8 fits twice bf16's blocks
-        kv_dtype = resolve_kv_dtype(kv_cache_dtype, self.model.dtype)
-        if num_blocks is None:
-            num_blocks = blocks_for_budget(
-                cfg, block_size, kv_dtype, kv_budget_mb or DEFAULT_KV_BUDGET_MB
-            )
-        check_fits(num_blocks * bytes_per_block(cfg, block_size, kv_dtype), self.model.device)
-        self.arena = KVArena(cfg, num_blocks, block_size, self.model.device, kv_dtype)
-        self.preemption_mode = preemption_mode
-        self.num_cpu_blocks = 0
-        cpu_tier = None
-        if preemption_mode == "swap":
-            # the CPU tier holds blocks of the arena's own size and dtype; default: the arena's size
-            self.num_cpu_blocks = (
-                num_blocks
-                if swap_space_mb is None
-                else int(swap_space_mb * MIB // bytes_per_block(cfg, block_size, kv_dtype))
-            )
-            if self.num_cpu_blocks:
-                check_fits(self.num_cpu_blocks * bytes_per_block(cfg, block_size, kv_dtype), "cpu")
-                cpu_tier = CpuKVStore(self.arena, self.num_cpu_blocks)
-        self.runner = ModelRunner(self.model, self.arena, attention, cpu_tier=cpu_tier)
-        self.allocator_name = allocator
-        self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
+        self.config = _engine_config(args, self.model)
+        self.runner = build_runner(self.model, self.config, attention)
+        self.arena = self.runner.arena
         self.trace = trace
         self.num_preemptions = 0
         self.prefill_tokens_computed = self.prefix_cache_hit_tokens = 0
@@ -202,7 +211,7 @@ class LLM:
             raise InvalidRequestError("params must be SamplingParams (or a list of them)")
         ids = [self._tokenize(i, p, chat) for i, p in enumerate(items)]
         sps: list[SamplingParams] = [p for p in plist if isinstance(p, SamplingParams)]
-        core = build_core(self._engine_config(), self.runner, self.model.config.stop_ids)
+        core = build_core(self.config, self.runner, self.model.config.stop_ids)
         reqs = [
             core.add_request(r)
             for i, (t, p) in enumerate(zip(ids, sps, strict=True))
@@ -267,27 +276,14 @@ class LLM:
             raise InvalidRequestError(f"prompt {i} holds token ids outside [0, {vocab})")
         return ids
 
-    def _engine_config(self) -> EngineConfig:
-        return EngineConfig(
-            self.allocator_name,
-            self.arena.num_blocks,
-            self.arena.block_size,
-            self.max_model_len,
-            self.max_num_seqs,
-            self.max_num_batched_tokens,
-            preemption_mode=self.preemption_mode,
-            num_cpu_blocks=self.num_cpu_blocks,
-            enable_prefix_caching=self.enable_prefix_caching,
-        )
-
     def _attach_trace(self, core: EngineCore) -> TraceWriter | None:
         if self.trace is None:
             return None
         if callable(self.trace):
             core.bus.subscribe(self.trace)
             return None
-        name = self.allocator_name
-        config = self._engine_config().trace_config(core.allocator.view_block_size)
+        name = self.config.allocator
+        config = self.config.trace_config(core.allocator.view_block_size)
         header = make_header(
             [{"name": name, "allocator": name, "config": config}],
             model=self.model.name,
@@ -302,6 +298,28 @@ class LLM:
             ) from None
         core.bus.subscribe(writer.sink(name))
         return writer
+
+
+def _engine_config(args: EngineArgs, model: LoadedModel) -> EngineConfig:
+    """``args`` made concrete by what the model tells: its context length, and the bytes of one
+    block in the arena's element type (which sizes a budget: float8 fits twice bf16's blocks)."""
+    kv_dtype = resolve_kv_dtype(args.kv_cache_dtype, model.dtype)
+    per_block = bytes_per_block(model.config, args.block_size, kv_dtype)
+    return args.create_engine_config(model.config.max_position_embeddings, per_block)
+
+
+def _check_kv_events(endpoint: str | None, allow_remote: bool) -> None:
+    if endpoint is not None:
+        try:
+            KV.parse_endpoint(endpoint, allow_remote)
+        except KV.EndpointError as e:
+            raise InvalidConfigError(str(e)) from None
+    if type(allow_remote) is not bool:  # 'no' is truthy: a safety flag
+        raise InvalidConfigError(
+            f"kv_events_allow_remote must be true or false, got {allow_remote!r:.40}"
+        )
+    if allow_remote and endpoint is None:  # as the CLI: it would do nothing
+        raise InvalidConfigError("kv_events_allow_remote applies only with kv_events")
 
 
 def _publisher(endpoint: str, allow_remote: bool) -> KV.KVEventPublisher:

@@ -8,7 +8,8 @@ import argparse
 import json
 
 from engine.cli.main import first_paragraph
-from engine.core.request import InvalidConfigError
+from engine.engine_args import EngineArgs
+from engine.errors import InvalidConfigError
 from engine.sim.capacity import (
     DTYPE_BYTES,
     MAX_BUDGET_GIB,
@@ -39,7 +40,7 @@ def add_parser(subparsers) -> None:
         help="KV element type (default: a preset's own, e.g. fp32 for smollm2-135m as this "
         "engine runs it on a CPU; a config's or GGUF's if half precision, else fp16)",
     )
-    p.add_argument("--block-size", type=int, default=16)
+    EngineArgs.add_cli_args(p, only=("block_size",))
     p.add_argument(
         "--budget-gb",
         type=float,

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
-from engine.core.allocators import ALLOCATORS
-from engine.core.request import InvalidRequestError, SamplingParams, check_prompt
-from engine.engine_args import KV_CACHE_DTYPES, PREEMPTION_MODES, EngineArgs, check_output_path
+from engine.core.request import SamplingParams, check_prompt
+from engine.engine_args import EngineArgs, check_output_path
+from engine.errors import InvalidRequestError
 from engine.files import read_bounded
 from engine.model.backends import BACKENDS
 
@@ -24,24 +23,7 @@ def add_parser(sub) -> None:
     p.add_argument("--max-tokens", type=int, default=64, metavar="N", help="new tokens per prompt")
     p.add_argument("--json", action="store_true", help="one JSON object per prompt, then a summary")
     p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
-    mem = p.add_mutually_exclusive_group()
-    mem.add_argument("--num-blocks", type=int, metavar="N", help="KV arena size in blocks")
-    mem.add_argument("--kv-budget-mb", type=float, metavar="M", help="KV arena size in MiB")
-    p.add_argument("--block-size", type=int, default=16, metavar="B", help="tokens per KV block")
-    p.add_argument(
-        "--kv-cache-dtype",
-        default="auto",
-        choices=KV_CACHE_DTYPES,
-        help="KV arena element type: auto (the model's), fp8_e4m3 or fp8_e5m2",
-    )
-    p.add_argument(
-        "--max-model-len",
-        type=int,
-        default=None,
-        metavar="L",
-        help="most K/V slots a request fills: prompt + output - 1, as the last token's K/V is "
-        "never computed (vLLM stops at the same token); default: the model's context length",
-    )
+    EngineArgs.add_cli_args(p)
     p.add_argument("--chat", action="store_true", help="wrap each prompt in the chat template")
     p.add_argument(
         "--model",
@@ -51,29 +33,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16")
-    p.add_argument(
-        "--allocator",
-        default="paged",
-        choices=ALLOCATORS,
-        help="paged, or a contiguous policy; here pow2/oracle know only the "
-        "prompt + max-tokens bound (exact with --ignore-eos)",
-    )
     p.add_argument("--attention", default="auto", choices=BACKENDS)
-    p.add_argument(
-        "--preemption-mode",
-        default="recompute",
-        choices=PREEMPTION_MODES,
-        help="when memory runs out: recompute the victim later, or swap its blocks "
-        "to a CPU tier (paged allocator only)",
-    )
-    p.add_argument(
-        "--swap-space-mb",
-        type=float,
-        default=None,
-        metavar="M",
-        help="CPU tier size in MiB for --preemption-mode swap (default: the arena's)",
-    )
-    p.add_argument("--max-num-seqs", type=int, default=256, metavar="N")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T")
     p.add_argument("--top-p", type=float, default=1.0, metavar="P")
     p.add_argument("--seed", type=int, default=None, metavar="S")
@@ -84,12 +44,6 @@ def add_parser(sub) -> None:
         metavar="N",
         help="samples per prompt (sample i seeded seed + i); paging shares the "
         "prompt's blocks and copies a block on write",
-    )
-    p.add_argument(
-        "--enable-prefix-caching",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="reuse cached K/V blocks of shared prompt prefixes (paging only; default off)",
     )
     p.add_argument("--trace", default=None, metavar="PATH", help="write the run's event trace")
     p.add_argument(
@@ -202,41 +156,21 @@ def run(args) -> int:
         ignore_eos=args.ignore_eos,
         n=args.n,
     )
-    EngineArgs(
-        num_blocks=args.num_blocks,
-        kv_budget_mb=args.kv_budget_mb,
-        block_size=args.block_size,
-        max_model_len=args.max_model_len,
-        max_num_seqs=args.max_num_seqs,
-        allocator=args.allocator,
-        kv_cache_dtype=args.kv_cache_dtype,
-        preemption_mode=args.preemption_mode,
-        swap_space_mb=args.swap_space_mb,
-        enable_prefix_caching=args.enable_prefix_caching,
-    )
+    engine_args = EngineArgs.from_cli_args(args)
     if args.trace is not None:
         check_output_path(args.trace, "--trace", (args.prompts_file,) if args.prompts_file else ())
     check_kv_events(args.kv_events, args.kv_events_allow_remote, args.kv_events_hold)
     from engine.llm import LLM  # torch and transformers load only once the input is sane
 
-    llm = LLM(
+    llm = LLM.from_engine_args(
+        engine_args,
         args.model,
         device=args.device,
         dtype=args.dtype,
-        num_blocks=args.num_blocks,
-        kv_budget_mb=args.kv_budget_mb,
-        block_size=args.block_size,
-        max_model_len=args.max_model_len,
-        allocator=args.allocator,
         attention=args.attention,
-        max_num_seqs=args.max_num_seqs,
         trace=args.trace,
-        kv_cache_dtype=args.kv_cache_dtype,
-        preemption_mode=args.preemption_mode,
-        swap_space_mb=args.swap_space_mb,
         kv_events=args.kv_events,
         kv_events_allow_remote=args.kv_events_allow_remote,
-        enable_prefix_caching=args.enable_prefix_caching,
     )
     t0 = time.perf_counter()
     try:

@@ -10,7 +10,7 @@ import importlib
 import os
 import sys
 
-from engine.core.request import EngineInputError
+from engine.errors import EngineInputError
 
 COMMANDS = ("generate", "record", "simulate", "capacity")
 

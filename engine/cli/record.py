@@ -7,8 +7,8 @@ import dataclasses
 import sys
 
 from engine.cli.generate import check_kv_events, hold_publisher, warn_if_app_refuses
-from engine.core.request import InvalidConfigError
-from engine.engine_args import KV_CACHE_DTYPES, check_output_path
+from engine.engine_args import EngineArgs, check_output_path
+from engine.errors import InvalidConfigError
 from engine.trace import scenario as scenario_mod
 from engine.trace.recorder import record, stderr_progress
 
@@ -33,12 +33,7 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default=None)
     p.add_argument("--attention", default="auto", choices=("auto", "torch", "triton"))
-    p.add_argument(
-        "--kv-cache-dtype",
-        default="auto",
-        choices=KV_CACHE_DTYPES,
-        help="KV arena element type: auto (the model's), fp8_e4m3 or fp8_e5m2",
-    )
+    EngineArgs.add_cli_args(p, only=("kv_cache_dtype",))
     p.add_argument(
         "--kv-events",
         default=None,
@@ -55,6 +50,7 @@ def add_parser(sub) -> None:
         help="keep the KV-event sockets open S seconds (0-3600) after the run, so a watcher "
         "that joins late can still replay it",
     )
+    # not the engine's flag: unset, the scenario's [arena] setting stands
     p.add_argument(
         "--enable-prefix-caching",
         action=argparse.BooleanOptionalAction,
@@ -127,7 +123,7 @@ def _kv_events(args, allocators: list[str], runs):
     check_kv_events(args.kv_events, args.kv_events_allow_remote, args.kv_events_hold)
     if args.kv_events is None:
         return None, None
-    from engine.core.request import InvalidRequestError
+    from engine.errors import InvalidRequestError
     from engine.interop.kv_events import EndpointError, EngineEventTranslator, KVEventPublisher
 
     try:

@@ -11,8 +11,8 @@ from typing import Any
 from engine.core import events as E
 from engine.core.allocators import ALLOCATORS, check_allocator, check_block_size
 from engine.core.placement import PLACEMENTS
-from engine.core.request import InvalidConfigError
-from engine.engine_args import MAX_ARENA_SLOTS
+from engine.engine_args import MAX_ARENA_SLOTS, EngineArgs
+from engine.errors import InvalidConfigError
 from engine.sim import workload
 from engine.sim.simulate import DEFAULT_NUM_SLOTS, build_requests, common_window, run_policy
 
@@ -39,7 +39,7 @@ def add_parser(sub) -> None:
         default="max,pow2,oracle,paged",
         help="comma-separated subset of " + ",".join(ALLOCATORS),
     )
-    p.add_argument("--block-size", type=int, default=16)
+    EngineArgs.add_cli_args(p, only=("block_size",))
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument(
         "--num-slots",

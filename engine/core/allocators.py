@@ -15,7 +15,8 @@ from engine.core.block_pool import Block, BlockPool
 from engine.core.buddy import next_pow2
 from engine.core.placement import make_placement
 from engine.core.prefix_hash import ROOT_HASH, block_hash
-from engine.core.request import InvalidConfigError, Request
+from engine.core.request import Request
+from engine.errors import InvalidConfigError
 
 ALLOCATORS = ("paged", "max", "pow2", "oracle")
 

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from engine.core import events as E
-from engine.core.allocators import Allocator, check_allocator, check_block_size, make_allocator
-from engine.core.request import Batch, InvalidConfigError, InvalidRequestError, Request
+from engine.core.allocators import Allocator, make_allocator
+from engine.core.request import Batch, Request
 from engine.core.scheduler import Scheduler
-from engine.core.swap import SwappingPagedAllocator, check_preemption_mode
+from engine.core.swap import SwappingPagedAllocator
+from engine.errors import InvalidConfigError, InvalidRequestError
 
 
 class Runner(Protocol):
@@ -26,7 +27,9 @@ class Runner(Protocol):
 @dataclass(frozen=True)
 class EngineConfig:
     """What an engine core is built from: the allocator by name over an arena of ``num_blocks``
-    blocks of ``block_size`` slots, and the scheduler's limits."""
+    blocks of ``block_size`` slots, and the scheduler's limits. Made only by
+    ``EngineArgs.create_engine_config``, which has checked every field: nothing here checks
+    again."""
 
     allocator: str
     num_blocks: int
@@ -39,13 +42,8 @@ class EngineConfig:
     num_cpu_blocks: int = 0  # the CPU tier swap preemption moves blocks to
     #: Paging only. Off by default: the lessons' traces and the essay's baseline have no sharing.
     enable_prefix_caching: bool = False
-
-    def __post_init__(self) -> None:
-        check_allocator(self.allocator)
-        check_block_size(self.block_size)
-        check_preemption_mode(self.preemption_mode, self.allocator)
-        if self.num_cpu_blocks < 0:
-            raise InvalidConfigError(f"the CPU tier cannot hold {self.num_cpu_blocks} blocks")
+    #: The arena's element type by name (auto: the model's); the model side resolves it.
+    kv_cache_dtype: str = "auto"
 
     @property
     def num_slots(self) -> int:

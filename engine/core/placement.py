@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 
 PLACEMENTS = ("first-fit", "buddy")
 

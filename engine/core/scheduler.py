@@ -20,7 +20,8 @@ from typing import Literal
 
 from engine.core import events as E
 from engine.core.allocators import AdmitRefusal, Allocator
-from engine.core.request import Batch, InvalidRequestError, Request, ScheduledSeq, Status
+from engine.core.request import Batch, Request, ScheduledSeq, Status
+from engine.errors import InvalidRequestError
 
 
 class Scheduler:

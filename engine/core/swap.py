@@ -17,7 +17,8 @@ from __future__ import annotations
 from engine.core import events as E
 from engine.core.allocators import AdmitRefusal, PagedAllocator, cdiv
 from engine.core.block_pool import Block, BlockPool
-from engine.core.request import InvalidConfigError, Request
+from engine.core.request import Request
+from engine.errors import InvalidConfigError
 
 PREEMPTION_MODES = ("recompute", "swap")
 

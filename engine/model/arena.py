@@ -15,10 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from engine.core.allocators import check_block_size
-from engine.core.request import InvalidConfigError
+from engine.engine_args import MIB, blocks_in_budget
+from engine.errors import InvalidConfigError
 from engine.model.weights import ModelConfig
-
-MIB = 1 << 20
 
 
 def bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -33,14 +32,7 @@ def blocks_for_budget(
     """How many whole blocks fit in ``kv_budget_mb`` MiB. Raises InvalidConfigError when not
     even one does."""
     check_block_size(block_size)
-    per_block = bytes_per_block(config, block_size, dtype)
-    n = int(kv_budget_mb * MIB // per_block)
-    if n <= 0:
-        raise InvalidConfigError(
-            f"KV budget of {kv_budget_mb} MiB is too small for one block of {block_size} tokens "
-            f"({per_block / MIB:.3f} MiB)"
-        )
-    return n
+    return blocks_in_budget(kv_budget_mb, block_size, bytes_per_block(config, block_size, dtype))
 
 
 def device_memory(device: torch.device | str) -> int | None:

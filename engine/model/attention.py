@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 from engine.model.backends import BACKENDS
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 
 GGUF_MAX_BYTES = 8 << 20
 GGUF_MAX_KEYS = 100_000

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 from engine.model import cache as model_cache
 from engine.model.weights import LAYER_NAMES, LayerWeights, ModelConfig, ModelWeights
 

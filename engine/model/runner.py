@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import torch
 
+from engine.core.engine_core import EngineConfig
 from engine.core.request import Batch, ScheduledSeq
-from engine.model.arena import KVArena
+from engine.model.arena import KVArena, bytes_per_block, check_fits
 from engine.model.attention import Attention, AttentionMetadata
 from engine.model.cpu_tier import CpuKVStore
 from engine.model.llama import LlamaForward
 from engine.model.loader import LoadedModel
 from engine.model.sampling import Sampler
+from kernels.fp8 import resolve_kv_dtype
 
 
 def _pad(rows: list[list[int]]) -> list[list[int]]:
@@ -123,3 +125,19 @@ class ModelRunner:
 
     def _tensor(self, data, dtype: torch.dtype) -> torch.Tensor:
         return torch.tensor(data, dtype=dtype).to(self.device, non_blocking=True)
+
+
+def build_runner(model: LoadedModel, config: EngineConfig, attention: str = "auto") -> ModelRunner:
+    """The one assembly of an engine's model side: a zeroed KV arena of ``config``'s blocks, in
+    its KV cache dtype on the model's device; a CPU tier of ``config.num_cpu_blocks`` when it
+    swaps; and a runner with ``attention`` over both. Raises InvalidConfigError, before
+    allocating, for an arena or tier larger than its device's whole memory."""
+    kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, model.dtype)
+    per_block = bytes_per_block(model.config, config.block_size, kv_dtype)
+    check_fits(config.num_blocks * per_block, model.device)
+    arena = KVArena(model.config, config.num_blocks, config.block_size, model.device, kv_dtype)
+    cpu_tier = None
+    if config.num_cpu_blocks:
+        check_fits(config.num_cpu_blocks * per_block, "cpu")
+        cpu_tier = CpuKVStore(arena, config.num_cpu_blocks)
+    return ModelRunner(model, arena, attention, cpu_tier=cpu_tier)

@@ -28,7 +28,7 @@ float32 because this project runs it on CPU in fp32; pass ``dtype="bf16"`` for t
 A GGUF holds (often quantized) weights and no KV type, so it defaults to float16, the KV cache
 type llama.cpp uses unless told otherwise.
 
-Every bad input raises :class:`engine.core.request.InvalidConfigError` with a one-line message.
+Every bad input raises :class:`engine.errors.InvalidConfigError` with a one-line message.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from engine.core.allocators import check_block_size
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 from engine.files import read_bounded
 from engine.model.gguf import GGUF_MAX_BYTES, gguf_metadata
 from engine.trace.check import all_text_encodes

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 
 from engine.core import events as E
 from engine.core.accounting import CATEGORIES, StepAccount, Tally
-from engine.core.engine_core import EngineConfig, build_core
-from engine.core.request import Batch, InvalidRequestError, Request, SamplingParams
+from engine.core.engine_core import build_core
+from engine.core.request import Batch, Request, SamplingParams
+from engine.engine_args import EngineArgs
+from engine.errors import InvalidRequestError
 from engine.sim.paper import default_num_slots
 from engine.sim.workload import WorkItem
 
@@ -121,7 +123,8 @@ def run_policy(
     placement: str = "first-fit",
 ) -> SimResult:
     """Run ``requests`` (fresh copies are made) under one allocator and account every step.
-    ``placement`` (first-fit or buddy) places the contiguous policies' runs."""
+    ``placement`` (first-fit or buddy) places the contiguous policies' runs. Raises
+    InvalidConfigError for settings ``EngineArgs`` refuses."""
     bus = E.EventBus()
     # The dry run knows every final length in advance, as a complete trace does at its end.
     # A request finishing in a step is counted as it held its memory in that step (as the
@@ -148,9 +151,14 @@ def run_policy(
     bus.subscribe(fold)
     for sink in sinks:
         bus.subscribe(sink)
-    config = EngineConfig(
-        policy, num_blocks, block_size, max_model_len, max_num_seqs, placement=placement
-    )
+    config = EngineArgs(
+        allocator=policy,
+        num_blocks=num_blocks,
+        block_size=block_size,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        placement=placement,
+    ).create_engine_config()
     core = build_core(config, DryRunner(), EOS, bus)
     for r in requests:
         core.add_request(

@@ -18,7 +18,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 
 #: name -> (mean input tokens, mean output tokens), from the vLLM paper.
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass, replace
 from typing import IO
 
 from engine.core.engine_core import EngineConfig, EngineCore, build_core
-from engine.core.request import InvalidConfigError, Request, SamplingParams
-from engine.engine_args import KV_CACHE_DTYPES, check_output_path
+from engine.core.request import Request, SamplingParams
+from engine.engine_args import KV_CACHE_DTYPES, EngineArgs, check_output_path
+from engine.errors import InvalidConfigError
 from engine.sim.simulate import EOS, FILLER, DryRunner
 from engine.trace.io import TraceError, TraceWriter, check_header, make_header
 from engine.trace.scenario import FILLER_TEXT, Scenario
@@ -128,17 +129,17 @@ def record(
         check_output_path(out, "trace")  # before the model loads
     say = progress or (lambda msg: None)
     make_runner, eos, model_name, device_name, tokenizer = _forward(
-        forward, model_path, device, dtype or scenario.dtype, attention, scenario, say, model
+        forward, model_path, device, dtype or scenario.dtype, attention, say, model
     )
     base = build_requests(scenario, tokenizer)
     if forward == "model" and any(p.allocator in ("oracle", "pow2") for p in plans):
         probe = ScenarioRun("paged", kv_cache_dtype=kv_cache_dtype)
-        _tell_oracle(base, scenario, lambda: make_runner(probe), eos, say)
+        _tell_oracle(base, _engine_config(scenario, probe), make_runner, eos, say)
     runs: dict[str, Run] = {}
     configs: list[dict] = []
     for plan in plans:
         cfg = _engine_config(scenario, plan)
-        runner = make_runner(plan)
+        runner = make_runner(cfg)
         core = build_core(cfg, runner, eos)
         reqs = [core.add_request(_copy(r)) for r in base]
         runs[plan.label] = Run(plan.label, core, reqs)
@@ -205,19 +206,20 @@ def _dry_kv_config(plan: ScenarioRun, scenario: Scenario) -> dict:
     return {"kv_cache_dtype": dtype, "block_bytes": shape.bytes_per_token * scenario.block_size}
 
 
-def _engine_config(scenario: Scenario, plan: ScenarioRun | str) -> EngineConfig:
-    if isinstance(plan, str):
-        plan = ScenarioRun(plan, plan)
+def _engine_config(scenario: Scenario, plan: ScenarioRun) -> EngineConfig:
     blocks = plan.arena_blocks(scenario.num_blocks)
-    return EngineConfig(
-        plan.allocator,
-        blocks,
-        scenario.block_size,
-        scenario.max_model_len,
+    swaps = plan.preemption_mode == "swap"
+    return EngineArgs(
+        allocator=plan.allocator,
+        num_blocks=blocks,
+        block_size=scenario.block_size,
+        max_model_len=scenario.max_model_len,
+        kv_cache_dtype=plan.kv_cache_dtype,
         preemption_mode=plan.preemption_mode,
-        num_cpu_blocks=plan.tier_blocks(blocks),
-        enable_prefix_caching=scenario.enable_prefix_caching,
-    )
+        num_cpu_blocks=plan.tier_blocks(blocks) if swaps else None,
+        # the scenario's switch is for its paged runs: a contiguous run shares nothing
+        enable_prefix_caching=scenario.enable_prefix_caching and plan.allocator == "paged",
+    ).create_engine_config()
 
 
 def _lockstep(runs: list[Run], say: Callable[[str], None]) -> None:
@@ -231,44 +233,38 @@ def _lockstep(runs: list[Run], say: Callable[[str], None]) -> None:
         say(f"step {step}: {done}/{total} requests finished")
 
 
-def _tell_oracle(base: list[Request], scenario: Scenario, make_runner, eos, say) -> None:
+def _tell_oracle(
+    base: list[Request], config: EngineConfig, make_runner, eos, say: Callable[[str], None]
+) -> None:
     """An oracle knows each final length in advance: learn them from a silent paged run."""
     say("probing final lengths for the oracle/pow2 policies ...")
-    core = build_core(_engine_config(scenario, "paged"), make_runner(), eos)
+    core = build_core(config, make_runner(config), eos)
     probe = [core.add_request(_copy(r)) for r in base]
     core.run_to_completion()
     for r, p in zip(base, probe, strict=True):
         r.known_final_len = p.num_computed
 
 
-def _forward(forward, model_path, device, dtype, attention, scenario, say, model=None):
-    """``make_runner(plan)``: a runner over a fresh arena sized and typed as ``plan`` asks
-    (None: the scenario's plain arena), with a CPU tier when it swaps; and what the header
-    says of the model."""
+def _forward(forward, model_path, device, dtype, attention, say, model=None):
+    """``make_runner(config)``: a runner over a fresh arena built as ``config`` says (with a CPU
+    tier when it swaps); and what the header says of the model."""
     if forward == "skip":
-        return (lambda plan: DryRunner()), EOS, "none (forward skipped)", "none", None
+        return (lambda config: DryRunner()), EOS, "none (forward skipped)", "none", None
     if forward != "model":
         raise InvalidConfigError(f"forward must be 'model' or 'skip', got {forward!r}")
-    from engine.model.arena import KVArena
-    from engine.model.cpu_tier import CpuKVStore
     from engine.model.loader import load_model
-    from engine.model.runner import ModelRunner
-    from kernels.fp8 import resolve_kv_dtype
+    from engine.model.runner import build_runner
 
     if model is None:
         model = load_model(model_path, device=device, dtype=dtype)
-
-    def make_runner(plan: ScenarioRun | None) -> ModelRunner:
-        plan = plan or ScenarioRun("paged")
-        kv_dtype = resolve_kv_dtype(plan.kv_cache_dtype, model.dtype)
-        blocks = plan.arena_blocks(scenario.num_blocks)
-        arena = KVArena(model.config, blocks, scenario.block_size, model.device, kv_dtype)
-        tier = plan.tier_blocks(blocks)
-        cpu = CpuKVStore(arena, tier) if tier else None
-        return ModelRunner(model, arena, attention, cpu_tier=cpu)
-
     say(f"model loaded on {model.device}")
-    return make_runner, model.config.stop_ids, model.name, str(model.device), model.tokenizer
+    return (
+        lambda config: build_runner(model, config, attention),
+        model.config.stop_ids,
+        model.name,
+        str(model.device),
+        model.tokenizer,
+    )
 
 
 #: How often a recording says which step it is at, in seconds (a dry step takes microseconds).

@@ -30,12 +30,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.core.request import (
-    InvalidConfigError,
-    InvalidRequestError,
-    SamplingParams,
-    check_prompt,
-)
+from engine.core.request import SamplingParams, check_prompt
+from engine.errors import InvalidConfigError, InvalidRequestError
 from engine.files import read_bounded
 from engine.trace.check import LIMITS
 from engine.trace.scenario_runs import ScenarioRun, parse_runs

@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.core.allocators import check_allocator
-from engine.core.request import InvalidConfigError
 from engine.core.swap import check_preemption_mode
 from engine.engine_args import KV_CACHE_DTYPES
+from engine.errors import InvalidConfigError
 
 MAX_RUNS = 4  # side by side on one screen; a trace may hold more, a lesson shows two
 _LABEL_CHARS = 24

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 from engine.model.arena import KVArena, blocks_for_budget, bytes_per_block
 from engine.model.attention import resolve_backend
 from engine.model.weights import ModelConfig

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main as cli
-from engine.core.request import InvalidConfigError, InvalidRequestError, SamplingParams
+from engine.core.request import SamplingParams
+from engine.errors import InvalidConfigError, InvalidRequestError
 from engine.trace import io as trace
 from engine.trace.io import LIMITS, TraceError
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main as cli
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 from engine.sim.capacity import (
     MAX_COUNT,
     GiB,

@@ -10,7 +10,8 @@ import pytest
 from engine.core import events as E
 from engine.core.accounting import Tally
 from engine.core.engine_core import EngineConfig, build_core
-from engine.core.request import InvalidConfigError, InvalidRequestError, Request, SamplingParams
+from engine.core.request import Request, SamplingParams
+from engine.errors import InvalidConfigError, InvalidRequestError
 from engine.sim.simulate import EOS, FILLER, DryRunner
 from engine.sim.workload import DEMO_SUBJECTS
 

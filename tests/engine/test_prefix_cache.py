@@ -413,7 +413,7 @@ def test_a_scenario_whose_samples_a_trace_cannot_hold_is_refused_on_load(tmp_pat
     """scenario.load counted [[requests]] tables, not the n samples each becomes: 17 requests of
     256 samples loaded, and record wrote a 4,352-request run that trace.read then refused
     ("run holds more than 4096 requests")."""
-    from engine.core.request import InvalidConfigError
+    from engine.errors import InvalidConfigError
     from engine.trace import scenario
     from engine.trace.check import LIMITS
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.cli import main as cli
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 from engine.trace.check import LIMITS
 from engine.trace.scenario import load
 

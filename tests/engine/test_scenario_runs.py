@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 from engine.trace import io as T
 from engine.trace.check import check_header
 from engine.trace.recorder import record

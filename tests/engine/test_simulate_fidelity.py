@@ -12,7 +12,7 @@ import statistics
 import pytest
 
 from engine.cli.main import main
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 from engine.sim import paper
 from engine.sim.capacity import PRESETS, KiB
 from engine.sim.simulate import build_requests, run_policy

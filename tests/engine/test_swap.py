@@ -16,9 +16,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from engine.core import events as E
 from engine.core.accounting import Tally, account
 from engine.core.engine_core import EngineConfig, build_core
-from engine.core.request import Batch, InvalidConfigError, Request, SamplingParams
+from engine.core.request import Batch, Request, SamplingParams
 from engine.core.swap import SwappingPagedAllocator
 from engine.engine_args import EngineArgs
+from engine.errors import InvalidConfigError
 from engine.model.arena import KVArena
 from engine.model.cpu_tier import CpuKVStore
 from engine.sim.simulate import EOS, DryRunner
@@ -353,8 +354,12 @@ def test_swap_needs_paging_and_a_sane_size():
         EngineArgs(preemption_mode="evict")
     with pytest.raises(InvalidConfigError, match="swap space"):
         EngineArgs(preemption_mode="swap", swap_space_mb=-1)
-    with pytest.raises(InvalidConfigError, match="paged"):
-        EngineConfig("max", 8, 4, 32, preemption_mode="swap")
+    with pytest.raises(InvalidConfigError, match="CPU tier cannot hold -1 blocks"):
+        EngineArgs(preemption_mode="swap", num_cpu_blocks=-1)
+    with pytest.raises(InvalidConfigError, match="CPU blocks apply only to swap preemption"):
+        EngineArgs(num_cpu_blocks=4)
+    with pytest.raises(InvalidConfigError, match="not both"):
+        EngineArgs(preemption_mode="swap", num_cpu_blocks=4, swap_space_mb=1)
 
 
 # --- the bytes: out and back, bit for bit ------------------------------------------------------

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.core.request import InvalidConfigError
 from engine.engine_args import EngineArgs
+from engine.errors import InvalidConfigError
 from engine.model.arena import MIB, KVArena, blocks_for_budget, bytes_per_block
 from engine.model.weights import ModelConfig
 from engine.sim.capacity import preset

@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from engine.core.allocators import MAX_BLOCK_SIZE
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 from engine.sim.capacity import (
     MAX_BUDGET_GIB,
     MAX_VALUES,

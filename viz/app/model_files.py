@@ -19,7 +19,7 @@ import os
 import stat
 from pathlib import Path
 
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 from engine.model.gguf import GGUF_MAX_BYTES as GGUF_MAX_BYTES  # the page's upload bound
 from engine.model.gguf import gguf_metadata
 from engine.sim.capacity import CONFIG_MAX_BYTES as CONFIG_MAX_BYTES  # the page's upload bound

@@ -22,7 +22,7 @@ import zlib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from engine.core.request import InvalidConfigError
+from engine.errors import InvalidConfigError
 from engine.trace import io as T
 from engine.trace.check import all_text_encodes
 
