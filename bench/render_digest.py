@@ -18,7 +18,8 @@ import sys
 
 from engine.trace import io as T
 from viz.export.lecture import step_figure
-from viz.fold.lesson import LESSONS_DIR, build, load_spec, trace_path
+from viz.fold.lesson import build
+from viz.fold.lesson_folder import LESSONS_DIR, load_spec, trace_path
 from viz.player import payload as player
 from viz.render import figures
 from viz.render.layout import grid_layout

@@ -89,7 +89,8 @@ def test_gif_and_mp4_hold_the_frames_asked_for_with_each_frames_own_caption(
 
     from engine.trace import io as T
     from viz.fold import captions
-    from viz.fold.lesson import build, load_spec
+    from viz.fold.lesson import build
+    from viz.fold.lesson_folder import load_spec
 
     taken: list[animate.Shot] = []
     photograph = animate.screenshots

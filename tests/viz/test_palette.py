@@ -10,7 +10,8 @@ import re
 import pytest
 
 from engine.trace.io import read
-from viz.fold import lesson as L
+from viz.fold.lesson import Lesson, build
+from viz.fold.lesson_folder import load_spec, trace_path
 from viz.fold.reducer import CELL_CATEGORY
 from viz.render import figures, html, style, svg
 from viz.render.style import CATEGORY_COLOURS, REQUEST_COLOURS, cell_colour
@@ -99,9 +100,9 @@ def test_one_screen_uses_each_colour_for_one_category():
             assert fills <= allowed, fills - allowed
 
 
-def _six_steps() -> L.Lesson:
-    spec = L.load_spec("six-steps")
-    return L.build(spec, read(L.trace_path(spec)))  # a shipped trace: missing is a failure
+def _six_steps() -> Lesson:
+    spec = load_spec("six-steps")
+    return build(spec, read(trace_path(spec)))  # a shipped trace: missing is a failure
 
 
 def _hued(colours: set[str]) -> set[str]:

@@ -15,7 +15,8 @@ from engine.trace import io as T
 from viz.export import lecture as export
 from viz.export import standalone
 from viz.fold import captions
-from viz.fold.lesson import build, load_spec
+from viz.fold.lesson import build
+from viz.fold.lesson_folder import load_spec
 from viz.player import payload as player
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -136,7 +136,7 @@ def _show_errors(errors: list[S.FieldError], t: dict) -> None:
 
 
 def _side_titles(t_by_lang: dict, policy: str) -> dict[str, dict[str, str]]:
-    from viz.fold.lesson import load_spec
+    from viz.fold.lesson_folder import load_spec
 
     right = load_spec("six-steps").side_titles["right"]
     return {"left": {lg: t_by_lang[lg][f"side_{policy}"] for lg in t_by_lang}, "right": right}

@@ -28,15 +28,13 @@ from viz.app.controls import choice_buttons
 from viz.app.live_registry import REGISTRY, session_id
 from viz.export import lecture as export
 from viz.export import standalone
-from viz.fold.lesson import (
+from viz.fold.lesson import Lesson, build, live_edge
+from viz.fold.lesson_folder import (
     LESSONS_DIR,
-    Lesson,
     LessonError,
     available,
-    build,
     file_digest,
     lesson_titles,
-    live_edge,
     load_spec,
     trace_path,
 )

@@ -226,7 +226,7 @@ def steps_nav(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> list[di
     """One entry per lesson step for the step buttons: the chapter that shows it, or, for a
     step this trace never reaches, ``chapter`` None and the line saying so (the button is
     greyed and the step's narration is never shown)."""
-    from viz.fold.lesson import render_step
+    from viz.fold.narration import render_step
 
     out = []
     for k, step in enumerate(lesson.spec.steps):

@@ -15,7 +15,8 @@ import re
 import plotly.graph_objects as go
 
 from engine.core.accounting import CATEGORIES, StepAccount
-from viz.fold.lesson import Lesson, RenderedStep, Summary
+from viz.fold.lesson import Lesson, Summary
+from viz.fold.narration import RenderedStep
 from viz.fold.panels import finished_labels, label_starts, queue_entries, table_rows
 from viz.fold.percent import percents
 from viz.fold.reducer import CELL_CATEGORY, HOLE, INTERNAL, PAGED, Frame
