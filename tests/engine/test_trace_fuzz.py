@@ -44,7 +44,8 @@ from viz.fold.reducer import (
     RunInfo,
     replay,
 )
-from viz.render import figures, html, svg
+from viz.render import html, svg
+from viz.render.layout import GridLayout, grid_layout
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [
@@ -338,7 +339,7 @@ def check_frame(f: Frame) -> None:
     assert all(r in f.requests for r in (*f.running, *f.waiting))
 
 
-def render(frame: Frame, layout: figures.GridLayout, lang: str) -> None:
+def render(frame: Frame, layout: GridLayout, lang: str) -> None:
     out = [
         svg.arena_svg(frame, layout, lang, meta=frame.index),
         html.metrics_strip(frame, lang),
@@ -363,7 +364,7 @@ def check_accepted(trace: Trace, rng: random.Random) -> None:
     folded = set()
     if lesson is not None:
         folded = {lesson.left.run.name, lesson.right.run.name}
-        layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
+        layout = grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
         for side in (lesson.left, lesson.right):
             for f in side.frames:
                 check_frame(f)
@@ -381,7 +382,7 @@ def check_accepted(trace: Trace, rng: random.Random) -> None:
         frames = replay(trace.runs[name], info)
         for f in frames:
             check_frame(f)
-        layout = figures.grid_layout(info.num_slots, info.block_size)
+        layout = grid_layout(info.num_slots, info.block_size)
         for f in rng.sample(frames, min(RENDER_FRAMES, len(frames))):
             render(f, layout, "en")
     if (

@@ -14,6 +14,7 @@ from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import load_spec, trace_path
 from viz.fold.reducer import CELL_CATEGORY
 from viz.render import figures, html, style, svg
+from viz.render.layout import grid_layout
 from viz.render.style import CATEGORY_COLOURS, REQUEST_COLOURS, cell_colour
 
 # Machado, Oliveira & Fernandes (2009), deuteranomaly at severity 1.0, on linear RGB.
@@ -84,7 +85,7 @@ def test_one_screen_uses_each_colour_for_one_category():
     """On a real frame, every fill in the grid, the strip and the legend is a category colour
     (or neutral ink, grey text, white), and each category colour is used for that category only."""
     lesson = _six_steps()
-    layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
+    layout = grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
     allowed = {c.upper() for c in CATEGORY_COLOURS.values()} | {
         "#1F2933",
         "#111827",

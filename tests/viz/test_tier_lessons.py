@@ -121,16 +121,12 @@ def test_a_fallback_is_said_only_when_the_cpu_tier_ran_out(lang):
 @pytest.mark.parametrize("name", ["recompute-or-swap", "fp8-twice"])
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_lecture_figures_are_valid_plotly_and_show_the_tier_where_there_is_one(name, lang):
-    import plotly.graph_objects as go
-
     from viz.render import figures
 
     lesson = _lesson(name)
     titles = (lesson.left.title[lang], lesson.right.title[lang])
-    layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
     for k, kf in enumerate(lesson.keyframes):
         left, right = lesson.left.at(kf), lesson.right.at(kf)
-        go.Figure(figures.arena_spec(right, layout, lang, meta=kf))
         fig = figures.side_by_side_figure(left, right, render_step(lesson, k, lang), lang, titles)
         boxes = [s for s in fig.layout.shapes if s.type == "rect" and s.layer == "below"]
         assert len(boxes) == right.run.num_cpu_blocks + left.run.num_cpu_blocks

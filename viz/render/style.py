@@ -37,6 +37,11 @@ REQUEST_COLOURS = (INK,)
 #: Sides are told apart by position and title, and on timelines by the dash, not by hue.
 SIDE_COLOURS = {"left": INK, "right": INK}
 SIDE_DASH = {"left": "dash", "right": "solid"}
+#: The plotly figures' type: one family with CJK fallbacks, so Chinese labels never go missing.
+FONT = dict(
+    family="Inter, 'Noto Sans CJK SC', 'PingFang SC', 'Helvetica Neue', Arial, sans-serif",
+    color=INK,
+)
 
 _CODE_CATEGORY = {
     TOKEN: "token_states",
