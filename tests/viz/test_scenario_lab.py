@@ -121,10 +121,11 @@ def test_a_link_value_no_widget_can_show_is_a_field_error(field, token):
 
 
 def _lab_page():
-    from viz import safe, ui_text
+    from viz import ui_text
+    from viz.app.boundary import boundary
     from viz.app.lab import render
 
-    safe.boundary(ui_text.load("safe")["en"]["page_failed"])(render)("en")
+    boundary(ui_text.load("safe")["en"]["page_failed"])(render)("en")
 
 
 @pytest.mark.parametrize("field, token", BROKE_THE_PAGE.values(), ids=BROKE_THE_PAGE)

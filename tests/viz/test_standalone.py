@@ -40,7 +40,7 @@ def test_the_file_reuses_the_players_own_code_and_carries_both_languages(exporte
     text = exported.read_text(encoding="utf-8")
     assert exported.stat().st_size <= MAX_BYTES
     for asset in ("player.js", "player.css", "player.html"):
-        assert player._asset(asset) in text, asset  # one player: the same files, verbatim
+        assert player.asset(asset) in text, asset  # one player: the same files, verbatim
     data = json.loads(
         re.search(
             r"<script type='application/json' id='pk-data'>(.*?)</script>", text, re.DOTALL
@@ -291,7 +291,7 @@ def test_the_lesson_page_downloads_the_trace_on_screen_as_one_file(page, app_url
     dl.value.save_as(path)
     assert path.name == "six-steps.html"
     text = path.read_text(encoding="utf-8")
-    assert player._asset("player.js") in text and path.stat().st_size <= MAX_BYTES
+    assert player.asset("player.js") in text and path.stat().st_size <= MAX_BYTES
     page.goto(path.as_uri() + "#frame=7")
     assert wait_ready(page) == 7
 

@@ -23,6 +23,7 @@ import streamlit as st
 from engine.trace.io import TraceError
 from viz import safe, ui_text
 from viz.app import address
+from viz.app.component import mount_player
 from viz.app.controls import choice_buttons
 from viz.app.live_registry import REGISTRY, session_id
 from viz.export import standalone
@@ -320,7 +321,7 @@ def _player(lab: S.Lab, texts: dict, lang: str) -> None:
         cache.clear()  # one scenario's frames per session: memory stays bounded
         cache[key] = player.payload(lesson, lang)
     ss = _ss()
-    player.mount(
+    mount_player(
         cache[key],
         lesson.clamp(ss.get("lab_start", 0)),
         ss.get("lab_present", False),

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 
-from viz import safe, ui_text
+from viz import ui_text
 from viz.app import address
+from viz.app.boundary import boundary
 from viz.app.controls import choice_buttons
 
 LANG_NAMES = {"en": "English", "zh": "中文"}
@@ -79,7 +80,7 @@ def _page_body(spec: PageSpec) -> Callable[[], None]:
         lang = language()
         # Imported on first visit: a page's plotly and engine imports cost only where it is shown.
         render = importlib.import_module(spec.module).render
-        safe.boundary(ui_text.load("safe")[lang]["page_failed"])(render)(lang)
+        boundary(ui_text.load("safe")[lang]["page_failed"])(render)(lang)
 
     body.__name__ = spec.url_path.replace("-", "_")  # st.Page needs a distinct name per page
     return body

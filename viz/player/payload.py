@@ -316,49 +316,7 @@ def payload(lesson: Lesson, lang: str) -> dict:
     }
 
 
-def _asset(name: str) -> str:
+def asset(name: str) -> str:
+    """A file of the player's front end (``player.js``, ``player.css``, ``player.html``), as
+    text: the app's component and the one-file HTML export embed the same files."""
     return (ASSETS / name).read_text(encoding="utf-8")
-
-
-_COMPONENT = None
-
-
-def component():
-    """The registered Streamlit component (v2, inline: no iframe), created once."""
-    global _COMPONENT
-    if _COMPONENT is None:
-        import streamlit as st
-
-        css = _asset("player.css") + html.CSS.replace("<style>", "").replace("</style>", "")
-        _COMPONENT = st.components.v2.component(
-            "pk_player",
-            html=_asset("player.html"),
-            css=css,
-            js=_asset("player.js"),
-            isolate_styles=False,
-        )
-    return _COMPONENT
-
-
-def mount(
-    data: dict,
-    start: int,
-    present: bool,
-    follow_end: bool = False,
-    key: str = "pk_player",
-    link_frame: bool = True,
-) -> None:
-    """Show the player at frame ``start`` (``present``: presenter mode on). ``link_frame``
-    False: the page cannot reopen these frames from a link, so the player keeps no lesson,
-    frame or presenter mode in the URL (and takes out any it wrote)."""
-    component()(
-        data={
-            **data,
-            "start": start,
-            "present": present,
-            "follow": follow_end,
-            "link_frame": link_frame,
-        },
-        key=key,
-        width="stretch",
-    )
