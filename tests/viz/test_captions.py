@@ -271,8 +271,8 @@ def test_the_grid_names_each_cell_once(lesson):
 
 
 def test_no_chapter_title_outlives_what_it_says(lesson):
-    """The old bug: step 5's text stayed up while D was running. Now a frame where nobody waits
-    on the left never sits in a chapter that says the left makes requests wait."""
+    """A chapter's text is true on each of its frames: a frame where nobody waits on the left
+    never sits in a chapter that says the left makes requests wait."""
     for ch in chapters.chapters(lesson):
         if ch.kind == "left_waits":
             for i in range(ch.start, ch.end + 1):

@@ -1,4 +1,4 @@
-"""Narration stays true for any scenario (issue 12): 200 random lab scenarios, each recorded as
+"""Narration stays true for any scenario: 200 random lab scenarios, each recorded as
 a dry run, narrated by the six-step lesson. Every number shown on every frame is that frame's
 (the check of tests/viz/test_captions.py), every claim a step makes holds at its keyframe, and a
 step whose event never happens is greyed and never narrated."""

@@ -95,8 +95,9 @@ def test_the_six_step_lesson_still_frees_the_right_in_the_same_step():
 
 def test_two_steps_on_one_frame_both_speak_there_over_the_grids():
     """A lab scenario whose early finish happens on the last frame: step 4 and the scoreboard
-    step share it. The later step took the frame and step 4's narration was shown nowhere (its
-    button opened the scoreboard, which hides the grids that narration is about)."""
+    step share it. Both must speak there: were the later step to take the frame, step 4's
+    narration would be shown nowhere (its button would open the scoreboard, which hides the
+    grids that narration is about)."""
     from viz.fold import chapters
     from viz.player import payload as player
 

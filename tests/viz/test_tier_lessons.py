@@ -137,8 +137,8 @@ def test_lecture_figures_are_valid_plotly_and_show_the_tier_where_there_is_one(n
 
 
 def test_recompute_counts_only_what_the_prefix_cache_does_not_find_again(tmp_path):
-    # with caching on, a readmitted victim finds its full blocks again: the lesson once said
-    # all 64 thrown-away slots "had to be computed again" when the cache held every one
+    # with caching on, a readmitted victim finds its full blocks again: the lesson must not say
+    # all 64 thrown-away slots "had to be computed again" when the cache holds every one
     from viz.fold.tier_facts import tier_facts
 
     src = ROOT / "lessons" / "recompute-or-swap" / "scenario.toml"

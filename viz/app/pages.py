@@ -61,8 +61,8 @@ def language() -> str:
     """The language switch, top right of every page: buttons (see viz.app.controls) so arrow keys
     keep stepping the lesson. ``?lang=zh`` is read once per session; after that the switch is
     the truth and the URL follows it, written in place (viz.app.address): Streamlit drops the query
-    on a page change, and writing it back from here made each page change in Chinese two
-    history entries."""
+    on a page change, and writing it back through ``st.query_params`` would make each page change
+    in Chinese two history entries."""
     ss = st.session_state
     if "lang" not in ss:
         ss.lang = st.query_params.get("lang") if st.query_params.get("lang") in LANG_NAMES else "en"

@@ -214,9 +214,8 @@ LECTURE_MARGIN_X = (28, 16)
 
 def fitted_size(text: str, room_px: float, size: float) -> float:
     """The font size, at most ``size``, at which ``text`` (plotly's HTML subset) fits in
-    ``room_px``. A plotly annotation never wraps: at a fixed size a side's metrics line ran off
-    the figure's edge (the right side's blocked count was lost from fp8-twice's step 2) or
-    into the other half. Widths are estimated generously: 0.6 em a Latin character, 1 em any
+    ``room_px``. A plotly annotation never wraps: at a fixed size a long metrics line would run
+    off the figure's edge (losing its last counts) or into the other half. Widths are estimated generously: 0.6 em a Latin character, 1 em any
     other (CJK, the colour squares)."""
     plain = html.unescape(re.sub(r"<[^>]+>", "", text))
     ems = sum(0.6 if c.isascii() else 1.0 for c in plain)

@@ -18,7 +18,7 @@ CATEGORY_COLOURS = {
     "free": "#E7EAEE",
 }
 #: The mark drawn over a category's cells, and the ink of a label written on it: at least 4.5:1
-#: against the fill (white on the orange was about 2.2:1, hard to read at a projector).
+#: against the fill (white on the orange is about 2.2:1, hard to read at a projector).
 CATEGORY_MARKS = {
     "token_states": "white",
     "reservation": "#1F2933",
