@@ -93,7 +93,8 @@ def payload_size(trace: Path, lessons: Path) -> dict:
     import zlib
 
     from engine.trace import io as T
-    from viz.fold.lesson import build, load_spec
+    from viz.fold.lesson import build
+    from viz.fold.lesson_folder import load_spec
     from viz.player import payload as player
 
     t = time.perf_counter()

@@ -4,8 +4,8 @@
 
 prints ``lesson lang renderer sha256`` lines for every lesson with a ``lesson.toml``:
 ``player`` (every frame's SVG grids, strips, panels and captions, as the app, the standalone
-HTML and the animations get them), ``figure`` (each step's lecture figure as plotly JSON, the
-source of the exported png/svg/pdf) and ``spec`` (each keyframe's per-side arena figure).
+HTML and the animations get them) and ``figure`` (each step's lecture figure as plotly JSON, the
+source of the exported png/svg/pdf).
 Two runs that print the same lines drew the same bytes. No model, no browser.
 """
 
@@ -18,10 +18,9 @@ import sys
 
 from engine.trace import io as T
 from viz.export.lecture import step_figure
-from viz.fold.lesson import LESSONS_DIR, build, load_spec, trace_path
+from viz.fold.lesson import build
+from viz.fold.lesson_folder import LESSONS_DIR, load_spec, trace_path
 from viz.player import payload as player
-from viz.render import figures
-from viz.render.layout import grid_layout
 
 
 def _sha(text: str) -> str:
@@ -33,17 +32,9 @@ def digests(name: str, lang: str) -> dict[str, str]:
     lesson = build(spec, T.read(trace_path(spec)))
     payload = player.payload(lesson, lang)
     figs = [step_figure(lesson, k, lang).to_json() for k in range(len(spec.steps))]
-    layout = grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
-    specs = [
-        json.dumps(figures.arena_spec(lesson.side(s).at(kf), layout, lang), sort_keys=True)
-        for kf in lesson.keyframes
-        if kf is not None
-        for s in ("left", "right")
-    ]
     return {
         "player": _sha(json.dumps(payload, sort_keys=True)),
         "figure": _sha("\n".join(figs)),
-        "spec": _sha("\n".join(specs)),
     }
 
 

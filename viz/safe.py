@@ -10,22 +10,19 @@ an upload is *data*. It reaches the page through exactly one of these:
 - ``plotly_text`` for plotly labels and hover text (plotly renders a small HTML subset).
 
 Ids that end up in attributes (SVG ``<pattern id>``, CSS classes, element keys) are never the
-user's string: callers derive them from an index. ``boundary`` wraps a drawing function so an
-exception becomes one ``st.error`` line (its type and a reference, never a server path) while
-the details go to the server log under the same reference.
+user's string: callers derive them from an index. ``report`` turns an exception into one line
+(its type and a reference, never a server path) while the details go to the server log under the
+same reference; ``viz.app.boundary`` shows that line on the page.
 """
 
 from __future__ import annotations
 
-import functools
 import html
 import logging
 import re
 import string
 import threading
 import uuid
-from collections.abc import Callable
-from typing import TypeVar
 
 log = logging.getLogger("viz.safe")
 
@@ -43,8 +40,6 @@ _LINKISH = re.compile(r"(\S*(?:[a-z][a-z0-9+.-]*://|www\.|@)\S*)", re.IGNORECASE
 _LEADING = set(string.punctuation) - {"\\"}
 _ORDERED = re.compile(r"^(\d{1,9})([.)])(?=\s|$)")  # a list marker needs a space after it
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069]+")
-
-R = TypeVar("R")
 
 # Folding an uploaded trace costs memory in proportion to its size; a room uploading at once
 # folds one file at a time (the others wait), so the server's peak stays that of one fold.
@@ -95,24 +90,3 @@ def report(error: BaseException, message: str) -> str:
     ref = uuid.uuid4().hex[:8]
     log.error("%s [ref %s]", message, ref, exc_info=error)
     return f"{message} ({type(error).__name__}, ref {ref})"
-
-
-def boundary(message: str) -> Callable[[Callable[..., R]], Callable[..., R | None]]:
-    """Decorate a drawing function: an ``Exception`` it raises is logged server-side and shown
-    as one ``st.error`` line. Streamlit's own control flow (rerun, stop) passes through: those
-    derive from ``BaseException``."""
-
-    def wrap(fn: Callable[..., R]) -> Callable[..., R | None]:
-        @functools.wraps(fn)
-        def guarded(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except Exception as e:  # noqa: BLE001 - the point: no traceback reaches the page
-                import streamlit as st
-
-                st.error(md_text(report(e, message)))
-                return None
-
-        return guarded
-
-    return wrap

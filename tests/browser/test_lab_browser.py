@@ -246,7 +246,7 @@ def test_keys_pressed_while_the_first_frames_unpack_count(page, app_url):
     serve.wait_unpacking_held(page)
     page.keyboard.press("ArrowRight")
     page.keyboard.press("ArrowRight")
-    # with no frame shown yet, the address names none (it said frame=-1 until one was)
+    # with no frame shown yet, the address names none (not frame=-1)
     search = serve.url_after_one_animation_frame(page)
     assert "frame=" not in search
     serve.release_unpacking(page)

@@ -12,7 +12,9 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from engine.trace import io as T
-from viz.fold import lesson as L
+from viz.fold.lesson import build
+from viz.fold.lesson_folder import load_spec, trace_path
+from viz.fold.narration import render_step
 from viz.render import figures
 from viz.render.style import words
 
@@ -40,14 +42,14 @@ def test_each_sides_metrics_line_fits_its_half(page, lang):
         "<div id='g' style='width:1280px;height:720px'></div></body></html>"
     )
     for name in ("fp8-twice", "six-steps", "recompute-or-swap"):
-        spec = L.load_spec(name)
-        lesson = L.build(spec, T.read(L.trace_path(spec)))
+        spec = load_spec(name)
+        lesson = build(spec, T.read(trace_path(spec)))
         titles = (lesson.left.title[lang], lesson.right.title[lang])
         for k, kf in enumerate(lesson.keyframes):
             fig = figures.side_by_side_figure(
                 lesson.left.at(kf),
                 lesson.right.at(kf),
-                L.render_step(lesson, k, lang),
+                render_step(lesson, k, lang),
                 lang,
                 titles,
             )

@@ -18,7 +18,7 @@ from viz.app import stack as stack_page
 from viz.app import watch as watch_page
 from viz.export.serve import wait_idle
 from viz.fold import sweep
-from viz.fold.lesson import load_spec
+from viz.fold.lesson_folder import load_spec
 
 pytestmark = [
     pytest.mark.browser,

@@ -346,7 +346,8 @@ def test_every_frame_shows_its_own_caption_and_chapter(player):
     from engine.trace.io import read
     from viz.fold import captions
     from viz.fold import chapters as C
-    from viz.fold.lesson import build, load_spec
+    from viz.fold.lesson import build
+    from viz.fold.lesson_folder import load_spec
 
     lesson = build(load_spec("six-steps"), read(TRACE))
     chs = C.chapters(lesson)

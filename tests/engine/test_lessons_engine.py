@@ -132,20 +132,21 @@ def test_a_live_view_shows_the_finished_traces_frame_at_every_line_it_may_stop_a
     request has finished ... in 32 steps") while it runs. Cut after every line of the opening
     and closing steps (all of them take seconds), the newest frame must be the finished trace's,
     side by side, and no step keyed to the last frame may show before the end."""
-    from viz.fold import lesson as L
+    from viz.fold.lesson import build, live_edge
+    from viz.fold.lesson_folder import load_spec
 
     buf = io.StringIO()
     record(load(SIX_STEPS), ["max", "paged"], buf, forward="skip")
     lines = buf.getvalue().splitlines(keepends=True)
-    spec = L.load_spec("six-steps")
-    full = L.build(spec, trace.loads(buf.getvalue()), source="live")
+    spec = load_spec("six-steps")
+    full = build(spec, trace.loads(buf.getvalue()), source="live")
     last_step = [k for k, s in enumerate(spec.steps) if s.rule.get("frame") == "last"]
     folded = 0
     for k in [*range(1, 140), *range(len(lines) - 60, len(lines))]:
         tr = trace.parse_lines(lines[:k], require_end=False)
         if not all(any(e.kind == "step_end" for e in evs) for evs in tr.runs.values()):
             continue
-        live = L.build(spec, L.live_edge(tr), source="live", partial=True)
+        live = build(spec, live_edge(tr), source="live", partial=True)
         i = live.num_frames - 1
         for side in ("left", "right"):
             ended, was = i >= len(live.side(side).frames), i >= len(full.side(side).frames)

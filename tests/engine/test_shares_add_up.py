@@ -11,7 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.trace.io import read
-from viz.fold import lesson as L
+from viz.fold.lesson import Lesson, build
+from viz.fold.lesson_folder import load_spec
+from viz.fold.narration import render_step
 from viz.fold.percent import percents
 from viz.render import figures, html
 
@@ -20,8 +22,8 @@ NUMBER = re.compile(r"(\d+(?:\.\d+)?)%")
 
 
 @pytest.fixture(scope="module")
-def lesson() -> L.Lesson:
-    return L.build(L.load_spec("six-steps"), read(SIX / "trace.jsonl"))
+def lesson() -> Lesson:
+    return build(load_spec("six-steps"), read(SIX / "trace.jsonl"))
 
 
 def _sum(texts: list[str]) -> float:
@@ -40,7 +42,7 @@ def test_metrics_strip_and_metrics_line_add_up_on_every_frame(lesson):
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_scoreboard_narration_lists_every_category_and_each_side_adds_up(lesson, lang):
-    text = L.render_step(lesson, len(lesson.spec.steps) - 1, lang).narration
+    text = render_step(lesson, len(lesson.spec.steps) - 1, lang).narration
     left, right = text.split("\n\n")[1:3]
     for part in (left, right):
         shares = NUMBER.findall(part)
@@ -76,7 +78,7 @@ def test_paging_never_draws_an_unusable_hole(name):
     while a request waits for more blocks than are free; the contiguous side keeps its holes."""
     from viz.fold.reducer import HOLE
 
-    lesson = L.build(L.load_spec(name), read(LESSONS / name / "trace.jsonl"))
+    lesson = build(load_spec(name), read(LESSONS / name / "trace.jsonl"))
     for side in (lesson.left, lesson.right):
         frames = [side.at(i) for i in range(lesson.num_frames)]
         if side.run.allocator == "paged":

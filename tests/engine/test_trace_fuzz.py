@@ -30,8 +30,10 @@ from engine.core.accounting import CATEGORIES
 from engine.trace.io import Trace, TraceError, loads
 from engine.trace.recorder import record
 from engine.trace.scenario import Scenario, ScenarioRequest
-from viz.fold import lesson as L
 from viz.fold import sweep
+from viz.fold.lesson import build
+from viz.fold.lesson_folder import LANGS, LessonSpec, load_spec
+from viz.fold.narration import render_step
 from viz.fold.reducer import (
     FREE,
     HOLE,
@@ -42,7 +44,8 @@ from viz.fold.reducer import (
     RunInfo,
     replay,
 )
-from viz.render import figures, html, svg
+from viz.render import html, svg
+from viz.render.layout import GridLayout, grid_layout
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [
@@ -336,7 +339,7 @@ def check_frame(f: Frame) -> None:
     assert all(r in f.requests for r in (*f.running, *f.waiting))
 
 
-def render(frame: Frame, layout: figures.GridLayout, lang: str) -> None:
+def render(frame: Frame, layout: GridLayout, lang: str) -> None:
     out = [
         svg.arena_svg(frame, layout, lang, meta=frame.index),
         html.metrics_strip(frame, lang),
@@ -347,21 +350,21 @@ def render(frame: Frame, layout: figures.GridLayout, lang: str) -> None:
 
 
 @functools.cache
-def six_steps() -> L.LessonSpec:
-    return L.load_spec("six-steps")
+def six_steps() -> LessonSpec:
+    return load_spec("six-steps")
 
 
 def check_accepted(trace: Trace, rng: random.Random) -> None:
     spec = six_steps()
     try:
-        lesson = L.build(spec, trace, source="fuzz")
+        lesson = build(spec, trace, source="fuzz")
     except TraceError as e:  # one contiguous and one paged run are needed: one line, then
         assert "\n" not in str(e)
         lesson = None
     folded = set()
     if lesson is not None:
         folded = {lesson.left.run.name, lesson.right.run.name}
-        layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
+        layout = grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
         for side in (lesson.left, lesson.right):
             for f in side.frames:
                 check_frame(f)
@@ -369,9 +372,9 @@ def check_accepted(trace: Trace, rng: random.Random) -> None:
             assert all(0 <= s <= 1 for s in side.summary.shares.values())
         for i in rng.sample(range(lesson.num_frames), min(RENDER_FRAMES, lesson.num_frames)):
             for side in ("left", "right"):
-                render(lesson.side(side).at(i), layout, rng.choice(L.LANGS))
+                render(lesson.side(side).at(i), layout, rng.choice(LANGS))
         for k in range(len(spec.steps)):
-            L.render_step(lesson, k, "en")
+            render_step(lesson, k, "en")
     for name in trace.run_names:  # runs the lesson did not show: the viewer's fold all the same
         if name in folded:
             continue
@@ -379,7 +382,7 @@ def check_accepted(trace: Trace, rng: random.Random) -> None:
         frames = replay(trace.runs[name], info)
         for f in frames:
             check_frame(f)
-        layout = figures.grid_layout(info.num_slots, info.block_size)
+        layout = grid_layout(info.num_slots, info.block_size)
         for f in rng.sample(frames, min(RENDER_FRAMES, len(frames))):
             render(f, layout, "en")
     if (

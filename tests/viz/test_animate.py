@@ -34,7 +34,7 @@ def test_frame_ranges_follow_slice_rules():
         (["--frames", "9:3"], "selects no frame"),
         (["--frames", "x"], "is not A:B"),
         (["--fps", "0"], "out of range"),
-        # a GIF stores whole hundredths of a second: 60 fps was written as 10 ms (100 fps)
+        # a GIF stores whole hundredths of a second: 60 fps would be written as 10 ms (100 fps)
         (["--fps", "60"], "faster than a GIF plays"),
         (["--frames", "-1:-5"], "selects no frame"),  # argparse took -1:-5 for an option
     ],
@@ -89,7 +89,8 @@ def test_gif_and_mp4_hold_the_frames_asked_for_with_each_frames_own_caption(
 
     from engine.trace import io as T
     from viz.fold import captions
-    from viz.fold.lesson import build, load_spec
+    from viz.fold.lesson import build
+    from viz.fold.lesson_folder import load_spec
 
     taken: list[animate.Shot] = []
     photograph = animate.screenshots

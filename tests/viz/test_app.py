@@ -15,15 +15,17 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.trace.io import loads, read
-from viz.fold import lesson as L
+from viz.fold.lesson import Lesson, build
+from viz.fold.lesson_folder import available, load_spec
+from viz.fold.narration import render_step
 
 ROOT = Path(__file__).resolve().parents[2]
 SIX = ROOT / "lessons" / "six-steps"
 
 
 @pytest.fixture(scope="module")
-def lesson() -> L.Lesson:
-    return L.build(L.load_spec("six-steps"), read(SIX / "trace.jsonl"))
+def lesson() -> Lesson:
+    return build(load_spec("six-steps"), read(SIX / "trace.jsonl"))
 
 
 def open_app(query: dict | None = None, lessons: Path | None = None, monkeypatch=None) -> AppTest:
@@ -252,7 +254,7 @@ def test_live_dry_run_streams_frames_into_the_same_view(lesson):
     at.run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert any("Recorded" in s.value for s in at.success)
-    replayed = L.build(L.load_spec("six-steps"), loads(run.text()))
+    replayed = build(load_spec("six-steps"), loads(run.text()))
     data = player(at)
     assert data["num_frames"] == replayed.num_frames
     starts = [c["start"] for c in data["chapters"] if c["step"] is not None]
@@ -280,30 +282,24 @@ def test_a_stopped_live_run_keeps_the_frames_that_arrived(tmp_path):
     assert run.progress() == "working" or not run.done
     run.stop()
     assert run.done and run.stopped and run.error() is None
-    partial = L.build(L.load_spec("six-steps"), run.trace())
+    partial = build(load_spec("six-steps"), run.trace())
     assert (
-        0
-        < partial.num_frames
-        < L.build(L.load_spec("six-steps"), read(SIX / "trace.jsonl")).num_frames
+        0 < partial.num_frames < build(load_spec("six-steps"), read(SIX / "trace.jsonl")).num_frames
     )
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_figures_are_valid_plotly_at_every_keyframe(lesson, lang):
-    """The app hands its figure dicts to Streamlit unvalidated (figures.Prebuilt); plotly's
-    own validation runs here instead, on every keyframe, with the lecture figure too."""
-    import plotly.graph_objects as go
-
+    """The lecture figure (what the exporter writes) builds through plotly's own validation at
+    every keyframe, and the SVG grid the app draws says which frame it shows."""
     from viz.render import figures, svg
+    from viz.render.layout import grid_layout
 
     titles = (lesson.left.title[lang], lesson.right.title[lang])
-    layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
-    go.Figure(figures.timeline_spec(lesson, None, lang, titles, legend=False))
+    layout = grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
     for k, kf in enumerate(lesson.keyframes):
         left, right = lesson.left.at(kf), lesson.right.at(kf)
-        go.Figure(figures.timeline_spec(lesson, kf, lang, titles))
-        go.Figure(figures.arena_spec(left, layout, lang, meta=kf))
-        fig = figures.side_by_side_figure(left, right, L.render_step(lesson, k, lang), lang, titles)
+        fig = figures.side_by_side_figure(left, right, render_step(lesson, k, lang), lang, titles)
         assert fig.layout.width * 9 == fig.layout.height * 16
         for frame in (left, right):
             drawn = svg.arena_svg(frame, layout, lang, meta=kf)
@@ -369,8 +365,8 @@ def test_the_lesson_picker_shows_each_lessons_title_and_keeps_its_folder_name_as
 
     at = open_app({"lang": lang})
     picks = {(b.key or "").removeprefix("pk_lesson_pick_"): b.label for b in at.button}
-    picks = {k: v for k, v in picks.items() if k in L.available()}
-    assert sorted(picks) == L.available() and len(picks) > 1
+    picks = {k: v for k, v in picks.items() if k in available()}
+    assert sorted(picks) == available() and len(picks) > 1
     for name, label in picks.items():
         toml = tomllib.loads((ROOT / "lessons" / name / "lesson.toml").read_text("utf-8"))
         assert label == toml["title"][lang] != name

@@ -12,7 +12,10 @@ import pytest
 from engine.trace import io as T
 from engine.trace.io import read
 from viz.fold import captions, chapters
-from viz.fold import lesson as L
+from viz.fold.facts import EventFacts
+from viz.fold.lesson import Lesson, build
+from viz.fold.lesson_folder import available, load_spec, trace_path
+from viz.fold.narration import narration_context
 from viz.fold.percent import percents
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,17 +23,17 @@ NUM = re.compile(r"\d+(?:\.\d+)?")
 
 
 def shipped() -> list[str]:
-    return [n for n in L.available() if L.trace_path(L.load_spec(n)).is_file()]
+    return [n for n in available() if trace_path(load_spec(n)).is_file()]
 
 
 @pytest.fixture(scope="module", params=shipped())
-def lesson(request) -> L.Lesson:
-    spec = L.load_spec(request.param)
-    return L.build(spec, read(L.trace_path(spec)))
+def lesson(request) -> Lesson:
+    spec = load_spec(request.param)
+    return build(spec, read(trace_path(spec)))
 
 
 @pytest.fixture(scope="module")
-def bench_lesson(tmp_path_factory) -> L.Lesson:
+def bench_lesson(tmp_path_factory) -> Lesson:
     """The six-step text over a longer dry-run trace (the benchmark's generator, small)."""
     import sys
 
@@ -39,7 +42,7 @@ def bench_lesson(tmp_path_factory) -> L.Lesson:
 
     path = tmp_path_factory.mktemp("cap") / "trace.jsonl"
     bench.make_trace(path, 1500)
-    return L.build(L.load_spec("six-steps"), read(path))
+    return build(load_spec("six-steps"), read(path))
 
 
 def _ints(value) -> set[str]:
@@ -60,7 +63,7 @@ def _pct(x: float) -> set[str]:
     return {f"{100 * x:.0f}", f"{100 * x:.1f}"}
 
 
-def facts(lesson: L.Lesson, i: int) -> set[str]:
+def facts(lesson: Lesson, i: int) -> set[str]:
     """Every number frame ``i`` holds, read from the frames directly (not from the captions):
     event fields, per-request event counts, queue sizes, the account, block tables."""
     out = {str(i), str(lesson.num_frames - 1)}
@@ -99,7 +102,7 @@ def facts(lesson: L.Lesson, i: int) -> set[str]:
     return out
 
 
-def shown(lesson: L.Lesson, i: int, ch: chapters.Chapter, lang: str) -> str:
+def shown(lesson: Lesson, i: int, ch: chapters.Chapter, lang: str) -> str:
     left, right = captions.caption(lesson, i, lang)
     return " ".join(
         (left, right, chapters.title(lesson, ch, lang), chapters.body(lesson, ch, i, lang))
@@ -110,18 +113,18 @@ def _literal_numbers(template: str) -> set[str]:
     return set(NUM.findall(re.sub(r"\{[^}]*\}", "", template)))
 
 
-def _narration_facts(lesson: L.Lesson, k: int) -> set[str]:
+def _narration_facts(lesson: Lesson, k: int) -> set[str]:
     out: set[str] = set()
-    for v in L.narration_context(lesson, k).values():
-        out |= (
-            _ints(v)
-            if not hasattr(v, "__dict__")
-            else set().union(*(_ints(x) for x in vars(v).values()))
-        )
+    for v in narration_context(lesson, k).names().values():
+        if isinstance(v, EventFacts):  # the event's own fields and its request's facts
+            parts = [*v.fields.values(), *(vars(v.request).values() if v.request else ())]
+        else:
+            parts = list(vars(v).values()) if hasattr(v, "__dict__") else [v]
+        out |= set().union(*(_ints(x) for x in parts))
     return out
 
 
-def _check(lesson: L.Lesson, lang: str) -> None:
+def _check(lesson: Lesson, lang: str) -> None:
     chs = chapters.chapters(lesson)
     assert [i for c in chs for i in range(c.start, c.end + 1)] == list(range(lesson.num_frames))
     for ch in chs:
@@ -176,7 +179,7 @@ def test_a_blocked_request_is_captioned_with_the_allocators_numbers(lesson):
 BACK = re.compile(r"[:;] (\d+) blocks? back to the pool$")
 
 
-def _paged_sides(lesson: L.Lesson):
+def _paged_sides(lesson: Lesson):
     return [side for side in (lesson.left, lesson.right) if side.run.allocator == "paged"]
 
 
@@ -234,7 +237,7 @@ def test_a_request_held_back_by_a_full_batch_is_not_said_to_lack_memory(tmp_path
     buf = io.StringIO()
     record(load(tmp_path / "s.toml"), ["max", "paged"], buf, forward="skip")
     tr = T.loads(buf.getvalue())
-    lesson = L.build(L.load_spec("six-steps"), tr)
+    lesson = build(load_spec("six-steps"), tr)
     for side in (lesson.left, lesson.right):
         [f] = [f for f in side.frames if any(b.reason == "batch_full" for b in f.blocked)][:1]
         for lang, words in (("en", "batch is full"), ("zh", "批次已满")):
@@ -268,8 +271,8 @@ def test_the_grid_names_each_cell_once(lesson):
 
 
 def test_no_chapter_title_outlives_what_it_says(lesson):
-    """The old bug: step 5's text stayed up while D was running. Now a frame where nobody waits
-    on the left never sits in a chapter that says the left makes requests wait."""
+    """A chapter's text is true on each of its frames: a frame where nobody waits on the left
+    never sits in a chapter that says the left makes requests wait."""
     for ch in chapters.chapters(lesson):
         if ch.kind == "left_waits":
             for i in range(ch.start, ch.end + 1):
@@ -296,8 +299,8 @@ def test_a_fork_that_copies_on_write_is_captioned_with_what_its_table_shares_aft
     """Parallel samples share the prompt's blocks and, in the same step, copy the partly filled
     last one before writing: the caption's "(k shared)" counts what the table still shares
     when the frame ends (the grid's xN), and the copy itself is said."""
-    spec = L.load_spec("parallel-sampling")
-    side = L.build(spec, read(L.trace_path(spec))).right
+    spec = load_spec("parallel-sampling")
+    side = build(spec, read(trace_path(spec))).right
     copies = 0
     for f in side.frames:
         said = captions.side_phrases(f, "en")

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image, ImageStat
 
 from viz.export import lecture as export
-from viz.fold.lesson import load_spec
+from viz.fold.lesson_folder import load_spec
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -126,8 +126,8 @@ def test_a_recording_fits_the_upload_limit_so_it_opens_again():
 
 @pytest.mark.parametrize("medium", ["G\u2028P", "G\u2029P", "G\x85P"])
 def test_a_recording_with_line_separators_in_its_strings_opens_again(medium):
-    # JSON leaves U+2028 / U+0085 unescaped and str.splitlines cut the line there: the page's
-    # own download of such a stream was refused as "Input data was truncated"
+    # JSON leaves U+2028 / U+0085 unescaped and str.splitlines cuts the line there: reading the
+    # page's own download of such a stream must not split it ("Input data was truncated")
     stored = K.BlockStored([1, 2], None, list(range(2 * BS)), BS, None, medium)
     state = fold([(0, payload([stored])), (1, payload([K.BlockRemoved([2], medium)]))])
     back = read_recording("\r\n".join(state.recording()) + "\r\n")
@@ -137,7 +137,7 @@ def test_a_recording_with_line_separators_in_its_strings_opens_again(medium):
 
 @pytest.mark.parametrize("ts", [float("nan"), float("inf"), float("-inf")])
 def test_a_batch_with_a_timestamp_json_cannot_hold_is_malformed(ts):
-    # it was folded, then written to the recording as null: the download did not open again
+    # folded, it would be written to the recording as null, and the download would not open again
     state = WatchState()
     assert not state.feed(0, payload([K.AllBlocksCleared()], ts=ts))
     assert state.counters["malformed"] == 1 and "finite" in state.last_error

@@ -1,4 +1,4 @@
-"""Narration stays true for any scenario (issue 12): 200 random lab scenarios, each recorded as
+"""Narration stays true for any scenario: 200 random lab scenarios, each recorded as
 a dry run, narrated by the six-step lesson. Every number shown on every frame is that frame's
 (the check of tests/viz/test_captions.py), every claim a step makes holds at its keyframe, and a
 step whose event never happens is greyed and never narrated."""
@@ -11,7 +11,9 @@ import re
 import pytest
 
 from viz.fold import chapters
-from viz.fold import lesson as L
+from viz.fold.keyframes import matches, rule_event
+from viz.fold.lesson import Lesson
+from viz.fold.narration import render_step
 from viz.live import lab as S
 from viz.player import payload as player
 
@@ -70,7 +72,7 @@ def random_lab(rng: random.Random) -> S.Lab:
     return lab
 
 
-def _hole_between(lesson: L.Lesson, i: int, req: str) -> bool:
+def _hole_between(lesson: Lesson, i: int, req: str) -> bool:
     before = lesson.left.frames[i - 1].reservations.get(req) if i > 0 else None
     live = lesson.left.at(i).reservations
     if before is None or req in live:
@@ -79,17 +81,17 @@ def _hole_between(lesson: L.Lesson, i: int, req: str) -> bool:
     return any(s + n <= lo for s, n in live.values()) and any(s >= hi for s, n in live.values())
 
 
-def _claims_hold(lesson: L.Lesson, lab: S.Lab) -> None:
+def _claims_hold(lesson: Lesson, lab: S.Lab) -> None:
     """The claims of each shown step, checked against the frames themselves (English)."""
     by_id = {r.id: r for r in lab.requests}
     for k, kf in enumerate(lesson.keyframes):
         if kf is None:
             continue
-        step = L.render_step(lesson, k, "en")
+        step = render_step(lesson, k, "en")
         assert step.missing == (), (k, step.missing)
         text = step.narration
         rule = lesson.spec.steps[k].rule
-        ev = L._rule_event(lesson, kf, rule) if "event" in rule else None
+        ev = rule_event(lesson, kf, rule) if "event" in rule else None
         req = getattr(ev, "req", None)
         if rule.get("event") == "admitted":
             # held at the frame's end, or reserved and released in it (stopped as admitted)
@@ -122,7 +124,7 @@ def _claims_hold(lesson: L.Lesson, lab: S.Lab) -> None:
             assert ("both sides finished the same work" in text) == (rs == ls)
 
 
-def _absent_steps_are_greyed(lesson: L.Lesson) -> None:
+def _absent_steps_are_greyed(lesson: Lesson) -> None:
     chs = chapters.chapters(lesson)
     nav = player.steps_nav(lesson, chs, "en")
     for k, kf in enumerate(lesson.keyframes):
@@ -131,7 +133,7 @@ def _absent_steps_are_greyed(lesson: L.Lesson) -> None:
             assert k in chs[nav[k]["chapter"]].steps  # its button opens its own narration
             continue
         rule = lesson.spec.steps[k].rule
-        assert not any(L._matches(lesson, i, rule) for i in range(lesson.num_frames)), k
+        assert not any(matches(lesson, i, rule) for i in range(lesson.num_frames)), k
         assert nav[k]["chapter"] is None and nav[k]["absent"]  # greyed, says why
         assert all(k not in c.steps for c in chs)  # never narrated
 

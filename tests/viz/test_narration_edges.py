@@ -7,20 +7,22 @@ from __future__ import annotations
 from engine.core import events as E
 from engine.trace.io import read
 from viz.fold import captions
-from viz.fold import lesson as L
+from viz.fold.lesson import Lesson, build
+from viz.fold.lesson_folder import load_spec, trace_path
+from viz.fold.narration import render_step
 from viz.live import lab as S
 
 TITLES = {"en": "lab", "zh": "lab"}
 SIDES = {"left": {"en": "left", "zh": "左"}, "right": {"en": "right", "zh": "右"}}
 
 
-def _lesson(*requests: S.LabRequest, num_blocks: int = 12) -> L.Lesson:
+def _lesson(*requests: S.LabRequest, num_blocks: int = 12) -> Lesson:
     lab = S.Lab(requests, num_blocks=num_blocks, block_size=8, max_model_len=64, policy="max")
     assert S.check(lab) == []
     return S.lesson_for(lab, S.record_dry(lab), SIDES, TITLES)
 
 
-def _released(lesson: L.Lesson, i: int, req: str) -> int:
+def _released(lesson: Lesson, i: int, req: str) -> int:
     return next(
         e.length
         for e in lesson.left.frames[i].events
@@ -40,9 +42,9 @@ def test_a_request_that_stops_as_it_is_admitted_is_said_to_release_the_run_it_he
     assert held > never > 0
     left_caption = captions.caption(lesson, kf, "en")[0]
     assert f"{never} of its {held} slots were never filled" in left_caption
-    en = L.render_step(lesson, k, "en").narration
+    en = render_step(lesson, k, "en").narration
     assert f"Of the **{held} slots** its run held, **{never}** were never filled" in en
-    zh = L.render_step(lesson, k, "zh").narration
+    zh = render_step(lesson, k, "zh").narration
     assert f"**{held} 个槽位**，其中 **{never} 个**从未写入" in zh
 
 
@@ -52,12 +54,12 @@ def test_a_request_admitted_and_finished_in_one_step_is_not_said_to_wait():
     kf = lesson.keyframes[k]
     left_caption, right_caption = captions.caption(lesson, kf, "en")
     assert "Z admitted into the hole at slot 0" in left_caption
-    en = L.render_step(lesson, k, "en").narration
+    en = render_step(lesson, k, "en").narration
     assert "sets aside one unbroken run of **1 slots**" in en
     assert "Z waits" not in en
     # the right's table as the grid draws it this frame, not "-"
     assert "block table: 0→\\#0." in en
-    assert "Z 只能等待" not in L.render_step(lesson, k, "zh").narration
+    assert "Z 只能等待" not in render_step(lesson, k, "zh").narration
 
 
 def test_the_right_is_not_said_to_free_blocks_in_a_step_where_its_request_does_not_stop():
@@ -77,24 +79,25 @@ def test_the_right_is_not_said_to_free_blocks_in_a_step_where_its_request_does_n
         if any(isinstance(e, E.Finished) and e.req == "B" for e in f.events)
     )
     assert right_stop != kf
-    en = L.render_step(lesson, k, "en").narration
+    en = render_step(lesson, k, "en").narration
     assert "its blocks simply go back to the free pool" in en
     assert "here B stops in a different step" in en
-    assert "在这边是在另一步结束的" in L.render_step(lesson, k, "zh").narration
+    assert "在这边是在另一步结束的" in render_step(lesson, k, "zh").narration
 
 
 def test_the_six_step_lesson_still_frees_the_right_in_the_same_step():
-    spec = L.load_spec("six-steps")
-    lesson = L.build(spec, read(L.trace_path(spec)))
-    en = L.render_step(lesson, 3, "en").narration
+    spec = load_spec("six-steps")
+    lesson = build(spec, read(trace_path(spec)))
+    en = render_step(lesson, 3, "en").narration
     assert "**Right:** its blocks simply go back to the free pool" in en
     assert "different step" not in en
 
 
 def test_two_steps_on_one_frame_both_speak_there_over_the_grids():
     """A lab scenario whose early finish happens on the last frame: step 4 and the scoreboard
-    step share it. The later step took the frame and step 4's narration was shown nowhere (its
-    button opened the scoreboard, which hides the grids that narration is about)."""
+    step share it. Both must speak there: were the later step to take the frame, step 4's
+    narration would be shown nowhere (its button would open the scoreboard, which hides the
+    grids that narration is about)."""
     from viz.fold import chapters
     from viz.player import payload as player
 
@@ -110,7 +113,7 @@ def test_two_steps_on_one_frame_both_speak_there_over_the_grids():
     assert ch.steps == (3, 5)
     for lang in ("en", "zh"):
         body = chapters.body(lesson, ch, last, lang)
-        four, six = (L.render_step(lesson, k, lang).narration for k in (3, 5))
+        four, six = (render_step(lesson, k, lang).narration for k in (3, 5))
         assert body.index(four) < body.index(six)
         title = chapters.title(lesson, ch, lang)
         assert title.startswith("4 · ") and " / 6 · " in title

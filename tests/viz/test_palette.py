@@ -10,9 +10,11 @@ import re
 import pytest
 
 from engine.trace.io import read
-from viz.fold import lesson as L
+from viz.fold.lesson import Lesson, build
+from viz.fold.lesson_folder import load_spec, trace_path
 from viz.fold.reducer import CELL_CATEGORY
 from viz.render import figures, html, style, svg
+from viz.render.layout import grid_layout
 from viz.render.style import CATEGORY_COLOURS, REQUEST_COLOURS, cell_colour
 
 # Machado, Oliveira & Fernandes (2009), deuteranomaly at severity 1.0, on linear RGB.
@@ -83,7 +85,7 @@ def test_one_screen_uses_each_colour_for_one_category():
     """On a real frame, every fill in the grid, the strip and the legend is a category colour
     (or neutral ink, grey text, white), and each category colour is used for that category only."""
     lesson = _six_steps()
-    layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
+    layout = grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
     allowed = {c.upper() for c in CATEGORY_COLOURS.values()} | {
         "#1F2933",
         "#111827",
@@ -99,9 +101,9 @@ def test_one_screen_uses_each_colour_for_one_category():
             assert fills <= allowed, fills - allowed
 
 
-def _six_steps() -> L.Lesson:
-    spec = L.load_spec("six-steps")
-    return L.build(spec, read(L.trace_path(spec)))  # a shipped trace: missing is a failure
+def _six_steps() -> Lesson:
+    spec = load_spec("six-steps")
+    return build(spec, read(trace_path(spec)))  # a shipped trace: missing is a failure
 
 
 def _hued(colours: set[str]) -> set[str]:

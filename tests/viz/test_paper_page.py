@@ -139,7 +139,7 @@ def test_a_changed_setting_simulates_instead():
     text = _page_text(at)
     assert "100 synthetic Alpaca requests" in text and "Fig. 13b" in text
     # paging holds all 100 at once: with no saturated regime under it, every row says and uses
-    # all steps (paging's over all steps beside max's over waiting steps did not compare)
+    # all steps (paging's over all steps beside max's over waiting steps would not compare)
     assert "No request ever waited under" in text and "still wait" not in text
 
 
@@ -173,7 +173,7 @@ def test_hostile_url_settings_fall_back_to_the_defaults():
 @pytest.mark.parametrize("workload", R.WORKLOADS)
 def test_what_agrees_with_the_paper_is_checked_on_the_run_shown(workload):
     """On Alpaca paging holds far fewer token states than the paper's 96.3 %: the page must not
-    list that among what agrees (a fixed sentence did, on every setting)."""
+    list that among what agrees, as a fixed sentence would on every setting."""
     res = R.load_shipped()[R.SimConfig(workload=workload)]
     paged = res.rows["paged"].shares["token_states"]
     paper_floor = int(100 * paper.FIG2["paged"].token_states)  # the paper's "above 96 %"

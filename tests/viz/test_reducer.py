@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from engine.core import events as E
 from engine.core.accounting import account
 from engine.trace.io import parse_lines, read
-from viz.fold import lesson as L
+from viz.fold.lesson import Lesson, build
+from viz.fold.lesson_folder import LANGS, load_spec, trace_path
+from viz.fold.narration import render_step
 from viz.fold.reducer import (
     HOLE,
     INTERNAL,
@@ -228,15 +230,15 @@ def test_a_live_stream_ends_with_the_frames_of_its_replay():
     every frame of a partial fold is already the replay's, and the complete stream's is the
     replay, frame by frame."""
     lines = TRACE.read_text(encoding="utf-8").splitlines(keepends=True)
-    spec = L.load_spec("six-steps")
-    replayed = L.build(spec, read(TRACE))
+    spec = load_spec("six-steps")
+    replayed = build(spec, read(TRACE))
     for cut in (len(lines) // 3, 2 * len(lines) // 3):
-        partial = L.build(spec, parse_lines(lines[:cut], require_end=False))
+        partial = build(spec, parse_lines(lines[:cut], require_end=False))
         assert 0 < partial.num_frames <= replayed.num_frames
         for side in ("left", "right"):  # no frame reads ahead: a prefix, frame for frame
             got = partial.side(side).frames
             assert got == replayed.side(side).frames[: len(got)]
-    live = L.build(spec, parse_lines(lines, require_end=True), source="live")
+    live = build(spec, parse_lines(lines, require_end=True), source="live")
     for side in ("left", "right"):
         assert live.side(side).frames == replayed.side(side).frames
     assert live.keyframes == replayed.keyframes
@@ -289,8 +291,8 @@ def test_the_ended_side_of_a_lesson_holds_nothing_and_its_timeline_stops(lesson)
 
 
 @pytest.fixture(scope="module")
-def lesson() -> L.Lesson:
-    return L.build(L.load_spec("six-steps"), read(TRACE))
+def lesson() -> Lesson:
+    return build(load_spec("six-steps"), read(TRACE))
 
 
 def _at(lesson, k):
@@ -400,8 +402,8 @@ def test_scoreboard_batch_sizes_count_a_request_in_the_step_it_finishes(lesson):
 
 def test_every_narration_placeholder_is_filled(lesson):
     for k in range(len(lesson.spec.steps)):
-        for lang in L.LANGS:
-            step = L.render_step(lesson, k, lang)
+        for lang in LANGS:
+            step = render_step(lesson, k, lang)
             assert step.missing == (), (k, lang, step.missing)
             assert "{" not in step.narration
 
@@ -415,10 +417,10 @@ def test_a_short_id_with_unprintable_characters_is_shown_by_its_arrival_letter()
     assert display_name("A", 0) == "A" and display_name("r7", 6) == "r7"
     assert display_name("\u202eD", 3) == "D" and display_name("A\u200b", 5) == "F"
     assert display_name("A\n", 0) == "A" and display_name(" B", 1) == "B"
-    text = (L.trace_path(L.load_spec("six-steps"))).read_text(encoding="utf-8")
+    text = (trace_path(load_spec("six-steps"))).read_text(encoding="utf-8")
     hostile = text.replace('"req":"D"', '"req":"\\u202eD"')
     assert hostile != text
-    lesson = L.build(L.load_spec("six-steps"), parse_lines(hostile.splitlines()))
+    lesson = build(load_spec("six-steps"), parse_lines(hostile.splitlines()))
     shown = [captions.caption(lesson, i, "en") for i in range(lesson.num_frames)]
     assert not any("\u202e" in left + right for left, right in shown)
     assert any("D waits" in left for left, _ in shown)

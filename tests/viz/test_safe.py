@@ -18,8 +18,11 @@ from engine.trace.io import loads
 from tests.hostile_traces import REQUEST_IDS, RUN_NAMES, hostile_trace_text
 from viz import safe
 from viz.app.live_registry import LiveRegistry
-from viz.fold import lesson as L
+from viz.fold.lesson import build
+from viz.fold.lesson_folder import load_spec
+from viz.fold.narration import render_step
 from viz.render import figures, html, svg
+from viz.render.layout import grid_layout
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,8 +75,8 @@ class _Tags(HTMLParser):
 
 
 def test_every_frame_of_a_hostile_trace_draws_only_our_own_markup():
-    lesson = L.build(L.load_spec("six-steps"), loads(hostile_trace_text()), source="x.jsonl")
-    layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
+    lesson = build(load_spec("six-steps"), loads(hostile_trace_text()), source="x.jsonl")
+    layout = grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
     parser = _Tags()
     for i in range(lesson.num_frames):
         for side in ("left", "right"):
@@ -103,15 +106,13 @@ def test_every_frame_of_a_hostile_trace_draws_only_our_own_markup():
 
 
 def test_hostile_names_in_plotly_text_are_escaped():
-    lesson = L.build(L.load_spec("six-steps"), loads(hostile_trace_text()))
-    layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
+    lesson = build(load_spec("six-steps"), loads(hostile_trace_text()))
     for kf in (k for k in lesson.keyframes if k is not None):
         left, right = lesson.left.at(kf), lesson.right.at(kf)
-        spec = repr(figures.arena_spec(left, layout, "en", meta=kf))
         fig = figures.side_by_side_figure(
-            left, right, L.render_step(lesson, 0, "en"), "en", ("l", "r")
+            left, right, render_step(lesson, 0, "en"), "en", ("l", "r")
         )
-        text = spec + repr([a.text for a in fig.layout.annotations])
+        text = repr(fig.to_dict())  # hover text, grid labels and annotations alike
         for payload in (*REQUEST_IDS.values(), *RUN_NAMES.values()):
             if payload.startswith(("<", "'")):
                 assert payload not in text

@@ -103,8 +103,8 @@ def _link_with(arena: dict | None = None, **req0) -> str:
     return _token(d)
 
 
-#: Values that passed the old checks and then broke the page for the whole session: text
-#: str.isdigit() takes but int() refuses, and numbers past what Streamlit's widgets draw.
+#: Values a looser check would pass and that would then break the page for the whole session:
+#: text str.isdigit() takes but int() refuses, and numbers past what Streamlit's widgets draw.
 BROKE_THE_PAGE = {
     "superscript digit": ("max_tokens", _link_with(max_tokens="²")),
     "double minus": ("arrival_step", _link_with(arrival_step="--3")),
@@ -121,10 +121,11 @@ def test_a_link_value_no_widget_can_show_is_a_field_error(field, token):
 
 
 def _lab_page():
-    from viz import safe, ui_text
+    from viz import ui_text
+    from viz.app.boundary import boundary
     from viz.app.lab import render
 
-    safe.boundary(ui_text.load("safe")["en"]["page_failed"])(render)("en")
+    boundary(ui_text.load("safe")["en"]["page_failed"])(render)("en")
 
 
 @pytest.mark.parametrize("field, token", BROKE_THE_PAGE.values(), ids=BROKE_THE_PAGE)
@@ -254,8 +255,8 @@ def test_a_scenario_too_big_to_draw_is_refused_in_one_line():
     assert "fewer blocks or shorter answers" in str(e.value) and "\n" not in str(e.value)
 
 
-#: A link that broke the lab page for the rest of the session in another way: a lone surrogate
-#: (valid JSON) reached the table, whose Arrow conversion failed on every rerun.
+#: A link that could break the lab page for the rest of the session in another way: a lone
+#: surrogate (valid JSON) reaching the table fails its Arrow conversion on every rerun.
 SURROGATE = _link_with(prompt="hi \ud800 there")
 
 
@@ -289,8 +290,8 @@ def test_the_lab_page_survives_links_that_broke_it_for_the_session(token, notice
 
 
 def test_the_real_model_is_not_run_on_a_lab_the_dry_run_refuses():
-    """Too long to draw: the dry run refused it, but the real-model button started a run whose
-    trace then broke the page on every rerun (TraceTooLarge)."""
+    """Too long to draw: the dry run refuses it, so the real-model button must not start a run
+    whose trace would then break the page on every rerun (TraceTooLarge)."""
     from streamlit.testing.v1 import AppTest
 
     from viz.app.live_registry import REGISTRY
@@ -315,8 +316,8 @@ def test_the_real_model_is_not_run_on_a_lab_the_dry_run_refuses():
 
 
 def test_the_real_model_scenario_file_is_written_in_a_private_folder(tmp_path, monkeypatch):
-    # the file went to /tmp/paged-kv-lab/<hash of the TOML>.toml: a folder any user of the
-    # machine could make first, with a link there to a file of the app's user
+    # not /tmp/paged-kv-lab/<hash of the TOML>.toml: a folder any user of the machine could
+    # make first, with a link there to a file of the app's user
     import tempfile
 
     from viz.app import lab as lab_page

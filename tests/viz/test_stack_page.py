@@ -206,14 +206,14 @@ def test_a_bad_accuracy_file_is_one_line(doc, words):
 
 
 def test_an_unusable_accuracy_file_leaves_question_marks_not_a_crash(tmp_path):
-    assert fp8_data.narration_ns(tmp_path / "none.json") is None
+    assert fp8_data.narration_facts(tmp_path / "none.json") is None
     big = tmp_path / "big.json"
     big.write_text(" " * (fp8_data.MAX_BYTES + 1))
     with pytest.raises(fp8_data.Fp8DataError, match="larger"):
         fp8_data.load(big)
     (tmp_path / "bad.json").write_bytes(b"\xff\xfe{")
-    assert fp8_data.narration_ns(tmp_path / "bad.json") is None
+    assert fp8_data.narration_facts(tmp_path / "bad.json") is None
     good = tmp_path / "good.json"
     good.write_text(json.dumps(GOOD))
-    ns = fp8_data.narration_ns(good)
-    assert ns is not None and ns.e4m3_top1 == "95.0%" and ns.e5m2_prefix == "12.0"
+    facts = fp8_data.narration_facts(good)
+    assert facts is not None and facts.e4m3_top1 == "95.0%" and facts.e5m2_prefix == "12.0"

@@ -15,7 +15,8 @@ from engine.trace import io as T
 from viz.export import lecture as export
 from viz.export import standalone
 from viz.fold import captions
-from viz.fold.lesson import build, load_spec
+from viz.fold.lesson import build
+from viz.fold.lesson_folder import load_spec
 from viz.player import payload as player
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +40,7 @@ def test_the_file_reuses_the_players_own_code_and_carries_both_languages(exporte
     text = exported.read_text(encoding="utf-8")
     assert exported.stat().st_size <= MAX_BYTES
     for asset in ("player.js", "player.css", "player.html"):
-        assert player._asset(asset) in text, asset  # one player: the same files, verbatim
+        assert player.asset(asset) in text, asset  # one player: the same files, verbatim
     data = json.loads(
         re.search(
             r"<script type='application/json' id='pk-data'>(.*?)</script>", text, re.DOTALL
@@ -174,16 +175,16 @@ def test_a_hash_opens_that_frame_language_and_mode(offline_page, exported):
     wait_painted(page, 12)
     assert shown_frame(page) == 12
     # the player writes the hash on the next animation frame after a step: let that land
-    # first, or it overwrites the bad hash below and the reload opens frame 12 (seen once)
+    # first, or it overwrites the bad hash below and the reload opens frame 12
     page.wait_for_function("() => location.hash === '#frame=12&lang=zh&present=1'")
     page.goto(exported.as_uri() + "#frame=banana&lang=xx")  # same document: nothing moves
     assert shown_frame(page) == 12
     for odd in ("1e3", "3.9", "-2", "0x10"):  # not frame numbers, as the app reads them
-        page.goto(exported.as_uri() + f"#frame={odd}")  # parseInt went to frame 1, 3, 0
+        page.goto(exported.as_uri() + f"#frame={odd}")  # parseInt would go to frame 1, 3, 0
         assert shown_frame(page) == 12, odd
     # a hash without lang means the file's first language: English unpacks asynchronously, keeps
-    # frame 12 and then writes its own hash, which can land after any of the gotos above (in CI
-    # it did, and the reload below opened frame 12). Let it land, then name a bad frame again.
+    # frame 12 and then writes its own hash, which can land after any of the gotos above (the
+    # reload below would then open frame 12). Let it land, then name a bad frame again.
     page.wait_for_function(
         "() => window.pkPlayer.data.lang === 'en' && !window.pkPlayer.urlPending"
     )
@@ -192,8 +193,9 @@ def test_a_hash_opens_that_frame_language_and_mode(offline_page, exported):
     page.reload()  # opened afresh: frame 0, English
     assert wait_ready(page) == 0
     assert page.evaluate("() => document.querySelector('#pk-player').dataset.lang") == "en"
-    # names every JavaScript object answers to are no language (they blanked the player, then
-    # broke every key), and a frame past 2**31 is the last one (it wrapped round to frame 5)
+    # names every JavaScript object answers to are no language (taken as one, they would blank
+    # the player and break every key), and a frame past 2**31 is the last one, not wrapped round
+    # to frame 5
     page.evaluate("() => { location.hash = '#frame=3&lang=constructor'; }")
     wait_painted(page, 3)
     page.wait_for_function("() => location.hash === '#frame=3'")  # the player's own, landed
@@ -203,8 +205,8 @@ def test_a_hash_opens_that_frame_language_and_mode(offline_page, exported):
     last = page.evaluate("() => window.pkPlayer.frames.length - 1")
     assert wait_ready(page) == last
     assert page.evaluate("() => document.querySelector('#pk-player').dataset.lang") == "en"
-    # frame, language and mode in one hash change: the language loads asynchronously and once
-    # landed on the frame shown before it (the last), and the mode was left as it was
+    # frame, language and mode in one hash change: the language loads asynchronously, and must
+    # land on the frame the hash names (not the one shown before it), with the mode it names
     root_js = "() => ({...document.querySelector('#pk-player').dataset})"
     for want in ({"frame": 3, "lang": "zh", "present": "1"}, {"frame": 7, "lang": "en"}):
         mode = "&present=1" if want.get("present") else ""
@@ -290,7 +292,7 @@ def test_the_lesson_page_downloads_the_trace_on_screen_as_one_file(page, app_url
     dl.value.save_as(path)
     assert path.name == "six-steps.html"
     text = path.read_text(encoding="utf-8")
-    assert player._asset("player.js") in text and path.stat().st_size <= MAX_BYTES
+    assert player.asset("player.js") in text and path.stat().st_size <= MAX_BYTES
     page.goto(path.as_uri() + "#frame=7")
     assert wait_ready(page) == 7
 

@@ -16,25 +16,27 @@ from engine.trace import io as T
 from engine.trace.recorder import record
 from engine.trace.scenario import load
 from viz.export import standalone
-from viz.fold import lesson as L
+from viz.fold.lesson import Lesson, build
+from viz.fold.lesson_folder import SIDES, load_spec, trace_path
+from viz.fold.narration import narration_context, render_step
 from viz.player import payload as player
 
 ROOT = Path(__file__).resolve().parents[2]
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
-def _lesson(name: str) -> L.Lesson:
-    spec = L.load_spec(name)
-    return L.build(spec, T.read(L.trace_path(spec)))
+def _lesson(name: str) -> Lesson:
+    spec = load_spec(name)
+    return build(spec, T.read(trace_path(spec)))
 
 
 @pytest.fixture(scope="module")
-def swap() -> L.Lesson:
+def swap() -> Lesson:
     return _lesson("recompute-or-swap")
 
 
 @pytest.fixture(scope="module")
-def fp8() -> L.Lesson:
+def fp8() -> Lesson:
     return _lesson("fp8-twice")
 
 
@@ -45,7 +47,7 @@ def test_every_step_finds_its_keyframe_and_all_its_numbers(name, lang):
     assert lesson.origin and dict(lesson.origin)["forward"] == "model"  # the real model
     assert None not in lesson.keyframes
     for k in range(len(lesson.spec.steps)):
-        step = L.render_step(lesson, k, lang)
+        step = render_step(lesson, k, lang)
         assert not step.missing, (k, step.missing)
         assert "[if" not in step.narration and "{" not in step.narration
         if lang == "zh":
@@ -53,7 +55,7 @@ def test_every_step_finds_its_keyframe_and_all_its_numbers(name, lang):
 
 
 def test_swap_lesson_shows_blocks_leaving_and_coming_back_elsewhere(swap):
-    events = {side: [e for f in swap.side(side).frames for e in f.events] for side in L.SIDES}
+    events = {side: [e for f in swap.side(side).frames for e in f.events] for side in SIDES}
     outs = [e for e in events["right"] if e.kind == "swapped_out"]
     ins = [e for e in events["right"] if e.kind == "swapped_in"]
     assert outs and len(ins) == len(outs)
@@ -62,9 +64,9 @@ def test_swap_lesson_shows_blocks_leaving_and_coming_back_elsewhere(swap):
     left_from = {e.req: [d for d, _ in e.block_map] for e in outs}
     # some block came back into another physical block than the one it left
     assert any([d for _, d in e.block_map] != left_from[e.req] for e in ins)
-    last = L.narration_context(swap, len(swap.spec.steps) - 1)
-    assert last["R"].relocated > 0 and last["R"].swaps_out == len(outs)
-    assert last["L"].recomputed > last["R"].recomputed
+    last = narration_context(swap, len(swap.spec.steps) - 1)
+    assert last.R.relocated > 0 and last.R.swaps_out == len(outs)
+    assert last.L.recomputed > last.R.recomputed
     # the CPU tier is on screen while someone is parked there
     parked = next(f for f in swap.right.frames if f.cpu_tables)
     assert "pk-cpu" in player._grid(swap, "right", parked.index, "en")
@@ -82,10 +84,10 @@ def test_fp8_lesson_runs_more_at_once_and_queues_less_in_the_same_bytes(fp8):
     assert rr.num_slots == 2 * lr.num_slots and lr.block_bytes == 2 * rr.block_bytes
     assert fp8.right.summary.mean_running > fp8.left.summary.mean_running
     assert fp8.right.summary.steps < fp8.left.summary.steps
-    ctx = L.narration_context(fp8, len(fp8.spec.steps) - 1)
-    assert ctx["R"].waited < ctx["L"].waited
-    assert ctx["L"].arena_mib == ctx["R"].arena_mib
-    assert "fp8" in ctx  # the measured accuracy is quoted from viz/data/fp8_accuracy.json
+    ctx = narration_context(fp8, len(fp8.spec.steps) - 1)
+    assert ctx.R.waited < ctx.L.waited
+    assert ctx.L.arena_mib == ctx.R.arena_mib
+    assert ctx.fp8 is not None  # the measured accuracy is quoted from viz/data/fp8_accuracy.json
 
 
 @pytest.mark.parametrize("name", ["recompute-or-swap", "fp8-twice"])
@@ -96,40 +98,36 @@ def test_the_lesson_travels_as_one_offline_file_in_both_languages(name):
     assert "http://" not in page and "https://" not in page
 
 
-def _dry_swap(cpu_blocks: int) -> L.Lesson:
+def _dry_swap(cpu_blocks: int) -> Lesson:
     sc = load(ROOT / "lessons" / "recompute-or-swap" / "scenario.toml")
     runs = (sc.runs[0], dataclasses.replace(sc.runs[1], cpu_blocks=cpu_blocks))
     buf = io.StringIO()
     record(dataclasses.replace(sc, runs=runs), None, buf, forward="skip")
-    return L.build(L.load_spec("recompute-or-swap"), T.loads(buf.getvalue()))
+    return build(load_spec("recompute-or-swap"), T.loads(buf.getvalue()))
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_a_fallback_is_said_only_when_the_cpu_tier_ran_out(lang):
     marker = {"en": "fell back to recompute", "zh": "退回重算"}[lang]
     tight = _dry_swap(cpu_blocks=3)
-    ctx = L.narration_context(tight, len(tight.spec.steps) - 1)
-    assert ctx["R"].fallbacks > 0
-    assert marker in L.render_step(tight, len(tight.spec.steps) - 1, lang).narration
+    ctx = narration_context(tight, len(tight.spec.steps) - 1)
+    assert ctx.R.fallbacks > 0
+    assert marker in render_step(tight, len(tight.spec.steps) - 1, lang).narration
     roomy = _dry_swap(cpu_blocks=14)
-    assert L.narration_context(roomy, len(roomy.spec.steps) - 1)["R"].fallbacks == 0
-    assert marker not in L.render_step(roomy, len(roomy.spec.steps) - 1, lang).narration
+    assert narration_context(roomy, len(roomy.spec.steps) - 1).R.fallbacks == 0
+    assert marker not in render_step(roomy, len(roomy.spec.steps) - 1, lang).narration
 
 
 @pytest.mark.parametrize("name", ["recompute-or-swap", "fp8-twice"])
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_lecture_figures_are_valid_plotly_and_show_the_tier_where_there_is_one(name, lang):
-    import plotly.graph_objects as go
-
     from viz.render import figures
 
     lesson = _lesson(name)
     titles = (lesson.left.title[lang], lesson.right.title[lang])
-    layout = figures.grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
     for k, kf in enumerate(lesson.keyframes):
         left, right = lesson.left.at(kf), lesson.right.at(kf)
-        go.Figure(figures.arena_spec(right, layout, lang, meta=kf))
-        fig = figures.side_by_side_figure(left, right, L.render_step(lesson, k, lang), lang, titles)
+        fig = figures.side_by_side_figure(left, right, render_step(lesson, k, lang), lang, titles)
         boxes = [s for s in fig.layout.shapes if s.type == "rect" and s.layer == "below"]
         assert len(boxes) == right.run.num_cpu_blocks + left.run.num_cpu_blocks
         # both arenas at one scale: y ranges of one length on both grids (a grid drawn to
@@ -139,8 +137,8 @@ def test_lecture_figures_are_valid_plotly_and_show_the_tier_where_there_is_one(n
 
 
 def test_recompute_counts_only_what_the_prefix_cache_does_not_find_again(tmp_path):
-    # with caching on, a readmitted victim finds its full blocks again: the lesson once said
-    # all 64 thrown-away slots "had to be computed again" when the cache held every one
+    # with caching on, a readmitted victim finds its full blocks again: the lesson must not say
+    # all 64 thrown-away slots "had to be computed again" when the cache holds every one
     from viz.fold.tier_facts import tier_facts
 
     src = ROOT / "lessons" / "recompute-or-swap" / "scenario.toml"
@@ -149,7 +147,7 @@ def test_recompute_counts_only_what_the_prefix_cache_does_not_find_again(tmp_pat
     buf = io.StringIO()
     record(load(tmp_path / "s.toml"), None, buf, forward="skip")
     tr = T.loads(buf.getvalue())
-    lesson = L.build(L.load_spec("recompute-or-swap"), tr)
+    lesson = build(load_spec("recompute-or-swap"), tr)
     frames = lesson.left.frames
     owed: dict[str, int] = {}
     truth = hits = 0
@@ -164,4 +162,4 @@ def test_recompute_counts_only_what_the_prefix_cache_does_not_find_again(tmp_pat
     truth += sum(owed.values())  # thrown away, not yet readmitted
     assert hits > 0  # the cache found some again
     last = len(frames) - 1
-    assert tier_facts(lesson.left.run, frames, last)["recomputed"] == truth
+    assert tier_facts(lesson.left.run, frames, last).recomputed == truth

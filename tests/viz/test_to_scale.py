@@ -14,7 +14,8 @@ from fractions import Fraction
 import pytest
 
 from engine.trace import io as T
-from viz.fold.lesson import Lesson, build, load_spec, trace_path
+from viz.fold.lesson import Lesson, build
+from viz.fold.lesson_folder import load_spec, trace_path
 from viz.fold.reducer import RunInfo
 from viz.player import payload as player
 from viz.render import figures, svg, to_scale

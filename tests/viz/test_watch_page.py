@@ -121,7 +121,7 @@ def test_watch_page_follows_a_publisher_through_kill_restart_garbage_and_a_flood
             while sub.state.counters["restarts"] < 2 and time.monotonic() < end:
                 pub.publish([K.AllBlocksCleared()])
                 time.sleep(0.1)
-            # a probe still in flight must land before the count is taken (under load it did not)
+            # a probe still in flight must land before the count is taken (under load it may not)
             events0 = -1
             while events0 != sub.state.counters["events"] and time.monotonic() < end:
                 events0 = sub.state.counters["events"]
@@ -265,9 +265,9 @@ watch_page._view(snap, watch_page.TEXT["en"])
 
 
 def test_sessions_watching_one_stream_share_its_subscriber_and_its_drawing():
-    """Every session used to start its own subscriber for the same server: its own copy of the
-    cache and its own drawing of it (0.7 s of CPU a second at 200k blocks, per session), where
-    the snapshot cache was meant to draw once for all. One session leaving keeps the others'."""
+    """One subscriber and one drawing per watched server, whatever the number of sessions: a
+    subscriber per session would keep its own copy of the cache and draw it on its own (0.7 s of
+    CPU a second at 200k blocks, per session). One session leaving keeps the others'."""
     from viz.app import watch as watch_page
 
     port, _ = free_ports()

@@ -3,8 +3,8 @@ without a history entry for each thing it says.
 
 Streamlit pushes a history entry for every ``st.query_params`` write, and on a page change it
 drops the query and pushes the new page first, so a page that wrote a parameter back (``?lang=zh``
-on every page in Chinese, the lab's ``?scenario=``) made one page change two entries, and Back
-seemed to do nothing once. ``keep`` hands the parameters to a small browser component
+on every page in Chinese, the lab's ``?scenario=``) would make one page change two entries, and
+Back would seem to do nothing once. ``keep`` hands the parameters to a small browser component
 (``viz/player/address.js``) that writes them with ``history.replaceState``, as the lesson
 player writes its frame. The server reads the URL as before: the browser sends the address
 with every run.

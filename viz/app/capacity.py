@@ -49,7 +49,7 @@ def render(lang: str = "en") -> None:
     st.header(t["title"])
     st.caption(t["intro"])
     # the settings are drawn on every run, whatever the model source says: a widget missing
-    # from one run loses its value, so a bad upload once reset the user's block size and lists
+    # from one run loses its value, and a bad upload must not reset the user's block size and lists
     top, below = st.container(), st.container()
     with below:
         try:
@@ -174,8 +174,9 @@ def _server_address() -> str | None:
 
 def _settings(t: dict) -> dict:
     # text fields, checked here, each refusing a bad value in one line in the page's language:
-    # a number_input refused a value past its bound in Streamlit's own English ("value must be
-    # ≤ 65536"), or by keeping the old one (10**16 left the results as they were, saying nothing)
+    # a number_input refuses a value past its bound in Streamlit's own English ("value must be
+    # ≤ 65536"), or by silently keeping the previous one (10**16 would leave the results as they
+    # were, saying nothing)
     c = st.columns(4)
     block = c[0].text_input(
         t["block"],

@@ -23,6 +23,7 @@ import streamlit as st
 from engine.trace.io import TraceError
 from viz import safe, ui_text
 from viz.app import address
+from viz.app.component import mount_player
 from viz.app.controls import choice_buttons
 from viz.app.live_registry import REGISTRY, session_id
 from viz.export import standalone
@@ -136,7 +137,7 @@ def _show_errors(errors: list[S.FieldError], t: dict) -> None:
 
 
 def _side_titles(t_by_lang: dict, policy: str) -> dict[str, dict[str, str]]:
-    from viz.fold.lesson import load_spec
+    from viz.fold.lesson_folder import load_spec
 
     right = load_spec("six-steps").side_titles["right"]
     return {"left": {lg: t_by_lang[lg][f"side_{policy}"] for lg in t_by_lang}, "right": right}
@@ -320,7 +321,7 @@ def _player(lab: S.Lab, texts: dict, lang: str) -> None:
         cache.clear()  # one scenario's frames per session: memory stays bounded
         cache[key] = player.payload(lesson, lang)
     ss = _ss()
-    player.mount(
+    mount_player(
         cache[key],
         lesson.clamp(ss.get("lab_start", 0)),
         ss.get("lab_present", False),

@@ -24,16 +24,17 @@ import streamlit as st
 from engine.trace import io as T
 from viz import safe, ui_text
 from viz.app import address
+from viz.app.boundary import boundary
+from viz.app.component import mount_player
 from viz.app.controls import choice_buttons
 from viz.app.live_registry import REGISTRY, session_id
 from viz.export import lecture as export
 from viz.export import standalone
-from viz.fold.lesson import (
+from viz.fold.lesson import Lesson, build, live_edge
+from viz.fold.lesson_folder import (
     LESSONS_DIR,
-    Lesson,
     LessonError,
     available,
-    build,
     file_digest,
     lesson_titles,
     load_spec,
@@ -229,12 +230,12 @@ def render(lang: str = "en") -> None:
         run, spec_ = ss.pk_live, spec
         refresh = lambda: _live_fold(run, spec_)  # noqa: E731 - a tick's rebuild
     failed = ui_text.load("safe")[lang]["frame_failed"]
-    st.fragment(safe.boundary(failed)(_stepping_view), run_every=0.75 if refresh else None)(
+    st.fragment(boundary(failed)(_stepping_view), run_every=0.75 if refresh else None)(
         View(lesson, lang, refresh), t
     )
     if refresh is None:
-        safe.boundary(failed)(_html_download)(lesson, lang)
-        safe.boundary(failed)(_figure_downloads)(lesson, lang, t)
+        boundary(failed)(_html_download)(lesson, lang)
+        boundary(failed)(_figure_downloads)(lesson, lang, t)
 
 
 def _origin(lesson: Lesson, t: dict) -> str:
@@ -407,7 +408,7 @@ def _live_lesson(run: LiveRun, spec, t: dict) -> Lesson | None:
     if lesson is None:
         if not run.done:
             failed = ui_text.load("safe")[_ss().get("lang", "en")]["frame_failed"]
-            st.fragment(safe.boundary(failed)(_wait_for_first_frame), run_every=1.0)(run, spec, t)
+            st.fragment(boundary(failed)(_wait_for_first_frame), run_every=1.0)(run, spec, t)
         return None
     if run.stopped:
         st.info(t["live_stopped"].format(frames=lesson.num_frames))
@@ -499,7 +500,7 @@ def _stepping_view(view: View, t: dict) -> None:
     else:
         data = player.payload(lesson, lang)
     present = st.query_params.get("present") == "1"
-    player.mount(data, start, present, follow_end=follow)
+    mount_player(data, start, present, follow_end=follow)
 
 
 def _html_download(lesson: Lesson, lang: str) -> None:

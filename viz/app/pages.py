@@ -1,21 +1,21 @@
-"""The app's pages, as a registry: adding a page is one ``PageSpec`` line here.
+"""The app's pages, as a registry: adding a page is one import and one ``PageSpec`` line here.
 
-Each page module exposes ``render(lang: str)``. A module that is not written yet (another helper
-owns it) shows a short placeholder instead of breaking the app. The language switch sits at the
-top right of every page and in the URL as ``?lang=zh``.
+Each page module exposes ``render(lang: str)``; a page that raises shows one error line
+(``viz.app.boundary``) and the navigation stays. The language switch sits at the top right of
+every page and in the URL as ``?lang=zh``.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
 
-from viz import safe, ui_text
-from viz.app import address
+from viz import ui_text
+from viz.app import address, block_size, capacity, lab, lesson, paper, stack, watch
+from viz.app.boundary import boundary
 from viz.app.controls import choice_buttons
 
 LANG_NAMES = {"en": "English", "zh": "中文"}
@@ -39,7 +39,7 @@ APP_CSS = (
 
 @dataclass(frozen=True)
 class PageSpec:
-    module: str  # "viz.app.lesson": must define render(lang)
+    render: Callable[[str], None]  # draws the page in a language
     title: str  # key in viz/text/pages.toml
     icon: str
     url_path: str
@@ -47,13 +47,13 @@ class PageSpec:
 
 
 PAGES: list[PageSpec] = [
-    PageSpec("viz.app.lesson", "lesson", ":material/view_column:", "lesson", default=True),
-    PageSpec("viz.app.capacity", "capacity", ":material/calculate:", "capacity"),
-    PageSpec("viz.app.paper", "paper", ":material/bar_chart:", "paper"),
-    PageSpec("viz.app.block_size", "block_size", ":material/grid_on:", "block-size"),
-    PageSpec("viz.app.stack", "stack", ":material/stacks:", "stack"),
-    PageSpec("viz.app.lab", "lab", ":material/science:", "lab"),
-    PageSpec("viz.app.watch", "watch", ":material/sensors:", "watch"),
+    PageSpec(lesson.render, "lesson", ":material/view_column:", "lesson", default=True),
+    PageSpec(capacity.render, "capacity", ":material/calculate:", "capacity"),
+    PageSpec(paper.render, "paper", ":material/bar_chart:", "paper"),
+    PageSpec(block_size.render, "block_size", ":material/grid_on:", "block-size"),
+    PageSpec(stack.render, "stack", ":material/stacks:", "stack"),
+    PageSpec(lab.render, "lab", ":material/science:", "lab"),
+    PageSpec(watch.render, "watch", ":material/sensors:", "watch"),
 ]
 
 
@@ -61,8 +61,8 @@ def language() -> str:
     """The language switch, top right of every page: buttons (see viz.app.controls) so arrow keys
     keep stepping the lesson. ``?lang=zh`` is read once per session; after that the switch is
     the truth and the URL follows it, written in place (viz.app.address): Streamlit drops the query
-    on a page change, and writing it back from here made each page change in Chinese two
-    history entries."""
+    on a page change, and writing it back through ``st.query_params`` would make each page change
+    in Chinese two history entries."""
     ss = st.session_state
     if "lang" not in ss:
         ss.lang = st.query_params.get("lang") if st.query_params.get("lang") in LANG_NAMES else "en"
@@ -77,9 +77,7 @@ def language() -> str:
 def _page_body(spec: PageSpec) -> Callable[[], None]:
     def body() -> None:
         lang = language()
-        # Imported on first visit: a page's plotly and engine imports cost only where it is shown.
-        render = importlib.import_module(spec.module).render
-        safe.boundary(ui_text.load("safe")[lang]["page_failed"])(render)(lang)
+        boundary(ui_text.load("safe")[lang]["page_failed"])(spec.render)(lang)
 
     body.__name__ = spec.url_path.replace("-", "_")  # st.Page needs a distinct name per page
     return body

@@ -11,7 +11,8 @@ import streamlit as st
 
 from viz import ui_text
 from viz.fold import stack
-from viz.fold.lesson import LESSONS_DIR, SafeFormatter
+from viz.fold.lesson_folder import LESSONS_DIR
+from viz.fold.narration import SafeFormatter
 from viz.safe import md_text
 
 UI = ui_text.load("stack_page")  # viz/text/stack_page.toml

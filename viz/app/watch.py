@@ -22,6 +22,7 @@ import streamlit as st
 from engine.interop.kv_events import EndpointError
 from viz import safe, ui_text
 from viz.app import model_files
+from viz.app.boundary import boundary
 from viz.app.live_registry import session_alive, session_id
 from viz.watch.state import (
     MAX_RECORDING_BYTES,
@@ -82,7 +83,7 @@ def _live(t: dict) -> None:
     if sub is None:
         st.caption(t["hint"])
         return
-    st.fragment(safe.boundary(t["view_failed"])(_live_view), run_every=1.0)(sub, t)
+    st.fragment(boundary(t["view_failed"])(_live_view), run_every=1.0)(sub, t)
 
 
 def _connect(addr: str, topic: str, remote: bool, t: dict) -> Subscriber | None:

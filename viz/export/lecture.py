@@ -32,15 +32,9 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from engine.trace import io as T
-from viz.fold.lesson import (
-    LESSONS_DIR,
-    Lesson,
-    LessonError,
-    build,
-    load_spec,
-    render_step,
-    trace_path,
-)
+from viz.fold.lesson import Lesson, build
+from viz.fold.lesson_folder import LESSONS_DIR, LessonError, load_spec, trace_path
+from viz.fold.narration import render_step
 
 MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
 FORMATS = tuple(MIME)

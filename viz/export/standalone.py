@@ -116,11 +116,11 @@ def page(
     }
     icon = drawn[langs[0]]["icon"]
     css = (
-        player._asset("player.css")
+        player.asset("player.css")
         + html.CSS.replace("<style>", "").replace("</style>", "")
         + PAGE_CSS
     )
-    js = player._asset("player.js") + BOOT_JS
+    js = player.asset("player.js") + BOOT_JS
     buttons = "".join(
         f"<button type='button' data-lang='{lg}'>{LANG_NAMES[lg]}</button>" for lg in langs
     )
@@ -136,7 +136,7 @@ def page(
         f"<h1 id='pk-sa-title'>{_html.escape(lesson.spec.title[first])}</h1>"
         f"<div class='pk-sa-lang' aria-label='{_html.escape(text[first]['switch'])}'>"
         f"{buttons}</div></div>"
-        f"<div id='pk-sa-player'>{player._asset('player.html')}</div>"
+        f"<div id='pk-sa-player'>{player.asset('player.html')}</div>"
         "<div class='pk-sa-note' id='pk-sa-note'></div></div>"
         f"<script type='application/json' id='pk-data'>{_script_json(data)}</script>"
         f"<script type='module'>{js}</script>"

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from viz.fold.captions import state_line, text
-from viz.fold.lesson import Lesson, render_step
+from viz.fold.lesson import Lesson
+from viz.fold.narration import render_step
 
 STEP = "step"
 

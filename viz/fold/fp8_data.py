@@ -22,7 +22,6 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "fp8_accuracy.json"
 MAX_BYTES = 64 * 1024
@@ -106,14 +105,28 @@ def load(path: Path = DATA) -> Fp8Data:
         raise Fp8DataError(f"fp8 accuracy data unreadable: {str(e)[:120]}") from None
 
 
-def narration_ns(path: Path = DATA) -> SimpleNamespace | None:
-    """What narration quotes as ``{fp8.e4m3_top1}`` etc.; None when the file is unusable."""
+@dataclass(frozen=True)
+class Fp8Facts:
+    """What narration quotes as ``{fp8.e4m3_top1}`` and the like: formatted for the page."""
+
+    prompts: int
+    new_tokens: int
+    granularity: str  # how the kernels scale, in English
+    granularity_zh: str
+    e4m3_top1: str  # "95.0%"
+    e5m2_top1: str
+    e4m3_prefix: str  # mean tokens equal before the first difference, one decimal
+    e5m2_prefix: str
+
+
+def narration_facts(path: Path = DATA) -> Fp8Facts | None:
+    """The data file's numbers as narration quotes them; None when the file is unusable."""
     try:
         d = load(path)
     except Fp8DataError:
         return None
     e4, e5 = d.results["fp8_e4m3"], d.results["fp8_e5m2"]
-    return SimpleNamespace(
+    return Fp8Facts(
         prompts=d.prompts,
         new_tokens=d.new_tokens,
         granularity=d.scale_granularity["en"],

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from itertools import pairwise
 
 from engine.core import events as E
 from viz.fold.reducer import PAGED, Frame
@@ -33,12 +32,6 @@ class TableRow:
     mappings: tuple[Mapping, ...] = ()
     run: tuple[int, int] | None = None  # (start, length)
     new: bool = False
-
-    @property
-    def scattered(self) -> bool:
-        """Logical order differs from physical order (not one ascending adjacent run)."""
-        phys = [m.physical for m in self.mappings]
-        return any(b != a + 1 for a, b in pairwise(phys))
 
 
 @dataclass(frozen=True)

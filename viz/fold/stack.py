@@ -16,7 +16,9 @@ from engine.core import events as E
 from engine.trace.io import TraceError
 from engine.trace.io import read as read_trace
 from viz.fold import fp8_data
-from viz.fold.lesson import LESSONS_DIR, Lesson, LessonError, build, load_spec, pct, trace_path
+from viz.fold.lesson import Lesson, build
+from viz.fold.lesson_folder import LESSONS_DIR, LessonError, load_spec, trace_path
+from viz.fold.narration import pct
 from viz.fold.tier_facts import tier_facts
 
 
@@ -55,19 +57,19 @@ def _fp8(lesson: Lesson) -> dict[str, object]:
     lf = tier_facts(lr, lesson.left.frames, len(lesson.left.frames) - 1)
     rf = tier_facts(rr, lesson.right.frames, len(lesson.right.frames) - 1)
     out: dict[str, object] = {
-        "left_dtype": lf["kv_dtype"],
-        "right_dtype": rf["kv_dtype"],
-        "left_blocks": lf["num_blocks"],
-        "right_blocks": rf["num_blocks"],
-        "ratio": f"{rf['num_blocks'] / lf['num_blocks']:.1f}" if lf["num_blocks"] else "?",
-        "left_mib": lf["arena_mib"],
-        "right_mib": rf["arena_mib"],
+        "left_dtype": lf.kv_dtype,
+        "right_dtype": rf.kv_dtype,
+        "left_blocks": lf.num_blocks,
+        "right_blocks": rf.num_blocks,
+        "ratio": f"{rf.num_blocks / lf.num_blocks:.1f}" if lf.num_blocks else "?",
+        "left_mib": lf.arena_mib,
+        "right_mib": rf.arena_mib,
         "left_mean": f"{lesson.left.summary.mean_running:.1f}",
         "right_mean": f"{lesson.right.summary.mean_running:.1f}",
         "left_steps": lesson.left.summary.steps,
         "right_steps": lesson.right.summary.steps,
     }
-    acc = fp8_data.narration_ns()
+    acc = fp8_data.narration_facts()
     out["top1"] = acc.e4m3_top1 if acc else "?"
     out["prefix"] = acc.e4m3_prefix if acc else "?"
     out["new_tokens"] = acc.new_tokens if acc else "?"
@@ -78,11 +80,11 @@ def _offload(lesson: Lesson) -> dict[str, object]:
     lf = tier_facts(lesson.left.run, lesson.left.frames, len(lesson.left.frames) - 1)
     rf = tier_facts(lesson.right.run, lesson.right.frames, len(lesson.right.frames) - 1)
     return {
-        "left_recomputed": lf["recomputed"],
-        "right_recomputed": rf["recomputed"],
-        "spared": max(0, lf["recomputed"] - rf["recomputed"]),
-        "blocks_moved": rf["blocks_moved"],
-        "bytes_moved": rf["bytes_moved"],
+        "left_recomputed": lf.recomputed,
+        "right_recomputed": rf.recomputed,
+        "spared": max(0, lf.recomputed - rf.recomputed),
+        "blocks_moved": rf.blocks_moved,
+        "bytes_moved": rf.bytes_moved,
     }
 
 

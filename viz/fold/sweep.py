@@ -24,13 +24,13 @@ import csv
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 from engine.core import events as E
 from engine.core.accounting import StepAccount, account, time_averaged_shares
 from engine.sim.capacity import DEFAULT_ENTRY_BYTES, block_table_bytes, blocks_for
 from engine.trace import io as T
-from viz.fold.lesson import LESSONS_DIR, SafeFormatter, read_lesson_toml, texts
+from viz.fold.lesson_folder import LESSONS_DIR, read_lesson_toml, texts
+from viz.fold.narration import SafeFormatter
 
 #: The essay's long request (§5.2): a 32,768-token sequence, 100 of them at once.
 LONG_LEN, LONG_BATCH = 32768, 100
@@ -247,9 +247,29 @@ def pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def _size_ns(r: SizeResult) -> SimpleNamespace:
+@dataclass(frozen=True)
+class SizeFacts:
+    """One block size's numbers as narration quotes them (``{b16.internal_share}``)."""
+
+    block_size: int
+    steps: int
+    preemptions: int
+    token_share: str  # shares of what requests hold
+    reserved_share: str
+    internal_share: str
+    internal_per_request: str
+    entries: str  # mean block-table entries per request
+    max_entries: int
+    table_bytes: str
+    peak_held: str
+    long_entries: str  # the essay's long request (LONG_LEN tokens): its table's entries
+    long_table_bytes: str
+    long_table_batch: str  # ... and LONG_BATCH such tables
+
+
+def _size_facts(r: SizeResult) -> SizeFacts:
     long_bytes = block_table_bytes(LONG_LEN, r.block_size)
-    return SimpleNamespace(
+    return SizeFacts(
         block_size=r.block_size,
         steps=r.steps,
         preemptions=r.preemptions,
@@ -277,7 +297,7 @@ def _bytes(n: float) -> str:
 def narration_context(results: list[SizeResult]) -> dict:
     """Values the narration may quote: ``b{size}.*`` per block size, and shared facts."""
     first = results[0]
-    ctx: dict[str, object] = {f"b{r.block_size}": _size_ns(r) for r in results}
+    ctx: dict[str, object] = {f"b{r.block_size}": _size_facts(r) for r in results}
     ctx.update(
         requests=first.requests,
         mean_len=f"{first.mean_len:.1f}",

@@ -9,6 +9,7 @@ from the trace header (``RunInfo.block_bytes``, ``kv_cache_dtype``). Pure Python
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from engine.core import events as E
 from viz.fold.reducer import Frame, RunInfo
@@ -21,7 +22,29 @@ def mib(nbytes: int) -> str:
     return f"{nbytes / MIB:.2f} MiB" if nbytes < MIB else f"{nbytes / MIB:.1f} MiB"
 
 
-def tier_facts(run: RunInfo, frames: Sequence[Frame], i: int) -> dict:
+@dataclass(frozen=True)
+class TierFacts:
+    """What the tiers did up to a frame, as narration quotes it (``{R.swaps_out}``)."""
+
+    swaps_out: int
+    swaps_in: int
+    blocks_moved: int
+    bytes_moved: str  # MiB, or "?" when the header gives no block size in bytes
+    fallbacks: int  # swaps that found the CPU tier full and recomputed instead
+    preemptions: int
+    recomputed: int
+    relocated: int  # blocks that came back into another physical block
+    waited: int  # request-steps spent in the queue so far
+    cpu_blocks: int
+    cpu_used: int
+    swapped: int
+    kv_dtype: str
+    num_blocks: int
+    block_kib: str
+    arena_mib: str
+
+
+def tier_facts(run: RunInfo, frames: Sequence[Frame], i: int) -> TierFacts:
     """Counts over ``frames[: i + 1]``: swaps each way, blocks and bytes moved, swap
     fallbacks, preemptions, and ``recomputed``: K/V slots that recompute preemption threw
     away (each victim's written slots at the frame before), which must be computed again, less
@@ -57,24 +80,24 @@ def tier_facts(run: RunInfo, frames: Sequence[Frame], i: int) -> dict:
                 recomputed -= min(owed.pop(ev.req), found.get(ev.req, 0))
     f = frames[min(i, len(frames) - 1)]
     blocks = run.num_slots // run.block_size
-    return {
-        "swaps_out": swaps_out,
-        "swaps_in": swaps_in,
-        "blocks_moved": moved,
-        "bytes_moved": mib(moved * run.block_bytes) if run.block_bytes else "?",
-        "fallbacks": fallbacks,
-        "preemptions": preemptions,
-        "recomputed": recomputed,
-        "relocated": relocated,  # blocks that came back into another physical block
-        "waited": waited,  # request-steps spent in the queue so far
-        "cpu_blocks": run.num_cpu_blocks,
-        "cpu_used": f.account.cpu_used,
-        "swapped": f.account.swapped,
-        "kv_dtype": dtype_name(run.kv_cache_dtype),
-        "num_blocks": blocks,
-        "block_kib": f"{run.block_bytes / 1024:.0f} KiB" if run.block_bytes else "?",
-        "arena_mib": mib(blocks * run.block_bytes) if run.block_bytes else "?",
-    }
+    return TierFacts(
+        swaps_out=swaps_out,
+        swaps_in=swaps_in,
+        blocks_moved=moved,
+        bytes_moved=mib(moved * run.block_bytes) if run.block_bytes else "?",
+        fallbacks=fallbacks,
+        preemptions=preemptions,
+        recomputed=recomputed,
+        relocated=relocated,
+        waited=waited,
+        cpu_blocks=run.num_cpu_blocks,
+        cpu_used=f.account.cpu_used,
+        swapped=f.account.swapped,
+        kv_dtype=dtype_name(run.kv_cache_dtype),
+        num_blocks=blocks,
+        block_kib=f"{run.block_bytes / 1024:.0f} KiB" if run.block_bytes else "?",
+        arena_mib=mib(blocks * run.block_bytes) if run.block_bytes else "?",
+    )
 
 
 def dtype_name(dtype: str) -> str:
@@ -83,15 +106,3 @@ def dtype_name(dtype: str) -> str:
     if dtype.startswith("float8_"):
         return "fp8 " + dtype.removeprefix("float8_").removesuffix("fn").removesuffix("fnuz")
     return short.get(dtype, dtype or "?")
-
-
-#: ``[if NAME]`` facts about tiers, read at a step's keyframe (merged into lesson.CONDITIONS).
-TIER_CONDITIONS = {
-    "swapped": lambda ctx: getattr(ctx["R"], "swaps_out", 0) > 0,
-    "relocated": lambda ctx: getattr(ctx["R"], "relocated", 0) > 0,
-    "swap_fell_back": lambda ctx: getattr(ctx["R"], "fallbacks", 0) > 0,
-    "left_preempted": lambda ctx: getattr(ctx["L"], "preemptions", 0) > 0,
-    "left_recomputed": lambda ctx: getattr(ctx["L"], "recomputed", 0) > 0,
-    "right_recomputed": lambda ctx: getattr(ctx["R"], "recomputed", 0) > 0,
-    "less_waiting": lambda ctx: getattr(ctx["R"], "waited", 0) < getattr(ctx["L"], "waited", 0),
-}

@@ -403,7 +403,8 @@ def lesson_for(
 ):
     """The six-step lesson's steps and narration over the lab's trace: its own left policy
     and titles. A step whose event this scenario never produces is greyed by the player."""
-    from viz.fold.lesson import build, load_spec
+    from viz.fold.lesson import build
+    from viz.fold.lesson_folder import load_spec
 
     spec = load_spec("six-steps")
     spec = replace(

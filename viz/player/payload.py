@@ -236,7 +236,7 @@ def steps_nav(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> list[di
     """One entry per lesson step for the step buttons: the chapter that shows it, or, for a
     step this trace never reaches, ``chapter`` None and the line saying so (the button is
     greyed and the step's narration is never shown)."""
-    from viz.fold.lesson import render_step
+    from viz.fold.narration import render_step
 
     out = []
     for k, step in enumerate(lesson.spec.steps):
@@ -333,49 +333,7 @@ def envelope(lesson: Lesson, lang: str, chs: list[chapters.Chapter], z: bytes) -
     }
 
 
-def _asset(name: str) -> str:
+def asset(name: str) -> str:
+    """A file of the player's front end (``player.js``, ``player.css``, ``player.html``), as
+    text: the app's component and the one-file HTML export embed the same files."""
     return (ASSETS / name).read_text(encoding="utf-8")
-
-
-_COMPONENT = None
-
-
-def component():
-    """The registered Streamlit component (v2, inline: no iframe), created once."""
-    global _COMPONENT
-    if _COMPONENT is None:
-        import streamlit as st
-
-        css = _asset("player.css") + html.CSS.replace("<style>", "").replace("</style>", "")
-        _COMPONENT = st.components.v2.component(
-            "pk_player",
-            html=_asset("player.html"),
-            css=css,
-            js=_asset("player.js"),
-            isolate_styles=False,
-        )
-    return _COMPONENT
-
-
-def mount(
-    data: dict,
-    start: int,
-    present: bool,
-    follow_end: bool = False,
-    key: str = "pk_player",
-    link_frame: bool = True,
-) -> None:
-    """Show the player at frame ``start`` (``present``: presenter mode on). ``link_frame``
-    False: the page cannot reopen these frames from a link, so the player keeps no lesson,
-    frame or presenter mode in the URL (and takes out any it wrote)."""
-    component()(
-        data={
-            **data,
-            "start": start,
-            "present": present,
-            "follow": follow_end,
-            "link_frame": link_frame,
-        },
-        key=key,
-        width="stretch",
-    )

@@ -18,7 +18,7 @@ CATEGORY_COLOURS = {
     "free": "#E7EAEE",
 }
 #: The mark drawn over a category's cells, and the ink of a label written on it: at least 4.5:1
-#: against the fill (white on the orange was about 2.2:1, hard to read at a projector).
+#: against the fill (white on the orange is about 2.2:1, hard to read at a projector).
 CATEGORY_MARKS = {
     "token_states": "white",
     "reservation": "#1F2933",
@@ -27,16 +27,18 @@ CATEGORY_MARKS = {
     "free": "#1F2933",
 }
 FREE_COLOUR = CATEGORY_COLOURS["free"]
-HOLE_COLOUR = CATEGORY_COLOURS["external"]
 INK = "#1F2933"
 MUTED = "#6B7785"
-HOLE_MARK = CATEGORY_MARKS["external"]
 CHANGED = "#111827"
 #: Requests are ink, whatever their rank (kept as a tuple for callers that index by rank).
 REQUEST_COLOURS = (INK,)
 #: Sides are told apart by position and title, and on timelines by the dash, not by hue.
 SIDE_COLOURS = {"left": INK, "right": INK}
-SIDE_DASH = {"left": "dash", "right": "solid"}
+#: The plotly figures' type: one family with CJK fallbacks, so Chinese labels never go missing.
+FONT = dict(
+    family="Inter, 'Noto Sans CJK SC', 'PingFang SC', 'Helvetica Neue', Arial, sans-serif",
+    color=INK,
+)
 
 _CODE_CATEGORY = {
     TOKEN: "token_states",
@@ -48,13 +50,6 @@ _CODE_CATEGORY = {
 
 def request_colour(order: int) -> str:
     return REQUEST_COLOURS[order % len(REQUEST_COLOURS)]
-
-
-def tint(hex_colour: str, amount: float) -> str:
-    """Mix ``hex_colour`` with white; ``amount`` 0 keeps it, 1 gives white."""
-    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
-    mix = [round(c + (255 - c) * amount) for c in (r, g, b)]
-    return "#" + "".join(f"{c:02X}" for c in mix)
 
 
 def cell_category(code: str, order: int | None) -> str:
