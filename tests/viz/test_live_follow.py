@@ -19,6 +19,7 @@ from engine.trace.io import TraceError, loads, parse_lines
 from engine.trace.recorder import record
 from engine.trace.scenario import load
 from viz.fold import lesson as L
+from viz.fold.lesson_folder import LessonSpec, load_spec
 from viz.fold.reducer import RunInfo, replay_settled
 from viz.live import follow
 from viz.live.follow import LiveLesson, _SideFold
@@ -56,8 +57,8 @@ def stream() -> bytes:
 
 
 @pytest.fixture(scope="module")
-def spec() -> L.LessonSpec:
-    return L.load_spec("six-steps")
+def spec() -> LessonSpec:
+    return load_spec("six-steps")
 
 
 def _splits(data: bytes, n: int, seed: int) -> list[int]:
@@ -70,7 +71,7 @@ def _splits(data: bytes, n: int, seed: int) -> list[int]:
     return sorted(cuts)
 
 
-def _whole(spec: L.LessonSpec, seen: bytes) -> L.Lesson | None:
+def _whole(spec: LessonSpec, seen: bytes) -> L.Lesson | None:
     """What the page showed before: every whole line so far parsed and folded at once."""
     lines = [line + "\n" for line in seen.decode("utf-8", "ignore").split("\n")[:-1]]
     if not lines:

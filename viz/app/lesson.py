@@ -30,7 +30,7 @@ from viz.app.controls import choice_buttons
 from viz.app.live_registry import REGISTRY, session_id
 from viz.export import lecture as export
 from viz.export import standalone
-from viz.fold.lesson import Lesson, build, live_edge
+from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import (
     LESSONS_DIR,
     LessonError,

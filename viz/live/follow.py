@@ -25,7 +25,8 @@ from engine.core import events as E
 from engine.core.accounting import CATEGORIES, StepAccount, Tally
 from engine.trace.check import LIMITS, Limits, TraceError
 from engine.trace.io import Trace
-from viz.fold.lesson import SIDES, Lesson, LessonSpec, Side, Summary, find_keyframes, pick_runs
+from viz.fold.keyframes import find_keyframes
+from viz.fold.lesson import SIDES, Lesson, LessonSpec, Side, Summary, pick_runs
 from viz.fold.reducer import ArenaState, Frame, RunInfo, fold, settle
 from viz.live.run import LiveRun
 from viz.live.stream import TraceStream

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 from viz.fold import chapters
 from viz.fold.chapters import STEP, Chapter
-from viz.fold.lesson import Lesson, Side, render_step
+from viz.fold.lesson import Lesson, Side
+from viz.fold.narration import render_step
 from viz.player.payload import BODY, Pieces, envelope, frame_parts, markdown
 
 _OPEN = b'{"pieces":['
