@@ -11,14 +11,10 @@ Pure Python.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from engine.core import events as E
 from viz.fold.lesson_folder import SIDES
+from viz.fold.lesson_model import Lesson, Side
 from viz.fold.reducer import Frame
-
-if TYPE_CHECKING:  # viz.fold.lesson builds a Lesson with these keyframes
-    from viz.fold.lesson import Lesson, Side
 
 
 def find_keyframes(lesson: Lesson) -> tuple[int | None, ...]:
