@@ -1,14 +1,34 @@
-"""Reading a file the user names, bounded: ``/dev/zero`` or a huge file must end in one error
-line, not a MemoryError traceback. Pure Python (the CLI's light commands import it)."""
+"""Reading a file the user names, bounded: ``/dev/zero``, a FIFO or a huge file must end in one
+error line, never a MemoryError traceback or a read that waits for ever. Pure Python (the CLI's
+light commands import it)."""
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
+
+
+class NotRegularFileError(OSError):
+    """The path names a device, a FIFO or a socket: something that may never end or never
+    answer, so it is refused before a byte is read."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(errno.EINVAL, "not a regular file", str(path))
 
 
 def read_bounded(path: Path, limit: int) -> bytes | None:
     """The file's bytes, or None when it holds more than ``limit`` (reading stops one byte past
-    it). Errors opening or reading it (missing, a folder, no permission) are the caller's."""
-    with path.open("rb") as f:
+    it). Raises NotRegularFileError for a device, FIFO or socket, IsADirectoryError for a
+    folder; other errors opening or reading it (missing, no permission) are the caller's."""
+    # O_NONBLOCK: opening a FIFO with no writer would otherwise wait for one, for ever.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(path)
         data = f.read(limit + 1)
     return data if len(data) <= limit else None

@@ -10,7 +10,7 @@ from pathlib import Path
 from engine.core.request import SamplingParams, check_prompt
 from engine.engine_args import EngineArgs, check_output_path
 from engine.errors import InvalidRequestError
-from engine.files import read_bounded
+from engine.files import NotRegularFileError, read_bounded
 from engine.model.backends import BACKENDS
 
 
@@ -88,7 +88,8 @@ def read_prompts_file(path: str) -> list[str]:
     except FileNotFoundError:
         raise InvalidRequestError(f"prompts file {p} does not exist") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise InvalidRequestError(f"prompts file {p} cannot be read: {type(e).__name__}") from None
+        why = e.strerror if isinstance(e, NotRegularFileError) else type(e).__name__
+        raise InvalidRequestError(f"prompts file {p} cannot be read: {why}") from None
     if "\x00" in text:
         raise InvalidRequestError(f"prompts file {p} holds NUL bytes (is it a binary file?)")
     head = text.lstrip()[:1]
@@ -140,6 +141,16 @@ def check_kv_events(endpoint: str | None, allow_remote: bool, hold: float) -> No
         raise InvalidRequestError(f"--kv-events-hold must be 0..3600 seconds, not {hold}")
 
 
+def check_max_tokens(max_tokens: int, max_model_len: int) -> None:
+    """No request can outgrow ``max_model_len``, so a larger ``--max-tokens`` is a mistake, and
+    with ``--ignore-eos`` it would make a run of hours: refused in one line instead."""
+    if max_tokens > max_model_len:
+        raise InvalidRequestError(
+            f"--max-tokens {max_tokens:,} exceeds max_model_len {max_model_len:,} "
+            "(no request grows past it)"
+        )
+
+
 def run(args) -> int:
     prompts = list(args.prompts)
     if args.prompts_file:
@@ -157,6 +168,8 @@ def run(args) -> int:
         n=args.n,
     )
     engine_args = EngineArgs.from_cli_args(args)
+    if args.max_model_len is not None:
+        check_max_tokens(args.max_tokens, args.max_model_len)
     if args.trace is not None:
         check_output_path(args.trace, "--trace", (args.prompts_file,) if args.prompts_file else ())
     check_kv_events(args.kv_events, args.kv_events_allow_remote, args.kv_events_hold)
@@ -174,6 +187,7 @@ def run(args) -> int:
     )
     t0 = time.perf_counter()
     try:
+        check_max_tokens(args.max_tokens, llm.config.max_model_len)
         outputs = llm.generate(prompts, params, chat=args.chat, progress=_progress_printer())
         _print_outputs(args, llm, outputs, time.perf_counter() - t0)
         if args.trace is not None:

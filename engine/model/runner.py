@@ -6,6 +6,7 @@ import torch
 
 from engine.core.engine_core import EngineConfig
 from engine.core.request import Batch, ScheduledSeq
+from engine.errors import InvalidConfigError
 from engine.model.arena import KVArena, bytes_per_block, check_fits
 from engine.model.attention import Attention, AttentionMetadata
 from engine.model.cpu_tier import CpuKVStore
@@ -131,7 +132,14 @@ def build_runner(model: LoadedModel, config: EngineConfig, attention: str = "aut
     """The one assembly of an engine's model side: a zeroed KV arena of ``config``'s blocks, in
     its KV cache dtype on the model's device; a CPU tier of ``config.num_cpu_blocks`` when it
     swaps; and a runner with ``attention`` over both. Raises InvalidConfigError, before
-    allocating, for an arena or tier larger than its device's whole memory."""
+    allocating, for a ``max_model_len`` past the model's context (its rotary table ends there)
+    or an arena or tier larger than its device's whole memory."""
+    context = model.config.max_position_embeddings
+    if config.max_model_len > context:
+        raise InvalidConfigError(
+            f"max_model_len {config.max_model_len:,} exceeds {model.name}'s context of "
+            f"{context:,} tokens"
+        )
     kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, model.dtype)
     per_block = bytes_per_block(model.config, config.block_size, kv_dtype)
     check_fits(config.num_blocks * per_block, model.device)

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from engine.core.allocators import check_block_size
 from engine.errors import InvalidConfigError
-from engine.files import read_bounded
+from engine.files import NotRegularFileError, read_bounded
 from engine.model.gguf import GGUF_MAX_BYTES, gguf_metadata
 from engine.trace.check import all_text_encodes
 
@@ -334,6 +334,8 @@ def _read_json(path: Path) -> dict:
         text = data.decode("utf-8")
     except FileNotFoundError:
         raise InvalidConfigError(f"no config file at {path}") from None
+    except NotRegularFileError:
+        raise InvalidConfigError(f"{path} is not a regular file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise InvalidConfigError(f"cannot read {path} as JSON: {e}") from None
     return config_json(text, str(path))

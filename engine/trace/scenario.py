@@ -181,6 +181,8 @@ def load(path: str | Path) -> Scenario:
         raise InvalidConfigError(f"no scenario file at {p}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise InvalidConfigError(f"scenario {p.name} is not valid TOML: {e}") from None
+    except RecursionError:
+        raise InvalidConfigError(f"scenario {p.name} nests deeper than a scenario can") from None
     except OSError as e:  # a folder, no permission
         raise InvalidConfigError(f"cannot read scenario {p}: {e.strerror or e}") from None
     try:

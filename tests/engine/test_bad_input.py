@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -78,6 +79,7 @@ def cli_on_loaded_model(smollm, monkeypatch):
     "args, words",
     [
         ([LONG_PROMPT, "--max-model-len", "64"], ["exceeds the maximum model length of 64"]),
+        (["hello", "--max-tokens", str(10**9)], ["exceeds max_model_len 8,192"]),
         ([LONG_PROMPT, "--num-blocks", "2", "--block-size", "16"], ["KV slots", "arena"]),
         (["hello", "--kv-budget-mb", "0.01"], ["too small for one block"]),
     ],
@@ -185,6 +187,8 @@ def files(tmp_path):
         )
     )
     (tmp_path / "a_dir").mkdir()
+    os.mkfifo(tmp_path / "fifo")  # no writer ever comes: opening it for reading would wait
+    (tmp_path / "deep.toml").write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
     (tmp_path / "good.toml").write_text(good)
     (tmp_path / "p.txt").write_text("hi\n")
     # files read whole: --prompts-file or --config /dev/zero ended in a MemoryError traceback
@@ -222,6 +226,12 @@ CLI_CASES = [
     (["generate", "--prompts-file", "{tmp}/deep.json"], ["not valid JSON"]),
     (["generate", "--prompts-file", "{tmp}/a_dir"], ["cannot be read"]),
     (["generate", "--prompts-file", "{tmp}/huge_prompts.txt"], ["larger than 64 MiB"]),
+    (["generate", "--prompts-file", "{tmp}/fifo"], ["not a regular file"]),
+    (["generate", "--prompts-file", "/dev/zero"], ["not a regular file"]),
+    (["generate", "hi", "--max-tokens", "100", "--max-model-len", "50"], ["exceeds max_model_len"]),
+    (["record", "--scenario", "{tmp}/fifo", "--out", "{tmp}/t.jsonl"], ["not a regular file"]),
+    (["record", "--scenario", "{tmp}/deep.toml", "--out", "{tmp}/t.jsonl"], ["nests deeper"]),
+    (["capacity", "--config", "{tmp}/fifo"], ["not a regular file"]),
     (["capacity", "--config", "{tmp}/huge_config.json"], ["larger than 1 MiB"]),
     (["record", "--scenario", "{tmp}/str_tokens.toml", "--out", "{tmp}/t.jsonl"], ["max_tokens"]),
     (["record", "--scenario", "{tmp}/float_blocks.toml", "--out", "{tmp}/t.jsonl"], ["num_blocks"]),
@@ -527,3 +537,19 @@ def test_a_plain_prompts_file_splits_at_line_ends_only(tmp_path):
     path = tmp_path / "odd.txt"
     path.write_bytes(("\r\n".join(odd[:2]) + "\n\n" + "\n".join(odd[2:]) + "\n").encode())
     assert read_prompts_file(str(path)) == odd
+
+
+@pytest.mark.model
+def test_a_scenario_longer_than_the_models_context_is_one_line(smollm, tmp_path):
+    """The rotary table ends at the model's context: a longer ``max_model_len`` is refused
+    before a step runs, not met as an IndexError deep in the forward."""
+    from engine.trace import scenario as scenario_mod
+    from engine.trace.recorder import record
+
+    path = tmp_path / "long.toml"
+    path.write_text(
+        "[arena]\nnum_blocks = 4096\nblock_size = 16\nmax_model_len = 65536\n"
+        '[[requests]]\nid = "A"\nprompt_len = 9000\nmax_tokens = 2\n'
+    )
+    with pytest.raises(InvalidConfigError, match="exceeds .*context of 8,192 tokens"):
+        record(scenario_mod.load(path), ["paged"], str(tmp_path / "t.jsonl"), model=smollm)
