@@ -882,3 +882,23 @@ def test_block_size_and_budget_out_of_range_are_our_own_line_not_streamlits(lang
     metrics = {m.label: m.value for m in at.metric}
     assert metrics[t["paged"]] == str(c.paged_requests)
     assert metrics[t["prealloc"]] == str(c.prealloc_requests)
+
+
+def test_the_gguf_head_command_makes_a_file_the_uploader_takes():
+    """Streamlit counts an upload's MB as 10**6 bytes: the command the page and the docs give
+    must cut the file at or under that many bytes (``head -c 8M`` makes 8 MiB: refused)."""
+    import re
+
+    from viz import ui_text
+    from viz.app import model_files
+
+    mb = max(1, model_files.GGUF_MAX_BYTES >> 20)
+    texts = [
+        s["gguf_help"].format(head_bytes=mb * 1_000_000) for s in ui_text.load("safe").values()
+    ]
+    texts.append((ROOT / "docs" / "classroom.md").read_text())
+    for text in texts:
+        cuts = re.findall(r"`head -c (\S+) model\.gguf", text)
+        assert cuts, text
+        for cut in cuts:
+            assert cut.isdigit() and int(cut) <= mb * 1_000_000, cut

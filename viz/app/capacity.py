@@ -148,7 +148,8 @@ def _model_file(kind: str, s: dict) -> tuple[bytes, str] | None:
             s["gguf_upload"].format(mb=mb),
             key="capacity_gguf_upload",
             max_upload_size=mb,
-            help=s["gguf_help"].format(mb=mb),
+            # the uploader counts a MB as 10**6 bytes: `head -c 8M` (8 MiB) would be refused
+            help=s["gguf_help"].format(head_bytes=mb * 1_000_000),
         )
     else:
         up = st.file_uploader(
