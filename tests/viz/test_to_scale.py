@@ -154,3 +154,16 @@ def test_equal_or_unknown_bytes_draw_exactly_the_square_grid(name, right_bytes):
             lesson.side(side).at(i), layout, "en", meta=i, max_height_px=390, room_below=tier
         )
         assert player._grid(lesson, side, i, "en") == before
+
+
+@pytest.mark.parametrize("right_bytes", [1 / BLOCK, 1 / 17, 17.0, 92160.0])
+def test_slots_too_far_apart_in_bytes_draw_the_square_grid_on_every_frame(right_bytes):
+    """A header may claim slots of 1 byte beside slots of 90 KiB (the engine never writes
+    that): the pair is drawn unscaled, every frame, instead of rows too thin to draw."""
+    lesson = _lesson("six-steps", right_bytes)
+    layout = grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
+    assert to_scale.side_layouts(lesson.left.run, lesson.right.run) == (layout, layout)
+    assert to_scale.notes(lesson.left.run, lesson.right.run) == ([], [])
+    for i in range(lesson.num_frames):
+        for side in ("left", "right"):
+            assert "<svg" in player._grid(lesson, side, i, "en")

@@ -5,7 +5,9 @@ the right, the same bytes in all. Each slot is drawn at an area proportional to 
 (``RunInfo.block_bytes / block_size``, which the engine took from its own arena tensor): the
 heaviest at full size, a lighter one in rows ``ratio`` as tall, each block still in one row. So
 two arenas of equal bytes cover equal area. Where a header does not say (``block_bytes`` 0) or
-both slots weigh the same, both sides share one square-cell layout, exactly as before.
+both slots weigh the same, both sides share one square-cell layout, exactly as before. So do
+two runs whose slots differ more than ``MAX_RATIO`` times in bytes (no element type the engine
+stores does): rows that thin would not draw, and a trace that claims it is drawn unscaled.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from viz.fold.tier_facts import dtype_name
 from viz.render.layout import GridLayout, grid_layout
 
 TEXT = ui_text.load("to_scale")
+#: The largest ratio of slot bytes drawn to scale: fp32 beside fp8 is 4.
+MAX_RATIO = 16
 MIN_TEXT = 0.6  # in-cell text shrunk below 60 % of its size is too small to read: left out
 
 
@@ -30,9 +34,10 @@ def slot_bytes(run: RunInfo) -> float:
 
 
 def area_scales(runs: Sequence[RunInfo]) -> list[float]:
-    """Each run's slot area as a share of the heaviest slot's; all 1.0 when any is unknown."""
+    """Each run's slot area as a share of the heaviest slot's; all 1.0 when any is unknown or
+    when the slots differ more than ``MAX_RATIO`` times."""
     sizes = [slot_bytes(r) for r in runs]
-    if not sizes or min(sizes) <= 0:
+    if not sizes or min(sizes) <= 0 or max(sizes) > MAX_RATIO * min(sizes):
         return [1.0] * len(sizes)
     top = max(sizes)
     return [b / top for b in sizes]
