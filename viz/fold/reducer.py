@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from engine.core import events as E
 from engine.core.accounting import StepAccount, Tally
@@ -221,18 +220,15 @@ def apply(state: ArenaState, ev: E.Event) -> ArenaState:
 def step_in_place(s: ArenaState, ev: E.Event) -> None:
     """The transition itself, mutating ``s`` (``fold`` uses it; ``apply`` wraps it)."""
     s.tally.apply(ev)
-    req = getattr(ev, "req", None)
-    if req is not None:
-        s.touched.add(req)
+    if isinstance(ev, E.RequestEvent):
+        s.touched.add(ev.req)
     if isinstance(ev, E.StepEnd):
         s.last_frame = _close(s, ev.step)
         s.step_events = []
         s.released = {}
         return
     s.step_events.append(ev)
-    handler = _HANDLERS.get(ev.kind)
-    if handler:
-        handler(s, ev)
+    _HANDLERS[type(ev)](s, ev)
 
 
 def _block_allocated(s: ArenaState, ev: E.BlockAllocated) -> None:
@@ -325,16 +321,24 @@ def _clear(s: ArenaState, start: int, length: int, releaser: str | None = None) 
         s.owners[slot], s.pos[slot], s.written[slot] = None, -1, False
 
 
-_HANDLERS: dict[str, Callable[[ArenaState, Any], None]] = {
-    E.BlockAllocated.kind: _block_allocated,
-    E.SlotsReserved.kind: _slots_reserved,
-    E.TokensWritten.kind: _tokens_written,
-    E.BlockFreed.kind: _block_freed,
-    E.ReservationReleased.kind: _reservation_released,
-    E.SwappedIn.kind: _swapped_in,
-    E.BlockShared.kind: _block_shared,
-    E.BlockCopied.kind: _block_copied,
-}
+def _in_place(s: ArenaState, ev: E.Event) -> None:
+    """Events that move no slot (the queue, refusals and counts are Tally's)."""
+
+
+#: What each event does to where slots sit.
+_HANDLERS = E.handler_table(
+    {
+        E.BlockAllocated: _block_allocated,
+        E.SlotsReserved: _slots_reserved,
+        E.TokensWritten: _tokens_written,
+        E.BlockFreed: _block_freed,
+        E.ReservationReleased: _reservation_released,
+        E.SwappedIn: _swapped_in,
+        E.BlockShared: _block_shared,
+        E.BlockCopied: _block_copied,
+    },
+    default=_in_place,
+)
 
 
 def _close(s: ArenaState, step: int) -> Frame:
