@@ -29,6 +29,7 @@ from engine.model.attention import resolve_backend
 from engine.model.cpu_tier import CpuKVStore
 from engine.model.loader import LoadedModel, load_model, resolve_device
 from engine.model.runner import ModelRunner
+from engine.trace.header import RunHeader
 from engine.trace.io import TraceWriter, make_header
 from kernels.fp8 import resolve_kv_dtype
 
@@ -287,9 +288,9 @@ class LLM:
             core.bus.subscribe(self.trace)
             return None
         name = self.allocator_name
-        config = self._engine_config().trace_config(core.allocator.view_block_size)
+        run = RunHeader.from_engine(name, self._engine_config(), core.allocator.view_block_size)
         header = make_header(
-            [{"name": name, "allocator": name, "config": config}],
+            [run],
             model=self.model.name,
             device=str(self.model.device),
         )

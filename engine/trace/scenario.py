@@ -37,8 +37,8 @@ from engine.core.request import (
     check_prompt,
 )
 from engine.files import read_bounded
-from engine.trace.check import LIMITS
 from engine.trace.scenario_runs import ScenarioRun, parse_runs
+from engine.trace.schema import LIMITS
 
 # A fixed passage to cut synthetic prompts from, so they are real text the model can read.
 FILLER_TEXT = (

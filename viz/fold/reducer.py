@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 
 from engine.core import events as E
 from engine.core.accounting import StepAccount, Tally
+from engine.trace.header import CONTIGUOUS as CONTIGUOUS  # the viewer's names for the two kinds
+from engine.trace.header import PAGED as PAGED
+from engine.trace.header import RunHeader
 
 # One character per slot: compact, hashable, and cheap to compare between frames.
 TOKEN, RESERVED, INTERNAL, FREE, HOLE = "T", "R", "I", "F", "H"
@@ -35,47 +38,8 @@ CELL_CATEGORY = {
     HOLE: "external",
 }
 
-PAGED, CONTIGUOUS = "paged", "contiguous"
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """What a frame needs to know about the run it belongs to (from the trace header)."""
-
-    name: str
-    allocator: str  # PAGED or CONTIGUOUS
-    num_slots: int
-    block_size: int  # paging granularity; for a contiguous run, the block size it is drawn at
-    policy: str = ""  # contiguous policy (max / pow2 / oracle), "" for paging
-    max_model_len: int = 0
-    num_cpu_blocks: int = 0  # the CPU tier under the arena (swap preemption), 0 if none
-    block_bytes: int = 0  # K and V of one block over all layers, when the header says
-    kv_cache_dtype: str = ""  # the arena's element type, when the header says
-
-    @classmethod
-    def from_header(cls, run: dict) -> RunInfo:
-        """Read ``{"name", "allocator", "config": {...}}``. Contiguous allocators may be named
-        ``contiguous``, ``max``, ``pow2`` or ``oracle``; anything else that is not ``paged`` is
-        treated as contiguous with that name as its policy."""
-        cfg = run.get("config", {})
-        alloc = str(run.get("allocator", run["name"]))
-        kind = PAGED if alloc == PAGED else CONTIGUOUS
-        policy = (
-            ""
-            if kind == PAGED
-            else str(cfg.get("policy", alloc if alloc != CONTIGUOUS else run["name"]))
-        )
-        return cls(
-            name=run["name"],
-            allocator=kind,
-            num_slots=int(cfg["num_slots"]),
-            block_size=int(cfg.get("block_size") or 16),
-            policy=policy,
-            max_model_len=int(cfg.get("max_model_len") or 0),
-            num_cpu_blocks=int(cfg.get("num_cpu_blocks") or 0),
-            block_bytes=int(cfg.get("block_bytes") or 0),
-            kv_cache_dtype=str(cfg.get("kv_cache_dtype") or ""),
-        )
+#: The viewer reads each run as the checker parsed it from the trace header.
+RunInfo = RunHeader
 
 
 def label(order: int) -> str:
@@ -124,7 +88,7 @@ class Frame:
 
     index: int
     step: int
-    run: RunInfo
+    run: RunHeader
     cells: str
     owners: tuple[str | None, ...]
     changed: frozenset[int]
@@ -169,7 +133,7 @@ class ArenaState:
     ``tally`` is the one fold of requests, queue, refusals and slot counts; this state adds
     only where each slot sits (owners, positions, block tables, runs) and reads the rest."""
 
-    run: RunInfo
+    run: RunHeader
     tally: Tally
     owners: list[str | None]
     pos: list[int]  # token position each held slot stands for
@@ -188,7 +152,7 @@ class ArenaState:
     touched: set[str] = field(default_factory=set)
 
     @classmethod
-    def empty(cls, run: RunInfo) -> ArenaState:
+    def empty(cls, run: RunHeader) -> ArenaState:
         """A fresh arena. Each request's bound stands in for its final length until its
         ``finished`` event: nobody knows it sooner."""
         n = run.num_slots
@@ -476,7 +440,7 @@ def _request_view(t: Tally, r: str) -> RequestView:
 
 
 def fold(
-    events: Iterable[E.Event], run: RunInfo, state: ArenaState | None = None
+    events: Iterable[E.Event], run: RunHeader, state: ArenaState | None = None
 ) -> Iterator[Frame]:
     """Yield one Frame per ``step_end``, folding in place (same transition as ``apply``) into
     ``state`` (a fresh arena when None)."""
@@ -487,13 +451,13 @@ def fold(
             yield state.last_frame
 
 
-def replay(events: list[E.Event], run: RunInfo) -> list[Frame]:
+def replay(events: list[E.Event], run: RunHeader) -> list[Frame]:
     """All frames of a run, exactly as they were folded while it ran: no final length is read
     ahead of the ``finished`` event that tells it."""
     return list(fold(events, run))
 
 
-def replay_settled(events: list[E.Event], run: RunInfo) -> tuple[list[Frame], Frame | None]:
+def replay_settled(events: list[E.Event], run: RunHeader) -> tuple[list[Frame], Frame | None]:
     """``replay``, and the arena as the run left it (``settle``): what its side shows once its
     last step is over while the other side still steps."""
     state = ArenaState.empty(run)
