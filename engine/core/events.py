@@ -3,6 +3,9 @@
 Every event is a small frozen dataclass with a ``kind`` (its JSON tag), the engine ``step`` it
 happened in, and a global ``seq`` number that orders the whole stream. Events serialise to one flat
 JSON object each (``to_dict`` / ``from_dict``), which is what a JSONL trace stores line by line.
+An event about one request is a ``RequestEvent`` (its ``req``). What reads the stream event by
+event (the accounting fold, the viewer's fold, the checker's replay) dispatches through a
+``handler_table``, so a new kind of event is one more entry in each table.
 
 This module is pure Python and must stay importable without torch: the viewer folds these events.
 """
@@ -327,7 +330,7 @@ def handler_table(
         raise TypeError(f"no handler for event kinds {', '.join(missing)}")
     for cls in EVENT_TYPES.values():
         handler = table.nearest(cls) or default
-        if handler is not None:  # (None only for a type already refused above)
+        if handler is not None:  # always: a type with neither was refused above
             table[cls] = handler
     return table
 
