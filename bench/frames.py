@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from engine.core import events as E  # noqa: E402
 from engine.sim.simulate import build_requests, run_policy  # noqa: E402
 from engine.sim.workload import generate  # noqa: E402
+from engine.trace.header import CONTIGUOUS, PAGED, RunHeader  # noqa: E402
 from engine.trace.io import TraceWriter, make_header  # noqa: E402
 
 NUM_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN = 64, 16, 256
@@ -54,16 +55,14 @@ def make_trace(path: Path, min_events: int, seed: int = 0) -> int:
             break
         n = int(n * min_events / max(1, len(counter.events))) + 10
     runs = [
-        {
-            "name": p,
-            "allocator": p,
-            "config": {
-                "num_blocks": NUM_BLOCKS,
-                "block_size": BLOCK_SIZE,
-                "num_slots": NUM_BLOCKS * BLOCK_SIZE,
-                "max_model_len": MAX_MODEL_LEN,
-            },
-        }
+        RunHeader(
+            p,
+            PAGED if p == PAGED else CONTIGUOUS,
+            NUM_BLOCKS * BLOCK_SIZE,
+            BLOCK_SIZE,
+            policy="" if p == PAGED else p,
+            max_model_len=MAX_MODEL_LEN,
+        )
         for p in POLICIES
     ]
     header = make_header(

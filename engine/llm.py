@@ -22,6 +22,7 @@ from engine.model.arena import bytes_per_block
 from engine.model.attention import resolve_backend
 from engine.model.loader import LoadedModel, load_model, resolve_device
 from engine.model.runner import build_runner
+from engine.trace.header import RunHeader
 from engine.trace.io import TraceWriter, make_header
 from kernels.fp8 import resolve_kv_dtype
 
@@ -283,9 +284,9 @@ class LLM:
             core.bus.subscribe(self.trace)
             return None
         name = self.config.allocator
-        config = self.config.trace_config(core.allocator.view_block_size)
+        run = RunHeader.from_engine(name, self.config, core.allocator.view_block_size)
         header = make_header(
-            [{"name": name, "allocator": name, "config": config}],
+            [run],
             model=self.model.name,
             device=str(self.model.device),
         )

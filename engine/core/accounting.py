@@ -31,9 +31,9 @@ Pure Python, no torch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 
 from engine.core import events as E
 
@@ -129,9 +129,7 @@ class Tally:
             self.finishing.clear()
         # One dict lookup instead of a chain of isinstance tests: a dry run folds every event of
         # a thousand-request run as it is emitted, and most of them are ``tokens_written``.
-        kind = type(ev)
-        handler = _HANDLERS.get(kind) or _handler_for(kind)
-        handler(self, ev)
+        self._HANDLERS[type(ev)](self, ev)
 
     def _arrived(self, ev: E.RequestArrived) -> None:
         self.requests[ev.req] = RequestInfo(len(self.requests), ev.prompt_len, ev.max_tokens)
@@ -220,6 +218,27 @@ class Tally:
 
     def _ignored(self, ev: E.Event) -> None:
         """Events that change no count (step ends, cache bookkeeping, swap fallbacks)."""
+
+    #: Each event type's step of the fold (built once, read for every event).
+    _HANDLERS: ClassVar[dict[type[E.Event], E.Handler]] = E.handler_table(
+        {
+            E.RequestArrived: _arrived,
+            E.Admitted: _admitted,
+            E.AdmissionBlocked: _blocked,
+            E.BlockAllocated: _block_allocated,
+            E.BlockShared: _block_shared,
+            E.BlockCopied: _block_copied,
+            E.SlotsReserved: _slots_reserved,
+            E.TokensWritten: _tokens_written,
+            E.BlockFreed: _block_freed,
+            E.ReservationReleased: _reservation_released,
+            E.SwappedOut: _swapped_out,
+            E.SwappedIn: _swapped_in,
+            E.Preempted: _preempted,
+            E.Finished: _finished,
+        },
+        default=_ignored,
+    )
 
     def _hold(self, req: str, slots: int) -> None:
         """``req`` holds ``slots`` more (or fewer); a request holding nothing is dropped."""
@@ -326,29 +345,6 @@ class Tally:
 
 #: Events that hand slots to a request.
 _ALLOCATING = (E.SlotsReserved, E.BlockAllocated, E.BlockShared, E.BlockCopied, E.SwappedIn)
-
-#: Each event type's step of the fold (a type not named here takes its nearest base's).
-_HANDLERS: dict[type, Callable[[Tally, Any], None]] = {
-    E.RequestArrived: Tally._arrived,
-    E.Admitted: Tally._admitted,
-    E.AdmissionBlocked: Tally._blocked,
-    E.BlockAllocated: Tally._block_allocated,
-    E.BlockShared: Tally._block_shared,
-    E.BlockCopied: Tally._block_copied,
-    E.SlotsReserved: Tally._slots_reserved,
-    E.TokensWritten: Tally._tokens_written,
-    E.BlockFreed: Tally._block_freed,
-    E.ReservationReleased: Tally._reservation_released,
-    E.SwappedOut: Tally._swapped_out,
-    E.SwappedIn: Tally._swapped_in,
-    E.Preempted: Tally._preempted,
-    E.Finished: Tally._finished,
-}
-_HANDLERS |= {kind: Tally._ignored for kind in E.EVENT_TYPES.values() if kind not in _HANDLERS}
-
-
-def _handler_for(kind: type) -> Callable[[Tally, Any], None]:
-    return next((_HANDLERS[base] for base in kind.__mro__ if base in _HANDLERS), Tally._ignored)
 
 
 def _take(amount: int, want: int) -> tuple[int, int]:

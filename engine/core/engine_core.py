@@ -49,19 +49,6 @@ class EngineConfig:
     def num_slots(self) -> int:
         return self.num_blocks * self.block_size
 
-    def trace_config(self, view_block_size: int) -> dict:
-        """The run's ``config`` in a trace header (what the viewer needs to draw the arena)."""
-        cfg: dict[str, int | str] = {
-            "num_blocks": self.num_blocks,
-            "block_size": self.block_size,
-            "num_slots": self.num_slots,
-            "max_model_len": self.max_model_len,
-            "view_block_size": view_block_size,
-        }
-        if self.preemption_mode == "swap":
-            cfg |= {"preemption_mode": "swap", "num_cpu_blocks": self.num_cpu_blocks}
-        return cfg
-
 
 def build_core(
     config: EngineConfig,

@@ -3,6 +3,9 @@
 Every event is a small frozen dataclass with a ``kind`` (its JSON tag), the engine ``step`` it
 happened in, and a global ``seq`` number that orders the whole stream. Events serialise to one flat
 JSON object each (``to_dict`` / ``from_dict``), which is what a JSONL trace stores line by line.
+An event about one request is a ``RequestEvent`` (its ``req``). What reads the stream event by
+event (the accounting fold, the viewer's fold, the checker's replay) dispatches through a
+``handler_table``, so a new kind of event is one more entry in each table.
 
 This module is pure Python and must stay importable without torch: the viewer folds these events.
 """
@@ -13,7 +16,7 @@ import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, ClassVar
+from typing import IO, Any, ClassVar
 
 #: Reasons a waiting request could not be admitted.
 BLOCKED_NO_FREE_BLOCK = "no_free_block"  # paging: fewer free blocks than the prompt needs
@@ -39,27 +42,34 @@ class Event:
 
 
 @dataclass(frozen=True)
-class RequestArrived(Event):
+class RequestEvent(Event):
+    """An event about one request, ``req``: every event but the step's end and the prefix
+    cache's bookkeeping. Its ``req`` comes right after ``step`` and ``seq``, as it always has in
+    a trace line."""
+
+    req: str
+
+
+@dataclass(frozen=True)
+class RequestArrived(RequestEvent):
     """A request entered the waiting queue. ``max_tokens`` bounds its output."""
 
     kind: ClassVar[str] = "request_arrived"
-    req: str
     prompt_len: int
     max_tokens: int
 
 
 @dataclass(frozen=True)
-class Admitted(Event):
+class Admitted(RequestEvent):
     """A waiting request joined the running batch. ``num_tokens`` is what it prefills now
     (its prompt, or prompt plus generated tokens when it is recomputed after a preemption)."""
 
     kind: ClassVar[str] = "admitted"
-    req: str
     num_tokens: int
 
 
 @dataclass(frozen=True)
-class AdmissionBlocked(Event):
+class AdmissionBlocked(RequestEvent):
     """The head of the waiting queue could not be admitted this step.
 
     ``need_slots`` is what admission asked for, ``free_slots`` the arena's free total and
@@ -67,7 +77,6 @@ class AdmissionBlocked(Event):
     ``reason`` is one of the BLOCKED_* constants; ``no_hole`` is external fragmentation made visible."""
 
     kind: ClassVar[str] = "admission_blocked"
-    req: str
     reason: str
     need_slots: int
     free_slots: int
@@ -75,85 +84,77 @@ class AdmissionBlocked(Event):
 
 
 @dataclass(frozen=True)
-class BlockAllocated(Event):
+class BlockAllocated(RequestEvent):
     """Paging: logical block ``logical`` of ``req`` now maps to physical block ``physical``."""
 
     kind: ClassVar[str] = "block_allocated"
-    req: str
     logical: int
     physical: int
 
 
 @dataclass(frozen=True)
-class SlotsReserved(Event):
+class SlotsReserved(RequestEvent):
     """Contiguous: slots ``[start, start + length)`` are reserved for ``req``."""
 
     kind: ClassVar[str] = "slots_reserved"
-    req: str
     start: int
     length: int
 
 
 @dataclass(frozen=True)
-class TokensWritten(Event):
+class TokensWritten(RequestEvent):
     """K/V of ``req``'s tokens at ``positions`` were written into arena ``slots`` this step."""
 
     kind: ClassVar[str] = "tokens_written"
-    req: str
     positions: tuple[int, ...]
     slots: tuple[int, ...]
 
 
 @dataclass(frozen=True)
-class BlockFreed(Event):
+class BlockFreed(RequestEvent):
     """Paging: ``req`` dropped its reference to ``physical``; ``ref_count`` is what remains
     (0 means the block is back in the free pool)."""
 
     kind: ClassVar[str] = "block_freed"
-    req: str
     physical: int
     ref_count: int
 
 
 @dataclass(frozen=True)
-class ReservationReleased(Event):
+class ReservationReleased(RequestEvent):
     """Contiguous: ``req``'s run ``[start, start + length)`` is free again."""
 
     kind: ClassVar[str] = "reservation_released"
-    req: str
     start: int
     length: int
 
 
 @dataclass(frozen=True)
-class Preempted(Event):
+class Preempted(RequestEvent):
     """``req`` lost its memory (released just before this event) and is back at the queue's
     front; it will be recomputed from its prompt plus ``num_generated`` tokens."""
 
     kind: ClassVar[str] = "preempted"
-    req: str
     num_generated: int
 
 
 @dataclass(frozen=True)
-class SwappedOut(Event):
+class SwappedOut(RequestEvent):
     """Preemption by swap: ``req``'s K/V blocks were copied to the CPU tier, ``block_map`` pairs
     ``(device, cpu)`` in logical order (its whole table). Its ``block_freed`` events and its
     ``preempted`` follow; it keeps its computed tokens and is not recomputed."""
 
     kind: ClassVar[str] = "swapped_out"
-    req: str
     block_map: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
-class SwappedIn(Event):
+class SwappedIn(RequestEvent):
     """A swapped request was admitted again: its CPU blocks were copied back into the device
     blocks just allocated for it, ``block_map`` pairs ``(cpu, device)`` in logical order (the
     block table is rewritten; the tokens are not recomputed). The CPU blocks are free again."""
 
     kind: ClassVar[str] = "swapped_in"
-    req: str
     block_map: tuple[tuple[int, int], ...]
 
 
@@ -162,14 +163,13 @@ SWAP_FALLBACK_SHARED = "shared_blocks"
 
 
 @dataclass(frozen=True)
-class SwapFallback(Event):
+class SwapFallback(RequestEvent):
     """Swap preemption was asked for but cannot be done: the CPU tier has only
     ``free_cpu_blocks`` free of the ``need_blocks`` ``req`` holds, or ``req`` holds a shared
     block. It is preempted by recompute instead (its ``block_freed`` and ``preempted`` events
     follow)."""
 
     kind: ClassVar[str] = "swap_fallback"
-    req: str
     need_blocks: int
     free_cpu_blocks: int
     #: why: the tier lacks room (``cpu_full``) or ``req`` holds a block others hold too
@@ -178,13 +178,12 @@ class SwapFallback(Event):
 
 
 @dataclass(frozen=True)
-class Finished(Event):
+class Finished(RequestEvent):
     """``req`` finished. ``final_len`` is how many K/V slots it filled at most (prompt plus
     generated tokens minus the last one, whose K/V is never computed); ``num_generated`` its
     output length; ``reason`` is ``eos`` or ``length``."""
 
     kind: ClassVar[str] = "finished"
-    req: str
     final_len: int
     num_generated: int
     reason: str
@@ -231,13 +230,12 @@ class AllBlocksCleared(Event):
 
 
 @dataclass(frozen=True)
-class BlockShared(Event):
+class BlockShared(RequestEvent):
     """Paging: logical block ``logical`` of ``req`` maps to ``physical``, a block another table
     holds or a cached one taken back from the free queue; ``ref_count`` is its holders now and
     ``num_tokens`` how many of its slots already hold ``req``'s K/V (not computed again)."""
 
     kind: ClassVar[str] = "block_shared"
-    req: str
     logical: int
     physical: int
     ref_count: int
@@ -245,24 +243,22 @@ class BlockShared(Event):
 
 
 @dataclass(frozen=True)
-class CacheHit(Event):
+class CacheHit(RequestEvent):
     """``req``'s prompt begins with the cached ``blocks`` (physical ids in logical order); its
     prefill skips ``tokens_saved`` tokens."""
 
     kind: ClassVar[str] = "cache_hit"
-    req: str
     blocks: tuple[int, ...]
     tokens_saved: int
 
 
 @dataclass(frozen=True)
-class BlockCopied(Event):
+class BlockCopied(RequestEvent):
     """Copy-on-write: ``req`` was about to write into ``src``, shared with others, so its
     logical block ``logical`` now maps to a fresh copy ``dst``; ``src_ref_count`` is what ``src``
     keeps and ``num_tokens`` the slots of ``req``'s K/V the copy carries."""
 
     kind: ClassVar[str] = "block_copied"
-    req: str
     logical: int
     src: int
     dst: int
@@ -295,6 +291,47 @@ EVENT_TYPES: dict[str, type[Event]] = {
         BlockCopied,
     )
 }
+
+
+#: What an interpreter of events does with one: ``handler(interpreter, event)``.
+Handler = Callable[[Any, Any], None]
+
+
+class _HandlerTable(dict[type[Event], Handler]):
+    """A type not in the table (a subclass of an event type) takes its nearest base's handler."""
+
+    def nearest(self, cls: type[Event]) -> Handler | None:
+        return next((self[base] for base in cls.__mro__ if base in self), None)
+
+    def __missing__(self, cls: type[Event]) -> Handler:
+        handler = self.nearest(cls)
+        if handler is None:
+            raise KeyError(cls)
+        return handler
+
+
+def handler_table(
+    handlers: dict[type[Event], Handler], default: Handler | None = None
+) -> dict[type[Event], Handler]:
+    """The one way to dispatch on an event: a table from every event type to its handler, built
+    once beside the handlers and read as ``table[type(ev)](interpreter, ev)`` (one dict lookup,
+    the cost the accounting fold can afford on every event). A type ``handlers`` leaves out
+    takes its nearest named base's handler (``RequestEvent``'s, say), else ``default``; with no
+    default every type must be covered, so a new event kind cannot slip past an interpreter
+    that must judge each one. Raises TypeError for a type left uncovered with no default, or a
+    key that is not an event type."""
+    stray = [cls for cls in handlers if not (isinstance(cls, type) and issubclass(cls, Event))]
+    if stray:
+        raise TypeError(f"not event types: {stray}")
+    table = _HandlerTable(handlers)
+    missing = [cls.kind for cls in EVENT_TYPES.values() if table.nearest(cls) is None]
+    if missing and default is None:
+        raise TypeError(f"no handler for event kinds {', '.join(missing)}")
+    for cls in EVENT_TYPES.values():
+        handler = table.nearest(cls) or default
+        if handler is not None:  # always: a type with neither was refused above
+            table[cls] = handler
+    return table
 
 
 #: Each event type's own fields (those ``emit`` passes besides ``step`` and ``seq``), for the

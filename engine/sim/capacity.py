@@ -42,7 +42,7 @@ from engine.core.allocators import check_block_size
 from engine.errors import InvalidConfigError
 from engine.files import NotRegularFileError, read_bounded
 from engine.model.gguf import GGUF_MAX_BYTES, gguf_metadata
-from engine.trace.check import all_text_encodes
+from engine.trace.schema import all_text_encodes
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 DEFAULT_ENTRY_BYTES = 8  # one block-table entry: an int64 physical block id

@@ -17,28 +17,23 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from engine.core.events import Event, JsonlSink
-from engine.trace.check import (
-    FORMAT,
-    LIMITS,
-    SCHEMA_VERSION,
-    Limits,
-    TraceChecker,
-    TraceError,
-    TraceTooLarge,
-)
-from engine.trace.check import check_header as _check_header
+from engine.trace.check import TraceChecker
+from engine.trace.header import FORMAT, SCHEMA_VERSION, RunHeader
+from engine.trace.header import check_header as _check_header
+from engine.trace.schema import LIMITS, Limits, TraceError, TraceTooLarge
 
 __all__ = [
     "FORMAT",
     "LIMITS",
     "SCHEMA_VERSION",
     "Limits",
+    "RunHeader",
     "Trace",
     "TraceError",
     "TraceWriter",
@@ -61,16 +56,25 @@ class Trace:
                 return r
         raise KeyError(name)
 
+    def run_header(self, name: str) -> RunHeader:
+        """Run ``name`` as the header declares it. A trace that was read has passed the check,
+        so this raises only KeyError, for a name it has no run of."""
+        runs = self.header["runs"]
+        for i, r in enumerate(runs):
+            if r["name"] == name:
+                return RunHeader.from_header(r, i)
+        raise KeyError(name)
+
     @property
     def run_names(self) -> list[str]:
         return [r["name"] for r in self.header["runs"]]
 
 
 def make_header(
-    runs: list[dict], *, model: str, device: str, scenario: dict | None = None, **extra
+    runs: Sequence[RunHeader], *, model: str, device: str, scenario: dict | None = None, **extra
 ) -> dict:
-    """Build a header. Each run is ``{"name", "allocator", "config": {num_slots, block_size, ...}}``."""
-    names = [r["name"] for r in runs]
+    """Build a header line's object from its runs. Raises ValueError for two runs of one name."""
+    names = [r.name for r in runs]
     if len(set(names)) != len(names):
         raise ValueError(f"run names must be unique, got {names}")
     return {
@@ -80,7 +84,7 @@ def make_header(
         "model": model,
         "device": device,
         "scenario": scenario or {},
-        "runs": runs,
+        "runs": [r.to_dict() for r in runs],
         **extra,
     }
 

@@ -20,6 +20,7 @@ from engine.core.request import Request, SamplingParams
 from engine.engine_args import KV_CACHE_DTYPES, EngineArgs, check_output_path
 from engine.errors import InvalidConfigError
 from engine.sim.simulate import EOS, FILLER, DryRunner
+from engine.trace.header import RunHeader
 from engine.trace.io import TraceError, TraceWriter, check_header, make_header
 from engine.trace.scenario import FILLER_TEXT, Scenario
 from engine.trace.scenario_runs import ScenarioRun, by_allocator
@@ -136,17 +137,16 @@ def record(
         probe = ScenarioRun("paged", kv_cache_dtype=kv_cache_dtype)
         _tell_oracle(base, _engine_config(scenario, probe), make_runner, eos, say)
     runs: dict[str, Run] = {}
-    configs: list[dict] = []
+    configs: list[RunHeader] = []
     for plan in plans:
         cfg = _engine_config(scenario, plan)
         runner = make_runner(cfg)
         core = build_core(cfg, runner, eos)
         reqs = [core.add_request(_copy(r)) for r in base]
         runs[plan.label] = Run(plan.label, core, reqs)
-        trace_cfg = cfg.trace_config(core.allocator.view_block_size)
-        if not plan.plain:  # what this run differs by (plain runs keep the old header)
-            trace_cfg |= _kv_config(runner) or _dry_kv_config(plan, scenario)
-        configs.append({"name": plan.label, "allocator": plan.allocator, "config": trace_cfg})
+        # what this run differs by (plain runs keep the old header)
+        kv = {} if plan.plain else _kv_config(runner) or _dry_kv_config(plan, scenario)
+        configs.append(RunHeader.from_engine(plan.label, cfg, core.allocator.view_block_size, **kv))
     header = make_header(
         configs,
         model=model_name,

@@ -33,8 +33,8 @@ from pathlib import Path
 from engine.core.request import SamplingParams, check_prompt
 from engine.errors import InvalidConfigError, InvalidRequestError
 from engine.files import read_bounded
-from engine.trace.check import LIMITS
 from engine.trace.scenario_runs import ScenarioRun, parse_runs
+from engine.trace.schema import LIMITS
 
 # A fixed passage to cut synthetic prompts from, so they are real text the model can read.
 FILLER_TEXT = (

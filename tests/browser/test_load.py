@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from engine.trace import io as T
-from engine.trace.check import LIMITS, TraceChecker
+from engine.trace.check import TraceChecker
+from engine.trace.schema import LIMITS
 from viz.app.lesson import MAX_UPLOAD_MB
 from viz.export.serve import SERVER_POLL_MS, running_app, wait_idle
 
@@ -90,7 +91,7 @@ class MaxTrace:
 
     def path(self) -> Path:
         """The recording, once it is both under the byte cap and within the reader's drawing
-        budget (engine.trace.check.Limits: frames x arena slots): the largest trace the app
+        budget (engine.trace.schema.Limits: frames x arena slots): the largest trace the app
         accepts, not one it refuses in a line."""
         while True:
             assert self.proc.wait(timeout=120) == 0

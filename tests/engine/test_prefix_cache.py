@@ -24,6 +24,7 @@ from engine.core.prefix_hash import ROOT_HASH, block_hash
 from engine.core.request import Request, SamplingParams
 from engine.sim.simulate import EOS, DryRunner
 from engine.trace import io as trace_mod
+from engine.trace.header import RunHeader
 from engine.trace.io import TraceWriter, make_header
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,13 +203,7 @@ def _run(allocator: str, reqs: list[Request], num_blocks: int, caching: bool, bl
     writer = TraceWriter(
         out,
         make_header(
-            [
-                {
-                    "name": allocator,
-                    "allocator": allocator,
-                    "config": config.trace_config(core.allocator.view_block_size),
-                }
-            ],
+            [RunHeader.from_engine(allocator, config, core.allocator.view_block_size)],
             model="none",
             device="none",
         ),
@@ -338,7 +333,7 @@ def test_parallel_samples_under_memory_pressure():
 
 @pytest.mark.parametrize("case", ["chat", "samples", "pressure"])
 def test_the_viewer_draws_each_shared_slot_once(case):
-    from viz.fold.reducer import HOLE, INTERNAL, PAGED, RESERVED, TOKEN, RunInfo, replay
+    from viz.fold.reducer import HOLE, INTERNAL, PAGED, RESERVED, TOKEN, replay
     from viz.render.layout import grid_layout
     from viz.render.svg import arena_svg, ref_counts
 
@@ -348,7 +343,7 @@ def test_the_viewer_draws_each_shared_slot_once(case):
         "pressure": (_chat(8, out_len=30), 14),
     }[case]
     _, events, config = _run("paged", reqs, blocks, caching=True)
-    run = RunInfo("paged", PAGED, num_slots=config.num_slots, block_size=config.block_size)
+    run = RunHeader("paged", PAGED, num_slots=config.num_slots, block_size=config.block_size)
     frames = replay(events, run)
     accts = account(
         events, config.num_slots, config.block_size, hindsight=False, show_finishing=True
@@ -415,7 +410,7 @@ def test_a_scenario_whose_samples_a_trace_cannot_hold_is_refused_on_load(tmp_pat
     ("run holds more than 4096 requests")."""
     from engine.errors import InvalidConfigError
     from engine.trace import scenario
-    from engine.trace.check import LIMITS
+    from engine.trace.schema import LIMITS
 
     f = tmp_path / "s.toml"
     one = '[[requests]]\nid = "R{}"\nprompt_len = 2\nmax_tokens = 1\nn = 256\n'

@@ -7,8 +7,8 @@ import pytest
 
 from engine.cli import main as cli
 from engine.errors import InvalidConfigError
-from engine.trace.check import LIMITS
 from engine.trace.scenario import load
+from engine.trace.schema import LIMITS
 
 MAX_ARRIVAL_STEP = LIMITS.max_events  # what a trace holds: one step_end per step at least
 MAX_SCENARIO_BYTES = LIMITS.max_line_chars  # what its header line holds

@@ -24,10 +24,11 @@ from engine.model.arena import KVArena
 from engine.model.cpu_tier import CpuKVStore
 from engine.sim.simulate import EOS, DryRunner
 from engine.trace import io as T
-from engine.trace.check import TraceError
+from engine.trace.header import RunHeader
+from engine.trace.schema import TraceError
 from kernels.fp8 import quantize
 from tests.kernels.test_fp8 import SMOL
-from viz.fold.reducer import RunInfo, replay
+from viz.fold.reducer import replay
 
 NUM_BLOCKS, NUM_CPU, BLOCK = 10, 8, 4
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,7 +159,7 @@ def _dry_run(
     ]
     buf = io.StringIO()
     header = T.make_header(
-        [{"name": "paged", "allocator": "paged", "config": cfg.trace_config(BLOCK)}],
+        [RunHeader.from_engine("paged", cfg, BLOCK)],
         model="none",
         device="none",
     )
@@ -291,7 +292,7 @@ def test_with_prefix_caching_only_unshared_requests_swap():
     accts = account(events, 14 * BLOCK, BLOCK, NUM_CPU)  # both tallies in one fold
     assert max(a.shared for a in accts) > 0 and max(a.cpu_used for a in accts) > 0
     assert accts[-1].cpu_used == 0
-    frames = replay(events, RunInfo("paged", "paged", 14 * BLOCK, BLOCK, num_cpu_blocks=NUM_CPU))
+    frames = replay(events, RunHeader("paged", "paged", 14 * BLOCK, BLOCK, num_cpu_blocks=NUM_CPU))
     assert len(frames) == len(accts)  # the viewer folds it too
     _, recompute = _dry_run("recompute", 0, num_blocks=14, prefix=True)
     assert [r.output_token_ids for r in reqs] == [r.output_token_ids for r in recompute]

@@ -8,6 +8,7 @@ import pytest
 
 from engine.core import events as E
 from engine.trace import io as T
+from engine.trace.header import PAGED, RunHeader
 from engine.trace.io import SCHEMA_VERSION, TraceError, TraceWriter, make_header, read
 from engine.trace.recorder import record
 from engine.trace.scenario import load as load_scenario
@@ -15,7 +16,7 @@ from engine.trace.scenario import load as load_scenario
 
 def _write_trace(path):
     header = make_header(
-        [{"name": "paged", "allocator": "paged", "config": {"num_slots": 64}}],
+        [RunHeader("paged", PAGED, num_slots=64, block_size=16)],
         model="m",
         device="cpu",
     )

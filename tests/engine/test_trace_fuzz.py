@@ -41,7 +41,6 @@ from viz.fold.reducer import (
     RESERVED,
     TOKEN,
     Frame,
-    RunInfo,
     replay,
 )
 from viz.render import html, svg
@@ -378,7 +377,7 @@ def check_accepted(trace: Trace, rng: random.Random) -> None:
     for name in trace.run_names:  # runs the lesson did not show: the viewer's fold all the same
         if name in folded:
             continue
-        info = RunInfo.from_header(trace.run_config(name))
+        info = trace.run_header(name)
         frames = replay(trace.runs[name], info)
         for f in frames:
             check_frame(f)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.core import events as E
 from engine.trace import io as T
 from engine.trace.io import read
 from viz.fold import captions, chapters
@@ -78,7 +79,7 @@ def facts(lesson: Lesson, i: int) -> set[str]:
                     out |= _ints(v)
             if ev.kind == "block_allocated":  # "block {logical - 1} is full"
                 out.add(str(ev.logical - 1))
-            key = (ev.kind, getattr(ev, "req", ""))
+            key = (ev.kind, ev.req if isinstance(ev, E.RequestEvent) else "")
             counts[key] = counts.get(key, 0) + 1
         out |= {str(n) for n in counts.values()} | {"0"}
         out.add(str(len({e.req for e in f.events if e.kind == "tokens_written"})))

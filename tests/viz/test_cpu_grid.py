@@ -7,8 +7,9 @@ import re
 
 from engine.core.accounting import account
 from engine.trace import io as T
+from engine.trace.header import RunHeader
 from tests.engine.test_swap import BLOCK, NUM_CPU, _dry_run
-from viz.fold.reducer import RunInfo, replay
+from viz.fold.reducer import replay
 from viz.render import svg
 from viz.render.cpu_grid import cpu_owners, moved_cpu_blocks
 from viz.render.layout import grid_layout
@@ -19,7 +20,7 @@ NUM_BLOCKS = 12
 def _frames(mode: str, num_cpu: int):
     text, _ = _dry_run(mode, num_cpu)
     events = T.loads(text).runs["paged"]
-    info = RunInfo("paged", "paged", NUM_BLOCKS * BLOCK, BLOCK, num_cpu_blocks=num_cpu)
+    info = RunHeader("paged", "paged", NUM_BLOCKS * BLOCK, BLOCK, num_cpu_blocks=num_cpu)
     return events, replay(events, info)
 
 

@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from engine.core import events as E
 from viz.fold import chapters
 from viz.fold.keyframes import matches, rule_event
 from viz.fold.lesson import Lesson
@@ -92,7 +93,7 @@ def _claims_hold(lesson: Lesson, lab: S.Lab) -> None:
         text = step.narration
         rule = lesson.spec.steps[k].rule
         ev = rule_event(lesson, kf, rule) if "event" in rule else None
-        req = getattr(ev, "req", None)
+        req = ev.req if isinstance(ev, E.RequestEvent) else None
         if rule.get("event") == "admitted":
             # held at the frame's end, or reserved and released in it (stopped as admitted)
             held = req in lesson.left.at(kf).reservations or any(

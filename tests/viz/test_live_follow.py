@@ -20,7 +20,7 @@ from engine.trace.recorder import record
 from engine.trace.scenario import load
 from viz.fold import lesson as L
 from viz.fold.lesson_folder import LessonSpec, load_spec
-from viz.fold.reducer import RunInfo, replay_settled
+from viz.fold.reducer import replay_settled
 from viz.live import follow
 from viz.live.follow import LiveLesson, _SideFold
 from viz.player import live as live_player
@@ -181,7 +181,7 @@ def test_a_cut_that_moves_back_folds_that_side_again(stream, spec):
     events = live.stream.events("paged")
     info = live.stream.trace(finished=True)
     assert info is not None
-    run = RunInfo.from_header(info.run_config("paged"))
+    run = info.run_header("paged")
     ends = [j + 1 for j, e in enumerate(events) if e.kind == "step_end"]
     back, fresh = _SideFold(run), _SideFold(run)
     third = len(events) // 3 + 1  # in the middle of a step: its events so far are a tail

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from engine.core import events as E
 from engine.core.accounting import account
+from engine.trace.header import RunHeader
 from engine.trace.io import parse_lines, read
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import LANGS, load_spec, trace_path
@@ -24,7 +25,6 @@ from viz.fold.reducer import (
     RESERVED,
     TOKEN,
     ArenaState,
-    RunInfo,
     apply,
     fold,
     replay,
@@ -82,8 +82,8 @@ def contiguous_fragmented() -> list[E.Event]:
     return s.events
 
 
-CONTIG = RunInfo("max", "contiguous", num_slots=40, block_size=4, policy="max")
-PAGED_RUN = RunInfo("paged", PAGED, num_slots=32, block_size=4)
+CONTIG = RunHeader("max", "contiguous", num_slots=40, block_size=4, policy="max")
+PAGED_RUN = RunHeader("paged", PAGED, num_slots=32, block_size=4)
 
 
 def paged_scattered() -> list[E.Event]:
@@ -176,7 +176,7 @@ def test_apply_is_pure_and_agrees_with_the_in_place_fold():
     assert [f.cells for f in frames] == [f.cells for f in fold(events, PAGED_RUN)]
 
 
-def _check_against_accounting(events, run: RunInfo) -> None:
+def _check_against_accounting(events, run: RunHeader) -> None:
     frames = replay(events, run)
     accounts = account(events, run.num_slots, run.block_size, hindsight=False, show_finishing=True)
     assert len(frames) == len(accounts)
@@ -194,12 +194,12 @@ def _check_against_accounting(events, run: RunInfo) -> None:
 @pytest.mark.parametrize("run", ["max", "paged"])
 def test_replaying_the_shipped_trace_reproduces_accounting_at_every_step(run):
     trace = read(TRACE)
-    _check_against_accounting(trace.runs[run], RunInfo.from_header(trace.run_config(run)))
+    _check_against_accounting(trace.runs[run], trace.run_header(run))
 
 
 def test_paging_wastes_less_than_one_block_per_request_at_every_frame():
     trace = read(TRACE)
-    info = RunInfo.from_header(trace.run_config("paged"))
+    info = trace.run_header("paged")
     for f in replay(trace.runs["paged"], info):
         for req, table in f.block_tables.items():
             v = f.requests[req]
@@ -222,7 +222,7 @@ def test_any_dry_run_folds_to_the_engines_accounting(items, policy):
     sink = E.ListSink()
     run_policy(policy, reqs, num_blocks=12, block_size=8, max_model_len=96, sinks=(sink,))
     kind = PAGED if policy == "paged" else "contiguous"
-    _check_against_accounting(sink.events, RunInfo(policy, kind, num_slots=96, block_size=8))
+    _check_against_accounting(sink.events, RunHeader(policy, kind, num_slots=96, block_size=8))
 
 
 def test_a_live_stream_ends_with_the_frames_of_its_replay():

@@ -14,9 +14,9 @@ from fractions import Fraction
 import pytest
 
 from engine.trace import io as T
+from engine.trace.header import RunHeader
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import load_spec, trace_path
-from viz.fold.reducer import RunInfo
 from viz.player import payload as player
 from viz.render import figures, svg, to_scale
 from viz.render.cpu_grid import tier_height
@@ -49,7 +49,7 @@ def _case(right_bytes: float | None) -> Lesson:
     return _lesson() if right_bytes is None else _lesson("six-steps", right_bytes)
 
 
-def _arena_bytes(run: RunInfo) -> float:
+def _arena_bytes(run: RunHeader) -> float:
     return run.num_slots * run.block_bytes / run.block_size
 
 

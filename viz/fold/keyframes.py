@@ -86,5 +86,6 @@ def _side_matches(side: Side, i: int, rule: dict) -> bool:
 
 
 def _admitted_in(frame: Frame, ev: E.Event) -> bool:
-    req = getattr(ev, "req", None)
-    return any(isinstance(e, E.Admitted) and e.req == req for e in frame.events)
+    if not isinstance(ev, E.RequestEvent):
+        return False
+    return any(isinstance(e, E.Admitted) and e.req == ev.req for e in frame.events)

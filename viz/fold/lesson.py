@@ -14,7 +14,7 @@ from engine.trace.io import Trace, TraceError
 from viz.fold.keyframes import find_keyframes
 from viz.fold.lesson_folder import SIDES, LessonSpec
 from viz.fold.lesson_model import Lesson, Side, Summary
-from viz.fold.reducer import CONTIGUOUS, PAGED, Frame, RunInfo, replay_settled
+from viz.fold.reducer import CONTIGUOUS, PAGED, Frame, replay_settled
 
 
 def build(spec: LessonSpec, trace: Trace, source: str = "lesson", partial: bool = False) -> Lesson:
@@ -72,7 +72,7 @@ def pick_runs(spec: LessonSpec, trace: Trace) -> dict[str, str]:
     names = trace.run_names
     if all(spec.runs[s] in names for s in SIDES):
         return dict(spec.runs)
-    kinds = {n: RunInfo.from_header(trace.run_config(n)).allocator for n in names}
+    kinds = {n: trace.run_header(n).allocator for n in names}
     left = next((n for n in names if kinds[n] == CONTIGUOUS), None)
     right = next((n for n in names if kinds[n] == PAGED), None)
     if left is None or right is None:
@@ -84,7 +84,7 @@ def pick_runs(spec: LessonSpec, trace: Trace) -> dict[str, str]:
 
 
 def _side(trace: Trace, run: str, title: dict) -> Side:
-    info = RunInfo.from_header(trace.run_config(run))
+    info = trace.run_header(run)
     events = trace.runs[run]
     frames, settled = replay_settled(events, info)
     if not frames:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.trace.header import RunHeader
 from viz.fold.lesson_folder import LessonSpec
-from viz.fold.reducer import Frame, RunInfo
+from viz.fold.reducer import Frame
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Summary:
 
 @dataclass(frozen=True)
 class Side:
-    run: RunInfo
+    run: RunHeader
     frames: list[Frame]
     title: dict[str, str]
     summary: Summary

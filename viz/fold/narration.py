@@ -77,9 +77,9 @@ def narration_context(lesson: Lesson, k: int) -> NarrationContext:
 
 
 def _request_facts(lesson: Lesson, i: int, ev: E.Event) -> RequestFacts | None:
-    req = getattr(ev, "req", None)
-    if req is None:
+    if not isinstance(ev, E.RequestEvent):
         return None
+    req = ev.req
     left, right = lesson.left.at(i), lesson.right.at(i)
     view = left.requests.get(req) or right.requests.get(req)
     run = left.reservations.get(req)
@@ -115,7 +115,7 @@ def _own_events(side: Side, i: int, req: str) -> list[E.Event]:
     """``req``'s events in frame ``i`` of ``side`` (none once that run has ended)."""
     if i >= len(side.frames):
         return []
-    return [e for e in side.frames[i].events if getattr(e, "req", None) == req]
+    return [e for e in side.frames[i].events if isinstance(e, E.RequestEvent) and e.req == req]
 
 
 def _table_as_it_stopped(side: Side, i: int, req: str) -> tuple[int, ...]:

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from engine.core import events as E
 from engine.core.accounting import StepAccount, Tally
+from engine.trace.header import CONTIGUOUS as CONTIGUOUS  # the viewer's names for the two kinds
+from engine.trace.header import PAGED as PAGED
+from engine.trace.header import RunHeader
 
 # One character per slot: compact, hashable, and cheap to compare between frames.
 TOKEN, RESERVED, INTERNAL, FREE, HOLE = "T", "R", "I", "F", "H"
@@ -35,48 +37,6 @@ CELL_CATEGORY = {
     FREE: "free",
     HOLE: "external",
 }
-
-PAGED, CONTIGUOUS = "paged", "contiguous"
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """What a frame needs to know about the run it belongs to (from the trace header)."""
-
-    name: str
-    allocator: str  # PAGED or CONTIGUOUS
-    num_slots: int
-    block_size: int  # paging granularity; for a contiguous run, the block size it is drawn at
-    policy: str = ""  # contiguous policy (max / pow2 / oracle), "" for paging
-    max_model_len: int = 0
-    num_cpu_blocks: int = 0  # the CPU tier under the arena (swap preemption), 0 if none
-    block_bytes: int = 0  # K and V of one block over all layers, when the header says
-    kv_cache_dtype: str = ""  # the arena's element type, when the header says
-
-    @classmethod
-    def from_header(cls, run: dict) -> RunInfo:
-        """Read ``{"name", "allocator", "config": {...}}``. Contiguous allocators may be named
-        ``contiguous``, ``max``, ``pow2`` or ``oracle``; anything else that is not ``paged`` is
-        treated as contiguous with that name as its policy."""
-        cfg = run.get("config", {})
-        alloc = str(run.get("allocator", run["name"]))
-        kind = PAGED if alloc == PAGED else CONTIGUOUS
-        policy = (
-            ""
-            if kind == PAGED
-            else str(cfg.get("policy", alloc if alloc != CONTIGUOUS else run["name"]))
-        )
-        return cls(
-            name=run["name"],
-            allocator=kind,
-            num_slots=int(cfg["num_slots"]),
-            block_size=int(cfg.get("block_size") or 16),
-            policy=policy,
-            max_model_len=int(cfg.get("max_model_len") or 0),
-            num_cpu_blocks=int(cfg.get("num_cpu_blocks") or 0),
-            block_bytes=int(cfg.get("block_bytes") or 0),
-            kv_cache_dtype=str(cfg.get("kv_cache_dtype") or ""),
-        )
 
 
 def label(order: int) -> str:
@@ -125,7 +85,7 @@ class Frame:
 
     index: int
     step: int
-    run: RunInfo
+    run: RunHeader
     cells: str
     owners: tuple[str | None, ...]
     changed: frozenset[int]
@@ -170,7 +130,7 @@ class ArenaState:
     ``tally`` is the one fold of requests, queue, refusals and slot counts; this state adds
     only where each slot sits (owners, positions, block tables, runs) and reads the rest."""
 
-    run: RunInfo
+    run: RunHeader
     tally: Tally
     owners: list[str | None]
     pos: list[int]  # token position each held slot stands for
@@ -189,7 +149,7 @@ class ArenaState:
     touched: set[str] = field(default_factory=set)
 
     @classmethod
-    def empty(cls, run: RunInfo) -> ArenaState:
+    def empty(cls, run: RunHeader) -> ArenaState:
         """A fresh arena. Each request's bound stands in for its final length until its
         ``finished`` event: nobody knows it sooner."""
         n = run.num_slots
@@ -221,18 +181,15 @@ def apply(state: ArenaState, ev: E.Event) -> ArenaState:
 def step_in_place(s: ArenaState, ev: E.Event) -> None:
     """The transition itself, mutating ``s`` (``fold`` uses it; ``apply`` wraps it)."""
     s.tally.apply(ev)
-    req = getattr(ev, "req", None)
-    if req is not None:
-        s.touched.add(req)
+    if isinstance(ev, E.RequestEvent):
+        s.touched.add(ev.req)
     if isinstance(ev, E.StepEnd):
         s.last_frame = _close(s, ev.step)
         s.step_events = []
         s.released = {}
         return
     s.step_events.append(ev)
-    handler = _HANDLERS.get(ev.kind)
-    if handler:
-        handler(s, ev)
+    _HANDLERS[type(ev)](s, ev)
 
 
 def _block_allocated(s: ArenaState, ev: E.BlockAllocated) -> None:
@@ -325,16 +282,24 @@ def _clear(s: ArenaState, start: int, length: int, releaser: str | None = None) 
         s.owners[slot], s.pos[slot], s.written[slot] = None, -1, False
 
 
-_HANDLERS: dict[str, Callable[[ArenaState, Any], None]] = {
-    E.BlockAllocated.kind: _block_allocated,
-    E.SlotsReserved.kind: _slots_reserved,
-    E.TokensWritten.kind: _tokens_written,
-    E.BlockFreed.kind: _block_freed,
-    E.ReservationReleased.kind: _reservation_released,
-    E.SwappedIn.kind: _swapped_in,
-    E.BlockShared.kind: _block_shared,
-    E.BlockCopied.kind: _block_copied,
-}
+def _in_place(s: ArenaState, ev: E.Event) -> None:
+    """Events that move no slot (the queue, refusals and counts are Tally's)."""
+
+
+#: What each event does to where slots sit.
+_HANDLERS = E.handler_table(
+    {
+        E.BlockAllocated: _block_allocated,
+        E.SlotsReserved: _slots_reserved,
+        E.TokensWritten: _tokens_written,
+        E.BlockFreed: _block_freed,
+        E.ReservationReleased: _reservation_released,
+        E.SwappedIn: _swapped_in,
+        E.BlockShared: _block_shared,
+        E.BlockCopied: _block_copied,
+    },
+    default=_in_place,
+)
 
 
 def _close(s: ArenaState, step: int) -> Frame:
@@ -472,7 +437,7 @@ def _request_view(t: Tally, r: str) -> RequestView:
 
 
 def fold(
-    events: Iterable[E.Event], run: RunInfo, state: ArenaState | None = None
+    events: Iterable[E.Event], run: RunHeader, state: ArenaState | None = None
 ) -> Iterator[Frame]:
     """Yield one Frame per ``step_end``, folding in place (same transition as ``apply``) into
     ``state`` (a fresh arena when None)."""
@@ -483,13 +448,13 @@ def fold(
             yield state.last_frame
 
 
-def replay(events: list[E.Event], run: RunInfo) -> list[Frame]:
+def replay(events: list[E.Event], run: RunHeader) -> list[Frame]:
     """All frames of a run, exactly as they were folded while it ran: no final length is read
     ahead of the ``finished`` event that tells it."""
     return list(fold(events, run))
 
 
-def replay_settled(events: list[E.Event], run: RunInfo) -> tuple[list[Frame], Frame | None]:
+def replay_settled(events: list[E.Event], run: RunHeader) -> tuple[list[Frame], Frame | None]:
     """``replay``, and the arena as the run left it (``settle``): what its side shows once its
     last step is over while the other side still steps."""
     state = ArenaState.empty(run)

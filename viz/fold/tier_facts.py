@@ -3,7 +3,7 @@
 Swap preemption moves blocks to the CPU tier and back; recompute preemption throws K/V away and
 computes it again. Both are counted here from the frames' own events, so narration can weigh
 recomputed tokens against bytes moved. An arena's element type (bf16, fp8) and its bytes come
-from the trace header (``RunInfo.block_bytes``, ``kv_cache_dtype``). Pure Python, no torch.
+from the trace header (``RunHeader.block_bytes``, ``kv_cache_dtype``). Pure Python, no torch.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.core import events as E
-from viz.fold.reducer import Frame, RunInfo
+from engine.trace.header import RunHeader
+from viz.fold.reducer import Frame
 
 MIB = 1 << 20
 
@@ -44,7 +45,7 @@ class TierFacts:
     arena_mib: str
 
 
-def tier_facts(run: RunInfo, frames: Sequence[Frame], i: int) -> TierFacts:
+def tier_facts(run: RunHeader, frames: Sequence[Frame], i: int) -> TierFacts:
     """Counts over ``frames[: i + 1]``: swaps each way, blocks and bytes moved, swap
     fallbacks, preemptions, and ``recomputed``: K/V slots that recompute preemption threw
     away (each victim's written slots at the frame before), which must be computed again, less

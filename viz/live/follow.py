@@ -24,10 +24,11 @@ from dataclasses import dataclass, field, replace
 from engine.core import events as E
 from engine.core.accounting import CATEGORIES, StepAccount, Tally
 from engine.trace.check import LIMITS, Limits, TraceError
+from engine.trace.header import RunHeader
 from engine.trace.io import Trace
 from viz.fold.keyframes import find_keyframes
 from viz.fold.lesson import SIDES, Lesson, LessonSpec, Side, Summary, pick_runs
-from viz.fold.reducer import ArenaState, Frame, RunInfo, fold, settle
+from viz.fold.reducer import ArenaState, Frame, fold, settle
 from viz.live.run import LiveRun
 from viz.live.stream import TraceStream
 from viz.player.live import LivePayload
@@ -83,7 +84,7 @@ class _Hindsight:
     show_finishing=True)``, time-averaged) kept current as events arrive. ``base`` has folded
     the steps whose accounts can no longer change; each call accounts again only from there."""
 
-    def __init__(self, run: RunInfo) -> None:
+    def __init__(self, run: RunHeader) -> None:
         self.run = run
         self.final: dict[str, int] = {}  # final lengths told by events[:seen]
         self.settled: dict[str, list[float]] = {c: [] for c in CATEGORIES}  # each step's share
@@ -151,7 +152,7 @@ class _SideFold:
     scoreboard. The fold stops at the cut's last step end; what follows it (a step still
     being written) is kept apart, as the live edge may cut it off again next tick."""
 
-    def __init__(self, run: RunInfo) -> None:
+    def __init__(self, run: RunHeader) -> None:
         self.run = run
         self.state = ArenaState.empty(run)
         self.frames: list[Frame] = []
@@ -249,7 +250,7 @@ class LiveLesson:
         for side in SIDES:
             name = runs[side]
             if side not in self._sides or self._sides[side].run.name != name:
-                self._sides[side] = _SideFold(RunInfo.from_header(trace.run_config(name)))
+                self._sides[side] = _SideFold(trace.run_header(name))
             fold_ = self._sides[side]
             fold_.advance(trace.runs[name], self._counts[name].ends, cuts[name])
             sides[side] = fold_.side(trace.runs[name], self.spec.side_titles[side])

@@ -2,7 +2,7 @@
 
 Two runs shown side by side may store K/V in different element types: bf16 on the left, fp8 on
 the right, the same bytes in all. Each slot is drawn at an area proportional to its bytes
-(``RunInfo.block_bytes / block_size``, which the engine took from its own arena tensor): the
+(``RunHeader.block_bytes / block_size``, which the engine took from its own arena tensor): the
 heaviest at full size, a lighter one in rows ``ratio`` as tall, each block still in one row. So
 two arenas of equal bytes cover equal area. Where a header does not say (``block_bytes`` 0) or
 both slots weigh the same, both sides share one square-cell layout, exactly as before. So do
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from fractions import Fraction
 
+from engine.trace.header import RunHeader
 from viz import ui_text
-from viz.fold.reducer import RunInfo
 from viz.fold.tier_facts import dtype_name
 from viz.render.layout import GridLayout, grid_layout
 
@@ -28,12 +28,12 @@ MAX_RATIO = 16
 MIN_TEXT = 0.6  # in-cell text shrunk below 60 % of its size is too small to read: left out
 
 
-def slot_bytes(run: RunInfo) -> float:
+def slot_bytes(run: RunHeader) -> float:
     """K and V bytes of one slot over all layers; 0 when the header does not say."""
     return run.block_bytes / run.block_size if run.block_bytes > 0 and run.block_size > 0 else 0
 
 
-def area_scales(runs: Sequence[RunInfo]) -> list[float]:
+def area_scales(runs: Sequence[RunHeader]) -> list[float]:
     """Each run's slot area as a share of the heaviest slot's; all 1.0 when any is unknown or
     when the slots differ more than ``MAX_RATIO`` times."""
     sizes = [slot_bytes(r) for r in runs]
@@ -43,7 +43,7 @@ def area_scales(runs: Sequence[RunInfo]) -> list[float]:
     return [b / top for b in sizes]
 
 
-def side_layouts(left: RunInfo, right: RunInfo) -> tuple[GridLayout, GridLayout]:
+def side_layouts(left: RunHeader, right: RunHeader) -> tuple[GridLayout, GridLayout]:
     """Both sides' layouts: the paged side's columns for both; a lighter side's rows shorter.
     Each side then gets the rows that fill one common drawn height, so both are drawn at one
     scale. Unscaled, both are the one layout ``grid_layout`` always gave."""
@@ -56,7 +56,7 @@ def side_layouts(left: RunInfo, right: RunInfo) -> tuple[GridLayout, GridLayout]
     return out[0], out[1]
 
 
-def drawn_rows(runs: Sequence[RunInfo], layouts: Sequence[GridLayout]) -> float:
+def drawn_rows(runs: Sequence[RunHeader], layouts: Sequence[GridLayout]) -> float:
     """How tall the taller side's own rows are, in full-height rows: the height both sides
     are drawn to, so both are drawn at one scale."""
     pairs = zip(runs, layouts, strict=True)
@@ -70,7 +70,7 @@ def text_scale(layout: GridLayout) -> float | None:
     return t if t >= MIN_TEXT else None
 
 
-def notes(left: RunInfo, right: RunInfo, lang: str = "en") -> tuple[list[str], list[str]]:
+def notes(left: RunHeader, right: RunHeader, lang: str = "en") -> tuple[list[str], list[str]]:
     """The lines under each side's grid: on a side drawn smaller than the heaviest, what the
     scale is and the bytes it comes from; none on a full-size side or an unscaled pair."""
     runs = (left, right)
@@ -93,7 +93,7 @@ def notes(left: RunInfo, right: RunInfo, lang: str = "en") -> tuple[list[str], l
     return out[0], out[1]
 
 
-def _name(run: RunInfo) -> str:
+def _name(run: RunHeader) -> str:
     return dtype_name(run.kv_cache_dtype) if run.kv_cache_dtype else run.name
 
 
