@@ -64,6 +64,7 @@ def test_generate_flags_reach_the_engine_config_after_one_check(engine_path):
     with pytest.raises(RunnerReached):
         main(
             ["generate", "hi", "--block-size", "8", "--num-blocks", "12", "--max-model-len", "32"]
+            + ["--max-tokens", "16"]
             + ["--max-num-seqs", "3", "--preemption-mode", "swap", "--enable-prefix-caching"]
             + ["--kv-cache-dtype", "fp8_e4m3"]
         )
