@@ -112,12 +112,11 @@ def _lesson(
     )
     rel = {p: p.relative_to(site).as_posix() for p in files}
     for lg in LANGS:
-        entry.gifs.update({lg: rel[p] for p in files if p.name == f"{name}-{lg}.gif"})
-        entry.figures[lg] = [
-            rel[media / lecture.file_name(name, k, lg, "png")]
-            for k in range(entry.steps)
-            if media / lecture.file_name(name, k, lg, "png") in rel
-        ]
+        gif = media / f"{name}-{lg}.gif"
+        if gif in rel:
+            entry.gifs[lg] = rel[gif]
+        figures = [media / lecture.file_name(name, k, lg, "png") for k in range(entry.steps)]
+        entry.figures[lg] = [rel[p] for p in figures if p in rel]
     if entry.figures.get("en"):
         thumb = thumbnail(site / entry.figures["en"][0], media / f"{name}-thumb.png")
         entry.thumb = thumb.relative_to(site).as_posix()
@@ -196,9 +195,7 @@ def index_page(entries: list[Entry]) -> str:
         f"<h1>{html_text(t['en']['title'])}</h1>"
         f"<p class='zh' lang='zh-Hans'><b>{html_text(t['zh']['title'])}</b></p>"
         "<div class='intro'>"
-        + "".join(
-            f"<div lang='{HTML_LANG[lg]}'>{markdown(t[lg]['intro'])}</div>" for lg in LANGS
-        )
+        + "".join(f"<div lang='{HTML_LANG[lg]}'>{markdown(t[lg]['intro'])}</div>" for lg in LANGS)
         + "</div>"
     )
     cards = "".join(_card(e, t) for e in entries)
@@ -337,7 +334,9 @@ def export_main(argv: list[str] | None = None, prog: str = "python -m viz.export
 def main(argv: list[str] | None = None, prog: str = "python -m viz.export --site") -> int:
     args = parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
     if args.no_gif and args.frames is not None:
-        print("error: --frames shapes the animations, and --no-gif leaves them out", file=sys.stderr)
+        print(
+            "error: --frames shapes the animations, and --no-gif leaves them out", file=sys.stderr
+        )
         return 2
     options = SiteOptions(
         lessons=tuple(args.lesson),
