@@ -62,7 +62,10 @@ def _app(argv: list[str], prog: str) -> int:
     args = p.parse_args(argv)
     if not 0 < args.port < 65536:
         p.error(f"--port {args.port} is not a port (1 to 65535)")
-    return subprocess.call(app_command(args.host, args.port))
+    try:
+        return subprocess.call(app_command(args.host, args.port))
+    except KeyboardInterrupt:  # Ctrl-C reached Streamlit too (one process group): it stops
+        return 130
 
 
 def app_command(host: str, port: int) -> list[str]:

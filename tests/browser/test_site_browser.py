@@ -76,12 +76,14 @@ def test_each_lesson_page_steps_with_the_arrow_keys_offline(built, offline, name
     assert asked == [] and errors == []
 
 
-def test_the_chinese_link_opens_the_lesson_in_chinese(built, offline):
+def test_the_chinese_link_opens_the_lesson_in_chinese_and_it_leads_back(built, offline):
     page, asked, errors = offline
     page.goto((built / "index.html").as_uri())
     page.click("article[data-lesson='six-steps'] a.open[data-lang='zh']")
     wait_ready(page)
     assert page.evaluate("document.documentElement.lang") == "zh-Hans"
+    page.click("a.pk-sa-home")
+    assert page.url.endswith("/index.html")
     assert asked == [] and errors == []
 
 

@@ -103,3 +103,12 @@ def test_site_argv_takes_the_folder_wherever_the_flag_stands():
     assert site.site_argv(["--no-gif", "--site", "out"]) == ["out", "--no-gif"]
     assert site.site_argv(["--site=out", "--no-gif"]) == ["out", "--no-gif"]
     assert site.site_argv(["--out", "x"]) is None
+
+
+def test_every_flag_the_docs_give_the_course_pack_is_one_it_takes():
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "app.md").read_text(encoding="utf-8")
+    section = docs.split("## The course pack")[1].split("\n## ")[0]
+    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", section))
+    taken = {o for a in site.parser("paged site")._actions for o in a.option_strings}
+    assert {"--no-gif", "--lesson"} <= flags
+    assert flags <= taken | {"--site", "--format"}  # those two are viz.export's own

@@ -95,7 +95,7 @@ def _lesson(
 ) -> tuple[Entry, list[Path]]:
     lesson = lecture.load_lesson(name, options.root)
     page = site / "lessons" / f"{name}.html"
-    page.write_text(standalone.page(lesson, LANGS), encoding="utf-8")
+    page.write_text(standalone.page(lesson, LANGS, home="../index.html"), encoding="utf-8")
     entry = _entry(name, lesson, page.relative_to(site).as_posix())
     formats = [f for f, on in (("gif", options.gif), ("png", options.figures)) if on]
     if not formats:
