@@ -112,3 +112,13 @@ def test_every_flag_the_docs_give_the_course_pack_is_one_it_takes():
     taken = {o for a in site.parser("paged site")._actions for o in a.option_strings}
     assert {"--no-gif", "--lesson"} <= flags
     assert flags <= taken | {"--site", "--format"}  # those two are viz.export's own
+
+
+def test_a_folder_of_ones_own_lessons_is_read_instead_of_the_shipped_ones(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    shutil.copytree(LESSONS_DIR / "parallel-sampling", mine / "sampling")
+    argv = [str(tmp_path / "out"), "--lessons-dir", str(mine), "--no-gif", "--no-figures"]
+    assert site.main(argv) == 0
+    assert sorted(p.name for p in (tmp_path / "out" / "lessons").iterdir()) == ["sampling.html"]
+    assert site.main([str(tmp_path / "o2"), "--lessons-dir", str(tmp_path / "none")]) == 2
+    assert "no lessons to write" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """The course pack: every lesson as one folder a student opens without Python.
 
-    paged site DIR [--no-gif] [--no-figures] [--frames A:B] [--lesson NAME ...]
+    paged site DIR [--no-gif] [--no-figures] [--frames A:B] [--lesson NAME ...] [--lessons-dir D]
     python -m viz.export --site DIR ...
 
 writes ``index.html`` (each lesson with a thumbnail, its title and one-line summary in English
@@ -305,6 +305,13 @@ def parser(prog: str) -> argparse.ArgumentParser:
         metavar="NAME",
         help="only this lesson (repeatable; default: every shipped lesson)",
     )
+    p.add_argument(
+        "--lessons-dir",
+        type=Path,
+        default=LESSONS_DIR,
+        metavar="DIR",
+        help="a folder of lesson folders of your own (default: the shipped lessons)",
+    )
     p.add_argument("--no-gif", action="store_true", help="leave out the animations (the slow part)")
     p.add_argument("--no-figures", action="store_true", help="leave out the lecture figures")
     p.add_argument("--frames", metavar="A:B", help="each animation: frames A to B only")
@@ -340,6 +347,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m viz.export --site
         return 2
     options = SiteOptions(
         lessons=tuple(args.lesson),
+        root=args.lessons_dir,
         gif=not args.no_gif,
         figures=not args.no_figures,
         frames=args.frames,
