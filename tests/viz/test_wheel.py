@@ -110,6 +110,8 @@ def test_the_installed_command_runs_from_the_folder_alone(installed):
     done = paged(installed, "--help")
     assert done.returncode == 0 and "site" in done.stdout
     assert paged(installed, "--version").stdout.startswith("paged 0.")
+    engine = paged(installed, "capacity", "--help")
+    assert engine.returncode == 0 and engine.stdout.startswith("usage: paged capacity")
 
 
 def test_the_installed_command_builds_the_course_from_packaged_lessons(installed, tmp_path):
