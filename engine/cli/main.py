@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 
 from engine.errors import EngineInputError
@@ -35,16 +36,37 @@ def first_paragraph(doc: str | None) -> str:
     return " ".join((doc or "").split("\n\n")[0].split()).replace("``", "")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m engine", description=first_paragraph(__doc__))
+PROG = "python -m engine"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description=first_paragraph(__doc__))
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"engine.cli.{name}").add_parser(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _terminate(signum: int, frame) -> None:
+    # SIGTERM (kill, a process manager) and SIGHUP (a closed terminal) end a command as Ctrl-C
+    # does: a recording keeps the old trace and writes its own events to <name>.partial. By
+    # default Python dies on them at once, leaving a hidden temporary file and no .partial.
+    raise Terminated(signum)
+
+
+def run_command(argv: list[str] | None = None, prog: str = PROG) -> int:
+    """A whole command as a process runs it (``python -m engine``, ``paged simulate``): OpenMP
+    settled before any command module imports torch, SIGTERM and SIGHUP unwinding as Ctrl-C."""
+    from engine.threads import configure_openmp
+
+    configure_openmp()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminate)
+    return main(argv, prog)
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)
     try:
         return args.run(args)
     except EngineInputError as e:

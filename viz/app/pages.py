@@ -99,3 +99,12 @@ def navigation() -> StreamlitPage:  # what st.navigation returns
         for p in PAGES
     ]
     return st.navigation(pages, position="top")
+
+
+def run_app() -> None:
+    """The whole app, one script run: what ``app.py`` (a checkout's ``make run``) and
+    ``viz/app/script.py`` (the installed ``paged app``) both execute on every rerun."""
+    # A local file, not a material icon: those make the browser fetch the favicon.
+    icon = str(address.ASSETS / "icon.png")
+    st.set_page_config(page_title="PagedAttention, side by side", page_icon=icon, layout="wide")
+    navigation().run()

@@ -1,5 +1,5 @@
 import sys
 
-from viz.export.lecture import main
+from viz.export.site import export_main
 
-sys.exit(main())
+sys.exit(export_main())

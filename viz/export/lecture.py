@@ -338,13 +338,20 @@ def _split(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m viz.export") -> int:
     from viz.export import animate  # light: its heavy imports wait for a gif or mp4
 
+    argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(
-        prog="python -m viz.export",
+        prog=prog,
         description="Write a lesson's figures (one per step), its "
         "standalone page or its animations.",
+    )
+    p.add_argument(
+        "--site",
+        metavar="DIR",
+        help="instead: the whole course as one folder of offline pages "
+        "(viz/export/site.py; `--site DIR --help` for its options)",
     )
     p.add_argument("--lesson", default="six-steps", help="a folder under lessons/")
     p.add_argument("--out", required=True, help="folder to write into (created if missing)")
@@ -366,7 +373,6 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         help=f"gif/mp4 frames per second ({animate.DEFAULT_FPS:g})",
     )
-    argv = list(sys.argv[1:] if argv is None else argv)
     for i, a in enumerate(argv[:-1]):  # `--frames -2:` would read as an unknown option
         if a == "--frames" and argv[i + 1].startswith("-"):
             argv[i : i + 2] = [f"--frames={argv[i + 1]}"]

@@ -38,6 +38,7 @@ body {{ font-family: {SYSTEM_FONTS}; color: #1F2933; font-size: 16px; }}
 .pk-sa-lang button {{ font: inherit; font-size: 14px; border: 1px solid #d0d5dd;
   border-radius: .45rem; background: white; padding: .2rem .7rem; cursor: pointer; }}
 .pk-sa-lang button.on {{ background: #1F2933; color: white; border-color: #1F2933; }}
+.pk-sa-home {{ font-size: 14px; color: #2F62C8; }}
 .pk-sa-note {{ font-size: 13px; color: #6B7785; margin-top: 1rem; }}
 """
 
@@ -98,11 +99,22 @@ def _script_json(obj: object) -> str:
     )
 
 
+def _home_link(home: str | None, text: dict) -> str:
+    if home is None:
+        return ""
+    label = " · ".join(text[lg]["home"] for lg in LANGS)
+    return f"<a class='pk-sa-home' href='{_html.escape(home)}'>← {_html.escape(label)}</a>"
+
+
 def page(
-    lesson: Lesson, langs: tuple[str, ...] = LANGS, payloads: dict[str, dict] | None = None
+    lesson: Lesson,
+    langs: tuple[str, ...] = LANGS,
+    payloads: dict[str, dict] | None = None,
+    home: str | None = None,
 ) -> str:
     """The whole lesson as one HTML document (str). ``payloads`` may hand in payloads already
-    drawn (the app caches them); missing languages are drawn here."""
+    drawn (the app caches them); missing languages are drawn here. ``home``: a relative link
+    to the course's index (the course pack's pages), shown in the page's head."""
     drawn = dict(payloads or {})
     for lg in langs:
         if lg not in drawn:
@@ -134,7 +146,8 @@ def page(
         f"<style>{css}</style></head><body>"
         "<div class='pk-sa'><div class='pk-sa-head'>"
         f"<h1 id='pk-sa-title'>{_html.escape(lesson.spec.title[first])}</h1>"
-        f"<div class='pk-sa-lang' aria-label='{_html.escape(text[first]['switch'])}'>"
+        + _home_link(home, text)
+        + f"<div class='pk-sa-lang' aria-label='{_html.escape(text[first]['switch'])}'>"
         f"{buttons}</div></div>"
         f"<div id='pk-sa-player'>{player.asset('player.html')}</div>"
         "<div class='pk-sa-note' id='pk-sa-note'></div></div>"

@@ -17,11 +17,14 @@ import contextlib
 import hashlib
 import tomllib
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from viz.fold.facts import CONDITIONS, IF_TAG
 
-LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
+#: The shipped lessons: the ``lessons`` package's own folder, in a checkout as in an installed
+#: wheel (its lessons are package data; pyproject.toml lists them).
+LESSONS_DIR = Path(str(resources.files("lessons")))
 LANGS = ("en", "zh")
 SIDES = ("left", "right")
 
@@ -49,6 +52,7 @@ class LessonSpec:
     runs: dict[str, str]  # side -> run name in the trace
     side_titles: dict[str, dict[str, str]]
     steps: tuple[LessonStep, ...]
+    summary: dict[str, str] | None = None  # one line by language: what the course index says
 
 
 def available(root: Path = LESSONS_DIR) -> list[str]:
@@ -114,6 +118,7 @@ def load_spec(name: str, root: Path = LESSONS_DIR) -> LessonSpec:
             runs={side: doc[side]["run"] for side in SIDES},
             side_titles={side: texts(doc[side]["title"]) for side in SIDES},
             steps=steps,
+            summary=texts(doc["summary"]) if "summary" in doc else None,
         )
     except (KeyError, TypeError) as e:
         raise LessonError(f"lessons/{name}/lesson.toml lacks {e}") from None

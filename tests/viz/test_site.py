@@ -1,0 +1,124 @@
+"""The course pack without a browser: every shipped lesson is on the index and has its page, every
+link is relative and lands on a file of the site, the sources cite the paper and the essay by
+name, and a lesson's own text reaches the index only escaped. (Figures and GIFs need Chromium:
+tests/browser/test_site_browser.py and tests/viz/test_wheel.py build those.)"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+from viz.export import site
+from viz.export.lecture import ExportError
+from viz.fold.lesson_folder import LESSONS_DIR, available
+
+PAGES_ONLY = site.SiteOptions(gif=False, figures=False)
+LINK = re.compile(r"""\b(?:href|src)=['"]([^'"]*)['"]""")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    site.build_site(out, PAGES_ONLY)
+    return out
+
+
+def links(page: Path) -> list[str]:
+    return LINK.findall(page.read_text(encoding="utf-8"))
+
+
+def test_the_index_links_every_shipped_lesson_to_its_page(built):
+    names = available()
+    assert len(names) >= 5
+    hrefs = links(built / "index.html")
+    for name in names:
+        assert f"lessons/{name}.html" in hrefs
+        assert (built / "lessons" / f"{name}.html").stat().st_size > 10_000
+
+
+def test_each_lesson_shows_its_summary_in_both_languages(built):
+    text = (built / "index.html").read_text(encoding="utf-8")
+    assert "claims one block at a time" in text
+    assert "分页则一次只领一个 block" in text
+
+
+def test_every_link_is_relative_and_lands_on_a_file_of_the_site(built):
+    pages = sorted(built.rglob("*.html"))
+    assert {p.name for p in pages} >= {"index.html", "sources.html"}
+    for page in pages:
+        for link in links(page):
+            if link.startswith("data:"):
+                continue  # the player's icon, inline
+            assert not re.match(r"^[a-z][a-z0-9+.-]*:|^//|^/", link, re.I), (page.name, link)
+            target = (page.parent / unquote(link.split("#")[0])).resolve()
+            assert target.is_file() and built.resolve() in target.parents, (page.name, link)
+
+
+def test_the_sources_name_the_paper_by_section_and_the_essay_by_its_title(built):
+    text = (built / "sources.html").read_text(encoding="utf-8")
+    assert "Efficient Memory Management for Large Language Model Serving" in text
+    assert "SOSP 2023" in text and "§4.5" in text and "Fig. 13" in text
+    assert "PagedAttention：当 KV Cache 遇到操作系统分页" in text
+    assert "shared/seed" not in text and "/work" not in text  # a title, never a path
+    assert "61.8 %" in text  # one of the essay's claims, corrected
+    assert "{" not in re.sub(r"<style>.*?</style>", "", text, flags=re.S)  # every value filled
+
+
+HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+
+
+def test_a_lessons_own_text_is_escaped_on_the_index(tmp_path):
+    root = tmp_path / "lessons"
+    shutil.copytree(LESSONS_DIR / "six-steps", root / "evil")
+    toml = root / "evil" / "lesson.toml"
+    text = toml.read_text(encoding="utf-8")
+    text = re.sub(
+        r"^title = .*$", f"title = {{ en = '{HOSTILE}', zh = 'x' }}", text, count=1, flags=re.M
+    )
+    text = re.sub(r"^summary = .*$", f"summary = '{HOSTILE}'", text, count=1, flags=re.M)
+    toml.write_text(text, encoding="utf-8")
+    site.build_site(tmp_path / "out", site.SiteOptions(root=root, gif=False, figures=False))
+    index = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
+    assert "&lt;script&gt;alert(1)" in index
+    assert "<script" not in index and "<img src=x" not in index
+
+
+def test_an_unknown_lesson_is_refused_in_one_line(tmp_path):
+    with pytest.raises(ExportError, match="no lesson named 'nope'"):
+        site.build_site(tmp_path, site.SiteOptions(lessons=("nope",), gif=False, figures=False))
+
+
+def test_python_m_viz_export_site_builds_the_same_folder(tmp_path, capsys):
+    code = site.export_main(["--site", str(tmp_path / "s"), "--no-gif", "--no-figures"])
+    assert code == 0
+    assert (tmp_path / "s" / "index.html").is_file()
+    assert f"wrote {len(available()) + 2} files" in capsys.readouterr().err
+
+
+def test_site_argv_takes_the_folder_wherever_the_flag_stands():
+    assert site.site_argv(["--no-gif", "--site", "out"]) == ["out", "--no-gif"]
+    assert site.site_argv(["--site=out", "--no-gif"]) == ["out", "--no-gif"]
+    assert site.site_argv(["--out", "x"]) is None
+
+
+def test_every_flag_the_docs_give_the_course_pack_is_one_it_takes():
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "app.md").read_text(encoding="utf-8")
+    section = docs.split("## The course pack")[1].split("\n## ")[0]
+    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", section))
+    taken = {o for a in site.parser("paged site")._actions for o in a.option_strings}
+    assert {"--no-gif", "--lesson"} <= flags
+    assert flags <= taken | {"--site", "--format"}  # those two are viz.export's own
+
+
+def test_a_folder_of_ones_own_lessons_is_read_instead_of_the_shipped_ones(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    shutil.copytree(LESSONS_DIR / "parallel-sampling", mine / "sampling")
+    argv = [str(tmp_path / "out"), "--lessons-dir", str(mine), "--no-gif", "--no-figures"]
+    assert site.main(argv) == 0
+    assert sorted(p.name for p in (tmp_path / "out" / "lessons").iterdir()) == ["sampling.html"]
+    assert site.main([str(tmp_path / "o2"), "--lessons-dir", str(tmp_path / "none")]) == 2
+    assert "no lessons to write" in capsys.readouterr().err
