@@ -64,7 +64,8 @@ def test_each_lesson_page_steps_with_the_arrow_keys_offline(built, offline, name
     page, asked, errors = offline
     page.goto((built / "index.html").as_uri())
     page.click(f"article[data-lesson='{name}'] a.open[data-lang='en']")
-    assert page.url.endswith(f"/lessons/{name}.html")
+    # the player may already have written its frame into the hash
+    assert page.url.split("#")[0].endswith(f"/lessons/{name}.html")
     start = wait_ready(page)
     page.keyboard.press("ArrowRight")
     wait_painted(page, start + 1)
