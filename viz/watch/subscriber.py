@@ -55,6 +55,7 @@ class SubscriberConfig:
     max_replay: int = 10_000  # batches
     max_replay_bytes: int = 64 << 20  # what one replay may bring in; the rest is a gap
     reader_memory_bytes: int = MEMORY_BYTES  # the socket reader process's cap, beyond its start
+    listen: bool = False  # bind and wait for the server to connect (vLLM's default is to connect)
 
 
 class Replayer(Protocol):
@@ -113,6 +114,7 @@ class Subscriber:
             c.max_replay,
             c.max_replay_bytes,
             c.reader_memory_bytes,
+            c.listen,
         )
 
     def _run(self) -> None:
