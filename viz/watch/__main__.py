@@ -1,13 +1,16 @@
 """The watch page's subscriber and fold without a browser:
 
     python -m viz.watch ENDPOINT [--replay EP] [--topic T] [--seconds S] [--json] [--listen]
+                                 [--metrics http://HOST:PORT]
 
 Follows a KV-event stream (vLLM's or our engine's) exactly as the page does, and on Ctrl-C or
 after S seconds prints what it folded and exits 0. ``--json`` prints one object: ``num_blocks``,
 ``counters`` (stored, removed, cleared, malformed, gaps), ``chains`` (largest first) and
 ``blocks``, each ``{"hash", "parent", "copies"}`` with hashes as sent (an int, or the hex of
 bytes). ``--listen`` binds ENDPOINT and waits for the server to connect: what vLLM's publisher
-does unless its endpoint holds ``*`` or ``::``. A bad address is one line and exit status 2.
+does unless its endpoint holds ``*`` or ``::``. ``--metrics`` polls the server's Prometheus
+``/metrics`` beside the events (``metrics`` in the JSON: the last sample, or the error). A bad
+address is one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--listen", action="store_true", help="bind ENDPOINT; the server connects (vLLM's default)"
     )
+    ap.add_argument("--metrics", default=None, help="the server's HTTP address, for /metrics")
     ap.add_argument(
         "--allow-remote", action="store_true", help="allow an address beyond this machine"
     )
@@ -97,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         topic=args.topic,
         allow_remote=args.allow_remote,
         listen=args.listen,
+        metrics_url=args.metrics,
     )
     try:
         sub = Subscriber(config)
@@ -112,10 +117,18 @@ def main(argv: list[str] | None = None) -> int:
         pass
     finally:
         sub.stop()
+    m = sub.metrics
+    sample = None if m is None else m.latest()[0]
     if args.json:
-        print(json.dumps(view(sub.state)))
+        out = view(sub.state)
+        if m is not None:
+            out["metrics"] = {"values": sample and sample.values, "error": m.last_error}
+        print(json.dumps(out))
     else:
         print(text(sub.state.snapshot(), sub.url))
+        if m is not None:
+            got = sample and ", ".join(f"{k} {v:g}" for k, v in sorted(sample.values.items()))
+            print(f"metrics: {got or m.last_error or 'no answer yet'}")
     return 0
 
 
