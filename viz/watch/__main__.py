@@ -20,6 +20,7 @@ import json
 import signal
 import sys
 import threading
+from dataclasses import replace
 from typing import Any
 
 from engine.interop.kv_events import EndpointError
@@ -74,6 +75,18 @@ def text(snap: Snapshot, url: str) -> str:
     return "\n".join(lines)
 
 
+def _one_line(e: EndpointError, config: SubscriberConfig) -> str:
+    """The error in this command's terms: its opt-in is ``--allow-remote``."""
+    if not config.allow_remote:
+        try:
+            Subscriber(replace(config, allow_remote=True))
+        except EndpointError:
+            pass
+        else:
+            return f"{str(e).split(' is not loopback')[0]} is not loopback; pass --allow-remote to watch beyond this machine"
+    return str(e).splitlines()[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m viz.watch", description=__doc__.split("\n")[0])
     ap.add_argument("endpoint", help="tcp://HOST:PORT of the server's KV-event PUB socket")
@@ -106,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sub = Subscriber(config)
     except EndpointError as e:
-        print(str(e).splitlines()[0], file=sys.stderr)
+        print(_one_line(e, config), file=sys.stderr)
         return 2
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
