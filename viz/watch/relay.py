@@ -186,7 +186,7 @@ class Sockets:
                 left = deadline - time.monotonic()
                 if left <= 0 or not dealer.poll(int(left * 1000)):
                     break
-                # [b"", seq, payload], or [b"", topic, seq, payload] from newer vLLM
+                # [b"", topic, seq, payload] (vLLM 0.32, and us), or [b"", seq, payload] (older)
                 body = dealer.recv_multipart()[1:]
                 answered = True
                 if len(body) == 3:
