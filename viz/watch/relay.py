@@ -28,6 +28,7 @@ import json
 import os
 import resource
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -52,6 +53,7 @@ SEQ_END = (1 << 64) - 1  # END_SEQ as an int: the most a seq, or msgpack's int, 
 ABANDONED = 3  # the child's exit status when zmq has given up on its connection
 AT_CAP = 4  # ... when Python could not allocate under the memory cap
 RETRY_WITHIN_S = 1.0  # how soon zmq schedules a reconnect after a disconnect it will retry
+CANNOT_LISTEN = 5  # ... when the SUB socket could not bind its address (listen mode)
 
 Messages = list[list[bytes] | str]
 Replayed = tuple[list[tuple[int, bytes]], bool]
@@ -68,6 +70,9 @@ class RelayConfig:
     max_replay: int  # batches
     max_replay_bytes: int
     memory_bytes: int = MEMORY_BYTES
+    #: bind the SUB socket and let the server connect: vLLM's publisher connects, not binds,
+    #: unless its endpoint holds ``*`` or ``::``
+    listen: bool = False
 
     @property
     def answer_bytes(self) -> int:
@@ -90,27 +95,38 @@ class RelayError(RuntimeError):
 
 
 class Sockets:
-    """The live SUB (with a monitor saying when it connects) and, per replay, a fresh DEALER."""
+    """The live SUB (with a monitor saying when it connects, or when a server connects to it in
+    listen mode) and, per replay, a fresh DEALER. Raises zmq.ZMQError when it cannot listen."""
 
     def __init__(self, config: RelayConfig) -> None:
         self.config = config
         self.ctx: zmq.Context = zmq.Context()
-        self.sub = self._socket(zmq.SUB)
+        self.sub = self._socket(zmq.SUB, config.url)
         self.sub.setsockopt(zmq.RECONNECT_IVL, 100)
         self.sub.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         self.sub.setsockopt(zmq.SUBSCRIBE, config.topic.encode("utf-8"))
+        joined = zmq.EVENT_ACCEPTED if config.listen else zmq.EVENT_CONNECTED
         self.monitor = self.sub.get_monitor_socket(
-            zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+            joined | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
         )
         self.dropped_at: float | None = None  # disconnected, and no reconnect scheduled yet
-        self.sub.connect(config.url)
+        try:
+            if config.listen:
+                self.sub.bind(config.url)
+            else:
+                self.sub.connect(config.url)
+        except zmq.ZMQError:
+            self.ctx.destroy(linger=0)
+            raise
         self.poller = zmq.Poller()
         self.poller.register(self.sub, zmq.POLLIN)
         self.poller.register(self.monitor, zmq.POLLIN)
 
-    def _socket(self, kind: int) -> zmq.Socket:
+    def _socket(self, kind: int, url: str) -> zmq.Socket:
         sock = self.ctx.socket(kind)
         sock.setsockopt(zmq.LINGER, 0)
+        if "[" in url:  # zmq reaches an IPv6 address only when told it may
+            sock.setsockopt(zmq.IPV6, 1)
         sock.setsockopt(zmq.RCVHWM, self.config.rcvhwm)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         return sock
@@ -123,6 +139,8 @@ class Sockets:
         events = []
         while self.monitor.poll(0):
             ev = recv_monitor_message(self.monitor)["event"]
+            if ev == zmq.EVENT_ACCEPTED:  # listening: a server came to us, as a connect would
+                ev = zmq.EVENT_CONNECTED
             self.dropped_at = time.monotonic() if ev == zmq.EVENT_DISCONNECTED else None
             if ev != zmq.EVENT_CONNECT_RETRIED:
                 events.append(ev)
@@ -142,9 +160,14 @@ class Sockets:
 
     @property
     def abandoned(self) -> bool:
-        """zmq dropped the connection and will not reconnect."""
+        """zmq dropped the connection and will not reconnect. A listening socket never
+        reconnects: the server does, and the socket stays bound for it."""
         since = self.dropped_at
-        return since is not None and time.monotonic() - since > RETRY_WITHIN_S
+        return (
+            not self.config.listen
+            and since is not None
+            and time.monotonic() - since > RETRY_WITHIN_S
+        )
 
     def replay(self, start: int, upto: int) -> Replayed:
         """Batches ``start <= seq < upto`` from the replay socket, in order, whatever arrives
@@ -153,7 +176,7 @@ class Sockets:
         assert self.config.replay_url is not None
         out: list[tuple[int, bytes]] = []
         answered = False
-        dealer = self._socket(zmq.DEALER)
+        dealer = self._socket(zmq.DEALER, self.config.replay_url)
         try:
             dealer.connect(self.config.replay_url)
             dealer.send_multipart((b"", seq_bytes(start)), zmq.NOBLOCK)
@@ -163,7 +186,7 @@ class Sockets:
                 left = deadline - time.monotonic()
                 if left <= 0 or not dealer.poll(int(left * 1000)):
                     break
-                # [b"", seq, payload], or [b"", topic, seq, payload] from newer vLLM
+                # [b"", topic, seq, payload] (vLLM 0.32, and us), or [b"", seq, payload] (older)
                 body = dealer.recv_multipart()[1:]
                 answered = True
                 if len(body) == 3:
@@ -209,7 +232,14 @@ def main() -> None:
     """The child: serve requests from stdin until it closes. An app gone away mid-answer (its
     end of the pipe closed) or an allocation refused at the memory cap ends it with a status, not
     a traceback in the server's log: both are expected, and the app starts a new reader."""
-    sockets = Sockets(RelayConfig(**json.loads(sys.argv[1])))
+    # Ctrl-C in a terminal reaches the whole process group: the parent decides when this
+    # process ends (it closes the pipe), so a traceback here would only be noise
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    config = RelayConfig(**json.loads(sys.argv[1]))
+    try:
+        sockets = Sockets(config)
+    except zmq.ZMQError:
+        sys.exit(CANNOT_LISTEN)  # the app says so, in one line (Relay._ended)
     cap_memory(sockets.config.memory_bytes)
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     status = 0
@@ -330,6 +360,11 @@ class Relay:
             )
         if code == AT_CAP:
             return "the server sent more than the socket reader's memory cap holds"
+        if code == CANNOT_LISTEN:
+            return (
+                f"cannot listen on {self.config.url} (the port is taken, or the address is not "
+                "this machine's)"
+            )
         return f"the socket reader process ended (exit status {code})"
 
 

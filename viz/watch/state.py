@@ -7,7 +7,10 @@ and the per-second rate history.
 
 vLLM's events carry block hashes, each block's parent hash, its token ids and the block size.
 They do not carry physical block ids, which request holds a block, reference counts or block
-tables, so nothing here pretends to know them.
+tables, so nothing here pretends to know them. What they do show is how many physical copies of a
+hash the server holds: vLLM can cache one hash in two physical blocks (two requests computed the
+same prefix at once) and then sends one store, and later one removal, per copy. Each hash keeps
+that count; a removal takes one copy away, and the hash goes only with its last copy.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class Block:
     parent: Hash | None
     num_tokens: int
     preview: tuple[int, ...]  # the first PREVIEW_TOKENS token ids
+    copies: int = 1  # physical blocks the server reports holding this hash in
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class Snapshot:
     last_message_age: float | None
     kept_batches: int = 0  # raw batches in the ring, kept for the recording
     kept_bytes: int = 0  # their size; never more than ``WatchState.ring_bytes`` (bar one batch)
+    num_copies: int = 0  # physical blocks behind ``num_blocks`` hashes (more when duplicated)
 
 
 @dataclass
@@ -202,7 +207,7 @@ class WatchState:
                 stored += self._store(ev)
             elif isinstance(ev, InRemoved):
                 for h in ev.block_hashes:
-                    removed += self.blocks.pop(h, None) is not None
+                    removed += self._remove(h)
             elif isinstance(ev, InCleared):
                 self.counters["cleared"] += 1
                 self.blocks.clear()
@@ -211,13 +216,27 @@ class WatchState:
         self.counters["removed"] += removed
         self._rate(second, stored, removed)
 
+    def _remove(self, h: Hash) -> bool:
+        b = self.blocks.get(h)
+        if b is None:
+            return False
+        if b.copies > 1:
+            self.blocks[h] = replace(b, copies=b.copies - 1)
+        else:
+            del self.blocks[h]
+        return True
+
     def _store(self, ev: InStored) -> int:
         self.block_size = ev.block_size
         parent, n = ev.parent_block_hash, 0
         for i, h in enumerate(ev.block_hashes):
             toks = ev.token_ids[i * ev.block_size : (i + 1) * ev.block_size]
-            if h in self.blocks or len(self.blocks) < self.max_blocks:
-                self.blocks[h] = Block(parent, len(toks), tuple(toks[:PREVIEW_TOKENS]))
+            old = self.blocks.get(h)
+            if old is not None or len(self.blocks) < self.max_blocks:
+                # a hash stored again while held is a second physical copy (the count is an int:
+                # a stream repeating one store cannot grow memory)
+                copies = 1 if old is None else old.copies + 1
+                self.blocks[h] = Block(parent, len(toks), tuple(toks[:PREVIEW_TOKENS]), copies)
                 n += 1
             else:
                 self.counters["untracked"] += 1
@@ -240,6 +259,11 @@ class WatchState:
             self._ring_total -= len(self.ring.popleft()[1])
 
     # --- reading ----------------------------------------------------------------------------
+
+    def held(self) -> list[tuple[Hash, Hash | None, int]]:
+        """Every hash held, as ``(hash, parent, copies)``, in the order first stored."""
+        with self.lock:
+            return [(h, b.parent, b.copies) for h, b in self.blocks.items()]
 
     def snapshot(self, top: int = 50, max_age: float = 0.0) -> Snapshot:
         """What the page draws. Drawing the chains of 200k blocks takes most of a second, and
@@ -273,8 +297,19 @@ class WatchState:
             last_error, last_seq, bs = self.last_error, self.last_seq, self.block_size
             kept = (len(self.ring), self._ring_total)
         chains, nodes = _chains(blocks, top, self.max_nodes)
+        copies = sum(b.copies for b in blocks.values())
         snap = Snapshot(
-            len(blocks), chains, nodes, rates, counters, last_error, last_seq, bs, None, *kept
+            len(blocks),
+            chains,
+            nodes,
+            rates,
+            counters,
+            last_error,
+            last_seq,
+            bs,
+            None,
+            *kept,
+            num_copies=copies,
         )
         return changes, top, now, snap
 

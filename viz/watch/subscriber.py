@@ -30,6 +30,7 @@ import zmq
 
 from engine.interop.kv_events import MAX_MESSAGE_BYTES, MalformedBatch, decode_batch, parse_endpoint
 from viz import safe
+from viz.watch.metrics import MetricsPoller, parse_metrics_url
 from viz.watch.relay import MEMORY_BYTES, Relay, RelayConfig, RelayError, Replayed, framing_error
 from viz.watch.state import WatchState
 
@@ -55,6 +56,8 @@ class SubscriberConfig:
     max_replay: int = 10_000  # batches
     max_replay_bytes: int = 64 << 20  # what one replay may bring in; the rest is a gap
     reader_memory_bytes: int = MEMORY_BYTES  # the socket reader process's cap, beyond its start
+    listen: bool = False  # bind and wait for the server to connect (vLLM's default is to connect)
+    metrics_url: str | None = None  # the server's HTTP address: its /metrics polled beside
 
 
 class Replayer(Protocol):
@@ -78,6 +81,11 @@ class Subscriber:
             else ep.with_port(ep.port + 1).url
         )
         self.url = ep.url
+        self.metrics: MetricsPoller | None = (
+            MetricsPoller(parse_metrics_url(config.metrics_url, config.allow_remote))
+            if config.metrics_url
+            else None
+        )
         self.config = config
         self.state = state if state is not None else WatchState()
         self.connected = False
@@ -91,10 +99,14 @@ class Subscriber:
     def start(self) -> Subscriber:
         self._thread = threading.Thread(target=self._run, name="kv-events-sub", daemon=True)
         self._thread.start()
+        if self.metrics is not None:
+            self.metrics.start()
         return self
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
+        if self.metrics is not None:
+            self.metrics.stop()
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -113,6 +125,7 @@ class Subscriber:
             c.max_replay,
             c.max_replay_bytes,
             c.reader_memory_bytes,
+            c.listen,
         )
 
     def _run(self) -> None:
