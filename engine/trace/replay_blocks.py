@@ -204,6 +204,11 @@ class BlockReplay:
                 f"block_copied carries {ev.num_tokens} tokens; a copy precedes a "
                 f"write into a block of {bs}"
             )
+        if ev.num_tokens != r.filled - ev.logical * bs:
+            raise TraceError(
+                f"block_copied carries {ev.num_tokens} tokens; request {ev.req!r:.40} has "
+                f"{r.filled - ev.logical * bs} in logical block {ev.logical}"
+            )
         self._take(dst, fresh=True)
         self.written[dst * bs : dst * bs + ev.num_tokens] = b"\x01" * ev.num_tokens
         self.logical_of[dst] = ev.logical
