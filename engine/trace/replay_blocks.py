@@ -164,8 +164,8 @@ class BlockReplay:
                 f"block_shared at logical {ev.logical} for request {ev.req!r:.40}, which has "
                 f"{r.filled} tokens, not the {ev.logical * bs} of the full blocks before it"
             )
-        need = bs if self.refs[b] == 0 else has
-        if not 1 <= ev.num_tokens <= need or (self.refs[b] == 0 and ev.num_tokens != bs):
+        fits = ev.num_tokens == bs if self.refs[b] == 0 else 1 <= ev.num_tokens <= has
+        if not fits:
             raise TraceError(
                 f"block_shared carries {ev.num_tokens} tokens of block {b}, which holds {has} "
                 f"of {bs}"
