@@ -635,6 +635,8 @@ class _RunWriter:
         n = r["p"] + r["gen"]
         if self.paged:
             parent = self.reqs.get(r["parent"]) if r["parent"] else None
+            if parent is not None and r["parent"] in self.running and parent["filled"] < r["p"]:
+                return False  # as the engine, wait for the parent to compute the shared prompt
             fork = (
                 parent is not None
                 and r["gen"] == 0
@@ -706,20 +708,25 @@ class _RunWriter:
             )
         r["filled"] = sum(tokens)
         if tokens[-1] < bs:  # its first write lands in the last shared block: copy it
-            logical = len(r["table"]) - 1
-            src, dst = r["table"][logical], self.free_blocks.pop()
-            self.refs[src] -= 1
-            self.refs[dst] = 1
-            r["table"][logical] = dst
-            self.emit(
-                "block_copied",
-                req=req,
-                logical=logical,
-                src=src,
-                dst=dst,
-                src_ref_count=self.refs[src],
-                num_tokens=tokens[-1],
-            )
+            r["copy"] = (len(r["table"]) - 1, self.free_blocks.pop(), tokens[-1])
+            if self.rng.random() >= 5 * self.slip:  # else: a step later, writing nothing now
+                self._copy(req, r)
+
+    def _copy(self, req: str, r: dict) -> None:
+        logical, dst, n = r.pop("copy")
+        src = r["table"][logical]
+        self.refs[src] -= 1
+        self.refs[dst] = 1
+        r["table"][logical] = dst
+        self.emit(
+            "block_copied",
+            req=req,
+            logical=logical,
+            src=src,
+            dst=dst,
+            src_ref_count=self.refs[src],
+            num_tokens=n,
+        )
 
     def _slot(self, r: dict, pos: int) -> int:
         if self.paged:
@@ -734,6 +741,8 @@ class _RunWriter:
             if req not in self.running:
                 continue
             r = self.reqs[req]
+            if "copy" in r:
+                self._copy(req, r)
             while self.paged and len(r["table"]) * self.bs <= r["filled"]:
                 if self.free_blocks:
                     self._alloc(req)
@@ -745,6 +754,8 @@ class _RunWriter:
                 v = self.reqs[victim]
                 self.emit("preempted", req=victim, num_generated=v["gen"])
                 v["filled"] = 0
+                if "copy" in v:  # the block kept for its copy goes back
+                    self.free_blocks.append(v.pop("copy")[1])
                 preempted = True
                 if victim == req:
                     break
@@ -754,6 +765,8 @@ class _RunWriter:
                     break
         for req in list(self.running):
             r = self.reqs[req]
+            if "copy" in r:
+                continue
             # a prefill writes what the request has not computed, a decode step one token
             positions = list(range(r["filled"], max(r["filled"] + 1, r["p"] + r["gen"])))
             self.emit(
@@ -782,8 +795,9 @@ class _RunWriter:
 def grammar_trace(rng: random.Random) -> str:
     """A random trace written from the format: a header of one to three runs (any allocator,
     block size, arena and max_model_len), the same random requests (some parallel samples of
-    an earlier one) arriving in each, and each run's events from ``_RunWriter``. A third of the
-    traces are written without a slip; the rest slip now and then."""
+    an earlier one, arriving with it or after) arriving in each, and each run's events from
+    ``_RunWriter``. A quarter of the traces are written without a slip; the rest slip now and
+    then."""
     slip = rng.choice([0.0, 0.002, 0.01, 0.05])
     kinds = rng.sample(["max", "pow2", "oracle", "paged", "paged"], rng.randint(1, 3))
     mml = rng.choice([8, 16, 32, 64])
@@ -791,19 +805,17 @@ def grammar_trace(rng: random.Random) -> str:
     writers = [_RunWriter(rng, f"{k}{i}", k, slip, num_slots, mml) for i, k in enumerate(kinds)]
     steps = rng.randint(1, 40)
     arrivals: dict[int, list[tuple]] = {}
-    prompts: dict[int, tuple[int, int]] = {}
+    prompts: dict[int, tuple[int, int, int]] = {}
     for i in range(rng.randint(1, 8)):
         p = rng.randint(1, mml - 1)
         mt = rng.randint(1, mml - p + 1)
-        parent = None
-        if i and rng.random() < 0.4:  # a sample of an earlier request: the same prompt
+        at, parent = rng.randrange(steps), None
+        if i and rng.random() < 0.5:  # a sample of an earlier request: the same prompt
             k = rng.randrange(i)
-            parent = f"R{k}"
-            p, mt = prompts[k]
-        prompts[i] = (p, mt)
-        arrivals.setdefault(rng.randrange(steps), []).append(
-            (f"R{i}", p, mt, rng.randint(1, mt), parent)
-        )
+            p, mt, at = prompts[k]
+            at, parent = at + rng.randint(0, 2), f"R{k}"
+        prompts[i] = (p, mt, at)
+        arrivals.setdefault(at, []).append((f"R{i}", p, mt, rng.randint(1, mt), parent))
     for w in writers:
         for s in range(steps + 3 * mml):
             if s >= steps and not w.waiting and not w.running:
