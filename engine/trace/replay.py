@@ -8,8 +8,10 @@ inside the arena, shares in [0, 1], no negative free space). What it checks:
   ``step_end``;
 - references: events name requests that arrived; blocks and slots lie inside the arena;
 - the allocator's invariants: no overlapping reservations; a block is in as many tables as its
-  ref count says (sharing comes only through ``block_shared`` with the exact new count, copies
-  on write through ``block_copied``); a cached block is handed out fresh only after its
+  ref count says (sharing comes only through ``block_shared`` with the exact new count, at the
+  logical index every holder has the block at, after the request's full shared blocks and with
+  no more tokens than the block holds; a block shared in part is copied before its step ends;
+  copies on write through ``block_copied``); a cached block is handed out fresh only after its
   ``block_evicted`` and never while referenced; no double free,
   a request releases exactly what it holds before it is preempted or finishes, tokens land in
   slots the request holds at the positions its table maps, at most once each, and never into a
@@ -167,6 +169,14 @@ class RunChecker(BlockReplay):
                 raise TraceError(
                     f"request {name!r:.40} has written {r.filled} slots but holds {r.held}"
                 )
+            if r.part_shared is not None:
+                logical, b = r.part_shared
+                if logical < len(r.table) and r.table[logical] == b:
+                    raise TraceError(
+                        f"request {name!r:.40} ends step {ev.step} still sharing block {b}, "
+                        "of which block_shared gave it only part, uncopied"
+                    )
+                r.part_shared = None
         self.closed_step = ev.step
         self.budget.frame(self.spec.num_slots)
 

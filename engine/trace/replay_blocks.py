@@ -32,6 +32,9 @@ class RequestState:
     cpu_table: list[int] = field(default_factory=list)  # swapped: CPU blocks in logical order
     swapped_filled: int = 0  # slots it had written when swapped out (restored on swap-in)
     swapping: bool = False  # between its swapped_out and its preempted event
+    #: (logical, block) of a block shared with fewer tokens than it holds: the request must
+    #: copy it before the step ends, or its tokens in it are counted twice
+    part_shared: tuple[int, int] | None = None
 
 
 class BlockReplay:
@@ -46,6 +49,8 @@ class BlockReplay:
         self.refs = [0] * self.num_blocks  # paging: holders per block
         self.hash_of: list[str | None] = [None] * self.num_blocks
         self.stored_step = [-1] * self.num_blocks  # step a block was last cached in
+        # the logical index every table holding a block has it at (kept while it is cached)
+        self.logical_of = [-1] * self.num_blocks
         self.cached: dict[str, int] = {}  # hash -> block carrying it
         self.known_hashes: set[str] = {ROOT_HASH}  # every hash ever stored
         self.occupied = bytearray(n)  # contiguous: reserved slots
@@ -99,6 +104,7 @@ class BlockReplay:
                 f"block {b} is handed out fresh while still cached (no block_evicted before)"
             )
         self._take(b, fresh=True)
+        self.logical_of[b] = ev.logical
         r.table.append(b)
         r.held += self.spec.block_size
 
@@ -128,14 +134,42 @@ class BlockReplay:
                 f"block_shared gives block {b} ref_count {ev.ref_count}; it had "
                 f"{self.refs[b]} holder(s)"
             )
-        if not 1 <= ev.num_tokens <= self.spec.block_size:
+        if self.logical_of[b] != ev.logical:
             raise TraceError(
-                f"block_shared carries {ev.num_tokens} tokens; a block holds {self.spec.block_size}"
+                f"block_shared puts block {b} at logical {ev.logical}; its holders have it at "
+                f"logical {self.logical_of[b]}"
             )
+        self._shared_tokens(ev, r, b)
         self._take(b, fresh=False)
         r.table.append(b)
         r.held += self.spec.block_size
         r.filled += ev.num_tokens
+        if ev.num_tokens < self._tokens_in(b):
+            r.part_shared = (ev.logical, b)
+
+    def _tokens_in(self, b: int) -> int:
+        """The tokens block ``b`` holds: all of them once cached (a block is cached full, maybe
+        in this very step before its tokens_written), else the slots written so far."""
+        bs = self.spec.block_size
+        if self.hash_of[b] is not None:
+            return bs
+        return bs - self.written.count(0, b * bs, (b + 1) * bs)
+
+    def _shared_tokens(self, ev: E.BlockShared, r: RequestState, b: int) -> None:
+        """The engine shares a request's leading blocks, each full but maybe the last of a
+        fork, whose K/V the source block already holds; a cached block taken back is full."""
+        bs, has = self.spec.block_size, self._tokens_in(b)
+        if r.filled != ev.logical * bs:
+            raise TraceError(
+                f"block_shared at logical {ev.logical} for request {ev.req!r:.40}, which has "
+                f"{r.filled} tokens, not the {ev.logical * bs} of the full blocks before it"
+            )
+        fits = ev.num_tokens == bs if self.refs[b] == 0 else 1 <= ev.num_tokens <= has
+        if not fits:
+            raise TraceError(
+                f"block_shared carries {ev.num_tokens} tokens of block {b}, which holds {has} "
+                f"of {bs}"
+            )
 
     def _cache_hit(self, ev: E.CacheHit) -> None:
         self._kind(ev, paged=True)
@@ -170,10 +204,18 @@ class BlockReplay:
                 f"block_copied carries {ev.num_tokens} tokens; a copy precedes a "
                 f"write into a block of {bs}"
             )
+        if ev.num_tokens != r.filled - ev.logical * bs:
+            raise TraceError(
+                f"block_copied carries {ev.num_tokens} tokens; request {ev.req!r:.40} has "
+                f"{r.filled - ev.logical * bs} in logical block {ev.logical}"
+            )
         self._take(dst, fresh=True)
         self.written[dst * bs : dst * bs + ev.num_tokens] = b"\x01" * ev.num_tokens
+        self.logical_of[dst] = ev.logical
         self.refs[src] -= 1
         r.table[ev.logical] = dst
+        if r.part_shared == (ev.logical, src):
+            r.part_shared = None
 
     def _block_stored(self, ev: E.BlockStored) -> None:
         self._kind(ev, paged=True)

@@ -1,12 +1,16 @@
-"""Mutation fuzzer over the shipped traces (and random dry-run recordings): every mutated trace is either refused with one
-``TraceError`` line or accepted, and an accepted one folds on both sides into possible frames
-(categories non-negative and summing to the arena, shares in [0, 1], owners and blocks inside
-the arena) that the app's own renderers draw without error.
+"""Trace fuzzer: shipped traces (and random dry-run recordings) mutated, and traces written from
+the format itself (``grammar_trace``: random well-formed headers, runs, requests and event
+sequences that now and then slip). Every case is either refused with one ``TraceError`` line or
+accepted, and an accepted one folds on both sides into possible frames (categories non-negative
+and summing to the arena, shares in [0, 1], owners and blocks inside the arena) whose drawn
+cells per category are the frame's numbers, which are the engine's own account of the same
+events, and that the app's own renderers draw without error (sampled frames: the SVG's cells
+counted per category too).
 
-Seeded random, so a failure names its case and replays. ``FUZZ_CASES`` (default 2000: every
-one of the 17 mutation kinds is then applied over a hundred times, and the test asserts each
-was applied) and ``FUZZ_SECONDS`` (default 60, a cap for slow machines) run it longer on demand,
-e.g. ``FUZZ_CASES=20000 FUZZ_SECONDS=1200 pytest tests/engine/test_trace_fuzz.py -s``.
+Seeded random, so a failure names its case and replays. ``FUZZ_CASES`` (default 2000: a third
+grammar traces, and every one of the 17 mutation kinds is applied dozens of times, and the test
+asserts each was) and ``FUZZ_SECONDS`` (default 60, a cap for slow machines) run it longer on
+demand, e.g. ``FUZZ_CASES=20000 FUZZ_SECONDS=1200 pytest tests/engine/test_trace_fuzz.py -s``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from pathlib import Path
 import pytest
 
 from engine.core import events as E
-from engine.core.accounting import CATEGORIES
+from engine.core.accounting import CATEGORIES, account
+from engine.trace.header import RunHeader
 from engine.trace.io import Trace, TraceError, loads
 from engine.trace.recorder import record
 from engine.trace.scenario import Scenario, ScenarioRequest
@@ -45,10 +50,14 @@ from viz.fold.reducer import (
 )
 from viz.render import html, svg
 from viz.render.layout import GridLayout, grid_layout
+from viz.render.style import CATEGORY_COLOURS, cell_category
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [
-    ROOT / "lessons" / "six-steps" / "trace.jsonl",
+    *(
+        ROOT / "lessons" / name / "trace.jsonl"
+        for name in ("six-steps", "shared-prompt", "parallel-sampling", "recompute-or-swap")
+    ),
     *sorted((ROOT / "lessons" / "block-size" / "traces").glob("*.jsonl")),
 ]
 CASES = int(os.environ.get("FUZZ_CASES", "2000"))
@@ -110,6 +119,7 @@ class Tally:
     rejected: int = 0
     failures: list[str] = field(default_factory=list)
     kinds: Counter[str] = field(default_factory=Counter)  # mutations applied, by kind
+    outcomes: Counter[str] = field(default_factory=Counter)  # (source kind, accepted/refused)
 
 
 # --- mutations -------------------------------------------------------------------------------
@@ -328,6 +338,8 @@ def check_frame(f: Frame) -> None:
         a.external,
         a.free,
     )
+    drawn = Counter(cell_category(c) for c in f.cells)  # the category each cell is painted in
+    assert all(drawn[c] == getattr(a, c) for c in CATEGORIES), (f.index, drawn, a)
     assert set(f.owners) - {None} <= f.requests.keys()
     assert all(0 <= v.filled <= v.held <= n for v in f.requests.values())
     num_blocks = n // f.run.block_size
@@ -338,9 +350,52 @@ def check_frame(f: Frame) -> None:
     assert all(r in f.requests for r in (*f.running, *f.waiting))
 
 
+def check_numbers(frames: list[Frame], events: list[E.Event], info: RunHeader) -> None:
+    """The frames' numbers are the engine's own account of the same events (the fold the
+    metrics and ``simulate`` use, as the viewer runs it: no hindsight, finishing requests
+    shown): the grid counts cell by cell, Tally request by request, and a trace on which the
+    two part is one the reader should have refused."""
+    tally = account(
+        events,
+        info.num_slots,
+        info.block_size,
+        info.num_cpu_blocks,
+        hindsight=False,
+        show_finishing=True,
+    )
+    assert len(tally) == len(frames)
+    for f, t in zip(frames, tally, strict=True):
+        got = tuple(getattr(f.account, c) for c in CATEGORIES)
+        want = tuple(getattr(t, c) for c in CATEGORIES)
+        assert got == want, f"frame {f.index} draws {got}, the account says {want}"
+
+
+_PATTERN = re.compile(r"<pattern id='([^']+)'[^>]*><rect [^>]*fill='([^']+)'")
+_RUN = re.compile(r"<rect x='[^']*' y='[^']*' width='([^']+)' height='[^']*' fill='([^']+)'")
+_COLOUR_CATEGORY = {v: k for k, v in CATEGORY_COLOURS.items()}
+
+
+def drawn_cells(picture: str) -> Counter[str]:
+    """Cells per category as the SVG paints them: each run of the grid is one rect whose width
+    spans its cells and whose fill (or pattern's fill) is its category's colour."""
+    defs, body = picture.split("</defs>", 1)
+    fills = {f"url(#{pid})": colour for pid, colour in _PATTERN.findall(defs)}
+    runs = body.split("<path", 1)[0]  # the runs come first, before the gaps are cut
+    out: Counter[str] = Counter()
+    for width, fill in _RUN.findall(runs):
+        cells = (float(width) + svg.GAP) / svg.CELL
+        assert cells == int(cells), width
+        out[_COLOUR_CATEGORY[fills.get(fill, fill)]] += int(cells)
+    return out
+
+
 def render(frame: Frame, layout: GridLayout, lang: str) -> None:
+    picture = svg.arena_svg(frame, layout, lang, meta=frame.index)
+    drawn = drawn_cells(picture)
+    a = frame.account
+    assert all(drawn[c] == getattr(a, c) for c in CATEGORIES), (frame.index, drawn, a)
     out = [
-        svg.arena_svg(frame, layout, lang, meta=frame.index),
+        picture,
         html.metrics_strip(frame, lang),
         html.tables_panel(frame, lang),
         html.queue_panel(frame, lang),
@@ -367,6 +422,7 @@ def check_accepted(trace: Trace, rng: random.Random) -> None:
         for side in (lesson.left, lesson.right):
             for f in side.frames:
                 check_frame(f)
+            check_numbers(side.frames, trace.runs[side.run.name], side.run)
             html.scoreboard_card(side.summary, "en")
             assert all(0 <= s <= 1 for s in side.summary.shares.values())
         for i in rng.sample(range(lesson.num_frames), min(RENDER_FRAMES, lesson.num_frames)):
@@ -381,6 +437,7 @@ def check_accepted(trace: Trace, rng: random.Random) -> None:
         frames = replay(trace.runs[name], info)
         for f in frames:
             check_frame(f)
+        check_numbers(frames, trace.runs[name], info)
         layout = grid_layout(info.num_slots, info.block_size)
         for f in rng.sample(frames, min(RENDER_FRAMES, len(frames))):
             render(f, layout, "en")
@@ -393,7 +450,7 @@ def check_accepted(trace: Trace, rng: random.Random) -> None:
         assert all(0 <= s <= 1 for s in res.arena_shares.values())
 
 
-def run_case(text: str, rng: random.Random, tally: Tally, label: str) -> None:
+def run_case(text: str, rng: random.Random, tally: Tally, label: str, kind: str = "") -> None:
     tally.cases += 1
     try:
         trace = loads(text)
@@ -402,11 +459,13 @@ def run_case(text: str, rng: random.Random, tally: Tally, label: str) -> None:
         if not msg or "\n" in msg or "\r" in msg or "\u2028" in msg:
             tally.failures.append(f"{label}: TraceError is not one line: {msg!r:.200}")
         tally.rejected += 1
+        tally.outcomes[kind, "refused"] += 1
         return
     except Exception as e:  # noqa: BLE001 - exactly what the fuzzer hunts
         tally.failures.append(f"{label}: loads raised {type(e).__name__}: {e!s:.200}")
         return
     tally.accepted += 1
+    tally.outcomes[kind, "accepted"] += 1
     try:
         check_accepted(trace, rng)
     except Exception as e:  # noqa: BLE001
@@ -427,18 +486,26 @@ def test_mutated_traces_are_refused_in_one_line_or_fold_into_possible_frames():
     for case in range(CASES):
         if time.monotonic() - t0 > SECONDS:
             break
+        if case % 3 == 2:  # a third written from the format itself
+            text = grammar_trace(random.Random(f"grammar {case}"))
+            run_case(text, random.Random(case), tally, f"case {case} grammar", "grammar")
+            continue
         name = rng.choice(names)
         mutated, done = mutate(rng, texts[name])
         tally.kinds.update(mutation_kind(d) for d in done)
-        run_case(mutated, random.Random(case), tally, f"case {case} {name} {done}")
+        run_case(mutated, random.Random(case), tally, f"case {case} {name} {done}", "mutated")
+    o = tally.outcomes
     print(
         f"\nfuzz: {tally.cases} cases ({len(texts)} unmutated) in "
-        f"{time.monotonic() - t0:.1f} s: {tally.accepted} accepted, {tally.rejected} refused, "
+        f"{time.monotonic() - t0:.1f} s: {tally.accepted} accepted, {tally.rejected} refused "
+        f"(mutated {o['mutated', 'accepted']}/{o['mutated', 'refused']}, grammar "
+        f"{o['grammar', 'accepted']}/{o['grammar', 'refused']}), "
         f"{len(tally.failures)} failures; fewest mutations of one kind: "
         f"{min(tally.kinds[k] for k in MUTATION_KINDS)}"
     )
     assert not tally.failures, "\n".join(tally.failures[:10])
     assert tally.rejected > 0 and tally.accepted > len(texts)  # both outcomes were exercised
+    assert o["grammar", "accepted"] and o["grammar", "refused"], o  # of both kinds of case
     assert set(tally.kinds) - {"skip"} == MUTATION_KINDS, tally.kinds  # and every mutation
 
 
@@ -462,3 +529,334 @@ def test_odd_documents_are_one_trace_error(doc):
     with pytest.raises(TraceError) as info:
         loads(doc)
     assert "\n" not in str(info.value)
+
+
+# --- traces written from the format, not from a shipped one ----------------------------------
+
+
+class _RunWriter:
+    """One run's events as the trace format defines them, from a small model of a scheduler
+    (arrivals, admission or refusal, blocks allocated, forks that share a sibling's prompt
+    blocks and copy the last one on write, tokens written, preemption, finishing). ``slip`` is
+    the chance that a field of an event is drawn anew from its type's range instead: many such
+    traces are refused, some are accepted with values the model never picks."""
+
+    def __init__(
+        self, rng: random.Random, name: str, allocator: str, slip: float, num_slots: int, mml: int
+    ) -> None:
+        self.rng, self.name, self.allocator, self.slip = rng, name, allocator, slip
+        self.paged = allocator == "paged"
+        self.bs = rng.choice([1, 2, 4, 8, 16]) if self.paged else 1
+        self.mml, self.num_slots = mml, num_slots
+        blocks = num_slots // self.bs
+        self.free_blocks = list(range(blocks))
+        rng.shuffle(self.free_blocks)
+        self.occupied = [False] * self.num_slots
+        self.refs = [0] * blocks
+        self.lines: list[dict] = []
+        self.step = 0
+        self.reqs: dict[str, dict] = {}
+        self.waiting: list[str] = []
+        self.running: list[str] = []
+
+    def header(self) -> dict:
+        bs = self.bs
+        config = {
+            "num_blocks": self.num_slots // bs,
+            "block_size": bs,
+            "num_slots": self.num_slots,
+            "max_model_len": self.mml,
+            "view_block_size": bs if self.paged else 1,
+        }
+        return {"name": self.name, "allocator": self.allocator, "config": config}
+
+    def emit(self, kind: str, **fields) -> None:
+        if fields and self.rng.random() < self.slip:
+            key = self.rng.choice(sorted(fields))
+            v = fields[key]
+            if type(v) is int:
+                fields[key] = self.rng.choice([v + 1, v - 1, 0, self.rng.randrange(64)])
+            elif isinstance(v, str) and key == "req":
+                fields[key] = self.rng.choice(sorted(self.reqs) or ["A"])
+            elif isinstance(v, list) and v:
+                fields[key] = v[::-1] if len(v) > 1 else []
+        self.lines.append({"kind": kind, "step": self.step, "seq": 0, **fields, "run": self.name})
+
+    # -- the model --
+
+    def arrive(self, req: str, prompt_len: int, max_tokens: int, out_len: int, parent) -> None:
+        self.reqs[req] = dict(
+            p=prompt_len,
+            max=max_tokens,
+            out=out_len,
+            gen=0,
+            filled=0,
+            table=[],
+            run=None,
+            parent=parent,
+        )
+        self.waiting.append(req)
+        self.emit("request_arrived", req=req, prompt_len=prompt_len, max_tokens=max_tokens)
+
+    def _alloc(self, req: str) -> None:
+        r = self.reqs[req]
+        b = self.free_blocks.pop()
+        self.refs[b] = 1
+        r["table"].append(b)
+        self.emit("block_allocated", req=req, logical=len(r["table"]) - 1, physical=b)
+
+    def _release(self, req: str) -> None:
+        r = self.reqs[req]
+        if self.paged:
+            for b in reversed(r["table"]):
+                self.refs[b] -= 1
+                if self.refs[b] == 0:
+                    self.free_blocks.append(b)
+                self.emit("block_freed", req=req, physical=b, ref_count=self.refs[b])
+            r["table"] = []
+        elif r["run"] is not None:
+            start, length = r["run"]
+            self.occupied[start : start + length] = [False] * length
+            self.emit("reservation_released", req=req, start=start, length=length)
+            r["run"] = None
+
+    def _holes(self) -> list[tuple[int, int]]:
+        out, s = [], None
+        for i, o in enumerate([*self.occupied, True]):
+            if not o and s is None:
+                s = i
+            elif o and s is not None:
+                out.append((s, i - s))
+                s = None
+        return out
+
+    def _try_admit(self, req: str) -> bool:
+        r = self.reqs[req]
+        n = r["p"] + r["gen"]
+        if self.paged:
+            parent = self.reqs.get(r["parent"]) if r["parent"] else None
+            if parent is not None and r["parent"] in self.running and parent["filled"] < r["p"]:
+                return False  # as the engine, wait for the parent to compute the shared prompt
+            fork = (
+                parent is not None
+                and r["gen"] == 0
+                and r["p"] > 1
+                and parent["filled"] >= r["p"]
+                and parent["table"]
+            )
+            # a fork: a block more, for a copy or for a share that carried too many tokens
+            need = -(-n // self.bs) - (((r["p"] - 1) // self.bs - 1) if fork else 0)
+            if need > len(self.free_blocks) or (fork and not self.free_blocks):
+                free = len(self.free_blocks) * self.bs
+                self.emit(
+                    "admission_blocked",
+                    req=req,
+                    reason="no_free_block",
+                    need_slots=max(1, need * self.bs),
+                    free_slots=free,
+                    largest_hole=free,
+                )
+                return False
+            self.emit("admitted", req=req, num_tokens=n)
+            if fork:
+                self._fork(req, r, parent)
+            while len(r["table"]) * self.bs < max(n, r["filled"] + 1):
+                self._alloc(req)
+        else:
+            length = r["p"] + r["max"] - 1
+            holes = self._holes()
+            hole = next((h for h in holes if h[1] >= length), None)
+            if hole is None:
+                free = sum(self.occupied[i] is False for i in range(self.num_slots))
+                biggest = max((h[1] for h in holes), default=0)
+                self.emit(
+                    "admission_blocked",
+                    req=req,
+                    reason="no_hole" if length <= free else "no_space",
+                    need_slots=length,
+                    free_slots=free,
+                    largest_hole=biggest,
+                )
+                return False
+            self.emit("admitted", req=req, num_tokens=n)
+            start = hole[0]
+            self.occupied[start : start + length] = [True] * length
+            r["run"] = (start, length)
+            self.emit("slots_reserved", req=req, start=start, length=length)
+        self.waiting.remove(req)
+        self.running.append(req)
+        return True
+
+    def _fork(self, req: str, r: dict, parent: dict) -> None:
+        """Share the parent's blocks holding the first ``prompt_len - 1`` tokens, and copy the
+        last if the first write lands in it. Now and then a share the engine never makes,
+        told consistently from then on (the child's writes follow its table): blocks moved to
+        other logical indices, or a block carrying the wrong number of tokens."""
+        bs, shared = self.bs, r["p"] - 1
+        blocks = parent["table"][: -(-shared // bs)]
+        tokens = [min(bs, shared - i * bs) for i in range(len(blocks))]
+        if len(blocks) > 1 and self.rng.random() < 5 * self.slip:
+            i, j = self.rng.sample(range(len(blocks)), 2)
+            blocks[i], blocks[j] = blocks[j], blocks[i]
+        if self.rng.random() < 5 * self.slip:
+            tokens[-1] = self.rng.randint(1, bs)
+        for i, (b, n) in enumerate(zip(blocks, tokens, strict=True)):
+            self.refs[b] += 1
+            r["table"].append(b)
+            self.emit(
+                "block_shared", req=req, logical=i, physical=b, ref_count=self.refs[b], num_tokens=n
+            )
+        r["filled"] = sum(tokens)
+        if tokens[-1] < bs:  # its first write lands in the last shared block: copy it
+            r["copy"] = (len(r["table"]) - 1, self.free_blocks.pop(), tokens[-1])
+            if self.rng.random() >= 5 * self.slip:  # else: a step later, writing nothing now
+                self._copy(req, r)
+
+    def _copy(self, req: str, r: dict) -> None:
+        logical, dst, n = r.pop("copy")
+        src = r["table"][logical]
+        self.refs[src] -= 1
+        self.refs[dst] = 1
+        r["table"][logical] = dst
+        self.emit(
+            "block_copied",
+            req=req,
+            logical=logical,
+            src=src,
+            dst=dst,
+            src_ref_count=self.refs[src],
+            num_tokens=n,
+        )
+
+    def _slot(self, r: dict, pos: int) -> int:
+        if self.paged:
+            return r["table"][pos // self.bs] * self.bs + pos % self.bs
+        return r["run"][0] + pos
+
+    def run_step(self, arrivals: list[tuple]) -> None:
+        for a in arrivals:
+            self.arrive(*a)
+        preempted = False
+        for req in list(self.running):
+            if req not in self.running:
+                continue
+            r = self.reqs[req]
+            if "copy" in r:
+                self._copy(req, r)
+            while self.paged and len(r["table"]) * self.bs <= r["filled"]:
+                if self.free_blocks:
+                    self._alloc(req)
+                    continue
+                victim = self.running[-1]
+                self._release(victim)
+                self.running.remove(victim)
+                self.waiting.insert(0, victim)
+                v = self.reqs[victim]
+                self.emit("preempted", req=victim, num_generated=v["gen"])
+                v["filled"] = 0
+                if "copy" in v:  # the block kept for its copy goes back
+                    self.free_blocks.append(v.pop("copy")[1])
+                preempted = True
+                if victim == req:
+                    break
+        if not preempted:
+            for req in list(self.waiting):
+                if not self._try_admit(req):
+                    break
+        for req in list(self.running):
+            r = self.reqs[req]
+            if "copy" in r:
+                continue
+            # a prefill writes what the request has not computed, a decode step one token
+            positions = list(range(r["filled"], max(r["filled"] + 1, r["p"] + r["gen"])))
+            self.emit(
+                "tokens_written",
+                req=req,
+                positions=positions,
+                slots=[self._slot(r, p) for p in positions],
+            )
+            r["filled"] = positions[-1] + 1
+            r["gen"] += 1
+            if r["gen"] >= r["out"]:
+                self._release(req)
+                self.running.remove(req)
+                self.emit(
+                    "finished",
+                    req=req,
+                    final_len=r["filled"],
+                    # what its written slots say it generated: a lying share stays told
+                    num_generated=r["filled"] - r["p"] + 1,
+                    reason=self.rng.choice(["eos", "length"]),
+                )
+        self.emit("step_end", num_running=len(self.running), num_waiting=len(self.waiting))
+        self.step += 1
+
+
+def grammar_trace(rng: random.Random) -> str:
+    """A random trace written from the format: a header of one to three runs (any allocator,
+    block size, arena and max_model_len), the same random requests (some parallel samples of
+    an earlier one, arriving with it or after) arriving in each, and each run's events from
+    ``_RunWriter``. A quarter of the traces are written without a slip; the rest slip now and
+    then."""
+    slip = rng.choice([0.0, 0.002, 0.01, 0.05])
+    kinds = rng.sample(["max", "pow2", "oracle", "paged", "paged"], rng.randint(1, 3))
+    mml = rng.choice([8, 16, 32, 64])
+    num_slots = 16 * rng.randint(1, 4) * -(-mml // 16)  # room for one request at least
+    writers = [_RunWriter(rng, f"{k}{i}", k, slip, num_slots, mml) for i, k in enumerate(kinds)]
+    steps = rng.randint(1, 40)
+    arrivals: dict[int, list[tuple]] = {}
+    prompts: dict[int, tuple[int, int, int]] = {}
+    for i in range(rng.randint(1, 8)):
+        p = rng.randint(1, mml - 1)
+        mt = rng.randint(1, mml - p + 1)
+        at, parent = rng.randrange(steps), None
+        if i and rng.random() < 0.5:  # a sample of an earlier request: the same prompt
+            k = rng.randrange(i)
+            p, mt, at = prompts[k]
+            at, parent = at + rng.randint(0, 2), f"R{k}"
+        prompts[i] = (p, mt, at)
+        arrivals.setdefault(at, []).append((f"R{i}", p, mt, rng.randint(1, mt), parent))
+    for w in writers:
+        for s in range(steps + 3 * mml):
+            if s >= steps and not w.waiting and not w.running:
+                break
+            w.run_step(arrivals.get(s, []))
+    header = {
+        "format": "paged-kv-trace",
+        "schema_version": 1,
+        "model": "grammar",
+        "device": "cpu",
+        "runs": [w.header() for w in writers],
+    }
+    events = [e for w in writers for e in w.lines]
+    for seq, e in enumerate(events):
+        e["seq"] = seq
+    end = {"end": True, "num_events": len(events)}
+    return "\n".join(json.dumps(x, separators=(",", ":")) for x in [header, *events, end]) + "\n"
+
+
+def test_the_numbers_check_fails_on_a_share_the_grid_and_the_account_count_apart():
+    """What the check is for: B takes one of the two tokens of A's block 1 and never copies it.
+    The reader refuses that trace (tests/engine/test_shared_block_refusals.py); folded anyway,
+    the grid draws A's six tokens, the engine's account five (B's share is one token, the
+    duplicate taken out two)."""
+    run = RunHeader("paged", "paged", num_slots=16, block_size=4)
+    bus = E.EventBus()
+    events: list[E.Event] = []
+    bus.subscribe(events.append)
+    for req in ("A", "B"):
+        bus.emit(E.RequestArrived, req=req, prompt_len=6, max_tokens=2)
+    bus.emit(E.Admitted, req="A", num_tokens=6)
+    bus.emit(E.BlockAllocated, req="A", logical=0, physical=0)
+    bus.emit(E.BlockAllocated, req="A", logical=1, physical=1)
+    bus.emit(E.TokensWritten, req="A", positions=tuple(range(6)), slots=tuple(range(6)))
+    bus.emit(E.StepEnd, num_running=1, num_waiting=1)
+    bus.step = 1
+    bus.emit(E.Admitted, req="B", num_tokens=6)
+    bus.emit(E.BlockShared, req="B", logical=0, physical=0, ref_count=2, num_tokens=4)
+    bus.emit(E.BlockShared, req="B", logical=1, physical=1, ref_count=2, num_tokens=1)
+    bus.emit(E.StepEnd, num_running=2, num_waiting=0)
+    frames = replay(events, run)
+    assert Counter(cell_category(c) for c in frames[1].cells)["token_states"] == 6
+    with pytest.raises(AssertionError, match="frame 1 draws"):
+        check_numbers(frames, events, run)

@@ -75,10 +75,7 @@ def test_requests_never_wear_a_category_colour():
 
 def test_every_cell_is_painted_with_its_categorys_colour():
     for code, category in CELL_CATEGORY.items():
-        for order in (None, 0, 1, 7):
-            if order is None and code not in ("F", "H"):
-                continue
-            assert cell_colour(code, order) == CATEGORY_COLOURS[category]
+        assert cell_colour(code) == CATEGORY_COLOURS[category]
 
 
 def test_one_screen_uses_each_colour_for_one_category():

@@ -2,6 +2,7 @@
 
     python -m viz.export --lesson six-steps --out figures/ --format png,svg,pdf [--lang en,zh]
     python -m viz.export --lesson six-steps --out out/ --format html,gif,mp4 [--frames 0:40]
+    python -m viz.export --trace run.jsonl --out out/ --format html,svg
 
 writes one file per step, language and format (``six-steps-step3-en.png``), drawn by
 ``viz.render.figures.side_by_side_figure`` at the step's keyframe: the same figure, colours and words
@@ -13,6 +14,10 @@ player, both languages, offline); ``gif`` and ``mp4`` write the lesson (or ``--f
 an animation at ``--fps`` with the player's captions burned in (viz/export/animate.py), one per
 language (``NAME.gif``, or ``NAME-zh.gif`` when several languages are asked for).
 
+``--trace FILE`` folds any trace the app accepts as an upload instead (the same reader, limits
+and lesson steps: ``--lesson``'s, six-steps by default) and names the files after it
+(``run-step3-en.svg``).
+
 The app's per-step download button uses ``download_args`` (lazy: nothing is rendered until the
 button is clicked). No Streamlit, no torch.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import re
 import shutil
 import sys
 import threading
@@ -32,6 +38,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from engine.trace import io as T
+from viz import safe
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import LESSONS_DIR, LessonError, load_spec, trace_path
 from viz.fold.narration import render_step
@@ -139,6 +146,34 @@ def load_lesson(name: str, root: Path = LESSONS_DIR) -> Lesson:
         raise ExportError(str(e)) from None
 
 
+def load_trace(path: str | Path, lesson: str = "six-steps", root: Path = LESSONS_DIR) -> Lesson:
+    """Fold a trace file as the app folds an upload: at most ``safe.MAX_UPLOAD_MB``, UTF-8, the
+    same reader and limits, ``lesson``'s steps over its contiguous and paged runs. Raises
+    ExportError (one line) for anything the app would refuse."""
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            data = f.read(safe.UPLOAD_BYTES + 1)
+    except OSError as e:
+        raise ExportError(f"cannot read {str(path)[:200]}: {e.strerror or e}") from None
+    name = safe.one_line(p.name)
+    if len(data) > safe.UPLOAD_BYTES:
+        raise ExportError(f"{name} is larger than an upload may be ({safe.MAX_UPLOAD_MB} MB)")
+    try:
+        return build(load_spec(lesson, root), T.loads(data.decode("utf-8")), source=p.name)
+    except UnicodeDecodeError:
+        raise ExportError(f"{name} is not a text trace (it is binary)") from None
+    except (LessonError, T.TraceError) as e:
+        raise ExportError(f"{name}: {e}") from None
+    except Exception as e:  # a received file is untrusted: one line, never a traceback
+        raise ExportError(safe.report(e, f"{name} could not be folded")) from None
+
+
+def trace_stem(path: str | Path) -> str:
+    """A file-name stem from a trace's name: letters, digits, ``-`` and ``_`` only."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", Path(path).stem)[:80].strip("_") or "trace"
+
+
 def export_lesson(
     name: str,
     out_dir: str | Path,
@@ -148,12 +183,14 @@ def export_lesson(
     progress: Callable[[str], None] | None = None,
     frames: str | None = None,
     fps: float | None = None,
+    trace: str | Path | None = None,
 ) -> list[Path]:
     """Write every step of lesson ``name`` in each format and language to ``out_dir`` (created
-    if missing). Returns the written paths in order. ``frames`` (``A:B``) and ``fps`` (default
-    ``animate.DEFAULT_FPS``) shape the gif/mp4 animations only. Raises ExportError (one line)
-    for a bad lesson, format or language, a bad ``frames`` or ``fps`` where an animation is
-    asked for, and either of them given where none is (it would do nothing)."""
+    if missing); with ``trace``, of that trace file folded as an upload (``load_trace``), the
+    files named after it. Returns the written paths in order. ``frames`` (``A:B``) and ``fps``
+    (default ``animate.DEFAULT_FPS``) shape the gif/mp4 animations only. Raises ExportError
+    (one line) for a bad lesson, trace, format or language, a bad ``frames`` or ``fps`` where an
+    animation is asked for, and either of them given where none is (it would do nothing)."""
     formats = _checked(list(formats), ALL_FORMATS, "format")
     langs = _checked([lang] if isinstance(lang, str) else list(lang), LANGS, "language")
     from viz.export import animate
@@ -165,7 +202,10 @@ def export_lesson(
     try:
         if animated:
             animate.check_fps(fps, formats)
-        lesson = load_lesson(name, root)
+        if trace is None:
+            lesson = load_lesson(name, root)
+        else:
+            lesson, name = load_trace(trace, name, root), trace_stem(trace)
         span = range(lesson.num_frames)
         if animated:
             span = animate.bounded(animate.frame_range(frames, lesson.num_frames))
@@ -354,6 +394,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m viz.export") -> i
         "(viz/export/site.py; `--site DIR --help` for its options)",
     )
     p.add_argument("--lesson", default="six-steps", help="a folder under lessons/")
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="instead of the lesson's own trace: any trace the app accepts as an upload "
+        "(one contiguous and one paged run), folded with --lesson's steps",
+    )
     p.add_argument("--out", required=True, help="folder to write into (created if missing)")
     p.add_argument(
         "--format",
@@ -390,6 +436,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m viz.export") -> i
             progress=lambda m: print(m, file=sys.stderr, flush=True),
             frames=args.frames,
             fps=args.fps,
+            trace=args.trace,
         )
     except ExportError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,10 +1,12 @@
 """The viewer's fold: allocator events in, one immutable ``Frame`` per engine step out.
 
 ``apply(state, ev) -> state`` is the pure contract (it never mutates its input); ``fold`` runs the
-same transition in place, which is what the app uses on long traces. Every number a frame carries
-comes from ``engine.core.accounting.Tally`` -- the viewer never re-derives the paper's categories. What
-this module adds is *where* things are: which request owns each slot, which category each slot is
-in, block tables, reservation ranges, the queue and what changed since the previous frame.
+same transition in place, which is what the app uses on long traces. The queue, refusals, sharing
+and the CPU tier come from ``engine.core.accounting.Tally``; what this module adds is *where*
+things are: which request owns each slot, which category each slot is in, block tables,
+reservation ranges and what changed since the previous frame. A frame's category counts are its
+cells counted, so the grid and the numbers are one classification; on every trace the reader
+accepts they equal Tally's (the trace fuzzer checks that too).
 
 Frame ``i`` is the state right after the ``i``-th ``step_end`` of a run, with one exception: a
 request that finished in that step is drawn one last time as it held its memory (its tokens, and
@@ -17,6 +19,7 @@ simply reserved. Pure Python, no torch.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -81,7 +84,8 @@ class Frame:
     ``cells[s]`` is slot ``s``'s category code (TOKEN, RESERVED, INTERNAL, FREE, HOLE) and
     ``owners[s]`` the request holding it (None when free). ``changed`` lists slots whose owner or
     category differs from the previous frame (free <-> hole flips excluded: they follow the
-    queue, not the slot). ``account`` is Tally's StepAccount for this step."""
+    queue, not the slot). ``account`` is Tally's StepAccount for this step with its categories
+    counted from ``cells``."""
 
     index: int
     step: int
@@ -310,6 +314,11 @@ def _close(s: ArenaState, step: int) -> Frame:
     for slot, (req, code, _) in last_look.items():
         cells_list[slot], owners_list[slot] = code, req
     cells, owners = "".join(cells_list), tuple(owners_list)
+    # the numbers count the cells drawn: one classification, even where a trace slipped past
+    # the reader with Tally's per-request sums and the per-slot picture apart
+    account = dataclasses.replace(
+        account, **{category: cells.count(code) for code, category in CELL_CATEGORY.items()}
+    )
     prev = s.last_frame
     t = s.tally
     frame = Frame(

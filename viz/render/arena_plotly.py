@@ -28,8 +28,7 @@ def arena_parts(
     z: list[list[int | None]] = [[None] * layout.cols for _ in range(layout.rows)]
     for slot, code in enumerate(frame.cells):
         x, y = layout.xy(slot)
-        owner = frame.owners[slot]
-        colour = cell_colour(code, frame.requests[owner].order if owner is not None else None)
+        colour = cell_colour(code)
         # Integer z on a stepped colour scale: small JSON, exact colours.
         z[y][x] = colours.setdefault(colour, len(colours))
     n = len(colours)
@@ -120,12 +119,12 @@ def _ys(y: int, layout: GridLayout) -> float:
 def _labels_trace(frame: Frame, layout: GridLayout, xaxis: str, yaxis: str) -> dict:
     xs, ys, texts, colours = [], [], [], []
     t = to_scale.text_scale(layout)
-    for slot, text, owner in label_starts(frame) if t is not None else []:
+    for slot, text, _ in label_starts(frame) if t is not None else []:
         x, y = layout.xy(slot)
         xs.append(x)
         ys.append(_ys(y, layout))
         texts.append(f"<b>{plotly_text(text)}</b>")
-        colours.append(cell_ink(frame.cells[slot], frame.requests[owner].order))
+        colours.append(cell_ink(frame.cells[slot]))
     return dict(
         type="scatter",
         x=xs,
@@ -151,10 +150,10 @@ def _hatch_shapes(frame: Frame, layout: GridLayout, ref: dict) -> list[dict]:
         d = 0.28
         y, e = _ys(row, layout), d * layout.row_scale if layout.scaled else d
         if code == INTERNAL:  # one diagonal stroke: held, never to be filled
-            colour = cell_ink(code, frame.holder(slot).order)
+            colour = cell_ink(code)
             seg = f"M{x - d},{y + e}L{x + d},{y - e}"
         else:  # a small cross: free, yet nobody waiting can use it
-            colour = cell_ink(code, None)
+            colour = cell_ink(code)
             seg = f"M{x - d},{y - e}L{x + d},{y + e}M{x - d},{y + e}L{x + d},{y - e}"
         by_colour.setdefault(colour, []).append(seg)
     return [

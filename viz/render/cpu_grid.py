@@ -77,17 +77,16 @@ def cpu_tier_svg(
         row, col = divmod(b, per_row)
         x, y = x0 + col * BOX_CELLS * cell, top + HEAD + row * cell
         code = TOKEN if owner is not None else FREE
-        order = frame.requests[owner[0]].order if owner is not None else None
         name = f"{frame.requests[owner[0]].name}{owner[1]}" if owner is not None else ""
         tip = f"{w['cpu_block']} c{b}" + (f" · {name}" if name else f" · {w['free']}")
         out.append(
             f"<rect x='{x}' y='{y}' width='{width}' height='{cell - gap}' rx='3' "
-            f"fill='{cell_colour(code, order)}'><title>{escape(tip)}</title></rect>"
+            f"fill='{cell_colour(code)}'><title>{escape(tip)}</title></rect>"
         )
         if name:
             out.append(
                 f"<text x='{x + width / 2}' y='{y + 13}' font-size='9' font-weight='700' "
-                f"text-anchor='middle' fill='{cell_ink(code, order)}' "
+                f"text-anchor='middle' fill='{cell_ink(code)}' "
                 f"pointer-events='none'>{escape(name)}</text>"
             )
         if b in moved:
@@ -131,7 +130,6 @@ def tier_plotly(
         row, col = divmod(b, per_row)
         x0, y0 = col * BOX_CELLS - 0.45, top + row + 0.05
         code = TOKEN if owner is not None else FREE
-        order = frame.requests[owner[0]].order if owner is not None else None
         edge = dict(color=CHANGED, width=2.2) if b in moved else dict(width=0)
         shapes.append(
             dict(
@@ -140,7 +138,7 @@ def tier_plotly(
                 x1=x0 + BOX_CELLS - 0.1,
                 y0=y0,
                 y1=y0 + 0.9,
-                fillcolor=cell_colour(code, order),
+                fillcolor=cell_colour(code),
                 line=edge,
                 layer="below",  # under the labels (the heatmap never reaches these rows)
                 **ref,
@@ -150,7 +148,7 @@ def tier_plotly(
             xs.append(x0 + (BOX_CELLS - 0.1) / 2)
             ys.append(y0 + 0.45)
             texts.append(f"<b>{plotly_text(frame.requests[owner[0]].name)}{owner[1]}</b>")
-            inks.append(cell_ink(code, order))
+            inks.append(cell_ink(code))
     used = sum(1 for o in owners if o is not None)
     title = plotly_text(words(lang)["cpu_tier"].format(used=used, total=n))
     xs.append(-0.45)

@@ -4,7 +4,7 @@ figure looks like the app). Pure data and tiny helpers; no Streamlit, no plotly.
 from __future__ import annotations
 
 from viz import ui_text
-from viz.fold.reducer import HOLE, INTERNAL, RESERVED, TOKEN
+from viz.fold.reducer import CELL_CATEGORY
 
 #: One meaning per colour. A colour on screen names an accounting category (the paper's Fig. 2),
 #: in the grid, the metrics strip, the timeline and the scoreboard alike; requests have no colour
@@ -40,33 +40,25 @@ FONT = dict(
     color=INK,
 )
 
-_CODE_CATEGORY = {
-    TOKEN: "token_states",
-    RESERVED: "reservation",
-    INTERNAL: "internal",
-    HOLE: "external",
-}
-
 
 def request_colour(order: int) -> str:
     return REQUEST_COLOURS[order % len(REQUEST_COLOURS)]
 
 
-def cell_category(code: str, order: int | None) -> str:
-    """The accounting category a grid cell shows (a slot nobody holds is free or a hole)."""
-    if order is None:
-        return "external" if code == HOLE else "free"
-    return _CODE_CATEGORY.get(code, "free")
+def cell_category(code: str) -> str:
+    """The accounting category a grid cell shows: the reducer's own table, by which the frame's
+    numbers count the same cells, so what is drawn and what is said cannot differ."""
+    return CELL_CATEGORY[code]
 
 
-def cell_colour(code: str, order: int | None) -> str:
+def cell_colour(code: str) -> str:
     """The fill of one slot: its category's colour (the owner does not change it)."""
-    return CATEGORY_COLOURS[cell_category(code, order)]
+    return CATEGORY_COLOURS[cell_category(code)]
 
 
-def cell_ink(code: str, order: int | None) -> str:
+def cell_ink(code: str) -> str:
     """The colour of a mark or label drawn on a slot, readable on its fill."""
-    return CATEGORY_MARKS[cell_category(code, order)]
+    return CATEGORY_MARKS[cell_category(code)]
 
 
 TEXT = ui_text.load("style")  # viz/text/style.toml

@@ -134,20 +134,12 @@ def _patterns(frame: Frame, layout: GridLayout, uid: str) -> tuple[str, dict[str
     mid = h / 2
     defs, fills = [], {}
     wanted: dict[str, tuple[str, str]] = {}
-    seen: set[str | None] = set()  # an owner's tile is wanted once: skip its other slots
-    hole = False
-    owners = frame.owners
     for m in _MARKED.finditer(frame.cells):  # the marked slots only, in slot order
-        slot, code = m.start(), m.group()
-        if code == INTERNAL:
-            if (owner := owners[slot]) in seen:
-                continue
-            seen.add(owner)
-            order = frame.holder(slot).order
-            wanted.setdefault(cell_colour(code, order), ("stroke", cell_ink(code, order)))
-        elif code == HOLE and not hole:
-            hole = True
-            wanted.setdefault(cell_colour(code, None), ("cross", cell_ink(code, None)))
+        code = m.group()
+        kind = "stroke" if code == INTERNAL else "cross"
+        wanted.setdefault(cell_colour(code), (kind, cell_ink(code)))
+        if len(wanted) == 2:  # both patterns found: the rest of the arena adds none
+            break
     for n, (fill, (kind, ink)) in enumerate(wanted.items()):
         pid = f"pk-{uid}-{n}"
         mark = (
@@ -187,7 +179,7 @@ def _run_rect(
     frame: Frame, layout: GridLayout, s: int, e: int, fills: dict[str, str], w: dict | None
 ) -> str:
     owner, code = frame.owners[s], frame.cells[s]
-    fill = cell_colour(code, frame.requests[owner].order if owner is not None else None)
+    fill = cell_colour(code)
     col, row = layout.xy(s)
     rect = (
         f"<rect x='{_x(col)}' y='{_y(row, layout)}' width='{(e - s) * CELL - GAP}' "
@@ -262,7 +254,7 @@ def _names(frame: Frame, layout: GridLayout) -> str:
     out = []
     for slot, text, owner in label_starts(frame):
         col, row = layout.xy(slot)
-        colour = cell_ink(frame.cells[slot], frame.requests[owner].order)
+        colour = cell_ink(frame.cells[slot])
         y = _y(row, layout) + 13 if not layout.scaled else _mid(row, layout, 10 * t)
         head = f"y='{y}' font-weight='700' fill='{colour}' pointer-events='none'"
         if len(text) <= 2:
