@@ -920,3 +920,34 @@ def test_a_bug_in_folding_is_one_line_and_the_view_goes_on(monkeypatch):
     with watching_the_system_prompt() as (_, sub, state):
         assert failed and sub.alive
         assert "RuntimeError, ref " in state.last_error and "\n" not in state.last_error
+
+
+def test_a_port_that_hangs_up_is_greeted_ever_less_often():
+    """An open port with no KV-event server behind it accepts and hangs up: libzmq greeted it
+    again within 0.2 s, ten times a second for as long as the page watched. The reader now waits
+    1 s, then 2, then 4 (doubling up to 30 s) before each new connection."""
+    import socket
+
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    sub = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}", replay_endpoint="")).start()
+    accepted = []
+    try:
+        end = time.monotonic() + 6.5
+        while time.monotonic() < end:
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            accepted.append(time.monotonic())
+            conn.close()
+    finally:
+        sub.stop()
+        server.close()
+    gaps = [b - a for a, b in zip(accepted, accepted[1:], strict=False)]
+    # connections at about 0, 1, 3 and 7 s: three in 6.5 s (libzmq alone: about 40)
+    assert 2 <= len(accepted) <= 4, accepted
+    assert all(g > 0.9 for g in gaps) and gaps == sorted(gaps), gaps
