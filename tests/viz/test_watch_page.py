@@ -354,3 +354,81 @@ def test_listen_mode_with_metrics_duplicates_and_the_vllm_lines():
         finally:
             at.button(key="kvw_disconnect").click().run()
     assert not sub.alive
+
+
+def test_a_classroom_follows_only_the_addresses_the_lecturer_allowed(monkeypatch):
+    """Served beyond loopback, any visitor could point the page at any loopback port and tell
+    open, closing and closed ones apart. Only the lecturer's list is followed; every other
+    address, typed well or not, open or closed, is refused in the same words before any
+    subscriber (or socket) exists."""
+    import socket
+
+    from viz.app import watch as watch_page
+    from viz.watch.allowed import Allowed
+    from viz.watch.subscriber import Subscriber
+
+    allowed_port, closed_port = free_ports()
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen(1)
+    open_port = listening.getsockname()[1]
+    allowed = f"tcp://127.0.0.1:{allowed_port}"
+    monkeypatch.setattr(watch_page, "_classroom", lambda: True)
+    monkeypatch.setattr(
+        watch_page, "ALLOWED", Allowed.parse(f" {allowed} , http://localhost:8000, nonsense")
+    )
+    started = []
+    start = Subscriber.start
+    monkeypatch.setattr(Subscriber, "start", lambda self: started.append(self.url) or start(self))
+    refused = [
+        (f"tcp://127.0.0.1:{open_port}", ""),
+        (f"tcp://127.0.0.1:{closed_port}", ""),
+        (f"tcp://[::1]:{allowed_port}", ""),
+        ("tcp://127.0.0.1:99999", ""),
+        ("tcp://8.8.8.8:5557", ""),
+        ("not an address", ""),
+        (allowed, f"http://127.0.0.1:{open_port}"),
+    ]
+    at = page()
+    assert not at.checkbox, "a classroom is never offered an address beyond this machine"
+    said = set()
+    try:
+        for addr, metrics in refused:
+            at.text_input(key="kvw_addr").set_value(addr)
+            at.text_input(key="kvw_metrics").set_value(metrics)
+            at.button(key="kvw_connect").click().run()
+            assert not at.exception and len(at.error) == 1, addr
+            assert "kvw_sub" not in at.session_state, addr
+            said.add(at.error[0].value)
+        assert started == []
+        [line] = said  # the same words for every refused address
+        assert allowed in line and str(open_port) not in line and str(closed_port) not in line
+        at.text_input(key="kvw_addr").set_value(f" {allowed} ")
+        at.text_input(key="kvw_metrics").set_value("http://localhost:8000/")
+        at.button(key="kvw_connect").click().run()
+        assert not at.error and started == [allowed]
+    finally:
+        listening.close()
+        if "kvw_sub" in at.session_state:
+            at.button(key="kvw_disconnect").click().run()
+
+
+def test_a_classroom_with_no_list_follows_nothing_and_any_follows_loopback(monkeypatch):
+    from viz.app import watch as watch_page
+    from viz.watch.allowed import ENV, Allowed
+
+    port, _ = free_ports()
+    monkeypatch.setattr(watch_page, "_classroom", lambda: True)
+    monkeypatch.setattr(watch_page, "ALLOWED", Allowed.parse(""))
+    at = page()
+    at.text_input(key="kvw_addr").set_value(f"tcp://127.0.0.1:{port}")
+    at.button(key="kvw_connect").click().run()
+    assert len(at.error) == 1 and ENV in at.error[0].value and str(port) not in at.error[0].value
+    monkeypatch.setattr(watch_page, "ALLOWED", Allowed.parse("tcp://127.0.0.1:1, ANY"))
+    at.text_input(key="kvw_addr").set_value("tcp://8.8.8.8:5557")
+    at.button(key="kvw_connect").click().run()
+    assert len(at.error) == 1 and "kvw_sub" not in at.session_state  # loopback still
+    at.text_input(key="kvw_addr").set_value(f"tcp://127.0.0.1:{port}")
+    at.button(key="kvw_connect").click().run()
+    assert not at.error and "kvw_sub" in at.session_state
+    at.button(key="kvw_disconnect").click().run()

@@ -5,7 +5,9 @@ Addresses: ``tcp://HOST:PORT`` only (the replay socket is PORT+1 unless given). 
 loopback is accepted only when this app itself listens on loopback alone and the user ticks the
 opt-in: subscribing makes the app's server connect out, which on a shared deployment would let
 any visitor probe the network behind it. The same holds for the metrics address (the server's
-HTTP address, whose Prometheus ``/metrics`` is polled beside the events).
+HTTP address, whose Prometheus ``/metrics`` is polled beside the events). Serving a classroom (the
+app bound beyond loopback), the page follows only the addresses the lecturer allowed at start
+(``viz/watch/allowed.py``), and refuses every other in the same words.
 
 Connect or listen: vLLM's publisher binds only an endpoint holding ``*`` or ``::``, and connects
 to any other; the page connects by default and can listen (bind) instead. The help shows the
@@ -19,6 +21,7 @@ such a file replays it batch by batch with a slider.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import plotly.graph_objects as go
@@ -29,6 +32,7 @@ from viz import safe, ui_text
 from viz.app import model_files
 from viz.app.boundary import boundary
 from viz.app.live_registry import session_alive, session_id
+from viz.watch.allowed import ENV, Allowed
 from viz.watch.metrics import HITS, QUERIES, RUNNING, USAGE, WAITING, MetricsPoller
 from viz.watch.state import (
     MAX_RECORDING_BYTES,
@@ -47,6 +51,13 @@ MAX_SUBSCRIBERS = 8  # live subscriber threads in this app process, all sessions
 #: subscriber, so its state, and the snapshot drawn from it, exist once for all of them
 _LIVE: list[tuple[str, Subscriber]] = []
 _LIVE_LOCK = threading.Lock()
+#: What a classroom may follow: the lecturer's list, read once when the server starts
+ALLOWED = Allowed.parse(os.environ.get(ENV, ""))
+
+
+def _classroom() -> bool:
+    """The app is reached from beyond this machine: whoever types an address is a stranger."""
+    return not model_files.server_paths_allowed(st.get_option("server.address"))
 
 
 def render(lang: str = "en") -> None:
@@ -88,7 +99,7 @@ def _live(t: dict) -> None:
     with st.expander(t["vllm_help_title"]):
         st.markdown(_vllm_help(addr, t))
     remote = False
-    if model_files.server_paths_allowed(st.get_option("server.address")):
+    if not _classroom():
         remote = st.checkbox(t["allow_remote"], key="kvw_remote")
     sub: Subscriber | None = ss.get("kvw_sub")
     if c3.button(t["connect"], key="kvw_connect", type="primary"):
@@ -130,18 +141,23 @@ def _connect(
     old = ss.pop("kvw_sub", None)
     if old is not None:
         _drop(old)
+    classroom = _classroom()
     try:
         fresh = Subscriber(
             SubscriberConfig(
                 addr,
                 topic=topic,
-                allow_remote=remote,
+                allow_remote=remote and not classroom,
                 listen=listen,
                 metrics_url=metrics.strip() or None,
             )
         )
     except EndpointError as e:
-        st.error(safe.md_text(e))
+        st.error(_refused(t) if classroom else safe.md_text(e))
+        return None
+    polled = None if fresh.metrics is None else fresh.metrics.url
+    if classroom and not ALLOWED.permits(fresh.url, polled):
+        st.error(_refused(t))
         return None
     with _LIVE_LOCK:
         gone = _prune()
@@ -157,6 +173,15 @@ def _connect(
         return None
     ss.kvw_sub = sub
     return sub
+
+
+def _refused(t: dict) -> str:
+    """One line for every address a classroom may not follow, typed well or not: whatever it
+    says must not tell one port from another."""
+    allowed = ALLOWED.shown()
+    if not allowed:
+        return t["none_allowed"].format(env=ENV)
+    return t["not_allowed"].format(allowed=safe.md_text(allowed), env=ENV)
 
 
 def _stream(sub: Subscriber) -> tuple:
