@@ -207,7 +207,7 @@ def _prune() -> list[Subscriber]:
     """Forget the subscribers only gone sessions watched (a closed tab never says goodbye) and
     return them, for the caller to stop once it has let go of ``_LIVE_LOCK`` (held here, on every
     connect): stopping one waits up to 2 s for its thread, and with the lock held every other
-    session's connect waited too. A gone session's thread lives, bounded, until the next one."""
+    session's connect waited too. Called on every connect and by the reaper."""
     keep = [(sid, sub) for sid, sub in _LIVE if sub.alive and session_alive(sid)]
     held = {id(sub) for _, sub in keep}
     gone = list({id(sub): sub for _, sub in _LIVE if id(sub) not in held}.values())

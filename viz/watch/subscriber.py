@@ -11,9 +11,10 @@ never in this process. A replay keeps at most ``max_replay_bytes``. A reader pro
 (at its memory cap, or because zmq will not reconnect after a frame it refused) counts as a
 disconnect, and a new one is started (ever later while readers keep ending). When sequence
 numbers jump, it asks the replay socket for the missing batches (a DEALER, which reads the whole
-reply stream) and marks a gap for whatever the replay could not give. A server that goes away is
-reconnected to by zmq itself; a restarted one (its seq goes back) resets the view. On every
-(re)connect it asks the replay socket what it missed (a run that has finished and only holds its
+reply stream) and marks a gap for whatever the replay could not give, unless the jump is more
+than the server could have sent since the last batch: that is a restart. A server that goes away
+is reconnected to by the reader, ever less often while connections end young (``relay.py``); a
+restarted one (its seq goes back) resets the view. On every (re)connect it asks the replay socket what it missed (a run that has finished and only holds its
 sockets open sends nothing live), and drops the live copies of batches it already replayed.
 
 No torch, no Streamlit.
