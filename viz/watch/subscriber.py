@@ -14,8 +14,9 @@ numbers jump, it asks the replay socket for the missing batches (a DEALER, which
 reply stream) and marks a gap for whatever the replay could not give, unless the jump is more
 than the server could have sent since the last batch: that is a restart. A server that goes away
 is reconnected to by the reader, ever less often while connections end young (``relay.py``); a
-restarted one (its seq goes back) resets the view. On every (re)connect it asks the replay socket what it missed (a run that has finished and only holds its
-sockets open sends nothing live), and drops the live copies of batches it already replayed.
+restarted one (its seq goes back) resets the view. On every (re)connect it asks the replay socket
+what it missed (a run that has finished and only holds its sockets open sends nothing live), and
+drops the live copies of batches it already replayed.
 
 No torch, no Streamlit.
 """
