@@ -920,3 +920,62 @@ def test_a_bug_in_folding_is_one_line_and_the_view_goes_on(monkeypatch):
     with watching_the_system_prompt() as (_, sub, state):
         assert failed and sub.alive
         assert "RuntimeError, ref " in state.last_error and "\n" not in state.last_error
+
+
+def test_a_port_that_hangs_up_is_greeted_ever_less_often():
+    """An open port with no KV-event server behind it accepts and hangs up: libzmq greeted it
+    again within 0.2 s, ten times a second for as long as the page watched. The reader now waits
+    1 s, then 2, then 4 (doubling up to 30 s) before each new connection."""
+    import socket
+
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    sub = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}", replay_endpoint="")).start()
+    accepted = []
+    try:
+        end = time.monotonic() + 6.5
+        while time.monotonic() < end:
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            accepted.append(time.monotonic())
+            conn.close()
+    finally:
+        sub.stop()
+        server.close()
+    gaps = [b - a for a, b in zip(accepted, accepted[1:], strict=False)]
+    # connections at about 0, 1, 3 and 7 s: three in 6.5 s (libzmq alone: about 40)
+    assert 2 <= len(accepted) <= 4, accepted
+    assert all(g > 0.9 for g in gaps) and gaps == sorted(gaps), gaps
+
+
+def test_a_publisher_lying_about_its_seq_cannot_make_missed_meaningless(monkeypatch):
+    """A publisher sending seqs near 2**64, and jumping between them, made "missed" read about
+    1.7e22 batches. A jump beyond what a server could have sent since the last batch (1,000 a
+    second, plus 1,000) is a restart, never that many missed; a plausible gap is still one."""
+    import viz.watch.subscriber as KS
+
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    state = WatchState()
+    sub = Subscriber(SubscriberConfig("tcp://127.0.0.1:5557", replay_endpoint=""), state)
+    stored = K.BlockStored([1], None, [1] * BS, BS, None, "GPU")
+
+    def send(seq: int, after_s: float = 0.01) -> None:
+        clock[0] += after_s  # each batch its own bytes: a repeated one is dropped as a copy
+        sub.on_message(None, [b"", K.seq_bytes(seq), payload([stored], ts=clock[0])])
+
+    send(5)  # joined late: 5 before it, plausible
+    assert (state.counters["gaps"], state.counters["missed"]) == (1, 5)
+    top = (1 << 64) - 2
+    for i in range(1_000):
+        send(top - (i % 2) * (1 << 62))
+    assert state.counters["missed"] < 10_000, state.counters["missed"]
+    assert state.counters["restarts"] == 1_000 and state.last_seq == top - (1 << 62)
+    send(top - (1 << 62) + 1 + 1_500, after_s=1.0)  # 1,500 missed in a second: plausible
+    assert state.counters["missed"] < 10_000 + 1_500 and state.counters["restarts"] == 1_000
+    assert KS.MAX_BATCHES_PER_S == 1_000

@@ -196,3 +196,25 @@ def test_the_subscriber_polls_metrics_beside_its_events():
     assert len(sub.metrics.samples) >= 2
     with pytest.raises(EndpointError):
         Subscriber(SubscriberConfig("tcp://127.0.0.1:5", metrics_url="http://10.0.0.1:8000"))
+
+
+def test_a_failing_metrics_address_is_asked_ever_less_often(monkeypatch):
+    """Polled every 2 s whatever it answered, a port with nothing (or no HTTP server) behind it
+    was asked 30 times a minute for as long as the page watched: the wait doubles while polls
+    fail, up to 30 s, and is 2 s again after one that brought a sample."""
+    answers = iter([False] * 6 + [True, False])
+    waits: list[float] = []
+    poller = M.MetricsPoller("http://127.0.0.1:9/metrics")
+    monkeypatch.setattr(poller, "poll_once", lambda: next(answers))
+
+    class Stop:
+        def is_set(self) -> bool:
+            return len(waits) >= 8
+
+        def wait(self, timeout: float) -> bool:
+            waits.append(timeout)
+            return self.is_set()
+
+    poller._stop = Stop()  # type: ignore[assignment]
+    poller._run()
+    assert waits == [4, 8, 16, 30, 30, 30, 2, 4]

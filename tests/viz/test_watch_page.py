@@ -295,19 +295,22 @@ def test_a_recording_taken_away_is_not_kept_in_the_session():
     """The player keeps the upload's batches and their fold between slider moves (up to 64 MiB
     and 100k batches); a removed upload, or a switch to the live view, must let them go rather
     than hold them as long as the tab stays open."""
+    from viz.app import watch as watch_page
+
     at = page()
     at.radio(key="kvw_source").set_value("recording").run()
     data = recorded_workload().encode()
+    before = len(watch_page.HELD._held)
     for leave in ("clear", "live"):
         at.file_uploader(key="kvw_upload").set_value(("kv.jsonl", data, "application/jsonl"))
         at.run()
-        assert "kvw_replay" in at.session_state
+        assert len(watch_page.HELD._held) == before + 1
         if leave == "clear":
             at.file_uploader(key="kvw_upload").clear().run()
         else:
             at.radio(key="kvw_source").set_value("live").run()
         assert not at.exception
-        assert "kvw_replay" not in at.session_state, leave
+        assert len(watch_page.HELD._held) == before, leave
         at.radio(key="kvw_source").set_value("recording").run()
 
 
@@ -354,3 +357,162 @@ def test_listen_mode_with_metrics_duplicates_and_the_vllm_lines():
         finally:
             at.button(key="kvw_disconnect").click().run()
     assert not sub.alive
+
+
+def test_a_classroom_follows_only_the_addresses_the_lecturer_allowed(monkeypatch):
+    """Served beyond loopback, any visitor could point the page at any loopback port and tell
+    open, closing and closed ones apart. Only the lecturer's list is followed; every other
+    address, typed well or not, open or closed, is refused in the same words before any
+    subscriber (or socket) exists."""
+    import socket
+
+    from viz.app import watch as watch_page
+    from viz.watch.allowed import Allowed
+    from viz.watch.subscriber import Subscriber
+
+    allowed_port, closed_port = free_ports()
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen(1)
+    open_port = listening.getsockname()[1]
+    allowed = f"tcp://127.0.0.1:{allowed_port}"
+    monkeypatch.setattr(watch_page, "_classroom", lambda: True)
+    monkeypatch.setattr(
+        watch_page, "ALLOWED", Allowed.parse(f" {allowed} , http://localhost:8000, nonsense")
+    )
+    started = []
+    start = Subscriber.start
+    monkeypatch.setattr(Subscriber, "start", lambda self: started.append(self.url) or start(self))
+    refused = [
+        (f"tcp://127.0.0.1:{open_port}", ""),
+        (f"tcp://127.0.0.1:{closed_port}", ""),
+        (f"tcp://[::1]:{allowed_port}", ""),
+        ("tcp://127.0.0.1:99999", ""),
+        ("tcp://8.8.8.8:5557", ""),
+        ("not an address", ""),
+        (allowed, f"http://127.0.0.1:{open_port}"),
+    ]
+    at = page()
+    assert not at.checkbox, "a classroom is never offered an address beyond this machine"
+    said = set()
+    try:
+        for addr, metrics in refused:
+            at.text_input(key="kvw_addr").set_value(addr)
+            at.text_input(key="kvw_metrics").set_value(metrics)
+            at.button(key="kvw_connect").click().run()
+            assert not at.exception and len(at.error) == 1, addr
+            assert "kvw_sub" not in at.session_state, addr
+            said.add(at.error[0].value)
+        assert started == []
+        [line] = said  # the same words for every refused address
+        assert allowed in line and str(open_port) not in line and str(closed_port) not in line
+        at.text_input(key="kvw_addr").set_value(f" {allowed} ")
+        at.text_input(key="kvw_metrics").set_value("http://localhost:8000/")
+        at.button(key="kvw_connect").click().run()
+        assert not at.error and started == [allowed]
+    finally:
+        listening.close()
+        if "kvw_sub" in at.session_state:
+            at.button(key="kvw_disconnect").click().run()
+
+
+def test_a_classroom_with_no_list_follows_nothing_and_any_follows_loopback(monkeypatch):
+    from viz.app import watch as watch_page
+    from viz.watch.allowed import ENV, Allowed
+
+    port, _ = free_ports()
+    monkeypatch.setattr(watch_page, "_classroom", lambda: True)
+    monkeypatch.setattr(watch_page, "ALLOWED", Allowed.parse(""))
+    at = page()
+    at.text_input(key="kvw_addr").set_value(f"tcp://127.0.0.1:{port}")
+    at.button(key="kvw_connect").click().run()
+    assert len(at.error) == 1 and ENV in at.error[0].value and str(port) not in at.error[0].value
+    monkeypatch.setattr(watch_page, "ALLOWED", Allowed.parse("tcp://127.0.0.1:1, ANY"))
+    at.text_input(key="kvw_addr").set_value("tcp://8.8.8.8:5557")
+    at.button(key="kvw_connect").click().run()
+    assert len(at.error) == 1 and "kvw_sub" not in at.session_state  # loopback still
+    at.text_input(key="kvw_addr").set_value(f"tcp://127.0.0.1:{port}")
+    at.button(key="kvw_connect").click().run()
+    assert not at.error and "kvw_sub" in at.session_state
+    at.button(key="kvw_disconnect").click().run()
+
+
+def big_recording(batches: int, per: int) -> bytes:
+    """A recording of ``batches`` batches storing ``per`` blocks each, none evicted."""
+    state = WatchState(max_blocks=1 << 30, ring_bytes=1 << 40)
+    h = 1
+    for seq in range(batches):
+        stored = K.BlockStored(list(range(h, h + per)), None, [12345] * (BS * per), BS, None, "GPU")
+        state.feed(seq, msgspec.msgpack.encode(K.EventBatch(float(seq), [stored])))
+        h += per
+    return ("\n".join(state.recording()) + "\n").encode()
+
+
+def test_tabs_replaying_recordings_stay_within_the_servers_bound(monkeypatch):
+    """One 8 MB recording replayed held about 60 MiB per tab with no bound over tabs (24 tabs:
+    1.56 GiB, never freed). What all sessions hold is accounted against one budget, from
+    above (tracemalloc agrees), a session past it is refused in one line, and a closed tab's
+    share is freed by the reaper, with no other session doing anything."""
+    from viz.app import watch as watch_page
+    from viz.watch.held import Held
+
+    data = big_recording(200, 40)  # ~8k blocks: a tenth of the page's 8 MB case
+    budget = 24 << 20
+    alive = {f"tab{i}" for i in range(24)}
+    held = Held(budget, lambda sid: sid in alive)
+    monkeypatch.setattr(watch_page, "HELD", held)
+    monkeypatch.setattr(watch_page, "REAP_INTERVAL_S", 0.2)
+    t = watch_page.TEXT["en"]
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        first = watch_page.load_replay("tab0", "f", data, t)
+        assert not isinstance(first, str)
+        one, each = tracemalloc.get_traced_memory()[0] - base, held.total
+        assert one <= each, f"accounted {each} B, held {one} B"
+        got = [first] + [watch_page.load_replay(f"tab{i}", "f", data, t) for i in range(1, 24)]
+        refused = [g for g in got if isinstance(g, str)]
+        kept = len(got) - len(refused)
+        assert kept == budget // each and held.total <= budget
+        assert set(refused) == {t["held_full"].format(mib=budget >> 20)}
+        del got, first
+        assert tracemalloc.get_traced_memory()[0] - base <= budget
+        # the tabs that hold replays close: within seconds the memory is back, unasked
+        alive.clear()
+        end = time.monotonic() + 10
+        while held.total and time.monotonic() < end:
+            time.sleep(0.1)
+        assert held.total == 0, "a closed tab's replay was kept"
+        assert tracemalloc.get_traced_memory()[0] - base < one // 2
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_closed_tabs_subscriber_and_its_reader_end_within_seconds(monkeypatch):
+    """A closed tab never says goodbye: its socket reader lived on (32 minutes, seen) until
+    another session connected. The reaper now ends it within seconds, with no other connect."""
+    from viz.app import watch as watch_page
+
+    port, _ = free_ports()
+    monkeypatch.setattr(watch_page, "REAP_INTERVAL_S", 0.5)
+    at = page()
+    at.text_input(key="kvw_addr").set_value(f"tcp://127.0.0.1:{port}").run()
+    at.button(key="kvw_connect").click().run()
+    sub = at.session_state["kvw_sub"]
+    try:
+        end = time.monotonic() + 10
+        while sub.relay is None and time.monotonic() < end:
+            time.sleep(0.05)
+        reader = sub.relay
+        assert reader is not None and reader.proc.poll() is None
+        time.sleep(1.5)
+        assert sub.alive, "a session still open lost its subscriber"
+        monkeypatch.setattr(watch_page, "session_alive", lambda sid: False)  # the tab closes
+        closed = time.monotonic()
+        while (sub.alive or reader.proc.poll() is None) and time.monotonic() < closed + 10:
+            time.sleep(0.05)
+        assert not sub.alive and reader.proc.poll() is not None
+        assert time.monotonic() - closed < 5
+        assert watch_page._LIVE == []
+    finally:
+        sub.stop()

@@ -5,7 +5,9 @@ Addresses: ``tcp://HOST:PORT`` only (the replay socket is PORT+1 unless given). 
 loopback is accepted only when this app itself listens on loopback alone and the user ticks the
 opt-in: subscribing makes the app's server connect out, which on a shared deployment would let
 any visitor probe the network behind it. The same holds for the metrics address (the server's
-HTTP address, whose Prometheus ``/metrics`` is polled beside the events).
+HTTP address, whose Prometheus ``/metrics`` is polled beside the events). Serving a classroom (the
+app bound beyond loopback), the page follows only the addresses the lecturer allowed at start
+(``viz/watch/allowed.py``), and refuses every other in the same words.
 
 Connect or listen: vLLM's publisher binds only an endpoint holding ``*`` or ``::``, and connects
 to any other; the page connects by default and can listen (bind) instead. The help shows the
@@ -19,7 +21,9 @@ such a file replays it batch by batch with a slider.
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -29,6 +33,8 @@ from viz import safe, ui_text
 from viz.app import model_files
 from viz.app.boundary import boundary
 from viz.app.live_registry import session_alive, session_id
+from viz.watch.allowed import ENV, Allowed
+from viz.watch.held import Held
 from viz.watch.metrics import HITS, QUERIES, RUNNING, USAGE, WAITING, MetricsPoller
 from viz.watch.state import (
     MAX_RECORDING_BYTES,
@@ -47,6 +53,22 @@ MAX_SUBSCRIBERS = 8  # live subscriber threads in this app process, all sessions
 #: subscriber, so its state, and the snapshot drawn from it, exist once for all of them
 _LIVE: list[tuple[str, Subscriber]] = []
 _LIVE_LOCK = threading.Lock()
+#: What every session's replayed recording may hold, all together (an 8 MB recording holds
+#: about 60 MiB): past it a new one is refused; a closed tab's goes within REAP_INTERVAL_S
+HELD_BYTES = 512 << 20
+HELD: Held[Replay] = Held(HELD_BYTES, lambda sid: session_alive(sid))
+#: How often the reaper stops what only closed tabs watched, and drops what they held
+REAP_INTERVAL_S = 2.0
+_REAPER: threading.Thread | None = None
+#: One recording read and folded at a time, server-wide: until it is held it is not accounted
+_READING = threading.Lock()
+#: What a classroom may follow: the lecturer's list, read once when the server starts
+ALLOWED = Allowed.parse(os.environ.get(ENV, ""))
+
+
+def _classroom() -> bool:
+    """The app is reached from beyond this machine: whoever types an address is a stranger."""
+    return not model_files.server_paths_allowed(st.get_option("server.address"))
 
 
 def render(lang: str = "en") -> None:
@@ -62,7 +84,7 @@ def render(lang: str = "en") -> None:
         format_func=lambda m: t[f"source_{m}"],
     )
     if mode == "live":
-        st.session_state.pop("kvw_replay", None)  # the uploader is gone, and its file with it
+        HELD.drop(session_id())  # the uploader is gone, and its file with it
         _live(t)
     else:
         _recording(t)
@@ -88,7 +110,7 @@ def _live(t: dict) -> None:
     with st.expander(t["vllm_help_title"]):
         st.markdown(_vllm_help(addr, t))
     remote = False
-    if model_files.server_paths_allowed(st.get_option("server.address")):
+    if not _classroom():
         remote = st.checkbox(t["allow_remote"], key="kvw_remote")
     sub: Subscriber | None = ss.get("kvw_sub")
     if c3.button(t["connect"], key="kvw_connect", type="primary"):
@@ -130,18 +152,23 @@ def _connect(
     old = ss.pop("kvw_sub", None)
     if old is not None:
         _drop(old)
+    classroom = _classroom()
     try:
         fresh = Subscriber(
             SubscriberConfig(
                 addr,
                 topic=topic,
-                allow_remote=remote,
+                allow_remote=remote and not classroom,
                 listen=listen,
                 metrics_url=metrics.strip() or None,
             )
         )
     except EndpointError as e:
-        st.error(safe.md_text(e))
+        st.error(_refused(t) if classroom else safe.md_text(e))
+        return None
+    polled = None if fresh.metrics is None else fresh.metrics.url
+    if classroom and not ALLOWED.permits(fresh.url, polled):
+        st.error(_refused(t))
         return None
     with _LIVE_LOCK:
         gone = _prune()
@@ -150,6 +177,7 @@ def _connect(
             sub = fresh.start()
         if sub is not None:
             _LIVE.append((session_id(), sub))
+            _ensure_reaper()
     for old_sub in gone:  # each may take its 2 s to end: other sessions' connects go on
         old_sub.stop()
     if sub is None:
@@ -157,6 +185,15 @@ def _connect(
         return None
     ss.kvw_sub = sub
     return sub
+
+
+def _refused(t: dict) -> str:
+    """One line for every address a classroom may not follow, typed well or not: whatever it
+    says must not tell one port from another."""
+    allowed = ALLOWED.shown()
+    if not allowed:
+        return t["none_allowed"].format(env=ENV)
+    return t["not_allowed"].format(allowed=safe.md_text(allowed), env=ENV)
 
 
 def _stream(sub: Subscriber) -> tuple:
@@ -170,12 +207,38 @@ def _prune() -> list[Subscriber]:
     """Forget the subscribers only gone sessions watched (a closed tab never says goodbye) and
     return them, for the caller to stop once it has let go of ``_LIVE_LOCK`` (held here, on every
     connect): stopping one waits up to 2 s for its thread, and with the lock held every other
-    session's connect waited too. A gone session's thread lives, bounded, until the next one."""
+    session's connect waited too. Called on every connect and by the reaper."""
     keep = [(sid, sub) for sid, sub in _LIVE if sub.alive and session_alive(sid)]
     held = {id(sub) for _, sub in keep}
     gone = list({id(sub): sub for _, sub in _LIVE if id(sub) not in held}.values())
     _LIVE[:] = keep
     return gone
+
+
+def _ensure_reaper() -> None:
+    """Start the reaper unless it runs. Caller holds ``_LIVE_LOCK``."""
+    global _REAPER
+    if _REAPER is None or not _REAPER.is_alive():
+        _REAPER = threading.Thread(target=_reap, name="kv-watch-reaper", daemon=True)
+        _REAPER.start()
+
+
+def _reap() -> None:
+    """Every REAP_INTERVAL_S: stop the subscribers only closed tabs watched (a closed tab never
+    says goodbye, and its socket reader lived on until someone else connected) and drop the
+    recordings they held; end once nothing is watched or held."""
+    global _REAPER
+    while True:
+        time.sleep(REAP_INTERVAL_S)
+        with _LIVE_LOCK:
+            gone = _prune()
+        for sub in gone:
+            sub.stop()
+        held = HELD.reap()
+        with _LIVE_LOCK:
+            if not _LIVE and not held and HELD.total == 0:
+                _REAPER = None
+                return
 
 
 def _drop(sub: Subscriber) -> None:
@@ -235,39 +298,56 @@ def _live_view(sub: Subscriber, t: dict) -> None:
 
 
 def _recording(t: dict) -> None:
+    sid = session_id()
     up = st.file_uploader(t["upload"], type=["jsonl"], key="kvw_upload")
     if up is None:
-        st.session_state.pop("kvw_replay", None)  # a removed file's batches go with it
+        HELD.drop(sid)  # a removed file's batches go with it
         st.caption(t["upload_hint"])
         return
     if up.size > MAX_RECORDING_BYTES:
-        st.session_state.pop("kvw_replay", None)
+        HELD.drop(sid)
         st.error(t["too_big"].format(mb=MAX_RECORDING_BYTES >> 20))
         return
     # the slider reruns the page: read the upload once, and fold forward from the last step
-    kept = st.session_state.get("kvw_replay")
-    if kept is not None and kept[0] == up.file_id:
-        replay = kept[1]
-    else:
-        st.session_state.pop("kvw_replay", None)
-        try:
-            messages = read_recording(up.getvalue().decode("utf-8", errors="strict"))
-        except UnicodeDecodeError:
-            st.error(t["not_text"])
+    replay = HELD.get(sid, up.file_id)
+    refused = st.session_state.get("kvw_refused")
+    if replay is None and refused is not None and refused[0] == up.file_id:
+        st.error(refused[1])  # read once: each rerun would read and fold it again
+        return
+    if replay is None:
+        got = load_replay(sid, up.file_id, up.getvalue(), t)
+        if isinstance(got, str):
+            st.session_state["kvw_refused"] = (up.file_id, got)
+            st.error(got)
             return
-        except RecordingError as e:
-            st.error(safe.md_text(e))
-            return
-        if not messages:
-            st.error(t["no_batches"])
-            return
-        replay = Replay(messages)
-        st.session_state["kvw_replay"] = (up.file_id, replay)
+        replay = got
     n = len(replay.messages)
     upto = st.slider(t["batch"], 1, n, n, key="kvw_step") if n > 1 else 1
     state = replay.at(upto)
     st.caption(t["replay_at"].format(i=upto, n=n, seq=state.last_seq))
     _view(state.snapshot(), t)
+
+
+def load_replay(sid: str, key: str, data: bytes, t: dict) -> Replay | str:
+    """Read and fold a recording for session ``sid`` and hold it in ``HELD``; or the one line
+    saying why not (not a recording, or the server holds too much already)."""
+    HELD.drop(sid)
+    with _READING:
+        try:
+            messages = read_recording(data.decode("utf-8", errors="strict"))
+        except UnicodeDecodeError:
+            return t["not_text"]
+        except RecordingError as e:
+            return safe.md_text(e)
+        if not messages:
+            return t["no_batches"]
+        replay = Replay(messages)
+        size = replay.held_bytes()
+        if not HELD.put(sid, key, replay, size):
+            return t["held_full"].format(mib=HELD.budget >> 20)
+    with _LIVE_LOCK:
+        _ensure_reaper()
+    return replay
 
 
 # --- drawing (the same for live and recorded streams) -----------------------------------------

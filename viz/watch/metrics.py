@@ -38,6 +38,7 @@ NAMES = (USAGE, QUERIES, HITS, RUNNING, WAITING)
 MAX_BYTES = 2 << 20  # one /metrics answer; vLLM's is tens of kB
 TIMEOUT_S = 2.0
 MIN_INTERVAL_S = 1.0
+MAX_WAIT_S = 30.0  # the wait between polls doubles while they fail, up to this
 HISTORY = 600  # samples kept (ten minutes at one a second)
 MAX_LINE = 4096
 
@@ -180,15 +181,17 @@ class MetricsPoller:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def poll_once(self) -> None:
+    def poll_once(self) -> bool:
+        """One fetch; whether it brought a sample."""
         self.polls += 1
         try:
             values = fetch(self.url)
         except MetricsError as e:
             self.last_error = str(e)
-            return
+            return False
         self.samples.append(Sample(time.time(), values))
         self.last_error = ""
+        return True
 
     def latest(self) -> tuple[Sample | None, float | None]:
         """The newest sample and the hit rate since the one before it."""
@@ -199,6 +202,8 @@ class MetricsPoller:
         return now, now.hit_rate(kept[0] if len(kept) == 2 else None)
 
     def _run(self) -> None:
+        # a failing address (nothing there, or no HTTP server) is asked ever less often
+        wait = self.interval
         while not self._stop.is_set():
-            self.poll_once()
-            self._stop.wait(self.interval)
+            wait = self.interval if self.poll_once() else min(2 * wait, MAX_WAIT_S)
+            self._stop.wait(wait)

@@ -54,6 +54,13 @@ ABANDONED = 3  # the child's exit status when zmq has given up on its connection
 AT_CAP = 4  # ... when Python could not allocate under the memory cap
 RETRY_WITHIN_S = 1.0  # how soon zmq schedules a reconnect after a disconnect it will retry
 CANNOT_LISTEN = 5  # ... when the SUB socket could not bind its address (listen mode)
+#: The wait before connecting again to a server that dropped the connection, doubling while
+#: connections keep ending young, up to the most; the least again after one that lived longer
+#: than the most. libzmq's own retry waits a fixed 0.1 s after a connection it had: an open port
+#: that hangs up (no KV-event server) was greeted ten times a second. A refused connection is
+#: retried by libzmq from RECONNECT_MIN_S, doubling up to RECONNECT_MAX_S.
+RECONNECT_MIN_S = 1.0
+RECONNECT_MAX_S = 30.0
 
 Messages = list[list[bytes] | str]
 Replayed = tuple[list[tuple[int, bytes]], bool]
@@ -102,14 +109,17 @@ class Sockets:
         self.config = config
         self.ctx: zmq.Context = zmq.Context()
         self.sub = self._socket(zmq.SUB, config.url)
-        self.sub.setsockopt(zmq.RECONNECT_IVL, 100)
-        self.sub.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        self.sub.setsockopt(zmq.RECONNECT_IVL, int(RECONNECT_MIN_S * 1000))
+        self.sub.setsockopt(zmq.RECONNECT_IVL_MAX, int(RECONNECT_MAX_S * 1000))
         self.sub.setsockopt(zmq.SUBSCRIBE, config.topic.encode("utf-8"))
         joined = zmq.EVENT_ACCEPTED if config.listen else zmq.EVENT_CONNECTED
         self.monitor = self.sub.get_monitor_socket(
             joined | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
         )
         self.dropped_at: float | None = None  # disconnected, and no reconnect scheduled yet
+        self.connected_at: float | None = None
+        self.reconnect_at: float | None = None  # when to connect again (our wait, not zmq's)
+        self.wait = RECONNECT_MIN_S
         try:
             if config.listen:
                 self.sub.bind(config.url)
@@ -135,13 +145,25 @@ class Sockets:
         """Monitor events, or else up to ``max_messages`` messages (about ``POLL_BYTES``, or
         what ``POLL_SECONDS`` of reading brings): the app asks its replay socket what it
         missed on a connect before it reads on."""
+        if self.reconnect_at is not None and time.monotonic() >= self.reconnect_at:
+            self.reconnect_at = None
+            self.sub.connect(self.config.url)
         self.poller.poll(timeout_ms)
         events = []
         while self.monitor.poll(0):
             ev = recv_monitor_message(self.monitor)["event"]
+            now = time.monotonic()
             if ev == zmq.EVENT_ACCEPTED:  # listening: a server came to us, as a connect would
                 ev = zmq.EVENT_CONNECTED
-            self.dropped_at = time.monotonic() if ev == zmq.EVENT_DISCONNECTED else None
+            if ev == zmq.EVENT_CONNECTED:
+                self.connected_at = now
+            if (
+                ev == zmq.EVENT_CONNECT_RETRIED
+                and self.dropped_at is not None
+                and not self.config.listen
+            ):
+                self._back_off(now)  # zmq would greet the port again within 0.2 s
+            self.dropped_at = now if ev == zmq.EVENT_DISCONNECTED else None
             if ev != zmq.EVENT_CONNECT_RETRIED:
                 events.append(ev)
         messages: Messages = []
@@ -157,6 +179,17 @@ class Sockets:
             if time.monotonic() > until:
                 break
         return events, messages
+
+    def _back_off(self, now: float) -> None:
+        """Take the reconnect after a dropped connection from zmq: cancel its own, due within
+        0.2 s, and connect again after ``wait``, which doubles while connections end young."""
+        lived = now - (self.connected_at if self.connected_at is not None else now)
+        if lived > RECONNECT_MAX_S:
+            self.wait = RECONNECT_MIN_S
+        with contextlib.suppress(zmq.ZMQError):  # already gone: nothing to cancel
+            self.sub.disconnect(self.config.url)
+        self.reconnect_at = now + self.wait
+        self.wait = min(2 * self.wait, RECONNECT_MAX_S)
 
     @property
     def abandoned(self) -> bool:

@@ -11,10 +11,12 @@ never in this process. A replay keeps at most ``max_replay_bytes``. A reader pro
 (at its memory cap, or because zmq will not reconnect after a frame it refused) counts as a
 disconnect, and a new one is started (ever later while readers keep ending). When sequence
 numbers jump, it asks the replay socket for the missing batches (a DEALER, which reads the whole
-reply stream) and marks a gap for whatever the replay could not give. A server that goes away is
-reconnected to by zmq itself; a restarted one (its seq goes back) resets the view. On every
-(re)connect it asks the replay socket what it missed (a run that has finished and only holds its
-sockets open sends nothing live), and drops the live copies of batches it already replayed.
+reply stream) and marks a gap for whatever the replay could not give, unless the jump is more
+than the server could have sent since the last batch: that is a restart. A server that goes away
+is reconnected to by the reader, ever less often while connections end young (``relay.py``); a
+restarted one (its seq goes back) resets the view. On every (re)connect it asks the replay socket
+what it missed (a run that has finished and only holds its sockets open sends nothing live), and
+drops the live copies of batches it already replayed.
 
 No torch, no Streamlit.
 """
@@ -42,6 +44,12 @@ QUEUE_BYTES = 32 << 20
 #: most; back to the least after a reader that lived longer than the most.
 RESTART_WAIT_S = 1.0
 RESTART_WAIT_MAX_S = 30.0
+#: What a jump of the sequence number may claim was missed: a server publishes a batch per
+#: engine step, far fewer than this many a second, plus a few it may have queued. A jump
+#: beyond (a publisher lying, or one that is not the stream we followed) is a restart, never
+#: that many missed batches: one such message made "missed" read 1.8e19.
+MAX_BATCHES_PER_S = 1_000
+MAX_GAP_FLOOR = 1_000
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,7 @@ class Subscriber:
         self._rejoined = False  # reconnected since the last batch: maybe a new server process
         self._catch_up_due = False  # (re)connected: ask the replay socket what we missed
         self.relay: Relay | None = None  # the socket reader process now asked
+        self._since = time.monotonic()  # started, or last (re)connected: when batches could begin
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -170,6 +179,7 @@ class Subscriber:
 
     def _on_monitor(self, ev: int) -> None:
         if ev == zmq.EVENT_CONNECTED:
+            self._since = time.monotonic()
             self._rejoined = self.disconnects > 0
             self.connected = True
             self._catch_up_due = True
@@ -197,15 +207,22 @@ class Subscriber:
             self._rejoined = False
             if kind != "restart" and self._new_process(link):
                 kind = "restart"
+        first = 0 if kind == "restart" or st.last_seq is None else st.last_seq + 1
+        plausible = seq - first <= self.plausible_gap()
+        if kind == "gap" and not plausible:
+            kind = "restart"  # more than could have been sent: not the stream we followed
         if kind == "restart":
             st.restart()
-            if seq > 0:  # joined the new process late: ask for its first batches
-                self._fill_gap(link, 0, seq)
-        elif kind == "gap" and st.last_seq is not None:
-            self._fill_gap(link, st.last_seq + 1, seq)
-        elif st.last_seq is None and seq > 0:  # joined a running server: ask for its past
-            self._fill_gap(link, 0, seq)
+        if seq > first and plausible:  # a gap, or joined late: ask for what came before
+            self._fill_gap(link, first, seq)
         st.apply(seq, batch, frames[2])
+
+    def plausible_gap(self) -> int:
+        """The most batches a server could have sent since the last one folded (or since we
+        connected): ``MAX_BATCHES_PER_S`` a second, plus ``MAX_GAP_FLOOR``."""
+        last = self.state.last_message_at
+        since = self._since if last is None else max(last, self._since)
+        return MAX_GAP_FLOOR + int(MAX_BATCHES_PER_S * max(0.0, time.monotonic() - since))
 
     def catch_up(self, link: Replayer | None) -> None:
         """Just (re)connected: fold what the server published while we were not listening. If

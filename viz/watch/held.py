@@ -1,0 +1,69 @@
+"""What the watch page's sessions hold, server-wide, within one budget of bytes.
+
+A replayed recording (its batches and the cache folded from them) held about 60 MiB per tab, in
+the tab's session state, with no bound over tabs: 24 tabs held 1.56 GiB, kept as long as
+Streamlit kept their sessions. Here each session holds at most one object, accounted in bytes;
+one that would take the total past the budget is refused (the page says so in one line), and a
+gone session's object is dropped on the next ``reap`` (the page's reaper calls it every few
+seconds), so its memory goes with the tab.
+
+No Streamlit.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass
+class Held(Generic[T]):
+    """Session id -> (key, object, bytes). Thread-safe."""
+
+    budget: int
+    alive: Callable[[str], bool]
+    _held: dict[str, tuple[str, T, int]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, session: str, key: str) -> T | None:
+        """The session's object when it holds one under ``key``."""
+        with self._lock:
+            got = self._held.get(session)
+        return got[1] if got is not None and got[0] == key else None
+
+    def put(self, session: str, key: str, obj: T, size: int) -> bool:
+        """Hold ``obj`` (``size`` bytes) for ``session`` in place of what it held; False, and
+        nothing held for it, when the other sessions' objects leave less than ``size``."""
+        self.reap()
+        with self._lock:
+            self._held.pop(session, None)
+            if self._total() + size > self.budget:
+                return False
+            self._held[session] = (key, obj, size)
+            return True
+
+    def drop(self, session: str) -> None:
+        with self._lock:
+            self._held.pop(session, None)
+
+    def reap(self) -> int:
+        """Drop what gone sessions held; return how many sessions still hold something."""
+        with self._lock:
+            sessions = list(self._held)
+        gone = [s for s in sessions if not self.alive(s)]  # unlocked: it asks Streamlit
+        with self._lock:
+            for s in gone:
+                self._held.pop(s, None)
+            return len(self._held)
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return self._total()
+
+    def _total(self) -> int:
+        return sum(size for _, _, size in self._held.values())
