@@ -27,7 +27,7 @@ from viz.app import address
 from viz.app.boundary import boundary
 from viz.app.component import mount_player
 from viz.app.controls import choice_buttons
-from viz.app.live_registry import REGISTRY, session_id
+from viz.app.live_registry import REGISTRY, session_alive, session_id
 from viz.export import lecture as export
 from viz.export import standalone
 from viz.fold.lesson import Lesson, build
@@ -41,12 +41,17 @@ from viz.fold.lesson_folder import (
     trace_path,
 )
 from viz.live.follow import LiveView
+from viz.live.held import Held, lesson_bytes
 from viz.live.run import LiveRun, record_command
 from viz.player import payload as player
 from viz.render import html
 
 ENGINE_ROOT = Path(__file__).resolve().parents[2]  # where `python -m engine` resolves
 MAX_UPLOAD_MB = safe.MAX_UPLOAD_MB  # an uploaded trace (README: resource limits)
+#: Folded uploads and their drawings, over all sessions: four maximal uploads (about 80 MB
+#: each) fit; each goes when the last session showing it ends (docs/classroom.md)
+UPLOADS_HELD_BYTES = 320 << 20
+UPLOADS = Held(UPLOADS_HELD_BYTES, alive=session_alive)
 SOURCES = ("lesson", "live", "upload")
 
 UI = {
@@ -84,6 +89,7 @@ UI = {
         "forwards": {"model": "Real model (SmolLM2-135M)", "skip": "Dry run (no model)"},
         "upload_help": "Open any trace with one contiguous and one paged run.",
         "no_scenario": "This lesson has no scenario.toml to run live.",
+        "fold_wait": "Another upload is being folded: this one waits its turn (one at a time).",
     },
     "zh": {
         "source": "回放内容",
@@ -114,6 +120,7 @@ UI = {
         "forwards": {"model": "真实模型（SmolLM2-135M）", "skip": "空跑（不加载模型）"},
         "upload_help": "可打开任何包含一个连续分配运行和一个分页运行的 trace。",
         "no_scenario": "这个课程没有可实时运行的 scenario.toml。",
+        "fold_wait": "另一个上传的 trace 正在折叠：这一个排队等候（一次只折叠一个）。",
     },
 }
 
@@ -133,10 +140,21 @@ def _recorded_lesson(name: str, root: str, digest: str) -> Lesson:
     return replace(build(spec, T.read(trace_path(spec))), key=f"{root}:{name}:{digest}")
 
 
-@st.cache_resource(max_entries=2, show_spinner=False)
-def _uploaded_lesson(name: str, root: str, digest: str, _text: str, file_name: str) -> Lesson:
-    lesson = build(load_spec(name, Path(root)), T.loads(_text), source=file_name)
-    return replace(lesson, key=f"upload:{name}:{digest}")
+def _uploaded_lesson(spec, root: Path, data: bytes, file_name: str, t: dict) -> Lesson:
+    """Fold an upload once per content, one fold at a time over the server (UPLOADS): a
+    session that must wait is told so. The session holds it until it ends."""
+    text = data.decode("utf-8")
+    key = f"upload:{root}:{spec.name}:{hashlib.sha256(data).hexdigest()}:{file_name}"
+
+    def fold() -> tuple[Lesson, int]:
+        lesson = replace(build(spec, T.loads(text), source=file_name), key=key)
+        return lesson, lesson_bytes(lesson)
+
+    note = st.empty()
+    try:
+        return UPLOADS.get(key, fold, owner=session_id(), waiting=lambda: note.info(t["fold_wait"]))
+    finally:
+        note.empty()
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -310,12 +328,8 @@ def _upload(spec, root: Path, t: dict) -> Lesson | None:
     )
     if up is None:
         return None
-    data = up.getvalue()
     try:
-        text = data.decode("utf-8")
-        digest = hashlib.sha256(data).hexdigest()
-        with safe.FOLDS:  # one upload folds at a time: a classroom's memory stays bounded
-            lesson = _uploaded_lesson(spec.name, str(root), digest, text, up.name)
+        lesson = _uploaded_lesson(spec, root, up.getvalue(), up.name, t)
     except UnicodeDecodeError:
         st.error(safe.md_text(f"{up.name} is not a text trace (it is binary)."))
         return None
@@ -473,9 +487,28 @@ def _start_frame(lesson: Lesson) -> int:
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def _cached_payload(_lesson: Lesson, key: str, lang: str) -> dict:
-    """All frames of a lesson, drawn once per content hash and language, shared by sessions."""
+def _recorded_payload(_lesson: Lesson, key: str, lang: str) -> dict:
+    """All frames of a recorded lesson, drawn once per content hash and language, shared by
+    sessions."""
     return player.payload(_lesson, lang)
+
+
+def _cached_payload(lesson: Lesson, lang: str) -> dict:
+    """A keyed lesson's frames drawn once per language: an upload's with its fold (one drawing
+    at a time over the server, kept with it in UPLOADS), a recorded lesson's apart."""
+    if not lesson.key.startswith("upload:"):
+        return _recorded_payload(lesson, lesson.key, lang)
+    note = st.empty()
+    t = UI.get(lang, UI["en"])
+    try:
+        return UPLOADS.payload(
+            lesson.key,
+            lang,
+            lambda: player.payload(lesson, lang),
+            waiting=lambda: note.info(str(t["fold_wait"])),
+        )
+    finally:
+        note.empty()
 
 
 def _stepping_view(view: View, t: dict) -> None:
@@ -494,7 +527,7 @@ def _stepping_view(view: View, t: dict) -> None:
         _live_progress(run, lesson.num_frames, t)
     start = _start_frame(lesson) if view.refresh is None else lesson.num_frames - 1
     if lesson.key:
-        data = _cached_payload(lesson, lesson.key, lang)
+        data = _cached_payload(lesson, lang)
     elif lesson.source == "live":  # only the frames that are new are drawn
         data = _live_view(ss.pk_live, lesson.spec).payload(lesson, lang)
     else:
@@ -509,11 +542,7 @@ def _html_download(lesson: Lesson, lang: str) -> None:
     t = ui_text.load("standalone")[lang]
 
     def page() -> bytes:
-        drawn = (
-            {lg: _cached_payload(lesson, lesson.key, lg) for lg in standalone.LANGS}
-            if lesson.key
-            else None
-        )
+        drawn = {lg: _cached_payload(lesson, lg) for lg in standalone.LANGS} if lesson.key else None
         return standalone.page(lesson, payloads=drawn).encode("utf-8")
 
     name = (
