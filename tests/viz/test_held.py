@@ -119,3 +119,18 @@ def test_a_failed_fold_frees_the_turn():
         with pytest.raises(ValueError):
             held.get("k", broken)
     assert held.get("k", lambda: ("ok", 1)) == "ok" and held.gate.acquire(blocking=False)
+
+
+def test_room_is_made_before_a_fold_so_held_and_making_stay_under_the_bound():
+    held = _held(max_bytes=100)
+    held.get("a", lambda: ("A", 40))
+    held.get("b", lambda: ("B", 40))
+    seen = []
+
+    def fold():
+        seen.append(held.held_bytes())
+        return "C", 50, {"en": {"frames": "x"}}
+
+    held.get("c", fold, expect=50)
+    assert seen == [40] and "a" not in held and "c" in held
+    assert held.payload("c", "en", lambda: {"drawn": "again"}) == {"frames": "x"}

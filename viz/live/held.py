@@ -25,9 +25,12 @@ from typing import Any
 from viz import safe
 from viz.fold.lesson import Lesson
 
-#: What a folded frame keeps per arena slot (category, owner, position): 12 to 20 bytes measured
-#: over the lessons, the lab's largest scenario and a maximal upload; rounded up.
-BYTES_PER_CELL = 24
+#: What a folded lesson keeps: per arena slot of a frame (category, owner, position) and per
+#: frame (its tables, captions, panels). Fitted to the six-step lesson, the lab's largest
+#: scenario and maximal uploads (7.8 MB, 11k frames of 128 slots: 160 MB; 3.6 MB, 2.6k frames
+#: of 1,024 slots: 74 MB), each over-estimated.
+BYTES_PER_CELL = 12
+BYTES_PER_FRAME = 6 << 10
 REAP_INTERVAL_S = 2.0
 
 
@@ -74,12 +77,15 @@ class Held:
     def get(
         self,
         key: Any,
-        make: Callable[[], tuple[Any, int]],
+        make: Callable[[], tuple],
         owner: str | None = None,
         waiting: Callable[[], object] | None = None,
+        expect: int = 0,
     ) -> Any:
         """The value under ``key``, made by ``make() -> (value, bytes)`` under the gate when
-        missing. ``owner`` (a session id) holds it until that session ends."""
+        missing (or ``(value, bytes, {lang: drawing})``, drawn in the same turn). ``owner`` (a session id) holds it until that session ends. ``expect``: about
+        the bytes it will hold, made room for (least recently used first) before it is made,
+        so what is held and what is being made stay under ``max_bytes`` together."""
         entry = self._hit(key, owner)
         if entry is not None:
             return entry.value
@@ -87,8 +93,14 @@ class Held:
             entry = self._hit(key, owner)  # made by another session while this one waited
             if entry is not None:
                 return entry.value
-            value, size = make()
-            self._put(key, Entry(value, size, {owner} if owner else set()))
+            if expect:
+                with self._lock:
+                    self._evict(room=expect)
+                give_back_memory()
+            value, size, *drawn = make()
+            payloads = drawn[0] if drawn else {}
+            size += sum(payload_bytes(p) for p in payloads.values())
+            self._put(key, Entry(value, size, {owner} if owner else set(), dict(payloads)))
             return value
 
     def payload(
@@ -178,10 +190,12 @@ class Held:
                 self._reaper = threading.Thread(target=self._reap, name="held-reaper", daemon=True)
                 self._reaper.start()
 
-    def _evict(self) -> None:
-        """Past ``max_bytes``, the least recently used go (never the newest). Under _lock."""
+    def _evict(self, room: int = 0) -> None:
+        """Past ``max_bytes`` (less ``room``), the least recently used go; never the newest
+        unless room is being made. Under _lock."""
         total = sum(e.size for e in self._entries.values())
-        while total > self.max_bytes and len(self._entries) > 1:
+        keep = 0 if room else 1
+        while total + room > self.max_bytes and len(self._entries) > keep:
             _, old = self._entries.popitem(last=False)
             total -= old.size
 
