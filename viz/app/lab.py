@@ -40,8 +40,8 @@ from viz.render import html
 
 COLUMNS = S.REQUEST_FIELDS
 #: Recordings, folds and drawings of scenarios, shared by every session that opens the same
-#: one: the lab's largest holds about 55 MB (docs/classroom.md)
-LAB_HELD_BYTES = 128 << 20
+#: one: the lab's largest holds about 40 MB (docs/classroom.md)
+LAB_HELD_BYTES = 64 << 20
 LAB_HELD = Held(LAB_HELD_BYTES)
 ENGINE_ROOT = Path(__file__).resolve().parents[2]  # where `python -m engine` resolves
 

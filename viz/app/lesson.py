@@ -48,9 +48,14 @@ from viz.render import html
 
 ENGINE_ROOT = Path(__file__).resolve().parents[2]  # where `python -m engine` resolves
 MAX_UPLOAD_MB = safe.MAX_UPLOAD_MB  # an uploaded trace (README: resource limits)
-#: Folded uploads and their drawings, over all sessions: four maximal uploads (about 80 MB
-#: each) fit; each goes when the last session showing it ends (docs/classroom.md)
-UPLOADS_HELD_BYTES = 320 << 20
+#: Folded uploads and their drawings, over all sessions: one maximal upload (about 170 MB)
+#: or several smaller; each goes when the last session showing it ends, or for a newer one.
+#: With the one fold being made (a few hundred MB while it draws) the server stays under the
+#: 1 GiB docs/classroom.md promises.
+UPLOADS_HELD_BYTES = 200 << 20
+#: A folded upload holds about 20x its trace's bytes (measured on maximal uploads): room is
+#: made for that before it is folded
+HELD_PER_TRACE_BYTE = 24
 UPLOADS = Held(UPLOADS_HELD_BYTES, alive=session_alive)
 SOURCES = ("lesson", "live", "upload")
 
@@ -146,13 +151,21 @@ def _uploaded_lesson(spec, root: Path, data: bytes, file_name: str, t: dict) -> 
     text = data.decode("utf-8")
     key = f"upload:{root}:{spec.name}:{hashlib.sha256(data).hexdigest()}:{file_name}"
 
-    def fold() -> tuple[Lesson, int]:
+    lang = _ss().get("lang", "en")
+
+    def fold() -> tuple[Lesson, int, dict[str, dict]]:
         lesson = replace(build(spec, T.loads(text), source=file_name), key=key)
-        return lesson, lesson_bytes(lesson)
+        return lesson, lesson_bytes(lesson), {lang: player.payload(lesson, lang)}
 
     note = st.empty()
     try:
-        return UPLOADS.get(key, fold, owner=session_id(), waiting=lambda: note.info(t["fold_wait"]))
+        return UPLOADS.get(
+            key,
+            fold,
+            owner=session_id(),
+            waiting=lambda: note.info(t["fold_wait"]),
+            expect=HELD_PER_TRACE_BYTE * len(data),
+        )
     finally:
         note.empty()
 
