@@ -192,11 +192,20 @@ def _stamps(root: Path, names: list[str]) -> tuple[tuple[str, int, int], ...]:
 @dataclass
 class View:
     """What the stepping view needs for one run of the page. ``refresh`` rebuilds the lesson
-    from a live stream on every tick (None for a recorded trace, which never changes)."""
+    from a live stream on every tick (None for a recorded trace, which never changes).
+    Streamlit keeps a fragment's arguments for the session, so an upload's view holds only
+    ``fetch`` (the lesson from UPLOADS, folded again if it was let go), never the lesson."""
 
-    lesson: Lesson
+    lesson: Lesson | None
     lang: str
     refresh: Callable[[], Lesson | None] | None = None
+    fetch: Callable[[], Lesson] | None = None
+
+    def current(self) -> Lesson:
+        if self.lesson is not None:
+            return self.lesson
+        assert self.fetch is not None
+        return self.fetch()
 
 
 def _ss():
@@ -261,12 +270,13 @@ def render(lang: str = "en") -> None:
         run, spec_ = ss.pk_live, spec
         refresh = lambda: _live_fold(run, spec_)  # noqa: E731 - a tick's rebuild
     failed = ui_text.load("safe")[lang]["frame_failed"]
+    fetch = _upload_fetch(spec, root, lesson.key, t) if lesson.key.startswith("upload:") else None
     st.fragment(boundary(failed)(_stepping_view), run_every=0.75 if refresh else None)(
-        View(lesson, lang, refresh), t
+        View(None if fetch else lesson, lang, refresh, fetch), t
     )
     if refresh is None:
-        boundary(failed)(_html_download)(lesson, lang)
-        boundary(failed)(_figure_downloads)(lesson, lang, t)
+        boundary(failed)(_html_download)(lesson, lang, fetch)
+        boundary(failed)(_figure_downloads)(lesson, lang, t, fetch)
 
 
 def _origin(lesson: Lesson, t: dict) -> str:
@@ -329,6 +339,22 @@ def _lesson_for(source: str, spec, root: Path, t: dict) -> Lesson | None:
     except (T.TraceError, LessonError) as e:
         st.error(safe.md_text(f"{path.name}: {e}"))
         return None
+
+
+def _upload_fetch(spec, root: Path, key: str, t: dict) -> Callable[[], Lesson]:
+    """The upload under ``key`` when asked: held, or folded again from the session's file
+    (kept by Streamlit) once UPLOADS has let it go for a newer one."""
+
+    def fetch() -> Lesson:
+        held = UPLOADS.peek(key)
+        if held is not None:
+            return held
+        up = _ss().get("pk_upload")
+        if up is None:
+            raise LessonError("the uploaded file is gone: open it again")
+        return _uploaded_lesson(spec, root, up.getvalue(), up.name, t)
+
+    return fetch
 
 
 def _upload(spec, root: Path, t: dict) -> Lesson | None:
@@ -526,7 +552,7 @@ def _cached_payload(lesson: Lesson, lang: str) -> dict:
 
 def _stepping_view(view: View, t: dict) -> None:
     ss = _ss()
-    lesson, lang = view.lesson, view.lang
+    lesson, lang = view.current(), view.lang
     follow = False
     if view.refresh is not None:  # live: fold what has streamed in since the last tick
         run = ss.pk_live
@@ -549,14 +575,17 @@ def _stepping_view(view: View, t: dict) -> None:
     mount_player(data, start, present, follow_end=follow)
 
 
-def _html_download(lesson: Lesson, lang: str) -> None:
+def _html_download(lesson: Lesson, lang: str, fetch: Callable[[], Lesson] | None) -> None:
     """The trace on screen (recorded, uploaded or a finished live run) as one offline HTML
-    file with the same player; drawn only when the button is clicked."""
+    file with the same player; drawn only when the button is clicked. Streamlit keeps the
+    button's callable for the session: an upload's holds ``fetch``, not the lesson."""
     t = ui_text.load("standalone")[lang]
+    get = fetch or (lambda: lesson)
 
     def page() -> bytes:
-        drawn = {lg: _cached_payload(lesson, lg) for lg in standalone.LANGS} if lesson.key else None
-        return standalone.page(lesson, payloads=drawn).encode("utf-8")
+        shown = get()
+        drawn = {lg: _cached_payload(shown, lg) for lg in standalone.LANGS} if shown.key else None
+        return standalone.page(shown, payloads=drawn).encode("utf-8")
 
     name = (
         lesson.spec.name
@@ -580,7 +609,9 @@ def safe_file_stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")[:60] or "lesson"
 
 
-def _figure_downloads(lesson: Lesson, lang: str, t: dict) -> None:
+def _figure_downloads(
+    lesson: Lesson, lang: str, t: dict, fetch: Callable[[], Lesson] | None
+) -> None:
     """Each step's side-by-side figure for slides, drawn only when its button is clicked."""
     if not export.browser_available():
         st.caption(t["no_browser"])
@@ -596,5 +627,16 @@ def _figure_downloads(lesson: Lesson, lang: str, t: dict) -> None:
                         fmt.upper(),
                         key=f"pk_fig_{fmt}_{k}",
                         type="tertiary",
-                        **export.download_args(lesson, k, lang, fmt),
+                        **_figure_args(lesson, k, lang, fmt, fetch),
                     )
+
+
+def _figure_args(
+    lesson: Lesson, k: int, lang: str, fmt: str, fetch: Callable[[], Lesson] | None
+) -> dict:
+    """``export.download_args``, drawing from ``fetch`` when given (an upload: the callable
+    Streamlit keeps holds no lesson)."""
+    args = export.download_args(lesson, k, lang, fmt)
+    if fetch is not None:
+        args["data"] = lambda: export.step_image(fetch(), k, lang, fmt)
+    return args

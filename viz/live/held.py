@@ -132,6 +132,11 @@ class Held:
                     self._evict()
             return drawn
 
+    def peek(self, key: Any) -> Any:
+        """The value under ``key``, or None; makes nothing."""
+        entry = self._hit(key, None)
+        return None if entry is None else entry.value
+
     def held_bytes(self) -> int:
         with self._lock:
             return sum(e.size for e in self._entries.values())
