@@ -15,6 +15,7 @@ import hashlib
 import os
 import re
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -159,7 +160,7 @@ def _uploaded_lesson(spec, root: Path, data: bytes, file_name: str, t: dict) -> 
 
     note = st.empty()
     try:
-        return UPLOADS.get(
+        lesson, drawn = UPLOADS.get_drawn(
             key,
             fold,
             owner=session_id(),
@@ -168,6 +169,11 @@ def _uploaded_lesson(spec, root: Path, data: bytes, file_name: str, t: dict) -> 
         )
     finally:
         note.empty()
+    # the session's own drawing (a few MB): a newer fold may let the lesson go before this run
+    # shows it, and drawing it again would hold a second copy while it waits for its turn
+    if drawn:
+        _ss().pk_upload_drawn = (key, drawn)
+    return lesson
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -270,7 +276,7 @@ def render(lang: str = "en") -> None:
         run, spec_ = ss.pk_live, spec
         refresh = lambda: _live_fold(run, spec_)  # noqa: E731 - a tick's rebuild
     failed = ui_text.load("safe")[lang]["frame_failed"]
-    fetch = _upload_fetch(spec, root, lesson.key, t) if lesson.key.startswith("upload:") else None
+    fetch = _upload_fetch(spec, root, lesson, t) if lesson.key.startswith("upload:") else None
     st.fragment(boundary(failed)(_stepping_view), run_every=0.75 if refresh else None)(
         View(None if fetch else lesson, lang, refresh, fetch), t
     )
@@ -341,12 +347,15 @@ def _lesson_for(source: str, spec, root: Path, t: dict) -> Lesson | None:
         return None
 
 
-def _upload_fetch(spec, root: Path, key: str, t: dict) -> Callable[[], Lesson]:
-    """The upload under ``key`` when asked: held, or folded again from the session's file
-    (kept by Streamlit) once UPLOADS has let it go for a newer one."""
+def _upload_fetch(spec, root: Path, lesson: Lesson, t: dict) -> Callable[[], Lesson]:
+    """``lesson`` when asked, without holding it: while this run still holds it, or while
+    UPLOADS does, else folded again from the session's file (kept by Streamlit)."""
+    key, in_hand = lesson.key, weakref.ref(lesson)  # alive while this run holds it
 
     def fetch() -> Lesson:
-        held = UPLOADS.peek(key)
+        held = in_hand()
+        if held is None:
+            held = UPLOADS.peek(key)
         if held is not None:
             return held
         up = _ss().get("pk_upload")
@@ -537,6 +546,9 @@ def _cached_payload(lesson: Lesson, lang: str) -> dict:
     at a time over the server, kept with it in UPLOADS), a recorded lesson's apart."""
     if not lesson.key.startswith("upload:"):
         return _recorded_payload(lesson, lesson.key, lang)
+    own = _ss().get("pk_upload_drawn")
+    if own is not None and own[0] == lesson.key and lang in own[1]:
+        return own[1][lang]
     note = st.empty()
     t = UI.get(lang, UI["en"])
     try:

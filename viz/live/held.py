@@ -83,16 +83,40 @@ class Held:
         expect: int = 0,
     ) -> Any:
         """The value under ``key``, made by ``make() -> (value, bytes)`` under the gate when
-        missing (or ``(value, bytes, {lang: drawing})``, drawn in the same turn). ``owner`` (a session id) holds it until that session ends. ``expect``: about
-        the bytes it will hold, made room for (least recently used first) before it is made,
-        so what is held and what is being made stay under ``max_bytes`` together."""
+        missing (or ``(value, bytes, {lang: drawing})``, drawn in the same turn). ``owner`` (a
+        session id) holds it until that session ends. ``expect``: about the bytes it will hold,
+        made room for (least recently used first) before it is made, so what is held and what
+        is being made stay under ``max_bytes`` together."""
+        return self._entry(key, make, owner, waiting, expect).value
+
+    def get_drawn(
+        self,
+        key: Any,
+        make: Callable[[], tuple],
+        owner: str | None = None,
+        waiting: Callable[[], object] | None = None,
+        expect: int = 0,
+    ) -> tuple[Any, dict[str, dict]]:
+        """``get``, with the drawings held with it at that moment: a caller that shows them
+        in the same run need not ask again (by then a newer fold may have let them go)."""
+        entry = self._entry(key, make, owner, waiting, expect)
+        return entry.value, dict(entry.payloads)
+
+    def _entry(
+        self,
+        key: Any,
+        make: Callable[[], tuple],
+        owner: str | None,
+        waiting: Callable[[], object] | None,
+        expect: int,
+    ) -> Entry:
         entry = self._hit(key, owner)
         if entry is not None:
-            return entry.value
+            return entry
         with self._turn(waiting):
             entry = self._hit(key, owner)  # made by another session while this one waited
             if entry is not None:
-                return entry.value
+                return entry
             if expect:
                 with self._lock:
                     self._evict(room=expect)
@@ -100,8 +124,9 @@ class Held:
             value, size, *drawn = make()
             payloads = drawn[0] if drawn else {}
             size += sum(payload_bytes(p) for p in payloads.values())
-            self._put(key, Entry(value, size, {owner} if owner else set(), dict(payloads)))
-            return value
+            entry = Entry(value, size, {owner} if owner else set(), dict(payloads))
+            self._put(key, entry)
+            return entry
 
     def payload(
         self,
