@@ -34,20 +34,25 @@ pytestmark = [
 ]
 
 
-def load_scenario(requests: int) -> str:
-    """A long dry-run workload: many requests through a small arena (preemptions, holes)."""
+def load_scenario(
+    requests: int, arena: tuple[int, int, int] = (64, 16, 256), variant: int = 0
+) -> str:
+    """A long dry-run workload: many requests through a small arena (preemptions, holes).
+    ``arena``: blocks, block size, max_model_len; ``variant`` shifts the prompts (another
+    trace of about the same size)."""
+    num_blocks, block_size, max_model_len = arena
     lines = [
         'title = "Load"',
         "[arena]",
-        "num_blocks = 64",
-        "block_size = 16",
-        "max_model_len = 256",
+        f"num_blocks = {num_blocks}",
+        f"block_size = {block_size}",
+        f"max_model_len = {max_model_len}",
     ]
     for i in range(requests):
         lines += [
             "[[requests]]",
             f'id = "r{i}"',
-            f"prompt_len = {20 + (i * 7) % 60}",
+            f"prompt_len = {20 + (i * 7 + variant) % 60}",
             f"max_tokens = {60 + (i * 13) % 150}",
             "ignore_eos = true",
             f"arrival_step = {i * 3}",
@@ -60,17 +65,27 @@ class MaxTrace:
     while the sessions open), then, if that one is more than the app accepts, one recording
     rescaled by how far over it was: the closest to the limit a whole number of requests gets."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        arena: tuple[int, int, int] = (64, 16, 256),
+        requests: int = 10 * MAX_UPLOAD_MB,
+        variant: int = 0,
+    ) -> None:
         self.cap = MAX_UPLOAD_MB * 1_000_000
-        self.scenario, self.out = folder / "load.toml", folder / "max.jsonl"
+        self.arena, self.variant = arena, variant
+        self.scenario = folder / f"load-{variant}.toml"
+        self.out = folder / f"max-{variant}.jsonl"
         # 80 at 8 MB: 3.6 MB, 0.99 of the drawing budget (frames x slots), which binds before
         # the bytes do, and 81 is over it: the largest in one recording, where starting from
         # twice as many cost a second one (the loop below still rescales if it is over)
-        self.requests = 10 * MAX_UPLOAD_MB
+        self.requests = requests
         self.proc = self._record()
 
     def _record(self) -> subprocess.Popen:
-        self.scenario.write_text(load_scenario(self.requests), encoding="utf-8")
+        self.scenario.write_text(
+            load_scenario(self.requests, self.arena, self.variant), encoding="utf-8"
+        )
         return subprocess.Popen(
             [
                 sys.executable,

@@ -128,7 +128,7 @@ def test_an_error_while_drawing_a_frame_is_one_line_without_paths(monkeypatch, c
     monkeypatch.setattr(html, "tables_panel", broken)
     from viz.app import lesson as lesson_page
 
-    lesson_page._cached_payload.clear()  # frames drawn by an earlier test would hide the failure
+    lesson_page._recorded_payload.clear()  # frames drawn by an earlier test would hide the failure
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     with caplog.at_level(logging.ERROR, logger="viz.safe"):
         at.run()

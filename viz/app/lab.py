@@ -3,7 +3,11 @@
 The table, arena and policy are read through ``viz.live.lab`` (every value checked, each
 bad one named by row and field before anything runs); "Record" runs the engine's dry run in
 this process (no torch: the scheduler and allocators with a stand-in model) and the lesson
-player opens on it. The URL's ``?scenario=`` carries the scenario (deflated) so a link opens
+player opens on it. A link is anyone's to open, so what it may cost is bounded: a scenario
+past the drawing budget is refused from its table before anything runs (or stopped at the step
+that passes it), recording, folding and drawing take the server's one turn (``viz.live.held``),
+and the result is kept by the scenario's canonical form, so the next session to open the same
+link pays nothing. The URL's ``?scenario=`` carries the scenario (deflated) so a link opens
 the same what-if; while a dry run of that very scenario is shown, the player adds its frame
 (``?lesson=lab&frame=N``), and opening such a link records the dry run again (it is the
 scenario's alone) and opens on that frame. A run on the real model, or one the table has
@@ -27,12 +31,18 @@ from viz.app.component import mount_player
 from viz.app.controls import choice_buttons
 from viz.app.live_registry import REGISTRY, session_id
 from viz.export import standalone
+from viz.fold.lesson import Lesson
 from viz.live import lab as S
+from viz.live.held import Held, lesson_bytes
 from viz.live.run import LiveRun, record_command
 from viz.player import payload as player
 from viz.render import html
 
 COLUMNS = S.REQUEST_FIELDS
+#: Recordings, folds and drawings of scenarios, shared by every session that opens the same
+#: one: the lab's largest holds about 40 MB (docs/classroom.md)
+LAB_HELD_BYTES = 64 << 20
+LAB_HELD = Held(LAB_HELD_BYTES)
 ENGINE_ROOT = Path(__file__).resolve().parents[2]  # where `python -m engine` resolves
 
 
@@ -181,7 +191,10 @@ def render(lang: str = "en") -> None:
     replay = ss.pop("lab_replay", False)  # once: the link's frame, recorded again
     if (clicked or replay) and not errors:
         try:
-            rec = S.record_dry(lab)
+            rec, _ = _drawn(lab, None, texts)
+        except S.TooLarge as e:
+            st.error(t["too_big"].format(steps=e.steps, slots=e.slots))
+            return
         except S.LabError as e:
             st.error(safe.md_text(t["failed"].format(why=e)))
             return
@@ -286,6 +299,39 @@ def _base_url() -> str:
     return url.split("?")[0]
 
 
+def _key(lab: S.Lab, rec: S.Recording | None) -> str:
+    """A dry run is its scenario's alone: the link's canonical form names it. A run on the
+    real model is named by its trace."""
+    if rec is None or rec.dry:
+        return f"dry:{S.encode(lab)}"
+    return f"model:{lab.policy}:{hashlib.sha256(rec.trace_text.encode('utf-8')).hexdigest()}"
+
+
+def _drawn(lab: S.Lab, rec: S.Recording | None, texts: dict) -> tuple[S.Recording, Lesson]:
+    """``lab``'s recording (a dry run when ``rec`` is None) and its lesson, made once per
+    scenario in the server's one turn and shared; a session that waits for the turn is told.
+    Raises S.LabError (S.TooLarge past the drawing budget) and TraceError."""
+
+    def make() -> tuple[tuple[S.Recording, Lesson], int]:
+        got = rec if rec is not None else S.record_dry(lab)
+        lesson = S.lesson_for(
+            lab,
+            got,
+            _side_titles(texts, lab.policy),
+            {lg: texts[lg]["title"] for lg in texts},
+        )
+        return (got, lesson), lesson_bytes(lesson) + len(got.trace_text)
+
+    lang = _ss().get("lang", "en")
+    note = st.empty()
+    try:
+        return LAB_HELD.get(
+            _key(lab, rec), make, waiting=lambda: note.info(texts[lang]["wait_turn"])
+        )
+    finally:
+        note.empty()
+
+
 def _player(lab: S.Lab, texts: dict, lang: str) -> None:
     t = texts[lang]
     rec = _ss().get("lab_rec")
@@ -296,12 +342,7 @@ def _player(lab: S.Lab, texts: dict, lang: str) -> None:
     if shown != lab:
         st.caption(t["stale"])
     try:
-        lesson = S.lesson_for(
-            shown,
-            recording,
-            _side_titles(texts, shown.policy),
-            {lg: texts[lg]["title"] for lg in texts},
-        )
+        _, lesson = _drawn(shown, recording, texts)
     except (S.LabError, TraceError) as e:  # kept, so it can still be downloaded
         st.error(safe.md_text(t["too_large"].format(why=e)))
         st.download_button(
@@ -315,23 +356,37 @@ def _player(lab: S.Lab, texts: dict, lang: str) -> None:
             right=lesson.right.summary.steps,
         )
     )
-    key = (lesson.key, lang)
-    cache = _ss().setdefault("lab_payloads", {})
-    if key not in cache:
-        cache.clear()  # one scenario's frames per session: memory stays bounded
-        cache[key] = player.payload(lesson, lang)
+    note = st.empty()
+    try:
+        data = LAB_HELD.payload(
+            _key(shown, recording),
+            lang,
+            lambda: player.payload(lesson, lang),
+            waiting=lambda: note.info(t["wait_turn"]),
+        )
+    finally:
+        note.empty()
     ss = _ss()
     mount_player(
-        cache[key],
+        data,
         lesson.clamp(ss.get("lab_start", 0)),
         ss.get("lab_present", False),
         key="lab_player",
         link_frame=_linkable(lab),
     )
     share = ui_text.load("standalone")[lang]
+    key = _key(shown, recording)
+
+    def page() -> bytes:
+        drawn = {
+            lg: LAB_HELD.payload(key, lg, functools.partial(player.payload, lesson, lg))
+            for lg in standalone.LANGS
+        }
+        return standalone.page(lesson, payloads=drawn).encode("utf-8")
+
     st.download_button(
         share["download"],
-        data=lambda: standalone.page(lesson).encode("utf-8"),
+        data=page,
         file_name="lab.html",
         mime="text/html",
         on_click="ignore",

@@ -15,6 +15,7 @@ import hashlib
 import os
 import re
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,7 +28,7 @@ from viz.app import address
 from viz.app.boundary import boundary
 from viz.app.component import mount_player
 from viz.app.controls import choice_buttons
-from viz.app.live_registry import REGISTRY, session_id
+from viz.app.live_registry import REGISTRY, session_alive, session_id
 from viz.export import lecture as export
 from viz.export import standalone
 from viz.fold.lesson import Lesson, build
@@ -41,12 +42,22 @@ from viz.fold.lesson_folder import (
     trace_path,
 )
 from viz.live.follow import LiveView
+from viz.live.held import Held, lesson_bytes
 from viz.live.run import LiveRun, record_command
 from viz.player import payload as player
 from viz.render import html
 
 ENGINE_ROOT = Path(__file__).resolve().parents[2]  # where `python -m engine` resolves
 MAX_UPLOAD_MB = safe.MAX_UPLOAD_MB  # an uploaded trace (README: resource limits)
+#: Folded uploads and their drawings, over all sessions: one maximal upload (about 170 MB)
+#: or several smaller; each goes when the last session showing it ends, or for a newer one.
+#: With the one fold being made (a few hundred MB while it draws) the server stays under the
+#: 1 GiB docs/classroom.md promises.
+UPLOADS_HELD_BYTES = 200 << 20
+#: A folded upload holds about 20x its trace's bytes (measured on maximal uploads): room is
+#: made for that before it is folded
+HELD_PER_TRACE_BYTE = 24
+UPLOADS = Held(UPLOADS_HELD_BYTES, alive=session_alive)
 SOURCES = ("lesson", "live", "upload")
 
 UI = {
@@ -84,6 +95,7 @@ UI = {
         "forwards": {"model": "Real model (SmolLM2-135M)", "skip": "Dry run (no model)"},
         "upload_help": "Open any trace with one contiguous and one paged run.",
         "no_scenario": "This lesson has no scenario.toml to run live.",
+        "fold_wait": "Another upload is being folded: this one waits its turn (one at a time).",
     },
     "zh": {
         "source": "回放内容",
@@ -114,6 +126,7 @@ UI = {
         "forwards": {"model": "真实模型（SmolLM2-135M）", "skip": "空跑（不加载模型）"},
         "upload_help": "可打开任何包含一个连续分配运行和一个分页运行的 trace。",
         "no_scenario": "这个课程没有可实时运行的 scenario.toml。",
+        "fold_wait": "另一个上传的 trace 正在折叠：这一个排队等候（一次只折叠一个）。",
     },
 }
 
@@ -133,10 +146,34 @@ def _recorded_lesson(name: str, root: str, digest: str) -> Lesson:
     return replace(build(spec, T.read(trace_path(spec))), key=f"{root}:{name}:{digest}")
 
 
-@st.cache_resource(max_entries=2, show_spinner=False)
-def _uploaded_lesson(name: str, root: str, digest: str, _text: str, file_name: str) -> Lesson:
-    lesson = build(load_spec(name, Path(root)), T.loads(_text), source=file_name)
-    return replace(lesson, key=f"upload:{name}:{digest}")
+def _uploaded_lesson(spec, root: Path, data: bytes, file_name: str, t: dict) -> Lesson:
+    """Fold an upload once per content, one fold at a time over the server (UPLOADS): a
+    session that must wait is told so. The session holds it until it ends."""
+    text = data.decode("utf-8")
+    key = f"upload:{root}:{spec.name}:{hashlib.sha256(data).hexdigest()}:{file_name}"
+
+    lang = _ss().get("lang", "en")
+
+    def fold() -> tuple[Lesson, int, dict[str, dict]]:
+        lesson = replace(build(spec, T.loads(text), source=file_name), key=key)
+        return lesson, lesson_bytes(lesson), {lang: player.payload(lesson, lang)}
+
+    note = st.empty()
+    try:
+        lesson, drawn = UPLOADS.get_drawn(
+            key,
+            fold,
+            owner=session_id(),
+            waiting=lambda: note.info(t["fold_wait"]),
+            expect=HELD_PER_TRACE_BYTE * len(data),
+        )
+    finally:
+        note.empty()
+    # the session's own drawing (a few MB): a newer fold may let the lesson go before this run
+    # shows it, and drawing it again would hold a second copy while it waits for its turn
+    if drawn:
+        _ss().pk_upload_drawn = (key, drawn)
+    return lesson
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -161,11 +198,20 @@ def _stamps(root: Path, names: list[str]) -> tuple[tuple[str, int, int], ...]:
 @dataclass
 class View:
     """What the stepping view needs for one run of the page. ``refresh`` rebuilds the lesson
-    from a live stream on every tick (None for a recorded trace, which never changes)."""
+    from a live stream on every tick (None for a recorded trace, which never changes).
+    Streamlit keeps a fragment's arguments for the session, so an upload's view holds only
+    ``fetch`` (the lesson from UPLOADS, folded again if it was let go), never the lesson."""
 
-    lesson: Lesson
+    lesson: Lesson | None
     lang: str
     refresh: Callable[[], Lesson | None] | None = None
+    fetch: Callable[[], Lesson] | None = None
+
+    def current(self) -> Lesson:
+        if self.lesson is not None:
+            return self.lesson
+        assert self.fetch is not None
+        return self.fetch()
 
 
 def _ss():
@@ -230,12 +276,13 @@ def render(lang: str = "en") -> None:
         run, spec_ = ss.pk_live, spec
         refresh = lambda: _live_fold(run, spec_)  # noqa: E731 - a tick's rebuild
     failed = ui_text.load("safe")[lang]["frame_failed"]
+    fetch = _upload_fetch(spec, root, lesson, t) if lesson.key.startswith("upload:") else None
     st.fragment(boundary(failed)(_stepping_view), run_every=0.75 if refresh else None)(
-        View(lesson, lang, refresh), t
+        View(None if fetch else lesson, lang, refresh, fetch), t
     )
     if refresh is None:
-        boundary(failed)(_html_download)(lesson, lang)
-        boundary(failed)(_figure_downloads)(lesson, lang, t)
+        boundary(failed)(_html_download)(lesson, lang, fetch)
+        boundary(failed)(_figure_downloads)(lesson, lang, t, fetch)
 
 
 def _origin(lesson: Lesson, t: dict) -> str:
@@ -300,6 +347,25 @@ def _lesson_for(source: str, spec, root: Path, t: dict) -> Lesson | None:
         return None
 
 
+def _upload_fetch(spec, root: Path, lesson: Lesson, t: dict) -> Callable[[], Lesson]:
+    """``lesson`` when asked, without holding it: while this run still holds it, or while
+    UPLOADS does, else folded again from the session's file (kept by Streamlit)."""
+    key, in_hand = lesson.key, weakref.ref(lesson)  # alive while this run holds it
+
+    def fetch() -> Lesson:
+        held = in_hand()
+        if held is None:
+            held = UPLOADS.peek(key)
+        if held is not None:
+            return held
+        up = _ss().get("pk_upload")
+        if up is None:
+            raise LessonError("the uploaded file is gone: open it again")
+        return _uploaded_lesson(spec, root, up.getvalue(), up.name, t)
+
+    return fetch
+
+
 def _upload(spec, root: Path, t: dict) -> Lesson | None:
     up = st.file_uploader(
         t["upload"],
@@ -310,12 +376,8 @@ def _upload(spec, root: Path, t: dict) -> Lesson | None:
     )
     if up is None:
         return None
-    data = up.getvalue()
     try:
-        text = data.decode("utf-8")
-        digest = hashlib.sha256(data).hexdigest()
-        with safe.FOLDS:  # one upload folds at a time: a classroom's memory stays bounded
-            lesson = _uploaded_lesson(spec.name, str(root), digest, text, up.name)
+        lesson = _uploaded_lesson(spec, root, up.getvalue(), up.name, t)
     except UnicodeDecodeError:
         st.error(safe.md_text(f"{up.name} is not a text trace (it is binary)."))
         return None
@@ -473,14 +535,36 @@ def _start_frame(lesson: Lesson) -> int:
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def _cached_payload(_lesson: Lesson, key: str, lang: str) -> dict:
-    """All frames of a lesson, drawn once per content hash and language, shared by sessions."""
+def _recorded_payload(_lesson: Lesson, key: str, lang: str) -> dict:
+    """All frames of a recorded lesson, drawn once per content hash and language, shared by
+    sessions."""
     return player.payload(_lesson, lang)
+
+
+def _cached_payload(lesson: Lesson, lang: str) -> dict:
+    """A keyed lesson's frames drawn once per language: an upload's with its fold (one drawing
+    at a time over the server, kept with it in UPLOADS), a recorded lesson's apart."""
+    if not lesson.key.startswith("upload:"):
+        return _recorded_payload(lesson, lesson.key, lang)
+    own = _ss().get("pk_upload_drawn")
+    if own is not None and own[0] == lesson.key and lang in own[1]:
+        return own[1][lang]
+    note = st.empty()
+    t = UI.get(lang, UI["en"])
+    try:
+        return UPLOADS.payload(
+            lesson.key,
+            lang,
+            lambda: player.payload(lesson, lang),
+            waiting=lambda: note.info(str(t["fold_wait"])),
+        )
+    finally:
+        note.empty()
 
 
 def _stepping_view(view: View, t: dict) -> None:
     ss = _ss()
-    lesson, lang = view.lesson, view.lang
+    lesson, lang = view.current(), view.lang
     follow = False
     if view.refresh is not None:  # live: fold what has streamed in since the last tick
         run = ss.pk_live
@@ -494,7 +578,7 @@ def _stepping_view(view: View, t: dict) -> None:
         _live_progress(run, lesson.num_frames, t)
     start = _start_frame(lesson) if view.refresh is None else lesson.num_frames - 1
     if lesson.key:
-        data = _cached_payload(lesson, lesson.key, lang)
+        data = _cached_payload(lesson, lang)
     elif lesson.source == "live":  # only the frames that are new are drawn
         data = _live_view(ss.pk_live, lesson.spec).payload(lesson, lang)
     else:
@@ -503,18 +587,17 @@ def _stepping_view(view: View, t: dict) -> None:
     mount_player(data, start, present, follow_end=follow)
 
 
-def _html_download(lesson: Lesson, lang: str) -> None:
+def _html_download(lesson: Lesson, lang: str, fetch: Callable[[], Lesson] | None) -> None:
     """The trace on screen (recorded, uploaded or a finished live run) as one offline HTML
-    file with the same player; drawn only when the button is clicked."""
+    file with the same player; drawn only when the button is clicked. Streamlit keeps the
+    button's callable for the session: an upload's holds ``fetch``, not the lesson."""
     t = ui_text.load("standalone")[lang]
+    get = fetch or (lambda: lesson)
 
     def page() -> bytes:
-        drawn = (
-            {lg: _cached_payload(lesson, lesson.key, lg) for lg in standalone.LANGS}
-            if lesson.key
-            else None
-        )
-        return standalone.page(lesson, payloads=drawn).encode("utf-8")
+        shown = get()
+        drawn = {lg: _cached_payload(shown, lg) for lg in standalone.LANGS} if shown.key else None
+        return standalone.page(shown, payloads=drawn).encode("utf-8")
 
     name = (
         lesson.spec.name
@@ -538,7 +621,9 @@ def safe_file_stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")[:60] or "lesson"
 
 
-def _figure_downloads(lesson: Lesson, lang: str, t: dict) -> None:
+def _figure_downloads(
+    lesson: Lesson, lang: str, t: dict, fetch: Callable[[], Lesson] | None
+) -> None:
     """Each step's side-by-side figure for slides, drawn only when its button is clicked."""
     if not export.browser_available():
         st.caption(t["no_browser"])
@@ -554,5 +639,16 @@ def _figure_downloads(lesson: Lesson, lang: str, t: dict) -> None:
                         fmt.upper(),
                         key=f"pk_fig_{fmt}_{k}",
                         type="tertiary",
-                        **export.download_args(lesson, k, lang, fmt),
+                        **_figure_args(lesson, k, lang, fmt, fetch),
                     )
+
+
+def _figure_args(
+    lesson: Lesson, k: int, lang: str, fmt: str, fetch: Callable[[], Lesson] | None
+) -> dict:
+    """``export.download_args``, drawing from ``fetch`` when given (an upload: the callable
+    Streamlit keeps holds no lesson)."""
+    args = export.download_args(lesson, k, lang, fmt)
+    if fetch is not None:
+        args["data"] = lambda: export.step_image(fetch(), k, lang, fmt)
+    return args

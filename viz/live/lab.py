@@ -37,11 +37,25 @@ MAX_BLOCK_SIZE = 64
 MAX_LINK_CHARS = 6000  # the ?scenario= token
 MAX_LINK_BYTES = 32_000  # what that token may inflate to
 MAX_FRAME_CELLS = 1 << 21  # steps x slots over both runs: the player draws it in seconds
+#: Steps of one run: each frame costs its strips, captions and tables however small the arena
+MAX_STEPS = 5000
 LINK_VERSION = 1
 
 
 class LabError(ValueError):
     """A scenario link or file cannot be read; one line saying why."""
+
+
+class TooLarge(LabError):
+    """The scenario runs more steps over its arena than the player draws quickly: ``steps``
+    (over both runs, at least), ``slots`` the arena's."""
+
+    def __init__(self, steps: int, slots: int) -> None:
+        self.steps, self.slots = steps, slots
+        super().__init__(
+            f"this scenario is too large to draw: {steps} steps over {slots} slots, more than "
+            f"the player draws quickly; use fewer blocks or shorter answers"
+        )
 
 
 @dataclass(frozen=True)
@@ -367,29 +381,60 @@ class Recording:
     dry: bool = True
 
 
+def least_steps(lab: Lab) -> int:
+    """A lower bound on the steps of both runs together, from the table alone (no recording):
+    each run lasts until its last request has answered, and no run holds more than the arena,
+    while a request holds its prompt and every token it has written (under ``max``, its whole
+    reservation) for as many steps as it writes tokens."""
+    slots = max(1, lab.num_slots)
+    last, grown, reserved = 0, 0, 0
+    for r in lab.requests:
+        p = prompt_tokens(r.prompt)
+        out = max(1, min(r.stop_after or r.max_tokens, lab.max_model_len - p))
+        last = max(last, r.arrival_step + out - 1)
+        grown += out * p + out * (out - 1) // 2
+        reserved += out * min(lab.max_model_len, p + r.max_tokens)
+    left = reserved if lab.policy == "max" else grown
+    return max(last, left // slots) + max(last, grown // slots)
+
+
+def check_size(lab: Lab) -> None:
+    """Raise TooLarge when ``lab`` surely runs past the drawing budget: before anything runs."""
+    steps = least_steps(lab)
+    if steps * lab.num_slots > MAX_FRAME_CELLS or steps > 2 * MAX_STEPS:
+        raise TooLarge(steps, lab.num_slots)
+
+
 def record_dry(lab: Lab) -> Recording:
     """Run ``lab`` through the engine (dry run: scheduler and allocators, stand-in model),
     left policy and paging in lockstep; the trace as JSONL text. Raises LabError when the lab
-    has bad fields or the engine refuses it."""
+    has bad fields or the engine refuses it, TooLarge when it runs past the drawing budget
+    (refused from the table when it surely does, else stopped at the step that passes it)."""
     bad = check(lab)
     if bad:
         raise LabError(f"{len(bad)} bad value(s), first: {describe(bad[0])}")
+    check_size(lab)
     from engine.trace.recorder import record
+
+    # the recorder reports once per lockstep step: a step past either budget ends the run
+    most = min(MAX_STEPS, MAX_FRAME_CELLS // lab.num_slots)
+    taken = 0
+
+    def step(_line: str) -> None:
+        nonlocal taken
+        taken += 1
+        if taken > most:
+            raise TooLarge(taken, lab.num_slots)
 
     try:
         sc = engine_scenario(lab)
         buf = io.StringIO()
-        runs = record(sc, [lab.policy, "paged"], buf, forward="skip")
+        runs = record(sc, [lab.policy, "paged"], buf, forward="skip", progress=step)
     except InvalidConfigError as e:
         raise LabError(str(e)) from None
     steps = {n: r.core.step_count for n, r in runs.items()}
-    cells = sum(steps.values()) * lab.num_slots
-    if cells > MAX_FRAME_CELLS:
-        raise LabError(
-            f"this scenario runs {max(steps.values())} steps over {lab.num_slots} "
-            f"slots: more than the player draws quickly; use fewer blocks or "
-            f"shorter answers"
-        )
+    if sum(steps.values()) * lab.num_slots > MAX_FRAME_CELLS:
+        raise TooLarge(sum(steps.values()), lab.num_slots)
     return Recording(buf.getvalue(), steps)
 
 
