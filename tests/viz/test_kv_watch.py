@@ -466,8 +466,14 @@ def test_one_message_of_many_frames_cannot_fill_the_app_memory():
 @pytest.mark.parametrize(
     "frames, size, why, said",
     [
-        (256, 1 << 20, "a message over the reader's 64 MiB cap", "starting a new one"),
-        (1, 5 << 20, "a 5 MiB frame", "dropped the connection for good; starting a new one"),
+        (256, 1 << 20, "a message over the reader's 64 MiB cap", ("starting a new one",)),
+        (
+            1,
+            5 << 20,
+            "a 5 MiB frame",
+            # the reader says so, or, on a loaded machine, dies at its cap before it can
+            ("dropped the connection for good; starting a new one", "reader process ended"),
+        ),
     ],
 )
 def test_a_message_the_reader_cannot_hold_costs_one_reconnect(frames, size, why, said):
@@ -492,7 +498,8 @@ def test_a_message_the_reader_cannot_hold_costs_one_reconnect(frames, size, why,
             pub.send_multipart(good)
             time.sleep(0.05)
         assert state.snapshot().num_blocks == 2 and sub.disconnects == 1
-        assert state.counters["malformed"] == 1 and said in state.last_error
+        assert state.counters["malformed"] == 1
+        assert any(s in state.last_error for s in said), state.last_error
     finally:
         sub.stop()
         ctx.destroy(linger=0)
