@@ -66,6 +66,25 @@ def test_a_share_the_engine_never_makes_is_refused_in_one_line(lesson, line, fie
     assert "\n" not in str(info.value)
 
 
+def emit_a_block_shared_in_part(bus: E.EventBus, copied: bool) -> None:
+    """A's six tokens fill block 0 and half of block 1; B forks A's first five, so it shares
+    block 0 whole and one of block 1's two tokens, and copies block 1 only if ``copied``."""
+    for req in ("A", "B"):
+        bus.emit(E.RequestArrived, req=req, prompt_len=6, max_tokens=2)
+    bus.emit(E.Admitted, req="A", num_tokens=6)
+    bus.emit(E.BlockAllocated, req="A", logical=0, physical=0)
+    bus.emit(E.BlockAllocated, req="A", logical=1, physical=1)
+    bus.emit(E.TokensWritten, req="A", positions=tuple(range(6)), slots=tuple(range(6)))
+    bus.emit(E.StepEnd, num_running=1, num_waiting=1)
+    bus.step = 1
+    bus.emit(E.Admitted, req="B", num_tokens=6)
+    bus.emit(E.BlockShared, req="B", logical=0, physical=0, ref_count=2, num_tokens=4)
+    bus.emit(E.BlockShared, req="B", logical=1, physical=1, ref_count=2, num_tokens=1)
+    if copied:
+        bus.emit(E.BlockCopied, req="B", logical=1, src=1, dst=2, src_ref_count=1, num_tokens=1)
+    bus.emit(E.StepEnd, num_running=2, num_waiting=0)
+
+
 def _two_requests_one_block_shared_in_part(path: Path, copied: bool) -> Path:
     header = make_header(
         [RunHeader("paged", PAGED, num_slots=16, block_size=4)], model="m", device="cpu"
@@ -73,21 +92,7 @@ def _two_requests_one_block_shared_in_part(path: Path, copied: bool) -> Path:
     with TraceWriter(path, header) as w:
         bus = E.EventBus()
         bus.subscribe(w.sink("paged"))
-        for req in ("A", "B"):
-            bus.emit(E.RequestArrived, req=req, prompt_len=6, max_tokens=2)
-        bus.emit(E.Admitted, req="A", num_tokens=6)
-        bus.emit(E.BlockAllocated, req="A", logical=0, physical=0)
-        bus.emit(E.BlockAllocated, req="A", logical=1, physical=1)
-        bus.emit(E.TokensWritten, req="A", positions=tuple(range(6)), slots=tuple(range(6)))
-        bus.emit(E.StepEnd, num_running=1, num_waiting=1)
-        bus.step = 1
-        bus.emit(E.Admitted, req="B", num_tokens=6)
-        bus.emit(E.BlockShared, req="B", logical=0, physical=0, ref_count=2, num_tokens=4)
-        # one of block 1's two tokens is B's: a fork of A's first five
-        bus.emit(E.BlockShared, req="B", logical=1, physical=1, ref_count=2, num_tokens=1)
-        if copied:
-            bus.emit(E.BlockCopied, req="B", logical=1, src=1, dst=2, src_ref_count=1, num_tokens=1)
-        bus.emit(E.StepEnd, num_running=2, num_waiting=0)
+        emit_a_block_shared_in_part(bus, copied)
     return path
 
 

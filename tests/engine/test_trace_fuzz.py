@@ -35,6 +35,7 @@ from engine.trace.header import RunHeader
 from engine.trace.io import Trace, TraceError, loads
 from engine.trace.recorder import record
 from engine.trace.scenario import Scenario, ScenarioRequest
+from tests.engine.test_shared_block_refusals import emit_a_block_shared_in_part
 from viz.fold import sweep
 from viz.fold.lesson import build
 from viz.fold.lesson_folder import LANGS, LessonSpec, load_spec
@@ -844,18 +845,7 @@ def test_the_numbers_check_fails_on_a_share_the_grid_and_the_account_count_apart
     bus = E.EventBus()
     events: list[E.Event] = []
     bus.subscribe(events.append)
-    for req in ("A", "B"):
-        bus.emit(E.RequestArrived, req=req, prompt_len=6, max_tokens=2)
-    bus.emit(E.Admitted, req="A", num_tokens=6)
-    bus.emit(E.BlockAllocated, req="A", logical=0, physical=0)
-    bus.emit(E.BlockAllocated, req="A", logical=1, physical=1)
-    bus.emit(E.TokensWritten, req="A", positions=tuple(range(6)), slots=tuple(range(6)))
-    bus.emit(E.StepEnd, num_running=1, num_waiting=1)
-    bus.step = 1
-    bus.emit(E.Admitted, req="B", num_tokens=6)
-    bus.emit(E.BlockShared, req="B", logical=0, physical=0, ref_count=2, num_tokens=4)
-    bus.emit(E.BlockShared, req="B", logical=1, physical=1, ref_count=2, num_tokens=1)
-    bus.emit(E.StepEnd, num_running=2, num_waiting=0)
+    emit_a_block_shared_in_part(bus, copied=False)
     frames = replay(events, run)
     assert Counter(cell_category(c) for c in frames[1].cells)["token_states"] == 6
     with pytest.raises(AssertionError, match="frame 1 draws"):
