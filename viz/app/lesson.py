@@ -29,8 +29,8 @@ from viz.app.boundary import boundary
 from viz.app.component import mount_player
 from viz.app.controls import choice_buttons
 from viz.app.live_registry import REGISTRY, session_alive, session_id
+from viz.export import frame_csv, standalone
 from viz.export import lecture as export
-from viz.export import standalone
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import (
     LESSONS_DIR,
@@ -96,6 +96,9 @@ UI = {
         "upload_help": "Open any trace with one contiguous and one paged run.",
         "no_scenario": "This lesson has no scenario.toml to run live.",
         "fold_wait": "Another upload is being folded: this one waits its turn (one at a time).",
+        "csv": "Every frame's numbers (CSV)",
+        "csv_help": "One row per run per frame, as the player shows it: slots per category "
+        "(tokens, reserved, internal, external, free) and the queue, for your own plots.",
     },
     "zh": {
         "source": "回放内容",
@@ -127,6 +130,9 @@ UI = {
         "upload_help": "可打开任何包含一个连续分配运行和一个分页运行的 trace。",
         "no_scenario": "这个课程没有可实时运行的 scenario.toml。",
         "fold_wait": "另一个上传的 trace 正在折叠：这一个排队等候（一次只折叠一个）。",
+        "csv": "每一帧的数字（CSV）",
+        "csv_help": "每次运行的每一帧一行，与播放器所显示的一致：各类槽位数（已算 token、预留、"
+        "内部碎片、外部碎片、空闲）和队列，可用自己的工具作图。",
     },
 }
 
@@ -282,6 +288,7 @@ def render(lang: str = "en") -> None:
     )
     if refresh is None:
         boundary(failed)(_html_download)(lesson, lang, fetch)
+        boundary(failed)(_csv_download)(lesson, lang, t, fetch)
         boundary(failed)(_figure_downloads)(lesson, lang, t, fetch)
 
 
@@ -599,21 +606,39 @@ def _html_download(lesson: Lesson, lang: str, fetch: Callable[[], Lesson] | None
         drawn = {lg: _cached_payload(shown, lg) for lg in standalone.LANGS} if shown.key else None
         return standalone.page(shown, payloads=drawn).encode("utf-8")
 
-    name = (
-        lesson.spec.name
-        if lesson.source in ("lesson", "live")
-        else Path(lesson.source).stem or lesson.spec.name
-    )
     st.download_button(
         t["download"],
         data=page,
-        file_name=f"{safe_file_stem(name)}.html",
+        file_name=f"{safe_file_stem(_download_stem(lesson))}.html",
         mime="text/html",
         on_click="ignore",
         key="pk_html_download",
         icon=":material/download:",
         help=t["download_help"],
     )
+
+
+def _csv_download(lesson: Lesson, lang: str, t: dict, fetch: Callable[[], Lesson] | None) -> None:
+    """Every frame's numbers of the trace on screen as CSV (viz/export/frame_csv.py), made
+    only when the button is clicked; an upload's callable holds ``fetch``, as the page's."""
+    get = fetch or (lambda: lesson)
+    st.download_button(
+        t["csv"],
+        data=lambda: frame_csv.csv_text(get(), lang).encode("utf-8"),
+        file_name=f"{safe_file_stem(_download_stem(lesson))}.csv",
+        mime="text/csv",
+        on_click="ignore",
+        key="pk_csv_download",
+        icon=":material/table:",
+        help=t["csv_help"],
+    )
+
+
+def _download_stem(lesson: Lesson) -> str:
+    """A download's name: the lesson's, or an upload's file name without its suffix."""
+    if lesson.source in ("lesson", "live"):
+        return lesson.spec.name
+    return Path(lesson.source).stem or lesson.spec.name
 
 
 def safe_file_stem(name: str) -> str:

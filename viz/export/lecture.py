@@ -2,6 +2,7 @@
 
     python -m viz.export --lesson six-steps --out figures/ --format png,svg,pdf [--lang en,zh]
     python -m viz.export --lesson six-steps --out out/ --format html,gif,mp4 [--frames 0:40]
+    python -m viz.export --lesson six-steps --out out/ --format csv
     python -m viz.export --trace run.jsonl --out out/ --format html,svg
 
 writes one file per step, language and format (``six-steps-step3-en.png``), drawn by
@@ -13,6 +14,10 @@ Chromium running for the whole lesson, so each image after the first takes well 
 player, both languages, offline); ``gif`` and ``mp4`` write the lesson (or ``--frames A:B``) as
 an animation at ``--fps`` with the player's captions burned in (viz/export/animate.py), one per
 language (``NAME.gif``, or ``NAME-zh.gif`` when several languages are asked for).
+
+``csv`` writes every frame's numbers, one row per run per frame as the player shows it
+(viz/export/frame_csv.py; ``NAME.csv``, or ``NAME-zh.csv`` when several languages are asked for:
+only the chapter titles differ).
 
 ``--trace FILE`` folds any trace the app accepts as an upload instead (the same reader, limits
 and lesson steps: ``--lesson``'s, six-steps by default) and names the files after it
@@ -45,7 +50,7 @@ from viz.fold.narration import render_step
 
 MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
 FORMATS = tuple(MIME)
-LESSON_FORMATS = ("html", "gif", "mp4")  # one file per lesson, not per step
+LESSON_FORMATS = ("html", "gif", "mp4", "csv")  # one file per lesson, not per step
 ALL_FORMATS = FORMATS + LESSON_FORMATS
 LANGS = ("en", "zh")
 
@@ -242,13 +247,21 @@ def _lesson_files(
     fps: float,
     say: Callable[[str], None],
 ) -> list[Path]:
-    """The one-per-lesson files: the standalone page, then each language's animations."""
-    from viz.export import animate, standalone
+    """The one-per-lesson files: the frames' numbers, the standalone page, then each
+    language's animations."""
+    from viz.export import animate, frame_csv, standalone
 
     written: list[Path] = []
+    for lg in langs if "csv" in formats else []:  # only the chapter titles differ
+        stem = name if len(langs) == 1 else f"{name}-{lg}"
+        path = out / f"{stem}.csv"
+        path.write_text(frame_csv.csv_text(lesson, lg), encoding="utf-8")
+        written.append(path)
+        say(f"{path.name}: {lesson.num_frames} frames x 2 runs")
     # every language, opening in the first one asked (--lang zh: a page that opens in Chinese)
     order = tuple(dict.fromkeys([*langs, *standalone.LANGS]))
-    page = standalone.page(lesson, order) if formats else ""
+    drawn = [f for f in formats if f != "csv"]
+    page = standalone.page(lesson, order) if drawn else ""
     if "html" in formats:
         path = out / f"{name}.html"
         path.write_text(page, encoding="utf-8")
@@ -404,7 +417,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m viz.export") -> i
     p.add_argument(
         "--format",
         default="png",
-        help="comma-separated: png,svg,pdf (one per step), html,gif,mp4 (one per lesson)",
+        help="comma-separated: png,svg,pdf (one per step), html,gif,mp4,csv (one per lesson; "
+        "csv: every frame's numbers, one row per run per frame)",
     )
     p.add_argument("--lang", default="en", help="comma-separated: en,zh")
     p.add_argument(
