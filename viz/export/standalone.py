@@ -5,7 +5,9 @@ the Streamlit component loads: one implementation) into a single page, with each
 payload (viz.player.payload.payload) as inline JSON. Opened from ``file://`` it makes no request at
 all: the icon is a data: URL, fonts are the system's, and the frames are inflated with the
 browser's own DecompressionStream. The player keeps ``#frame=N&lang=zh&present=1`` in the
-hash (a file has no server for query parameters), and a hash opens that frame.
+hash (a file has no server for query parameters), and a hash opens that frame. ``&still=1``
+(read once, as the page opens) shows no transient hint: the animation export photographs
+the page so, and its frames must not depend on how long the photographing took.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ let lang = known(hash.get("lang")) ? hash.get("lang") : PK.langs[0];
 const frameOf = (s) => (/^[0-9]+$/.test(s || "") ? Number(s) : NaN);
 const start = frameOf(hash.get("frame")) || 0;
 const present = hash.get("present") === "1";
+// still=1: the frames are being photographed (an animation export): no transient hint
+const still = hash.get("still") === "1";
 function show(l) {
   lang = l;
   document.documentElement.lang = l === "zh" ? "zh-Hans" : "en";
@@ -62,8 +66,8 @@ function show(l) {
   document.getElementById("pk-sa-note").textContent = PK.notes[l];
   document.querySelectorAll(".pk-sa-lang button").forEach((b) =>
     b.classList.toggle("on", b.dataset.lang === l));
-  mountPlayer({ data: { ...PK.payloads[l], start, present, follow: false, standalone: true,
-                        home_lang: PK.langs[0] },
+  mountPlayer({ data: { ...PK.payloads[l], start, present, still, follow: false,
+                        standalone: true, home_lang: PK.langs[0] },
                 parentElement: document.getElementById("pk-sa-player") });
 }
 document.querySelectorAll(".pk-sa-lang button").forEach((b) => {

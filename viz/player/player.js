@@ -527,7 +527,9 @@ class Player {
     const hint = this.el("pk-hint");
     clearTimeout(this.hintTimer);
     hint.textContent = (this.data && this.data.text && this.data.text.present_hint) || "";
-    hint.hidden = !on || !hint.textContent;
+    // (never in a still: an export photographs frames, and a hint there would depend on
+    // how long the capture took)
+    hint.hidden = !on || !hint.textContent || this.still;
     if (!hint.hidden) this.hintTimer = setTimeout(() => { hint.hidden = true; }, HINT_MS);
     this.queueUrl();
   }
@@ -635,6 +637,9 @@ export default function mountPlayer(component) {
     p = root.__pkPlayer = new Player(root, data);
     window.pkPlayer = p;
   }
+  // Frames photographed for an export (viz/export/animate.py): nothing transient is shown.
+  p.still = !!data.still;
+  root.dataset.still = p.still ? "1" : "0";
   // Read on every mount: the scenario lab's frames stop being linkable once its table has
   // changed (or were never: a run on the real model), without new frames.
   const link = data.link_frame !== false;
