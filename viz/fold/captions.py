@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 from engine.core import events as E
+from engine.core.accounting import strands_free
 from viz import ui_text
 from viz.fold.lesson import Lesson
 from viz.fold.percent import percents
@@ -144,7 +145,7 @@ def state_line(frame: Frame, lang: str = "en") -> str:
     """The side's state in this frame, in one sentence (the chapter text between keyframes)."""
     t = text(lang)
     a = frame.account
-    b = frame.blocked_by("no_hole")
+    b = next((b for b in frame.blocked if strands_free(b.reason)), None)
     if b is not None:
         return t["state_hole"].format(
             running=len(frame.running),
