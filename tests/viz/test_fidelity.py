@@ -49,3 +49,82 @@ def test_only_a_stopped_request_has_cells_hatched_never_filled(name):
             stopped = {e.req for e in f.events if e.kind == E.Finished.kind}
             hatched = {f.owners[s] for s, c in enumerate(f.cells) if c == INTERNAL}
             assert hatched <= stopped, (name, side.run, f.index, hatched - stopped)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_sliding_window_preallocation_says_its_bytes_are_the_windows(lang):
+    """Mistral-7B at max_len 8,192: the 512 MiB a request costs is its 4,096-token window in every
+    layer; the caption once said "reserves 8,192 tokens (512 MiB)"."""
+    from engine.sim.capacity import build_report, format_bytes, preset
+    from viz.app.capacity import TEXT, prealloc_caption
+
+    shape = preset("mistral-7b")
+    r = build_report(shape, max_len=8192)
+    t = TEXT[lang]
+    shown = prealloc_caption(r.concurrency, shape, t)
+    window_bytes = format_bytes(shape.bytes_per_request(shape.sliding_window))
+    assert r.concurrency.prealloc_bytes_per_request == shape.bytes_per_request(4096)
+    assert window_bytes in shown and "4,096" in shown and "8,192" in shown
+    assert "8,192 tokens (512 MiB)" not in shown and "8,192 个 token（512 MiB）" not in shown
+    # a model without a window keeps the plain sentence, its bytes those of max_len
+    llama = preset("llama-2-70b")
+    plain = prealloc_caption(build_report(llama).concurrency, llama, t)
+    assert format_bytes(llama.bytes_per_request(8192)) in plain
+
+
+def test_finish_captions_count_tokens_not_kv_slots(six):
+    """B has 48 tokens (prompt + output); 47 of them have K/V. The caption says both."""
+    from viz.fold.captions import side_caption
+
+    seen = 0
+    for side in (six.left, six.right):
+        for f in side.frames:
+            for e in f.events:
+                if e.kind != E.Finished.kind:
+                    continue
+                v = f.requests[e.req]
+                tokens = v.prompt_len + e.num_generated
+                assert tokens == e.final_len + 1
+                en, zh = side_caption(f, "en"), side_caption(f, "zh")
+                assert f"{v.name} " in en and f"with {tokens} tokens ({e.final_len} K/V" in en
+                assert f"共 {tokens} 个 token（K/V 写了 {e.final_len} 个槽位）" in zh
+                seen += 1
+    assert seen >= 4
+
+
+def test_two_paged_sides_never_read_paging_keeps_going():
+    """FP8 lesson: bf16 against fp8, both paged. A chapter where only the left waits must not
+    say the left is the one that makes requests wait while "paging" keeps going."""
+    from viz.fold.chapters import chapters, title
+
+    lesson = _lesson("fp8-twice")
+    assert lesson.left.run.allocator == lesson.right.run.allocator == "paged"
+    waits = [c for c in chapters(lesson) if c.kind == "left_waits"]
+    assert waits, "the lesson has frames where only the left waits"
+    for c in waits:
+        for lang in ("en", "zh"):
+            shown = title(lesson, c, lang)
+            assert "paging" not in shown and "分页" not in shown, shown
+    six_steps = _lesson("six-steps")  # contiguous against paged: the sentence is true there
+    left = [c for c in chapters(six_steps) if c.kind == "left_waits"]
+    assert left and "paging keeps going" in title(six_steps, left[0], "en")
+
+
+def test_parallel_sampling_says_each_sample_recomputes_the_prompts_last_token():
+    from viz.fold.narration import render_step
+
+    lesson = _lesson("parallel-sampling")
+    k = next(i for i, s in enumerate(lesson.spec.steps) if s.rule.get("event") == "block_copied")
+    f = lesson.right.frames[lesson.keyframes[k]]
+    copy = next(e for e in f.events if e.kind == E.BlockCopied.kind)
+    wrote = [
+        p for e in f.events if e.kind == "tokens_written" and e.req == copy.req for p in e.positions
+    ]
+    prompt = f.requests[copy.req].prompt_len
+    assert wrote == [prompt - 1]  # the trace: the fork writes the prompt's last token again
+    en, zh = render_step(lesson, k, "en").narration, render_step(lesson, k, "zh").narration
+    assert f"position **{prompt - 1}**" in en and f"位置 **{prompt - 1}**" in zh
+    assert "do not compute the prompt again" not in en and "其余样本不再重算提示词" not in zh
+    assert "§4.4" in en and "vLLM v1" in en and "§4.4" in zh and "vLLM v1" in zh
+    last = render_step(lesson, len(lesson.spec.steps) - 1, "en").narration
+    assert "computed once and held once" not in last and "last token" in last

@@ -196,7 +196,7 @@ def _fig2(rows: list[PolicyRow], lang: str, t: dict) -> None:
     st.dataframe(breakdown_table(rows, lang), hide_index=True)
     st.markdown(slack_note(rows, lang, t))
     st.markdown(f"#### {t['essay_h']}")
-    st.caption(t["essay_intro"])
+    st.caption(t["essay_intro"].format(essay=essay_fixes.ESSAY))
     _fixes(essay_fixes.table_fixes(), t)
 
 
@@ -466,3 +466,5 @@ def agreement_text(rows: list[PolicyRow], lang: str, t: dict) -> str:
 def _arithmetic(t: dict) -> None:
     st.subheader(t["arith_h"])
     _fixes(essay_fixes.arithmetic_fixes(), t)
+    st.subheader(t["claims_h"])
+    _fixes(essay_fixes.claim_fixes(), t)

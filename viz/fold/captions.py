@@ -59,14 +59,26 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
     for e in evs:
         if isinstance(e, E.Finished):
             name, never = _name(frame, e.req), frame.never_filled(e.req)
+            # its tokens are the prompt and every output token; final_len counts K/V slots,
+            # one fewer (the last token's K/V is never computed)
+            view = frame.requests.get(e.req)
+            tokens = view.prompt_len + e.num_generated if view else e.final_len + 1
             if paged:
                 n = freed.get(e.req, 0)
                 key = _one("finished_paged", n) + ("_never" if never else "")
-                out.append(t[key].format(req=name, length=e.final_len, blocks=n, never=never))
+                out.append(
+                    t[key].format(
+                        req=name, tokens=tokens, length=e.final_len, blocks=n, never=never
+                    )
+                )
             else:
                 held = released[e.req].length if e.req in released else 0
                 key = "finished_contig_never" if never else "finished_contig"
-                out.append(t[key].format(req=name, length=e.final_len, held=held, never=never))
+                out.append(
+                    t[key].format(
+                        req=name, tokens=tokens, length=e.final_len, held=held, never=never
+                    )
+                )
         elif isinstance(e, E.Preempted):
             key = "swapped_out" if e.req in swapped_out else "preempted"
             n = out_blocks[e.req] if key == "swapped_out" else e.num_generated
