@@ -128,3 +128,57 @@ def test_parallel_sampling_says_each_sample_recomputes_the_prompts_last_token():
     assert "§4.4" in en and "vLLM v1" in en and "§4.4" in zh and "vLLM v1" in zh
     last = render_step(lesson, len(lesson.spec.steps) - 1, "en").narration
     assert "computed once and held once" not in last and "last token" in last
+
+
+def test_a_recompute_preemption_says_the_prompt_is_computed_again_too():
+    """The caption once said "its 30 generated tokens will be recomputed" while the frame drops
+    48 K/V slots: the 19-token prompt's and 29 of the output's. The slots it names are the ones
+    the request held the frame before."""
+    from viz.fold.captions import side_caption
+
+    lesson = _lesson("recompute-or-swap")
+    seen = 0
+    for side in (lesson.left, lesson.right):
+        for i, f in enumerate(side.frames):
+            swapped = {e.req for e in f.events if e.kind == "swapped_out"}
+            for e in f.events:
+                if e.kind != E.Preempted.kind or e.req in swapped:
+                    continue
+                v = f.requests[e.req]
+                held = side.frames[i - 1].requests[e.req].filled
+                assert held == v.prompt_len + e.num_generated - 1
+                en, zh = side_caption(f, "en"), side_caption(f, "zh")
+                assert f"its {held} K/V slots are dropped" in en
+                assert f"its {v.prompt_len}-token prompt and {e.num_generated} generated" in en
+                assert f"丢掉 {held} 个槽位的 K/V" in zh and f"{v.prompt_len} 个提示词 token" in zh
+                seen += 1
+    assert seen >= 2
+
+
+def test_block_sizes_in_bytes_are_explained_across_lessons():
+    """The swap lesson's blocks are fp32 (recorded on a CPU), the FP8 lesson's bf16: each says
+    what the other's block would be, and the numbers agree with the other trace's header."""
+    from viz.fold.narration import render_step
+
+    swap, fp8 = _lesson("recompute-or-swap"), _lesson("fp8-twice")
+    swap_kib = f"{swap.right.run.block_bytes // 1024} KiB"
+    bf16_kib = f"{fp8.left.run.block_bytes // 1024} KiB"
+    assert swap.right.run.kv_cache_dtype == "float32" and fp8.left.run.kv_cache_dtype == "bfloat16"
+    k = next(i for i, s in enumerate(swap.spec.steps) if "unit of the move" in s.title["en"])
+    text = render_step(swap, k, "en").narration
+    assert f"{swap_kib} each" in text and f"would be {bf16_kib}" in text and "fp32" in text
+    first = render_step(fp8, 0, "en").narration
+    assert f"blocks are {swap_kib}" in first and "fp32" in first
+    assert f"{bf16_kib} a block" in first
+
+
+def test_six_steps_scoreboard_counts_external_only_where_a_hole_was_wanted(six):
+    """The scoreboard's "unusable holes" share is the mean of the frames' external shares, and
+    only frames with a no_hole refusal contribute: the no_space frames 41-83 add nothing."""
+    left = six.left
+    n = left.run.num_slots
+    hole = sum(f.account.external for f in left.frames if f.blocked_by(E.BLOCKED_NO_HOLE))
+    assert all(f.account.external == 0 for f in left.frames if not f.blocked_by(E.BLOCKED_NO_HOLE))
+    assert left.summary.shares["external"] == pytest.approx(hole / n / len(left.frames))
+    no_space = sum(f.account.free for f in left.frames[41:84]) / n / len(left.frames)
+    assert no_space > 0.05  # what the old rule called external: free now

@@ -82,7 +82,12 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
         elif isinstance(e, E.Preempted):
             key = "swapped_out" if e.req in swapped_out else "preempted"
             n = out_blocks[e.req] if key == "swapped_out" else e.num_generated
-            out.append(t[key].format(req=_name(frame, e.req), n=n))
+            # recompute runs the prompt again too: every token but the last generated one had
+            # its K/V written, and all of it is dropped
+            view = frame.requests.get(e.req)
+            prompt = view.prompt_len if view else 0
+            slots = prompt + e.num_generated - 1 if view else 0
+            out.append(t[key].format(req=_name(frame, e.req), n=n, prompt=prompt, slots=slots))
         elif isinstance(e, E.SwappedIn):
             back = ", ".join(f"#{d}" for _, d in e.block_map)
             out.append(t["swapped_in"].format(req=_name(frame, e.req), blocks=back))
