@@ -98,7 +98,12 @@ def concurrency_fix() -> Fix:
 
 
 def arithmetic_fixes() -> list[Fix]:
-    """The essay's capacity arithmetic (§1.2, §4.2, §5.2, §5.3), recomputed exactly."""
+    """The essay's capacity arithmetic (§1.2, §4.2, §5.2, §5.3), recomputed exactly, then its
+    other claims checked (``claim_fixes``): every page that lists the corrections lists these."""
+    return _arithmetic() + claim_fixes()
+
+
+def _arithmetic() -> list[Fix]:
     kv = 32 * 32_768 * LLAMA70B.bytes_per_token  # batch 32 at 32k tokens
     tail_tokens = mean_tail(ESSAY_BLOCK)
     tail = tail_tokens * LLAMA70B.bytes_per_token_per_layer
