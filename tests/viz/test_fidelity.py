@@ -182,3 +182,17 @@ def test_six_steps_scoreboard_counts_external_only_where_a_hole_was_wanted(six):
     assert left.summary.shares["external"] == pytest.approx(hole / n / len(left.frames))
     no_space = sum(f.account.free for f in left.frames[41:84]) / n / len(left.frames)
     assert no_space > 0.05  # what the old rule called external: free now
+
+
+def test_fp8_accuracy_is_said_against_its_fp32_reference_with_its_spread():
+    from viz.fold import fp8_data
+    from viz.fold.narration import render_step
+
+    lesson = _lesson("fp8-twice")
+    facts = fp8_data.narration_facts()
+    assert facts is not None
+    last = len(lesson.spec.steps) - 1
+    en, zh = render_step(lesson, last, "en").narration, render_step(lesson, last, "zh").narration
+    assert f"**{facts.reference}** KV arena" in en and "not against the bf16 side" in en
+    assert "full-precision KV" not in en and f"**{facts.reference}** KV 显存池" in zh
+    assert facts.e4m3_top1_range in en and facts.e4m3_top1_range in zh and "?" not in en
