@@ -196,3 +196,49 @@ def test_fp8_accuracy_is_said_against_its_fp32_reference_with_its_spread():
     assert f"**{facts.reference}** KV arena" in en and "not against the bf16 side" in en
     assert "full-precision KV" not in en and f"**{facts.reference}** KV 显存池" in zh
     assert facts.e4m3_top1_range in en and facts.e4m3_top1_range in zh and "?" not in en
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_block_size_page_counts_int32_entries_and_flags_the_essays_eight_bytes(lang):
+    """The block-size page once taught 8 B an entry (an int64); vLLM keeps int32 entries."""
+    from engine.sim.capacity import DEFAULT_ENTRY_BYTES, ESSAY_ENTRY_BYTES, block_table_bytes
+    from viz.fold import sweep
+
+    spec = sweep.load_spec("block-size")
+    results = sweep.load_results(spec)
+    ctx = sweep.narration_context(results)
+    trade = next(s for s in spec.sections if s.chart == "tradeoff")
+    text, missing = sweep.fill(trade.text[lang], ctx, lang)
+    assert not missing and "int32" in text and "int64" in text
+    assert DEFAULT_ENTRY_BYTES * 2 == ESSAY_ENTRY_BYTES
+    b16 = next(r for r in results if r.block_size == 16)
+    assert f"{b16.mean_entries * DEFAULT_ENTRY_BYTES:,.0f}" in text
+    long = next(s for s in spec.sections if s.chart == "long_table")
+    shown, _ = sweep.fill(long.text[lang], ctx, lang)
+    per_request = block_table_bytes(sweep.LONG_LEN, 16)
+    assert per_request == sweep.blocks_for(sweep.LONG_LEN, 16) * 4
+    assert "max_model_len" in shown
+
+
+def test_a_lab_that_runs_out_of_memory_shows_its_free_slots_free():
+    """Any lab scenario that runs out of memory: while the head of the queue needs more than is
+    free in total (no_space), the left's free slots are drawn and counted free, not as a hole."""
+    from viz.live import lab as S
+
+    lab = S.Lab(
+        (
+            S.LabRequest("A", "Explain paging in one paragraph:", 40, 0),
+            S.LabRequest("B", "Answer in one word: what colour is the sky?", 40, 0),
+            S.LabRequest("C", "Write a short poem about memory:", 40, 0),
+        ),
+        num_blocks=8,
+        block_size=16,
+        max_model_len=96,
+        policy="max",
+    )
+    sides = {s: {"en": s, "zh": s} for s in ("left", "right")}
+    lesson = S.lesson_for(lab, S.record_dry(lab), sides, {"en": "t", "zh": "t"})
+    waits = [f for f in lesson.left.frames if f.blocked_by(E.BLOCKED_NO_SPACE)]
+    assert waits, "the scenario runs out of memory on the left"
+    for f in waits:
+        assert f.account.external == f.count(HOLE) == 0 and f.account.free > 0
