@@ -79,6 +79,10 @@ def facts(lesson: Lesson, i: int) -> set[str]:
                     out |= _ints(v)
             if ev.kind == "block_allocated":  # "block {logical - 1} is full"
                 out.add(str(ev.logical - 1))
+            if ev.kind == "finished":  # "with {tokens} tokens": its prompt and all its output
+                out.add(str(f.requests[ev.req].prompt_len + ev.num_generated))
+            if ev.kind == "preempted" and i > 0:  # the K/V slots it held the frame before
+                out.add(str(side.frames[i - 1].requests[ev.req].filled))
             key = (ev.kind, ev.req if isinstance(ev, E.RequestEvent) else "")
             counts[key] = counts.get(key, 0) + 1
         out |= {str(n) for n in counts.values()} | {"0"}
