@@ -117,7 +117,8 @@ def _photograph(
                     ),
                 )
                 page = ctx.new_page()
-                page.goto(f"{path.as_uri()}#frame={frames[0]}&lang={lang}&present=1")
+                # still=1: nothing transient on the frames (no pointing, no reading page)
+                page.goto(f"{path.as_uri()}#frame={frames[0]}&lang={lang}&present=1&still=1")
                 wait_ready(page)
                 for n, i in enumerate(frames, start=1):
                     page.evaluate("(i) => window.pkPlayer.go(i)", i)
