@@ -70,7 +70,10 @@ function pointInit(p) {
   pt.onDown = () => { if (!pt.read.hidden) ptRead(p, false); };
   document.addEventListener("pointerdown", pt.onDown, true);
   // the arrows and sentences follow the boxes they join (a resize, presenter mode, fonts)
-  pt.resized = new ResizeObserver(() => requestAnimationFrame(() => ptPlace(p)));
+  pt.resized = new ResizeObserver(() => requestAnimationFrame(() => {
+    ptPlace(p);
+    ptReadNumbers(p);
+  }));
   pt.resized.observe(main);
   ptLink(p);
 }
@@ -311,6 +314,17 @@ function ptRead(p, show) {
   read.querySelectorAll(".pk-read-num").forEach((e) => e.remove());
   if (!show) return;
   try { window.localStorage.setItem(PT_SEEN, "1"); } catch (_) { /* private mode: ask again */ }
+  ptReadNumbers(p);
+  // shown with the first frame, the rows above the grids are still being fitted: again once
+  // they are (and the resize observer places them again on any later change)
+  requestAnimationFrame(() => requestAnimationFrame(() => ptReadNumbers(p)));
+}
+
+function ptReadNumbers(p) {
+  const read = p.pt.read;
+  read.querySelectorAll(".pk-read-num").forEach((e) => e.remove());
+  if (read.hidden) return;
+  const placed = [];
   const origin = read.getBoundingClientRect();
   const card = read.firstElementChild ? read.firstElementChild.getBoundingClientRect() : null;
   const under = (x, y) => card && x >= card.left - 4 && x <= card.right + 4 &&
@@ -329,8 +343,10 @@ function ptRead(p, show) {
     const w = num.offsetWidth, h = num.offsetHeight;
     const corners = [[r.left + 4, r.top + 4], [r.right - w - 4, r.top + 4],
                      [r.left + 4, r.bottom - h - 4], [r.right - w - 4, r.bottom - h - 4]];
-    const [x, y] = corners.find(([cx, cy]) => !under(cx, cy) && !under(cx + w, cy + h)) ||
-      corners[0];
+    const free = ([cx, cy]) => !under(cx, cy) && !under(cx + w, cy + h) &&
+      !placed.some(([px, py]) => cx < px + w && px < cx + w && cy < py + h && py < cy + h);
+    const [x, y] = corners.find(free) || corners[0];
+    placed.push([x, y]);
     num.style.left = (x - origin.left).toFixed(1) + "px";
     num.style.top = (y - origin.top).toFixed(1) + "px";
   }
