@@ -452,6 +452,7 @@ class Player {
     const lang = this.chosenLang();
     if (lang !== (this.data.home_lang || "en")) h += "&lang=" + lang;
     if (this.present) h += "&present=1";
+    h += pointHash(this);
     if (window.location.hash !== h) window.history.replaceState(window.history.state, "", h);
   }
 

@@ -145,6 +145,13 @@ function pointAct(p, k) {
   return true;
 }
 
+// What this file keeps in a one-file export's hash (player.js hashUrl): a console stays one
+// when reloaded, a still page still.
+function pointHash(p) {
+  const pt = p.pt;
+  return (pt && pt.console ? "&console=1" : "") + (pt && pt.still ? "&still=1" : "");
+}
+
 function pointDestroy(p) {
   const pt = p.pt;
   if (!pt) return;
