@@ -269,7 +269,7 @@ function ptArrow(pt, from, to, req, block, own) {
   const sx = right ? from.l : from.r, sy = (from.t + from.b) / 2;
   const ex = right ? to.r : to.l, ey = (to.t + to.b) / 2;
   const bend = Math.max(30, Math.abs(sx - ex) / 3) * (right ? -1 : 1);
-  const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
+  const path = document.createElementNS(pt.arrows.namespaceURI, "path");  // the SVG one
   path.setAttribute("d", `M${sx.toFixed(1)},${sy.toFixed(1)}C${(sx + bend).toFixed(1)},` +
     `${sy.toFixed(1)} ${(ex - bend).toFixed(1)},${ey.toFixed(1)} ${ex.toFixed(1)},${ey.toFixed(1)}`);
   path.setAttribute("class", "pk-pt-arrow" + (own ? "" : " pk-pt-shared"));

@@ -95,9 +95,19 @@ def callouts(frame: Frame, lang: str = "en") -> list[Callout]:
 def _outline(ranges: tuple[tuple[int, int], ...], layout: GridLayout) -> str:
     """Path data round each row-run of the slots in ``ranges``."""
     slots = sorted({s for start, n in ranges for s in range(start, start + n)})
-    segs = []
+    # rows under one another with the same columns make one box: a hole of five full rows
+    # is one outline, not five
+    boxes: list[list[int]] = []  # [first row, last row, first column, last column]
     for row, c0, c1 in changed_runs(slots, layout):
-        x0, y0, x1, y1 = svg.cell_box(row, c0, c1, layout)
+        last = boxes[-1] if boxes else None
+        if last is not None and last[1] == row - 1 and (last[2], last[3]) == (c0, c1):
+            last[1] = row
+        else:
+            boxes.append([row, row, c0, c1])
+    segs = []
+    for r0, r1, c0, c1 in boxes:
+        x0, y0, x1, _ = svg.cell_box(r0, c0, c1, layout)
+        *_, y1 = svg.cell_box(r1, c0, c1, layout)
         segs.append(f"M{x0 - 2},{y0 - 2}H{x1 + 2}V{y1 + 2}H{x0 - 2}Z")
     return "".join(segs)
 
