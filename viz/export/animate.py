@@ -136,7 +136,7 @@ def _photograph(
                     ),
                 )
                 page = ctx.new_page()
-                # still=1: the player shows no transient hint (its timer would race us)
+                # still=1: nothing transient on the frames (no hint, no pointing, no reading page)
                 page.goto(f"{path.as_uri()}#frame={frames[0]}&lang={lang}&present=1&still=1")
                 wait_ready(page)
                 page.evaluate(SETTLED_JS)

@@ -131,12 +131,8 @@ def page(
         "notes": {lg: text[lg]["made"] for lg in langs},
     }
     icon = drawn[langs[0]]["icon"]
-    css = (
-        player.asset("player.css")
-        + html.CSS.replace("<style>", "").replace("</style>", "")
-        + PAGE_CSS
-    )
-    js = player.asset("player.js") + BOOT_JS
+    css = player.styles() + html.CSS.replace("<style>", "").replace("</style>", "") + PAGE_CSS
+    js = player.script() + BOOT_JS
     buttons = "".join(
         f"<button type='button' data-lang='{lg}'>{LANG_NAMES[lg]}</button>" for lg in langs
     )

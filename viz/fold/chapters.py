@@ -3,7 +3,8 @@
 A lesson step's narration quotes its keyframe, so its chapter is that keyframe alone. The frames
 between keyframes are grouped by what holds on each of them (who is waiting on which side), so a
 chapter title such as "The left makes requests wait; paging keeps going" is never shown on a
-frame where it is false. PageUp / PageDown move between chapters. Pure Python.
+frame where it is false. The step buttons and the timeline reach them; PageUp / PageDown (a
+clicker) stop at the steps' keyframes only. Pure Python.
 """
 
 from __future__ import annotations

@@ -21,7 +21,9 @@ from pathlib import Path
 
 from viz.fold import captions, chapters
 from viz.fold.lesson import Lesson
+from viz.player import point
 from viz.render import html, svg, to_scale
+from viz.render import point as point_marks
 from viz.render.style import CATEGORY_COLOURS, INK, MUTED, words
 
 ASSETS = Path(__file__).resolve().parent
@@ -101,6 +103,7 @@ def _grid(lesson: Lesson, side: str, i: int, lang: str) -> str:
         max_height_px=GRID_HEIGHT,
         room_below=below,
         note=notes[side],
+        overlay=point_marks.overlay(frame, layouts[side], lang),
     )
 
 
@@ -298,6 +301,7 @@ def envelope(lesson: Lesson, lang: str, chs: list[chapters.Chapter], z: bytes) -
             for c in chs
         ],
         "steps": steps_nav(lesson, chs, lang),
+        **point.extras(lesson, lang, chs),
         "titles": {s: html.side_title(lesson.side(s).title[lang], s) for s in ("left", "right")},
         "legend": html.legend(lang),
         "timeline": timeline_svg(lesson, chs, lang),
@@ -331,6 +335,23 @@ def envelope(lesson: Lesson, lang: str, chs: list[chapters.Chapter], z: bytes) -
             )
         },
     }
+
+
+#: The player's front end in the order it is put on a page: point.js (pointing, the clicker, the
+#: presenter console) defines the functions player.js calls, in the same module.
+SCRIPTS = ("point.js", "player.js")
+STYLES = ("player.css", "point.css")
+
+
+def script() -> str:
+    """The player's JavaScript, one module: what the app's component and the one-file HTML
+    export both load."""
+    return "\n".join(asset(n) for n in SCRIPTS)
+
+
+def styles() -> str:
+    """The player's CSS, as ``script`` is its JavaScript."""
+    return "\n".join(asset(n) for n in STYLES)
 
 
 def asset(name: str) -> str:

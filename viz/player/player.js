@@ -5,7 +5,8 @@
 const SPEEDS = [1, 2, 4, 8, 15, 30];
 // Every key the player acts on besides ? and Escape (see key()).
 const PLAYER_KEYS = new Set(["ArrowRight", "ArrowLeft", "PageDown", "PageUp", "Home", "End", " ",
-                             "Spacebar", "+", "=", "-", "−", "_", "f", "F"]);
+                             "Spacebar", "+", "=", "-", "−", "_", "f", "F",
+                             "r", "R", "c", "C", "h", "H"]);
 // Widgets that move their own selection with these keys (the scenario lab's table, a slider,
 // tabs, a list): a key meant for them is theirs, not a step of the lesson.
 const OWN_KEYS = "[role=grid], [role=treegrid], [role=slider], [role=tablist], [role=listbox], " +
@@ -66,6 +67,7 @@ class Player {
     this.tallest = 0;
     this.resized.observe(root);
     if (document.fonts) document.fonts.ready.then(() => { this.fitted = ""; this.fitRows(); });
+    pointInit(this);  // point.js: pointing, the clicker, the presenter console
   }
 
   // Open ``data`` on frame ``start``; ``start`` null stays on the frame shown (the same lesson
@@ -164,6 +166,7 @@ class Player {
     this.el("pk-play").onclick = () => this.toggle();
     this.scrubber();
     this.showSpeed();
+    pointStatic(this);
   }
 
   chapterOf(i) {
@@ -211,6 +214,7 @@ class Player {
     }
     this.root.dataset.frame = i;
     this.queueUrl();
+    pointFrame(this);
   }
 
   // The chapter title, the captions, the side titles and the metrics strips sit above the
@@ -448,6 +452,7 @@ class Player {
     const lang = this.chosenLang();
     if (lang !== (this.data.home_lang || "en")) h += "&lang=" + lang;
     if (this.present) h += "&present=1";
+    h += pointHash(this);
     if (window.location.hash !== h) window.history.replaceState(window.history.state, "", h);
   }
 
@@ -492,6 +497,7 @@ class Player {
       this.help(false);
       return true;
     }
+    if (pointAct(this, k)) return true;
     if (k === "ArrowRight") { this.stop(); this.go(this.i + 1); }
     else if (k === "ArrowLeft") { this.stop(); this.go(this.i - 1); }
     else if (k === "PageDown") { this.stop(); this.chapter(1); }
@@ -603,6 +609,7 @@ class Player {
   }
 
   destroy() {
+    pointDestroy(this);
     this.stop();
     this.resized.disconnect();
     document.removeEventListener("keydown", this.onKey, true);
