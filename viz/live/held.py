@@ -189,6 +189,11 @@ class Held:
             self._entries.clear()
         give_back_memory()
 
+    def turn(self, waiting: Callable[[], object] | None = None):
+        """The server's one turn, for work that is not kept (a figure drawn for a download):
+        a context manager; ``waiting`` is called first when another holds it."""
+        return self._turn(waiting)
+
     # --- inside ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
