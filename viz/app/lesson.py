@@ -156,13 +156,11 @@ def _upload_key(spec, root: Path, data: bytes, file_name: str) -> str:
 def _uploaded_lesson(spec, root: Path, data: bytes, file_name: str, t: dict) -> Outline:
     """Fold and draw an upload once per content in a child process (viz.live.upload), one at
     a time over the server (UPLOADS): a session that must wait is told so. The server keeps
-    the outline and the drawing, held by the session until it ends."""
+    the outline and the drawing, held for the session until it ends; the session itself
+    keeps neither (Streamlit keeps a closed tab's state a while for a reconnect)."""
     data.decode("utf-8")  # a binary file is refused here, before a child starts
     key = _upload_key(spec, root, data, file_name)
     lang = _ss().get("lang", "en")
-    own = _ss().get("pk_upload_drawn")
-    if own is not None and own[0] == key and lang in own[2]:
-        return own[1]
 
     def fold() -> tuple[Outline, int, dict[str, dict]]:
         outline, drawn = child.fold(spec, root, data, file_name, key, lang)
@@ -170,7 +168,7 @@ def _uploaded_lesson(spec, root: Path, data: bytes, file_name: str, t: dict) -> 
 
     note = st.empty()
     try:
-        outline, drawn = UPLOADS.get_drawn(
+        outline: Outline = UPLOADS.get(
             key,
             fold,
             owner=session_id(),
@@ -179,10 +177,6 @@ def _uploaded_lesson(spec, root: Path, data: bytes, file_name: str, t: dict) -> 
         )
     finally:
         note.empty()
-    # the session's own drawings (a few MB): a newer fold may let UPLOADS's go before this
-    # run shows them, and folding again would cost another turn
-    if drawn:
-        _ss().pk_upload_drawn = (key, outline, drawn)
     return outline
 
 
@@ -545,13 +539,10 @@ def _cached_payload(lesson: Lesson | Outline, lang: str) -> dict:
     a time over the server, kept with it in UPLOADS), a recorded lesson's apart."""
     if isinstance(lesson, Lesson):
         return _recorded_payload(lesson, lesson.key, lang)
-    own = _ss().get("pk_upload_drawn")
-    if own is not None and own[0] == lesson.key and lang in own[2]:
-        return own[2][lang]
     note = st.empty()
     t = UI.get(lang, UI["en"])
     try:
-        drawn = UPLOADS.payload(
+        return UPLOADS.payload(
             lesson.key,
             lang,
             lambda: _draw_upload(lesson, lang),
@@ -559,9 +550,6 @@ def _cached_payload(lesson: Lesson | Outline, lang: str) -> dict:
         )
     finally:
         note.empty()
-    if own is not None and own[0] == lesson.key:
-        own[2][lang] = drawn
-    return drawn
 
 
 def _stepping_view(view: View, t: dict) -> None:
