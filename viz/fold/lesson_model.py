@@ -76,7 +76,7 @@ class Lesson:
 class Outline:
     """What a page needs of a lesson besides its drawn frames: an upload folded and drawn in a
     child process leaves the server only this and the drawing (``viz.live.upload``), not the
-    frames, which hold about 20 times the trace's bytes."""
+    frames, which hold about 17 times the trace's bytes."""
 
     spec: LessonSpec
     source: str

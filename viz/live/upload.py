@@ -36,7 +36,9 @@ class UploadError(Exception):
     """The child could not answer (it ran too long, or died); the message is one line."""
 
 
-def fold(spec: LessonSpec, root: Path, data: bytes, source: str, key: str, lang: str):
+def fold(
+    spec: LessonSpec, root: Path, data: bytes, source: str, key: str, lang: str
+) -> tuple[Outline, dict]:
     """``data`` (a trace's bytes, UTF-8) folded under ``spec`` and drawn in ``lang``:
     ``(Outline, payload)``. Raises TraceError or LessonError (the child's one line) for a
     trace that cannot be used, UploadError when the child could not answer."""
