@@ -556,9 +556,8 @@ def _stepping_view(view: View, t: dict) -> None:
     ss = _ss()
     lesson, lang = view.lesson, view.lang
     follow = False
-    if view.refresh is not None and isinstance(
-        lesson, Lesson
-    ):  # live: fold what has streamed in since the last tick
+    # live: fold what has streamed in since the last tick
+    if view.refresh is not None and isinstance(lesson, Lesson):
         run = ss.pk_live
         # A corrupt stream is reported by the page run that follows the child's end.
         with contextlib.suppress(T.TraceError):
