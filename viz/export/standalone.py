@@ -17,6 +17,7 @@ import json
 
 from viz import ui_text
 from viz.fold.lesson import Lesson
+from viz.fold.lesson_folder import LessonSpec
 from viz.player import payload as player
 from viz.render import html
 
@@ -123,11 +124,22 @@ def page(
     for lg in langs:
         if lg not in drawn:
             drawn[lg] = player.payload(lesson, lg)
+    return drawn_page(lesson.spec, drawn, langs, home)
+
+
+def drawn_page(
+    spec: LessonSpec,
+    drawn: dict[str, dict],
+    langs: tuple[str, ...] = LANGS,
+    home: str | None = None,
+) -> str:
+    """``page`` from payloads drawn elsewhere (one per language in ``langs``): what the app
+    writes for an upload, whose frames it does not hold."""
     text = ui_text.load("standalone")
     data = {
         "langs": list(langs),
         "payloads": {lg: drawn[lg] for lg in langs},
-        "titles": {lg: lesson.spec.title[lg] for lg in langs},
+        "titles": {lg: spec.title[lg] for lg in langs},
         "notes": {lg: text[lg]["made"] for lg in langs},
     }
     icon = drawn[langs[0]]["icon"]
@@ -141,11 +153,11 @@ def page(
         "<!doctype html>\n"
         f"<html lang='{'zh-Hans' if first == 'zh' else 'en'}'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>{_html.escape(lesson.spec.title[first])}</title>"
+        f"<title>{_html.escape(spec.title[first])}</title>"
         f"<link rel='icon' href='{icon}'>"
         f"<style>{css}</style></head><body>"
         "<div class='pk-sa'><div class='pk-sa-head'>"
-        f"<h1 id='pk-sa-title'>{_html.escape(lesson.spec.title[first])}</h1>"
+        f"<h1 id='pk-sa-title'>{_html.escape(spec.title[first])}</h1>"
         + _home_link(home, text)
         + f"<div class='pk-sa-lang' aria-label='{_html.escape(text[first]['switch'])}'>"
         f"{buttons}</div></div>"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import html as _html
 import json
 import re
@@ -148,7 +149,7 @@ BODY = SLOTS.index("body")
 
 
 def frame_record(
-    lesson: Lesson, i: int, lang: str, chapter: chapters.Chapter, pieces: Pieces
+    lesson: Lesson, i: int, lang: str, chapter: chapters.Chapter, pieces: Pieces | Deflating
 ) -> list[int]:
     """Frame ``i`` as indices into ``pieces``, in ``SLOTS`` order."""
     parts = frame_parts(lesson, i, lang)
@@ -255,15 +256,41 @@ def steps_nav(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> list[di
     return out
 
 
+class Deflating:
+    """``Pieces`` that go straight into a zlib stream (RFC 1950) as they are first seen,
+    remembered only by a digest: a maximal upload draws about 100 MB of distinct SVG and HTML,
+    which held as strings (then once more as the JSON text, and once more encoded) tripled
+    what drawing it cost. The stream inflates to what ``Pieces`` would have written."""
+
+    def __init__(self) -> None:
+        self._z = zlib.compressobj(6)
+        self._out = [self._z.compress(b'{"pieces":[')]
+        self._index: dict[bytes, int] = {}
+
+    def add(self, s: str) -> int:
+        raw = json.dumps(s).encode("utf-8")
+        d = hashlib.blake2b(raw, digest_size=16).digest()
+        n = self._index.get(d)
+        if n is None:
+            n = self._index[d] = len(self._index)
+            self._out.append(self._z.compress(raw if n == 0 else b"," + raw))
+        return n
+
+    def close(self, frames: list[list[int]]) -> bytes:
+        """The whole stream, with ``frames`` (records of indices) after the pieces."""
+        tail = '],"frames":' + json.dumps(frames, separators=(",", ":")) + "}"
+        self._out += [self._z.compress(tail.encode("utf-8")), self._z.flush()]
+        return b"".join(self._out)
+
+
 def payload(lesson: Lesson, lang: str) -> dict:
     """Everything the player needs for one lesson in one language (JSON-ready). The frames
     and their pieces travel deflated and base64-encoded in ``z``."""
     chs = chapters.chapters(lesson)
-    pieces = Pieces([], {})
+    pieces = Deflating()
     of_frame = {i: c for c in chs for i in range(c.start, c.end + 1)}
     frames = [frame_record(lesson, i, lang, of_frame[i], pieces) for i in range(lesson.num_frames)]
-    body = json.dumps({"pieces": pieces.items, "frames": frames}, separators=(",", ":"))
-    return envelope(lesson, lang, chs, zlib.compress(body.encode("utf-8"), 6))
+    return envelope(lesson, lang, chs, pieces.close(frames))
 
 
 def envelope(lesson: Lesson, lang: str, chs: list[chapters.Chapter], z: bytes) -> dict:
