@@ -14,8 +14,10 @@ import html as _html
 import json
 
 from viz import ui_text
+from viz.fold.kernel.frames import KernelLesson
 from viz.fold.lesson import Lesson
 from viz.player import payload as player
+from viz.player.kernel import kernel_payload
 from viz.render import html
 
 LANGS = ("en", "zh")
@@ -107,7 +109,7 @@ def _home_link(home: str | None, text: dict) -> str:
 
 
 def page(
-    lesson: Lesson,
+    lesson: Lesson | KernelLesson,
     langs: tuple[str, ...] = LANGS,
     payloads: dict[str, dict] | None = None,
     home: str | None = None,
@@ -118,7 +120,11 @@ def page(
     drawn = dict(payloads or {})
     for lg in langs:
         if lg not in drawn:
-            drawn[lg] = player.payload(lesson, lg)
+            drawn[lg] = (
+                kernel_payload(lesson, lg)
+                if isinstance(lesson, KernelLesson)
+                else player.payload(lesson, lg)
+            )
     text = ui_text.load("standalone")
     data = {
         "langs": list(langs),
