@@ -185,3 +185,19 @@ def test_the_kernel_lesson_is_not_taken_for_a_side_by_side_one():
 
     assert NAME not in available()
     assert not (Path(LESSONS_DIR) / NAME / "lesson.toml").exists()
+
+
+def test_the_app_opens_the_kernel_lesson_at_the_linked_frame_in_the_one_player():
+    from streamlit.testing.v1 import AppTest
+
+    root = Path(__file__).resolve().parents[2]
+    at = AppTest.from_file(str(root / "app.py"), default_timeout=120)
+    at.query_params["lesson"] = NAME
+    at.query_params["frame"] = "9"
+    at.run()
+    assert not at.exception, at.exception
+    [el] = [e for e in at.get("bidi_component") if e.proto.component_name == "pk_player"]
+    data = json.loads(el.proto.json)
+    assert data["start"] == 9 and data["lesson"] == NAME
+    assert data["num_frames"] == len(_unpack(data)["frames"])
+    assert any("Inside the kernel" in m.value for m in at.markdown)
