@@ -30,7 +30,7 @@ from viz.safe import md_text
 SPEC_FILE = "kernel.toml"
 CHAPTERS = ("table", "walk", "heat", "gqa")
 #: What a frame shows, one caption template each (``kernel.toml`` ``[captions]``)
-KINDS = ("table", "tile", "final", "heat", "gqa", "split")
+KINDS = ("table", "tile", "tile_up", "final", "heat", "gqa", "split")
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,10 @@ def num(x: float, digits: int = 3) -> str:
     return f"{x:.{digits}f}"
 
 
+def _bracketed(x: float) -> str:
+    return f"({num(x)})" if x < 0 else num(x)
+
+
 def pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
@@ -216,6 +220,8 @@ def _tile_facts(read: E.AttentionRead, t: int, bs: int, h: int) -> dict[str, str
         # a tile that raised the max: what was summed before is rescaled by exp(m_old - m_new)
         "m_rose": "1" if t and read.tile_m[t][h] > read.tile_m[t - 1][h] else "",
         "m_before": num(read.tile_m[t - 1][h]) if t else "",
+        # subtracted in the caption: a negative one in brackets, never "− -3.055"
+        "tile_m_sub": _bracketed(read.tile_m[t][h]),
     }
 
 
@@ -281,7 +287,9 @@ def fold_kernel(spec: KernelSpec, trace: Trace) -> KernelLesson:
 def caption(lesson: KernelLesson, i: int, lang: str) -> tuple[str, str]:
     """Frame ``i``'s two captions, filled from its facts."""
     f = lesson.frames[i]
-    left, right = lesson.spec.captions[f.kind][lang]
+    # a tile that raised the running max says what that did to the sum so far
+    kind = "tile_up" if f.kind == "tile" and f.facts.get("m_rose") else f.kind
+    left, right = lesson.spec.captions[kind][lang]
     return fill(left, f.facts), fill(right, f.facts)
 
 
