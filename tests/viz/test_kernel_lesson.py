@@ -56,7 +56,11 @@ def test_the_zoomed_step_shows_scattered_and_shared_blocks(lesson):
         range(zoom.physical[0], zoom.physical[0] + len(zoom.physical))
     )
     others = {b for r, t in arena.block_tables.items() if r != zoom.req for b in t}
-    assert others & set(zoom.physical)
+    shared = [b for b in zoom.physical if b in others]
+    assert shared
+    # and the narration names exactly those blocks, in both languages
+    for lang in ("en", "zh"):
+        assert f"**{' '.join(map(str, shared))}**" in narration(lesson, 0, lang)
     assert tuple(arena.block_tables[zoom.req][: len(zoom.physical)]) == zoom.physical
 
 

@@ -255,6 +255,9 @@ def fold_kernel(spec: KernelSpec, trace: Trace) -> KernelLesson:
     arena = by_step[zoom.step]
     head = follow_head(zoom)
     base = _base_facts(zoom, bs, head)
+    sharing = {b: _shared_with(arena, zoom.req, b) for b in zoom.physical}
+    base["shared_blocks"] = " ".join(str(b) for b in zoom.physical if sharing[b])
+    base["sharers"] = ", ".join(sorted({r for rs in sharing.values() for r in rs}))
     frames: list[KernelFrame] = []
     for i, b in enumerate(zoom.physical):
         shared = _shared_with(arena, zoom.req, b)
@@ -299,7 +302,8 @@ def narration(lesson: KernelLesson, i: int, lang: str) -> str:
     f = lesson.frames[i]
     first = lesson.frames[lesson.chapter_range(f.chapter)[0]]
     facts = dict(first.facts)
-    facts["req"] = md_text(facts["req"])  # a trace's id is text, never markup
+    for key in ("req", "sharers"):  # a trace's ids are text, never markup
+        facts[key] = md_text(facts[key]) if facts.get(key) else ""
     if f.chapter == "heat":  # the chapter's text speaks of its whole range of steps
         facts.update(_heat_facts(lesson))
     return fill(lesson.spec.narration[f.chapter][lang], facts)
