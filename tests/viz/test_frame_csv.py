@@ -124,6 +124,26 @@ def test_every_shipped_lessons_csv_is_the_frames_the_player_shows(name, tmp_path
         assert ended_rows > 0
 
 
+def test_the_kernel_lessons_csv_is_its_one_run_frame_by_frame(tmp_path):
+    """One row per frame of the kernel lesson's one run: the arena the frame draws, at the step
+    of the attention read it shows, its counts adding up to the arena."""
+    from viz.fold.kernel.frames import KernelLesson
+
+    lesson = export.load_lesson("inside-the-kernel")
+    assert isinstance(lesson, KernelLesson)
+    export.export_lesson("inside-the-kernel", tmp_path, ["csv"], "en")
+    got = _read_text((tmp_path / "inside-the-kernel.csv").read_text(encoding="utf-8"))
+    assert len(got) == lesson.num_frames
+    for i, (row, f) in enumerate(zip(got, lesson.frames, strict=True)):
+        assert row["run"] == lesson.spec.run and int(row["frame"]) == i
+        assert int(row["step"]) == f.read.step == f.arena.step
+        for col, field in frame_csv.ACCOUNT_FIELDS.items():
+            assert int(row[col]) == getattr(f.arena.account, field), (i, col)
+        parts = ("tokens", "reserved", "internal", "external", "free")
+        assert sum(int(row[c]) for c in parts) == int(row["slots"])
+        assert row["chapter"] == lesson.spec.chapter_titles[f.chapter]["en"]
+
+
 def test_a_wait_for_a_hole_is_in_the_row_with_its_reason():
     rows = list(frame_csv.rows(export.load_lesson("six-steps")))
     waits = [r for r in rows if r["refused"]]

@@ -30,6 +30,7 @@ from viz.app.controls import choice_buttons
 from viz.app.live_registry import REGISTRY, session_alive, session_id
 from viz.export import frame_csv, standalone
 from viz.export import lecture as export
+from viz.fold.kernel.frames import KernelLesson, fold_kernel, kernel_lessons, load_kernel_spec
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import (
     LESSONS_DIR,
@@ -46,6 +47,7 @@ from viz.live.follow import LiveView
 from viz.live.held import Held
 from viz.live.run import LiveRun, record_command
 from viz.player import payload as player
+from viz.player.kernel import kernel_payload
 from viz.render import html
 
 ENGINE_ROOT = Path(__file__).resolve().parents[2]  # where `python -m engine` resolves
@@ -214,7 +216,9 @@ def _stamps(root: Path, names: list[str]) -> tuple[tuple[str, int, int], ...]:
     out = []
     for name in names:
         with contextlib.suppress(OSError):  # gone since it was listed: its title goes too
-            s = (root / name / "lesson.toml").stat()
+            folder = root / name
+            own = folder / "lesson.toml"
+            s = (own if own.exists() else folder / "kernel.toml").stat()
             out.append((name, s.st_mtime_ns, s.st_size))
     return tuple(out)
 
@@ -270,11 +274,14 @@ def render(lang: str = "en") -> None:
     t = UI.get(lang, UI["en"])
     st.html(html.CSS)
     root = lessons_root()
-    names = available(root)
+    names = available(root) + kernel_lessons(root)
     _init_from_url(names, t)
     ss = _ss()
     if not names:
         st.error(f"No lessons found under {root}.")
+        return
+    if ss.pk_lesson in kernel_lessons(root):
+        boundary(ui_text.load("safe")[lang]["frame_failed"])(_kernel_page)(names, root, lang, t)
         return
     try:
         spec = load_spec(ss.pk_lesson, root)
@@ -319,6 +326,74 @@ def _origin(lesson: Lesson | Outline, t: dict) -> str:
         )
         + dry
     )
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _kernel_lesson(name: str, root: str, digest: str) -> KernelLesson:
+    """A kernel lesson folded once per content hash of its trace."""
+    spec = load_kernel_spec(name, Path(root))
+    return fold_kernel(spec, T.read(spec.folder / spec.trace_file))
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _kernel_payload(name: str, root: str, digest: str, lang: str) -> dict:
+    return kernel_payload(_kernel_lesson(name, root, digest), lang)
+
+
+def _kernel_page(names: list[str], root: Path, lang: str, t: dict) -> None:
+    """A kernel lesson: the picker, its title, the player over its recorded trace (one run,
+    no upload or live source) and its offline HTML file."""
+    ss = _ss()
+    _picker(names, lang)
+    try:
+        spec = load_kernel_spec(ss.pk_lesson, root)
+        digest = file_digest(spec.folder / spec.trace_file)
+        lesson = _kernel_lesson(spec.name, str(root), digest)
+    except (LessonError, T.TraceError, OSError) as e:
+        st.error(safe.md_text(e))
+        return
+    st.markdown(f"### {safe.md_text(spec.title[lang])}")
+    o = dict(lesson.origin)
+    st.caption(
+        t["recorded"].format(
+            name=safe.md_text(spec.name),
+            model=safe.md_text(o.get("model", "?")),
+            device=safe.md_text(o.get("device", "?")),
+            created=safe.md_text(o.get("created", "?")[:10]),
+        )
+    )
+    qp = st.query_params
+    start = ss.pk_frame
+    if qp.get("lesson") == spec.name and "frame" in qp:
+        with contextlib.suppress(ValueError):
+            start = int(qp["frame"])
+    start = min(max(start, 0), lesson.num_frames - 1)
+    data = _kernel_payload(spec.name, str(root), digest, lang)
+    mount_player(data, start, qp.get("present") == "1")
+    drawn = {lg: _kernel_payload(spec.name, str(root), digest, lg) for lg in standalone.LANGS}
+    st.download_button(
+        ui_text.load("standalone")[lang]["download"],
+        data=lambda: standalone.page(lesson, payloads=drawn).encode("utf-8"),
+        file_name=f"{safe_file_stem(spec.name)}.html",
+        mime="text/html",
+        key="pk_kernel_html",
+    )
+
+
+def _picker(names: list[str], lang: str) -> None:
+    """The lesson picker on a row of its own (its labels are the lessons' titles, too wide to
+    share one)."""
+    if len(names) > 1:
+        root = lessons_root()
+        titles = _titles(str(root), _stamps(root, names))  # the folder name is the id, in the URL
+        with st.container(horizontal=True, horizontal_alignment="right"):
+            choice_buttons(
+                names,
+                "pk_lesson",
+                format_func=lambda n: titles.get(n, {}).get(lang, n),
+                key_prefix="pk_lesson_pick",
+                on_change=lambda _: _move_to(0),
+            )
 
 
 def _header(spec, names: list[str], lang: str, t: dict) -> str:

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 from viz import safe
 from viz.fold import chapters
+from viz.fold.kernel.frames import KernelLesson
 from viz.fold.lesson import Lesson
 from viz.fold.reducer import Frame
 
@@ -96,8 +97,34 @@ def _refused(frame: Frame) -> str:
     )
 
 
-def rows(lesson: Lesson, lang: str = "en") -> Iterator[dict[str, object]]:
+def _row(run: str, i: int, frame: Frame, side: str, allocator: str) -> dict[str, object]:
+    row: dict[str, object] = {"run": text_cell(run), "frame": i, "step": frame.step}
+    row.update({col: getattr(frame.account, f) for col, f in ACCOUNT_FIELDS.items()})
+    row.update(side=side, allocator=text_cell(allocator))
+    return row
+
+
+def kernel_rows(lesson: KernelLesson, lang: str = "en") -> Iterator[dict[str, object]]:
+    """A kernel lesson's one run: one row per frame, the arena that frame draws (the frames
+    of one zoomed decode step repeat its arena)."""
+    order = {c: k for k, c in enumerate(dict.fromkeys(f.chapter for f in lesson.frames))}
+    for i, f in enumerate(lesson.frames):
+        row = _row(lesson.spec.run, i, f.arena, "left", "paged")
+        row.update(
+            ended=0,
+            chapter=lesson.spec.chapter_titles[f.chapter][lang],
+            lesson_step=order[f.chapter] + 1,
+            refused=_refused(f.arena),
+            events=_events(f.arena),
+        )
+        yield row
+
+
+def rows(lesson: Lesson | KernelLesson, lang: str = "en") -> Iterator[dict[str, object]]:
     """The rows in frame order, the left run's row before the right's on each frame."""
+    if isinstance(lesson, KernelLesson):
+        yield from kernel_rows(lesson, lang)
+        return
     of_frame = {}
     for c in chapters.chapters(lesson):
         title = chapters.title(lesson, c, lang)
@@ -110,15 +137,8 @@ def rows(lesson: Lesson, lang: str = "en") -> Iterator[dict[str, object]]:
             s = lesson.side(side)
             frame = s.at(i)
             ended = i >= len(s.frames)
-            row: dict[str, object] = {
-                "run": text_cell(s.run.name),
-                "frame": i,
-                "step": frame.step,
-            }
-            row.update({col: getattr(frame.account, f) for col, f in ACCOUNT_FIELDS.items()})
+            row = _row(s.run.name, i, frame, side, s.run.allocator)
             row.update(
-                side=side,
-                allocator=text_cell(s.run.allocator),
                 ended=int(ended),
                 chapter=title,
                 lesson_step=step,
@@ -129,7 +149,7 @@ def rows(lesson: Lesson, lang: str = "en") -> Iterator[dict[str, object]]:
             yield row
 
 
-def csv_text(lesson: Lesson, lang: str = "en") -> str:
+def csv_text(lesson: Lesson | KernelLesson, lang: str = "en") -> str:
     """The whole table as CSV text (a header row, then ``rows``), ``\\n`` line ends."""
     out = io.StringIO()
     w = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")

@@ -44,6 +44,14 @@ import plotly.graph_objects as go
 
 from engine.trace import io as T
 from viz import safe
+from viz.fold.kernel.frames import (
+    CHAPTERS,
+    KernelLesson,
+    chapter_keyframe,
+    fold_kernel,
+    kernel_lessons,
+    load_kernel_spec,
+)
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import LESSONS_DIR, LessonError, load_spec, trace_path
 from viz.fold.narration import render_step
@@ -141,10 +149,13 @@ def download_args(lesson: Lesson, k: int, lang: str = "en", fmt: str = "png") ->
     )
 
 
-def load_lesson(name: str, root: Path = LESSONS_DIR) -> Lesson:
-    """Fold a lesson's recorded trace. Raises ExportError (one line) for a missing lesson or an
-    unusable trace."""
+def load_lesson(name: str, root: Path = LESSONS_DIR) -> Lesson | KernelLesson:
+    """Fold a lesson's recorded trace (a kernel lesson's too). Raises ExportError (one line)
+    for a missing lesson or an unusable trace."""
     try:
+        if name in kernel_lessons(root):
+            kspec = load_kernel_spec(name, root)
+            return fold_kernel(kspec, T.read(kspec.folder / kspec.trace_file))
         spec = load_spec(name, root)
         return build(spec, T.read(trace_path(spec)))
     except (LessonError, T.TraceError) as e:
@@ -209,6 +220,10 @@ def export_lesson(
             animate.check_fps(fps, formats)
         if trace is None:
             lesson = load_lesson(name, root)
+        elif name in kernel_lessons(root):
+            raise ExportError(
+                "--trace folds side-by-side lessons only; the kernel lesson has one run"
+            )
         else:
             lesson, name = load_trace(trace, name, root), trace_stem(trace)
         span = range(lesson.num_frames)
@@ -225,6 +240,8 @@ def export_lesson(
     figure_formats = [f for f in formats if f in FORMATS]
     if not figure_formats:
         return written
+    if isinstance(lesson, KernelLesson):
+        return written + _kernel_figures(lesson, name, out, figure_formats, langs, say)
     jobs = [(k, lg) for lg in langs for k in range(len(lesson.spec.steps))]
     with _one_browser():
         for n, (k, lg) in enumerate(jobs, start=1):
@@ -238,7 +255,7 @@ def export_lesson(
 
 
 def _lesson_files(
-    lesson: Lesson,
+    lesson: Lesson | KernelLesson,
     name: str,
     out: Path,
     formats: list[str],
@@ -257,7 +274,8 @@ def _lesson_files(
         path = out / f"{stem}.csv"
         path.write_text(frame_csv.csv_text(lesson, lg), encoding="utf-8")
         written.append(path)
-        say(f"{path.name}: {lesson.num_frames} frames x 2 runs")
+        runs = 1 if isinstance(lesson, KernelLesson) else 2
+        say(f"{path.name}: {lesson.num_frames} frames x {runs} run{'s' * (runs > 1)}")
     # every language, opening in the first one asked (--lang zh: a page that opens in Chinese)
     order = tuple(dict.fromkeys([*langs, *standalone.LANGS]))
     drawn = [f for f in formats if f != "csv"]
@@ -286,6 +304,45 @@ def _lesson_files(
                 f"{path.name}: {len(shots)} frames at {fps:g} fps, "
                 f"{path.stat().st_size / 1e6:.2f} MB"
             )
+    return written
+
+
+def _kernel_figures(
+    lesson: KernelLesson,
+    name: str,
+    out: Path,
+    formats: list[str],
+    langs: list[str],
+    say: Callable[[str], None],
+) -> list[Path]:
+    """A kernel lesson's figure of each chapter at its key frame: the player in presenter mode
+    photographed (png), or the frame's two drawings with their captions (svg). A pdf is
+    refused: the figure is the player, not a plotly figure."""
+    from viz.export import animate, standalone
+    from viz.render.kernel import figure_svg
+
+    if "pdf" in formats:
+        raise ExportError("a kernel lesson's figures are png or svg (the player, photographed)")
+    written: list[Path] = []
+    keys = [chapter_keyframe(lesson, c) for c in CHAPTERS]
+    for lg in langs:
+        if "png" in formats:
+            if not browser_available():
+                raise ExportError(
+                    "png figures of a kernel lesson need Chromium (/usr/bin/chromium)"
+                )
+            page = standalone.page(lesson, (lg,))
+            for k, i in enumerate(keys):
+                (shot,) = animate.screenshots(page, range(i, i + 1), lg)
+                path = out / file_name(name, k, lg, "png")
+                path.write_bytes(shot.png)
+                written.append(path)
+        if "svg" in formats:
+            for k, i in enumerate(keys):
+                path = out / file_name(name, k, lg, "svg")
+                path.write_text(figure_svg(lesson, i, lg), encoding="utf-8")
+                written.append(path)
+        say(f"{name} ({lg}): {len(keys)} chapters: {', '.join(formats)}")
     return written
 
 

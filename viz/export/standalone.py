@@ -16,9 +16,11 @@ import html as _html
 import json
 
 from viz import ui_text
+from viz.fold.kernel.frames import KernelLesson, KernelSpec
 from viz.fold.lesson import Lesson
 from viz.fold.lesson_folder import LessonSpec
 from viz.player import payload as player
+from viz.player.kernel import kernel_payload
 from viz.render import html
 
 LANGS = ("en", "zh")
@@ -112,7 +114,7 @@ def _home_link(home: str | None, text: dict) -> str:
 
 
 def page(
-    lesson: Lesson,
+    lesson: Lesson | KernelLesson,
     langs: tuple[str, ...] = LANGS,
     payloads: dict[str, dict] | None = None,
     home: str | None = None,
@@ -123,12 +125,16 @@ def page(
     drawn = dict(payloads or {})
     for lg in langs:
         if lg not in drawn:
-            drawn[lg] = player.payload(lesson, lg)
+            drawn[lg] = (
+                kernel_payload(lesson, lg)
+                if isinstance(lesson, KernelLesson)
+                else player.payload(lesson, lg)
+            )
     return drawn_page(lesson.spec, drawn, langs, home)
 
 
 def drawn_page(
-    spec: LessonSpec,
+    spec: LessonSpec | KernelSpec,
     drawn: dict[str, dict],
     langs: tuple[str, ...] = LANGS,
     home: str | None = None,
