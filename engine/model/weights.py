@@ -39,8 +39,9 @@ class ModelConfig:
 
 @dataclass
 class LayerWeights:
-    # Kept as HF's separate projections: fusing q/k/v (or gate/up) into one matmul measured
-    # slower with MKL at decode batch sizes, and HF's shapes keep its rounding too.
+    # HF's separate projections, as loaded. The forward joins q/k/v (and gate/up) into one
+    # matmul only where it packs them for oneDNN (engine/model/llama.py: same bits as apart);
+    # with MKL's sgemm the joined matmul measured slower at decode batch sizes.
     input_norm: torch.Tensor
     q_proj: torch.Tensor
     k_proj: torch.Tensor
