@@ -132,8 +132,9 @@ class LlamaForward:
         self.w = weights
         c = weights.config
         self.attention = attention
-        self.layers = [_Layer.of(layer) for layer in weights.layers]
-        self.lm_head = Linear(weights.lm_head)
+        if weights.prepared is None:
+            weights.prepared = ([_Layer.of(x) for x in weights.layers], Linear(weights.lm_head))
+        self.layers, self.lm_head = weights.prepared
         self.rope = RotaryTable(
             weights.inv_freq, weights.rope_scaling, c.max_position_embeddings, device, dtype
         )
