@@ -90,7 +90,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
-    """HF's ``x * cos + rotate_half(x) * sin`` in four ops instead of seven: the halves are
+    """HF's ``x * cos + rotate_half(x) * sin`` in four ops instead of five: the halves are
     swapped by one flip, and rotate_half's minus sign lives in ``signed_sin`` (``RotaryTable``),
     which gives the same bits, since ``(-a) * b == a * (-b)`` exactly."""
     t, heads, d = x.shape
