@@ -4,16 +4,78 @@ All tokens scheduled in a step (prefill chunks and decode tokens of every sequen
 ``[T, hidden]`` tensor, so each projection is a single matmul per layer; only attention looks at
 sequences separately, through their block tables. The numerics mirror HF's ``LlamaForCausalLM``
 (fp32 rsqrt RMSNorm, rotate-half RoPE on ``cat(freqs, freqs)``, scale ``1/sqrt(head_dim)``) so
-that greedy decoding is token-exact with HF ``generate`` in fp32.
+that greedy decoding is token-exact with HF ``generate`` in fp32; on CPU the matmuls are
+oneDNN's, not HF's MKL (``Linear``), which moves logits by a few ulps and, on every prompt the
+exactness tests hold it to, no token.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from engine.model.attention import Attention, AttentionMetadata
-from engine.model.weights import ModelWeights
+from engine.model.weights import LayerWeights, ModelWeights
+
+
+def _packable(weight: torch.Tensor) -> bool:
+    return (
+        weight.device.type == "cpu"
+        and weight.dtype == torch.float32
+        and torch.backends.mkldnn.is_available()
+    )
+
+
+class Linear:
+    """``x @ w.T`` for each of ``weights``, which share their input, side by side.
+
+    On a CPU in fp32 the weights are concatenated and packed once, at load, into oneDNN's
+    blocked layout (what inductor's weight freezing and vLLM's CPU build do), and a call is one
+    oneDNN matmul whose output is split. F.linear (MKL's sgemm, which re-packs its operand on
+    every call) measured 2-3x slower per decode step at batch 16 on this project's 2-core
+    machine, the vocabulary head most of all; one matmul for q/k/v (and for gate/up) saves
+    calls and gives, measured and tested, the very bits of separate ones. oneDNN sums in another
+    order than MKL, so logits may differ from HF's in the last bits; the greedy tokens are held
+    to HF's by tests/model/. Elsewhere each weight is its own F.linear, as in HF."""
+
+    def __init__(self, *weights: torch.Tensor, batch_hint: int = 16) -> None:
+        self.weights: tuple[torch.Tensor, ...] = weights
+        self._packed = None
+        if _packable(weights[0]):
+            whole = torch.cat(weights) if len(weights) > 1 else weights[0]
+            self._packed = torch.ops.mkldnn._reorder_linear_weight(whole, batch_hint)
+            self.weights = ()  # the packed copy is all a call reads
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """``[T, in]`` -> ``[T, sum of the weights' rows]``, the outputs side by side."""
+        if self._packed is None:
+            if len(self.weights) == 1:
+                return F.linear(x, self.weights[0])
+            return torch.cat([F.linear(x, w) for w in self.weights], dim=-1)
+        return torch.ops.mkldnn._linear_pointwise(x, self._packed, None, "none", [], "")
+
+
+@dataclass
+class _Layer:
+    input_norm: torch.Tensor
+    qkv_proj: Linear
+    o_proj: Linear
+    post_norm: torch.Tensor
+    gate_up_proj: Linear
+    down_proj: Linear
+
+    @classmethod
+    def of(cls, w: LayerWeights) -> _Layer:
+        return cls(
+            w.input_norm,
+            Linear(w.q_proj, w.k_proj, w.v_proj),
+            Linear(w.o_proj),
+            w.post_norm,
+            Linear(w.gate_proj, w.up_proj),
+            Linear(w.down_proj),
+        )
 
 
 def _heads(x: torch.Tensor, num_heads: int, head_dim: int) -> torch.Tensor:
@@ -27,13 +89,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * x.to(dtype)
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """HF's ``x * cos + rotate_half(x) * sin`` in four ops instead of five: the halves are
+    swapped by one flip, and rotate_half's minus sign lives in ``signed_sin`` (``RotaryTable``),
+    which gives the same bits, since ``(-a) * b == a * (-b)`` exactly."""
+    t, heads, d = x.shape
+    swapped = x.view(t, heads, 2, d // 2).flip(2).view(t, heads, d)
+    return x * cos + swapped * signed_sin
 
 
 class RotaryTable:
-    """cos/sin for every position, computed once the way HF computes them per call."""
+    """cos/sin for every position, computed once the way HF computes them per call; ``sin``'s
+    first half negated for ``apply_rope``."""
 
     def __init__(
         self,
@@ -47,10 +114,12 @@ class RotaryTable:
         freqs = pos[:, None] * inv_freq.float().cpu()[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         self.cos = (emb.cos() * scaling).to(device=device, dtype=dtype)
-        self.sin = (emb.sin() * scaling).to(device=device, dtype=dtype)
+        sin = emb.sin() * scaling
+        sin[:, : sin.shape[1] // 2].neg_()
+        self.sin = sin.to(device=device, dtype=dtype)
 
     def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``[T]`` positions -> cos, sin ``[T, 1, D]`` (broadcast over heads)."""
+        """``[T]`` positions -> cos, signed sin ``[T, 1, D]`` (broadcast over heads)."""
         return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
 
 
@@ -63,6 +132,9 @@ class LlamaForward:
         self.w = weights
         c = weights.config
         self.attention = attention
+        if weights.prepared is None:
+            weights.prepared = ([_Layer.of(x) for x in weights.layers], Linear(weights.lm_head))
+        self.layers, self.lm_head = weights.prepared
         self.rope = RotaryTable(
             weights.inv_freq, weights.rope_scaling, c.max_position_embeddings, device, dtype
         )
@@ -79,23 +151,21 @@ class LlamaForward:
         """Run ``[T]`` tokens at ``positions`` through every layer, writing their K/V into
         ``kv_caches`` (one ``(k, v)`` arena view per layer), and return logits ``[B, vocab]``
         only for the flat rows in ``logits_indices`` (each sequence's last token)."""
-        c, w, linear = self.w.config, self.w, F.linear
-        # F.linear, as HF calls it. (W @ x.T).T was tried on CPU: equal at 12-16 sequences a
-        # step and half the speed at 2-8 (MKL picks a slow path for that shape).
-        t = input_ids.shape[0]
+        c, w = self.w.config, self.w
+        t, heads = input_ids.shape[0], c.num_heads + c.num_kv_heads
         cos, sin = self.rope.lookup(positions)
         h = F.embedding(input_ids, w.embed)
-        for layer, (k_cache, v_cache) in zip(w.layers, kv_caches, strict=True):
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
             x = rms_norm(h, layer.input_norm, c.rms_norm_eps)
-            q = _heads(linear(x, layer.q_proj), c.num_heads, c.head_dim)
-            k = _heads(linear(x, layer.k_proj), c.num_kv_heads, c.head_dim)
-            v = _heads(linear(x, layer.v_proj), c.num_kv_heads, c.head_dim)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            qkv = layer.qkv_proj(x)
+            # q and k side by side take their rotation together
+            qk = apply_rope(_heads(qkv[:, : c.head_dim * heads], heads, c.head_dim), cos, sin)
+            q, k = qk[:, : c.num_heads], qk[:, c.num_heads :]
+            v = _heads(qkv[:, c.head_dim * heads :], c.num_kv_heads, c.head_dim)
             o = self.attention(q, k, v, k_cache, v_cache, meta)
-            h = h + linear(o.reshape(t, -1), layer.o_proj)
+            h = h + layer.o_proj(o.reshape(t, -1))
             x = rms_norm(h, layer.post_norm, c.rms_norm_eps)
-            gate = F.silu(linear(x, layer.gate_proj))
-            h = h + linear(gate * linear(x, layer.up_proj), layer.down_proj)
+            gate, up = layer.gate_up_proj(x).chunk(2, dim=-1)
+            h = h + layer.down_proj(F.silu(gate) * up)
         h = rms_norm(h[logits_indices], w.final_norm, c.rms_norm_eps)
-        return linear(h, w.lm_head)
+        return self.lm_head(h)

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -327,3 +328,27 @@ def extract_weights(hf, tokenizer=None) -> ModelWeights:
 def _say(enabled: bool, msg: str) -> None:
     if enabled:
         print(msg, file=sys.stderr, flush=True)
+
+
+def save_hf_folder(model: LoadedModel, path: str | os.PathLike) -> None:
+    """Write ``model`` (loaded with ``keep_hf=True``) to ``path`` as a plain HF folder that
+    vLLM and ``from_pretrained`` load: weights, config and tokenizer. transformers refuses
+    ``save_pretrained`` on a GGUF-loaded model, so its de-quantized weights are copied into a
+    plain model of the same config first, and the GGUF quantization note leaves the config.
+    Raises ValueError for a model loaded without ``keep_hf``."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    hf: Any = model.hf_model
+    if hf is None:
+        raise ValueError("save_hf_folder needs a model loaded with keep_hf=True")
+    folder = Path(path)
+    plain = AutoModelForCausalLM.from_config(hf.config)
+    plain.load_state_dict(hf.state_dict())
+    plain.save_pretrained(folder)
+    tokenizer: Any = model.tokenizer
+    tokenizer.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("quantization_config", None)
+    (folder / "config.json").write_text(json.dumps(config))

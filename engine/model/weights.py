@@ -6,7 +6,8 @@ arena and the cache read them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -39,8 +40,9 @@ class ModelConfig:
 
 @dataclass
 class LayerWeights:
-    # Kept as HF's separate projections: fusing q/k/v (or gate/up) into one matmul measured
-    # slower with MKL at decode batch sizes, and HF's shapes keep its rounding too.
+    # HF's separate projections, as loaded. The forward joins q/k/v (and gate/up) into one
+    # matmul only where it packs them for oneDNN (engine/model/llama.py: same bits as apart);
+    # with MKL's sgemm the joined matmul measured slower at decode batch sizes.
     input_norm: torch.Tensor
     q_proj: torch.Tensor
     k_proj: torch.Tensor
@@ -61,6 +63,10 @@ class ModelWeights:
     lm_head: torch.Tensor  # the embedding itself when tied
     inv_freq: torch.Tensor  # RoPE inverse frequencies exactly as HF computed them (fp32)
     rope_scaling: float  # HF's "attention_scaling" applied to cos/sin
+    #: The projections as the forward runs them (packed for oneDNN on CPU: as large as the
+    #: weights themselves), made by the first forward over these weights and shared by every
+    #: later one, so two LLMs over one model do not hold two packed copies.
+    prepared: Any = field(default=None, repr=False, compare=False)
 
     @property
     def tied(self) -> bool:

@@ -48,19 +48,10 @@ for var, value in (
 
 def hf_folder(path: Path):
     """The bundled model as a plain HF folder vLLM can load; returns our LoadedModel."""
-    from transformers import LlamaForCausalLM
-
-    from engine.model.loader import load_model
+    from engine.model.loader import load_model, save_hf_folder
 
     ours = load_model(device="cpu", dtype="float32", keep_hf=True, progress=False)
-    hf = ours.hf_model
-    plain = LlamaForCausalLM(hf.config)  # type: ignore[union-attr]
-    plain.load_state_dict(hf.state_dict())  # type: ignore[union-attr]
-    plain.save_pretrained(path)
-    ours.tokenizer.save_pretrained(path)  # type: ignore[attr-defined]
-    config = json.loads((path / "config.json").read_text())
-    config.pop("quantization_config", None)  # the weights are plain now: no GGUF loader
-    (path / "config.json").write_text(json.dumps(config))
+    save_hf_folder(ours, path)
     return ours
 
 
