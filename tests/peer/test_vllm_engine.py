@@ -122,7 +122,9 @@ def run(tmp_path_factory):
             VParams(temperature=0.0, max_tokens=4, ignore_eos=True),
         )
         time.sleep(3)  # the last batches reach the watcher
-        watcher.send_signal(signal.SIGINT)
+        # SIGTERM: a test run started in the background of a script ignores SIGINT, and the
+        # watcher inherits that, so Ctrl-C's signal would never stop it
+        watcher.send_signal(signal.SIGTERM)
         out, err = watcher.communicate(timeout=60)
         replayed = replay_all(replay)
         del llm
