@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from html import escape
 
+from engine.core import events as E
 from engine.core.accounting import CATEGORIES
 from viz.fold.panels import finished_labels, queue_entries, table_rows
 from viz.fold.percent import percents
@@ -170,6 +171,7 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
     w = words(lang)
     paged = frame.run.allocator == PAGED
     rows = table_rows(frame)
+    moved = {e.req for e in frame.events if isinstance(e, (E.SwappedOut, E.SwappedIn))}
     out = [f"<h5>{escape(w['block_tables'] if paged else w['reservations'])}</h5>"]
     if not rows:
         out.append(f"<div class='pk-dim'>{escape(w['none'])}</div>")
@@ -186,17 +188,30 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
                 f"<span class='{cls}'>[{start}, {start + length})</span>"
                 f"<span class='pk-dim'>{row.filled}/{length}</span>"
             )
-        out.append(f"<div class='pk-row'>{_chip(row.label, row.order)}{body}</div>")
+        # a row this frame changed: kept when presenter mode condenses the panel (player.js)
+        hot = row.new or row.req in moved or any(m.new for m in row.mappings)
+        out.append(
+            f"<div class='pk-row{' pk-hot' if hot else ''}'>{_chip(row.label, row.order)}"
+            f"{body}</div>"
+        )
     if len(rows) > MAX_ROWS:
         out.append(f"<div class='pk-dim'>+{len(rows) - MAX_ROWS}</div>")
     for req, table in list(frame.cpu_tables.items())[:MAX_ROWS]:  # swapped out: on the CPU tier
         v = frame.requests[req]
         maps = "".join(f"<span class='pk-map'>{n}→c{c}</span>" for n, c in enumerate(table))
         out.append(
-            f"<div class='pk-row'>{_chip(v.name, v.order)}<div class='pk-maps'>"
-            f"<span class='pk-dim'>{escape(w['cpu_n'])}&nbsp;</span>{maps}</div></div>"
+            f"<div class='pk-row{' pk-hot' if req in moved else ''}'>{_chip(v.name, v.order)}"
+            f"<div class='pk-maps'><span class='pk-dim'>{escape(w['cpu_n'])}&nbsp;</span>{maps}"
+            f"</div></div>"
         )
-    return f"<div class='pk-panel'>{''.join(out)}</div>"
+    out.append(_unchanged(w))
+    return f"<div class='pk-panel pk-tables'>{''.join(out)}</div>"
+
+
+def _unchanged(w: dict) -> str:
+    """The line presenter mode shows in place of the unchanged rows it leaves out of a panel
+    too long for the screen (player.js fills in how many)."""
+    return f"<div class='pk-dim pk-rest' data-t='{escape(w['unchanged'])}' hidden></div>"
 
 
 def queue_panel(frame: Frame, lang: str = "en") -> str:
@@ -230,10 +245,14 @@ def queue_panel(frame: Frame, lang: str = "en") -> str:
                 )
     done = finished_labels(frame)
     if done:
-        out.append(f"<div class='pk-dim'>{escape(w['finished'])}: {escape(', '.join(done))}</div>")
+        colon = "：" if lang == "zh" else ": "
+        out.append(
+            f"<div class='pk-dim pk-done'>{escape(w['finished'])}{colon}"
+            f"{escape(', '.join(done))}</div>"
+        )
     if len(out) == 1:
         out.append(f"<div class='pk-dim'>{escape(w['none'])}</div>")
-    return f"<div class='pk-panel'>{''.join(out)}</div>"
+    return f"<div class='pk-panel pk-queue'>{''.join(out)}</div>"
 
 
 def legend(lang: str = "en") -> str:

@@ -240,7 +240,8 @@ def _row_labels(frame: Frame, layout: GridLayout) -> str:
 
     return "".join(
         f"<text x='{LABEL_W - 5}' y='{y(r)}' font-size='{size}' text-anchor='end' "
-        f"fill='{MUTED}'>{f'#{r * per_row}' if paged else r * layout.cols}</text>"
+        f"fill='{MUTED}' class='pk-rl' data-cy='{_y(r, layout) + _h(layout) / 2}'>"
+        f"{f'#{r * per_row}' if paged else r * layout.cols}</text>"
         for r in range(0, -(-frame.run.num_slots // layout.cols), step)  # its own rows only
     )
 
@@ -256,7 +257,21 @@ def _names(frame: Frame, layout: GridLayout) -> str:
         col, row = layout.xy(slot)
         colour = cell_ink(frame.cells[slot])
         y = _y(row, layout) + 13 if not layout.scaled else _mid(row, layout, 10 * t)
-        head = f"y='{y}' font-weight='700' fill='{colour}' pointer-events='none'"
+        if frame.run.allocator == PAGED:
+            span = frame.run.block_size
+        elif owner in frame.reservations:
+            span = frame.reservations[owner][1]
+        else:  # a request that stopped this frame: its slots still on the grid
+            span = frame.owners.count(owner)
+        room = max(1, min(span, layout.cols - col)) * CELL - GAP - 3
+        # where the player may grow the name for a projector (player.js fitGridText): the
+        # row's middle, the cell's left edge and the owner's room in this row
+        fit = f"class='pk-nm' data-cy='{_y(row, layout) + _h(layout) / 2}' data-x0='{_x(col)}' "
+        head = (
+            fit
+            + f"data-h='{_h(layout)}' data-room='{room}' y='{y}' font-weight='700' fill='{colour}' "
+            + ("pointer-events='none'")
+        )
         if len(text) <= 2:
             out.append(
                 f"<text x='{_x(col) + (CELL - GAP) / 2}' {head} font-size='{_size(10, t)}' "
@@ -266,13 +281,6 @@ def _names(frame: Frame, layout: GridLayout) -> str:
         # A longer name (ids of up to 4 characters, plus a block index) is shown whole: it
         # starts at its first cell and runs over the owner's next cells in the row; with no
         # such room it is narrowed to fit its one cell.
-        if frame.run.allocator == PAGED:
-            span = frame.run.block_size
-        elif owner in frame.reservations:
-            span = frame.reservations[owner][1]
-        else:  # a request that stopped this frame: its slots still on the grid
-            span = frame.owners.count(owner)
-        room = max(1, min(span, layout.cols - col)) * CELL - GAP - 3
         size = max(min(6.0, 9.0 * t), min(9.0 * t, room / (0.62 * len(text))))
         fit = (
             f" textLength='{room}' lengthAdjust='spacingAndGlyphs'"
@@ -312,8 +320,9 @@ def _ref_counts(frame: Frame, layout: GridLayout) -> str:
         y = _y(row, layout) + 13 if not layout.scaled else _mid(row, layout, 9 * t)
         out.append(
             f"<text x='{_x(col) + (CELL - GAP) / 2}' y='{y}' font-size='{_size(9, t)}' "
-            f"font-weight='700' text-anchor='middle' fill='{CHANGED}' "
-            f"pointer-events='none'>\u00d7{int(n)}</text>"
+            f"font-weight='700' text-anchor='middle' fill='{CHANGED}' class='pk-rc' "
+            f"data-cy='{_y(row, layout) + _h(layout) / 2}' data-x0='{_x(col)}' "
+            f"data-h='{_h(layout)}' pointer-events='none'>\u00d7{int(n)}</text>"
         )
     return "".join(out)
 
