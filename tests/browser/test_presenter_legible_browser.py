@@ -125,3 +125,47 @@ def test_presenter_mode_reads_from_the_back_row_at_1280x720(browser, files, lang
             page.close()
     finally:
         ctx.close()
+
+
+FLASH_JS = """() => { const f = document.querySelector('#pk-flash');
+  const r = f.getBoundingClientRect();
+  return {shown: !f.hidden && r.height > 0, text: f.textContent,
+          fps: document.querySelector('#pk-speed').dataset.fps,
+          playing: document.querySelector('#pk-player').dataset.playing}; }"""
+THEME_JS = """() => { const root = document.querySelector('#pk-player');
+  const help = [...document.querySelectorAll('#pk-help kbd')].map((k) => k.textContent);
+  return {bg: getComputedStyle(root).backgroundColor, ink: getComputedStyle(
+            document.querySelector('#pk-cap-l')).color, theme: root.dataset.theme, help}; }"""
+
+
+def test_space_and_speed_keys_answer_on_screen_and_t_switches_the_projector_theme(browser, files):
+    """Presenter mode hides the play button and the speed, so Space and + / − changed nothing
+    a lecturer could see. Each now shows what it did for a moment. T turns the projector
+    theme (light on dark) on and off, and the help lists it."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = ctx.new_page()
+        page.goto(files["six-steps"].as_uri() + "#frame=0&present=1")
+        wait_ready(page)
+        page.keyboard.press("Space")
+        got = page.evaluate(FLASH_JS)
+        assert got["shown"] and got["playing"] == "1" and f" {got['fps']} " in got["text"], got
+        page.keyboard.press("+")
+        faster = page.evaluate(FLASH_JS)
+        assert int(faster["fps"]) > int(got["fps"]), (got, faster)
+        assert faster["shown"] and f" {faster['fps']} " in faster["text"], faster
+        page.keyboard.press("Space")
+        paused = page.evaluate(FLASH_JS)
+        assert paused["playing"] == "0" and paused["text"] != faster["text"], paused
+        page.wait_for_function("() => document.querySelector('#pk-flash').hidden", timeout=5000)
+        plain = page.evaluate(THEME_JS)
+        page.keyboard.press("t")
+        dark = page.evaluate(THEME_JS)
+        assert dark["theme"] == "hc" and dark["bg"] == "rgb(5, 7, 10)", dark
+        assert dark["ink"] == "rgb(255, 255, 255)" and plain["ink"] != dark["ink"], (plain, dark)
+        assert "T" in dark["help"]
+        page.screenshot(path=str(ARTIFACTS / "present-1280-projector-theme.png"))
+        page.keyboard.press("t")
+        assert page.evaluate(THEME_JS)["bg"] == plain["bg"]
+    finally:
+        ctx.close()

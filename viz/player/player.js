@@ -207,7 +207,7 @@ class Player {
     });
     const help = [["← →", t.key_arrows], ["PageUp PageDown", t.key_pages],
                   ["Home End", t.key_home_end], ["Space", t.key_space], ["+ −", t.key_speed],
-                  ["F", t.key_f], ["?", t.key_help], ["", t.key_timeline]];
+                  ["F", t.key_f], ["T", t.key_theme], ["?", t.key_help], ["", t.key_timeline]];
     this.el("pk-help").innerHTML = "<div><h3>" + esc(t.help_title) + "</h3><table>" +
       help.map(([k, v]) => "<tr><td>" + k.split(" ").filter(Boolean).map(
         (x) => "<kbd>" + esc(x) + "</kbd>").join(" ") + "</td><td>" + esc(v) + "</td></tr>"
