@@ -124,7 +124,8 @@ def test_default_page_renders_from_the_shipped_results(lang):
     assert not at.exception, at.exception
     assert not at.error
     text = _page_text(at)
-    assert paper.FIG2_SOURCE in text and paper.FIG13_SOURCE in text
+    src = P.text(lang)["sources"]
+    assert src["fig2"] in text and src["fig13"] in text  # the paper by figure, in the language
     assert "26.8 %" in text and "32.0" in text  # the essay's figure is named, then corrected
     assert "3.125 MiB" in text and "4.35" in text
 

@@ -27,7 +27,7 @@ from viz import safe, ui_text
 from viz.app import address
 from viz.app.boundary import boundary
 from viz.app.component import mount_player
-from viz.app.controls import choice_buttons
+from viz.app.controls import choice_buttons, file_uploader
 from viz.app.live_registry import REGISTRY, session_alive, session_id
 from viz.export import lecture as export
 from viz.export import standalone
@@ -265,7 +265,7 @@ def render(lang: str = "en") -> None:
     source = _header(spec, names, lang, t)
     if ss.get("pk_notice"):
         st.info(safe.md_text(ss.pop("pk_notice")))
-    lesson = _lesson_for(source, spec, root, t)
+    lesson = _lesson_for(source, spec, root, t, lang)
     if lesson is None:
         _sync_url(ss.pk_lesson)
         return
@@ -326,9 +326,9 @@ def _header(spec, names: list[str], lang: str, t: dict) -> str:
     return ss.pk_source
 
 
-def _lesson_for(source: str, spec, root: Path, t: dict) -> Lesson | None:
+def _lesson_for(source: str, spec, root: Path, t: dict, lang: str) -> Lesson | None:
     if source == "upload":
-        return _upload(spec, root, t)
+        return _upload(spec, root, t, lang)
     if source == "live":
         return _live(spec, root, t)
     path = trace_path(spec)
@@ -366,12 +366,13 @@ def _upload_fetch(spec, root: Path, lesson: Lesson, t: dict) -> Callable[[], Les
     return fetch
 
 
-def _upload(spec, root: Path, t: dict) -> Lesson | None:
-    up = st.file_uploader(
+def _upload(spec, root: Path, t: dict, lang: str) -> Lesson | None:
+    up = file_uploader(
         t["upload"],
         type=["jsonl", "json", "txt"],
         key="pk_upload",
-        max_upload_size=MAX_UPLOAD_MB,
+        lang=lang,
+        max_mb=MAX_UPLOAD_MB,
         help=t["upload_help"],
     )
     if up is None:

@@ -44,7 +44,7 @@ NAMES = {
 PAPER_CATEGORIES = ("token_states", "reservation", "internal", "external")
 
 
-def text(lang: str) -> dict[str, str]:
+def text(lang: str) -> dict:
     return ui_text.load("paper_fidelity")[lang if lang in ui_text.LANGS else "en"]
 
 
@@ -117,6 +117,7 @@ def _controls(t: dict) -> SimConfig:
             key="placement",
             required=True,
             bind="query-params",
+            format_func=lambda k: t["options"].get(k, k),
         )
         or "buddy"
     )
@@ -129,6 +130,7 @@ def _controls(t: dict) -> SimConfig:
             key="dist",
             required=True,
             bind="query-params",
+            format_func=lambda k: t["options"].get(k, k),
         )
         or "lognormal"
     )
@@ -159,17 +161,21 @@ def render(lang: str = "en") -> None:
     st.caption(
         t["setting"].format(
             workload=name,
-            dist=config.length_dist
-            + (f", sigma {config.sigma:g}" if config.length_dist == "lognormal" else ""),
+            dist=t["options"].get(config.length_dist, config.length_dist)
+            + (
+                f", {t['sigma_short']} {config.sigma:g}"
+                if config.length_dist == "lognormal"
+                else ""
+            ),
             inp=res.mean_input,
             out=res.mean_output,
             pin=mean_in,
             pout=mean_out,
             slots=config.num_slots,
-            table1=P.TABLE1_SOURCE,
+            table1=t["sources"]["table1"],
             bs=config.block_size,
             mml=config.max_model_len,
-            placement=config.placement,
+            placement=t["options"].get(config.placement, config.placement),
         )
         + " "
         + window
@@ -184,7 +190,8 @@ def render(lang: str = "en") -> None:
 
 def _fixes(fixes: list[essay_fixes.Fix], t: dict) -> None:
     for fix in fixes:
-        st.info(t[fix.key].format(**fix.values) + " " + t["source"].format(src=fix.source))
+        src = t["sources"][fix.source]
+        st.info(t[fix.key].format(**fix.values) + " " + t["source"].format(src=src))
 
 
 def _fig2(rows: list[PolicyRow], lang: str, t: dict) -> None:
@@ -192,7 +199,7 @@ def _fig2(rows: list[PolicyRow], lang: str, t: dict) -> None:
     st.plotly_chart(
         fig2_figure(rows, lang), theme=None, key="paper_fig2", config={"displayModeBar": False}
     )
-    st.caption(t["fig2_cap"].format(src=P.FIG2_SOURCE))
+    st.caption(t["fig2_cap"].format(src=t["sources"]["fig2"]))
     st.dataframe(breakdown_table(rows, lang), hide_index=True)
     st.markdown(slack_note(rows, lang, t))
     st.markdown(f"#### {t['essay_h']}")
@@ -335,7 +342,7 @@ def _concurrency(rows: list[PolicyRow], workload: str, lang: str, t: dict) -> No
         key="paper_conc",
         config={"displayModeBar": False},
     )
-    st.caption(t["conc_cap"].format(src=P.FIG13_SOURCE, which=which))
+    st.caption(t["conc_cap"].format(src=t["sources"]["fig13"], which=which))
     ratios = concurrency_ratios(rows, workload)
     lines = [
         t["ratio_row"].format(name=P.PAPER_NAMES[p], ours=ratios[p][0], paper=ratios[p][1])

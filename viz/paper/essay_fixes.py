@@ -1,5 +1,5 @@
-"""Where the essay (shared/seed) and its sources disagree: each claim, the value that holds, and
-where that value comes from. Every corrected number is computed here from the paper's cited
+"""Where the essay (*PagedAttention：当 KV Cache 遇到操作系统分页*) and its sources disagree: each
+claim, the value that holds, and where that value comes from. Every corrected number is computed here from the paper's cited
 figures (engine.sim.paper) or from exact capacity arithmetic (engine.sim.capacity); the page supplies
 the sentences (viz/text/paper_fidelity.toml). Pure Python, no torch.
 """
@@ -9,15 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.sim.capacity import PRESETS, GiB, KiB, MiB, block_table_bytes, concurrency, format_bytes
-from engine.sim.paper import FIG2, FIG2_SOURCE, FIG13_SOURCE, PAPER, fig13_ratio
+from engine.sim.paper import FIG2, fig13_ratio
 
 #: Where the essay's setting comes from (its §1.2 and §4.2): Llama-2-70B in fp16.
 LLAMA70B = PRESETS["llama-2-70b"]
 #: The essay's "约 140 GB" of weights: 70e9 parameters x 2 bytes, a decimal GB.
 ESSAY_WEIGHT_BYTES = 70 * 10**9 * 2
-ABSTRACT_SOURCE = f"{PAPER}, abstract"
-TERMS_SOURCE = f"{PAPER}, §3 and Fig. 2"
-ARITHMETIC_SOURCE = "exact arithmetic (engine.sim.capacity)"
+#: Sources, as keys of the page's ``sources`` table (viz/text/paper_fidelity.toml): the paper by
+#: figure or section in the reader's language, never a file of this repository.
+FIG2_SOURCE = "fig2"
+TERMS_SOURCE = "terms"
+FIG13A_ABSTRACT_SOURCE = "fig13a_abstract"
+ARITHMETIC_SOURCE = "arithmetic"
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,7 @@ class Fix:
 
     key: str
     values: dict[str, str]
-    source: str
+    source: str  # a key of the text's ``sources`` table
 
 
 def _pct(x: float) -> str:
@@ -67,7 +70,7 @@ def concurrency_fix() -> Fix:
     return Fix(
         "fix_concurrency",
         {p: f"{fig13_ratio('sharegpt', p):.2f}" for p in ("pow2", "oracle", "paged")},
-        f"{FIG13_SOURCE}a; {ABSTRACT_SOURCE}",
+        FIG13A_ABSTRACT_SOURCE,
     )
 
 
