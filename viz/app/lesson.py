@@ -78,6 +78,11 @@ UI = {
         "recorded": "Every frame below is folded from allocator events the engine "
         "recorded running {model} on {device} ({created}).",
         "uploaded": "Replaying {name}: events recorded running {model} on {device} ({created}).",
+        "recorded_dry": "Every frame below is folded from allocator events the engine recorded "
+        "in a dry run ({created}): its own scheduler and allocators, the model's forward pass "
+        "skipped, each request stopping at its scripted length.",
+        "uploaded_dry": "Replaying {name}: events recorded in a dry run ({created}): the "
+        "engine's scheduler and allocators, the model's forward pass skipped.",
         "live_go": "Record on the engine now",
         "live_stop": "Stop",
         "live_wait": "Starting the engine… (loading the model takes a moment)",
@@ -110,6 +115,10 @@ UI = {
         "recorded": "下面每一帧都由引擎运行 {model}（设备 {device}，{created}）时记录的"
         "分配器事件逐条折叠而来。",
         "uploaded": "回放 {name}：引擎运行 {model}（设备 {device}，{created}）时记录的事件。",
+        "recorded_dry": "下面每一帧都由引擎空跑（{created}）时记录的分配器事件逐条折叠而来："
+        "调度器和分配器是引擎自己的，跳过了模型的前向计算，每个请求在脚本给定的长度停止。",
+        "uploaded_dry": "回放 {name}：引擎空跑（{created}）时记录的事件：调度器和分配器是引擎"
+        "自己的，跳过了模型的前向计算。",
         "live_go": "现在用引擎录制",
         "live_stop": "停止",
         "live_wait": "正在启动引擎……（加载模型需要一点时间）",
@@ -218,6 +227,9 @@ def _ss():
     return st.session_state
 
 
+INTRO = "six-steps"  # the lesson a link without ?lesson= opens, listed first
+
+
 def _init_from_url(names: list[str], t: dict) -> None:
     """Read ``?lesson=`` and ``?frame=`` once per session; later the session is the truth and
     the URL follows it."""
@@ -225,7 +237,7 @@ def _init_from_url(names: list[str], t: dict) -> None:
     if "pk_frame" in ss:
         return
     qp = st.query_params
-    default = "six-steps" if "six-steps" in names else (names[0] if names else "")
+    default = INTRO if INTRO in names else (names[0] if names else "")
     raw_lesson = qp.get("lesson", default)
     ss.pk_lesson = raw_lesson if raw_lesson in names else default
     if raw_lesson not in names:
@@ -251,7 +263,8 @@ def render(lang: str = "en") -> None:
     t = UI.get(lang, UI["en"])
     st.html(html.CSS)
     root = lessons_root()
-    names = available(root)
+    # the introduction first, where a newcomer starts; the others in their folders' order
+    names = sorted(available(root), key=lambda n: n != INTRO)
     _init_from_url(names, t)
     ss = _ss()
     if not names:
@@ -288,17 +301,17 @@ def render(lang: str = "en") -> None:
 def _origin(lesson: Lesson, t: dict) -> str:
     """Where the frames come from, in one line (from the trace's own header)."""
     o = dict(lesson.origin)
-    dry = " (dry run: forward pass skipped)" if o.get("forward") == "skip" else ""
+    # a dry run's header names no model ("none (forward skipped)" on "none"): say what ran
+    dry = o.get("forward") == "skip" or str(o.get("model", "")).startswith("none")
     where = t["uploaded"] if lesson.source not in ("lesson", "live") else t["recorded"]
+    if dry:
+        where = t["uploaded_dry"] if lesson.source not in ("lesson", "live") else t["recorded_dry"]
     m = safe.md_text  # the header is the trace's own words: text, never markdown
-    return (
-        where.format(
-            name=m(lesson.source),
-            model=m(o.get("model", "?")),
-            device=m(o.get("device", "?")),
-            created=m(o.get("created", "?")[:10]),
-        )
-        + dry
+    return where.format(
+        name=m(lesson.source),
+        model=m(o.get("model", "?")),
+        device=m(o.get("device", "?")),
+        created=m(o.get("created", "?")[:10]),
     )
 
 
