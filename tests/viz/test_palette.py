@@ -254,3 +254,29 @@ def test_every_share_label_is_written_in_its_categorys_ink():
             labelled.add(by_colour[fill.upper()])
             assert ink == style.CATEGORY_MARKS[by_colour[fill.upper()]], (fill, text)
     assert "reservation" in labelled  # the shipped data do label a reserved segment
+
+
+def test_the_legends_keys_are_cells_drawn_as_the_grid_draws_them():
+    """The legend's never-used and hole keys were CSS stripes across the whole square, and
+    the changed key a white box: not what the grid draws (a short stroke or a cross in the
+    category's ink, on its fill; an outline round a cell). Each marked key is now the grid's
+    own tile: the same fill, the same mark path, the same ink."""
+    lesson = _six_steps()
+    side = lesson.left
+    layout = grid_layout(side.run.num_slots, lesson.right.run.block_size)
+    tiles = {}
+    for f in side.frames:
+        drawn = svg.arena_svg(f, layout)
+        for fill, d, ink in re.findall(
+            r"<pattern [^>]*><rect [^>]*fill='([^']+)'/><path d='([^']+)' stroke='([^']+)'", drawn
+        ):
+            tiles[fill] = (d, ink)
+    keys = re.findall(
+        r"<svg class='cell'[^>]*><rect [^>]*fill='([^']+)'/>(?:<path d='([^']+)' stroke='([^']+)')?",
+        html.legend(),
+    )
+    marked = {fill: (d, ink) for fill, d, ink in keys if d}
+    assert {CATEGORY_COLOURS["internal"], CATEGORY_COLOURS["external"]} <= set(tiles)
+    assert marked == tiles
+    assert {fill for fill, _, _ in keys} == set(CATEGORY_COLOURS.values())
+    assert "stroke='#111827' stroke-width='2.2'" in html.legend()  # the changed outline

@@ -21,6 +21,7 @@ from viz.render.style import (
     SIDE_COLOURS,
     words,
 )
+from viz.render.svg import swatch
 
 MAX_ROWS = 14  # requests listed per panel; a classroom arena never has more
 MAX_MAPS = 12  # block-table entries shown per request (first ones, "…", the last two)
@@ -71,8 +72,8 @@ CSS = f"""
   line-height:1.2rem; }}
 .pk-legend {{ display:flex; flex-wrap:wrap; gap:.3rem 1.1rem; font-size:13px; color:{INK};
   align-items:center; }}
-.pk-legend span.cell {{ display:inline-block; width:15px; height:15px; border-radius:2px;
-  margin-right:5px; vertical-align:-3px; position:relative; }}
+.pk-legend svg.cell {{ display:inline-block; width:15px; height:15px; margin-right:5px;
+  vertical-align:-3px; }}
 .pk-legend {{ margin-top: .4rem; }}
 .pk-side-body {{ display:flex; gap:.9rem; align-items:flex-start; margin-top:.5rem; }}
 .pk-side-grid {{ flex: 5 1 0; min-width:0; }}
@@ -256,27 +257,16 @@ def queue_panel(frame: Frame, lang: str = "en") -> str:
 
 
 def legend(lang: str = "en") -> str:
-    """What the grid's cells mean, drawn with the grid's own colours and marks: one colour per
-    category, and requests (letters) in ink."""
+    """What the grid's cells mean, each key a cell drawn as the grid draws it
+    (``viz.render.svg.swatch``: the same fill, stroke or cross, and outline)."""
     w = words(lang)
-    c, m = CATEGORY_COLOURS, CATEGORY_MARKS
-
-    def marked(cat: str, angles: tuple[int, ...]) -> str:
-        lines = ", ".join(
-            f"linear-gradient({a}deg, transparent 42%, {m[cat]} 43%, {m[cat]} 57%, transparent 58%)"
-            for a in angles
-        )
-        return f"background:{lines}, {c[cat]}"
-
     items = [
-        (f"background:{c['token_states']}", w["token_states"]),
-        (f"background:{c['reservation']}", w["reservation"]),
-        (marked("internal", (45,)), w["internal"]),
-        (f"background:{c['free']}", w["free"]),
-        (marked("external", (45, 135)), w["external"]),
-        (f"background:white;border:2px solid {CHANGED}", w["changed"]),
+        (swatch("token_states"), w["token_states"]),
+        (swatch("reservation"), w["reservation"]),
+        (swatch("internal"), w["internal"]),
+        (swatch("free"), w["free"]),
+        (swatch("external"), w["external"]),
+        (swatch("free", changed=True), w["changed"]),
     ]
-    cells = "".join(
-        f"<span><span class='cell' style='{s}'></span>{escape(t)}</span>" for s, t in items
-    )
+    cells = "".join(f"<span>{s}{escape(t)}</span>" for s, t in items)
     return f"<div class='pk-legend'>{cells}</div>"

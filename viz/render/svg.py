@@ -19,7 +19,15 @@ from viz.fold.panels import label_starts
 from viz.fold.reducer import CELL_CATEGORY, HOLE, INTERNAL, PAGED, Frame
 from viz.render.cpu_grid import cpu_tier_svg, tier_height
 from viz.render.layout import HOVER_MAX_SLOTS, GridLayout, changed_runs
-from viz.render.style import CHANGED, MUTED, cell_colour, cell_ink, words
+from viz.render.style import (
+    CATEGORY_COLOURS,
+    CATEGORY_MARKS,
+    CHANGED,
+    MUTED,
+    cell_colour,
+    cell_ink,
+    words,
+)
 from viz.render.to_scale import text_scale
 
 CELL = 20  # user units per cell (pitch)
@@ -125,6 +133,38 @@ def _note(lines: Sequence[str], top: float, width: float) -> str:
     return f"<g class='pk-scale'>{''.join(out)}</g>" if out else ""
 
 
+def _mark(kind: str, c: float, mid: float, d: float, e: float) -> str:
+    """A marked cell's stroke (never-used slots) or cross (unusable holes), round its middle."""
+    if kind == "stroke":
+        return f"M{c - d:.1f},{mid + e:.1f}L{c + d:.1f},{mid - e:.1f}"
+    return (
+        f"M{c - d:.1f},{mid - e:.1f}L{c + d:.1f},{mid + e:.1f}M{c - d:.1f},{mid + e:.1f}"
+        f"L{c + d:.1f},{mid - e:.1f}"
+    )
+
+
+def swatch(category: str, changed: bool = False) -> str:
+    """One grid cell of ``category`` as a small inline SVG, drawn as the grid draws it (fill,
+    mark and ink; with ``changed``, the frame's outline round a free cell): the legend's key."""
+    s = CELL - GAP
+    code = {"internal": INTERNAL, "external": HOLE}.get(category)
+    fill, ink = CATEGORY_COLOURS[category], CATEGORY_MARKS[category]
+    mark = ""
+    if code is not None:
+        kind = "stroke" if code == INTERNAL else "cross"
+        mark = f"<path d='{_mark(kind, s / 2, s / 2, s * 0.28, s * 0.28)}' stroke='{ink}' stroke-width='1.3'/>"
+    outline = (
+        f"<rect x='1.1' y='1.1' width='{s - 2.2}' height='{s - 2.2}' fill='none' "
+        f"stroke='{CHANGED}' stroke-width='2.2'/>"
+        if changed
+        else ""
+    )
+    return (
+        f"<svg class='cell' viewBox='0 0 {s} {s}' width='15' height='15' aria-hidden='true'>"
+        f"<rect width='{s}' height='{s}' fill='{fill}'/>{mark}{outline}</svg>"
+    )
+
+
 def _patterns(frame: Frame, layout: GridLayout, uid: str) -> tuple[str, dict[str, str]]:
     """Tiles for marked cells: a stroke for never-used slots (one per owner colour), a cross for
     unusable holes. Keyed by fill colour; the pitch matches the grid, so tiles line up."""
@@ -142,12 +182,7 @@ def _patterns(frame: Frame, layout: GridLayout, uid: str) -> tuple[str, dict[str
             break
     for n, (fill, (kind, ink)) in enumerate(wanted.items()):
         pid = f"pk-{uid}-{n}"
-        mark = (
-            f"M{c - d:.1f},{mid + e:.1f}L{c + d:.1f},{mid - e:.1f}"
-            if kind == "stroke"
-            else f"M{c - d:.1f},{mid - e:.1f}L{c + d:.1f},{mid + e:.1f}M{c - d:.1f},{mid + e:.1f}"
-            f"L{c + d:.1f},{mid - e:.1f}"
-        )
+        mark = _mark(kind, c, mid, d, e)
         defs.append(
             f"<pattern id='{pid}' x='{LABEL_W}' y='0' width='{CELL}' height='{_pitch(layout)}' "
             f"patternUnits='userSpaceOnUse'><rect width='{s}' height='{h}' "
