@@ -44,8 +44,9 @@ def files(tmp_path_factory) -> dict[str, Path]:
 # grids' SVG labels), every text cut by the viewport or by a box that clips its overflow, two
 # labels of one grid drawn over each other, and whether each side's block tables (or
 # reservations) panel is on screen with its rows.
-LEGIBLE_JS = """(frames) => {
-  const p = window.pkPlayer, out = {small: [], clipped: [], overlap: [], tables: [], seen: 0};
+LEGIBLE_JS = """([frames, gridsOnly]) => {
+  const p = window.pkPlayer,
+    out = {small: [], clipped: [], overlap: [], tables: [], seen: 0, condensed: 0};
   const inside = (a, b) => a.left >= b.left - 0.5 && a.right <= b.right + 0.5
     && a.top >= b.top - 0.5 && a.bottom <= b.bottom + 0.5;
   const meets = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > 0.5
@@ -57,6 +58,7 @@ LEGIBLE_JS = """(frames) => {
     return null; };
   for (const i of frames) {
     p.go(i);
+    if (gridsOnly && document.querySelector('#pk-sides').hidden) continue;
     for (const svg of document.querySelectorAll('#pk-player svg.pk-arena')) {
       const box = svg.getBoundingClientRect();
       if (!box.width) continue;
@@ -96,6 +98,10 @@ LEGIBLE_JS = """(frames) => {
         const drawn = rows.filter((e) => e.getBoundingClientRect().height > 0);
         if (!r || !r.height || !inside(r, view) || (rows.length && !drawn.length))
           out.tables.push([i, side]);
+        // condensed or not, the rows this frame changed and the blocked reasons stay
+        const kept = [...document.querySelectorAll(side + ' .pk-hot, ' + side + ' .pk-why')];
+        if (kept.some((e) => e.getBoundingClientRect().height === 0)) out.tables.push([i, side, 'hot']);
+        if (document.querySelector(side + ' .pk-cut')) out.condensed++;
       }
     }
   }
@@ -115,7 +121,7 @@ def test_presenter_mode_reads_from_the_back_row_at_1280x720(browser, files, lang
             page.goto(files[name].as_uri() + f"#frame=0&lang={lang}&present=1")
             wait_ready(page)
             frames = _frames(name)
-            got = page.evaluate(LEGIBLE_JS, frames)
+            got = page.evaluate(LEGIBLE_JS, [frames, False])
             if name == "parallel-sampling":
                 page.evaluate("() => window.pkPlayer.go(1)")
                 page.screenshot(path=str(ARTIFACTS / f"present-1280-{name}-{lang}.png"))
@@ -167,5 +173,30 @@ def test_space_and_speed_keys_answer_on_screen_and_t_switches_the_projector_them
         page.screenshot(path=str(ARTIFACTS / "present-1280-projector-theme.png"))
         page.keyboard.press("t")
         assert page.evaluate(THEME_JS)["bg"] == plain["bg"]
+    finally:
+        ctx.close()
+
+
+def test_a_panel_too_long_for_the_screen_keeps_the_rows_the_frame_changed(browser, files):
+    """On a shorter screen (a 1280x720 projector less the browser's own bars) the block tables
+    of recompute-or-swap run past the bottom edge. The unchanged rows make way, counted in
+    one line; the rows the frame changed and a blocked request's reason stay, and no text is
+    cut or under a 17 px line."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 580})
+    try:
+        page = ctx.new_page()
+        page.goto(files["recompute-or-swap"].as_uri() + "#frame=0&present=1")
+        wait_ready(page)
+        frames = _frames("recompute-or-swap")
+        got = page.evaluate(LEGIBLE_JS, [frames, True])  # the scoreboard shrinks to fit here
+        assert got["condensed"] > 0, got["condensed"]
+        for k in ("small", "clipped", "overlap", "tables"):
+            assert got[k] == [], (k, got[k][:8])
+        rest = page.evaluate(
+            "() => [...document.querySelectorAll('.pk-rest')].filter((e) => !e.hidden)"
+            ".map((e) => e.textContent)"
+        )
+        page.screenshot(path=str(ARTIFACTS / "present-1280x580-condensed.png"))
+        assert all(r.startswith("+") and r.endswith("unchanged") for r in rest), rest
     finally:
         ctx.close()

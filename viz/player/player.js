@@ -23,7 +23,7 @@ const FIT_MAX = 40;  // texts measured per box: the longest (a long run has thou
 const CAPTION_ROOM = 0.15, CAPTION_RARE = 0.1;
 // Presenter mode at a projector: no text with a line box under 17 px. An HTML line of 15 px
 // type is 17.5 px; an SVG label's box is only about 1.07 em, so the grids' labels are grown to
-// 16.2 px (fitGridText). Both sizes are player.css's (--pk-min, --pk-grid-min): it says from
+// 16.5 px (fitGridText). Both sizes are player.css's (--pk-min, --pk-grid-min): it says from
 // which screen size up.
 const CELL_UNITS = 18, LABEL_ROOM = 30;  // a cell's width and the row labels' room (svg.py)
 const FLASH_MS = 1200;  // how long presenter mode shows what Space or + / − did
@@ -472,14 +472,22 @@ class Player {
       if (extra > 0) u = least / scale(vb[2] + extra, vb[3]);
       const key = u.toFixed(3);
       if (svg.dataset.fit === key) continue;
-      if (svg.dataset.fit) svg = redraw();
-      svg.dataset.fit = key;
-      svg.dataset.vb = vb.join(" ");
-      if (extra > 0) {  // room on the left for the grown row numbers: the grid gets smaller
-        svg.setAttribute("viewBox", [vb[0] - extra, vb[1], vb[2] + extra, vb[3]].join(" "));
+      // Lines wrapped under the grid make it taller, so smaller where its height limits it:
+      // fitted again at the size that leaves, at most twice.
+      for (let pass = 0; pass < 3; pass++) {
+        if (svg.dataset.fit) svg = redraw();
+        svg.dataset.fit = key;
+        svg.dataset.vb = vb.join(" ");
+        if (extra > 0) {  // room on the left for the grown row numbers: the grid gets smaller
+          svg.setAttribute("viewBox", [vb[0] - extra, vb[1], vb[2] + extra, vb[3]].join(" "));
+        }
+        this.growLabels(svg, u, vb);
+        this.fitUnder(svg, u);
+        const now = svg.getAttribute("viewBox").split(" ").map(Number);
+        const got = u * scale(now[2], now[3]);
+        if (got >= least - 0.01) break;
+        u *= least / got;
       }
-      this.growLabels(svg, u, vb);
-      this.fitUnder(svg, u);
     }
   }
 
@@ -500,8 +508,9 @@ class Player {
         t.setAttribute("y", (Number(t.dataset.cy) + 0.36 * size).toFixed(2));
         t.removeAttribute("textLength");
         t.removeAttribute("lengthAdjust");
-        // a row too short for the grown glyphs (a half-height FP8 row) shows no names
-        let show = 0.72 * size <= Number(t.dataset.h);
+        // a row too short for the grown label's box (a half-height FP8 row, or a grid drawn
+        // small) shows no names: they would run into the next row's
+        let show = 1.1 * size <= Number(t.dataset.h) / 0.9;
         if (t.classList.contains("pk-rc")) {
           t.setAttribute("x", x0 + CELL_UNITS - 1);
           t.setAttribute("text-anchor", "end");
