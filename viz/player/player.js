@@ -65,7 +65,8 @@ function wrapText(t, size, width, step) {
   // a line may break at a space or between two CJK characters
   for (const word of t.textContent.match(/[\u2e80-\uffff]|[^\s\u2e80-\uffff]+|\s+/g) || []) {
     const next = line + word;
-    if (line.trim() && textWidth(next.trim(), size, t.getAttribute("font-weight") === "700") > width) {
+    const bold = t.getAttribute("font-weight") === "700";
+    if (line.trim() && textWidth(next.trim(), size, bold) > width) {
       lines.push(line.trim());
       line = word.trim();
     } else line = next;
@@ -437,13 +438,13 @@ class Player {
   }
 
   // The grids are SVG scaled to their box, so at a 1280x720 projector a 10-unit label is
-  // 10-12 px. In presenter mode each label is grown to --pk-grid-min px: a request's name starts at its
-  // cell and runs over its owner's room in the row (narrowed down to 3/4 at most, else left
-  // out: the block table beside says the same), a ref count ends at its cell's right edge,
-  // row numbers are thinned to one per label height and the grid's left margin widened for
-  // them, and lines under the grid wrap at its width. A grid is fitted once per frame and
-  // scale; one fitted at another scale, and every grid out of presenter mode, is first put
-  // back as the server drew it.
+  // 10-12 px. In presenter mode each label is grown to --pk-grid-min px: a request's name
+  // starts at its cell and runs over its owner's room in the row (narrowed down to 3/4 at
+  // most, else left out: the block table beside says the same), a ref count ends at its
+  // cell's right edge, row numbers are thinned to one per label height and the grid's left
+  // margin widened for them, and lines under the grid wrap at its width. A grid is fitted
+  // once per frame and scale; one fitted at another scale, and every grid out of presenter
+  // mode, is first put back as the server drew it.
   fitGridText() {
     const slots = { "pk-lg": 1, "pk-rg": 4 };
     for (const id of Object.keys(slots)) {
@@ -594,7 +595,9 @@ class Player {
         }
       }
       // still too long: the changed rows keep only their changed entries
-      if (over()) box.querySelectorAll(".pk-hot .pk-map:not(.new)").forEach((m) => m.classList.add("pk-cut"));
+      if (over()) {
+        box.querySelectorAll(".pk-hot .pk-map:not(.new)").forEach((m) => m.classList.add("pk-cut"));
+      }
     }
   }
 
