@@ -348,3 +348,27 @@ def test_a_short_caption_counts_only_routine_phrases_never_the_frames_event(less
                 assert shown.endswith(captions.text(lang)["more"].format(n=left_out)), shown
     if lesson.spec.name == "parallel-sampling":
         assert counted > 0  # the fork frame still counts its admissions
+
+
+def test_a_panels_rows_say_which_the_frame_changed_so_presenter_mode_keeps_them(lesson):
+    """Presenter mode condenses a panel too long for the screen to the rows the frame changed
+    (player.js): a row is marked changed exactly when it gained a block, a reservation or
+    moved tiers in this frame, and every panel carries the line that counts the rest."""
+    from viz.fold.panels import table_rows
+    from viz.render import html
+
+    hot_rows = 0
+    for side in (lesson.left, lesson.right):
+        for f in side.frames:
+            panel = html.tables_panel(f, "en")
+            assert "class='pk-dim pk-rest' data-t='+{n} unchanged' hidden" in panel
+            marked = re.findall(
+                r"<div class='pk-row( pk-hot)?'><span class='pk-chip[^>]*>([^<]+)<", panel
+            )
+            moved = {e.req for e in f.events if e.kind in ("swapped_out", "swapped_in")}
+            for row, (hot, label) in zip(table_rows(f), marked, strict=False):
+                assert label == row.label
+                want = row.new or row.req in moved or any(m.new for m in row.mappings)
+                assert bool(hot) == want, (f.index, label)
+                hot_rows += want
+    assert hot_rows > 0
