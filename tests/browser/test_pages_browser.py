@@ -131,7 +131,7 @@ def test_a_page_change_is_one_history_entry_in_either_language(app_url, page, la
 # text under a zero-size box (the uploader's own English, drawn at size 0 on a Chinese page),
 # and words inside a token that is an identifier or a name by its shape: with a digit
 # (SmolLM2, bf16, top-1), an underscore, a dot or slash between letters, "://", "--", or a
-# file's extension (.jsonl).
+# file's extension or a path (.jsonl, /metrics).
 LATIN_JS = r"""() => { const out = {};
   const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   for (let n = walk.nextNode(); n; n = walk.nextNode()) {
@@ -144,8 +144,8 @@ LATIN_JS = r"""() => { const out = {};
     const range = document.createRange(); range.selectNodeContents(n);
     if (![...range.getClientRects()].some((r) => r.width > 1 && r.height > 1)) continue;
     const text = n.textContent;
-    for (const tok of text.split(/[\s\u2e80-\uffff,;:!?()\[\]"'“”‘’]+/)) {
-      if (/\d|_|[A-Za-z][./][A-Za-z]|:\/\/|^--?[a-z]|^\.[a-z]+$/.test(tok)) continue;
+    for (const tok of text.split(/[\s\u2e80-\uffff,;!?()\[\]"'“”‘’]+/)) {
+      if (/\d|_|[A-Za-z][./][A-Za-z]|:\/\/|^--?[a-z]|^[./][a-z]+$/.test(tok)) continue;
       for (const w of tok.match(/[A-Za-z]+/g) || []) out[w] = out[w] || text.trim().slice(0, 60);
     }
   }

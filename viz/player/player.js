@@ -447,48 +447,58 @@ class Player {
   // mode, is first put back as the server drew it.
   fitGridText() {
     const slots = { "pk-lg": 1, "pk-rg": 4 };
+    const least = this.present ? parseFloat(
+      getComputedStyle(this.root).getPropertyValue("--pk-grid-min")) || 0 : 0;
+    const sides = [];
     for (const id of Object.keys(slots)) {
       const holder = this.el(id);
-      let svg = holder.querySelector("svg.pk-arena");
+      const svg = holder.querySelector("svg.pk-arena");
       if (!svg) continue;
       const redraw = () => {
         holder.innerHTML = this.pieces[this.frames[this.i][slots[id]]];
         return holder.querySelector("svg.pk-arena");
       };
-      const least = this.present ? parseFloat(
-        getComputedStyle(this.root).getPropertyValue("--pk-grid-min")) || 0 : 0;
       if (!least) {
         if (svg.dataset.fit && this.frames && this.i >= 0) redraw();
         continue;
       }
       const box = svg.getBoundingClientRect();
       if (!box.width || !box.height) continue;
-      const vb = svg.getAttribute("viewBox").split(" ").map(Number);
-      if (svg.dataset.fit) vb.splice(0, 4, ...svg.dataset.vb.split(" ").map(Number));
-      const scale = (w, h) => Math.min(box.width / w, box.height / h);
-      let u = least / scale(vb[2], vb[3]);
-      const labels = [...svg.querySelectorAll("text.pk-rl")];
-      const wide = Math.max(0, ...labels.map((t) => textWidth(t.textContent, u, false)));
-      const extra = Math.max(0, wide - LABEL_ROOM + 2);
-      if (extra > 0) u = least / scale(vb[2] + extra, vb[3]);
-      const key = u.toFixed(3);
-      if (svg.dataset.fit === key) continue;
-      // Lines wrapped under the grid make it taller, so smaller where its height limits it:
-      // fitted again at the size that leaves, at most twice.
-      for (let pass = 0; pass < 3; pass++) {
-        if (svg.dataset.fit) svg = redraw();
-        svg.dataset.fit = key;
-        svg.dataset.vb = vb.join(" ");
-        if (extra > 0) {  // room on the left for the grown row numbers: the grid gets smaller
-          svg.setAttribute("viewBox", [vb[0] - extra, vb[1], vb[2] + extra, vb[3]].join(" "));
-        }
-        this.growLabels(svg, u, vb);
-        this.fitUnder(svg, u);
-        const now = svg.getAttribute("viewBox").split(" ").map(Number);
-        const got = u * scale(now[2], now[3]);
-        if (got >= least - 0.01) break;
-        u *= least / got;
+      const vb = (svg.dataset.vb || svg.getAttribute("viewBox")).split(" ").map(Number);
+      sides.push({ svg, redraw, box, vb });
+    }
+    if (!sides.length) return;
+    // Both sides are drawn at one scale (the server draws their grids alike, payload.py): the
+    // same room is made on the left and below on both.
+    const vb = sides[0].vb;
+    const scale = (w, h) => Math.min(...sides.map((s) => Math.min(s.box.width / w,
+                                                                  s.box.height / h)));
+    let u = least / scale(vb[2], vb[3]);
+    const wide = Math.max(0, ...sides.flatMap((s) => [...s.svg.querySelectorAll("text.pk-rl")]
+      .map((t) => textWidth(t.textContent, u, false))));
+    const extra = Math.max(0, wide - LABEL_ROOM + 2);  // room for the grown row numbers
+    if (extra > 0) u = least / scale(vb[2] + extra, vb[3]);
+    const key = u.toFixed(3);
+    if (sides.every((s) => s.svg.dataset.fit === key)) return;
+    // Lines wrapped under a grid make both taller, so smaller where the height limits them:
+    // fitted again at the size that leaves, at most twice.
+    for (let pass = 0; pass < 3; pass++) {
+      let tall = vb[3];
+      for (const s of sides) {
+        if (s.svg.dataset.fit) s.svg = s.redraw();
+        s.svg.dataset.fit = key;
+        s.svg.dataset.vb = vb.join(" ");
+        s.svg.setAttribute("viewBox", [vb[0] - extra, vb[1], vb[2] + extra, vb[3]].join(" "));
+        this.growLabels(s.svg, u, vb);
+        this.fitUnder(s.svg, u);
+        tall = Math.max(tall, Number(s.svg.getAttribute("viewBox").split(" ")[3]));
       }
+      for (const s of sides) {
+        s.svg.setAttribute("viewBox", [vb[0] - extra, vb[1], vb[2] + extra, tall].join(" "));
+      }
+      const got = u * scale(vb[2] + extra, tall);
+      if (got >= least - 0.01) break;
+      u *= least / got;
     }
   }
 
