@@ -126,6 +126,9 @@ def test_default_page_renders_from_the_shipped_results(lang):
     text = _page_text(at)
     src = P.text(lang)["sources"]
     assert src["fig2"] in text and src["fig13"] in text  # the paper by figure, in the language
+    # the essay by its title; a student has no path of this repository, nor its modules
+    assert "当 KV Cache 遇到操作系统分页" in text
+    assert "shared/seed" not in text and "engine.sim" not in text
     assert "26.8 %" in text and "32.0" in text  # the essay's figure is named, then corrected
     assert "3.125 MiB" in text and "4.35" in text
 
