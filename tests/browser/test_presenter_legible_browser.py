@@ -10,7 +10,7 @@ import pytest
 
 from engine.trace import io as T
 from viz.export import lecture as export
-from viz.export.serve import wait_ready
+from viz.export.serve import wait_idle, wait_ready
 from viz.fold import chapters
 from viz.fold.lesson import build
 from viz.fold.lesson_folder import LESSONS_DIR, load_spec, trace_path
@@ -200,3 +200,26 @@ def test_a_panel_too_long_for_the_screen_keeps_the_rows_the_frame_changed(browse
         assert all(r.startswith("+") and r.endswith("unchanged") for r in rest), rest
     finally:
         ctx.close()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_presenter_mode_in_the_app_reads_from_the_back_row_too(app_url, page, lang):
+    """The app draws the same player in Streamlit's own type, whose line is taller: the
+    strip's share labels ran past their bar's clipped edge there, not in the offline file.
+    One lesson's sampled frames and keyframes, in the app, at 1280x720."""
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.goto(
+        f"{app_url}/?lesson=parallel-sampling&frame=0&present=1&lang={lang}",
+        wait_until="domcontentloaded",
+    )
+    wait_idle(page, 240_000)
+    page.wait_for_function(
+        "() => window.pkPlayer && document.querySelector('#pk-player').dataset.ready === '1'"
+        " && window.pkPlayer.data.lang === " + repr(lang),
+        timeout=120_000,
+    )
+    frames = _frames("parallel-sampling")
+    got = page.evaluate(LEGIBLE_JS, [frames, False])
+    assert got["seen"] > 40 * len(frames), got["seen"]
+    for k in ("small", "clipped", "overlap", "tables"):
+        assert got[k] == [], (k, got[k][:8])
