@@ -248,3 +248,21 @@ def test_essay_arithmetic_sentences_hold_no_number_the_code_computes(monkeypatch
         assert f"{c.prealloc_requests} " in shown["fix_prealloc"]
         assert not re.search(r"(?<![\d.])16 (requests|个请求)", shown["fix_prealloc"])
         assert f"× {shape.bytes_per_token_per_layer // 1024} KiB" in shown["fix_tail"]
+
+
+@pytest.mark.parametrize(("lang", "raw"), [("zh", "first-fit"), ("en", "首次适配")])
+def test_a_link_made_in_the_other_language_opens_the_same_placement(lang, raw):
+    """The placement and length buttons are labelled in the page's language, and a bound
+    control's link carries the label shown: a link made on the English page fell back to the
+    default placement on the Chinese one. It is read as the same option, in either tongue."""
+    at = AppTest.from_string(
+        f"from viz.app.paper import render\nrender({lang!r})", default_timeout=120
+    )
+    at.query_params["placement"] = raw
+    at.query_params["requests"] = "100"  # the smallest run: this one is simulated
+    at.run()
+    assert not at.exception, at.exception
+    placement = next(
+        w for w in at.get("button_group") if w.label == P.text(lang)["placement_label"]
+    )
+    assert placement.value == "first-fit"

@@ -82,8 +82,26 @@ def result_for(config: SimConfig, lang: str = "en") -> WorkloadResult:
     return WorkloadResult(config, inp, out, _cached_rows(config, lang))
 
 
+def _same_option_in_any_language(key: str, options, t: dict) -> None:
+    """A bound control's link names its option by the label shown (``?placement=伙伴分配``): a
+    link made on the page in the other language, or with the option's own name, is read as
+    the same option, in this page's label (else the control would fall back to its default)."""
+    raw = st.query_params.get(key)
+    if raw is None:
+        return
+    for k in options:
+        names = {k} | {text(lang)["options"].get(k, k) for lang in ui_text.LANGS}
+        label = t["options"].get(k, k)
+        if raw in names and raw != label:
+            st.session_state[key] = k
+            st.query_params[key] = label
+            return
+
+
 def _controls(t: dict) -> SimConfig:
     # Bound to the URL (?workload=alpaca&requests=300...), so a link opens the same run.
+    _same_option_in_any_language("placement", PLACEMENTS, t)
+    _same_option_in_any_language("dist", LENGTH_DISTS, t)
     c1, c2, c3 = st.columns(3)
     wl = (
         c1.segmented_control(
