@@ -11,7 +11,7 @@ CHROMIUM := /usr/bin/chromium
 # worksteal: the few long tests (model loads, browser sessions) must not queue behind each other.
 XDIST  ?= -n auto --maxprocesses 4 --dist worksteal
 
-.PHONY: run check test soak venv browser bench clean peer peer-venv
+.PHONY: run check test venv browser bench clean peer peer-venv
 
 venv: $(STAMP)
 
@@ -53,11 +53,7 @@ check: venv
 	test $$tests -eq 0 -a $$typed -eq 0
 
 test: venv browser
-	$(PY) -m pytest -q $(XDIST) -m "not peer and not soak"
-
-# Memory bounds measured near their limit: four sessions uploading maximal traces at once.
-soak: venv browser
-	$(PY) -m pytest -q -m soak
+	$(PY) -m pytest -q $(XDIST) -m "not peer"
 
 # The opt-in peer lane: the real vLLM (CPU build) beside our engine, in its own virtualenv, never
 # part of `make check` or `make test`. Cost, measured on 2 cores: see docs/engine.md "KV events".

@@ -10,7 +10,9 @@ For each setting, back to back and alternating, each in a fresh interpreter:
    when more than one core is usable); its CPU time includes its children's.
 
 It prints the best wall and CPU seconds of ``--rounds`` rounds and their ratios to ``base``, and
-checks that all three computed the same rows (every share, mean and count, exactly). The page's
+checks that today's two computed the same rows (every share, mean and count, exactly); BASE is
+timed only, since free slots beside a request refused for want of space in total (not of a hole)
+stopped counting as external fragmentation after it, which moves its shares. The page's
 goal: a changed setting in under 5 s on a 2-core machine. About 6 min with the defaults (two rounds
 of five settings); ``--all`` runs all 108 settings (about 25 min a round).
 
@@ -111,7 +113,9 @@ def main() -> int:
     args = ap.parse_args()
     settings = every_setting() if args.all else list(SETTINGS)
     ways = ("base", "one process", "page")
-    print(f"{'setting':<38}" + "".join(f"{w + ' s':>15}" for w in ways) + "  same rows")
+    print(
+        f"{'setting':<38}" + "".join(f"{w + ' s':>15}" for w in ways) + "  same rows (today's two)"
+    )
     worst = 0.0
     with tempfile.TemporaryDirectory(prefix="paper-sim-base-") as tmp:
         tree = Path(tmp) / "tree"
@@ -124,7 +128,7 @@ def main() -> int:
                         got = measure(tree if way == "base" else ROOT, config, way)
                         if way not in best or got["wall"] < best[way]["wall"]:
                             best[way] = got
-                same = all(best[w]["rows"] == best["base"]["rows"] for w in ways)
+                same = best["one process"]["rows"] == best["page"]["rows"]
                 base = best["base"]["wall"]
                 cells = [f"{best['base']['wall']:6.2f} cpu {best['base']['cpu']:5.1f}"]
                 cells += [

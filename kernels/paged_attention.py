@@ -372,8 +372,12 @@ def decode_attention(
     tile_n: int = 64,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
+    ml_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``paged_decode_attention`` with its tuning knobs exposed (tests force the split path)."""
+    """``paged_decode_attention`` with its tuning knobs exposed (tests force the split path).
+    ``ml_out`` (fp32 ``[B, Hq, num_splits, 2]``), when the split path runs, receives each
+    split's own softmax state (m, l) before the merge, m in log2 units of the scaled scores:
+    what the attention lesson's split-K frames are checked against."""
     b, hq, d = q.shape
     _check(q, k_cache, v_cache)
     hkv, block_size = k_cache.shape[2], k_cache.shape[1]
@@ -397,6 +401,7 @@ def decode_attention(
     if splits > 1:
         part = torch.empty(b, hq, splits, d_pad, device=q.device, dtype=torch.float32)
         ml = torch.empty(b, hq, splits, 2, device=q.device, dtype=torch.float32)
+        ml = ml_out if ml_out is not None else ml
     else:
         part = ml = out  # unused: the kernel writes out directly
     _decode_kernel[(b, hkv, splits)](

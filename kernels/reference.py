@@ -172,3 +172,64 @@ def copy_blocks(caches: list[torch.Tensor], block_mapping: torch.Tensor) -> None
     for cache in caches:
         raw = bits(cache)  # float8 as bytes: CPU torch cannot index_copy_ float8
         raw.index_copy_(0, dst.to(cache.device), raw.index_select(0, src.to(cache.device)))
+
+
+def decode_scores(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    context_len: int,
+    scale: float,
+    k_scale: float = 1.0,
+) -> torch.Tensor:
+    """One decode token's scaled scores against its whole context, in fp32: ``q`` [Hq, D],
+    ``block_table`` [n_blocks] -> [Hq, context_len]. The keys are gathered through the table
+    as ``paged_decode_attention`` gathers them; query head h reads KV head h // (Hq // Hkv)."""
+    hq, hkv, d = q.shape[0], k_cache.shape[2], k_cache.shape[3]
+    pos = torch.arange(context_len, device=k_cache.device)
+    slots = gather_slots(block_table[None], pos, k_cache.shape[1])[0]
+    k = dequantize(k_cache.view(-1, hkv, d)[slots], torch.float32, k_scale)  # [L, Hkv, D]
+    k = k.repeat_interleave(hq // hkv, dim=1)  # [L, Hq, D]
+    return torch.einsum("hd,lhd->hl", q.float(), k) * scale
+
+
+def online_softmax_walk(
+    scores: torch.Tensor, v: torch.Tensor, tile: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The decode kernel's loop, one tile of ``tile`` positions at a time, for a group of
+    heads: ``scores`` [G, L] (scaled, fp32), ``v`` [L, D]. Returns the running ``m`` and ``l``
+    after each tile ([n_tiles, G] each), each tile's own ``m`` and ``l`` (what a split-K
+    program holding only that tile reports, [n_tiles, G] each) and the output ``acc / l``
+    [G, D]. Natural-log units (the kernel's exp2 over log2(e)-scaled scores is the same)."""
+    g, length = scores.shape
+    m = torch.full((g,), -torch.inf, dtype=torch.float32, device=scores.device)
+    total = torch.zeros(g, dtype=torch.float32, device=scores.device)
+    acc = torch.zeros(g, v.shape[1], dtype=torch.float32, device=scores.device)
+    run_m, run_l, part_m, part_l = [], [], [], []
+    for t0 in range(0, length, tile):
+        s = scores[:, t0 : t0 + tile]
+        tile_max = s.max(dim=1).values
+        m_new = torch.maximum(m, tile_max)
+        alpha = torch.exp(m - m_new)  # rescales what was summed under the old max
+        p = torch.exp(s - m_new[:, None])
+        total = total * alpha + p.sum(dim=1)
+        acc = acc * alpha[:, None] + p @ v[t0 : t0 + tile].float()
+        m = m_new
+        run_m.append(m)
+        run_l.append(total)
+        part_m.append(tile_max)
+        part_l.append(torch.exp(s - tile_max[:, None]).sum(dim=1))
+    return (
+        torch.stack(run_m),
+        torch.stack(run_l),
+        torch.stack(part_m),
+        torch.stack(part_l),
+        acc / total[:, None],
+    )
+
+
+def merge_partials(part_m: torch.Tensor, part_l: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flash-decoding's merge of split programs' softmax states ([n_splits, G] each): rescale
+    each to the largest max, then add the sums (``_merge_splits_kernel``'s arithmetic)."""
+    m = part_m.max(dim=0).values
+    return m, (part_l * torch.exp(part_m - m)).sum(dim=0)

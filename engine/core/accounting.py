@@ -7,10 +7,12 @@ the arena is in exactly one category:
 - ``reservation``: held by a running request that will fill it later;
 - ``internal``: held by a request that will never fill it (past its final length; for paging, the
   unused tail of its last block);
-- ``external``: free while a waiting request cannot be placed contiguously (no hole large
-  enough, or its reservation exceeds all that is free);
-- ``free``: free otherwise, including paging's free blocks while a request waits for more of
-  them (any free block serves any request: that wait is for memory, not for a hole).
+- ``external``: free while a waiting request is refused for want of a hole: enough is free in
+  total, no hole is large enough (``no_hole``; ``strands_free`` is the rule, and the only one);
+- ``free``: free otherwise. With too little free in total (``no_space``) the free slots are
+  simply free: compaction would not admit the request either. Paging's free blocks while a
+  request waits for more of them are free too (any free block serves any request: that wait is
+  for memory, not for a hole).
 
 Paging can share: several block tables may point at one physical block (a cached prompt prefix,
 parallel samples of one prompt). Such a slot is counted once, in its category; ``shared`` counts
@@ -19,8 +21,9 @@ the extra holders would need with private copies), so the memory sharing saves i
 Under the device arena a CPU tier (swap preemption) may hold swapped-out requests' blocks; it is
 counted apart (``cpu_blocks``, ``cpu_used``, ``swapped``): its blocks are not arena slots.
 
-"Will fill later" needs each request's final length. Until its ``finished`` event the bound
-``prompt_len + max_tokens - 1`` stands in, so what it holds unwritten is reservation;
+"Will fill later" needs each request's final length. Until its ``finished`` event nobody knows
+it, so everything it holds unwritten is reservation (even past its bound ``prompt_len +
+max_tokens - 1``: a frame calls a slot "never filled" only once its request has stopped);
 ``final_lens`` gives the fold hindsight instead (``simulate`` and the paper's Fig. 2 split a
 complete run that way). ``show_finishing`` counts a request that finishes at the end of its last
 step as it held it (tokens, and the rest it never filled as internal), freed from the next step
@@ -38,6 +41,15 @@ from typing import ClassVar
 from engine.core import events as E
 
 CATEGORIES = ("token_states", "reservation", "internal", "external", "free")
+
+
+def strands_free(reason: str) -> bool:
+    """Whether a standing refusal with this ``reason`` makes the free slots external
+    fragmentation: only ``no_hole`` does (free slots suffice in total, no hole is large enough).
+    ``no_space`` (too little free at all) and paging's ``no_free_block`` wait for memory, not
+    for a hole: their free slots are free. The accounting, ``simulate``, the viewer's cells,
+    captions and the lab all classify through this one rule."""
+    return reason == E.BLOCKED_NO_HOLE
 
 
 @dataclass(frozen=True)
@@ -260,13 +272,11 @@ class Tally:
 
     def close_step(self, step: int) -> StepAccount:
         token = reservation = internal = held_total = 0
-        final_lens, requests, filled_by = self.final_lens, self.requests, self.filled
+        final_lens, filled_by = self.final_lens, self.filled
         for req, held in self.held.items():  # every step of a dry run: final_len, inlined
             filled = filled_by.get(req, 0)
-            final = final_lens.get(req)
-            if final is None:
-                info = requests.get(req)
-                final = info.bound if info is not None else 0
+            # unknown final length (it has not stopped): all it holds unwritten is reservation
+            final = final_lens.get(req, held)
             if final < filled:
                 final = filled
             token += filled
@@ -294,10 +304,7 @@ class Tally:
         blocked, stranded = 0, False
         for b in self.refusals:
             blocked += b.reason != E.BLOCKED_BATCH_FULL
-            # only a contiguous refusal strands free slots; paging's free blocks fit any
-            # request block by block, so one that waits for more blocks waits for memory, not
-            # for a hole
-            stranded = stranded or b.reason in (E.BLOCKED_NO_HOLE, E.BLOCKED_NO_SPACE)
+            stranded = stranded or strands_free(b.reason)
         acct = StepAccount(
             step=step,
             num_slots=self.num_slots,

@@ -266,6 +266,41 @@ class BlockCopied(RequestEvent):
     num_tokens: int
 
 
+@dataclass(frozen=True)
+class AttentionRead(RequestEvent):
+    """Recorded on request only (``[attention]`` in a scenario): how ``req``'s decode token at
+    ``position`` read its K/V this step. ``physical`` is its block table (logical order) up to
+    the block holding ``position``; ``mass[i]`` the share of attention that fell on logical
+    block ``i``, the mean over layers and query heads (the shares sum to 1).
+
+    The tile walk, for layer ``layer`` and KV head ``kv_head`` (read by query heads ``heads``),
+    one tile per block, in natural-log units of the scaled scores: ``tile_m[t][g]`` and
+    ``tile_l[t][g]`` are head ``heads[g]``'s running max and running sum after tile ``t``;
+    ``part_m`` / ``part_l`` are tile ``t`` alone (what a split-K program holding only it
+    reports); ``merged_m`` / ``merged_l`` the partials merged; ``full_m`` / ``full_l`` the
+    softmax over all scores at once. ``max_diff`` is the largest gap between a probability
+    the walk gives and that softmax's, ``out_diff`` between the walk's output and the output
+    the engine's attention backend computed."""
+
+    kind: ClassVar[str] = "attention_read"
+    position: int
+    physical: tuple[int, ...]
+    mass: tuple[float, ...]
+    layer: int
+    kv_head: int
+    heads: tuple[int, ...]
+    tile_m: tuple[tuple[float, ...], ...]
+    tile_l: tuple[tuple[float, ...], ...]
+    part_m: tuple[tuple[float, ...], ...]
+    part_l: tuple[tuple[float, ...], ...]
+    merged_m: tuple[float, ...]
+    merged_l: tuple[float, ...]
+    full_m: tuple[float, ...]
+    full_l: tuple[float, ...]
+    max_diff: float
+    out_diff: float
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
@@ -289,6 +324,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         BlockShared,
         CacheHit,
         BlockCopied,
+        AttentionRead,
     )
 }
 

@@ -8,12 +8,30 @@ from engine.core.engine_core import EngineConfig
 from engine.core.request import Batch, ScheduledSeq
 from engine.errors import InvalidConfigError
 from engine.model.arena import KVArena, bytes_per_block, check_fits
-from engine.model.attention import Attention, AttentionMetadata
+from engine.model.attention import Attention, AttentionMetadata, ProbeRow
 from engine.model.cpu_tier import CpuKVStore
 from engine.model.llama import LlamaForward
 from engine.model.loader import LoadedModel
 from engine.model.sampling import Sampler
 from kernels.fp8 import resolve_kv_dtype
+
+
+def _probe_rows(
+    seqs: list[ScheduledSeq], num_prefill: int, requests: set[str], block_size: int
+) -> list[ProbeRow]:
+    """The decode tokens of the chosen requests, at their rows of the flat token tensor
+    (prefill tokens come first), with their tables up to the block of their last position."""
+    first = sum(len(s.token_ids) for s in seqs[:num_prefill])
+    return [
+        ProbeRow(
+            s.request.req_id,
+            first + j,
+            list(s.block_table[: -(-s.context_len // block_size)]),
+            s.context_len,
+        )
+        for j, s in enumerate(seqs[num_prefill:])
+        if s.request.req_id in requests
+    ]
 
 
 def _pad(rows: list[list[int]]) -> list[list[int]]:
@@ -67,9 +85,15 @@ class ModelRunner:
                 seqs, len(prefill), batch.block_size
             )
             self.attention.prepare(meta, batch.block_size)
+            probe = self.attention.probe
+            if probe is not None:
+                rows = _probe_rows(seqs, len(prefill), probe.requests, batch.block_size)
+                probe.begin(rows, batch.block_size)
             logits = self.forward.forward(
                 input_ids, positions, self.arena.view(batch.block_size), meta, logits_indices
             )
+            if probe is not None:
+                probe.end()
             sampled = self.sampler(logits, [s.request for s in seqs])
         tokens = [0] * len(order)
         for i, tok in zip(order, sampled, strict=True):

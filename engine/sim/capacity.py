@@ -18,7 +18,9 @@ binary units, so we read its "GB" as GiB and its "KB" as KiB:
   = 985,661,440 B (940 MiB) per request, and 42,949,672,960 // 985,661,440 = 43 requests.
   The essay rounds this to "about 40" and the gain to 2.5x; the exact figures are 43 and
   43 / 16 = 2.6875 (about 2.7x). We show the exact ones and say so.
-- A block table for 32,768 tokens at block 16 has 2,048 entries; at 8 bytes each, 16 KiB.
+- A block table for 32,768 tokens at block 16 has 2,048 entries; the essay counts 8 bytes each
+  (16 KiB). vLLM keeps int32 entries, 4 bytes (8 KiB), in one table allocated up front with a row
+  of cdiv(max_model_len, block_size) entries per request slot, whatever a request's length.
 
 Model shapes. Presets cover the essay's models, ours, and a few current ones (Llama 3, Mistral
 with its sliding window, Qwen2.5, DeepSeek-V3 with MLA's single latent); a HF ``config.json`` or a
@@ -45,7 +47,11 @@ from engine.model.gguf import GGUF_MAX_BYTES, gguf_metadata
 from engine.trace.schema import all_text_encodes
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
-DEFAULT_ENTRY_BYTES = 8  # one block-table entry: an int64 physical block id
+#: One block-table entry: an int32 physical block id, as vLLM's block table stores it (the essay's
+#: 8 B per entry is an int64, twice that).
+DEFAULT_ENTRY_BYTES = 4
+#: What the essay counts per entry (§5.2); kept to check its arithmetic, never to teach with.
+ESSAY_ENTRY_BYTES = 8
 
 DTYPE_BYTES = {
     "float64": 8,
@@ -442,8 +448,17 @@ def blocks_for(length: int, block_size: int) -> int:
 
 
 def block_table_bytes(length: int, block_size: int, entry_bytes: int = DEFAULT_ENTRY_BYTES) -> int:
-    """Bytes of one request's block table: one entry per block."""
+    """Bytes of the entries one request of ``length`` tokens fills: one entry per block."""
     return blocks_for(length, block_size) * _positive("entry bytes", entry_bytes)
+
+
+def block_table_row_bytes(
+    max_model_len: int, block_size: int, entry_bytes: int = DEFAULT_ENTRY_BYTES
+) -> int:
+    """Bytes of one row of vLLM's block table: it is allocated once, a row per request slot of
+    ``cdiv(max_model_len, block_size)`` entries, so a request's row costs this whatever its
+    length."""
+    return block_table_bytes(max_model_len, block_size, entry_bytes)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import IO
 
+from engine.core import events as E
+from engine.core.allocators import PagedAllocator
 from engine.core.engine_core import EngineConfig, EngineCore, build_core
 from engine.core.request import Request, SamplingParams
 from engine.engine_args import KV_CACHE_DTYPES, EngineArgs, check_output_path
@@ -22,7 +24,7 @@ from engine.errors import InvalidConfigError
 from engine.sim.simulate import EOS, FILLER, DryRunner
 from engine.trace.header import RunHeader
 from engine.trace.io import TraceError, TraceWriter, check_header, make_header
-from engine.trace.scenario import FILLER_TEXT, Scenario
+from engine.trace.scenario import FILLER_TEXT, AttentionSpec, Scenario
 from engine.trace.scenario_runs import ScenarioRun, by_allocator
 
 
@@ -163,6 +165,9 @@ def record(
     except TraceError as e:
         raise InvalidConfigError(f"this recording could not be read back: {e}") from None
     writer = TraceWriter(out, header, flush=True) if out is not None else None
+    if scenario.attention is not None and forward == "model":
+        for run in runs.values():
+            _probe(run, scenario.attention)
     for name, run in runs.items():
         if writer is not None:
             run.core.bus.subscribe(writer.sink(name))
@@ -177,6 +182,20 @@ def record(
     if writer is not None:
         writer.close()
     return runs
+
+
+def _probe(run: Run, spec: AttentionSpec) -> None:
+    """Record how ``spec``'s requests read their K/V in ``run``, a paged run of the real model
+    (a contiguous run's table is one slot a block: nothing to walk)."""
+    from functools import partial
+
+    from engine.model.attention import AttentionProbe
+
+    if not isinstance(run.core.allocator, PagedAllocator):
+        return
+    emit = partial(run.core.bus.emit, E.AttentionRead)
+    probe = AttentionProbe(spec.requests, spec.layer, spec.kv_head, emit)
+    run.core.runner.attention.probe = probe  # type: ignore[attr-defined]
 
 
 def _kv_config(runner) -> dict:

@@ -21,7 +21,9 @@ inside the arena, shares in [0, 1], no negative free space). What it checks:
   CPU blocks; a swap-in maps exactly those CPU blocks, in order, to the device blocks just
   allocated, whose slots then hold the tokens written before; no CPU block is in two places;
   only unshared blocks move, and a fallback to recompute happens only when the tier really
-  lacks room or the request shares a block (its other holders read it in place).
+  lacks room or the request shares a block (its other holders read it in place);
+- attention reads (recorded on request): the request's own table at that step, shares of
+  attention that add up to 1, and a tile walk whose rows, heads and final (m, l) agree.
 
 Every refusal is one ``TraceError`` line. Pure Python, no torch.
 """
@@ -36,6 +38,14 @@ from engine.trace.replay_blocks import BlockReplay, RequestState
 from engine.trace.schema import TraceError
 
 FINISH_REASONS = ("eos", "length")
+#: How far an attention read's shares may sum from 1, and its (m, l) pairs disagree (rounded
+#: to six decimals in the trace, float32 in the engine)
+MASS_TOLERANCE = 1e-3
+#: Query heads sharing one KV head (GQA's group) an attention read may name
+MAX_GROUP = 256
+#: The largest gap between the walk's output and the backend's a reader takes: far past any
+#: rounding, short of a walk that read other blocks
+MAX_OUT_DIFF = 1.0
 _ZEROS = re.compile(b"\x00+")
 
 
@@ -249,6 +259,51 @@ class RunChecker(BlockReplay):
             self.written[slot] = 1
         r.filled += len(ev.slots)
 
+    def _attention_read(self, ev: E.AttentionRead) -> None:
+        """A decode token's reading of its K/V: its table as the replay holds it at this step,
+        one share of attention per block that adds up to 1, and a tile walk of one row per
+        block whose running max never falls and whose merged and all-at-once (m, l) are the
+        walk's own final ones."""
+        self._kind(ev, paged=True)
+        r = self._req(ev, "running")
+        bs = self.spec.block_size
+        n = ev.position // bs + 1
+        if tuple(r.table[:n]) != ev.physical or len(r.table) < n:
+            raise TraceError(
+                f"attention_read at position {ev.position} names blocks {list(ev.physical)!r:.60}"
+                f"; the table maps {r.table[:n]!r:.60}"
+            )
+        if len(ev.mass) != n or any(not 0 <= x <= 1 + MASS_TOLERANCE for x in ev.mass):
+            raise TraceError(f"attention_read needs {n} shares in [0, 1], one per block read")
+        if abs(sum(ev.mass) - 1) > MASS_TOLERANCE:
+            raise TraceError(f"attention_read shares sum to {sum(ev.mass):.6g}, not 1")
+        g = len(ev.heads)
+        if not 0 < g <= MAX_GROUP or len(set(ev.heads)) != g:
+            raise TraceError(f"attention_read needs 1 to {MAX_GROUP} distinct query heads")
+        for name in ("tile_m", "tile_l", "part_m", "part_l"):
+            rows = getattr(ev, name)
+            if len(rows) != n or any(len(row) != g for row in rows):
+                raise TraceError(f"attention_read {name} needs {n} rows of {g} numbers")
+        for name in ("merged_m", "merged_l", "full_m", "full_l"):
+            if len(getattr(ev, name)) != g:
+                raise TraceError(f"attention_read {name} needs {g} numbers, one per head")
+        for h in range(g):
+            m = [row[h] for row in ev.tile_m]
+            if any(b < a for a, b in zip(m, m[1:], strict=False)):
+                raise TraceError("attention_read's running max falls between tiles")
+            # a tile's sum counts its own max as exp(0) = 1: no running or partial sum is less
+            if any(row[h] < 1 - MASS_TOLERANCE for row in (*ev.tile_l, *ev.part_l)):
+                raise TraceError("attention_read holds a softmax sum below 1")
+            last = (ev.tile_m[-1][h], ev.tile_l[-1][h])
+            for what, (mm, ll) in (
+                ("merged", (ev.merged_m[h], ev.merged_l[h])),
+                ("all-at-once", (ev.full_m[h], ev.full_l[h])),
+            ):
+                if abs(mm - last[0]) > MASS_TOLERANCE or abs(ll - last[1]) > MASS_TOLERANCE * ll:
+                    raise TraceError(f"attention_read's {what} (m, l) is not the walk's last")
+        if not (0 <= ev.max_diff <= 1 and 0 <= ev.out_diff <= MAX_OUT_DIFF):
+            raise TraceError("attention_read differences must be small and non-negative")
+
     #: Every event kind's replay: the table refuses to be built if one is missing.
     _HANDLERS: ClassVar[dict[type[E.Event], E.Handler]] = E.handler_table(
         {
@@ -262,5 +317,6 @@ class RunChecker(BlockReplay):
             E.SlotsReserved: _slots_reserved,
             E.ReservationReleased: _reservation_released,
             E.TokensWritten: _tokens_written,
+            E.AttentionRead: _attention_read,
         }
     )

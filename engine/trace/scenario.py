@@ -21,6 +21,10 @@ output_len = 20                   # dry runs only: when the stand-in model stops
 n = 3                             # parallel samples (ids A.0, A.1, A.2; default 1)
 temperature = 0.8                 # default 0: greedy
 seed = 7                          # sample i is seeded seed + i
+[attention]            # optional: record how these requests' decode tokens read their K/V
+requests = ["A"]
+layer = 0              # the tile walk's layer and KV head
+kv_head = 0
 """
 
 from __future__ import annotations
@@ -75,6 +79,43 @@ class Scenario:
     enable_prefix_caching: bool = False
     runs: tuple[ScenarioRun, ...] = ()  # [[runs]]; () means "one run per --allocators name"
     dtype: str | None = None  # the model's element type; None: the device's default
+    attention: AttentionSpec | None = None  # [attention]: record how chosen requests read K/V
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """``[attention]``: record an ``attention_read`` event for every decode step of the
+    ``requests`` named (paged runs of the real model only), with the tile walk of layer
+    ``layer`` and KV head ``kv_head``. Off when the scenario has no such table."""
+
+    requests: tuple[str, ...]
+    layer: int = 0
+    kv_head: int = 0
+
+
+#: The deepest layer and the highest KV head a scenario may name (the model refuses past its own)
+MAX_ATTENTION_INDEX = 1024
+
+
+def _attention(raw: object, name: str, ids: set[str]) -> AttentionSpec | None:
+    if raw is None:
+        return None
+    where = f"scenario {name}: [attention]"
+    if not isinstance(raw, dict):
+        raise InvalidConfigError(f"{where} must be a table")
+    extra = set(raw) - {"requests", "layer", "kv_head"}
+    if extra:
+        raise InvalidConfigError(f"{where}: unknown key {sorted(extra)[0]!r}")
+    reqs = raw.get("requests")
+    if not isinstance(reqs, list) or not reqs or not all(r in ids for r in reqs):
+        raise InvalidConfigError(f"{where}: requests must list ids of the scenario's requests")
+    for key in ("layer", "kv_head"):
+        v = raw.get(key, 0)
+        if type(v) is not int or not 0 <= v < MAX_ATTENTION_INDEX:
+            raise InvalidConfigError(
+                f"{where}: {key} must be an integer in [0, {MAX_ATTENTION_INDEX}), got {v!r:.40}"
+            )
+    return AttentionSpec(tuple(reqs), raw.get("layer", 0), raw.get("kv_head", 0))
 
 
 #: The most a scenario file may hold: the trace header carries the scenario as written, and a
@@ -239,6 +280,7 @@ def load(path: str | Path) -> Scenario:
             f"scenario {p.name}: [arena] dtype must be one of {', '.join(MODEL_DTYPES)}"
         )
     runs = parse_runs(raw.get("runs"), p.name, LIMITS.max_slots // block_size)
+    attention = _attention(raw.get("attention"), p.name, seen)
     return Scenario(
         raw.get("title", p.stem),
         num_blocks,
@@ -249,4 +291,5 @@ def load(path: str | Path) -> Scenario:
         caching,
         runs,
         dtype,
+        attention,
     )

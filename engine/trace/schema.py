@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -151,6 +152,8 @@ def build_event(obj: dict, limits: Limits = LIMITS) -> E.Event:
             ok = int_in(v, 0, limits.max_int)
         elif typ == "str":
             ok = short_text(v, limits)
+        elif "float" in typ:
+            ok, v = _floats(v, typ.count("tuple"), limits)
         elif typ.startswith("tuple[tuple"):  # a block map: [[a, b], ...]
             ok = isinstance(v, list) and all(
                 isinstance(x, list) and len(x) == 2 and all(int_in(y, 0, limits.max_int) for y in x)
@@ -164,10 +167,37 @@ def build_event(obj: dict, limits: Limits = LIMITS) -> E.Event:
             want = {
                 "int": f"an integer in [0, {limits.max_int}]",
                 "str": f"a string of 1 to {limits.max_name_chars} characters",
+                "float": "a finite number",
+                "tuple[float, ...]": f"a list of at most {MAX_FLOATS} finite numbers",
+                "tuple[tuple[float, ...], ...]": "a list of such lists of finite numbers",
             }.get(typ, "a list of such integers (or of [int, int] pairs)")
             raise TraceError(f"{cls.kind} field {name!r} must be {want}, got {obj[name]!r:.40}")
         kwargs[name] = v
     return cls(**kwargs)
+
+
+#: The longest list of numbers an event may carry (an attention read's masses, one per block
+#: of a request, or one row of its tile walk): a request has at most max_model_len / block_size
+#: blocks, and the viewer draws each.
+MAX_FLOATS = 4096
+
+
+def _number(v: object) -> bool:
+    # json reads 1e400 as inf: finite is checked here, not by the decoder
+    return type(v) in (int, float) and math.isfinite(v)  # type: ignore[arg-type]
+
+
+def _floats(v: object, depth: int, limits: Limits) -> tuple[bool, object]:
+    """``v`` as a float (depth 0), a tuple of floats (1) or a tuple of such tuples (2), every
+    number finite and every list at most ``MAX_FLOATS`` long; (False, v) when it is not."""
+    if depth == 0:
+        return (True, float(v)) if _number(v) else (False, v)  # type: ignore[arg-type]
+    if not isinstance(v, list) or len(v) > MAX_FLOATS:
+        return False, v
+    rows = [_floats(x, depth - 1, limits) for x in v]
+    if not all(ok for ok, _ in rows):
+        return False, v
+    return True, tuple(x for _, x in rows)
 
 
 @dataclass

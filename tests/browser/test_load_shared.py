@@ -91,7 +91,6 @@ def _settled_rss(port: int, below: float, within_s: float) -> float:
         time.sleep(1)
 
 
-@pytest.mark.soak
 def test_four_sessions_upload_maximal_traces_at_once_in_bounded_memory(tmp_path, browser):
     t0 = time.monotonic()
     traces = [

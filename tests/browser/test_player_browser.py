@@ -87,7 +87,7 @@ def last_frame(page) -> int:
     return page.evaluate("() => window.pkPlayer.frames.length - 1")
 
 
-def test_arrows_home_end_and_chapter_keys(player):
+def test_arrows_home_end_and_step_keys(player):
     page = player
     assert start_at(page, 10) == 10
     page.keyboard.press("ArrowRight")
@@ -95,12 +95,13 @@ def test_arrows_home_end_and_chapter_keys(player):
     page.keyboard.press("ArrowLeft")
     page.keyboard.press("ArrowLeft")
     assert shown_frame(page) == 9
-    starts = [c["start"] for c in chapters(page)]
-    nxt = next(s for s in starts if s > 9)
+    # PageUp / PageDown (a clicker) stop at the lesson's steps, not at the chapters between
+    steps = [c["start"] for c in chapters(page) if c["step"] is not None]
+    nxt = next(s for s in steps if s > 9)
     page.keyboard.press("PageDown")
     assert shown_frame(page) == nxt
-    page.keyboard.press("PageUp")  # at a chapter's start: to the previous chapter's
-    assert shown_frame(page) == max(s for s in starts if s < nxt)
+    page.keyboard.press("PageUp")
+    assert shown_frame(page) == max(s for s in steps if s < nxt)
     page.keyboard.press("End")
     assert shown_frame(page) == last_frame(page)
     page.keyboard.press("ArrowRight")  # past the end: stays
@@ -108,10 +109,10 @@ def test_arrows_home_end_and_chapter_keys(player):
     page.keyboard.press("Home")
     assert shown_frame(page) == 0
     seen = []
-    for _ in starts[1:]:
+    for _ in steps[1:]:
         page.keyboard.press("PageDown")
         seen.append(shown_frame(page))
-    assert seen == starts[1:]  # a clicker walks every chapter in order
+    assert seen == steps[1:]  # a clicker walks every step in order
 
 
 def test_the_url_follows_each_key_within_an_animation_frame(player):
@@ -212,7 +213,22 @@ def test_question_mark_lists_every_key(player):
     help_box = page.locator("#pk-help")
     assert help_box.is_visible()
     keys = help_box.locator("kbd").all_inner_texts()
-    for k in ("←", "→", "PageUp", "PageDown", "Home", "End", "Space", "+", "−", "F", "?"):
+    for k in (
+        "←",
+        "→",
+        "PageUp",
+        "PageDown",
+        "Home",
+        "End",
+        "Space",
+        "+",
+        "−",
+        "F",
+        "?",
+        "R",
+        "C",
+        "H",
+    ):
         assert k in keys, k
     page.screenshot(path=str(ARTIFACTS / "player-help.png"))
     page.keyboard.press("Escape")

@@ -17,12 +17,14 @@ import pytest
 from engine.cli import main as cli
 from engine.errors import InvalidConfigError
 from engine.sim.capacity import (
+    ESSAY_ENTRY_BYTES,
     MAX_COUNT,
     GiB,
     KiB,
     MiB,
     ModelShape,
     block_table_bytes,
+    block_table_row_bytes,
     blocks_for,
     build_report,
     concurrency,
@@ -103,11 +105,18 @@ def test_preallocated_requests_fill_15_gib_and_leave_25_gib_idle():
     assert round(3000 / 8192, 2) == 0.37  # the essay's "only 37% used"
 
 
-def test_block_table_for_32k_tokens_at_block_16_is_2048_entries_of_8_bytes():
+def test_block_table_for_32k_tokens_at_block_16_is_2048_int32_entries():
+    """vLLM's entries are int32: 2,048 of them are 8 KiB; the essay's 8 B a piece made 16 KiB."""
     assert blocks_for(32768, 16) == 2048
-    assert block_table_bytes(32768, 16) == 16 * KiB
-    assert round(100 * block_table_bytes(32768, 16) / 1e6, 1) == 1.6  # 100 requests
+    assert block_table_bytes(32768, 16) == 8 * KiB
+    assert block_table_bytes(32768, 16, ESSAY_ENTRY_BYTES) == 16 * KiB
+    assert round(100 * block_table_bytes(32768, 16, ESSAY_ENTRY_BYTES) / 1e6, 1) == 1.6
     assert block_table_bytes(32768, 8) == 2 * block_table_bytes(32768, 16)
+
+
+def test_a_block_table_row_is_sized_by_max_model_len_not_by_the_request():
+    assert block_table_row_bytes(8192, 16) == 512 * 4
+    assert block_table_row_bytes(8192, 16) > block_table_bytes(100, 16)
 
 
 def test_paging_wastes_at_most_the_tail_of_the_last_block():
@@ -357,8 +366,8 @@ def test_cli_json_has_exact_bytes_and_concurrency():
     assert d["block_table"][-1] == {
         "length": 32768,
         "entries": 2048,
-        "entry_bytes": 8,
-        "bytes": 16384,
+        "entry_bytes": 4,
+        "bytes": 8192,
     }
     assert d["per_request"][0]["by_batch"][0] == {"batch": 1, "bytes": 671_088_640}
     assert {k: d["concurrency"][k] for k in ("prealloc", "paged", "ratio")} == {

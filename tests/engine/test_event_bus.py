@@ -13,6 +13,9 @@ SAMPLE = {
     "int": 7,
     "tuple[int, ...]": (3, 4),
     "tuple[tuple[int, int], ...]": ((1, 2), (5, 6)),
+    "float": 0.25,
+    "tuple[float, ...]": (0.5, 0.5),
+    "tuple[tuple[float, ...], ...]": ((1.0, 2.5), (3.0, 1.5)),
 }
 
 

@@ -57,7 +57,13 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [
     *(
         ROOT / "lessons" / name / "trace.jsonl"
-        for name in ("six-steps", "shared-prompt", "parallel-sampling", "recompute-or-swap")
+        for name in (
+            "six-steps",
+            "shared-prompt",
+            "parallel-sampling",
+            "recompute-or-swap",
+            "inside-the-kernel",
+        )
     ),
     *sorted((ROOT / "lessons" / "block-size" / "traces").glob("*.jsonl")),
 ]
@@ -776,6 +782,10 @@ class _RunWriter:
                 positions=positions,
                 slots=[self._slot(r, p) for p in positions],
             )
+            if self.paged and r["gen"] and len(positions) == 1 and self.rng.random() < 0.5:
+                self.emit(
+                    "attention_read", **_attention_read(self.rng, req, r, positions[0], self.bs)
+                )
             r["filled"] = positions[-1] + 1
             r["gen"] += 1
             if r["gen"] >= r["out"]:
@@ -791,6 +801,52 @@ class _RunWriter:
                 )
         self.emit("step_end", num_running=len(self.running), num_waiting=len(self.waiting))
         self.step += 1
+
+
+def _attention_read(rng: random.Random, req: str, r: dict, pos: int, bs: int) -> dict:
+    """A decode token's reading as the engine records it: random scores for a random group of
+    heads, walked one block at a time (the shares are a mean of their softmaxes)."""
+    n, g = pos // bs + 1, rng.randint(1, 3)
+    scores = [[rng.uniform(-8, 8) for _ in range(pos + 1)] for _ in range(g)]
+    tile_m, tile_l, part_m, part_l = [], [], [], []
+    m, total = [-math.inf] * g, [0.0] * g
+    for t in range(n):
+        tile = [row[t * bs : (t + 1) * bs] for row in scores]
+        pm = [max(x) for x in tile]
+        pl = [sum(math.exp(v - mx) for v in x) for x, mx in zip(tile, pm, strict=True)]
+        new = [max(a, b) for a, b in zip(m, pm, strict=True)]
+        total = [
+            lo * math.exp(a - b) + pls * math.exp(c - b)
+            for lo, a, b, pls, c in zip(total, m, new, pl, pm, strict=True)
+        ]
+        m = new
+        tile_m.append(m)
+        tile_l.append(total)
+        part_m.append(pm)
+        part_l.append(pl)
+    share = [0.0] * n
+    for row, mx, lo in zip(scores, m, total, strict=True):
+        for p, v in enumerate(row):
+            share[p // bs] += math.exp(v - mx) / lo / g
+    return dict(
+        req=req,
+        position=pos,
+        physical=r["table"][:n],
+        mass=share,
+        layer=rng.randrange(30),
+        kv_head=0,
+        heads=list(range(g)),
+        tile_m=tile_m,
+        tile_l=tile_l,
+        part_m=part_m,
+        part_l=part_l,
+        merged_m=m,
+        merged_l=total,
+        full_m=m,
+        full_l=total,
+        max_diff=rng.choice([0.0, 3e-8]),
+        out_diff=rng.choice([0.0, 1e-7]),
+    )
 
 
 def grammar_trace(rng: random.Random) -> str:

@@ -79,6 +79,10 @@ def facts(lesson: Lesson, i: int) -> set[str]:
                     out |= _ints(v)
             if ev.kind == "block_allocated":  # "block {logical - 1} is full"
                 out.add(str(ev.logical - 1))
+            if ev.kind == "finished":  # "with {tokens} tokens": its prompt and all its output
+                out.add(str(f.requests[ev.req].prompt_len + ev.num_generated))
+            if ev.kind == "preempted" and i > 0:  # the K/V slots it held the frame before
+                out.add(str(side.frames[i - 1].requests[ev.req].filled))
             key = (ev.kind, ev.req if isinstance(ev, E.RequestEvent) else "")
             counts[key] = counts.get(key, 0) + 1
         out |= {str(n) for n in counts.values()} | {"0"}
@@ -363,11 +367,13 @@ def test_a_panels_rows_say_which_the_frame_changed_so_presenter_mode_keeps_them(
             panel = html.tables_panel(f, "en")
             assert "class='pk-dim pk-rest' data-t='+{n} unchanged' hidden" in panel
             marked = re.findall(
-                r"<div class='pk-row( pk-hot)?'><span class='pk-chip[^>]*>([^<]+)<", panel
+                r"<div class='pk-row( pk-hot)?' data-req='([^']*)'><span class='pk-chip[^>]*>"
+                r"([^<]+)<",
+                panel,
             )
             moved = {e.req for e in f.events if e.kind in ("swapped_out", "swapped_in")}
-            for row, (hot, label) in zip(table_rows(f), marked, strict=False):
-                assert label == row.label
+            for row, (hot, req, label) in zip(table_rows(f), marked, strict=False):
+                assert label == row.label and req == row.req  # the row names its request
                 want = row.new or row.req in moved or any(m.new for m in row.mappings)
                 assert bool(hot) == want, (f.index, label)
                 hot_rows += want

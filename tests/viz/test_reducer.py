@@ -153,8 +153,10 @@ def test_paging_hatches_only_the_rest_of_the_last_block_and_only_as_the_request_
     s.end_step()
     s.end_step()
     running, stopping, after = replay(s.events, PAGED_RUN)[1:]
-    # bound 7 in 8 held slots: the eighth is past any length A may reach, so known never filled
-    assert running.cells[8:12] == TOKEN * 2 + RESERVED + INTERNAL
+    # bound 7 in 8 held slots: while A runs nothing of it is "never filled" yet, not even the
+    # eighth slot past its bound; the hatch comes with the stop, as the caption says
+    assert running.cells[8:12] == TOKEN * 2 + RESERVED * 2
+    assert running.account.internal == 0 and running.account.reservation == 2
     assert stopping.cells[8:12] == TOKEN * 3 + INTERNAL and stopping.cells[20:24] == TOKEN * 4
     assert stopping.owners[8] == "A" and stopping.account.internal == 1
     assert stopping.last_look[8] == 4  # drawn (and labelled) as A's logical block 1

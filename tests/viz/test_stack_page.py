@@ -217,3 +217,33 @@ def test_an_unusable_accuracy_file_leaves_question_marks_not_a_crash(tmp_path):
     good.write_text(json.dumps(GOOD))
     facts = fp8_data.narration_facts(good)
     assert facts is not None and facts.e4m3_top1 == "95.0%" and facts.e5m2_prefix == "12.0"
+
+
+def test_the_accuracy_file_says_its_reference_threads_and_spread():
+    """The figures are measured against an fp32 arena, not the lesson's bf16 side, at a stated
+    thread count; the spread over the thread counts measured holds the figure shown."""
+    doc = json.loads(json.dumps(GOOD))
+    doc.update(
+        reference="float32",
+        threads=1,
+        spread_threads=[1, 2],
+        spread={
+            "fp8_e4m3": {"top1_agreement": [0.94, 0.95], "mean_common_prefix": [16.8, 17.8]},
+            "fp8_e5m2": {"top1_agreement": [0.91, 0.92], "mean_common_prefix": [12.0, 12.0]},
+        },
+    )
+    d = fp8_data.parse(doc)
+    assert d.reference == "float32" and d.threads == 1 and d.spread_threads == (1, 2)
+    assert d.spread is not None and d.spread["fp8_e4m3"][0].top1_agreement == 0.94
+    bad = json.loads(json.dumps(doc))
+    bad["spread"]["fp8_e4m3"]["top1_agreement"] = [0.96, 0.97]  # does not hold 0.95
+    with pytest.raises(fp8_data.Fp8DataError, match="hold the shipped"):
+        fp8_data.parse(bad)
+    with pytest.raises(fp8_data.Fp8DataError, match="reference"):
+        fp8_data.parse({**doc, "reference": "<b>fp64</b>"})
+    shipped = fp8_data.load()
+    assert shipped.reference == "float32" and shipped.threads >= 1 and shipped.spread is not None
+    facts = fp8_data.narration_facts()
+    assert facts is not None and facts.reference == "fp32"
+    lo, hi = shipped.spread["fp8_e4m3"]
+    assert lo.top1_agreement <= shipped.results["fp8_e4m3"].top1_agreement <= hi.top1_agreement

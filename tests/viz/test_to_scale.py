@@ -18,7 +18,7 @@ from engine.trace.header import RunHeader
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import load_spec, trace_path
 from viz.player import payload as player
-from viz.render import figures, svg, to_scale
+from viz.render import figures, point, svg, to_scale
 from viz.render.cpu_grid import tier_height
 from viz.render.layout import grid_layout
 
@@ -150,8 +150,15 @@ def test_equal_or_unknown_bytes_draw_exactly_the_square_grid(name, right_bytes):
     assert to_scale.side_layouts(lesson.left.run, lesson.right.run) == (layout, layout)
     tier = max(tier_height(lesson.side(s).at(i), layout, svg.CELL) for s in ("left", "right"))
     for side in ("left", "right"):
+        frame = lesson.side(side).at(i)
         before = svg.arena_svg(
-            lesson.side(side).at(i), layout, "en", meta=i, max_height_px=390, room_below=tier
+            frame,
+            layout,
+            "en",
+            meta=i,
+            max_height_px=390,
+            room_below=tier,
+            overlay=point.overlay(frame, layout, "en"),
         )
         assert player._grid(lesson, side, i, "en") == before
 

@@ -115,12 +115,15 @@ def test_the_installed_command_runs_from_the_folder_alone(installed):
 
 
 def test_the_installed_command_builds_the_course_from_packaged_lessons(installed, tmp_path):
-    from viz.fold.lesson_folder import available
+    from viz.export.site import course_lessons
+    from viz.fold.lesson_folder import LESSONS_DIR
 
     done = paged(installed, "site", str(tmp_path / "pages"), "--no-gif", "--no-figures")
     assert done.returncode == 0, done.stderr
     index = (tmp_path / "pages" / "index.html").read_text(encoding="utf-8")
-    for name in available():
+    names = course_lessons(LESSONS_DIR)
+    assert "inside-the-kernel" in names  # the kernel lesson's kernel.toml and trace ship too
+    for name in names:
         assert f"lessons/{name}.html" in index
         assert (tmp_path / "pages" / "lessons" / f"{name}.html").is_file()
 

@@ -31,6 +31,8 @@ from engine.sim.capacity import (
     CapacityReport,
     GiB,
     ModelShape,
+    block_table_row_bytes,
+    blocks_for,
     build_report,
     format_bytes,
     preset,
@@ -325,6 +327,16 @@ def _block_table(r: CapacityReport, t: dict) -> None:
         ],
         hide_index=True,
     )
+    c = r.concurrency
+    st.caption(
+        t["table_cap"].format(
+            entry=r.entry_bytes,
+            max_len=c.max_len,
+            bs=r.block_size,
+            row_entries=blocks_for(c.max_len, r.block_size),
+            row_bytes=format_bytes(block_table_row_bytes(c.max_len, r.block_size, r.entry_bytes)),
+        )
+    )
 
 
 def _concurrency(r: CapacityReport, t: dict) -> None:
@@ -335,19 +347,43 @@ def _concurrency(r: CapacityReport, t: dict) -> None:
     m[1].metric(t["paged"], c.paged_requests)
     m[2].metric(t["ratio"], "—" if c.ratio is None else f"{c.ratio:.2f}x")
     st.plotly_chart(concurrency_figure(c, t), key="capacity_chart")
-    st.caption(
-        t[_conc_key(c, r.shape)].format(
-            max_len=c.max_len,
-            pre=format_bytes(c.prealloc_bytes_per_request),
-            mean=c.mean_len,
-            bs=c.block_size,
-            blocks=c.paged_blocks_per_request,
-            paged=format_bytes(c.paged_bytes_per_request),
-            tail=c.paged_blocks_per_request * c.block_size - c.mean_len,
-            wblocks=c.window_blocks_per_request,
-            full=r.shape.num_layers - r.shape.num_sliding_layers,
-            sliding=r.shape.num_sliding_layers,
+    st.caption(prealloc_caption(c, r.shape, t) + " " + paging_caption(c, r.shape, t))
+
+
+def prealloc_caption(c, shape: ModelShape, t: dict) -> str:
+    """What preallocation reserves per request: ``max_len`` tokens, less where a sliding window
+    binds (the bytes count only the window there, so the sentence says so)."""
+    w = shape.sliding_window
+    if w is None or not shape.num_sliding_layers or c.max_len <= w:
+        key = "pre_cap"
+    else:
+        key = (
+            "pre_cap_window"
+            if shape.num_sliding_layers < shape.num_layers
+            else "pre_cap_window_all"
         )
+    return t[key].format(
+        max_len=c.max_len,
+        pre=format_bytes(c.prealloc_bytes_per_request),
+        window=w or 0,
+        full=shape.num_layers - shape.num_sliding_layers,
+        sliding=shape.num_sliding_layers,
+    )
+
+
+def paging_caption(c, shape: ModelShape, t: dict) -> str:
+    """What paging holds for a request of the mean length."""
+    return t[_conc_key(c, shape)].format(
+        max_len=c.max_len,
+        pre=format_bytes(c.prealloc_bytes_per_request),
+        mean=c.mean_len,
+        bs=c.block_size,
+        blocks=c.paged_blocks_per_request,
+        paged=format_bytes(c.paged_bytes_per_request),
+        tail=c.paged_blocks_per_request * c.block_size - c.mean_len,
+        wblocks=c.window_blocks_per_request,
+        full=shape.num_layers - shape.num_sliding_layers,
+        sliding=shape.num_sliding_layers,
     )
 
 

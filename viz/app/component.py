@@ -7,19 +7,19 @@ import functools
 
 import streamlit as st
 
-from viz.player.payload import asset
+from viz.player.payload import asset, script, styles
 from viz.render import html
 
 
 @functools.cache
 def player_component():
     """The registered Streamlit component (v2, inline: no iframe), created once."""
-    css = asset("player.css") + html.CSS.replace("<style>", "").replace("</style>", "")
+    css = styles() + html.CSS.replace("<style>", "").replace("</style>", "")
     return st.components.v2.component(
         "pk_player",
         html=asset("player.html"),
         css=css,
-        js=asset("player.js"),
+        js=script(),
         isolate_styles=False,
     )
 

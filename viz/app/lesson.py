@@ -15,7 +15,6 @@ import hashlib
 import os
 import re
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,8 +28,9 @@ from viz.app.boundary import boundary
 from viz.app.component import mount_player
 from viz.app.controls import choice_buttons, file_uploader
 from viz.app.live_registry import REGISTRY, session_alive, session_id
+from viz.export import frame_csv, standalone
 from viz.export import lecture as export
-from viz.export import standalone
+from viz.fold.kernel.frames import KernelLesson, fold_kernel, kernel_lessons, load_kernel_spec
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import (
     LESSONS_DIR,
@@ -41,22 +41,27 @@ from viz.fold.lesson_folder import (
     load_spec,
     trace_path,
 )
+from viz.fold.lesson_model import Outline
+from viz.live import upload as child
 from viz.live.follow import LiveView
-from viz.live.held import Held, lesson_bytes
+from viz.live.held import Held
 from viz.live.run import LiveRun, record_command
 from viz.player import payload as player
+from viz.player.kernel import kernel_payload
 from viz.render import html
 
 ENGINE_ROOT = Path(__file__).resolve().parents[2]  # where `python -m engine` resolves
 MAX_UPLOAD_MB = safe.MAX_UPLOAD_MB  # an uploaded trace (README: resource limits)
-#: Folded uploads and their drawings, over all sessions: one maximal upload (about 170 MB)
-#: or several smaller; each goes when the last session showing it ends, or for a newer one.
-#: With the one fold being made (a few hundred MB while it draws) the server stays under the
-#: 1 GiB docs/classroom.md promises.
-UPLOADS_HELD_BYTES = 200 << 20
-#: A folded upload holds about 20x its trace's bytes (measured on maximal uploads): room is
-#: made for that before it is folded
-HELD_PER_TRACE_BYTE = 24
+#: Uploads' drawings over all sessions (each fold runs in a child process that exits: the
+#: server keeps no frames). A maximal upload's drawing is about 3.7 MB a language, so this
+#: holds about eight in both; each goes when the last session showing it ends, or for a
+#: newer one. With the one child folding (about 220 MB) the server stays under the 1 GiB
+#: docs/classroom.md promises.
+UPLOADS_HELD_BYTES = 64 << 20
+#: A drawing deflates to about half its trace's bytes: room is made for twice that first
+HELD_PER_TRACE_BYTE = 1
+#: What an upload's outline holds beside its drawings
+OUTLINE_BYTES = 4 << 10
 UPLOADS = Held(UPLOADS_HELD_BYTES, alive=session_alive)
 SOURCES = ("lesson", "live", "upload")
 
@@ -101,6 +106,9 @@ UI = {
         "upload_help": "Open any trace with one contiguous and one paged run.",
         "no_scenario": "This lesson has no scenario.toml to run live.",
         "fold_wait": "Another upload is being folded: this one waits its turn (one at a time).",
+        "csv": "Every frame's numbers (CSV)",
+        "csv_help": "One row per run per frame, as the player shows it: slots per category "
+        "(tokens, reserved, internal, external, free) and the queue, for your own plots.",
     },
     "zh": {
         "source": "回放内容",
@@ -136,6 +144,9 @@ UI = {
         "upload_help": "可打开任何包含一个连续分配运行和一个分页运行的 trace。",
         "no_scenario": "这个课程没有可实时运行的 scenario.toml。",
         "fold_wait": "另一个上传的 trace 正在折叠：这一个排队等候（一次只折叠一个）。",
+        "csv": "每一帧的数字（CSV）",
+        "csv_help": "每次运行的每一帧一行，与播放器所显示的一致：各类槽位数（已算 token、预留、"
+        "内部碎片、外部碎片、空闲）和队列，可用自己的工具作图。",
     },
 }
 
@@ -155,21 +166,26 @@ def _recorded_lesson(name: str, root: str, digest: str) -> Lesson:
     return replace(build(spec, T.read(trace_path(spec))), key=f"{root}:{name}:{digest}")
 
 
-def _uploaded_lesson(spec, root: Path, data: bytes, file_name: str, t: dict) -> Lesson:
-    """Fold an upload once per content, one fold at a time over the server (UPLOADS): a
-    session that must wait is told so. The session holds it until it ends."""
-    text = data.decode("utf-8")
-    key = f"upload:{root}:{spec.name}:{hashlib.sha256(data).hexdigest()}:{file_name}"
+def _upload_key(spec, root: Path, data: bytes, file_name: str) -> str:
+    return f"upload:{root}:{spec.name}:{hashlib.sha256(data).hexdigest()}:{file_name}"
 
+
+def _uploaded_lesson(spec, root: Path, data: bytes, file_name: str, t: dict) -> Outline:
+    """Fold and draw an upload once per content in a child process (viz.live.upload), one at
+    a time over the server (UPLOADS): a session that must wait is told so. The server keeps
+    the outline and the drawing, held for the session until it ends; the session itself
+    keeps neither (Streamlit keeps a closed tab's state a while for a reconnect)."""
+    data.decode("utf-8")  # a binary file is refused here, before a child starts
+    key = _upload_key(spec, root, data, file_name)
     lang = _ss().get("lang", "en")
 
-    def fold() -> tuple[Lesson, int, dict[str, dict]]:
-        lesson = replace(build(spec, T.loads(text), source=file_name), key=key)
-        return lesson, lesson_bytes(lesson), {lang: player.payload(lesson, lang)}
+    def fold() -> tuple[Outline, int, dict[str, dict]]:
+        outline, drawn = child.fold(spec, root, data, file_name, key, lang)
+        return outline, OUTLINE_BYTES, {lang: drawn}
 
     note = st.empty()
     try:
-        lesson, drawn = UPLOADS.get_drawn(
+        outline: Outline = UPLOADS.get(
             key,
             fold,
             owner=session_id(),
@@ -178,11 +194,24 @@ def _uploaded_lesson(spec, root: Path, data: bytes, file_name: str, t: dict) -> 
         )
     finally:
         note.empty()
-    # the session's own drawing (a few MB): a newer fold may let the lesson go before this run
-    # shows it, and drawing it again would hold a second copy while it waits for its turn
-    if drawn:
-        _ss().pk_upload_drawn = (key, drawn)
-    return lesson
+    return outline
+
+
+def _upload_file(outline: Outline):
+    """The session's uploaded file behind ``outline`` (Streamlit keeps it for the session)."""
+    up = _ss().get("pk_upload")
+    if (
+        up is None
+        or _upload_key(outline.spec, lessons_root(), up.getvalue(), up.name) != outline.key
+    ):
+        raise LessonError("the uploaded file is gone: open it again")
+    return up
+
+
+def _draw_upload(outline: Outline, lang: str) -> dict:
+    """An upload's drawing in ``lang``, folded again in a child from the session's file."""
+    up = _upload_file(outline)
+    return child.fold(outline.spec, lessons_root(), up.getvalue(), up.name, outline.key, lang)[1]
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -196,7 +225,9 @@ def _stamps(root: Path, names: list[str]) -> tuple[tuple[str, int, int], ...]:
     out = []
     for name in names:
         with contextlib.suppress(OSError):  # gone since it was listed: its title goes too
-            s = (root / name / "lesson.toml").stat()
+            folder = root / name
+            own = folder / "lesson.toml"
+            s = (own if own.exists() else folder / "kernel.toml").stat()
             out.append((name, s.st_mtime_ns, s.st_size))
     return tuple(out)
 
@@ -208,19 +239,11 @@ def _stamps(root: Path, names: list[str]) -> tuple[tuple[str, int, int], ...]:
 class View:
     """What the stepping view needs for one run of the page. ``refresh`` rebuilds the lesson
     from a live stream on every tick (None for a recorded trace, which never changes).
-    Streamlit keeps a fragment's arguments for the session, so an upload's view holds only
-    ``fetch`` (the lesson from UPLOADS, folded again if it was let go), never the lesson."""
+    Streamlit keeps a fragment's arguments for the session: an upload's is its outline."""
 
-    lesson: Lesson | None
+    lesson: Lesson | Outline
     lang: str
     refresh: Callable[[], Lesson | None] | None = None
-    fetch: Callable[[], Lesson] | None = None
-
-    def current(self) -> Lesson:
-        if self.lesson is not None:
-            return self.lesson
-        assert self.fetch is not None
-        return self.fetch()
 
 
 def _ss():
@@ -264,11 +287,14 @@ def render(lang: str = "en") -> None:
     st.html(html.CSS)
     root = lessons_root()
     # the introduction first, where a newcomer starts; the others in their folders' order
-    names = sorted(available(root), key=lambda n: n != INTRO)
+    names = sorted(available(root), key=lambda n: n != INTRO) + kernel_lessons(root)
     _init_from_url(names, t)
     ss = _ss()
     if not names:
         st.error(f"No lessons found under {root}.")
+        return
+    if ss.pk_lesson in kernel_lessons(root):
+        boundary(ui_text.load("safe")[lang]["frame_failed"])(_kernel_page)(names, root, lang, t)
         return
     try:
         spec = load_spec(ss.pk_lesson, root)
@@ -289,16 +315,16 @@ def render(lang: str = "en") -> None:
         run, spec_ = ss.pk_live, spec
         refresh = lambda: _live_fold(run, spec_)  # noqa: E731 - a tick's rebuild
     failed = ui_text.load("safe")[lang]["frame_failed"]
-    fetch = _upload_fetch(spec, root, lesson, t) if lesson.key.startswith("upload:") else None
     st.fragment(boundary(failed)(_stepping_view), run_every=0.75 if refresh else None)(
-        View(None if fetch else lesson, lang, refresh, fetch), t
+        View(lesson, lang, refresh), t
     )
     if refresh is None:
-        boundary(failed)(_html_download)(lesson, lang, fetch)
-        boundary(failed)(_figure_downloads)(lesson, lang, t, fetch)
+        boundary(failed)(_html_download)(lesson, lang)
+        boundary(failed)(_csv_download)(lesson, lang, t)
+        boundary(failed)(_figure_downloads)(lesson, lang, t)
 
 
-def _origin(lesson: Lesson, t: dict) -> str:
+def _origin(lesson: Lesson | Outline, t: dict) -> str:
     """Where the frames come from, in one line (from the trace's own header)."""
     o = dict(lesson.origin)
     # a dry run's header names no model ("none (forward skipped)" on "none"): say what ran
@@ -313,6 +339,74 @@ def _origin(lesson: Lesson, t: dict) -> str:
         device=m(o.get("device", "?")),
         created=m(o.get("created", "?")[:10]),
     )
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _kernel_lesson(name: str, root: str, digest: str) -> KernelLesson:
+    """A kernel lesson folded once per content hash of its trace."""
+    spec = load_kernel_spec(name, Path(root))
+    return fold_kernel(spec, T.read(spec.folder / spec.trace_file))
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _kernel_payload(name: str, root: str, digest: str, lang: str) -> dict:
+    return kernel_payload(_kernel_lesson(name, root, digest), lang)
+
+
+def _kernel_page(names: list[str], root: Path, lang: str, t: dict) -> None:
+    """A kernel lesson: the picker, its title, the player over its recorded trace (one run,
+    no upload or live source) and its offline HTML file."""
+    ss = _ss()
+    _picker(names, lang)
+    try:
+        spec = load_kernel_spec(ss.pk_lesson, root)
+        digest = file_digest(spec.folder / spec.trace_file)
+        lesson = _kernel_lesson(spec.name, str(root), digest)
+    except (LessonError, T.TraceError, OSError) as e:
+        st.error(safe.md_text(e))
+        return
+    st.markdown(f"### {safe.md_text(spec.title[lang])}")
+    o = dict(lesson.origin)
+    st.caption(
+        t["recorded"].format(
+            name=safe.md_text(spec.name),
+            model=safe.md_text(o.get("model", "?")),
+            device=safe.md_text(o.get("device", "?")),
+            created=safe.md_text(o.get("created", "?")[:10]),
+        )
+    )
+    qp = st.query_params
+    start = ss.pk_frame
+    if qp.get("lesson") == spec.name and "frame" in qp:
+        with contextlib.suppress(ValueError):
+            start = int(qp["frame"])
+    start = min(max(start, 0), lesson.num_frames - 1)
+    data = _kernel_payload(spec.name, str(root), digest, lang)
+    mount_player(data, start, qp.get("present") == "1")
+    drawn = {lg: _kernel_payload(spec.name, str(root), digest, lg) for lg in standalone.LANGS}
+    st.download_button(
+        ui_text.load("standalone")[lang]["download"],
+        data=lambda: standalone.page(lesson, payloads=drawn).encode("utf-8"),
+        file_name=f"{safe_file_stem(spec.name)}.html",
+        mime="text/html",
+        key="pk_kernel_html",
+    )
+
+
+def _picker(names: list[str], lang: str) -> None:
+    """The lesson picker on a row of its own (its labels are the lessons' titles, too wide to
+    share one)."""
+    if len(names) > 1:
+        root = lessons_root()
+        titles = _titles(str(root), _stamps(root, names))  # the folder name is the id, in the URL
+        with st.container(horizontal=True, horizontal_alignment="right"):
+            choice_buttons(
+                names,
+                "pk_lesson",
+                format_func=lambda n: titles.get(n, {}).get(lang, n),
+                key_prefix="pk_lesson_pick",
+                on_change=lambda _: _move_to(0),
+            )
 
 
 def _header(spec, names: list[str], lang: str, t: dict) -> str:
@@ -339,7 +433,7 @@ def _header(spec, names: list[str], lang: str, t: dict) -> str:
     return ss.pk_source
 
 
-def _lesson_for(source: str, spec, root: Path, t: dict, lang: str) -> Lesson | None:
+def _lesson_for(source: str, spec, root: Path, t: dict, lang: str) -> Lesson | Outline | None:
     if source == "upload":
         return _upload(spec, root, t, lang)
     if source == "live":
@@ -360,26 +454,7 @@ def _lesson_for(source: str, spec, root: Path, t: dict, lang: str) -> Lesson | N
         return None
 
 
-def _upload_fetch(spec, root: Path, lesson: Lesson, t: dict) -> Callable[[], Lesson]:
-    """``lesson`` when asked, without holding it: while this run still holds it, or while
-    UPLOADS does, else folded again from the session's file (kept by Streamlit)."""
-    key, in_hand = lesson.key, weakref.ref(lesson)  # alive while this run holds it
-
-    def fetch() -> Lesson:
-        held = in_hand()
-        if held is None:
-            held = UPLOADS.peek(key)
-        if held is not None:
-            return held
-        up = _ss().get("pk_upload")
-        if up is None:
-            raise LessonError("the uploaded file is gone: open it again")
-        return _uploaded_lesson(spec, root, up.getvalue(), up.name, t)
-
-    return fetch
-
-
-def _upload(spec, root: Path, t: dict, lang: str) -> Lesson | None:
+def _upload(spec, root: Path, t: dict, lang: str) -> Outline | None:
     up = file_uploader(
         t["upload"],
         type=["jsonl", "json", "txt"],
@@ -395,7 +470,7 @@ def _upload(spec, root: Path, t: dict, lang: str) -> Lesson | None:
     except UnicodeDecodeError:
         st.error(safe.md_text(f"{up.name} is not a text trace (it is binary)."))
         return None
-    except (T.TraceError, LessonError) as e:
+    except (T.TraceError, LessonError, child.UploadError) as e:
         st.error(safe.md_text(f"{up.name}: {e}"))
         return None
     except Exception as e:  # an uploaded file is untrusted: one line, never a traceback
@@ -536,7 +611,7 @@ def _sync_url(lesson: str) -> None:
     address.keep({"lesson": lesson, "frame": None}, key="lesson")
 
 
-def _start_frame(lesson: Lesson) -> int:
+def _start_frame(lesson: Lesson | Outline) -> int:
     """The frame a page run opens on: the URL's (the player writes it there), or the session's
     when the URL names another lesson."""
     qp = st.query_params
@@ -555,21 +630,18 @@ def _recorded_payload(_lesson: Lesson, key: str, lang: str) -> dict:
     return player.payload(_lesson, lang)
 
 
-def _cached_payload(lesson: Lesson, lang: str) -> dict:
-    """A keyed lesson's frames drawn once per language: an upload's with its fold (one drawing
-    at a time over the server, kept with it in UPLOADS), a recorded lesson's apart."""
-    if not lesson.key.startswith("upload:"):
+def _cached_payload(lesson: Lesson | Outline, lang: str) -> dict:
+    """A keyed lesson's frames drawn once per language: an upload's in its child (one fold at
+    a time over the server, kept with it in UPLOADS), a recorded lesson's apart."""
+    if isinstance(lesson, Lesson):
         return _recorded_payload(lesson, lesson.key, lang)
-    own = _ss().get("pk_upload_drawn")
-    if own is not None and own[0] == lesson.key and lang in own[1]:
-        return own[1][lang]
     note = st.empty()
     t = UI.get(lang, UI["en"])
     try:
         return UPLOADS.payload(
             lesson.key,
             lang,
-            lambda: player.payload(lesson, lang),
+            lambda: _draw_upload(lesson, lang),
             waiting=lambda: note.info(str(t["fold_wait"])),
         )
     finally:
@@ -578,9 +650,10 @@ def _cached_payload(lesson: Lesson, lang: str) -> dict:
 
 def _stepping_view(view: View, t: dict) -> None:
     ss = _ss()
-    lesson, lang = view.current(), view.lang
+    lesson, lang = view.lesson, view.lang
     follow = False
-    if view.refresh is not None:  # live: fold what has streamed in since the last tick
+    # live: fold what has streamed in since the last tick
+    if view.refresh is not None and isinstance(lesson, Lesson):
         run = ss.pk_live
         # A corrupt stream is reported by the page run that follows the child's end.
         with contextlib.suppress(T.TraceError):
@@ -591,7 +664,7 @@ def _stepping_view(view: View, t: dict) -> None:
         follow = True
         _live_progress(run, lesson.num_frames, t)
     start = _start_frame(lesson) if view.refresh is None else lesson.num_frames - 1
-    if lesson.key:
+    if lesson.key or isinstance(lesson, Outline):
         data = _cached_payload(lesson, lang)
     elif lesson.source == "live":  # only the frames that are new are drawn
         data = _live_view(ss.pk_live, lesson.spec).payload(lesson, lang)
@@ -601,27 +674,22 @@ def _stepping_view(view: View, t: dict) -> None:
     mount_player(data, start, present, follow_end=follow)
 
 
-def _html_download(lesson: Lesson, lang: str, fetch: Callable[[], Lesson] | None) -> None:
+def _html_download(lesson: Lesson | Outline, lang: str) -> None:
     """The trace on screen (recorded, uploaded or a finished live run) as one offline HTML
-    file with the same player; drawn only when the button is clicked. Streamlit keeps the
-    button's callable for the session: an upload's holds ``fetch``, not the lesson."""
+    file with the same player; drawn only when the button is clicked."""
     t = ui_text.load("standalone")[lang]
-    get = fetch or (lambda: lesson)
 
     def page() -> bytes:
-        shown = get()
-        drawn = {lg: _cached_payload(shown, lg) for lg in standalone.LANGS} if shown.key else None
-        return standalone.page(shown, payloads=drawn).encode("utf-8")
+        if isinstance(lesson, Outline):  # an upload: its drawings, the frames are not held
+            drawn = {lg: _cached_payload(lesson, lg) for lg in standalone.LANGS}
+            return standalone.drawn_page(lesson.spec, drawn).encode("utf-8")
+        shown = {lg: _cached_payload(lesson, lg) for lg in standalone.LANGS} if lesson.key else None
+        return standalone.page(lesson, payloads=shown).encode("utf-8")
 
-    name = (
-        lesson.spec.name
-        if lesson.source in ("lesson", "live")
-        else Path(lesson.source).stem or lesson.spec.name
-    )
     st.download_button(
         t["download"],
         data=page,
-        file_name=f"{safe_file_stem(name)}.html",
+        file_name=f"{safe_file_stem(_download_stem(lesson))}.html",
         mime="text/html",
         on_click="ignore",
         key="pk_html_download",
@@ -630,14 +698,47 @@ def _html_download(lesson: Lesson, lang: str, fetch: Callable[[], Lesson] | None
     )
 
 
+def _csv_download(lesson: Lesson | Outline, lang: str, t: dict) -> None:
+    """Every frame's numbers of the trace on screen as CSV (viz/export/frame_csv.py), made
+    only when the button is clicked; an upload's frames are not held, so it is folded again
+    in a child, in the server's one turn."""
+
+    # the upload's file is taken now: a deferred download may run outside the session's script
+    up = None if isinstance(lesson, Lesson) else _upload_file(lesson)
+
+    def table() -> bytes:
+        if isinstance(lesson, Lesson):
+            return frame_csv.csv_text(lesson, lang).encode("utf-8")
+        assert up is not None
+        with UPLOADS.turn():
+            text = child.csv_text(lesson.spec, lessons_root(), up.getvalue(), up.name, lang)
+        return text.encode("utf-8")
+
+    st.download_button(
+        t["csv"],
+        data=table,
+        file_name=f"{safe_file_stem(_download_stem(lesson))}.csv",
+        mime="text/csv",
+        on_click="ignore",
+        key="pk_csv_download",
+        icon=":material/table:",
+        help=t["csv_help"],
+    )
+
+
+def _download_stem(lesson: Lesson | Outline) -> str:
+    """A download's name: the lesson's, or an upload's file name without its suffix."""
+    if lesson.source in ("lesson", "live"):
+        return lesson.spec.name
+    return Path(lesson.source).stem or lesson.spec.name
+
+
 def safe_file_stem(name: str) -> str:
     """A download's file name from a hostile upload name: letters, digits, ``-_.`` only."""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")[:60] or "lesson"
 
 
-def _figure_downloads(
-    lesson: Lesson, lang: str, t: dict, fetch: Callable[[], Lesson] | None
-) -> None:
+def _figure_downloads(lesson: Lesson | Outline, lang: str, t: dict) -> None:
     """Each step's side-by-side figure for slides, drawn only when its button is clicked."""
     if not export.browser_available():
         st.caption(t["no_browser"])
@@ -653,16 +754,27 @@ def _figure_downloads(
                         fmt.upper(),
                         key=f"pk_fig_{fmt}_{k}",
                         type="tertiary",
-                        **_figure_args(lesson, k, lang, fmt, fetch),
+                        **_figure_args(lesson, k, lang, fmt),
                     )
 
 
-def _figure_args(
-    lesson: Lesson, k: int, lang: str, fmt: str, fetch: Callable[[], Lesson] | None
-) -> dict:
-    """``export.download_args``, drawing from ``fetch`` when given (an upload: the callable
-    Streamlit keeps holds no lesson)."""
-    args = export.download_args(lesson, k, lang, fmt)
-    if fetch is not None:
-        args["data"] = lambda: export.step_image(fetch(), k, lang, fmt)
-    return args
+def _figure_args(lesson: Lesson | Outline, k: int, lang: str, fmt: str) -> dict:
+    """``export.download_args``; an upload's figure is folded again in a child, in the
+    server's one turn, when its button is clicked."""
+    if isinstance(lesson, Lesson):
+        return export.download_args(lesson, k, lang, fmt)
+    up = _upload_file(lesson)  # now: a deferred download may run outside the session's script
+    return dict(
+        data=lambda: _upload_figure(lesson, up, k, lang, fmt),
+        file_name=export.file_name(lesson.spec.name, k, lang, fmt),
+        mime=export.MIME[fmt],
+        on_click="ignore",
+    )
+
+
+def _upload_figure(outline: Outline, up, k: int, lang: str, fmt: str) -> bytes:
+    import plotly.io
+
+    with UPLOADS.turn():
+        fig = child.figure_json(outline.spec, lessons_root(), up.getvalue(), up.name, k, lang)
+    return export.figure_bytes(plotly.io.from_json(fig), fmt)

@@ -22,11 +22,13 @@ from viz import ui_text
 from viz.paper import essay_fixes
 from viz.paper.parallel import simulate_rows
 from viz.paper.results import (
+    SEEDS,
     PolicyRow,
     SimConfig,
     WorkloadResult,
     compared,
     load_shipped,
+    over_seeds,
     workload_means,
 )
 from viz.render.style import CATEGORY_COLOURS, CATEGORY_MARKS, INK, MUTED, words
@@ -200,10 +202,56 @@ def render(lang: str = "en") -> None:
         + " "
         + t["shipped"]
     )
-    _fig2(rows, lang, t)
+    spread = seed_spread(config)
+    _fig2(rows, lang, t, config.workload, spread, config.seed)
     _concurrency(rows, config.workload, lang, t)
     _differences(rows, config, lang, t)
     _arithmetic(t)
+
+
+Spread = dict[str, dict[str, tuple[float, float]]]
+SEED_SPAN = f"{SEEDS[0]}–{SEEDS[-1]}"
+
+
+def seed_spread(config: SimConfig) -> Spread | None:
+    """Per policy, the lowest and highest of each category's share (and of ``preemptions`` and
+    ``mean_running``) over the shipped seeds of ``config``, each seed's rows averaged over the
+    same window the page shows; None when the seeds are not shipped for this setting."""
+    runs = over_seeds(_shipped(), config)
+    if runs is None:
+        return None
+    return spread_of([compared([r.rows[p] for p in POLICIES])[0] for r in runs])
+
+
+def spread_of(runs: list[list[PolicyRow]]) -> Spread:
+    out: Spread = {}
+    for rows in runs:
+        for r in rows:
+            vals = {
+                **r.shares,
+                "external_free": r.shares["external"] + r.shares["free"],
+                "preemptions": float(r.preemptions),
+                "mean_running": r.mean_running,
+            }
+            got = out.setdefault(r.policy, {})
+            for k, v in vals.items():
+                lo, hi = got.get(k, (v, v))
+                got[k] = (min(lo, v), max(hi, v))
+    return out
+
+
+def preemption_note(rows: list[PolicyRow], lang: str, t: dict, spread: Spread | None) -> str:
+    """Each policy's preemptions on this run (and their range over the seeds): paging's are
+    recomputations a dry run gets for free, so the page says how many there were."""
+    sep = ", " if lang == "en" else "，"
+    items = []
+    for r in rows:
+        item = f"{NAMES[lang][r.policy]} {r.preemptions:,}"
+        if spread is not None:
+            lo, hi = spread[r.policy]["preemptions"]
+            item += t["seed_range"].format(seeds=SEED_SPAN, lo=f"{lo:,.0f}", hi=f"{hi:,.0f}")
+        items.append(item)
+    return t["preempt_note"].format(items=sep.join(items))
 
 
 def _fixes(fixes: list[essay_fixes.Fix], t: dict) -> None:
@@ -212,16 +260,33 @@ def _fixes(fixes: list[essay_fixes.Fix], t: dict) -> None:
         st.info(t[fix.key].format(**fix.values) + " " + t["source"].format(src=src))
 
 
-def _fig2(rows: list[PolicyRow], lang: str, t: dict) -> None:
+def _fig2(
+    rows: list[PolicyRow],
+    lang: str,
+    t: dict,
+    workload: str,
+    spread: Spread | None = None,
+    seed: int = 0,
+) -> None:
     st.subheader(t["fig2_h"])
     st.plotly_chart(
-        fig2_figure(rows, lang), theme=None, key="paper_fig2", config={"displayModeBar": False}
+        fig2_figure(rows, lang, workload=workload),
+        theme=None,
+        key="paper_fig2",
+        config={"displayModeBar": False},
     )
-    st.caption(t["fig2_cap"].format(src=t["sources"]["fig2"]))
-    st.dataframe(breakdown_table(rows, lang), hide_index=True)
+    cap = "fig2_cap" if workload == P.FIG2_WORKLOAD else "fig2_cap_other"
+    st.caption(t[cap].format(src=t["sources"]["fig2"], workload=WORKLOAD_NAMES[workload]))
+    st.dataframe(breakdown_table(rows, lang, workload, spread), hide_index=True)
+    st.caption(
+        t["spread_cap"].format(seeds=SEED_SPAN, n=len(SEEDS), seed=seed)
+        if spread is not None
+        else t["one_seed_cap"].format(seed=seed)
+    )
     st.markdown(slack_note(rows, lang, t))
+    st.markdown(preemption_note(rows, lang, t, spread))
     st.markdown(f"#### {t['essay_h']}")
-    st.caption(t["essay_intro"])
+    st.caption(t["essay_intro"].format(essay=essay_fixes.ESSAY))
     _fixes(essay_fixes.table_fixes(), t)
 
 
@@ -241,31 +306,49 @@ def slack_note(rows: list[PolicyRow], lang: str, t: dict) -> str:
     return t["slack_note"].format(slack=items)
 
 
-def paper_value(policy: str, category: str) -> float | None:
+def paper_value(policy: str, category: str, workload: str = P.FIG2_WORKLOAD) -> float | None:
     """The paper's Fig. 2 share for one of our categories; external pairs with external + free
-    (the paper's "external fragmentation & others")."""
+    (the paper's "external fragmentation & others"). None for a workload Fig. 2 did not
+    measure: its bars are ShareGPT's, and an Alpaca run is not compared with them."""
+    if workload != P.FIG2_WORKLOAD:
+        return None
     b = P.FIG2[policy]
     return None if category == "free" else getattr(b, category)
 
 
-def breakdown_table(rows: list[PolicyRow], lang: str) -> list[dict]:
-    """One row per policy and category: ours, the paper's, and the difference in points."""
+def _paired(shares: dict[str, float], c: str) -> float:
+    return shares[c] + (shares["free"] if c == "external" else 0.0)
+
+
+def breakdown_table(
+    rows: list[PolicyRow],
+    lang: str,
+    workload: str = P.FIG2_WORKLOAD,
+    spread: Spread | None = None,
+) -> list[dict]:
+    """One row per policy and category: ours, its range over the shipped seeds (when shipped),
+    the paper's, and the difference in points (the paper's only for the workload it measured)."""
     t, w = text(lang), words(lang)
     out = []
     for r in rows:
         for c in PAPER_CATEGORIES:
-            ours = r.shares[c] + (r.shares["free"] if c == "external" else 0.0)
-            ref = paper_value(r.policy, c)
-            out.append(
-                {
-                    t["col_policy"]: f"{NAMES[lang][r.policy]} · {P.PAPER_NAMES[r.policy]}",
-                    t["col_category"]: w["cat_short"][c]
-                    + (" + " + w["cat_short"]["free"] if c == "external" else ""),
-                    t["col_ours"]: f"{ours:.1%}",
-                    t["col_paper"]: "—" if ref is None else f"{ref:.1%}",
-                    t["col_diff"]: "—" if ref is None else points_apart(ours, ref),
-                }
-            )
+            ours = _paired(r.shares, c)
+            ref = paper_value(r.policy, c, workload)
+            row = {
+                t["col_policy"]: f"{NAMES[lang][r.policy]} · {P.PAPER_NAMES[r.policy]}",
+                t["col_category"]: w["cat_short"][c]
+                + (" + " + w["cat_short"]["free"] if c == "external" else ""),
+                t["col_ours"]: f"{ours:.1%}",
+            }
+            if spread is not None:
+                s = spread[r.policy]
+                lo, hi = s[c]
+                if c == "external":  # external + free: the seeds' sums, each seed its own
+                    lo, hi = s["external_free"]
+                row[t["col_seeds"].format(seeds=SEED_SPAN)] = f"{lo:.1%} – {hi:.1%}"
+            row[t["col_paper"]] = "—" if ref is None else f"{ref:.1%}"
+            row[t["col_diff"]] = "—" if ref is None else points_apart(ours, ref)
+            out.append(row)
     return out
 
 
@@ -276,21 +359,34 @@ def points_apart(ours: float, ref: float) -> str:
     return "0.0" if d == 0 else f"{d:+.1f}"
 
 
-def fig2_figure(rows: list[PolicyRow], lang: str = "en", height: int = 440) -> go.Figure:
-    """Stacked 100 % columns, ours beside the paper's full breakdown, per policy."""
+def fig2_figure(
+    rows: list[PolicyRow],
+    lang: str = "en",
+    height: int = 440,
+    workload: str = P.FIG2_WORKLOAD,
+) -> go.Figure:
+    """Stacked 100 % columns, ours beside the paper's full breakdown, per policy; ours alone
+    for a workload Fig. 2 did not measure."""
     t, w = text(lang), words(lang)
     groups = [
         NAMES[lang][r.policy] + f"<br><span style='font-size:11px;color:{MUTED}'>"
         f"{P.PAPER_NAMES[r.policy]}</span>"
         for r in rows
     ]
-    x = [sum(([g, g] for g in groups), []), [t["ours"], t["paper"]] * len(rows)]
+    with_paper = workload == P.FIG2_WORKLOAD
+    x = (
+        [sum(([g, g] for g in groups), []), [t["ours"], t["paper"]] * len(rows)]
+        if with_paper
+        else [groups, [t["ours"]] * len(rows)]
+    )
     fig = go.Figure()
     for c in CATEGORIES:
         vals: list[float | None] = []
         for r in rows:
-            ref = paper_value(r.policy, c)
-            vals += [100 * r.shares[c], None if ref is None else 100 * ref]
+            ref = paper_value(r.policy, c, workload)
+            vals += [100 * r.shares[c]] + (
+                [None if ref is None else 100 * ref] if with_paper else []
+            )
         fig.add_bar(
             x=x,
             y=vals,
@@ -302,24 +398,25 @@ def fig2_figure(rows: list[PolicyRow], lang: str = "en", height: int = 440) -> g
             textfont=dict(color=CATEGORY_MARKS[c], size=13),
             hovertemplate=f"{w[c]}: %{{y:.1f}}%<extra></extra>",
         )
-    rest = sum(
-        (
-            [None, 100 * P.FIG2[r.policy].waste if P.FIG2[r.policy].external is None else None]
-            for r in rows
-        ),
-        [],
-    )
-    fig.add_bar(
-        x=x,
-        y=rest,
-        name=t["paper_rest"],
-        marker=dict(
-            color="white",
-            line=dict(color=MUTED, width=1),
-            pattern=dict(shape="/", fgcolor="#B8C0CC"),
-        ),
-        hovertemplate=f"{t['paper_rest']}: %{{y:.1f}}%<extra></extra>",
-    )
+    if with_paper:
+        rest = sum(
+            (
+                [None, 100 * P.FIG2[r.policy].waste if P.FIG2[r.policy].external is None else None]
+                for r in rows
+            ),
+            [],
+        )
+        fig.add_bar(
+            x=x,
+            y=rest,
+            name=t["paper_rest"],
+            marker=dict(
+                color="white",
+                line=dict(color=MUTED, width=1),
+                pattern=dict(shape="/", fgcolor="#B8C0CC"),
+            ),
+            hovertemplate=f"{t['paper_rest']}: %{{y:.1f}}%<extra></extra>",
+        )
     fig.update_layout(
         barmode="stack",
         height=height,
@@ -410,32 +507,45 @@ def concurrency_figure(
 
 def largest_gaps(rows: list[PolicyRow], workload: str) -> tuple[str, float, str, float]:
     """(policy, token-state gap in points) and (policy, relative mean-running gap), the largest
-    of each against the paper."""
-    tok = max(rows, key=lambda r: abs(r.shares["token_states"] - P.FIG2[r.policy].token_states))
+    of each against the paper. The token-state gap is against Fig. 2, so only for the workload
+    it measured; elsewhere it is ("", nan)."""
     run = max(rows, key=lambda r: abs(r.mean_running / P.FIG13[workload][r.policy] - 1))
+    run_gap = run.mean_running / P.FIG13[workload][run.policy] - 1
+    if workload != P.FIG2_WORKLOAD:
+        return "", float("nan"), run.policy, run_gap
+    tok = max(rows, key=lambda r: abs(r.shares["token_states"] - P.FIG2[r.policy].token_states))
     return (
         tok.policy,
         100 * (tok.shares["token_states"] - P.FIG2[tok.policy].token_states),
         run.policy,
-        run.mean_running / P.FIG13[workload][run.policy] - 1,
+        run_gap,
     )
 
 
 def _differences(rows: list[PolicyRow], config: SimConfig, lang: str, t: dict) -> None:
     st.subheader(t["diff_h"])
     tp, td, rp, rd = largest_gaps(rows, config.workload)
+    key = "diff_largest" if tp else "diff_largest_run"
     st.markdown(
-        t["diff_largest"].format(
-            tok_name=P.PAPER_NAMES[tp], tok_diff=td, run_name=P.PAPER_NAMES[rp], run_diff=rd
+        t[key].format(
+            tok_name=P.PAPER_NAMES.get(tp, ""),
+            tok_diff=td,
+            run_name=P.PAPER_NAMES[rp],
+            run_diff=rd,
         )
     )
-    st.markdown(t["diff"].format(sigma=f"{SIGMA:g}") + "\n" + agreement_text(rows, lang, t))
+    st.markdown(
+        t["diff"].format(sigma=f"{SIGMA:g}") + "\n" + agreement_text(rows, lang, t, config.workload)
+    )
 
 
-def agreements(rows: list[PolicyRow], lang: str = "en") -> list[tuple[str, bool, dict[str, str]]]:
+def agreements(
+    rows: list[PolicyRow], lang: str = "en", workload: str = P.FIG2_WORKLOAD
+) -> list[tuple[str, bool, dict[str, str]]]:
     """The paper's qualitative findings, each checked on this run: (key, holds, values). A
     sentence once listed them as agreeing on every setting, beside Alpaca bars that showed
-    paging at 83 % token states against the paper's 96.3 %."""
+    paging at 83 % token states against the paper's 96.3 %. Fig. 2's findings are checked only
+    on the workload it measured; every workload gets Fig. 13's."""
     by = {r.policy: r for r in rows}
 
     def rising(values: list[float]) -> bool:
@@ -450,8 +560,16 @@ def agreements(rows: list[PolicyRow], lang: str = "en") -> list[tuple[str, bool,
     floor = int(100 * paper)
 
     def external_leads(s: dict[str, float]) -> bool:
-        return s["external"] > max(s["internal"], s["reservation"])
+        # the paper's fourth segment is "external fragmentation & others": ours is external + free
+        return _paired(s, "external") > max(s["internal"], s["reservation"])
 
+    conc = (
+        "conc",
+        rising([by[p].mean_running for p in POLICIES]),
+        {"values": listed(lambda r: f"{r.mean_running:.1f}")},
+    )
+    if workload != P.FIG2_WORKLOAD:
+        return [conc]
     return [
         ("order", rising(tokens), {"values": listed(lambda r: f"{r.shares['token_states']:.1%}")}),
         (
@@ -462,24 +580,26 @@ def agreements(rows: list[PolicyRow], lang: str = "en") -> list[tuple[str, bool,
         (
             "ext",
             all(external_leads(by[p].shares) for p in ("pow2", "oracle")),
-            {"values": listed(lambda r: f"{r.shares['external']:.1%}", ("pow2", "oracle"))},
+            {
+                "values": listed(
+                    lambda r: f"{_paired(r.shares, 'external'):.1%}", ("pow2", "oracle")
+                )
+            },
         ),
         (
             "paged",
             paged >= floor / 100,
             {"ours": f"{paged:.1%}", "paper": f"{paper:.1%}", "floor": str(floor)},
         ),
-        (
-            "conc",
-            rising([by[p].mean_running for p in POLICIES]),
-            {"values": listed(lambda r: f"{r.mean_running:.1f}")},
-        ),
+        conc,
     ]
 
 
-def agreement_text(rows: list[PolicyRow], lang: str, t: dict) -> str:
+def agreement_text(
+    rows: list[PolicyRow], lang: str, t: dict, workload: str = P.FIG2_WORKLOAD
+) -> str:
     """Two bullets: the findings that hold on this run, and those that do not."""
-    found = agreements(rows, lang)
+    found = agreements(rows, lang, workload)
     out = []
     for holds, (head, prefix) in ((True, ("agrees", "agree_")), (False, ("differs", "differ_"))):
         items = [t[prefix + key].format(**v) for key, ok, v in found if ok is holds]

@@ -34,8 +34,27 @@ CAPTION_JS = (
 )
 
 
+#: What is on screen only for a while or on a key: a status line (presenter mode's hint) and
+#: the help. Photographed, it would differ from run to run with the capture's pace.
+TRANSIENTS_JS = """() => [...document.querySelectorAll('#pk-player [role=status], #pk-help')]
+  .filter((e) => e.getClientRects().length > 0 && e.textContent.trim() !== '')
+  .map((e) => e.id || e.className)"""
+#: Wait until the fonts are in and the player has re-fitted its rows to presenter mode (a
+#: resize observer's callback, then an animation frame): the first frame is then laid out as
+#: every later one.
+SETTLED_JS = """() => document.fonts.ready.then(() => new Promise((done) => {
+  let n = 3;
+  const tick = () => (--n > 0 ? requestAnimationFrame(tick) : done(true));
+  requestAnimationFrame(tick);
+}))"""
+
+
 class AnimationError(ValueError):
     """An animation cannot be made; the message is one line saying why."""
+
+
+class TransientShown(AnimationError):
+    """A transient element was on screen as a frame was photographed."""
 
 
 def frame_range(spec: str | None, num_frames: int) -> range:
@@ -117,13 +136,22 @@ def _photograph(
                     ),
                 )
                 page = ctx.new_page()
-                page.goto(f"{path.as_uri()}#frame={frames[0]}&lang={lang}&present=1")
+                # still=1: nothing transient on the frames (no hint, no pointing, no reading page)
+                page.goto(f"{path.as_uri()}#frame={frames[0]}&lang={lang}&present=1&still=1")
                 wait_ready(page)
+                page.evaluate(SETTLED_JS)
                 for n, i in enumerate(frames, start=1):
                     page.evaluate("(i) => window.pkPlayer.go(i)", i)
                     wait_painted(page, i)
                     cap = page.evaluate(CAPTION_JS)
-                    yield Shot(i, page.screenshot(type="png"), (cap[0], cap[1]))
+                    before = page.evaluate(TRANSIENTS_JS)
+                    png = page.screenshot(type="png")
+                    shown = sorted({*before, *page.evaluate(TRANSIENTS_JS)})
+                    if shown:  # a frame that would differ on the next run: refused, not kept
+                        raise TransientShown(
+                            f"frame {i} was photographed with {', '.join(shown)} on screen"
+                        )
+                    yield Shot(i, png, (cap[0], cap[1]))
                     if n % 20 == 0 or n == len(frames):
                         say(f"[{n}/{len(frames)}] frames photographed")
             finally:

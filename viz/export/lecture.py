@@ -2,6 +2,7 @@
 
     python -m viz.export --lesson six-steps --out figures/ --format png,svg,pdf [--lang en,zh]
     python -m viz.export --lesson six-steps --out out/ --format html,gif,mp4 [--frames 0:40]
+    python -m viz.export --lesson six-steps --out out/ --format csv
     python -m viz.export --trace run.jsonl --out out/ --format html,svg
 
 writes one file per step, language and format (``six-steps-step3-en.png``), drawn by
@@ -13,6 +14,10 @@ Chromium running for the whole lesson, so each image after the first takes well 
 player, both languages, offline); ``gif`` and ``mp4`` write the lesson (or ``--frames A:B``) as
 an animation at ``--fps`` with the player's captions burned in (viz/export/animate.py), one per
 language (``NAME.gif``, or ``NAME-zh.gif`` when several languages are asked for).
+
+``csv`` writes every frame's numbers, one row per run per frame as the player shows it
+(viz/export/frame_csv.py; ``NAME.csv``, or ``NAME-zh.csv`` when several languages are asked for:
+only the chapter titles differ).
 
 ``--trace FILE`` folds any trace the app accepts as an upload instead (the same reader, limits
 and lesson steps: ``--lesson``'s, six-steps by default) and names the files after it
@@ -39,13 +44,21 @@ import plotly.graph_objects as go
 
 from engine.trace import io as T
 from viz import safe
+from viz.fold.kernel.frames import (
+    CHAPTERS,
+    KernelLesson,
+    chapter_keyframe,
+    fold_kernel,
+    kernel_lessons,
+    load_kernel_spec,
+)
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import LESSONS_DIR, LessonError, load_spec, trace_path
 from viz.fold.narration import render_step
 
 MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
 FORMATS = tuple(MIME)
-LESSON_FORMATS = ("html", "gif", "mp4")  # one file per lesson, not per step
+LESSON_FORMATS = ("html", "gif", "mp4", "csv")  # one file per lesson, not per step
 ALL_FORMATS = FORMATS + LESSON_FORMATS
 LANGS = ("en", "zh")
 
@@ -136,10 +149,13 @@ def download_args(lesson: Lesson, k: int, lang: str = "en", fmt: str = "png") ->
     )
 
 
-def load_lesson(name: str, root: Path = LESSONS_DIR) -> Lesson:
-    """Fold a lesson's recorded trace. Raises ExportError (one line) for a missing lesson or an
-    unusable trace."""
+def load_lesson(name: str, root: Path = LESSONS_DIR) -> Lesson | KernelLesson:
+    """Fold a lesson's recorded trace (a kernel lesson's too). Raises ExportError (one line)
+    for a missing lesson or an unusable trace."""
     try:
+        if name in kernel_lessons(root):
+            kspec = load_kernel_spec(name, root)
+            return fold_kernel(kspec, T.read(kspec.folder / kspec.trace_file))
         spec = load_spec(name, root)
         return build(spec, T.read(trace_path(spec)))
     except (LessonError, T.TraceError) as e:
@@ -204,6 +220,10 @@ def export_lesson(
             animate.check_fps(fps, formats)
         if trace is None:
             lesson = load_lesson(name, root)
+        elif name in kernel_lessons(root):
+            raise ExportError(
+                "--trace folds side-by-side lessons only; the kernel lesson has one run"
+            )
         else:
             lesson, name = load_trace(trace, name, root), trace_stem(trace)
         span = range(lesson.num_frames)
@@ -220,6 +240,8 @@ def export_lesson(
     figure_formats = [f for f in formats if f in FORMATS]
     if not figure_formats:
         return written
+    if isinstance(lesson, KernelLesson):
+        return written + _kernel_figures(lesson, name, out, figure_formats, langs, say)
     jobs = [(k, lg) for lg in langs for k in range(len(lesson.spec.steps))]
     with _one_browser():
         for n, (k, lg) in enumerate(jobs, start=1):
@@ -233,7 +255,7 @@ def export_lesson(
 
 
 def _lesson_files(
-    lesson: Lesson,
+    lesson: Lesson | KernelLesson,
     name: str,
     out: Path,
     formats: list[str],
@@ -242,13 +264,22 @@ def _lesson_files(
     fps: float,
     say: Callable[[str], None],
 ) -> list[Path]:
-    """The one-per-lesson files: the standalone page, then each language's animations."""
-    from viz.export import animate, standalone
+    """The one-per-lesson files: the frames' numbers, the standalone page, then each
+    language's animations."""
+    from viz.export import animate, frame_csv, standalone
 
     written: list[Path] = []
+    for lg in langs if "csv" in formats else []:  # only the chapter titles differ
+        stem = name if len(langs) == 1 else f"{name}-{lg}"
+        path = out / f"{stem}.csv"
+        path.write_text(frame_csv.csv_text(lesson, lg), encoding="utf-8")
+        written.append(path)
+        runs = 1 if isinstance(lesson, KernelLesson) else 2
+        say(f"{path.name}: {lesson.num_frames} frames x {runs} run{'s' * (runs > 1)}")
     # every language, opening in the first one asked (--lang zh: a page that opens in Chinese)
     order = tuple(dict.fromkeys([*langs, *standalone.LANGS]))
-    page = standalone.page(lesson, order) if formats else ""
+    drawn = [f for f in formats if f != "csv"]
+    page = standalone.page(lesson, order) if drawn else ""
     if "html" in formats:
         path = out / f"{name}.html"
         path.write_text(page, encoding="utf-8")
@@ -273,6 +304,45 @@ def _lesson_files(
                 f"{path.name}: {len(shots)} frames at {fps:g} fps, "
                 f"{path.stat().st_size / 1e6:.2f} MB"
             )
+    return written
+
+
+def _kernel_figures(
+    lesson: KernelLesson,
+    name: str,
+    out: Path,
+    formats: list[str],
+    langs: list[str],
+    say: Callable[[str], None],
+) -> list[Path]:
+    """A kernel lesson's figure of each chapter at its key frame: the player in presenter mode
+    photographed (png), or the frame's two drawings with their captions (svg). A pdf is
+    refused: the figure is the player, not a plotly figure."""
+    from viz.export import animate, standalone
+    from viz.render.kernel import figure_svg
+
+    if "pdf" in formats:
+        raise ExportError("a kernel lesson's figures are png or svg (the player, photographed)")
+    written: list[Path] = []
+    keys = [chapter_keyframe(lesson, c) for c in CHAPTERS]
+    for lg in langs:
+        if "png" in formats:
+            if not browser_available():
+                raise ExportError(
+                    "png figures of a kernel lesson need Chromium (/usr/bin/chromium)"
+                )
+            page = standalone.page(lesson, (lg,))
+            for k, i in enumerate(keys):
+                (shot,) = animate.screenshots(page, range(i, i + 1), lg)
+                path = out / file_name(name, k, lg, "png")
+                path.write_bytes(shot.png)
+                written.append(path)
+        if "svg" in formats:
+            for k, i in enumerate(keys):
+                path = out / file_name(name, k, lg, "svg")
+                path.write_text(figure_svg(lesson, i, lg), encoding="utf-8")
+                written.append(path)
+        say(f"{name} ({lg}): {len(keys)} chapters: {', '.join(formats)}")
     return written
 
 
@@ -404,7 +474,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m viz.export") -> i
     p.add_argument(
         "--format",
         default="png",
-        help="comma-separated: png,svg,pdf (one per step), html,gif,mp4 (one per lesson)",
+        help="comma-separated: png,svg,pdf (one per step), html,gif,mp4,csv (one per lesson; "
+        "csv: every frame's numbers, one row per run per frame)",
     )
     p.add_argument("--lang", default="en", help="comma-separated: en,zh")
     p.add_argument(

@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 from viz import ui_text
 from viz.export import lecture, standalone
+from viz.fold.kernel.frames import KernelLesson, kernel_lessons
 from viz.fold.lesson import Lesson
 from viz.fold.lesson_folder import LESSONS_DIR, available
 from viz.player.payload import markdown
@@ -72,7 +73,7 @@ def build_site(
     say = progress or (lambda msg: None)
     site = Path(out)
     (site / "lessons").mkdir(parents=True, exist_ok=True)
-    names = list(options.lessons) or available(options.root)
+    names = list(options.lessons) or course_lessons(options.root)
     if not names:
         raise lecture.ExportError(f"no lessons to write (none found under {options.root.name}/)")
     written: list[Path] = []
@@ -124,7 +125,12 @@ def _lesson(
     return entry, [page, *files]
 
 
-def _entry(name: str, lesson: Lesson, page: str) -> Entry:
+def course_lessons(root: Path) -> list[str]:
+    """Every lesson the course pack holds: the side-by-side ones, then the kernel lessons."""
+    return available(root) + kernel_lessons(root)
+
+
+def _entry(name: str, lesson: Lesson | KernelLesson, page: str) -> Entry:
     spec = lesson.spec
     return Entry(
         name=name,

@@ -5,7 +5,9 @@ the Streamlit component loads: one implementation) into a single page, with each
 payload (viz.player.payload.payload) as inline JSON. Opened from ``file://`` it makes no request at
 all: the icon is a data: URL, fonts are the system's, and the frames are inflated with the
 browser's own DecompressionStream. The player keeps ``#frame=N&lang=zh&present=1`` in the
-hash (a file has no server for query parameters), and a hash opens that frame.
+hash (a file has no server for query parameters), and a hash opens that frame. ``&still=1``
+(read once, as the page opens) shows no transient hint: the animation export photographs
+the page so, and its frames must not depend on how long the photographing took.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ import html as _html
 import json
 
 from viz import ui_text
+from viz.fold.kernel.frames import KernelLesson, KernelSpec
 from viz.fold.lesson import Lesson
+from viz.fold.lesson_folder import LessonSpec
 from viz.player import payload as player
+from viz.player.kernel import kernel_payload
 from viz.render import html
 
 LANGS = ("en", "zh")
@@ -54,6 +59,8 @@ let lang = known(hash.get("lang")) ? hash.get("lang") : PK.langs[0];
 const frameOf = (s) => (/^[0-9]+$/.test(s || "") ? Number(s) : NaN);
 const start = frameOf(hash.get("frame")) || 0;
 const present = hash.get("present") === "1";
+// still=1: the frames are being photographed (an animation export): no transient hint
+const still = hash.get("still") === "1";
 function show(l) {
   lang = l;
   document.documentElement.lang = l === "zh" ? "zh-Hans" : "en";
@@ -62,8 +69,8 @@ function show(l) {
   document.getElementById("pk-sa-note").textContent = PK.notes[l];
   document.querySelectorAll(".pk-sa-lang button").forEach((b) =>
     b.classList.toggle("on", b.dataset.lang === l));
-  mountPlayer({ data: { ...PK.payloads[l], start, present, follow: false, standalone: true,
-                        home_lang: PK.langs[0] },
+  mountPlayer({ data: { ...PK.payloads[l], start, present, still, follow: false,
+                        standalone: true, home_lang: PK.langs[0] },
                 parentElement: document.getElementById("pk-sa-player") });
 }
 document.querySelectorAll(".pk-sa-lang button").forEach((b) => {
@@ -107,7 +114,7 @@ def _home_link(home: str | None, text: dict) -> str:
 
 
 def page(
-    lesson: Lesson,
+    lesson: Lesson | KernelLesson,
     langs: tuple[str, ...] = LANGS,
     payloads: dict[str, dict] | None = None,
     home: str | None = None,
@@ -118,21 +125,32 @@ def page(
     drawn = dict(payloads or {})
     for lg in langs:
         if lg not in drawn:
-            drawn[lg] = player.payload(lesson, lg)
+            drawn[lg] = (
+                kernel_payload(lesson, lg)
+                if isinstance(lesson, KernelLesson)
+                else player.payload(lesson, lg)
+            )
+    return drawn_page(lesson.spec, drawn, langs, home)
+
+
+def drawn_page(
+    spec: LessonSpec | KernelSpec,
+    drawn: dict[str, dict],
+    langs: tuple[str, ...] = LANGS,
+    home: str | None = None,
+) -> str:
+    """``page`` from payloads drawn elsewhere (one per language in ``langs``): what the app
+    writes for an upload, whose frames it does not hold."""
     text = ui_text.load("standalone")
     data = {
         "langs": list(langs),
         "payloads": {lg: drawn[lg] for lg in langs},
-        "titles": {lg: lesson.spec.title[lg] for lg in langs},
+        "titles": {lg: spec.title[lg] for lg in langs},
         "notes": {lg: text[lg]["made"] for lg in langs},
     }
     icon = drawn[langs[0]]["icon"]
-    css = (
-        player.asset("player.css")
-        + html.CSS.replace("<style>", "").replace("</style>", "")
-        + PAGE_CSS
-    )
-    js = player.asset("player.js") + BOOT_JS
+    css = player.styles() + html.CSS.replace("<style>", "").replace("</style>", "") + PAGE_CSS
+    js = player.script() + BOOT_JS
     buttons = "".join(
         f"<button type='button' data-lang='{lg}'>{LANG_NAMES[lg]}</button>" for lg in langs
     )
@@ -141,11 +159,11 @@ def page(
         "<!doctype html>\n"
         f"<html lang='{'zh-Hans' if first == 'zh' else 'en'}'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>{_html.escape(lesson.spec.title[first])}</title>"
+        f"<title>{_html.escape(spec.title[first])}</title>"
         f"<link rel='icon' href='{icon}'>"
         f"<style>{css}</style></head><body>"
         "<div class='pk-sa'><div class='pk-sa-head'>"
-        f"<h1 id='pk-sa-title'>{_html.escape(lesson.spec.title[first])}</h1>"
+        f"<h1 id='pk-sa-title'>{_html.escape(spec.title[first])}</h1>"
         + _home_link(home, text)
         + f"<div class='pk-sa-lang' aria-label='{_html.escape(text[first]['switch'])}'>"
         f"{buttons}</div></div>"

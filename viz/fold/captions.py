@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 from engine.core import events as E
+from engine.core.accounting import strands_free
 from viz import ui_text
 from viz.fold.lesson import Lesson
 from viz.fold.percent import percents
@@ -65,18 +66,35 @@ def _phrases(frame: Frame, lang: str) -> tuple[list[str], set[int]]:
     for e in evs:
         if isinstance(e, E.Finished):
             name, never = _name(frame, e.req), frame.never_filled(e.req)
+            # its tokens are the prompt and every output token; final_len counts K/V slots,
+            # one fewer (the last token's K/V is never computed)
+            view = frame.requests.get(e.req)
+            tokens = view.prompt_len + e.num_generated if view else e.final_len + 1
             if paged:
                 n = freed.get(e.req, 0)
                 key = _one("finished_paged", n) + ("_never" if never else "")
-                out.append(t[key].format(req=name, length=e.final_len, blocks=n, never=never))
+                out.append(
+                    t[key].format(
+                        req=name, tokens=tokens, length=e.final_len, blocks=n, never=never
+                    )
+                )
             else:
                 held = released[e.req].length if e.req in released else 0
                 key = "finished_contig_never" if never else "finished_contig"
-                out.append(t[key].format(req=name, length=e.final_len, held=held, never=never))
+                out.append(
+                    t[key].format(
+                        req=name, tokens=tokens, length=e.final_len, held=held, never=never
+                    )
+                )
         elif isinstance(e, E.Preempted):
             key = "swapped_out" if e.req in swapped_out else "preempted"
             n = out_blocks[e.req] if key == "swapped_out" else e.num_generated
-            out.append(t[key].format(req=_name(frame, e.req), n=n))
+            # recompute runs the prompt again too: every token but the last generated one had
+            # its K/V written, and all of it is dropped
+            view = frame.requests.get(e.req)
+            prompt = view.prompt_len if view else 0
+            slots = prompt + e.num_generated - 1 if view else 0
+            out.append(t[key].format(req=_name(frame, e.req), n=n, prompt=prompt, slots=slots))
         elif isinstance(e, E.SwappedIn):
             back = ", ".join(f"#{d}" for _, d in e.block_map)
             out.append(t["swapped_in"].format(req=_name(frame, e.req), blocks=back))
@@ -166,7 +184,7 @@ def state_line(frame: Frame, lang: str = "en") -> str:
     """The side's state in this frame, in one sentence (the chapter text between keyframes)."""
     t = text(lang)
     a = frame.account
-    b = frame.blocked_by("no_hole")
+    b = next((b for b in frame.blocked if strands_free(b.reason)), None)
     if b is not None:
         return t["state_hole"].format(
             running=len(frame.running),

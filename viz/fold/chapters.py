@@ -3,7 +3,8 @@
 A lesson step's narration quotes its keyframe, so its chapter is that keyframe alone. The frames
 between keyframes are grouped by what holds on each of them (who is waiting on which side), so a
 chapter title such as "The left makes requests wait; paging keeps going" is never shown on a
-frame where it is false. PageUp / PageDown move between chapters. Pure Python.
+frame where it is false. The step buttons and the timeline reach them; PageUp / PageDown (a
+clicker) stop at the steps' keyframes only. Pure Python.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from viz.fold.captions import state_line, text
 from viz.fold.lesson import Lesson
 from viz.fold.narration import render_step
+from viz.fold.reducer import CONTIGUOUS, PAGED
 
 STEP = "step"
 
@@ -84,7 +86,13 @@ def chapters(lesson: Lesson) -> list[Chapter]:
 def title(lesson: Lesson, ch: Chapter, lang: str) -> str:
     if ch.kind == STEP and ch.steps:
         return " / ".join(f"{k + 1} · {lesson.spec.steps[k].title[lang]}" for k in ch.steps)
-    return text(lang)[f"phase_{ch.kind}"]
+    t = text(lang)
+    # "paging keeps going" is true only where the other side is the contiguous one: two paged
+    # sides (bf16 against fp8) wait for blocks, not for a hole
+    sides = (lesson.left.run.allocator, lesson.right.run.allocator)
+    if ch.kind in ("left_waits", "right_waits") and sides != (CONTIGUOUS, PAGED):
+        return t[f"phase_{ch.kind}_sides"]
+    return t[f"phase_{ch.kind}"]
 
 
 def body(lesson: Lesson, ch: Chapter, i: int, lang: str) -> str:

@@ -73,6 +73,10 @@ class RequestFacts:
     max_tokens: int | None = None
     prompt_blocks: int | None = None
     moves: str | None = None  # a swap's block moves, "#3→c0, #7→c1"
+    #: the token positions it wrote on the right in this frame ("33", "32–33"; "-": none)
+    right_wrote: str = "-"
+    #: tokens it took shared on the right in this frame (another's blocks, or cached ones)
+    right_shared_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,11 @@ is never loaded here)::
                  "fp8_e5m2": {...}}}
 
 ``scale_granularity`` says how the kernels scale, in each language the narration speaks (a plain
-string, as older files have it, stands for every language).
+string, as older files have it, stands for every language). Newer files also say what the figures
+are measured against (``reference``: the KV dtype of the arena compared with, ``float32``), at
+how many torch threads (``threads``), and how far they moved over the thread counts measured
+(``spread_threads``, ``spread``: per format, ``[lowest, highest]`` of each figure); a file
+without them shows ``?`` where a lesson quotes them.
 
 The file is data from a script, so it is checked like any input: types, ranges, sizes; a bad
 or missing file is one ``Fp8DataError`` line, and the narration shows ``?`` instead of a number.
@@ -46,6 +50,14 @@ class Fp8Data:
     new_tokens: int
     scale_granularity: dict[str, str]  # by language: "en", "zh"
     results: dict[str, Fp8Accuracy]
+    reference: str = ""  # the KV dtype measured against ("float32"); "" when the file is older
+    threads: int = 0  # torch threads of the shipped figures; 0: not said
+    spread_threads: tuple[int, ...] = ()
+    #: per format, (lowest, highest) of each figure over ``spread_threads``
+    spread: dict[str, tuple[Fp8Accuracy, Fp8Accuracy]] | None = None
+
+
+REFERENCES = ("float32", "bfloat16", "float16")
 
 
 def _num(v: object, lo: float, hi: float, what: str) -> float:
@@ -75,7 +87,56 @@ def parse(doc: object) -> Fp8Data:
             _num(r.get("top1_agreement"), 0, 1, f"{name} top1_agreement"),
             _num(r.get("mean_common_prefix"), 0, new_tokens, f"{name} mean_common_prefix"),
         )
-    return Fp8Data(prompts, new_tokens, gran, results)
+    reference = doc.get("reference", "")
+    if reference and reference not in REFERENCES:
+        raise Fp8DataError(f"fp8 accuracy data: reference must be one of {', '.join(REFERENCES)}")
+    threads = int(_num(doc.get("threads", 0), 0, 1024, "threads"))
+    counts = doc.get("spread_threads", [])
+    if not isinstance(counts, list) or len(counts) > 16:
+        raise Fp8DataError("fp8 accuracy data: spread_threads must be a list of up to 16 counts")
+    spread_threads = tuple(int(_num(c, 1, 1024, "spread_threads")) for c in counts)
+    return Fp8Data(
+        prompts,
+        new_tokens,
+        gran,
+        results,
+        reference,
+        threads,
+        spread_threads,
+        _spread(doc.get("spread"), new_tokens, results),
+    )
+
+
+def _spread(
+    raw: object, new_tokens: int, results: dict[str, Fp8Accuracy]
+) -> dict[str, tuple[Fp8Accuracy, Fp8Accuracy]] | None:
+    """``{format: {figure: [lo, hi]}}``, each range ordered and holding the shipped figure."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise Fp8DataError("fp8 accuracy data: spread must be an object")
+    out = {}
+    for name in FORMATS:
+        r = raw.get(name)
+        if not isinstance(r, dict):
+            raise Fp8DataError(f"fp8 accuracy data: spread lacks {name}")
+        ends = []
+        for key, hi in (("top1_agreement", 1), ("mean_common_prefix", new_tokens)):
+            pair = r.get(key)
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise Fp8DataError(f"fp8 accuracy data: spread {name} {key} must be [lo, hi]")
+            lo_v, hi_v = (_num(v, 0, hi, f"spread {name} {key}") for v in pair)
+            shipped = getattr(results[name], key)
+            if not lo_v <= shipped <= hi_v:
+                raise Fp8DataError(
+                    f"fp8 accuracy data: spread {name} {key} must hold the shipped figure"
+                )
+            ends.append((lo_v, hi_v))
+        out[name] = (
+            Fp8Accuracy(ends[0][0], ends[1][0]),
+            Fp8Accuracy(ends[0][1], ends[1][1]),
+        )
+    return out
 
 
 LANGS = ("en", "zh")
@@ -117,6 +178,11 @@ class Fp8Facts:
     e5m2_top1: str
     e4m3_prefix: str  # mean tokens equal before the first difference, one decimal
     e5m2_prefix: str
+    reference: str = "?"  # the KV dtype measured against, as lessons name it ("fp32")
+    threads: str = "?"  # torch threads of the figures shown
+    spread_threads: str = "?"  # the thread counts measured, "1 and 2"
+    e4m3_top1_range: str = "?"  # "95.1–95.5%"
+    e4m3_prefix_range: str = "?"  # "16.8–17.8"
 
 
 def narration_facts(path: Path = DATA) -> Fp8Facts | None:
@@ -135,4 +201,20 @@ def narration_facts(path: Path = DATA) -> Fp8Facts | None:
         e5m2_top1=f"{100 * e5.top1_agreement:.1f}%",
         e4m3_prefix=f"{e4.mean_common_prefix:.1f}",
         e5m2_prefix=f"{e5.mean_common_prefix:.1f}",
+        reference=_SHORT.get(d.reference, "?"),
+        threads=str(d.threads) if d.threads else "?",
+        spread_threads=" / ".join(map(str, d.spread_threads)) or "?",
+        e4m3_top1_range=_range(d, "top1_agreement", lambda v: f"{100 * v:.1f}", "%"),
+        e4m3_prefix_range=_range(d, "mean_common_prefix", lambda v: f"{v:.1f}", ""),
     )
+
+
+_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _range(d: Fp8Data, key: str, fmt, unit: str) -> str:
+    if d.spread is None:
+        return "?"
+    lo, hi = (getattr(a, key) for a in d.spread["fp8_e4m3"])
+    a, b = fmt(lo), fmt(hi)
+    return f"{a}{unit}" if a == b else f"{a}–{b}{unit}"

@@ -65,11 +65,13 @@ def lesson_titles(root: Path = LESSONS_DIR) -> dict[str, dict[str, str]]:
     shows (the folder name stays the lesson's id, in the URL). A lesson whose file will not
     read, or that has no title, is left out: the picker then shows its folder name."""
     titles = {}
-    for name in available(root):
+    kernels = sorted(p.parent.name for p in root.glob("*/kernel.toml"))  # a kernel lesson's file
+    for name, file_name in [
+        *((n, "lesson.toml") for n in available(root)),
+        *((n, "kernel.toml") for n in kernels),
+    ]:
         with contextlib.suppress(LessonError, KeyError, TypeError, AttributeError):
-            titles[name] = texts(
-                read_lesson_toml(name, "lesson.toml", root, LessonError)[1]["title"]
-            )
+            titles[name] = texts(read_lesson_toml(name, file_name, root, LessonError)[1]["title"])
     return titles
 
 

@@ -70,3 +70,20 @@ class Lesson:
 
     def clamp(self, i: int) -> int:
         return max(0, min(i, self.num_frames - 1))
+
+
+@dataclass(frozen=True)
+class Outline:
+    """What a page needs of a lesson besides its drawn frames: an upload folded and drawn in a
+    child process leaves the server only this and the drawing (``viz.live.upload``), not the
+    frames, which hold about 17 times the trace's bytes."""
+
+    spec: LessonSpec
+    source: str
+    key: str
+    origin: tuple[tuple[str, str], ...]
+    num_frames: int
+    partial: bool = False
+
+    def clamp(self, i: int) -> int:
+        return max(0, min(i, self.num_frames - 1))

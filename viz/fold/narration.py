@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import string
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from engine.core import events as E
@@ -91,6 +92,7 @@ def _request_facts(lesson: Lesson, i: int, ev: E.Event) -> RequestFacts | None:
     let_go = next((e.length for e in mine if isinstance(e, E.ReservationReleased)), 0)
     table = right.block_tables.get(req) or _table_as_it_stopped(lesson.right, i, req)
     block_map = getattr(ev, "block_map", None)
+    right_own = _own_events(lesson.right, i, req)
     # a swap: device -> CPU blocks out, CPU -> device blocks in
     arrow = "#{}→c{}" if ev.kind == E.SwappedOut.kind else "c{}→#{}"
     return RequestFacts(
@@ -108,7 +110,19 @@ def _request_facts(lesson: Lesson, i: int, ev: E.Event) -> RequestFacts | None:
         max_tokens=view.max_tokens if view else None,
         prompt_blocks=math.ceil(view.prompt_len / lesson.right.run.block_size) if view else None,
         moves=None if block_map is None else ", ".join(arrow.format(a, b) for a, b in block_map),
+        right_wrote=_span(
+            p for e in right_own if isinstance(e, E.TokensWritten) for p in e.positions
+        ),
+        right_shared_tokens=sum(e.num_tokens for e in right_own if isinstance(e, E.BlockShared)),
     )
+
+
+def _span(positions: Iterable[int]) -> str:
+    """Token positions as a run: "33", "32–33"; "-" for none."""
+    got = sorted(positions)
+    if not got:
+        return "-"
+    return str(got[0]) if got[0] == got[-1] else f"{got[0]}–{got[-1]}"
 
 
 def _own_events(side: Side, i: int, req: str) -> list[E.Event]:

@@ -21,11 +21,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from engine.core import events as E
-from engine.core.accounting import StepAccount, Tally
+from engine.core.accounting import StepAccount, Tally, strands_free
 from engine.trace.header import CONTIGUOUS as CONTIGUOUS  # the viewer's names for the two kinds
 from engine.trace.header import PAGED as PAGED
 from engine.trace.header import RunHeader
@@ -309,7 +310,8 @@ _HANDLERS = E.handler_table(
 def _close(s: ArenaState, step: int) -> Frame:
     last_look = _finishing_cells(s)  # read before close_step forgets who finished
     account = s.tally.close_step(step)  # also fixes this step's refusals
-    cells_list = _cells(s, account.external > 0)
+    # free cells are drawn as a hole only under the accounting's one rule
+    cells_list = _cells(s, any(strands_free(b.reason) for b in s.tally.refusals))
     owners_list = list(s.owners)
     for slot, (req, code, _) in last_look.items():
         cells_list[slot], owners_list[slot] = code, req
@@ -356,6 +358,7 @@ def _finishing_cells(s: ArenaState) -> dict[int, tuple[str, str, int]]:
 
 
 _CHUNK = 64  # slots compared or filled at once where a stretch is uniform
+UNKNOWN = sys.maxsize  # a final length not yet known: past every token position
 
 
 def _cells(s: ArenaState, hole: bool) -> list[str]:
@@ -387,7 +390,11 @@ def _cells(s: ArenaState, hole: bool) -> list[str]:
             else:
                 f = final.get(owner)
                 if f is None:
-                    f = final[owner] = max(t.final_len(owner), t.filled.get(owner, 0))
+                    # until it stops its final length is unknown: every unwritten slot it
+                    # holds is reserved, none yet "never filled" (Tally counts the same)
+                    known = t.final_lens.get(owner)
+                    f = UNKNOWN if known is None else max(known, t.filled.get(owner, 0))
+                    final[owner] = f
                 out.append(RESERVED if positions[i] < f else INTERNAL)
     return out
 

@@ -73,6 +73,7 @@ def _fp8(lesson: Lesson) -> dict[str, object]:
     out["top1"] = acc.e4m3_top1 if acc else "?"
     out["prefix"] = acc.e4m3_prefix if acc else "?"
     out["new_tokens"] = acc.new_tokens if acc else "?"
+    out["reference"] = acc.reference if acc else "?"
     return out
 
 

@@ -27,7 +27,12 @@ from pathlib import Path
 
 from engine.core import events as E
 from engine.core.accounting import StepAccount, account, time_averaged_shares
-from engine.sim.capacity import DEFAULT_ENTRY_BYTES, block_table_bytes, blocks_for
+from engine.sim.capacity import (
+    DEFAULT_ENTRY_BYTES,
+    ESSAY_ENTRY_BYTES,
+    block_table_bytes,
+    blocks_for,
+)
 from engine.trace import io as T
 from viz.fold.lesson_folder import LESSONS_DIR, read_lesson_toml, texts
 from viz.fold.narration import SafeFormatter
@@ -305,6 +310,7 @@ def narration_context(results: list[SizeResult]) -> dict:
         runs=len(results),
         num_slots=f"{first.num_slots:,}",
         entry_bytes=DEFAULT_ENTRY_BYTES,
+        essay_entry_bytes=ESSAY_ENTRY_BYTES,
         long_len=f"{LONG_LEN:,}",
         long_batch=LONG_BATCH,
         smallest=results[0].block_size,

@@ -43,6 +43,12 @@ class TierFacts:
     num_blocks: int
     block_kib: str
     arena_mib: str
+    #: bytes of one stored K or V element (4 for fp32, 2 for bf16, 1 for fp8; 0: unknown), and
+    #: what one block of the same model would take stored as bf16 and as fp32 ("?": unknown), so
+    #: a lesson can say why one run's blocks are twice another's
+    elem_bytes: int
+    bf16_block_kib: str
+    fp32_block_kib: str
 
 
 def tier_facts(run: RunHeader, frames: Sequence[Frame], i: int) -> TierFacts:
@@ -81,6 +87,7 @@ def tier_facts(run: RunHeader, frames: Sequence[Frame], i: int) -> TierFacts:
                 recomputed -= min(owed.pop(ev.req), found.get(ev.req, 0))
     f = frames[min(i, len(frames) - 1)]
     blocks = run.num_slots // run.block_size
+    width = element_bytes(run.kv_cache_dtype)
     return TierFacts(
         swaps_out=swaps_out,
         swaps_in=swaps_in,
@@ -98,7 +105,21 @@ def tier_facts(run: RunHeader, frames: Sequence[Frame], i: int) -> TierFacts:
         num_blocks=blocks,
         block_kib=f"{run.block_bytes / 1024:.0f} KiB" if run.block_bytes else "?",
         arena_mib=mib(blocks * run.block_bytes) if run.block_bytes else "?",
+        elem_bytes=width,
+        bf16_block_kib=_kib(run.block_bytes * 2 // width) if width and run.block_bytes else "?",
+        fp32_block_kib=_kib(run.block_bytes * 4 // width) if width and run.block_bytes else "?",
     )
+
+
+def _kib(nbytes: int) -> str:
+    return f"{nbytes / 1024:.0f} KiB"
+
+
+def element_bytes(dtype: str) -> int:
+    """Bytes of one element of the header's torch dtype name; 0 for a name not known here."""
+    if dtype.startswith("float8_"):
+        return 1
+    return {"float32": 4, "bfloat16": 2, "float16": 2}.get(dtype, 0)
 
 
 def dtype_name(dtype: str) -> str:

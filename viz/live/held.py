@@ -89,19 +89,6 @@ class Held:
         is being made stay under ``max_bytes`` together."""
         return self._entry(key, make, owner, waiting, expect).value
 
-    def get_drawn(
-        self,
-        key: Any,
-        make: Callable[[], tuple],
-        owner: str | None = None,
-        waiting: Callable[[], object] | None = None,
-        expect: int = 0,
-    ) -> tuple[Any, dict[str, dict]]:
-        """``get``, with the drawings held with it at that moment: a caller that shows them
-        in the same run need not ask again (by then a newer fold may have let them go)."""
-        entry = self._entry(key, make, owner, waiting, expect)
-        return entry.value, dict(entry.payloads)
-
     def _entry(
         self,
         key: Any,
@@ -188,6 +175,11 @@ class Held:
         with self._lock:
             self._entries.clear()
         give_back_memory()
+
+    def turn(self, waiting: Callable[[], object] | None = None):
+        """The server's one turn, for work that is not kept (a figure drawn for a download):
+        a context manager; ``waiting`` is called first when another holds it."""
+        return self._turn(waiting)
 
     # --- inside ------------------------------------------------------------------------------
 

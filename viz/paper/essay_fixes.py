@@ -1,5 +1,6 @@
 """Where the essay (*PagedAttention：当 KV Cache 遇到操作系统分页*) and its sources disagree: each
-claim, the value that holds, and where that value comes from. Every corrected number is computed here from the paper's cited
+claim, the value that holds, and where that value comes from. The essay is cited by its title
+(``ESSAY``), the paper by section and figure. Every corrected number is computed here from the paper's cited
 figures (engine.sim.paper) or from exact capacity arithmetic (engine.sim.capacity); the page supplies
 the sentences (viz/text/paper_fidelity.toml). Pure Python, no torch.
 """
@@ -8,8 +9,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.sim.capacity import PRESETS, GiB, KiB, MiB, block_table_bytes, concurrency, format_bytes
+from engine.sim.capacity import (
+    DEFAULT_ENTRY_BYTES,
+    ESSAY_ENTRY_BYTES,
+    PRESETS,
+    GiB,
+    KiB,
+    MiB,
+    block_table_bytes,
+    blocks_for,
+    concurrency,
+    format_bytes,
+)
 from engine.sim.paper import FIG2, fig13_ratio
+
+#: The essay this project teaches, by its title (it is cited so, never by where a copy is kept).
+ESSAY = "《PagedAttention：当 KV Cache 遇到操作系统分页》"
 
 #: Where the essay's setting comes from (its §1.2 and §4.2): Llama-2-70B in fp16.
 LLAMA70B = PRESETS["llama-2-70b"]
@@ -21,6 +36,15 @@ FIG2_SOURCE = "fig2"
 TERMS_SOURCE = "terms"
 FIG13A_ABSTRACT_SOURCE = "fig13a_abstract"
 ARITHMETIC_SOURCE = "arithmetic"
+BLOCK_TABLE_SOURCE = "block_table"
+PREFILL_SOURCE = "prefill"
+LAUNCH_SOURCE = "launches"
+RESERVATION_SOURCE = "terms"
+THROUGHPUT_SOURCE = "throughput"
+UNVERIFIED_SOURCE = "unverified"
+#: The essay's §2.2 example: max_model_len 32,768 and a 2,000-token prompt.
+ESSAY_MAX_LEN, ESSAY_PROMPT = 32_768, 2_000
+ESSAY_BLOCK = 16  # the essay's default block size (§3.3)
 
 
 @dataclass(frozen=True)
@@ -49,6 +73,7 @@ def table_fixes() -> list[Fix]:
                 "max_ext": _pct(mx.external or 0),
                 "or_res": _pct(orc.reservation or 0),
                 "or_ext": _pct(orc.external or 0),
+                "or_int": _pct(orc.internal or 0),
             },
             FIG2_SOURCE,
         ),
@@ -58,10 +83,12 @@ def table_fixes() -> list[Fix]:
                 "waste": _pct(orc.waste),
                 "or_res": _pct(orc.reservation or 0),
                 "or_ext": _pct(orc.external or 0),
+                "or_int": _pct(orc.internal or 0),
             },
             FIG2_SOURCE,
         ),
-        Fix("fix_terms", {}, TERMS_SOURCE),
+        Fix("fix_terms", {"or_int": _pct(orc.internal or 0)}, TERMS_SOURCE),
+        Fix("fix_vllm_100", {"paper": _pct(FIG2["paged"].token_states)}, FIG2_SOURCE),
     ]
 
 
@@ -75,13 +102,20 @@ def concurrency_fix() -> Fix:
 
 
 def arithmetic_fixes() -> list[Fix]:
-    """The essay's capacity arithmetic (§1.2, §4.2, §5.2, §5.3), recomputed exactly."""
+    """The essay's capacity arithmetic (§1.2, §4.2, §5.2, §5.3), recomputed exactly, then its
+    other claims checked (``claim_fixes``): every page that lists the corrections lists these."""
+    return _arithmetic() + claim_fixes()
+
+
+def _arithmetic() -> list[Fix]:
     kv = 32 * 32_768 * LLAMA70B.bytes_per_token  # batch 32 at 32k tokens
-    tail_tokens = 16 // 2  # half a 16-token block, on average
+    tail_tokens = mean_tail(ESSAY_BLOCK)
     tail = tail_tokens * LLAMA70B.bytes_per_token_per_layer
     c = concurrency(LLAMA70B, 40 * GiB, 8192, 3000, 16)
-    requests, length, block, entry = 100, 32_768, 8, 8  # the essay's §5.3 block tables
+    requests, length, block = 100, 32_768, 8  # the essay's §5.2 block tables
+    entry = ESSAY_ENTRY_BYTES
     table = requests * block_table_bytes(length, block, entry)
+    vllm = requests * block_table_bytes(length, block, DEFAULT_ENTRY_BYTES)
     return [
         Fix(
             "fix_kv_weights",
@@ -97,7 +131,9 @@ def arithmetic_fixes() -> list[Fix]:
         Fix(
             "fix_tail",
             {
-                "tokens": str(tail_tokens),
+                "bs": str(ESSAY_BLOCK),
+                "top": str(ESSAY_BLOCK - 1),
+                "tokens": f"{tail_tokens:g}",
                 "token_layer": format_bytes(LLAMA70B.bytes_per_token_per_layer),
                 "per_layer": f"{tail / KiB:g} KiB",
                 "layers": str(LLAMA70B.num_layers),
@@ -117,7 +153,7 @@ def arithmetic_fixes() -> list[Fix]:
                 "paged": str(c.paged_requests),
                 "gain": f"{c.ratio:.2f}",
             },
-            ARITHMETIC_SOURCE,
+            THROUGHPUT_SOURCE,
         ),
         Fix(
             "fix_block_table",
@@ -129,7 +165,44 @@ def arithmetic_fixes() -> list[Fix]:
                 "bytes": f"{table:,}",
                 "mib": f"{table / MiB:g}",
                 "mb": f"{table / 1e6:.2f}",
+                "vllm_entry": str(DEFAULT_ENTRY_BYTES),
+                "vllm_bytes": f"{vllm:,}",
+                "vllm_mib": f"{vllm / MiB:g}",
             },
-            ARITHMETIC_SOURCE,
+            BLOCK_TABLE_SOURCE,
         ),
+    ]
+
+
+def mean_tail(block_size: int) -> float:
+    """The mean unfilled tail of a request's last block when its length is equally likely to
+    leave any remainder: the tails 0, 1, ..., block_size - 1 averaged, (block_size - 1) / 2."""
+    return sum((-r) % block_size for r in range(block_size)) / block_size
+
+
+def claim_fixes() -> list[Fix]:
+    """The essay's other claims, each checked against the paper, the engine or plain arithmetic;
+    one it gives no source for and none can be found for is said to be unverifiable."""
+    locked = ESSAY_MAX_LEN - ESSAY_PROMPT
+    return [
+        Fix(
+            "fix_first_block",
+            {
+                "prompt": f"{ESSAY_PROMPT:,}",
+                "bs": str(ESSAY_BLOCK),
+                "blocks": str(blocks_for(ESSAY_PROMPT, ESSAY_BLOCK)),
+            },
+            PREFILL_SOURCE,
+        ),
+        Fix(
+            "fix_locked",
+            {
+                "locked": f"{locked:,}",
+                "max_len": f"{ESSAY_MAX_LEN:,}",
+                "prompt": f"{ESSAY_PROMPT:,}",
+            },
+            RESERVATION_SOURCE,
+        ),
+        Fix("fix_launches", {}, LAUNCH_SOURCE),
+        Fix("fix_deepseek", {}, UNVERIFIED_SOURCE),
     ]

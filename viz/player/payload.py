@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import html as _html
 import json
 import re
@@ -21,7 +22,9 @@ from pathlib import Path
 
 from viz.fold import captions, chapters
 from viz.fold.lesson import Lesson
+from viz.player import point
 from viz.render import html, svg, to_scale
+from viz.render import point as point_marks
 from viz.render.style import CATEGORY_COLOURS, INK, MUTED, words
 
 ASSETS = Path(__file__).resolve().parent
@@ -101,6 +104,7 @@ def _grid(lesson: Lesson, side: str, i: int, lang: str) -> str:
         max_height_px=GRID_HEIGHT,
         room_below=below,
         note=notes[side],
+        overlay=point_marks.overlay(frame, layouts[side], lang),
     )
 
 
@@ -145,7 +149,7 @@ BODY = SLOTS.index("body")
 
 
 def frame_record(
-    lesson: Lesson, i: int, lang: str, chapter: chapters.Chapter, pieces: Pieces
+    lesson: Lesson, i: int, lang: str, chapter: chapters.Chapter, pieces: Pieces | Deflating
 ) -> list[int]:
     """Frame ``i`` as indices into ``pieces``, in ``SLOTS`` order."""
     parts = frame_parts(lesson, i, lang)
@@ -252,15 +256,41 @@ def steps_nav(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> list[di
     return out
 
 
+class Deflating:
+    """``Pieces`` that go straight into a zlib stream (RFC 1950) as they are first seen,
+    remembered only by a digest: a maximal upload draws about 100 MB of distinct SVG and HTML,
+    which held as strings (then once more as the JSON text, and once more encoded) tripled
+    what drawing it cost. The stream inflates to what ``Pieces`` would have written."""
+
+    def __init__(self) -> None:
+        self._z = zlib.compressobj(6)
+        self._out = [self._z.compress(b'{"pieces":[')]
+        self._index: dict[bytes, int] = {}
+
+    def add(self, s: str) -> int:
+        raw = json.dumps(s).encode("utf-8")
+        d = hashlib.blake2b(raw, digest_size=16).digest()
+        n = self._index.get(d)
+        if n is None:
+            n = self._index[d] = len(self._index)
+            self._out.append(self._z.compress(raw if n == 0 else b"," + raw))
+        return n
+
+    def close(self, frames: list[list[int]]) -> bytes:
+        """The whole stream, with ``frames`` (records of indices) after the pieces."""
+        tail = '],"frames":' + json.dumps(frames, separators=(",", ":")) + "}"
+        self._out += [self._z.compress(tail.encode("utf-8")), self._z.flush()]
+        return b"".join(self._out)
+
+
 def payload(lesson: Lesson, lang: str) -> dict:
     """Everything the player needs for one lesson in one language (JSON-ready). The frames
     and their pieces travel deflated and base64-encoded in ``z``."""
     chs = chapters.chapters(lesson)
-    pieces = Pieces([], {})
+    pieces = Deflating()
     of_frame = {i: c for c in chs for i in range(c.start, c.end + 1)}
     frames = [frame_record(lesson, i, lang, of_frame[i], pieces) for i in range(lesson.num_frames)]
-    body = json.dumps({"pieces": pieces.items, "frames": frames}, separators=(",", ":"))
-    return envelope(lesson, lang, chs, zlib.compress(body.encode("utf-8"), 6))
+    return envelope(lesson, lang, chs, pieces.close(frames))
 
 
 def envelope(lesson: Lesson, lang: str, chs: list[chapters.Chapter], z: bytes) -> dict:
@@ -298,6 +328,7 @@ def envelope(lesson: Lesson, lang: str, chs: list[chapters.Chapter], z: bytes) -
             for c in chs
         ],
         "steps": steps_nav(lesson, chs, lang),
+        **point.extras(lesson, lang, chs),
         "titles": {s: html.side_title(lesson.side(s).title[lang], s) for s in ("left", "right")},
         "legend": html.legend(lang),
         "timeline": timeline_svg(lesson, chs, lang),
@@ -332,6 +363,23 @@ def envelope(lesson: Lesson, lang: str, chs: list[chapters.Chapter], z: bytes) -
             )
         },
     }
+
+
+#: The player's front end in the order it is put on a page: point.js (pointing, the clicker, the
+#: presenter console) defines the functions player.js calls, in the same module.
+SCRIPTS = ("point.js", "player.js")
+STYLES = ("player.css", "point.css")
+
+
+def script() -> str:
+    """The player's JavaScript, one module: what the app's component and the one-file HTML
+    export both load."""
+    return "\n".join(asset(n) for n in SCRIPTS)
+
+
+def styles() -> str:
+    """The player's CSS, as ``script`` is its JavaScript."""
+    return "\n".join(asset(n) for n in STYLES)
 
 
 def asset(name: str) -> str:

@@ -5,7 +5,8 @@
 const SPEEDS = [1, 2, 4, 8, 15, 30];
 // Every key the player acts on besides ? and Escape (see key()).
 const PLAYER_KEYS = new Set(["ArrowRight", "ArrowLeft", "PageDown", "PageUp", "Home", "End", " ",
-                             "Spacebar", "+", "=", "-", "−", "_", "f", "F", "t", "T"]);
+                             "Spacebar", "+", "=", "-", "−", "_", "f", "F", "t", "T",
+                             "r", "R", "c", "C", "h", "H"]);
 // Widgets that move their own selection with these keys (the scenario lab's table, a slider,
 // tabs, a list): a key meant for them is theirs, not a step of the lesson.
 const OWN_KEYS = "[role=grid], [role=treegrid], [role=slider], [role=tablist], [role=listbox], " +
@@ -119,6 +120,7 @@ class Player {
     if (document.fonts) {
       document.fonts.ready.then(() => { this.fitted = ""; this.fitRows(); this.fitPresent(); });
     }
+    pointInit(this);  // point.js: pointing, the clicker, the presenter console
   }
 
   // Open ``data`` on frame ``start``; ``start`` null stays on the frame shown (the same lesson
@@ -218,6 +220,7 @@ class Player {
     this.el("pk-play").onclick = () => this.toggle();
     this.scrubber();
     this.showSpeed();
+    pointStatic(this);
   }
 
   chapterOf(i) {
@@ -266,6 +269,7 @@ class Player {
     this.root.dataset.frame = i;
     if (this.present) this.fitPresent();
     this.queueUrl();
+    pointFrame(this);
   }
 
   // The chapter title, the captions, the side titles and the metrics strips sit above the
@@ -704,6 +708,7 @@ class Player {
     const lang = this.chosenLang();
     if (lang !== (this.data.home_lang || "en")) h += "&lang=" + lang;
     if (this.present) h += "&present=1";
+    h += pointHash(this);
     if (window.location.hash !== h) window.history.replaceState(window.history.state, "", h);
   }
 
@@ -748,6 +753,7 @@ class Player {
       this.help(false);
       return true;
     }
+    if (pointAct(this, k)) return true;
     if (k === "ArrowRight") { this.stop(); this.go(this.i + 1); }
     else if (k === "ArrowLeft") { this.stop(); this.go(this.i - 1); }
     else if (k === "PageDown") { this.stop(); this.chapter(1); }
@@ -785,7 +791,9 @@ class Player {
     const hint = this.el("pk-hint");
     clearTimeout(this.hintTimer);
     hint.textContent = (this.data && this.data.text && this.data.text.present_hint) || "";
-    hint.hidden = !on || !hint.textContent;
+    // (never in a still: an export photographs frames, and a hint there would depend on
+    // how long the capture took)
+    hint.hidden = !on || !hint.textContent || this.still;
     if (!hint.hidden) this.hintTimer = setTimeout(() => { hint.hidden = true; }, HINT_MS);
     this.queueUrl();
   }
@@ -859,6 +867,7 @@ class Player {
   }
 
   destroy() {
+    pointDestroy(this);
     this.stop();
     this.resized.disconnect();
     document.removeEventListener("keydown", this.onKey, true);
@@ -893,6 +902,9 @@ export default function mountPlayer(component) {
     p = root.__pkPlayer = new Player(root, data);
     window.pkPlayer = p;
   }
+  // Frames photographed for an export (viz/export/animate.py): nothing transient is shown.
+  p.still = !!data.still;
+  root.dataset.still = p.still ? "1" : "0";
   // Read on every mount: the scenario lab's frames stop being linkable once its table has
   // changed (or were never: a run on the real model), without new frames.
   const link = data.link_frame !== false;

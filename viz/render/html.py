@@ -158,13 +158,21 @@ def scoreboard_card(summary, lang: str = "en") -> str:
     )
 
 
-def _chip(text: str, order: int, cls: str = "") -> str:
-    """A request's name on its colour (the colour classes live in CSS: short HTML)."""
-    return f"<span class='pk-chip pk-c{order % len(REQUEST_COLOURS)} {cls}'>{escape(text)}</span>"
+def _chip(text: str, order: int, cls: str = "", req: str | None = None) -> str:
+    """A request's name on its colour (the colour classes live in CSS: short HTML). With
+    ``req`` it can be tabbed to: the player then lights that request up everywhere."""
+    who = f" data-req='{escape(req)}' tabindex='0'" if req is not None else ""
+    return (
+        f"<span class='pk-chip pk-c{order % len(REQUEST_COLOURS)} {cls}'{who}>{escape(text)}</span>"
+    )
 
 
 def _map_chip(m) -> str:
-    return f"<span class='pk-map{' new' if m.new else ''}'>{m.logical}→#{m.physical}</span>"
+    # data-block: the player draws its arrow from this entry to that block on the grid
+    return (
+        f"<span class='pk-map{' new' if m.new else ''}' data-block='{m.physical}'>"
+        f"{m.logical}→#{m.physical}</span>"
+    )
 
 
 def tables_panel(frame: Frame, lang: str = "en") -> str:
@@ -180,7 +188,10 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
         if paged:
             chips = [_map_chip(m) for m in row.mappings]
             if len(chips) > MAX_MAPS:  # first ones, an ellipsis, the newest two
-                chips = chips[: MAX_MAPS - 2] + ["<span class='pk-dim'>…&nbsp;</span>"] + chips[-2:]
+                # the ellipsis names the blocks it stands for: their arrows start from it
+                hidden = " ".join(str(m.physical) for m in row.mappings[MAX_MAPS - 2 : -2])
+                more = f"<span class='pk-dim' data-blocks='{hidden}'>…&nbsp;</span>"
+                chips = chips[: MAX_MAPS - 2] + [more] + chips[-2:]
             body = f"<div class='pk-maps'>{''.join(chips)}</div>"
         else:
             start, length = row.run or (0, 0)
@@ -192,8 +203,8 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
         # a row this frame changed: kept when presenter mode condenses the panel (player.js)
         hot = row.new or row.req in moved or any(m.new for m in row.mappings)
         out.append(
-            f"<div class='pk-row{' pk-hot' if hot else ''}'>{_chip(row.label, row.order)}"
-            f"{body}</div>"
+            f"<div class='pk-row{' pk-hot' if hot else ''}' data-req='{escape(row.req)}'>"
+            f"{_chip(row.label, row.order, req=row.req)}{body}</div>"
         )
     if len(rows) > MAX_ROWS:
         out.append(f"<div class='pk-dim'>+{len(rows) - MAX_ROWS}</div>")
@@ -201,9 +212,10 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
         v = frame.requests[req]
         maps = "".join(f"<span class='pk-map'>{n}→c{c}</span>" for n, c in enumerate(table))
         out.append(
-            f"<div class='pk-row{' pk-hot' if req in moved else ''}'>{_chip(v.name, v.order)}"
-            f"<div class='pk-maps'><span class='pk-dim'>{escape(w['cpu_n'])}&nbsp;</span>{maps}"
-            f"</div></div>"
+            f"<div class='pk-row{' pk-hot' if req in moved else ''}' data-req='{escape(req)}'>"
+            f"{_chip(v.name, v.order, req=req)}"
+            f"<div class='pk-maps'>"
+            f"<span class='pk-dim'>{escape(w['cpu_n'])}&nbsp;</span>{maps}</div></div>"
         )
     out.append(_unchanged(w))
     return f"<div class='pk-panel pk-tables'>{''.join(out)}</div>"
@@ -228,7 +240,7 @@ def queue_panel(frame: Frame, lang: str = "en") -> str:
         if not items:
             continue
         chips = "".join(
-            f"<span class='pk-q-entry'>{_chip(e.label, e.order, e.state)}</span>"
+            f"<span class='pk-q-entry'>{_chip(e.label, e.order, e.state, e.req)}</span>"
             for e in items[:MAX_CHIPS]
         )
         if len(items) > MAX_CHIPS:
@@ -241,7 +253,7 @@ def queue_panel(frame: Frame, lang: str = "en") -> str:
             if e.why:
                 colon = "：" if lang == "zh" else ": "
                 out.append(
-                    f"<div class='pk-why'><b>{escape(e.label)}</b> "
+                    f"<div class='pk-why' data-req='{escape(e.req)}'><b>{escape(e.label)}</b> "
                     f"{escape(w['blocked'])}{colon}{escape(e.why)}</div>"
                 )
     done = finished_labels(frame)

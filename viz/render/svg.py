@@ -76,12 +76,14 @@ def arena_svg(
     uid: str = "",
     room_below: float = 0,
     note: Sequence[str] = (),
+    overlay: str = "",
 ) -> str:
     """One side's arena as an ``<svg>`` that scales to its column (at most ``max_height_px``
     tall). ``meta`` lands in ``data-pk-frame`` so a browser test can tell what is painted;
     ``uid`` keeps pattern ids apart when several grids share a page: a caller-derived id
     (an index or a side), never a name from the trace; it defaults to the allocator kind.
-    ``note``: lines under a grid drawn to scale (viz/render/to_scale.py), saying what the scale is."""
+    ``note``: lines under a grid drawn to scale (viz/render/to_scale.py), saying what the scale is.
+    ``overlay``: SVG drawn over everything (viz/render/point.py: block marks and callouts)."""
     uid = _ID_UNSAFE.sub("", uid) or _ID_UNSAFE.sub("", frame.run.allocator) or "g"
     width = _x(layout.cols) - GAP
     height = grid_height(layout)
@@ -96,6 +98,7 @@ def arena_svg(
         _changed(frame, layout),
         cpu_tier_svg(frame, layout, height + GAP, LABEL_W, CELL, GAP, lang),  # "" without one
         _note(note, height + tier_height(frame, layout, CELL), width),
+        overlay,
     ]
     # room_below: the other side's CPU tier (and note), so both sides are drawn at one scale
     height += max(room_under(frame, layout, note), room_below)
@@ -107,6 +110,12 @@ def arena_svg(
         f"display:block' font-family='Inter, Helvetica, Arial, sans-serif'>"
         f"<defs>{defs}</defs>{''.join(body)}</svg>"
     )
+
+
+def cell_box(row: int, c0: int, c1: int, layout: GridLayout) -> tuple[float, float, float, float]:
+    """``(x0, y0, x1, y1)`` of the cells ``c0`` .. ``c1`` of ``row``, as drawn (gaps outside)."""
+    y = _y(row, layout)
+    return _x(c0), y, _x(c1) + CELL - GAP, round(y + _h(layout), 2)
 
 
 def grid_height(layout: GridLayout) -> float:
@@ -216,9 +225,11 @@ def _run_rect(
     owner, code = frame.owners[s], frame.cells[s]
     fill = cell_colour(code)
     col, row = layout.xy(s)
+    # whose cells these are: the player lights a request up everywhere it appears
+    who_attr = f" data-req='{escape(owner)}'" if owner is not None else ""
     rect = (
         f"<rect x='{_x(col)}' y='{_y(row, layout)}' width='{(e - s) * CELL - GAP}' "
-        f"height='{_h(layout)}' fill='{fills.get(fill, fill)}'"
+        f"height='{_h(layout)}' fill='{fills.get(fill, fill)}'{who_attr}"
     )
     if w is None:
         return rect + "/>"

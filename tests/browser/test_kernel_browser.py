@@ -1,0 +1,65 @@
+"""The kernel lesson's offline page in Chromium, as a lecturer drives it: the player's keys
+step frames and chapters, F presents, a link opens a frame in a language, and nothing is
+fetched. Its presenter-mode captions are the engine's numbers (the fold's own captions)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.trace.io import read
+from viz.export import standalone
+from viz.export.serve import wait_painted, wait_ready
+from viz.fold.kernel.frames import caption, chapter_keyframe, fold_kernel, load_kernel_spec
+
+
+@pytest.fixture(scope="module")
+def lesson():
+    spec = load_kernel_spec("inside-the-kernel")
+    return fold_kernel(spec, read(spec.folder / spec.trace_file))
+
+
+@pytest.fixture(scope="module")
+def page_file(lesson, tmp_path_factory):
+    path = tmp_path_factory.mktemp("kernel") / "inside-the-kernel.html"
+    path.write_text(standalone.page(lesson), encoding="utf-8")
+    return path
+
+
+def _frame(page) -> int:
+    return int(page.evaluate("document.querySelector('#pk-frame').dataset.frame"))
+
+
+def test_keys_step_frames_and_chapters_and_f_presents(page, page_file, lesson):
+    fetched = []
+    page.on(
+        "request",
+        lambda r: (
+            fetched.append(r.url) if not r.url.startswith(("file:", "data:", "blob:")) else None
+        ),
+    )
+    page.goto(page_file.as_uri() + "#frame=6")
+    wait_ready(page)
+    assert _frame(page) == 6
+    page.keyboard.press("ArrowRight")
+    wait_painted(page, 7)
+    page.keyboard.press("PageDown")  # the next chapter: where the attention goes
+    heat = lesson.chapter_range("heat")[0]
+    wait_painted(page, heat)
+    assert lesson.spec.chapter_titles["heat"]["en"] in page.inner_text("#pk-chapter")
+    page.keyboard.press("f")
+    page.wait_for_function(
+        "() => document.querySelector('#pk-player').classList.contains('pk-present')"
+    )
+    left, _ = caption(lesson, heat, "en")
+    assert left in page.inner_text("#pk-caption")
+    assert not fetched
+
+
+def test_a_link_opens_the_walks_result_in_chinese(page, page_file, lesson):
+    i = chapter_keyframe(lesson, "walk")
+    page.goto(page_file.as_uri() + f"#frame={i}&lang=zh")
+    wait_ready(page)
+    assert _frame(page) == i
+    _, right = caption(lesson, i, "zh")
+    assert right in page.inner_text("#pk-caption")
+    assert lesson.spec.chapter_titles["walk"]["zh"] in page.inner_text("#pk-chapter")

@@ -1,0 +1,167 @@
+"""The kernel lesson's payload for the one player (``viz/player/player.js``): the same
+envelope as ``viz.player.payload.payload``, with the arena on the left, the kernel on the
+right, a caption for each, the chapter's narration, and a timeline of the first and the last
+block's share of attention. The browser steps it with the same keys, chapters, presenter mode
+and links as any lesson."""
+
+from __future__ import annotations
+
+import base64
+import html as _html
+import json
+import zlib
+
+from viz.fold import captions
+from viz.fold.kernel.frames import CHAPTERS, KernelLesson, caption, narration
+from viz.player.payload import ASSETS, TL_H, TL_PAD, TL_W, Pieces, markdown
+from viz.render import kernel as draw
+from viz.render.style import INK, MUTED
+
+#: The player's UI strings the payload carries, as ``payload.envelope`` sends them
+TEXT_KEYS = (
+    "left",
+    "right",
+    "frame_of",
+    "play",
+    "pause",
+    "speed",
+    "help_title",
+    "help_close",
+    "key_arrows",
+    "key_pages",
+    "key_home_end",
+    "key_space",
+    "key_speed",
+    "key_f",
+    "key_help",
+    "key_timeline",
+    "present_hint",
+    "unpack_failed",
+)
+
+
+def _strip(text: str) -> str:
+    return (
+        f"<div class='pk-k-strip' style='font-size:15px;color:{MUTED}'>{_html.escape(text)}</div>"
+    )
+
+
+def frame_parts(lesson: KernelLesson, i: int, lang: str) -> list[str]:
+    """Frame ``i``'s pieces in the player's slot order (lm lg lp rm rg rp lc rc body step)."""
+    f, w = lesson.frames[i], draw.words(lang)
+    left, right = caption(lesson, i, lang)
+    table = " ".join(str(b) for b in f.read.physical)
+    if f.kind == "tile":
+        step = w["frame_tile"].format(
+            step=f.read.step, tile=(f.logical or 0) + 1, n=len(f.read.physical)
+        )
+    else:
+        step = w["step"].format(step=f.read.step)
+    return [
+        _strip(f"{f.read.req}: [{table}]"),
+        draw.arena_svg(lesson, i, lang),
+        draw.table_panel(lesson, i, lang),
+        _strip(
+            w["kv_head"].format(n=f.read.kv_head)
+            + " · "
+            + ", ".join(w["q_head"].format(n=h) for h in f.read.heads)
+        ),
+        draw.tiles_svg(lesson, i, lang),
+        draw.state_panel(lesson, i, lang),
+        _html.escape(left),
+        _html.escape(right),
+        markdown(narration(lesson, i, lang)),
+        _html.escape(step),
+    ]
+
+
+def timeline_svg(lesson: KernelLesson, lang: str) -> str:
+    """The first block's share (solid) and the last block's (dashed) at each frame, chapter
+    starts numbered; the player moves its playhead over it."""
+    n = max(1, lesson.num_frames)
+    top, bottom = TL_PAD[2], TL_PAD[3]
+    ph = TL_H - top - bottom
+
+    def x(i: float) -> float:
+        return TL_W * (i + 0.5) / n
+
+    def y(share: float) -> float:
+        return top + ph * (1 - share)
+
+    lines = []
+    for which, dash in ((0, ""), (-1, "6 4")):
+        pts = " ".join(
+            f"{x(i):.1f},{y(f.read.mass[which]):.1f}" for i, f in enumerate(lesson.frames)
+        )
+        lines.append(
+            f"<polyline points='{pts}' fill='none' stroke='{draw.heat_colour(1, 1)}' "
+            f"stroke-width='2' stroke-dasharray='{dash}' vector-effect='non-scaling-stroke'/>"
+        )
+    starts = [lesson.chapter_range(c)[0] for c in CHAPTERS]
+    marks = "".join(
+        f"<line x1='{x(s):.1f}' x2='{x(s):.1f}' y1='{top}' y2='{TL_H - bottom}' stroke='{MUTED}' "
+        f"stroke-dasharray='2 3' vector-effect='non-scaling-stroke'/>"
+        for s in starts
+    )
+    svg = (
+        f"<svg class='pk-tl-svg' viewBox='0 0 {TL_W} {TL_H}' preserveAspectRatio='none' "
+        f"data-left='0' data-right='0' data-width='{TL_W}'>{marks}{''.join(lines)}"
+        f"<line class='pk-tl-head' x1='0' x2='0' y1='0' y2='{TL_H}' stroke='{INK}' "
+        f"stroke-width='2' vector-effect='non-scaling-stroke'/></svg>"
+    )
+    ys = "".join(
+        f"<span style='top:{100 * y(v) / TL_H:.2f}%'>{int(v * 100)}%</span>" for v in (0, 0.5, 1)
+    )
+    nums = "".join(
+        f"<span data-chapter='{k}' style='left:{100 * x(s) / TL_W:.3f}%'>{k + 1}</span>"
+        for k, s in enumerate(starts)
+    )
+    return (
+        f"<div class='pk-tl'><div class='pk-tl-y'>{ys}</div><div class='pk-tl-plot'>"
+        f"{svg}<div class='pk-tl-steps'>{nums}</div></div></div>"
+    )
+
+
+def kernel_payload(lesson: KernelLesson, lang: str) -> dict:
+    """Everything the player needs for the kernel lesson in one language (JSON-ready)."""
+    pieces = Pieces([], {})
+    frames = [
+        [pieces.add(p) for p in frame_parts(lesson, i, lang)] for i in range(lesson.num_frames)
+    ]
+    body = json.dumps({"pieces": pieces.items, "frames": frames}, separators=(",", ":"))
+    z = zlib.compress(body.encode("utf-8"), 6)
+    spec = lesson.spec
+    t = captions.text(lang)
+    chapters = []
+    for k, c in enumerate(CHAPTERS):
+        start, end = lesson.chapter_range(c)
+        chapters.append(
+            {
+                "start": start,
+                "end": end,
+                "step": k,
+                "title": spec.chapter_titles[c][lang],
+                "score": False,
+            }
+        )
+    return {
+        "id": f"{spec.name}:{lesson.num_frames}:0:{lang}",
+        "content": spec.name,
+        "lesson": spec.name,
+        "lang": lang,
+        "num_frames": lesson.num_frames,
+        "z": base64.b64encode(z).decode("ascii"),
+        "chapters": chapters,
+        "steps": [
+            {"title": f"{k + 1} · {ch['title']}", "chapter": k, "absent": ""}
+            for k, ch in enumerate(chapters)
+        ],
+        "titles": {s: _html.escape(spec.side_titles[s][lang]) for s in ("left", "right")},
+        "legend": draw.legend(lang, lesson.zoom.req),
+        "timeline": timeline_svg(lesson, lang),
+        "timeline_caption": _html.escape(draw.words(lang)["timeline"]),
+        "scoreboard": "",
+        "icon": "data:image/png;base64,"
+        + base64.b64encode((ASSETS / "icon.png").read_bytes()).decode("ascii"),
+        "text": {k: t[k] for k in TEXT_KEYS},
+    }
