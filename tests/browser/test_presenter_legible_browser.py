@@ -223,3 +223,70 @@ def test_presenter_mode_in_the_app_reads_from_the_back_row_too(app_url, page, la
     assert got["seen"] > 40 * len(frames), got["seen"]
     for k in ("small", "clipped", "overlap", "tables"):
         assert got[k] == [], (k, got[k][:8])
+
+
+# The first frame asked for whose panel left out a request's row that has a block table,
+# with that request and the side.
+CUT_ROW_JS = """(frames) => { const p = window.pkPlayer;
+  for (const i of frames) {
+    p.go(i);
+    for (const side of ['l', 'r']) {
+      const row = document.querySelector('#pk-' + side + 'p .pk-row.pk-cut[data-req]');
+      if (row && row.querySelector('[data-block]')
+          && document.querySelector('#pk-' + side + "g rect[data-req='" + row.dataset.req + "']"))
+        return {i, side, req: row.dataset.req};
+    }
+  }
+  return null; }"""
+
+# A point on the grid where a person's pointer lands on the request's cells (not on the
+# white lines drawn over a run).
+POINT_AT_JS = """({side, req}) => {
+  for (const r of document.querySelectorAll('#pk-' + side + "g rect[data-req='" + req + "']")) {
+    const b = r.getBoundingClientRect();
+    for (let x = b.left + 1; x < b.right; x += 2) {
+      const y = (b.top + b.bottom) / 2, hit = document.elementFromPoint(x, y);
+      if (hit && hit.closest('[data-req]') && hit.closest('[data-req]').dataset.req === req)
+        return {x, y};
+    }
+  }
+  return null; }"""
+
+# Per side: is the request's row drawn, how many blocks its entries name, how many arrows
+# start from its own entries.
+FOCUS_ROW_JS = """(req) => { const out = {};
+  for (const side of ['l', 'r']) {
+    const row = [...document.querySelectorAll('#pk-' + side + 'p .pk-row[data-req]')]
+      .find((e) => e.dataset.req === req);
+    const blocks = row ? [...row.querySelectorAll('[data-block], [data-blocks]')]
+      .flatMap((e) => (e.dataset.block ?? e.dataset.blocks).split(' ')).length : 0;
+    out[side] = {drawn: !!row && row.getBoundingClientRect().height > 0, blocks};
+  }
+  out.arrows = [...document.querySelectorAll('.pk-pt-arrow:not(.pk-pt-shared)')]
+    .filter((a) => a.dataset.req === req).length;
+  return out; }"""
+
+
+def test_a_request_pointed_at_in_a_condensed_panel_gets_its_row_and_arrows_back(browser, files):
+    """Presenter mode leaves unchanged rows out of a panel too long for the screen; pointing
+    at a request whose row was left out brings the row back, so each of its block-table
+    entries has its arrow to the grid, as it has at a desk."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 580})
+    try:
+        page = ctx.new_page()
+        page.goto(files["recompute-or-swap"].as_uri() + "#frame=0&present=1")
+        wait_ready(page)
+        found = page.evaluate(CUT_ROW_JS, _frames("recompute-or-swap"))
+        assert found is not None  # the run has such a frame: otherwise this tests nothing
+        at = page.evaluate(POINT_AT_JS, found)
+        assert at is not None, found
+        page.mouse.move(at["x"], at["y"])
+        got = page.evaluate(FOCUS_ROW_JS, found["req"])
+        assert got[found["side"]]["drawn"], got
+        drawn = [s for s in ("l", "r") if got[s]["drawn"]]
+        assert got["arrows"] == sum(got[s]["blocks"] for s in drawn) > 0, got
+        page.screenshot(path=str(ARTIFACTS / "present-condensed-pointed.png"))
+        page.mouse.move(2, 2)  # pointing at nothing: the panel is condensed again
+        assert not page.evaluate(FOCUS_ROW_JS, found["req"])[found["side"]]["drawn"]
+    finally:
+        ctx.close()

@@ -597,7 +597,10 @@ class Player {
       if (!over()) continue;
       const done = box.querySelector(".pk-done");
       if (done) done.classList.add("pk-cut");
-      const rows = [...box.querySelectorAll(".pk-tables > .pk-row:not(.pk-hot)")].reverse();
+      // the request pointed at keeps its rows: its arrows start from them (point.js)
+      const focus = this.pt ? this.pt.focus : null;
+      const rows = [...box.querySelectorAll(".pk-tables > .pk-row:not(.pk-hot)")]
+        .filter((r) => r.dataset.req !== focus).reverse();
       let cut = 0;
       for (const r of rows) {
         if (!over()) break;
@@ -610,7 +613,9 @@ class Player {
       }
       // still too long: the changed rows keep only their changed entries
       if (over()) {
-        box.querySelectorAll(".pk-hot .pk-map:not(.new)").forEach((m) => m.classList.add("pk-cut"));
+        box.querySelectorAll(".pk-hot .pk-map:not(.new)").forEach((m) => {
+          if (m.closest(".pk-row").dataset.req !== focus) m.classList.add("pk-cut");
+        });
       }
     }
   }

@@ -182,6 +182,7 @@ function ptFocus(p, req, kbd) {
   if (pt.focus === req) return;
   pt.focus = req;
   ptMark(p);
+  if (p.present) p.fitPanels();  // a condensed panel gives the request's rows back
   ptArrows(p);
 }
 
