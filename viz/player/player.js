@@ -210,7 +210,15 @@ class Player {
     });
     const help = [["← →", t.key_arrows], ["PageUp PageDown", t.key_pages],
                   ["Home End", t.key_home_end], ["Space", t.key_space], ["+ −", t.key_speed],
-                  ["F", t.key_f], ["T", t.key_theme], ["?", t.key_help], ["", t.key_timeline]];
+                  ["F", t.key_f], ["T", t.key_theme], ["?", t.key_help], ["", t.key_timeline]]
+      .filter(([, v]) => v !== undefined);
+    // A payload without the theme's words (the kernel lesson: its drawings are inked for white
+    // paper) is shown plain; the reader's choice stays stored for the other lessons.
+    if (t.key_theme === undefined && this.theme) {
+      this.theme = false;
+      this.root.classList.remove("pk-hc");
+      this.root.dataset.theme = "";
+    }
     this.el("pk-help").innerHTML = "<div><h3>" + esc(t.help_title) + "</h3><table>" +
       help.map(([k, v]) => "<tr><td>" + k.split(" ").filter(Boolean).map(
         (x) => "<kbd>" + esc(x) + "</kbd>").join(" ") + "</td><td>" + esc(v) + "</td></tr>"
@@ -768,7 +776,9 @@ class Player {
     else if (k === " " || k === "Spacebar") { this.toggle(); this.flash(); }
     else if (k === "+" || k === "=") { this.setSpeed(1); this.flash(); }
     else if (k === "-" || k === "−" || k === "_") { this.setSpeed(-1); this.flash(); }
-    else if (k === "t" || k === "T") this.setTheme(!this.theme);
+    else if ((k === "t" || k === "T") && this.data.text.key_theme !== undefined) {
+      this.setTheme(!this.theme);
+    }
     else if (k === "f" || k === "F") this.setPresent(!this.present);
     else if (k === "?") this.help();
     else if (k === "Escape" && !this.el("pk-help").hidden) this.help(false);
