@@ -52,6 +52,13 @@ def test_keys_step_frames_and_chapters_and_f_presents(page, page_file, lesson):
     )
     left, _ = caption(lesson, heat, "en")
     assert left in page.inner_text("#pk-caption")
+    # its drawings are inked for white paper: T leaves them so, and the keys' help offers no T
+    page.keyboard.press("t")
+    assert not page.evaluate("document.querySelector('#pk-player').classList.contains('pk-hc')")
+    page.keyboard.press("?")
+    keys = page.evaluate("[...document.querySelectorAll('#pk-help kbd')].map((k) => k.textContent)")
+    assert "F" in keys and "T" not in keys
+    page.keyboard.press("Escape")
     assert not fetched
 
 

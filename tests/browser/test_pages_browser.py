@@ -7,6 +7,8 @@ A failing page leaves a screenshot in ``test-artifacts/``.
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,83 @@ def test_a_page_change_is_one_history_entry_in_either_language(app_url, page, la
     wait_idle(page)
     page.go_back()
     assert page.evaluate("location.href") == lesson_url
+
+
+# Every word in Latin letters that a person can see on the page, with the text it stands in.
+# Left out: code (code, pre, kbd: commands, paths, identifiers), Streamlit's icon ligatures
+# ("keyboard_arrow_right" is drawn as an arrow), the skip link shown only on keyboard focus,
+# text under a zero-size box (the uploader's own English, drawn at size 0 on a Chinese page),
+# and words inside a token that is an identifier or a name by its shape: with a digit
+# (SmolLM2, bf16, top-1), an underscore, a dot or slash between letters, "://", "--", or a
+# file's extension or a path (.jsonl, /metrics).
+LATIN_JS = r"""() => { const out = {};
+  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    const el = n.parentElement;
+    if (!el || el.closest('script, style, noscript, code, pre, kbd, [data-testid=stIconMaterial],'
+                          + ' [data-testid=stSkipToContent]')) continue;
+    if (el.closest('[hidden], [aria-hidden=true]:not(label *)')) continue;
+    const cs = getComputedStyle(el);
+    if (cs.display === 'none' || cs.visibility === 'hidden') continue;
+    const range = document.createRange(); range.selectNodeContents(n);
+    if (![...range.getClientRects()].some((r) => r.width > 1 && r.height > 1)) continue;
+    const text = n.textContent;
+    for (const tok of text.split(/[\s\u2e80-\uffff,;!?()\[\]"'“”‘’]+/)) {
+      if (/\d|_|[A-Za-z][./][A-Za-z]|:\/\/|^--?[a-z]|^[./][a-z]+$/.test(tok)) continue;
+      for (const w of tok.match(/[A-Za-z]+/g) || []) out[w] = out[w] || text.trim().slice(0, 60);
+    }
+  }
+  return out; }"""
+# Names a Chinese page writes in Latin letters: products, models, data sets, formats, the paper
+# and its venue, units, letters naming requests (A, B; K and V), and the few terms the Chinese
+# text keeps as the essay it teaches from does (token, block, block table, KV cache, trace,
+# prefill, kernel), a device's and a host's name (cpu, localhost). "English" is the language
+# switch's own name.
+_NAMES = """
+vLLM PagedAttention SmolLM Llama OPT ShareGPT Alpaca Orca Max Oracle Pow ZeroMQ SOSP Kwon
+GGUF JSON JSONL TOML HTML PNG SVG PDF GIF MP HTTP IPv GPU CPU KV English Triton FP bf fp
+B KB MB GB KiB MiB GiB TiB ms s
+token tokens block Block table cache Cache trace prefill kernel cpu localhost
+"""
+NAMES = frozenset(_NAMES.split())
+
+
+def _latin(page) -> dict[str, str]:
+    got = page.evaluate(LATIN_JS)
+    return {w: ctx for w, ctx in got.items() if w not in NAMES and not re.fullmatch("[A-Z]", w)}
+
+
+def test_a_chinese_page_has_no_english_word_outside_names(app_url, page):
+    """The Chinese pages kept English: the paper page's "exact arithmetic (engine.capacity)",
+    its sources ("Kwon et al., ... Fig. 2") and option buttons; the capacity page's "80 x 8 KV
+    heads x 128, 2 B"; the uploaders' "Upload / 8MB per file"; a dry run's source line. Every
+    page, with its uploaders shown, is read for words in Latin letters that are not names."""
+    page.set_viewport_size({"width": 1440, "height": 900})
+    found = {}
+    for path, click in [
+        ("", "打开 trace 文件"),
+        ("capacity", "config.json"),
+        ("paper", None),
+        ("block-size", None),
+        ("stack", None),
+        ("lab", None),
+        ("watch", "录制文件"),
+    ]:
+        _open(page, f"{app_url}/{path}?lang=zh")
+        if click:
+            page.get_by_text(click, exact=True).first.click()
+            wait_idle(page, 120_000)
+            page.locator("[data-testid=stFileUploader]").first.wait_for(timeout=60_000)
+            box = page.locator("[data-testid=stFileUploaderDropzone]").first
+            words = box.evaluate(
+                "(b) => [...b.querySelectorAll('p, span')].map((e) =>"
+                " getComputedStyle(e, '::after').content).join(' ')"
+            )
+            assert "上传" in words and "每个文件最多" in words, (path, words)
+        left = _latin(page)
+        if left:
+            found[path or "lesson"] = left
+            page.screenshot(
+                path=str(ARTIFACTS / f"latin-{path or 'lesson'}-zh.png"), full_page=True
+            )
+    assert not found, json.dumps(found, ensure_ascii=False)

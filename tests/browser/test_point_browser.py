@@ -151,6 +151,34 @@ def test_an_arrow_per_logical_block_and_from_every_table_sharing_one(ctx, files,
         page.close()
 
 
+def test_presenter_mode_keeps_every_arrow_of_the_request_in_focus(ctx, files, lessons):
+    """Presenter mode shows the block tables beside the grids, condensed to the rows the frame
+    changed: the request pointed at keeps its rows (and the rows sharing its blocks), so each
+    of its arrows is drawn at the projector's size too."""
+    lesson = lessons["shared-prompt"]
+    i, frame = next((k, f) for k, f in enumerate(lesson.right.frames) if ref_counts(f))
+    tables = frame.block_tables
+    req = max(tables, key=lambda r: frame.requests[r].order)
+    mine = set(tables[req])
+    want = sorted(
+        [(req, b) for b in tables[req]]
+        + [(r, b) for r, t in tables.items() if r != req for b in t if b in mine]
+    )
+    page = _open(ctx, files["shared-prompt"], f"#frame={i}&present=1")
+    try:
+        page.hover(f"#pk-rg rect[data-req='{req}']")
+        page.wait_for_function("() => document.querySelectorAll('.pk-pt-arrow').length > 0")
+        arrows = page.evaluate(ARROWS_JS)
+        assert sorted((a["req"], a["block"]) for a in arrows) == want
+        for a in arrows:
+            x0, y0, x1, y1 = a["box"]
+            assert min(abs(a["x"] - x0), abs(a["x"] - x1)) < 1.5 and y0 <= a["y"] <= y1, a
+        page.screenshot(path=str(ARTIFACTS / "point-arrows-present.png"))
+        assert page.errors == []  # type: ignore[attr-defined]
+    finally:
+        page.close()
+
+
 NOTES_JS = """() => { const g = document.querySelector('#pk-lg svg').getBoundingClientRect();
   const line = document.querySelector('#pk-lg .pk-callout path').getBoundingClientRect();
   const scale = g.width / document.querySelector('#pk-lg svg').viewBox.baseVal.width;

@@ -367,9 +367,35 @@ def test_the_lesson_picker_shows_each_lessons_title_and_keeps_its_folder_name_as
     picks = {(b.key or "").removeprefix("pk_lesson_pick_"): b.label for b in at.button}
     picks = {k: v for k, v in picks.items() if k in available()}
     assert sorted(picks) == available() and len(picks) > 1
+    # the introduction first (it was last, after fp8-twice ... shared-prompt), then the rest
+    assert list(picks) == ["six-steps"] + [n for n in available() if n != "six-steps"]
     for name, label in picks.items():
         toml = tomllib.loads((ROOT / "lessons" / name / "lesson.toml").read_text("utf-8"))
         assert label == toml["title"][lang] != name
     other = next(n for n in picks if n != "six-steps")
     press(at, f"pk_lesson_pick_{other}")
     assert at.session_state["pk_lesson"] == other and player(at)["lesson"] == other
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("source", ["lesson", "run.jsonl"])
+def test_a_dry_runs_source_line_says_what_ran(lesson, lang, source):
+    """A dry run's header names no model: the line read "recorded running none (forward
+    skipped) on none", and its English "(dry run: ...)" tail was added on a Chinese page too.
+    It now says the engine's own scheduler and allocators ran with the forward pass skipped."""
+    from dataclasses import replace
+
+    from viz.app import lesson as page
+
+    t = page.UI[lang]
+    dry = replace(
+        lesson,
+        source=source,
+        origin=(("model", "none (forward skipped)"), ("device", "none"), ("created", "2026-12-01")),
+    )
+    line = page._origin(dry, t)
+    assert "none" not in line and "2026-12-01" in line, line
+    want = t["recorded_dry" if source == "lesson" else "uploaded_dry"]
+    assert line == want.format(name=source, created="2026-12-01"), line
+    real = page._origin(replace(lesson, source=source), t)
+    assert "SmolLM2" in real and real != line  # a real run still names its model

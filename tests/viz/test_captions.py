@@ -322,3 +322,59 @@ def test_a_fork_that_copies_on_write_is_captioned_with_what_its_table_shares_aft
                 want = f"copied to #{e.dst} first (copy-on-write)"
                 assert any(p.startswith(f.requests[e.req].name) and want in p for p in said)
     assert copies > 0
+
+
+# what a caption may count instead of saying: a first admission, a block filled
+ROUTINE = re.compile(r"^\S+ (admitted: |admitted into the hole)|'s block \d+ is full")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_short_caption_counts_only_routine_phrases_never_the_frames_event(lesson, lang):
+    """Past three phrases a side's caption ended "+1 more", and what it left out was whatever
+    came last: S.2's copy-on-write (parallel-sampling, frame 1), D's re-admission after its
+    swap (recompute-or-swap, frame 56). Every phrase but a first admission or a filled block
+    is said, on every frame; only those are counted."""
+    counted = 0
+    for i in range(lesson.num_frames):
+        pair = captions.caption(lesson, i, lang)
+        for side, shown in zip((lesson.left, lesson.right), pair, strict=True):
+            if i >= len(side.frames):
+                continue
+            said = captions.side_phrases(side.frames[i], lang)
+            en = captions.side_phrases(side.frames[i], "en")
+            for p, p_en in zip(said, en, strict=True):
+                if ROUTINE.search(p_en):
+                    counted += p not in shown
+                else:
+                    assert p in shown, (i, p, shown)
+            left_out = sum(p not in shown for p in said)
+            if left_out:
+                assert shown.endswith(captions.text(lang)["more"].format(n=left_out)), shown
+    if lesson.spec.name == "parallel-sampling":
+        assert counted > 0  # the fork frame still counts its admissions
+
+
+def test_a_panels_rows_say_which_the_frame_changed_so_presenter_mode_keeps_them(lesson):
+    """Presenter mode condenses a panel too long for the screen to the rows the frame changed
+    (player.js): a row is marked changed exactly when it gained a block, a reservation or
+    moved tiers in this frame, and every panel carries the line that counts the rest."""
+    from viz.fold.panels import table_rows
+    from viz.render import html
+
+    hot_rows = 0
+    for side in (lesson.left, lesson.right):
+        for f in side.frames:
+            panel = html.tables_panel(f, "en")
+            assert "class='pk-dim pk-rest' data-t='+{n} unchanged' hidden" in panel
+            marked = re.findall(
+                r"<div class='pk-row( pk-hot)?' data-req='([^']*)'><span class='pk-chip[^>]*>"
+                r"([^<]+)<",
+                panel,
+            )
+            moved = {e.req for e in f.events if e.kind in ("swapped_out", "swapped_in")}
+            for row, (hot, req, label) in zip(table_rows(f), marked, strict=False):
+                assert label == row.label and req == row.req  # the row names its request
+                want = row.new or row.req in moved or any(m.new for m in row.mappings)
+                assert bool(hot) == want, (f.index, label)
+                hot_rows += want
+    assert hot_rows > 0

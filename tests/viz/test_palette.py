@@ -111,16 +111,45 @@ def _hued(colours: set[str]) -> set[str]:
 
 
 def test_the_lecture_figures_legend_paints_each_category_as_the_grid_does():
-    """The exported figure's legend drew "free" darker (#C9CED6) than the grid's free cells."""
+    """The exported figure's legend drew "free" darker (#C9CED6) than the grid's free cells,
+    and its keys were glyphs (▨, ☒) in the category's colour on white: not the grid's cells,
+    which are the colour with a stroke or a cross in the category's ink. Each key is now a
+    cell of the category's fill, marked as the grid marks it, just left of its words."""
     lesson = _six_steps()
     i = lesson.keyframes[3]
     fig = figures.side_by_side_figure(lesson.left.at(i), lesson.right.at(i), None, "en")
     words = style.words("en")
-    legend = next(a.text for a in fig.layout.annotations if words["changed"] in (a.text or ""))
-    found = re.findall(r"color:(#[0-9A-Fa-f]{6})'>[^<]*</span> ([^<]+?)(?=\s{4}|$)", legend)
-    painted = {label: colour.upper() for colour, label in found}
-    for cat in CATEGORY_COLOURS:
-        assert painted[words[cat]] == CATEGORY_COLOURS[cat].upper(), (cat, painted)
+    shapes = list(fig.layout.shapes)
+    for cat, marks in (
+        ("token_states", 0),
+        ("reservation", 0),
+        ("internal", 1),
+        ("free", 0),
+        ("external", 2),
+    ):
+        [ann] = [a for a in fig.layout.annotations if a.text == words[cat]]
+        [key] = [
+            r
+            for r in shapes
+            if r.type == "rect"
+            and r.fillcolor == CATEGORY_COLOURS[cat]
+            and r.xref == "paper"
+            and 0 < ann.x - r.x1 < 0.01
+            and r.y0 <= ann.y <= r.y1
+        ]
+        inked = [
+            p
+            for p in shapes
+            if p.type == "path"
+            and p.line.color == style.CATEGORY_MARKS[cat]
+            and all(key.x0 < float(v) < key.x1 for v in re.findall(r"[ML]([\d.]+),", p.path))
+        ]
+        assert sum(p.path.count("M") for p in inked) == marks, (cat, inked)
+    [ann] = [a for a in fig.layout.annotations if a.text == words["changed"]]
+    assert any(
+        r.type == "rect" and r.line.color == style.CHANGED and 0 < ann.x - r.x1 < 0.01
+        for r in shapes
+    )
 
 
 def test_a_chart_beside_the_categories_does_not_borrow_their_look():
@@ -254,3 +283,29 @@ def test_every_share_label_is_written_in_its_categorys_ink():
             labelled.add(by_colour[fill.upper()])
             assert ink == style.CATEGORY_MARKS[by_colour[fill.upper()]], (fill, text)
     assert "reservation" in labelled  # the shipped data do label a reserved segment
+
+
+def test_the_legends_keys_are_cells_drawn_as_the_grid_draws_them():
+    """The legend's never-used and hole keys were CSS stripes across the whole square, and
+    the changed key a white box: not what the grid draws (a short stroke or a cross in the
+    category's ink, on its fill; an outline round a cell). Each marked key is now the grid's
+    own tile: the same fill, the same mark path, the same ink."""
+    lesson = _six_steps()
+    side = lesson.left
+    layout = grid_layout(side.run.num_slots, lesson.right.run.block_size)
+    tiles = {}
+    for f in side.frames:
+        drawn = svg.arena_svg(f, layout)
+        for fill, d, ink in re.findall(
+            r"<pattern [^>]*><rect [^>]*fill='([^']+)'/><path d='([^']+)' stroke='([^']+)'", drawn
+        ):
+            tiles[fill] = (d, ink)
+    keys = re.findall(
+        r"<svg class='cell'[^>]*><rect [^>]*fill='([^']+)'/>(?:<path d='([^']+)' stroke='([^']+)')?",
+        html.legend(),
+    )
+    marked = {fill: (d, ink) for fill, d, ink in keys if d}
+    assert {CATEGORY_COLOURS["internal"], CATEGORY_COLOURS["external"]} <= set(tiles)
+    assert marked == tiles
+    assert {fill for fill, _, _ in keys} == set(CATEGORY_COLOURS.values())
+    assert "stroke='#111827' stroke-width='2.2'" in html.legend()  # the changed outline

@@ -127,7 +127,11 @@ def test_default_page_renders_from_the_shipped_results(lang):
     assert not at.exception, at.exception
     assert not at.error
     text = _page_text(at)
-    assert paper.FIG2_SOURCE in text and paper.FIG13_SOURCE in text
+    src = P.text(lang)["sources"]
+    assert src["fig2"] in text and src["fig13"] in text  # the paper by figure, in the language
+    # the essay by its title; a student has no path of this repository, nor its modules
+    assert "当 KV Cache 遇到操作系统分页" in text
+    assert "shared/seed" not in text and "engine.sim" not in text
     assert "26.8 %" in text and "32.0" in text  # the essay's figure is named, then corrected
     assert "3.125 MiB" in text and "4.35" in text
 
@@ -247,6 +251,24 @@ def test_essay_arithmetic_sentences_hold_no_number_the_code_computes(monkeypatch
         assert f"{c.prealloc_requests} " in shown["fix_prealloc"]
         assert not re.search(r"(?<![\d.])16 (requests|个请求)", shown["fix_prealloc"])
         assert f"× {shape.bytes_per_token_per_layer // 1024} KiB" in shown["fix_tail"]
+
+
+@pytest.mark.parametrize(("lang", "raw"), [("zh", "first-fit"), ("en", "首次适配")])
+def test_a_link_made_in_the_other_language_opens_the_same_placement(lang, raw):
+    """The placement and length buttons are labelled in the page's language, and a bound
+    control's link carries the label shown: a link made on the English page fell back to the
+    default placement on the Chinese one. It is read as the same option, in either tongue."""
+    at = AppTest.from_string(
+        f"from viz.app.paper import render\nrender({lang!r})", default_timeout=120
+    )
+    at.query_params["placement"] = raw
+    at.query_params["requests"] = "100"  # the smallest run: this one is simulated
+    at.run()
+    assert not at.exception, at.exception
+    placement = next(
+        w for w in at.get("button_group") if w.label == P.text(lang)["placement_label"]
+    )
+    assert placement.value == "first-fit"
 
 
 def test_mean_tail_of_a_block_averages_every_remainder():

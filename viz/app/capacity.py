@@ -39,6 +39,7 @@ from engine.sim.capacity import (
 )
 from viz import safe, ui_text
 from viz.app import model_files
+from viz.app.controls import file_uploader
 from viz.render.style import INK, MUTED
 
 TEXT = ui_text.load("capacity_page")  # viz/text/capacity_page.toml
@@ -89,7 +90,7 @@ def _pick_model(t: dict, lang: str) -> ModelShape | None:
     if kind == "preset":
         return preset(c2.selectbox(t["preset"], list(PRESETS), key="capacity_preset"), dtype)
     with c2:
-        got = _model_file(kind, ui_text.load("safe")[lang])
+        got = _model_file(kind, ui_text.load("safe")[lang], lang)
     if got is None:
         return None
     data, name = got
@@ -140,22 +141,23 @@ def _read_shape(kind: str, data: bytes, name: str, dtype: str | None) -> ModelSh
     return got
 
 
-def _model_file(kind: str, s: dict) -> tuple[bytes, str] | None:
+def _model_file(kind: str, s: dict, lang: str) -> tuple[bytes, str] | None:
     """The model file's bytes (bounded) and a name for errors: an upload, or a server path
     when the app listens on localhost only (see viz.app.model_files for the bounds)."""
     limit = model_files.GGUF_MAX_BYTES if kind == "gguf" else model_files.CONFIG_MAX_BYTES
     mb = max(1, limit >> 20)
     if kind == "gguf":
-        up = st.file_uploader(
+        up = file_uploader(
             s["gguf_upload"].format(mb=mb),
             key="capacity_gguf_upload",
-            max_upload_size=mb,
+            lang=lang,
+            max_mb=mb,
             # the uploader counts a MB as 10**6 bytes: `head -c 8M` (8 MiB) would be refused
             help=s["gguf_help"].format(head_bytes=mb * 1_000_000),
         )
     else:
-        up = st.file_uploader(
-            s["config_upload"], type=["json"], key="capacity_config_upload", max_upload_size=mb
+        up = file_uploader(
+            s["config_upload"], type=["json"], key="capacity_config_upload", lang=lang, max_mb=mb
         )
     path = ""
     if model_files.server_paths_allowed(_server_address()):
@@ -275,10 +277,10 @@ def _int_list(text: str, what: str, t: dict) -> tuple[int, ...]:
 
 def _unit_metrics(r: CapacityReport, t: dict) -> None:
     s, b = r.shape, r.block_size
-    st.subheader(
-        f"{safe.md_text(s.name, 80)}: {s.num_layers} x {s.num_kv_heads} KV heads x {s.head_dim}, "
-        f"{s.dtype_bytes} B"
+    shape = t["shape"].format(
+        layers=s.num_layers, heads=s.num_kv_heads, dim=s.head_dim, bytes=s.dtype_bytes
     )
+    st.subheader(f"{safe.md_text(s.name, 80)}: {shape}")
     values = [
         ("per_token_layer", s.bytes_per_token_per_layer),
         ("per_token", s.bytes_per_token),
@@ -315,7 +317,9 @@ def _request_table(r: CapacityReport, t: dict) -> None:
 
 
 def _block_table(r: CapacityReport, t: dict) -> None:
-    st.markdown(f"**{t['table_h']}** (block {r.block_size}, {r.entry_bytes} B / entry)")
+    st.markdown(
+        f"**{t['table_h']}** " + t["table_sub"].format(block=r.block_size, entry=r.entry_bytes)
+    )
     st.dataframe(
         [
             {t["length"]: x["length"], t["entries"]: x["entries"], t["bytes"]: x["bytes"]}

@@ -136,7 +136,8 @@ def _current(t: dict) -> tuple[S.Lab, list[S.FieldError]]:
 def _show_errors(errors: list[S.FieldError], t: dict) -> None:
     for e in errors:
         where = (
-            t["row"].format(n=e.row + 1, field=e.field)
+            # a request's field by its column's heading, as the table shows it
+            t["row"].format(n=e.row + 1, field=t.get(f"col_{e.field}", e.field))
             if e.row is not None
             else t["arena"].format(field=e.field)
         )

@@ -26,7 +26,7 @@ from viz import safe, ui_text
 from viz.app import address
 from viz.app.boundary import boundary
 from viz.app.component import mount_player
-from viz.app.controls import choice_buttons
+from viz.app.controls import choice_buttons, file_uploader
 from viz.app.live_registry import REGISTRY, session_alive, session_id
 from viz.export import frame_csv, standalone
 from viz.export import lecture as export
@@ -83,6 +83,11 @@ UI = {
         "recorded": "Every frame below is folded from allocator events the engine "
         "recorded running {model} on {device} ({created}).",
         "uploaded": "Replaying {name}: events recorded running {model} on {device} ({created}).",
+        "recorded_dry": "Every frame below is folded from allocator events the engine recorded "
+        "in a dry run ({created}): its own scheduler and allocators, the model's forward pass "
+        "skipped, each request stopping at its scripted length.",
+        "uploaded_dry": "Replaying {name}: events recorded in a dry run ({created}): the "
+        "engine's scheduler and allocators, the model's forward pass skipped.",
         "live_go": "Record on the engine now",
         "live_stop": "Stop",
         "live_wait": "Starting the engine… (loading the model takes a moment)",
@@ -118,6 +123,10 @@ UI = {
         "recorded": "下面每一帧都由引擎运行 {model}（设备 {device}，{created}）时记录的"
         "分配器事件逐条折叠而来。",
         "uploaded": "回放 {name}：引擎运行 {model}（设备 {device}，{created}）时记录的事件。",
+        "recorded_dry": "下面每一帧都由引擎空跑（{created}）时记录的分配器事件逐条折叠而来："
+        "调度器和分配器是引擎自己的，跳过了模型的前向计算，每个请求在脚本给定的长度停止。",
+        "uploaded_dry": "回放 {name}：引擎空跑（{created}）时记录的事件：调度器和分配器是引擎"
+        "自己的，跳过了模型的前向计算。",
         "live_go": "现在用引擎录制",
         "live_stop": "停止",
         "live_wait": "正在启动引擎……（加载模型需要一点时间）",
@@ -241,6 +250,9 @@ def _ss():
     return st.session_state
 
 
+INTRO = "six-steps"  # the lesson a link without ?lesson= opens, listed first
+
+
 def _init_from_url(names: list[str], t: dict) -> None:
     """Read ``?lesson=`` and ``?frame=`` once per session; later the session is the truth and
     the URL follows it."""
@@ -248,7 +260,7 @@ def _init_from_url(names: list[str], t: dict) -> None:
     if "pk_frame" in ss:
         return
     qp = st.query_params
-    default = "six-steps" if "six-steps" in names else (names[0] if names else "")
+    default = INTRO if INTRO in names else (names[0] if names else "")
     raw_lesson = qp.get("lesson", default)
     ss.pk_lesson = raw_lesson if raw_lesson in names else default
     if raw_lesson not in names:
@@ -274,7 +286,8 @@ def render(lang: str = "en") -> None:
     t = UI.get(lang, UI["en"])
     st.html(html.CSS)
     root = lessons_root()
-    names = available(root) + kernel_lessons(root)
+    # the introduction first, where a newcomer starts; the others in their folders' order
+    names = sorted(available(root), key=lambda n: n != INTRO) + kernel_lessons(root)
     _init_from_url(names, t)
     ss = _ss()
     if not names:
@@ -291,7 +304,7 @@ def render(lang: str = "en") -> None:
     source = _header(spec, names, lang, t)
     if ss.get("pk_notice"):
         st.info(safe.md_text(ss.pop("pk_notice")))
-    lesson = _lesson_for(source, spec, root, t)
+    lesson = _lesson_for(source, spec, root, t, lang)
     if lesson is None:
         _sync_url(ss.pk_lesson)
         return
@@ -314,17 +327,17 @@ def render(lang: str = "en") -> None:
 def _origin(lesson: Lesson | Outline, t: dict) -> str:
     """Where the frames come from, in one line (from the trace's own header)."""
     o = dict(lesson.origin)
-    dry = " (dry run: forward pass skipped)" if o.get("forward") == "skip" else ""
+    # a dry run's header names no model ("none (forward skipped)" on "none"): say what ran
+    dry = o.get("forward") == "skip" or str(o.get("model", "")).startswith("none")
     where = t["uploaded"] if lesson.source not in ("lesson", "live") else t["recorded"]
+    if dry:
+        where = t["uploaded_dry"] if lesson.source not in ("lesson", "live") else t["recorded_dry"]
     m = safe.md_text  # the header is the trace's own words: text, never markdown
-    return (
-        where.format(
-            name=m(lesson.source),
-            model=m(o.get("model", "?")),
-            device=m(o.get("device", "?")),
-            created=m(o.get("created", "?")[:10]),
-        )
-        + dry
+    return where.format(
+        name=m(lesson.source),
+        model=m(o.get("model", "?")),
+        device=m(o.get("device", "?")),
+        created=m(o.get("created", "?")[:10]),
     )
 
 
@@ -420,9 +433,9 @@ def _header(spec, names: list[str], lang: str, t: dict) -> str:
     return ss.pk_source
 
 
-def _lesson_for(source: str, spec, root: Path, t: dict) -> Lesson | Outline | None:
+def _lesson_for(source: str, spec, root: Path, t: dict, lang: str) -> Lesson | Outline | None:
     if source == "upload":
-        return _upload(spec, root, t)
+        return _upload(spec, root, t, lang)
     if source == "live":
         return _live(spec, root, t)
     path = trace_path(spec)
@@ -441,12 +454,13 @@ def _lesson_for(source: str, spec, root: Path, t: dict) -> Lesson | Outline | No
         return None
 
 
-def _upload(spec, root: Path, t: dict) -> Outline | None:
-    up = st.file_uploader(
+def _upload(spec, root: Path, t: dict, lang: str) -> Outline | None:
+    up = file_uploader(
         t["upload"],
         type=["jsonl", "json", "txt"],
         key="pk_upload",
-        max_upload_size=MAX_UPLOAD_MB,
+        lang=lang,
+        max_mb=MAX_UPLOAD_MB,
         help=t["upload_help"],
     )
     if up is None:

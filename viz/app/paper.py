@@ -46,7 +46,7 @@ NAMES = {
 PAPER_CATEGORIES = ("token_states", "reservation", "internal", "external")
 
 
-def text(lang: str) -> dict[str, str]:
+def text(lang: str) -> dict:
     return ui_text.load("paper_fidelity")[lang if lang in ui_text.LANGS else "en"]
 
 
@@ -84,8 +84,26 @@ def result_for(config: SimConfig, lang: str = "en") -> WorkloadResult:
     return WorkloadResult(config, inp, out, _cached_rows(config, lang))
 
 
+def _same_option_in_any_language(key: str, options, t: dict) -> None:
+    """A bound control's link names its option by the label shown (``?placement=伙伴分配``): a
+    link made on the page in the other language, or with the option's own name, is read as
+    the same option, in this page's label (else the control would fall back to its default)."""
+    raw = st.query_params.get(key)
+    if raw is None:
+        return
+    for k in options:
+        names = {k} | {text(lang)["options"].get(k, k) for lang in ui_text.LANGS}
+        label = t["options"].get(k, k)
+        if raw in names and raw != label:
+            st.session_state[key] = k
+            st.query_params[key] = label
+            return
+
+
 def _controls(t: dict) -> SimConfig:
     # Bound to the URL (?workload=alpaca&requests=300...), so a link opens the same run.
+    _same_option_in_any_language("placement", PLACEMENTS, t)
+    _same_option_in_any_language("dist", LENGTH_DISTS, t)
     c1, c2, c3 = st.columns(3)
     wl = (
         c1.segmented_control(
@@ -119,6 +137,7 @@ def _controls(t: dict) -> SimConfig:
             key="placement",
             required=True,
             bind="query-params",
+            format_func=lambda k: t["options"].get(k, k),
         )
         or "buddy"
     )
@@ -131,6 +150,7 @@ def _controls(t: dict) -> SimConfig:
             key="dist",
             required=True,
             bind="query-params",
+            format_func=lambda k: t["options"].get(k, k),
         )
         or "lognormal"
     )
@@ -161,17 +181,21 @@ def render(lang: str = "en") -> None:
     st.caption(
         t["setting"].format(
             workload=name,
-            dist=config.length_dist
-            + (f", sigma {config.sigma:g}" if config.length_dist == "lognormal" else ""),
+            dist=t["options"].get(config.length_dist, config.length_dist)
+            + (
+                f", {t['sigma_short']} {config.sigma:g}"
+                if config.length_dist == "lognormal"
+                else ""
+            ),
             inp=res.mean_input,
             out=res.mean_output,
             pin=mean_in,
             pout=mean_out,
             slots=config.num_slots,
-            table1=P.TABLE1_SOURCE,
+            table1=t["sources"]["table1"],
             bs=config.block_size,
             mml=config.max_model_len,
-            placement=config.placement,
+            placement=t["options"].get(config.placement, config.placement),
         )
         + " "
         + window
@@ -232,7 +256,8 @@ def preemption_note(rows: list[PolicyRow], lang: str, t: dict, spread: Spread | 
 
 def _fixes(fixes: list[essay_fixes.Fix], t: dict) -> None:
     for fix in fixes:
-        st.info(t[fix.key].format(**fix.values) + " " + t["source"].format(src=fix.source))
+        src = t["sources"][fix.source]
+        st.info(t[fix.key].format(**fix.values) + " " + t["source"].format(src=src))
 
 
 def _fig2(
@@ -251,7 +276,7 @@ def _fig2(
         config={"displayModeBar": False},
     )
     cap = "fig2_cap" if workload == P.FIG2_WORKLOAD else "fig2_cap_other"
-    st.caption(t[cap].format(src=P.FIG2_SOURCE, workload=WORKLOAD_NAMES[workload]))
+    st.caption(t[cap].format(src=t["sources"]["fig2"], workload=WORKLOAD_NAMES[workload]))
     st.dataframe(breakdown_table(rows, lang, workload, spread), hide_index=True)
     st.caption(
         t["spread_cap"].format(seeds=SEED_SPAN, n=len(SEEDS), seed=seed)
@@ -432,7 +457,7 @@ def _concurrency(rows: list[PolicyRow], workload: str, lang: str, t: dict) -> No
         key="paper_conc",
         config={"displayModeBar": False},
     )
-    st.caption(t["conc_cap"].format(src=P.FIG13_SOURCE, which=which))
+    st.caption(t["conc_cap"].format(src=t["sources"]["fig13"], which=which))
     ratios = concurrency_ratios(rows, workload)
     lines = [
         t["ratio_row"].format(name=P.PAPER_NAMES[p], ours=ratios[p][0], paper=ratios[p][1])

@@ -32,6 +32,7 @@ from engine.interop.kv_events import EndpointError, parse_endpoint
 from viz import safe, ui_text
 from viz.app import model_files
 from viz.app.boundary import boundary
+from viz.app.controls import file_uploader
 from viz.app.live_registry import session_alive, session_id
 from viz.watch.allowed import ENV, Allowed
 from viz.watch.held import Held
@@ -87,7 +88,7 @@ def render(lang: str = "en") -> None:
         HELD.drop(session_id())  # the uploader is gone, and its file with it
         _live(t)
     else:
-        _recording(t)
+        _recording(t, lang)
 
 
 # --- live -------------------------------------------------------------------------------------
@@ -297,9 +298,11 @@ def _live_view(sub: Subscriber, t: dict) -> None:
 # --- recording --------------------------------------------------------------------------------
 
 
-def _recording(t: dict) -> None:
+def _recording(t: dict, lang: str) -> None:
     sid = session_id()
-    up = st.file_uploader(t["upload"], type=["jsonl"], key="kvw_upload")
+    up = file_uploader(
+        t["upload"], type=["jsonl"], key="kvw_upload", lang=lang, max_mb=safe.MAX_UPLOAD_MB
+    )
     if up is None:
         HELD.drop(sid)  # a removed file's batches go with it
         st.caption(t["upload_hint"])

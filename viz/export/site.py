@@ -276,7 +276,9 @@ def sources_page() -> str:
         uses = "".join(f"<li>{markdown(u)}</li>" for u in s["uses"].values())
         corrections = "".join(
             "<li>"
-            + markdown(f[x.key].format(**x.values) + " " + f["source"].format(src=x.source))
+            + markdown(
+                f[x.key].format(**x.values) + " " + f["source"].format(src=f["sources"][x.source])
+            )
             + "</li>"
             for x in fixes
         )

@@ -37,6 +37,12 @@ def _one(key: str, n: int) -> str:
 
 def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
     """What happened on one side in this frame, most telling first."""
+    return _phrases(frame, lang)[0]
+
+
+def _phrases(frame: Frame, lang: str) -> tuple[list[str], set[int]]:
+    """``side_phrases`` and which of them are routine (a first admission, a block filled): the
+    ones a short caption may count instead of saying."""
     t = text(lang)
     paged = frame.run.allocator == PAGED
     evs = frame.events
@@ -56,6 +62,7 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
     reserved = {e.req: e for e in evs if isinstance(e, E.SlotsReserved)}
     swapped_out = {e.req for e in evs if isinstance(e, E.SwappedOut)}
     out: list[str] = []
+    routine: set[int] = set()
     for e in evs:
         if isinstance(e, E.Finished):
             name, never = _name(frame, e.req), frame.never_filled(e.req)
@@ -98,6 +105,8 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
             n, k = blocks.get(a.req, 0), max(0, shared.get(a.req, 0))
             # back after a preemption or a swap: it holds its output so far too
             key = "readmitted_paged" if a.num_tokens > prompt else "admitted_paged"
+            if key == "admitted_paged":
+                routine.add(len(out))
             out.append(
                 t[_one(key + ("_shared" if k else ""), n)].format(
                     req=_name(frame, a.req), prompt=prompt, tokens=a.num_tokens, blocks=n, shared=k
@@ -105,6 +114,7 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
             )
         elif a.req in reserved:
             r = reserved[a.req]
+            routine.add(len(out))
             out.append(
                 t["admitted_contig"].format(req=_name(frame, a.req), start=r.start, length=r.length)
             )
@@ -123,6 +133,7 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
         )
     for e in evs:
         if isinstance(e, E.BlockAllocated) and e.req not in admitted_ids and e.logical > 0:
+            routine.add(len(out))
             out.append(
                 t["block_full"].format(
                     req=_name(frame, e.req),
@@ -136,16 +147,27 @@ def side_phrases(frame: Frame, lang: str = "en") -> list[str]:
         # the left's pale cells are a guess at what will be written: say when it is settled
         decode = "decode" if paged or not frame.reservations else "decode_contig"
         out.append(t[decode].format(n=len(writers)) if writers else t["idle"])
-    return out
+    return out, routine
 
 
 def side_caption(frame: Frame, lang: str = "en", ended: bool = False) -> str:
     t = text(lang)
     if ended:
         return t["ended"]
-    phrases = side_phrases(frame, lang)
+    phrases, routine = _phrases(frame, lang)
     if len(phrases) > MAX_PHRASES:
-        phrases = phrases[:MAX_PHRASES] + [t["more"].format(n=len(phrases) - MAX_PHRASES)]
+        # what the frame is about (a copy-on-write, a swap, a re-admission, a request that
+        # waits) is always said; only routine phrases past the first few are counted
+        room = MAX_PHRASES - (len(phrases) - len(routine))
+        keep = []
+        for k in range(len(phrases)):
+            if k in routine:
+                if room <= 0:
+                    continue
+                room -= 1
+            keep.append(k)
+        if len(keep) < len(phrases):
+            phrases = [phrases[k] for k in keep] + [t["more"].format(n=len(phrases) - len(keep))]
     return "; ".join(phrases) if lang == "en" else "；".join(phrases)
 
 

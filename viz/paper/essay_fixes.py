@@ -1,5 +1,6 @@
-"""Where the essay and its sources disagree: each claim, the value that holds, and where that
-value comes from. The essay is cited by its title (``ESSAY``), the paper by section and figure. Every corrected number is computed here from the paper's cited
+"""Where the essay (*PagedAttention：当 KV Cache 遇到操作系统分页*) and its sources disagree: each
+claim, the value that holds, and where that value comes from. The essay is cited by its title
+(``ESSAY``), the paper by section and figure. Every corrected number is computed here from the paper's cited
 figures (engine.sim.paper) or from exact capacity arithmetic (engine.sim.capacity); the page supplies
 the sentences (viz/text/paper_fidelity.toml). Pure Python, no torch.
 """
@@ -20,7 +21,7 @@ from engine.sim.capacity import (
     concurrency,
     format_bytes,
 )
-from engine.sim.paper import FIG2, FIG2_SOURCE, FIG13_SOURCE, PAPER, fig13_ratio
+from engine.sim.paper import FIG2, fig13_ratio
 
 #: The essay this project teaches, by its title (it is cited so, never by where a copy is kept).
 ESSAY = "《PagedAttention：当 KV Cache 遇到操作系统分页》"
@@ -29,15 +30,18 @@ ESSAY = "《PagedAttention：当 KV Cache 遇到操作系统分页》"
 LLAMA70B = PRESETS["llama-2-70b"]
 #: The essay's "约 140 GB" of weights: 70e9 parameters x 2 bytes, a decimal GB.
 ESSAY_WEIGHT_BYTES = 70 * 10**9 * 2
-ABSTRACT_SOURCE = f"{PAPER}, abstract"
-TERMS_SOURCE = f"{PAPER}, §3 and Fig. 2"
-ARITHMETIC_SOURCE = "exact arithmetic (engine.sim.capacity)"
-VLLM_TABLE_SOURCE = "vLLM v1's worker block table (BlockTable: int32 entries, rows of cdiv(max_model_len, block_size))"
-PREFILL_SOURCE = f"{PAPER}, §4.3 and Fig. 6; this engine's PagedAllocator"
-LAUNCH_SOURCE = f"{PAPER}, §7.2; this project's decode kernel (kernels/paged_attention.py)"
-RESERVATION_SOURCE = f"{PAPER}, §3 and Fig. 2"
-THROUGHPUT_SOURCE = f"{ABSTRACT_SOURCE}; exact arithmetic (engine.sim.capacity)"
-UNVERIFIED_SOURCE = "none found: no published DeepSeek-V4 configuration or report to check against"
+#: Sources, as keys of the page's ``sources`` table (viz/text/paper_fidelity.toml): the paper by
+#: figure or section in the reader's language, never a file of this repository.
+FIG2_SOURCE = "fig2"
+TERMS_SOURCE = "terms"
+FIG13A_ABSTRACT_SOURCE = "fig13a_abstract"
+ARITHMETIC_SOURCE = "arithmetic"
+BLOCK_TABLE_SOURCE = "block_table"
+PREFILL_SOURCE = "prefill"
+LAUNCH_SOURCE = "launches"
+RESERVATION_SOURCE = "terms"
+THROUGHPUT_SOURCE = "throughput"
+UNVERIFIED_SOURCE = "unverified"
 #: The essay's §2.2 example: max_model_len 32,768 and a 2,000-token prompt.
 ESSAY_MAX_LEN, ESSAY_PROMPT = 32_768, 2_000
 ESSAY_BLOCK = 16  # the essay's default block size (§3.3)
@@ -49,7 +53,7 @@ class Fix:
 
     key: str
     values: dict[str, str]
-    source: str
+    source: str  # a key of the text's ``sources`` table
 
 
 def _pct(x: float) -> str:
@@ -93,7 +97,7 @@ def concurrency_fix() -> Fix:
     return Fix(
         "fix_concurrency",
         {p: f"{fig13_ratio('sharegpt', p):.2f}" for p in ("pow2", "oracle", "paged")},
-        f"{FIG13_SOURCE}a; {ABSTRACT_SOURCE}",
+        FIG13A_ABSTRACT_SOURCE,
     )
 
 
@@ -165,7 +169,7 @@ def _arithmetic() -> list[Fix]:
                 "vllm_bytes": f"{vllm:,}",
                 "vllm_mib": f"{vllm / MiB:g}",
             },
-            f"{ARITHMETIC_SOURCE}; {VLLM_TABLE_SOURCE}",
+            BLOCK_TABLE_SOURCE,
         ),
     ]
 

@@ -17,7 +17,8 @@ from viz.player.payload import ASSETS, TL_H, TL_PAD, TL_W, Pieces, markdown
 from viz.render import kernel as draw
 from viz.render.style import INK, MUTED
 
-#: The player's UI strings the payload carries, as ``payload.envelope`` sends them
+#: The player's UI strings the payload carries, as ``payload.envelope`` sends them, less the
+#: projector theme's: these drawings are inked for white paper, so the player offers no theme
 TEXT_KEYS = (
     "left",
     "right",

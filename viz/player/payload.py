@@ -355,6 +355,7 @@ def envelope(lesson: Lesson, lang: str, chs: list[chapters.Chapter], z: bytes) -
                 "key_space",
                 "key_speed",
                 "key_f",
+                "key_theme",
                 "key_help",
                 "key_timeline",
                 "present_hint",

@@ -182,6 +182,7 @@ function ptFocus(p, req, kbd) {
   if (pt.focus === req) return;
   pt.focus = req;
   ptMark(p);
+  if (p.present) p.fitPanels();  // a condensed panel gives the request's rows back
   ptArrows(p);
 }
 
@@ -388,7 +389,9 @@ function ptPost(p, msg) {
 
 function ptSend(p) {
   const pt = p.pt;
-  if (!p.data || p.i < 0 || (!pt.console && !pt.heard)) return;
+  // A console speaks once it has followed the lesson window: its own first frame, sent while
+  // the lecturer already stepped on, would pull the lesson window back.
+  if (!p.data || p.i < 0 || (pt.console ? !pt.followed : !pt.heard)) return;
   ptPost(p, { type: "pk-frame", from: pt.console ? "console" : "lesson",
               content: p.data.content, frame: p.i });
 }

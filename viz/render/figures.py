@@ -313,30 +313,90 @@ def _side_text(fig: go.Figure, frame: Frame, x0: float, lang: str) -> None:
     )
 
 
+LEGEND_CELL = 14  # px: a legend key, a grid cell at the figure's scale
+LEGEND_Y = 0.30  # paper y of the legend's keys' bottom edge
+
+
 def _legend_line(fig: go.Figure, lang: str) -> None:
-    """The grid legend in words and coloured squares (a figure cannot borrow the app's CSS)."""
+    """The grid legend: each key a cell drawn as the grid draws it (its fill, the never-used
+    stroke or the hole's cross in the category's ink, the changed outline round a free cell),
+    then its words. Shapes in paper coordinates, from the figure's size in px."""
     w = words(lang)
-    c = CATEGORY_COLOURS
+    lay = fig.layout
+    px_x = 1 / (lay.width - lay.margin.l - lay.margin.r)
+    px_y = 1 / (lay.height - lay.margin.t - lay.margin.b)
     items = [
-        (c["token_states"], "■", w["token_states"]),
-        (c["reservation"], "■", w["reservation"]),
-        (c["internal"], "▨", w["internal"]),
-        (c["free"], "■", w["free"]),
-        (c["external"], "☒", w["external"]),
-        (CHANGED, "□", w["changed"]),
+        ("token_states", "", w["token_states"]),
+        ("reservation", "", w["reservation"]),
+        ("internal", "stroke", w["internal"]),
+        ("free", "", w["free"]),
+        ("external", "cross", w["external"]),
+        ("free", "changed", w["changed"]),
     ]
-    text = "    ".join(f"<span style='color:{c}'>{g}</span> {t}" for c, g, t in items)
-    fig.add_annotation(
-        x=0,
-        y=0.30,
-        xref="paper",
-        yref="paper",
-        xanchor="left",
-        yanchor="bottom",
-        showarrow=False,
-        text=text,
-        font=dict(size=12, color=INK),
-    )
+    shapes, x = [], 0.0
+    y0, y1 = LEGEND_Y, LEGEND_Y + LEGEND_CELL * px_y
+    for cat, mark, text in items:
+        x0, x1 = x * px_x, (x + LEGEND_CELL) * px_x
+        shapes.append(
+            dict(
+                type="rect",
+                xref="paper",
+                yref="paper",
+                x0=x0,
+                x1=x1,
+                y0=y0,
+                y1=y1,
+                fillcolor=CATEGORY_COLOURS[cat],
+                line=dict(width=0),
+            )
+        )
+        # the grid's mark: 28 % of the cell either side of its middle
+        dx, dy, cx, cy = 0.28 * (x1 - x0), 0.28 * (y1 - y0), (x0 + x1) / 2, (y0 + y1) / 2
+        paths = {
+            "stroke": [((cx - dx, cy - dy), (cx + dx, cy + dy))],
+            "cross": [
+                ((cx - dx, cy - dy), (cx + dx, cy + dy)),
+                ((cx - dx, cy + dy), (cx + dx, cy - dy)),
+            ],
+        }.get(mark, [])
+        if paths:
+            d = "".join(f"M{a[0]:.5f},{a[1]:.5f}L{b[0]:.5f},{b[1]:.5f}" for a, b in paths)
+            shapes.append(
+                dict(
+                    type="path",
+                    xref="paper",
+                    yref="paper",
+                    path=d,
+                    line=dict(color=CATEGORY_MARKS[cat], width=1.3),
+                )
+            )
+        if mark == "changed":
+            shapes.append(
+                dict(
+                    type="rect",
+                    xref="paper",
+                    yref="paper",
+                    x0=x0,
+                    x1=x1,
+                    y0=y0,
+                    y1=y1,
+                    line=dict(color=CHANGED, width=2.2),
+                )
+            )
+        fig.add_annotation(
+            x=x1 + 5 * px_x,
+            y=(y0 + y1) / 2,
+            xref="paper",
+            yref="paper",
+            xanchor="left",
+            yanchor="middle",
+            showarrow=False,
+            text=plotly_text(text),
+            font=dict(size=12, color=INK),
+        )
+        # the words' width at 12 px, a CJK character one em and others 0.6: never short
+        x += LEGEND_CELL + 5 + 12 * sum(1.0 if ord(c) > 0x2E80 else 0.6 for c in text) + 18
+    fig.layout.shapes = tuple(fig.layout.shapes) + tuple(shapes)
 
 
 def _header_and_narration(fig: go.Figure, step: RenderedStep | None, lang: str) -> None:

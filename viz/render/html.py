@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from html import escape
 
+from engine.core import events as E
 from engine.core.accounting import CATEGORIES
 from viz.fold.panels import finished_labels, queue_entries, table_rows
 from viz.fold.percent import percents
@@ -20,6 +21,7 @@ from viz.render.style import (
     SIDE_COLOURS,
     words,
 )
+from viz.render.svg import swatch
 
 MAX_ROWS = 14  # requests listed per panel; a classroom arena never has more
 MAX_MAPS = 12  # block-table entries shown per request (first ones, "…", the last two)
@@ -70,8 +72,8 @@ CSS = f"""
   line-height:1.2rem; }}
 .pk-legend {{ display:flex; flex-wrap:wrap; gap:.3rem 1.1rem; font-size:13px; color:{INK};
   align-items:center; }}
-.pk-legend span.cell {{ display:inline-block; width:15px; height:15px; border-radius:2px;
-  margin-right:5px; vertical-align:-3px; position:relative; }}
+.pk-legend svg.cell {{ display:inline-block; width:15px; height:15px; margin-right:5px;
+  vertical-align:-3px; }}
 .pk-legend {{ margin-top: .4rem; }}
 .pk-side-body {{ display:flex; gap:.9rem; align-items:flex-start; margin-top:.5rem; }}
 .pk-side-grid {{ flex: 5 1 0; min-width:0; }}
@@ -178,6 +180,7 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
     w = words(lang)
     paged = frame.run.allocator == PAGED
     rows = table_rows(frame)
+    moved = {e.req for e in frame.events if isinstance(e, (E.SwappedOut, E.SwappedIn))}
     out = [f"<h5>{escape(w['block_tables'] if paged else w['reservations'])}</h5>"]
     if not rows:
         out.append(f"<div class='pk-dim'>{escape(w['none'])}</div>")
@@ -197,8 +200,10 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
                 f"<span class='{cls}'>[{start}, {start + length})</span>"
                 f"<span class='pk-dim'>{row.filled}/{length}</span>"
             )
+        # a row this frame changed: kept when presenter mode condenses the panel (player.js)
+        hot = row.new or row.req in moved or any(m.new for m in row.mappings)
         out.append(
-            f"<div class='pk-row' data-req='{escape(row.req)}'>"
+            f"<div class='pk-row{' pk-hot' if hot else ''}' data-req='{escape(row.req)}'>"
             f"{_chip(row.label, row.order, req=row.req)}{body}</div>"
         )
     if len(rows) > MAX_ROWS:
@@ -207,11 +212,19 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
         v = frame.requests[req]
         maps = "".join(f"<span class='pk-map'>{n}→c{c}</span>" for n, c in enumerate(table))
         out.append(
-            f"<div class='pk-row' data-req='{escape(req)}'>{_chip(v.name, v.order, req=req)}"
+            f"<div class='pk-row{' pk-hot' if req in moved else ''}' data-req='{escape(req)}'>"
+            f"{_chip(v.name, v.order, req=req)}"
             f"<div class='pk-maps'>"
             f"<span class='pk-dim'>{escape(w['cpu_n'])}&nbsp;</span>{maps}</div></div>"
         )
-    return f"<div class='pk-panel'>{''.join(out)}</div>"
+    out.append(_unchanged(w))
+    return f"<div class='pk-panel pk-tables'>{''.join(out)}</div>"
+
+
+def _unchanged(w: dict) -> str:
+    """The line presenter mode shows in place of the unchanged rows it leaves out of a panel
+    too long for the screen (player.js fills in how many)."""
+    return f"<div class='pk-dim pk-rest' data-t='{escape(w['unchanged'])}' hidden></div>"
 
 
 def queue_panel(frame: Frame, lang: str = "en") -> str:
@@ -245,34 +258,27 @@ def queue_panel(frame: Frame, lang: str = "en") -> str:
                 )
     done = finished_labels(frame)
     if done:
-        out.append(f"<div class='pk-dim'>{escape(w['finished'])}: {escape(', '.join(done))}</div>")
+        colon = "：" if lang == "zh" else ": "
+        out.append(
+            f"<div class='pk-dim pk-done'>{escape(w['finished'])}{colon}"
+            f"{escape(', '.join(done))}</div>"
+        )
     if len(out) == 1:
         out.append(f"<div class='pk-dim'>{escape(w['none'])}</div>")
-    return f"<div class='pk-panel'>{''.join(out)}</div>"
+    return f"<div class='pk-panel pk-queue'>{''.join(out)}</div>"
 
 
 def legend(lang: str = "en") -> str:
-    """What the grid's cells mean, drawn with the grid's own colours and marks: one colour per
-    category, and requests (letters) in ink."""
+    """What the grid's cells mean, each key a cell drawn as the grid draws it
+    (``viz.render.svg.swatch``: the same fill, stroke or cross, and outline)."""
     w = words(lang)
-    c, m = CATEGORY_COLOURS, CATEGORY_MARKS
-
-    def marked(cat: str, angles: tuple[int, ...]) -> str:
-        lines = ", ".join(
-            f"linear-gradient({a}deg, transparent 42%, {m[cat]} 43%, {m[cat]} 57%, transparent 58%)"
-            for a in angles
-        )
-        return f"background:{lines}, {c[cat]}"
-
     items = [
-        (f"background:{c['token_states']}", w["token_states"]),
-        (f"background:{c['reservation']}", w["reservation"]),
-        (marked("internal", (45,)), w["internal"]),
-        (f"background:{c['free']}", w["free"]),
-        (marked("external", (45, 135)), w["external"]),
-        (f"background:white;border:2px solid {CHANGED}", w["changed"]),
+        (swatch("token_states"), w["token_states"]),
+        (swatch("reservation"), w["reservation"]),
+        (swatch("internal"), w["internal"]),
+        (swatch("free"), w["free"]),
+        (swatch("external"), w["external"]),
+        (swatch("free", changed=True), w["changed"]),
     ]
-    cells = "".join(
-        f"<span><span class='cell' style='{s}'></span>{escape(t)}</span>" for s, t in items
-    )
+    cells = "".join(f"<span>{s}{escape(t)}</span>" for s, t in items)
     return f"<div class='pk-legend'>{cells}</div>"

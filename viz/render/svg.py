@@ -19,7 +19,15 @@ from viz.fold.panels import label_starts
 from viz.fold.reducer import CELL_CATEGORY, HOLE, INTERNAL, PAGED, Frame
 from viz.render.cpu_grid import cpu_tier_svg, tier_height
 from viz.render.layout import HOVER_MAX_SLOTS, GridLayout, changed_runs
-from viz.render.style import CHANGED, MUTED, cell_colour, cell_ink, words
+from viz.render.style import (
+    CATEGORY_COLOURS,
+    CATEGORY_MARKS,
+    CHANGED,
+    MUTED,
+    cell_colour,
+    cell_ink,
+    words,
+)
 from viz.render.to_scale import text_scale
 
 CELL = 20  # user units per cell (pitch)
@@ -134,6 +142,38 @@ def _note(lines: Sequence[str], top: float, width: float) -> str:
     return f"<g class='pk-scale'>{''.join(out)}</g>" if out else ""
 
 
+def _mark(kind: str, c: float, mid: float, d: float, e: float) -> str:
+    """A marked cell's stroke (never-used slots) or cross (unusable holes), round its middle."""
+    if kind == "stroke":
+        return f"M{c - d:.1f},{mid + e:.1f}L{c + d:.1f},{mid - e:.1f}"
+    return (
+        f"M{c - d:.1f},{mid - e:.1f}L{c + d:.1f},{mid + e:.1f}M{c - d:.1f},{mid + e:.1f}"
+        f"L{c + d:.1f},{mid - e:.1f}"
+    )
+
+
+def swatch(category: str, changed: bool = False) -> str:
+    """One grid cell of ``category`` as a small inline SVG, drawn as the grid draws it (fill,
+    mark and ink; with ``changed``, the frame's outline round a free cell): the legend's key."""
+    s = CELL - GAP
+    code = {"internal": INTERNAL, "external": HOLE}.get(category)
+    fill, ink = CATEGORY_COLOURS[category], CATEGORY_MARKS[category]
+    mark = ""
+    if code is not None:
+        kind = "stroke" if code == INTERNAL else "cross"
+        mark = f"<path d='{_mark(kind, s / 2, s / 2, s * 0.28, s * 0.28)}' stroke='{ink}' stroke-width='1.3'/>"
+    outline = (
+        f"<rect x='1.1' y='1.1' width='{s - 2.2}' height='{s - 2.2}' fill='none' "
+        f"stroke='{CHANGED}' stroke-width='2.2'/>"
+        if changed
+        else ""
+    )
+    return (
+        f"<svg class='cell' viewBox='0 0 {s} {s}' width='15' height='15' aria-hidden='true'>"
+        f"<rect width='{s}' height='{s}' fill='{fill}'/>{mark}{outline}</svg>"
+    )
+
+
 def _patterns(frame: Frame, layout: GridLayout, uid: str) -> tuple[str, dict[str, str]]:
     """Tiles for marked cells: a stroke for never-used slots (one per owner colour), a cross for
     unusable holes. Keyed by fill colour; the pitch matches the grid, so tiles line up."""
@@ -151,12 +191,7 @@ def _patterns(frame: Frame, layout: GridLayout, uid: str) -> tuple[str, dict[str
             break
     for n, (fill, (kind, ink)) in enumerate(wanted.items()):
         pid = f"pk-{uid}-{n}"
-        mark = (
-            f"M{c - d:.1f},{mid + e:.1f}L{c + d:.1f},{mid - e:.1f}"
-            if kind == "stroke"
-            else f"M{c - d:.1f},{mid - e:.1f}L{c + d:.1f},{mid + e:.1f}M{c - d:.1f},{mid + e:.1f}"
-            f"L{c + d:.1f},{mid - e:.1f}"
-        )
+        mark = _mark(kind, c, mid, d, e)
         defs.append(
             f"<pattern id='{pid}' x='{LABEL_W}' y='0' width='{CELL}' height='{_pitch(layout)}' "
             f"patternUnits='userSpaceOnUse'><rect width='{s}' height='{h}' "
@@ -251,7 +286,8 @@ def _row_labels(frame: Frame, layout: GridLayout) -> str:
 
     return "".join(
         f"<text x='{LABEL_W - 5}' y='{y(r)}' font-size='{size}' text-anchor='end' "
-        f"fill='{MUTED}'>{f'#{r * per_row}' if paged else r * layout.cols}</text>"
+        f"fill='{MUTED}' class='pk-rl' data-cy='{_y(r, layout) + _h(layout) / 2}'>"
+        f"{f'#{r * per_row}' if paged else r * layout.cols}</text>"
         for r in range(0, -(-frame.run.num_slots // layout.cols), step)  # its own rows only
     )
 
@@ -267,7 +303,21 @@ def _names(frame: Frame, layout: GridLayout) -> str:
         col, row = layout.xy(slot)
         colour = cell_ink(frame.cells[slot])
         y = _y(row, layout) + 13 if not layout.scaled else _mid(row, layout, 10 * t)
-        head = f"y='{y}' font-weight='700' fill='{colour}' pointer-events='none'"
+        if frame.run.allocator == PAGED:
+            span = frame.run.block_size
+        elif owner in frame.reservations:
+            span = frame.reservations[owner][1]
+        else:  # a request that stopped this frame: its slots still on the grid
+            span = frame.owners.count(owner)
+        room = max(1, min(span, layout.cols - col)) * CELL - GAP - 3
+        # where the player may grow the name for a projector (player.js fitGridText): the
+        # row's middle, the cell's left edge and the owner's room in this row
+        fit = f"class='pk-nm' data-cy='{_y(row, layout) + _h(layout) / 2}' data-x0='{_x(col)}' "
+        head = (
+            fit
+            + f"data-h='{_h(layout)}' data-room='{room}' y='{y}' font-weight='700' fill='{colour}' "
+            + ("pointer-events='none'")
+        )
         if len(text) <= 2:
             out.append(
                 f"<text x='{_x(col) + (CELL - GAP) / 2}' {head} font-size='{_size(10, t)}' "
@@ -277,13 +327,6 @@ def _names(frame: Frame, layout: GridLayout) -> str:
         # A longer name (ids of up to 4 characters, plus a block index) is shown whole: it
         # starts at its first cell and runs over the owner's next cells in the row; with no
         # such room it is narrowed to fit its one cell.
-        if frame.run.allocator == PAGED:
-            span = frame.run.block_size
-        elif owner in frame.reservations:
-            span = frame.reservations[owner][1]
-        else:  # a request that stopped this frame: its slots still on the grid
-            span = frame.owners.count(owner)
-        room = max(1, min(span, layout.cols - col)) * CELL - GAP - 3
         size = max(min(6.0, 9.0 * t), min(9.0 * t, room / (0.62 * len(text))))
         fit = (
             f" textLength='{room}' lengthAdjust='spacingAndGlyphs'"
@@ -323,8 +366,9 @@ def _ref_counts(frame: Frame, layout: GridLayout) -> str:
         y = _y(row, layout) + 13 if not layout.scaled else _mid(row, layout, 9 * t)
         out.append(
             f"<text x='{_x(col) + (CELL - GAP) / 2}' y='{y}' font-size='{_size(9, t)}' "
-            f"font-weight='700' text-anchor='middle' fill='{CHANGED}' "
-            f"pointer-events='none'>\u00d7{int(n)}</text>"
+            f"font-weight='700' text-anchor='middle' fill='{CHANGED}' class='pk-rc' "
+            f"data-cy='{_y(row, layout) + _h(layout) / 2}' data-x0='{_x(col)}' "
+            f"data-h='{_h(layout)}' pointer-events='none'>\u00d7{int(n)}</text>"
         )
     return "".join(out)
 
