@@ -13,7 +13,7 @@ from PIL import Image, ImageSequence
 
 from viz.export import animate, standalone
 from viz.export import lecture as export
-from viz.export.serve import launch_chromium, wait_ready
+from viz.export.serve import wait_ready
 
 pytestmark = [pytest.mark.browser]
 
@@ -48,30 +48,27 @@ ENTER_JS = f"""() => {{ const p = window.pkPlayer; p.setPresent(false); p.setPre
 
 
 @pytest.mark.parametrize("still, shown", [("", ["pk-hint"]), ("&still=1", [])])
-def test_a_still_page_never_shows_presenter_modes_hint(tmp_path, still, shown):
+def test_a_still_page_never_shows_presenter_modes_hint(tmp_path, browser, still, shown):
     """The check the export makes at each capture sees the hint where a lecturer's page shows
-    it, and the page the export photographs never shows it."""
-    from playwright.sync_api import sync_playwright
-
+    it, and the page the export photographs never shows it. (The worker's one browser: a
+    second sync Playwright in this thread would meet the first one's event loop.)"""
     page_file = tmp_path / "lesson.html"
     page_file.write_text(
         standalone.page(export.load_lesson("shared-prompt"), ("en",)), encoding="utf-8"
     )
-    with sync_playwright() as p:
-        browser = launch_chromium(p)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 720})
-            page.goto(f"{page_file.as_uri()}#frame=2&present=1{still}")
-            wait_ready(page)
-            assert page.evaluate(ENTER_JS) == shown
-            hint = page.locator("#pk-hint")
-            assert hint.is_visible() == bool(shown)
-            if shown:
-                assert hint.inner_text() == "F: leave presenter mode"
-            page.keyboard.press("?")  # the help is transient too
-            assert "pk-help" in page.evaluate(animate.TRANSIENTS_JS)
-        finally:
-            browser.close()
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        page.goto(f"{page_file.as_uri()}#frame=2&present=1{still}")
+        wait_ready(page)
+        assert page.evaluate(ENTER_JS) == shown
+        hint = page.locator("#pk-hint")
+        assert hint.is_visible() == bool(shown)
+        if shown:
+            assert hint.inner_text() == "F: leave presenter mode"
+        page.keyboard.press("?")  # the help is transient too
+        assert "pk-help" in page.evaluate(animate.TRANSIENTS_JS)
+    finally:
+        page.close()
 
 
 def test_a_frame_photographed_with_the_help_open_is_refused(tmp_path, monkeypatch, capsys):
