@@ -413,17 +413,7 @@ def _header(spec, names: list[str], lang: str, t: dict) -> str:
     """The lesson picker on a row of its own (its labels are the lessons' titles, too wide to
     share one), then the title and the source picker; returns the chosen source."""
     ss = _ss()
-    if len(names) > 1:
-        root = lessons_root()
-        titles = _titles(str(root), _stamps(root, names))  # the folder name is the id, in the URL
-        with st.container(horizontal=True, horizontal_alignment="right"):
-            choice_buttons(
-                names,
-                "pk_lesson",
-                format_func=lambda n: titles.get(n, {}).get(lang, n),
-                key_prefix="pk_lesson_pick",
-                on_change=lambda _: _move_to(0),
-            )
+    _picker(names, lang)
     title, pick = st.columns([2, 3], vertical_alignment="bottom")
     title.markdown(f"### {spec.title[lang]}")
     with pick, st.container(horizontal=True, horizontal_alignment="right"):

@@ -14,31 +14,13 @@ import zlib
 from viz.fold import captions
 from viz.fold.kernel.frames import CHAPTERS, KernelLesson, caption, narration
 from viz.player.payload import ASSETS, TL_H, TL_PAD, TL_W, Pieces, markdown
+from viz.player.payload import TEXT_KEYS as payload_text_keys
 from viz.render import kernel as draw
 from viz.render.style import INK, MUTED
 
-#: The player's UI strings the payload carries, as ``payload.envelope`` sends them, less the
-#: projector theme's: these drawings are inked for white paper, so the player offers no theme
-TEXT_KEYS = (
-    "left",
-    "right",
-    "frame_of",
-    "play",
-    "pause",
-    "speed",
-    "help_title",
-    "help_close",
-    "key_arrows",
-    "key_pages",
-    "key_home_end",
-    "key_space",
-    "key_speed",
-    "key_f",
-    "key_help",
-    "key_timeline",
-    "present_hint",
-    "unpack_failed",
-)
+#: The player's UI strings, less the projector theme's: these drawings are inked for white
+#: paper, so the player offers no theme
+TEXT_KEYS = tuple(k for k in payload_text_keys if k != "key_theme")
 
 
 def _strip(text: str) -> str:

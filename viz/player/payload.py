@@ -338,31 +338,32 @@ def envelope(lesson: Lesson, lang: str, chs: list[chapters.Chapter], z: bytes) -
         "scoreboard": scoreboard(lesson, lang),
         "icon": "data:image/png;base64,"
         + base64.b64encode((ASSETS / "icon.png").read_bytes()).decode("ascii"),
-        "text": {
-            k: t[k]
-            for k in (
-                "left",
-                "right",
-                "frame_of",
-                "play",
-                "pause",
-                "speed",
-                "help_title",
-                "help_close",
-                "key_arrows",
-                "key_pages",
-                "key_home_end",
-                "key_space",
-                "key_speed",
-                "key_f",
-                "key_theme",
-                "key_help",
-                "key_timeline",
-                "present_hint",
-                "unpack_failed",
-            )
-        },
+        "text": {k: t[k] for k in TEXT_KEYS},
     }
+
+
+#: The player's UI strings a payload carries (the player's help table, its buttons, its hint)
+TEXT_KEYS = (
+    "left",
+    "right",
+    "frame_of",
+    "play",
+    "pause",
+    "speed",
+    "help_title",
+    "help_close",
+    "key_arrows",
+    "key_pages",
+    "key_home_end",
+    "key_space",
+    "key_speed",
+    "key_f",
+    "key_theme",
+    "key_help",
+    "key_timeline",
+    "present_hint",
+    "unpack_failed",
+)
 
 
 #: The player's front end in the order it is put on a page: point.js (pointing, the clicker, the
