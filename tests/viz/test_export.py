@@ -188,3 +188,34 @@ def test_kaleido_runs_offline_one_server_per_batch(monkeypatch):
             assert export.figure_bytes(fig, fmt) == b"img"
     assert [c[0] for c in calls] == ["start", "stop", "start", "stop"]
     assert all(kw.get("mathjax") is False for name, kw in calls if name == "start")
+
+
+def test_a_tab_set_up_in_the_wrong_context_gets_a_fresh_server_once(monkeypatch):
+    """kaleido can keep a tab whose page script is not where it evaluates (a busy machine): the
+    image is drawn again on a fresh server; a second failure, or any other, is one error."""
+    import kaleido
+    import plotly.graph_objects as go
+
+    calls: list[str] = []
+    monkeypatch.setattr(kaleido, "start_sync_server", lambda **kw: calls.append("start"))
+    monkeypatch.setattr(kaleido, "stop_sync_server", lambda **kw: calls.append("stop"))
+    answers = iter([RuntimeError(f"ReferenceError: {export.STALE_TAB}"), b"img"])
+
+    def to_image(self, **kw):
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    monkeypatch.setattr(go.Figure, "to_image", to_image)
+    assert export.figure_bytes(go.Figure(), "png") == b"img"
+    assert calls == ["start", "stop", "start", "stop"]
+    calls.clear()
+    stale = RuntimeError(f"ReferenceError: {export.STALE_TAB}")
+    answers = iter([stale, stale])
+    with pytest.raises(export.ExportError, match="cannot render png: RuntimeError"):
+        export.figure_bytes(go.Figure(), "png")
+    assert calls == ["start", "stop", "start", "stop"]  # one fresh server, not a loop
+    answers = iter([ValueError("no Chromium")])
+    with pytest.raises(export.ExportError, match="no Chromium"):
+        export.figure_bytes(go.Figure(), "png")

@@ -120,13 +120,18 @@ def figure_bytes(fig: go.Figure, fmt: str, size: tuple[int, int] | None = None) 
     )
     scale = PNG_SCALE if fmt == "png" else 1.0
     with _one_browser():  # ours, not plotly's one-off server, which would fetch MathJax
-        try:
-            with warnings.catch_warnings():
-                # plotly passes Chromium options even to a running server, which ignores them
-                warnings.filterwarnings("ignore", message="The kopts argument is ignored")
-                return fig.to_image(format=fmt, width=width, height=height, scale=scale)
-        except Exception as e:  # kaleido raises several unrelated types when Chromium is missing
-            raise ExportError(f"cannot render {fmt}: {type(e).__name__}: {e}") from None
+        for attempt in (1, 2):
+            try:
+                with warnings.catch_warnings():
+                    # plotly passes Chromium options even to a running server, which ignores them
+                    warnings.filterwarnings("ignore", message="The kopts argument is ignored")
+                    return fig.to_image(format=fmt, width=width, height=height, scale=scale)
+            except Exception as e:  # kaleido raises unrelated types when Chromium is missing
+                if attempt == 1 and STALE_TAB in str(e):
+                    _one_browser.restart()
+                    continue
+                raise ExportError(f"cannot render {fmt}: {type(e).__name__}: {e}") from None
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
 def file_name(lesson_name: str, k: int, lang: str, fmt: str) -> str:
@@ -368,6 +373,12 @@ def _checked(values: list[str], allowed: tuple[str, ...], what: str) -> list[str
     return list(dict.fromkeys(values))  # zh,zh is one language: one file, said once
 
 
+#: What kaleido says when it evaluates in a tab whose page script is not in the JavaScript
+#: context it kept: its tab set-up can take the blank page's context for the loaded page's on a
+#: busy machine, and that tab fails every image until it is set up again.
+STALE_TAB = "kaleido_scopes is not defined"
+
+
 class _one_browser:
     """Keep one Chromium for a batch of images (a fresh one per image costs seconds); nested
     uses share the outer one. Started without MathJax: kaleido's default page loads it from a
@@ -392,6 +403,17 @@ class _one_browser:
             _one_browser.restore = fewer_reloads()
         _one_browser.depth += 1
         return self
+
+    @staticmethod
+    def restart() -> None:
+        """A fresh server, its tabs set up again (called inside ``with _one_browser()``)."""
+        import kaleido
+
+        kaleido.stop_sync_server(silence_warnings=True)
+        try:
+            kaleido.start_sync_server(mathjax=False, silence_warnings=True)
+        except Exception as e:
+            raise ExportError(f"cannot start Chromium for kaleido: {e}") from None
 
     def __exit__(self, *exc) -> None:
         import kaleido
