@@ -13,13 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from engine.trace.io import read
 from viz import ui_text
 from viz.app import capacity as capacity_page
 from viz.app import paper as paper_page
 from viz.app import stack as stack_page
 from viz.app import watch as watch_page
-from viz.export.serve import wait_idle
+from viz.export import standalone
+from viz.export.serve import wait_idle, wait_ready
 from viz.fold import sweep
+from viz.fold.kernel.frames import fold_kernel, load_kernel_spec
 from viz.fold.lesson_folder import load_spec
 
 pytestmark = [
@@ -202,4 +205,25 @@ def test_a_chinese_page_has_no_english_word_outside_names(app_url, page):
             page.screenshot(
                 path=str(ARTIFACTS / f"latin-{path or 'lesson'}-zh.png"), full_page=True
             )
+    assert not found, json.dumps(found, ensure_ascii=False)
+
+
+def test_the_kernel_lesson_in_chinese_has_no_english_word_outside_names(page, tmp_path):
+    """The kernel lesson's Chinese narration, captions and labels kept English terms (head,
+    tile, decode, online softmax, program, attention sink). Its offline page, in Chinese, is
+    read on every frame, at a desk and in presenter mode, for words in Latin letters that
+    are not names."""
+    spec = load_kernel_spec("inside-the-kernel")
+    lesson = fold_kernel(spec, read(spec.folder / spec.trace_file))
+    path = tmp_path / "inside-the-kernel.html"
+    path.write_text(standalone.page(lesson), encoding="utf-8")
+    page.set_viewport_size({"width": 1280, "height": 720})
+    found: dict[str, str] = {}
+    for present in ("0", "1"):
+        page.goto(path.as_uri() + f"#frame=0&lang=zh&present={present}")
+        wait_ready(page)
+        for i in range(lesson.num_frames):
+            page.evaluate(f"() => window.pkPlayer.go({i})")
+            for w, ctx in _latin(page).items():
+                found.setdefault(w, f"{i}: {ctx}")
     assert not found, json.dumps(found, ensure_ascii=False)
