@@ -103,9 +103,13 @@ LEGIBLE_JS = """([frames, gridsOnly, kernel]) => {
         if (!inside(r, view) || (cb && !inside(r, cb))) out.clipped.push([i, text.slice(0, 24)]);
       }
     }
-    if (kernel) {  // its block table, with a row per logical block, beside the arena
+    if (kernel) {  // its block table on screen; no panel's table has a column cut off whole
       const t = document.querySelector('#pk-lp .pk-k-table'), r = t && t.getBoundingClientRect();
       if (!r || !r.height || !inside(r, view)) out.tables.push([i, '#pk-lp']);
+      for (const k of document.querySelectorAll('#pk-player .pk-k-table')) {
+        const c = clipper(k), kb = k.getBoundingClientRect();
+        if (kb.height && c && !inside(kb, c.getBoundingClientRect())) out.clipped.push([i, 'table']);
+      }
     } else if (!document.querySelector('#pk-sides').hidden) {
       for (const side of ['#pk-lp', '#pk-rp']) {
         const t = document.querySelector(side + ' .pk-tables');
