@@ -13,13 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from engine.trace.io import read
 from viz import ui_text
 from viz.app import capacity as capacity_page
 from viz.app import paper as paper_page
 from viz.app import stack as stack_page
 from viz.app import watch as watch_page
-from viz.export.serve import wait_idle
+from viz.export import standalone
+from viz.export.serve import wait_idle, wait_ready
 from viz.fold import sweep
+from viz.fold.kernel.frames import fold_kernel, load_kernel_spec
 from viz.fold.lesson_folder import load_spec
 
 pytestmark = [
@@ -151,13 +154,15 @@ LATIN_JS = r"""() => { const out = {};
   }
   return out; }"""
 # Names a Chinese page writes in Latin letters: products, models, data sets, formats, the paper
-# and its venue, units, letters naming requests (A, B; K and V), and the few terms the Chinese
+# and its venue, methods (GQA, StreamingLLM, Flash-Decoding), units, letters naming requests
+# (A, B; K and V), and the few terms the Chinese
 # text keeps as the essay it teaches from does (token, block, block table, KV cache, trace,
 # prefill, kernel), a device's and a host's name (cpu, localhost). "English" is the language
 # switch's own name.
 _NAMES = """
 vLLM PagedAttention SmolLM Llama OPT ShareGPT Alpaca Orca Max Oracle Pow ZeroMQ SOSP Kwon
 GGUF JSON JSONL TOML HTML PNG SVG PDF GIF MP HTTP IPv GPU CPU KV English Triton FP bf fp
+GQA StreamingLLM Flash Decoding MMU
 B KB MB GB KiB MiB GiB TiB ms s
 token tokens block Block table cache Cache trace prefill kernel cpu localhost
 """
@@ -202,4 +207,31 @@ def test_a_chinese_page_has_no_english_word_outside_names(app_url, page):
             page.screenshot(
                 path=str(ARTIFACTS / f"latin-{path or 'lesson'}-zh.png"), full_page=True
             )
+    assert not found, json.dumps(found, ensure_ascii=False)
+
+
+# The kernel lesson writes its formulas as a lecturer does: exp(score − m), softmax over all
+# scores, and a running max m, sum l, position p (one letter each).
+MATH = frozenset({"softmax", "exp"})
+
+
+def test_the_kernel_lesson_in_chinese_has_no_english_word_outside_names(page, tmp_path):
+    """The kernel lesson's Chinese narration, captions and labels kept English terms (head,
+    tile, decode, online softmax, program, attention sink). Its offline page, in Chinese, is
+    read on every frame, at a desk and in presenter mode, for words in Latin letters that
+    are not names."""
+    spec = load_kernel_spec("inside-the-kernel")
+    lesson = fold_kernel(spec, read(spec.folder / spec.trace_file))
+    path = tmp_path / "inside-the-kernel.html"
+    path.write_text(standalone.page(lesson), encoding="utf-8")
+    page.set_viewport_size({"width": 1280, "height": 720})
+    found: dict[str, str] = {}
+    for present in ("0", "1"):
+        page.goto(path.as_uri() + f"#frame=0&lang=zh&present={present}")
+        wait_ready(page)
+        for i in range(lesson.num_frames):
+            page.evaluate(f"() => window.pkPlayer.go({i})")
+            for w, ctx in _latin(page).items():
+                if w not in MATH and len(w) > 1:  # m, l, p: the formulas' own letters
+                    found.setdefault(w, f"{i}: {ctx}")
     assert not found, json.dumps(found, ensure_ascii=False)

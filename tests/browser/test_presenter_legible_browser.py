@@ -12,6 +12,7 @@ from engine.trace import io as T
 from viz.export import lecture as export
 from viz.export.serve import wait_idle, wait_ready
 from viz.fold import chapters
+from viz.fold.kernel.frames import fold_kernel, load_kernel_spec
 from viz.fold.lesson import build
 from viz.fold.lesson_folder import LESSONS_DIR, load_spec, trace_path
 
@@ -20,6 +21,7 @@ pytestmark = [pytest.mark.browser]
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 LESSONS = sorted(p.parent.name for p in LESSONS_DIR.glob("*/lesson.toml"))
+KERNEL = "inside-the-kernel"  # its own fold and renderer, the same player
 SAMPLE = 12  # frames between keyframes, evenly spread
 
 
@@ -32,19 +34,29 @@ def _frames(name: str) -> list[int]:
     return sorted(keys | starts | spread)
 
 
+class _Exported(dict):
+    """A lesson's offline file, exported the first time a test asks for it."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__()
+        self.out = out
+
+    def __missing__(self, name: str) -> Path:
+        assert export.main(["--lesson", name, "--out", str(self.out), "--format", "html"]) == 0
+        self[name] = self.out / f"{name}.html"
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("legible")
-    for name in LESSONS:
-        assert export.main(["--lesson", name, "--out", str(out), "--format", "html"]) == 0
-    return {name: out / f"{name}.html" for name in LESSONS}
+    return _Exported(tmp_path_factory.mktemp("legible"))
 
 
 # On each frame asked for: every visible text's line box under 17 px (HTML text runs and the
 # grids' SVG labels), every text cut by the viewport or by a box that clips its overflow, two
 # labels of one grid drawn over each other, and whether each side's block tables (or
 # reservations) panel is on screen with its rows.
-LEGIBLE_JS = """([frames, gridsOnly]) => {
+LEGIBLE_JS = """([frames, gridsOnly, kernel]) => {
   const p = window.pkPlayer,
     out = {small: [], clipped: [], overlap: [], tables: [], seen: 0, condensed: 0};
   const inside = (a, b) => a.left >= b.left - 0.5 && a.right <= b.right + 0.5
@@ -59,7 +71,8 @@ LEGIBLE_JS = """([frames, gridsOnly]) => {
   for (const i of frames) {
     p.go(i);
     if (gridsOnly && document.querySelector('#pk-sides').hidden) continue;
-    for (const svg of document.querySelectorAll('#pk-player svg.pk-arena')) {
+    for (const svg of document.querySelectorAll('#pk-player svg.pk-arena, #pk-player svg.pk-k-arena,'
+                                                + ' #pk-player svg.pk-k-tiles')) {
       const box = svg.getBoundingClientRect();
       if (!box.width) continue;
       const shown = [];
@@ -90,7 +103,14 @@ LEGIBLE_JS = """([frames, gridsOnly]) => {
         if (!inside(r, view) || (cb && !inside(r, cb))) out.clipped.push([i, text.slice(0, 24)]);
       }
     }
-    if (!document.querySelector('#pk-sides').hidden) {
+    if (kernel) {  // its block table on screen; no panel's table has a column cut off whole
+      const t = document.querySelector('#pk-lp .pk-k-table'), r = t && t.getBoundingClientRect();
+      if (!r || !r.height || !inside(r, view)) out.tables.push([i, '#pk-lp']);
+      for (const k of document.querySelectorAll('#pk-player .pk-k-table')) {
+        const c = clipper(k), kb = k.getBoundingClientRect();
+        if (kb.height && c && !inside(kb, c.getBoundingClientRect())) out.clipped.push([i, 'table']);
+      }
+    } else if (!document.querySelector('#pk-sides').hidden) {
       for (const side of ['#pk-lp', '#pk-rp']) {
         const t = document.querySelector(side + ' .pk-tables');
         const r = t && t.getBoundingClientRect();
@@ -121,7 +141,7 @@ def test_presenter_mode_reads_from_the_back_row_at_1280x720(browser, files, lang
             page.goto(files[name].as_uri() + f"#frame=0&lang={lang}&present=1")
             wait_ready(page)
             frames = _frames(name)
-            got = page.evaluate(LEGIBLE_JS, [frames, False])
+            got = page.evaluate(LEGIBLE_JS, [frames, False, False])
             if name == "parallel-sampling":
                 page.evaluate("() => window.pkPlayer.go(1)")
                 page.screenshot(path=str(ARTIFACTS / f"present-1280-{name}-{lang}.png"))
@@ -129,6 +149,41 @@ def test_presenter_mode_reads_from_the_back_row_at_1280x720(browser, files, lang
             for k in ("small", "clipped", "overlap", "tables"):
                 assert got[k] == [], (name, k, got[k][:8])
             page.close()
+    finally:
+        ctx.close()
+
+
+def _kernel_frames() -> list[int]:
+    """Every frame (42: the walk is cheap), having checked that they hold every chapter and
+    every caption kind (a tile that raised the running max has its own caption)."""
+    spec = load_kernel_spec(KERNEL)
+    lesson = fold_kernel(spec, T.read(spec.folder / spec.trace_file))
+    first: dict[str, int] = {}
+    for i, f in enumerate(lesson.frames):
+        kind = "tile_up" if f.kind == "tile" and f.facts.get("m_rose") else f.kind
+        first.setdefault(kind, i)
+    assert set(first) == {"table", "tile", "tile_up", "final", "heat", "gqa", "split"}, first
+    assert {f.chapter for f in lesson.frames} == {"table", "walk", "heat", "gqa"}
+    return list(range(lesson.num_frames))
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_kernel_lesson_reads_from_the_back_row_at_1280x720(browser, files, lang):
+    """The kernel lesson is drawn by its own renderer: its arena labels, tile notes, panels
+    and strips were set for a desk. In presenter mode at 1280x720 every text of every frame
+    kind is at least a 17 px line, none is cut, and its block table is on screen."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    try:
+        page = ctx.new_page()
+        page.goto(files[KERNEL].as_uri() + f"#frame=0&lang={lang}&present=1")
+        wait_ready(page)
+        frames = _kernel_frames()
+        got = page.evaluate(LEGIBLE_JS, [frames, False, True])
+        page.evaluate(f"() => window.pkPlayer.go({frames[-1]})")
+        page.screenshot(path=str(ARTIFACTS / f"present-1280-{KERNEL}-{lang}.png"))
+        assert got["seen"] > 20 * len(frames), got["seen"]
+        for k in ("small", "clipped", "overlap", "tables"):
+            assert got[k] == [], (k, len(got[k]), got[k][:8])
     finally:
         ctx.close()
 
@@ -188,7 +243,7 @@ def test_a_panel_too_long_for_the_screen_keeps_the_rows_the_frame_changed(browse
         page.goto(files["recompute-or-swap"].as_uri() + "#frame=0&present=1")
         wait_ready(page)
         frames = _frames("recompute-or-swap")
-        got = page.evaluate(LEGIBLE_JS, [frames, True])  # the scoreboard shrinks to fit here
+        got = page.evaluate(LEGIBLE_JS, [frames, True, False])  # the scoreboard shrinks to fit here
         assert got["condensed"] > 0, got["condensed"]
         for k in ("small", "clipped", "overlap", "tables"):
             assert got[k] == [], (k, got[k][:8])
@@ -219,7 +274,7 @@ def test_presenter_mode_in_the_app_reads_from_the_back_row_too(app_url, page, la
         timeout=120_000,
     )
     frames = _frames("parallel-sampling")
-    got = page.evaluate(LEGIBLE_JS, [frames, False])
+    got = page.evaluate(LEGIBLE_JS, [frames, False, False])
     assert got["seen"] > 40 * len(frames), got["seen"]
     for k in ("small", "clipped", "overlap", "tables"):
         assert got[k] == [], (k, got[k][:8])

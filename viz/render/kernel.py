@@ -12,8 +12,12 @@ from viz import ui_text
 from viz.fold.kernel.frames import KernelFrame, KernelLesson, num, pct
 from viz.render.style import CATEGORY_COLOURS, INK, MUTED, cell_colour
 
+# The arena's geometry in viewBox units, about one unit a pixel where presenter mode draws it
+# (a side's full width at a 1280x720 projector, ~600 px): its labels at 16 units stay a 17 px
+# line from the back row, and a block's strip holds "L5 · 12.3%".
 COLS = 3  # blocks per row of the arena grid
-CELL, CELL_H, LABEL, GAP, ROW_GAP = 13, 22, 30, 16, 8
+CELL, CELL_H, LABEL, GAP, ROW_GAP = 10, 24, 30, 14, 6
+FONT = 16  # every label of the arena and the tiles
 HEAT_LOW, HEAT_HIGH = (243, 232, 251), (91, 26, 139)  # the heat scale: one hue, light to dark
 GREY = "#CBD2D9"  # any slot in a heat frame that is not the request's: heat is the only colour
 
@@ -63,7 +67,7 @@ def arena_svg(lesson: KernelLesson, i: int, lang: str) -> str:
         y0 = 2 + (b // COLS) * (CELL_H + ROW_GAP)
         out.append(
             f"<text x='{x0 + LABEL - 4}' y='{y0 + CELL_H * 0.7:.1f}' text-anchor='end' "
-            f"font-size='12' fill='{MUTED}'>{b}</text>"
+            f"font-size='{FONT}' fill='{MUTED}'>{b}</text>"
         )
         k = logical_of.get(b)
         for s in range(bs):
@@ -92,7 +96,7 @@ def arena_svg(lesson: KernelLesson, i: int, lang: str) -> str:
         label = f"L{k}" + (f" · {pct(read.mass[k])}" if heat else "")
         ink = "white" if (heat and read.mass[k] > 0.5 * top) or not heat else INK
         out.append(
-            f"<text x='{x0 + LABEL + 4}' y='{y0 + CELL_H * 0.72:.1f}' font-size='14' "
+            f"<text x='{x0 + LABEL + 4}' y='{y0 + CELL_H * 0.72:.1f}' font-size='{FONT}' "
             f"font-weight='700' fill='{ink}'>{_esc(label)}</text>"
         )
     return (
@@ -108,7 +112,7 @@ def tiles_svg(lesson: KernelLesson, i: int, lang: str) -> str:
     f, w = lesson.frames[i], words(lang)
     read = f.read
     n = len(read.physical)
-    tw, th, gap = 104, 50, 10
+    tw, th, gap = 92, 52, 8  # six tiles across a side's ~600 px in presenter mode
     width = n * (tw + gap) - gap
     rows_h = 3 * 22
     height = th + 8 + rows_h
@@ -124,16 +128,16 @@ def tiles_svg(lesson: KernelLesson, i: int, lang: str) -> str:
         out.append(
             f"<rect x='{x}' y='2' width='{tw}' height='{th}' rx='5' fill='{fill}' "
             f"stroke='{INK}' stroke-width='{stroke}'/>"
-            f"<text x='{x + tw / 2}' y='22' text-anchor='middle' font-size='15' "
+            f"<text x='{x + tw / 2}' y='22' text-anchor='middle' font-size='{FONT}' "
             f"font-weight='700' fill='{INK if f.kind != 'heat' or read.mass[t] < 0.5 * top else 'white'}'>"
             f"L{t} → {b}</text>"
-            f"<text x='{x + tw / 2}' y='42' text-anchor='middle' font-size='13' "
+            f"<text x='{x + tw / 2}' y='44' text-anchor='middle' font-size='{FONT}' "
             f"fill='{INK if f.kind != 'heat' or read.mass[t] < 0.5 * top else 'white'}'>"
             f"{_esc(_tile_note(f, t, w))}</text>"
         )
         for r, line in enumerate(_tile_lines(f, t, w, lesson.head)):
             out.append(
-                f"<text x='{x + 4}' y='{th + 24 + r * 22}' font-size='17' fill='{INK}'>"
+                f"<text x='{x + 4}' y='{th + 24 + r * 22}' font-size='{FONT}' fill='{INK}'>"
                 f"{_esc(line)}</text>"
             )
     return (
@@ -235,6 +239,17 @@ CSS = f"""
 .pk-k-table th, .pk-k-table td {{ padding: .1rem .6rem; text-align: right;
   border-bottom: 1px solid #E3E7EC; }}
 .pk-k-table tr.pk-k-on td {{ font-weight: 700; outline: 2px solid {INK}; }}
+/* Presenter mode: a side's drawing takes the side's full width and its panel goes under it,
+   so the labels are drawn about one unit a pixel and the table keeps all its columns. */
+.pk-present .pk-side-body:has(.pk-k-arena, .pk-k-tiles) {{ flex-direction: column;
+  overflow: hidden; }}
+.pk-present .pk-side-body:has(.pk-k-arena, .pk-k-tiles) > .pk-side-grid {{ flex: none;
+  width: 100%; height: auto; }}
+.pk-present .pk-side-grid svg:is(.pk-k-arena, .pk-k-tiles) {{ height: auto !important;
+  max-height: none !important; display: block; }}
+.pk-present .pk-side-body:has(.pk-k-arena, .pk-k-tiles) > .pk-side-panel {{ flex: 1 1 auto;
+  width: 100%; height: auto; }}
+.pk-present .pk-k-panel {{ font-size: 15px; line-height: 1.3; }}
 """
 
 
