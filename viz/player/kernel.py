@@ -13,7 +13,7 @@ import zlib
 
 from viz.fold import captions
 from viz.fold.kernel.frames import CHAPTERS, KernelLesson, caption, narration
-from viz.player.payload import ASSETS, TL_H, TL_PAD, TL_W, Pieces, markdown
+from viz.player.payload import ASSETS, TL_H, TL_W, Pieces, markdown, timeline_scale
 from viz.player.payload import TEXT_KEYS as payload_text_keys
 from viz.render import kernel as draw
 from viz.render.style import INK, MUTED
@@ -62,14 +62,7 @@ def timeline_svg(lesson: KernelLesson, lang: str) -> str:
     """The first block's share (solid) and the last block's (dashed) at each frame, chapter
     starts numbered; the player moves its playhead over it."""
     n = max(1, lesson.num_frames)
-    top, bottom = TL_PAD[2], TL_PAD[3]
-    ph = TL_H - top - bottom
-
-    def x(i: float) -> float:
-        return TL_W * (i + 0.5) / n
-
-    def y(share: float) -> float:
-        return top + ph * (1 - share)
+    x, y = timeline_scale(n)
 
     lines = []
     for which, dash in ((0, ""), (-1, "6 4")):
@@ -82,7 +75,7 @@ def timeline_svg(lesson: KernelLesson, lang: str) -> str:
         )
     starts = [lesson.chapter_range(c)[0] for c in CHAPTERS]
     marks = "".join(
-        f"<line x1='{x(s):.1f}' x2='{x(s):.1f}' y1='{top}' y2='{TL_H - bottom}' stroke='{MUTED}' "
+        f"<line x1='{x(s):.1f}' x2='{x(s):.1f}' y1='{y(1):g}' y2='{y(0):g}' stroke='{MUTED}' "
         f"stroke-dasharray='2 3' vector-effect='non-scaling-stroke'/>"
         for s in starts
     )

@@ -17,6 +17,7 @@ import html as _html
 import json
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -157,6 +158,13 @@ def frame_record(
     return [pieces.add(p) for p in parts]
 
 
+def timeline_scale(n: int) -> tuple[Callable[[float], float], Callable[[float], float]]:
+    """The timeline's x of frame ``i`` of ``n`` (its middle) and y of a share in [0, 1]."""
+    top, bottom = TL_PAD[2], TL_PAD[3]
+    ph = TL_H - top - bottom
+    return (lambda i: TL_W * (i + 0.5) / n), (lambda share: top + ph * (1 - share))
+
+
 def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
     """Token-state share of each side per frame while its run lasts (right solid, left dashed,
     both in the token colour: the colour means the category, the dash the side), step numbers
@@ -164,14 +172,7 @@ def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
     Drawn once; the player moves a playhead over it. The lines stretch with the width; the
     labels are HTML beside and under them, so text is never stretched."""
     n = max(1, lesson.num_frames)
-    top, bottom = TL_PAD[2], TL_PAD[3]
-    ph = TL_H - top - bottom
-
-    def x(i: float) -> float:
-        return TL_W * (i + 0.5) / n
-
-    def y(share: float) -> float:
-        return top + ph * (1 - share)
+    x, y = timeline_scale(n)
 
     lines = []
     for side, dash in (("left", "6 4"), ("right", "")):
@@ -197,8 +198,8 @@ def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
         if c.kind == chapters.STEP
     ]
     marks = "".join(
-        f"<line x1='{x(i):.1f}' x2='{x(i):.1f}' y1='{top}' "
-        f"y2='{TL_H - bottom}' stroke='{MUTED}' stroke-dasharray='2 3' "
+        f"<line x1='{x(i):.1f}' x2='{x(i):.1f}' y1='{y(1):g}' "
+        f"y2='{y(0):g}' stroke='{MUTED}' stroke-dasharray='2 3' "
         f"vector-effect='non-scaling-stroke'/>"
         for i, _, _ in steps
     )
