@@ -13,10 +13,10 @@ import zlib
 
 from viz.fold import captions
 from viz.fold.kernel.frames import CHAPTERS, KernelLesson, caption, narration
-from viz.player.payload import ASSETS, TL_H, TL_W, Pieces, markdown, timeline_scale
+from viz.player.payload import ASSETS, Pieces, markdown, timeline_html, timeline_scale
 from viz.player.payload import TEXT_KEYS as payload_text_keys
 from viz.render import kernel as draw
-from viz.render.style import INK, MUTED
+from viz.render.style import MUTED
 
 #: The player's UI strings, less the projector theme's: these drawings are inked for white
 #: paper, so the player offers no theme
@@ -74,28 +74,8 @@ def timeline_svg(lesson: KernelLesson, lang: str) -> str:
             f"stroke-width='2' stroke-dasharray='{dash}' vector-effect='non-scaling-stroke'/>"
         )
     starts = [lesson.chapter_range(c)[0] for c in CHAPTERS]
-    marks = "".join(
-        f"<line x1='{x(s):.1f}' x2='{x(s):.1f}' y1='{y(1):g}' y2='{y(0):g}' stroke='{MUTED}' "
-        f"stroke-dasharray='2 3' vector-effect='non-scaling-stroke'/>"
-        for s in starts
-    )
-    svg = (
-        f"<svg class='pk-tl-svg' viewBox='0 0 {TL_W} {TL_H}' preserveAspectRatio='none' "
-        f"data-left='0' data-right='0' data-width='{TL_W}'>{marks}{''.join(lines)}"
-        f"<line class='pk-tl-head' x1='0' x2='0' y1='0' y2='{TL_H}' stroke='{INK}' "
-        f"stroke-width='2' vector-effect='non-scaling-stroke'/></svg>"
-    )
-    ys = "".join(
-        f"<span style='top:{100 * y(v) / TL_H:.2f}%'>{int(v * 100)}%</span>" for v in (0, 0.5, 1)
-    )
-    nums = "".join(
-        f"<span data-chapter='{k}' style='left:{100 * x(s) / TL_W:.3f}%'>{k + 1}</span>"
-        for k, s in enumerate(starts)
-    )
-    return (
-        f"<div class='pk-tl'><div class='pk-tl-y'>{ys}</div><div class='pk-tl-plot'>"
-        f"{svg}<div class='pk-tl-steps'>{nums}</div></div></div>"
-    )
+    steps = [(s, str(k + 1), k) for k, s in enumerate(starts)]
+    return timeline_html(n, steps, "", "".join(lines))
 
 
 def kernel_payload(lesson: KernelLesson, lang: str) -> dict:

@@ -165,6 +165,36 @@ def timeline_scale(n: int) -> tuple[Callable[[float], float], Callable[[float], 
     return (lambda i: TL_W * (i + 0.5) / n), (lambda share: top + ph * (1 - share))
 
 
+def timeline_html(n: int, steps: list[tuple[int, str, int]], under: str, over: str) -> str:
+    """The timeline around its curves: ``steps`` (frame, label, chapter index) marked by a
+    dashed rule and numbered under the plot, ``under`` drawn below those rules and ``over``
+    above them, the playhead the player moves, and the share axis."""
+    x, y = timeline_scale(n)
+    marks = "".join(
+        f"<line x1='{x(i):.1f}' x2='{x(i):.1f}' y1='{y(1):g}' "
+        f"y2='{y(0):g}' stroke='{MUTED}' stroke-dasharray='2 3' "
+        f"vector-effect='non-scaling-stroke'/>"
+        for i, _, _ in steps
+    )
+    svg_ = (
+        f"<svg class='pk-tl-svg' viewBox='0 0 {TL_W} {TL_H}' preserveAspectRatio='none' "
+        f"data-left='0' data-right='0' data-width='{TL_W}'>{under}{marks}{over}"
+        f"<line class='pk-tl-head' x1='0' x2='0' y1='0' y2='{TL_H}' stroke='{INK}' "
+        f"stroke-width='2' vector-effect='non-scaling-stroke'/></svg>"
+    )
+    ys = "".join(
+        f"<span style='top:{100 * y(v) / TL_H:.2f}%'>{int(v * 100)}%</span>" for v in (0, 0.5, 1)
+    )
+    nums = "".join(
+        f"<span data-chapter='{c}' style='left:{100 * x(i) / TL_W:.3f}%'>{k}</span>"
+        for i, k, c in steps
+    )
+    return (
+        f"<div class='pk-tl'><div class='pk-tl-y'>{ys}</div><div class='pk-tl-plot'>"
+        f"{svg_}<div class='pk-tl-steps'>{nums}</div></div></div>"
+    )
+
+
 def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
     """Token-state share of each side per frame while its run lasts (right solid, left dashed,
     both in the token colour: the colour means the category, the dash the side), step numbers
@@ -197,29 +227,7 @@ def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
         for n, c in enumerate(chs)
         if c.kind == chapters.STEP
     ]
-    marks = "".join(
-        f"<line x1='{x(i):.1f}' x2='{x(i):.1f}' y1='{y(1):g}' "
-        f"y2='{y(0):g}' stroke='{MUTED}' stroke-dasharray='2 3' "
-        f"vector-effect='non-scaling-stroke'/>"
-        for i, _, _ in steps
-    )
-    svg_ = (
-        f"<svg class='pk-tl-svg' viewBox='0 0 {TL_W} {TL_H}' preserveAspectRatio='none' "
-        f"data-left='0' data-right='0' data-width='{TL_W}'>{rules}{marks}{''.join(lines)}"
-        f"<line class='pk-tl-head' x1='0' x2='0' y1='0' y2='{TL_H}' stroke='{INK}' "
-        f"stroke-width='2' vector-effect='non-scaling-stroke'/></svg>"
-    )
-    ys = "".join(
-        f"<span style='top:{100 * y(v) / TL_H:.2f}%'>{int(v * 100)}%</span>" for v in (0, 0.5, 1)
-    )
-    nums = "".join(
-        f"<span data-chapter='{n}' style='left:{100 * x(i) / TL_W:.3f}%'>{k}</span>"
-        for i, k, n in steps
-    )
-    return (
-        f"<div class='pk-tl'><div class='pk-tl-y'>{ys}</div><div class='pk-tl-plot'>"
-        f"{svg_}<div class='pk-tl-steps'>{nums}</div></div></div>"
-    )
+    return timeline_html(n, steps, rules, "".join(lines))
 
 
 def scoreboard(lesson: Lesson, lang: str) -> str:
