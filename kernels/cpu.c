@@ -1,0 +1,277 @@
+/* The engine's CPU kernels: paged decode attention and the float32 matmul of every projection.
+ * Built and loaded by kernels/cpu.py, which says why they exist.
+ *
+ * 1. Paged decode attention, reading K/V in place through the block table.
+ *
+ * The plain-torch reference (kernels/reference.py, paged_decode_attention) first gathers every
+ * request's K/V into a new padded tensor and then calls SDPA. Here each (request, KV head) is
+ * one task: it looks up each position's physical block in the request's table, exactly as the
+ * Triton kernel and the MMU do, and reads that slot's K and V rows where the arena holds them.
+ * A task's query heads (the GQA group) share each K/V row while it is in cache.
+ *
+ * Layout (float32, row-major, as the arena and kernels/reference.py hold them):
+ *   q            [batch, num_heads, head_dim]
+ *   k/v_cache    [num_blocks, block_size, num_kv_heads, head_dim]
+ *   tables       [batch, table_width] int32
+ *   context_lens [batch] int32, each >= 1
+ *   out          [batch, num_heads, head_dim]
+ *   scratch      [batch * num_kv_heads * group * max_len] floats: the tasks' scores
+ *
+ * Built with -fopenmp; loaded after torch, the parallel loops run on torch's own OpenMP runtime
+ * (the same libgomp.so.1), with the thread count the caller passes (torch's).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* glibc's vector expf (libmvec), so the softmax's exponentials run 16 at a time */
+#pragma omp declare simd notinbranch
+float expf(float);
+
+int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
+                     const int32_t *tables, int64_t table_width, const int32_t *context_lens,
+                     float *out, float *scratch, int64_t batch, int64_t num_heads,
+                     int64_t num_kv_heads, int64_t head_dim, int64_t block_size,
+                     int64_t num_blocks, int64_t max_len, float scale, int num_threads) {
+    const int64_t group = num_heads / num_kv_heads;
+    const int64_t slot_floats = num_kv_heads * head_dim;
+    /* a table entry or length out of range is refused, never read past the arena */
+    for (int64_t b = 0; b < batch; b++) {
+        const int64_t len = context_lens[b];
+        if (len < 1 || len > max_len || (len - 1) / block_size >= table_width) return 1;
+        for (int64_t j = 0; j <= (len - 1) / block_size; j++) {
+            const int64_t blk = tables[b * table_width + j];
+            if (blk < 0 || blk >= num_blocks) return 2;
+        }
+    }
+#pragma omp parallel for collapse(2) schedule(static) num_threads(num_threads)
+    for (int64_t b = 0; b < batch; b++) {
+        for (int64_t h = 0; h < num_kv_heads; h++) {
+            const int64_t len = context_lens[b];
+            const int32_t *table = tables + b * table_width;
+            float *s = scratch + (b * num_kv_heads + h) * group * max_len;
+            const float *qh = q + (b * num_heads + h * group) * head_dim;
+            float acc[group * head_dim];
+            float l[group];
+            /* scores: each K row is read once for the whole group; four positions at a time
+             * give four independent sums (one sum's chain of dependent adds would stall) */
+            for (int64_t start = 0; start < len; start += block_size) {
+                const float *kb = k_cache + (int64_t)table[start / block_size] * block_size * slot_floats + h * head_dim;
+                const int64_t n = len - start < block_size ? len - start : block_size;
+                int64_t off = 0;
+                for (; off + 4 <= n; off += 4) {
+                    const float *k0 = kb + off * slot_floats, *k1 = k0 + slot_floats;
+                    const float *k2 = k1 + slot_floats, *k3 = k2 + slot_floats;
+                    for (int64_t g = 0; g < group; g++) {
+                        const float *qg = qh + g * head_dim;
+                        float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+#pragma omp simd reduction(+ : d0, d1, d2, d3)
+                        for (int64_t d = 0; d < head_dim; d++) {
+                            d0 += qg[d] * k0[d];
+                            d1 += qg[d] * k1[d];
+                            d2 += qg[d] * k2[d];
+                            d3 += qg[d] * k3[d];
+                        }
+                        float *sg = s + g * max_len + start + off;
+                        sg[0] = d0 * scale;
+                        sg[1] = d1 * scale;
+                        sg[2] = d2 * scale;
+                        sg[3] = d3 * scale;
+                    }
+                }
+                for (; off < n; off++) {
+                    const float *kr = kb + off * slot_floats;
+                    for (int64_t g = 0; g < group; g++) {
+                        const float *qg = qh + g * head_dim;
+                        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                        for (int64_t d = 0; d < head_dim; d++) dot += qg[d] * kr[d];
+                        s[g * max_len + start + off] = dot * scale;
+                    }
+                }
+            }
+            /* softmax numerators, and their sums */
+            for (int64_t g = 0; g < group; g++) {
+                float *sg = s + g * max_len;
+                float mx = -INFINITY;
+                for (int64_t pos = 0; pos < len; pos++) mx = sg[pos] > mx ? sg[pos] : mx;
+                float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                for (int64_t pos = 0; pos < len; pos++) {
+                    sg[pos] = expf(sg[pos] - mx);
+                    sum += sg[pos];
+                }
+                l[g] = sum;
+            }
+            /* weighted sum of V: each V row read once for the whole group, four positions
+             * folded into the sum per pass over it */
+            memset(acc, 0, sizeof(acc));
+            for (int64_t start = 0; start < len; start += block_size) {
+                const float *vb = v_cache + (int64_t)table[start / block_size] * block_size * slot_floats + h * head_dim;
+                const int64_t n = len - start < block_size ? len - start : block_size;
+                int64_t off = 0;
+                for (; off + 4 <= n; off += 4) {
+                    const float *v0 = vb + off * slot_floats, *v1 = v0 + slot_floats;
+                    const float *v2 = v1 + slot_floats, *v3 = v2 + slot_floats;
+                    for (int64_t g = 0; g < group; g++) {
+                        const float *p = s + g * max_len + start + off;
+                        const float p0 = p[0], p1 = p[1], p2 = p[2], p3 = p[3];
+                        float *ag = acc + g * head_dim;
+#pragma omp simd
+                        for (int64_t d = 0; d < head_dim; d++)
+                            ag[d] += p0 * v0[d] + p1 * v1[d] + p2 * v2[d] + p3 * v3[d];
+                    }
+                }
+                for (; off < n; off++) {
+                    const float *vr = vb + off * slot_floats;
+                    for (int64_t g = 0; g < group; g++) {
+                        const float p = s[g * max_len + start + off];
+                        float *ag = acc + g * head_dim;
+#pragma omp simd
+                        for (int64_t d = 0; d < head_dim; d++) ag[d] += p * vr[d];
+                    }
+                }
+            }
+            for (int64_t g = 0; g < group; g++) {
+                float *og = out + (b * num_heads + h * group + g) * head_dim;
+                const float inv = 1.0f / l[g];
+                for (int64_t d = 0; d < head_dim; d++) og[d] = acc[g * head_dim + d] * inv;
+            }
+        }
+    }
+    return 0;
+}
+
+/* 2. out[M, N] = x[M, K] @ W[N, K]^T for float32, W packed once (cpu.py pack_weight) into
+ * panels of PW = 48 output columns, each panel [K][48] contiguous: a panel is read front to
+ * back, and each k's 48 weights are three 16-float vectors.
+ *
+ * A tile is up to 8 rows of x times one panel: 24 vector accumulators, 3 weight loads and 8
+ * broadcasts of x per k. The panels are split between the threads. For the decode batches this
+ * engine runs (M <= 16) a panel is streamed from memory once and read again from L2 for rows
+ * 9-16. Each output is one running sum over k = 0 .. K-1 in order, with fused multiply-adds;
+ * oneDNN and MKL sum in other orders, so results differ from theirs in the last bits.
+ *
+ * GCC's vector extensions, not intrinsics: the same source compiles to AVX-512, or to two
+ * AVX2 halves, or to SSE, for whatever -march=native finds. */
+typedef float v16 __attribute__((vector_size(64), aligned(4)));
+#define PW 48
+#define RM 8
+
+static inline __attribute__((always_inline)) void tile(const float *x, int64_t K, const float *w,
+                                                      float *out, int64_t ldo, int64_t cols,
+                                                      int accumulate, int R) {
+    v16 acc[RM][3];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < 3; j++) acc[r][j] = (v16){0};
+    for (int64_t k = 0; k < K; k++) {
+        const v16 *wk = (const v16 *)(w + k * PW);
+        const v16 w0 = wk[0], w1 = wk[1], w2 = wk[2];
+        for (int r = 0; r < R; r++) {
+            const float xv = x[r * K + k];
+            acc[r][0] += xv * w0;
+            acc[r][1] += xv * w1;
+            acc[r][2] += xv * w2;
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        const float *a = (const float *)acc[r];
+        float *o = out + r * ldo;
+        if (accumulate) { /* the residual stream: o + (x @ W^T), the sum rounded first as apart */
+            for (int64_t c = 0; c < cols; c++) o[c] += a[c];
+        } else { /* cols < 48 only in the last panel of an N that is not a multiple of 48 */
+            memcpy(o, a, cols * sizeof(float));
+        }
+    }
+}
+
+#define ROWS(n) \
+    case n:     \
+        tile(xm, K, wp, om, N, cols, accumulate, n); \
+        break;
+
+void linear_f32(const float *x, const float *w, float *out, int64_t M, int64_t N, int64_t K,
+                int accumulate, int num_threads) {
+    const int64_t panels = (N + PW - 1) / PW;
+#pragma omp parallel for schedule(static) num_threads(num_threads)
+    for (int64_t p = 0; p < panels; p++) {
+        const float *wp = w + p * K * PW;
+        const int64_t cols = N - p * PW < PW ? N - p * PW : PW;
+        for (int64_t m = 0; m < M; m += RM) {
+            const float *xm = x + m * K;
+            float *om = out + m * N + p * PW;
+            switch (M - m < RM ? M - m : RM) {
+                ROWS(8) ROWS(7) ROWS(6) ROWS(5) ROWS(4) ROWS(3) ROWS(2)
+                default:
+                    tile(xm, K, wp, om, N, cols, accumulate, 1);
+            }
+        }
+    }
+}
+
+/* 3. The forward's elementwise steps, each one pass where torch takes several kernels. They
+ * keep torch's rounding: no fused multiply-adds (a*b + c*d is two rounded products and a
+ * rounded sum, as torch's separate kernels compute it), and HF's order of operations. Rows
+ * are split between threads only for prefill-sized inputs: at decode sizes a parallel region
+ * costs more than the work. */
+#define NOFMA __attribute__((optimize("fp-contract=off")))
+#define PARALLEL_ROWS 64
+
+/* HF's LlamaRMSNorm in float32: w * (x * rsqrt(mean(x^2) + eps)) */
+NOFMA void rms_norm_f32(const float *x, const float *w, float *out, int64_t rows, int64_t cols,
+                        float eps, int num_threads) {
+#pragma omp parallel for schedule(static) num_threads(num_threads) if (rows >= PARALLEL_ROWS)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        float *o = out + r * cols;
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int64_t c = 0; c < cols; c++) ss += xr[c] * xr[c];
+        const float inv = 1.0f / sqrtf(ss / (float)cols + eps);
+#pragma omp simd
+        for (int64_t c = 0; c < cols; c++) o[c] = w[c] * (xr[c] * inv);
+    }
+}
+
+/* Rotary embedding of q and k, read from the joined q/k/v projection [T, (Hq + 2 Hkv) * D],
+ * written to q [T, Hq, D] and k [T, Hkv, D]: x * cos + rotate_half(x) * sin, with sin's first
+ * half already negated (llama.py RotaryTable), so rotate_half is a swap of the halves. */
+NOFMA void rope_f32(const float *qkv, const float *cos_table, const float *sin_table,
+                    const int64_t *positions, float *q, float *k, int64_t tokens,
+                    int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
+                    int num_threads) {
+    const int64_t half = head_dim / 2, width = (num_heads + 2 * num_kv_heads) * head_dim;
+#pragma omp parallel for schedule(static) num_threads(num_threads) if (tokens >= PARALLEL_ROWS)
+    for (int64_t t = 0; t < tokens; t++) {
+        const float *c = cos_table + positions[t] * head_dim;
+        const float *s = sin_table + positions[t] * head_dim;
+        for (int64_t h = 0; h < num_heads + num_kv_heads; h++) {
+            const float *x = qkv + t * width + h * head_dim;
+            float *o = h < num_heads ? q + (t * num_heads + h) * head_dim
+                                     : k + (t * num_kv_heads + h - num_heads) * head_dim;
+#pragma omp simd
+            for (int64_t d = 0; d < half; d++) {
+                const float a = x[d] * c[d], b = x[d + half] * s[d];
+                o[d] = a + b;
+            }
+#pragma omp simd
+            for (int64_t d = half; d < head_dim; d++) {
+                const float a = x[d] * c[d], b = x[d - half] * s[d];
+                o[d] = a + b;
+            }
+        }
+    }
+}
+
+/* SiLU(gate) * up from the joined gate/up projection [T, 2 I] -> [T, I]; silu as torch's CPU
+ * kernel writes it, x / (1 + exp(-x)) */
+NOFMA void silu_mul_f32(const float *gate_up, float *out, int64_t rows, int64_t inter,
+                        int num_threads) {
+#pragma omp parallel for schedule(static) num_threads(num_threads) if (rows >= PARALLEL_ROWS)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *g = gate_up + r * 2 * inter, *u = g + inter;
+        float *o = out + r * inter;
+#pragma omp simd
+        for (int64_t i = 0; i < inter; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}

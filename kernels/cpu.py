@@ -1,0 +1,335 @@
+"""The CPU kernels in C (``kernels/cpu.c``), built once with the system's C compiler
+and called through ctypes; each is held to its plain-torch reference in ``kernels/reference.py``.
+
+Why C and not torch ops: a decode step's attention in torch is a gather of every request's K/V
+into a new tensor and an SDPA call made for long queries; on this project's 2-core CPU that was
+a third of a decode step at ~300 tokens of context. The C kernel reads each K/V row where the
+arena holds it, through the block table, as the Triton kernel does on a GPU.
+
+The shared library is built on first use (about a second) into a cache folder keyed by the
+source, the compiler and its flags, and this CPU (``-march=native``: a library built for another
+CPU's instructions could crash here): ``$PAGED_KERNEL_CACHE``, else ``kernels/`` under
+``$XDG_CACHE_HOME/seeing-pagedattention`` or ``~/.cache/seeing-pagedattention``. It is written
+under a temporary name and renamed, so concurrent first uses (test workers) never load a
+half-written file. No compiler, or a build that fails, leaves ``load()`` returning None with
+``why()`` saying why; the engine then runs the torch path (oneDNN's matmuls, torch attention).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("cpu.c")
+# -march=native: the library is built where it runs; -fno-math-errno lets expf vectorize
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
+_I64, _I32P, _FP = ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p
+
+_lib: ctypes.CDLL | None = None
+_why: str | None = None
+_tried = False
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("PAGED_KERNEL_CACHE", "").strip()
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "seeing-pagedattention" / "kernels"
+
+
+def _this_cpu() -> str:
+    # the first processor's model and instruction-set flags: what -march=native compiles for
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            text = f.read(1 << 16)
+    except OSError:
+        return platform.machine() + platform.processor()
+    first = text.split("\n\n", 1)[0]
+    return "\n".join(
+        line for line in first.splitlines() if line.startswith(("model name", "flags", "Features"))
+    )
+
+
+def _build(compiler: str) -> Path:
+    src = SOURCE.read_bytes()
+    salt = "\0".join((compiler, *FLAGS, _this_cpu())).encode()
+    key = hashlib.sha256(src + salt).hexdigest()[:16]
+    folder = cache_dir()
+    target = folder / f"cpu-{key}.so"
+    if target.exists():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
+    os.close(fd)
+    try:
+        done = subprocess.run(
+            [compiler, *FLAGS, str(SOURCE), "-o", tmp, "-lmvec", "-lm"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if done.returncode != 0:
+            first = (done.stderr.strip().splitlines() or ["no message"])[0]
+            raise OSError(f"{compiler} failed: {first}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def load() -> ctypes.CDLL | None:
+    """The built library, or None (``why()`` says why). Builds it on the first call."""
+    global _lib, _why, _tried
+    if _tried:
+        return _lib
+    _tried = True
+    compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        _why = "no C compiler (gcc or cc) on PATH"
+        return None
+    try:
+        lib = ctypes.CDLL(str(_build(compiler)))
+    except (OSError, subprocess.SubprocessError) as e:
+        _why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return None
+    f = lib.paged_decode_f32
+    f.restype = ctypes.c_int
+    f.argtypes = [_FP, _FP, _FP, _I32P, _I64, _I32P, _FP, _FP]
+    f.argtypes += [_I64] * 7 + [ctypes.c_float, ctypes.c_int]
+    g = lib.linear_f32
+    g.restype = None
+    g.argtypes = [_FP, _FP, _FP, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int]
+    lib.rms_norm_f32.restype = None
+    lib.rms_norm_f32.argtypes = [_FP, _FP, _FP, _I64, _I64, ctypes.c_float, ctypes.c_int]
+    lib.rope_f32.restype = None
+    lib.rope_f32.argtypes = [_FP] * 6 + [_I64] * 4 + [ctypes.c_int]
+    lib.silu_mul_f32.restype = None
+    lib.silu_mul_f32.argtypes = [_FP, _FP, _I64, _I64, ctypes.c_int]
+    _lib = lib
+    return lib
+
+
+def why() -> str | None:
+    """Why ``load()`` gave None; None when it has not failed."""
+    return _why
+
+
+def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
+    """The C kernel's case: float32 on the CPU."""
+    return (
+        q.device.type == "cpu"
+        and k_cache.device.type == "cpu"
+        and q.dtype == torch.float32
+        and k_cache.dtype == torch.float32
+    )
+
+
+class DecodeAttention:
+    """``paged_decode_attention`` of ``kernels/reference.py`` (float32 CPU only), with a scratch
+    buffer for the scores kept between calls."""
+
+    def __init__(self) -> None:
+        lib = load()
+        if lib is None:
+            raise RuntimeError(f"the CPU attention kernel is unavailable: {why()}")
+        self._f = lib.paged_decode_f32
+        self._scratch = torch.empty(0)
+
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        scale: float,
+        max_len: int | None = None,
+    ) -> torch.Tensor:
+        """``q`` [B, Hq, D] attends to its request's first ``context_lens[b]`` positions through
+        ``block_tables``; -> [B, Hq, D]. ``max_len``: ``context_lens.max()`` when known."""
+        b, hq, d = q.shape
+        nb, bs, hkv, _ = k_cache.shape
+        if not (supports(q, k_cache) and v_cache.dtype == torch.float32):
+            raise ValueError("the CPU attention kernel takes float32 CPU tensors")
+        if hq % hkv or d != k_cache.shape[3]:
+            raise ValueError(
+                f"query heads {hq} x {d} do not fit the arena's {hkv} x {k_cache.shape[3]}"
+            )
+        q = q.contiguous()
+        tables = block_tables.to(torch.int32).contiguous()
+        lens = context_lens.to(torch.int32).contiguous()
+        if max_len is None:
+            max_len = int(lens.max())
+        need = b * hq * max_len
+        if (
+            self._scratch.numel() < need
+            or self._scratch.is_inference() != torch.is_inference_mode_enabled()
+        ):
+            self._scratch = torch.empty(need + need // 4)
+        out = torch.empty_like(q)
+        rc = self._f(
+            q.data_ptr(),
+            k_cache.data_ptr(),
+            v_cache.data_ptr(),
+            tables.data_ptr(),
+            tables.shape[1],
+            lens.data_ptr(),
+            out.data_ptr(),
+            self._scratch.data_ptr(),
+            b,
+            hq,
+            hkv,
+            d,
+            bs,
+            nb,
+            max_len,
+            scale,
+            torch.get_num_threads(),
+        )
+        if rc:
+            raise ValueError(
+                "a block table entry or context length is out of the arena's range"
+                if rc == 2
+                else "a context length is empty or longer than its block table"
+            )
+        return out
+
+
+PANEL = 48  # output columns per packed panel: PW in cpu.c
+
+
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """``[N, K]`` float32 -> panels ``[ceil(N / 48), K, 48]`` for ``PackedLinear``, the last
+    one padded with zeros."""
+    n, k = weight.shape
+    panels = -(-n // PANEL)
+    padded = torch.zeros(panels * PANEL, k, dtype=torch.float32)
+    padded[:n] = weight
+    return padded.view(panels, PANEL, k).transpose(1, 2).contiguous()
+
+
+class PackedLinear:
+    """``x @ weight.T`` through ``linear_f32`` in cpu.c, ``weight`` packed once."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        lib = load()
+        if lib is None:
+            raise RuntimeError(f"the CPU matmul kernel is unavailable: {why()}")
+        self._f = lib.linear_f32
+        self.out_features, self.in_features = weight.shape
+        self.packed = pack_weight(weight)
+
+    def __call__(self, x: torch.Tensor, add_to: torch.Tensor | None = None) -> torch.Tensor:
+        """``[M, K]`` float32 -> ``[M, N]``; with ``add_to`` (``[M, N]``, contiguous) the
+        product is added to it in place (the same bits as ``add_to + x @ weight.T``) and it is
+        returned."""
+        _check(x, self.in_features)
+        x = x.contiguous()
+        m = x.shape[0]
+        if add_to is None:
+            out = torch.empty(m, self.out_features)
+        else:
+            if add_to.shape != (m, self.out_features) or not add_to.is_contiguous():
+                raise ValueError(f"cannot add [{m}, {self.out_features}] to {list(add_to.shape)}")
+            _check(add_to, self.out_features)
+            out = add_to
+        if m:
+            self._f(
+                x.data_ptr(),
+                self.packed.data_ptr(),
+                out.data_ptr(),
+                m,
+                self.out_features,
+                self.in_features,
+                add_to is not None,
+                torch.get_num_threads(),
+            )
+        return out
+
+
+def _check(x: torch.Tensor, width: int) -> None:
+    if x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2 or x.shape[1] != width:
+        raise ValueError(
+            f"the CPU kernels take float32 [rows, {width}] on the CPU, got {x.dtype} "
+            f"{list(x.shape)} on {x.device}"
+        )
+
+
+def _lib_or_raise() -> ctypes.CDLL:
+    lib = load()
+    if lib is None:
+        raise RuntimeError(f"the CPU kernels are unavailable: {why()}")
+    return lib
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF's LlamaRMSNorm of each row of ``x`` [rows, width] float32, in one pass."""
+    _check(x, weight.shape[0])
+    x, weight = x.contiguous(), weight.contiguous()
+    out = torch.empty_like(x)
+    _lib_or_raise().rms_norm_f32(
+        x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps,
+        torch.get_num_threads(),
+    )  # fmt: skip
+    return out
+
+
+def rope(
+    qkv: torch.Tensor,
+    cos: torch.Tensor,
+    signed_sin: torch.Tensor,
+    positions: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    checked: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q ``[T, Hq, D]`` and k ``[T, Hkv, D]``, rotated, from the joined projection ``qkv``
+    ``[T, (Hq + 2 Hkv) * D]``; ``cos`` and ``signed_sin`` are the whole tables ``[P, D]``
+    (``llama.RotaryTable``), looked up at ``positions`` (int64 ``[T]``, each < P).
+    ``checked``: the caller has already held ``positions`` to ``[0, P)`` (a forward does it
+    once for all its layers)."""
+    t = qkv.shape[0]
+    _check(qkv, (num_heads + 2 * num_kv_heads) * head_dim)
+    if cos.shape != signed_sin.shape or cos.shape[1] != head_dim or not cos.is_contiguous():
+        raise ValueError("cos and sin must be contiguous [positions, head_dim] tables")
+    pos = positions.to(torch.int64).contiguous()
+    if pos.shape != (t,) or not (checked or in_range(pos, cos.shape[0])):
+        raise ValueError(f"positions must be {t} values in [0, {cos.shape[0]})")
+    qkv = qkv.contiguous()
+    q = torch.empty(t, num_heads, head_dim)
+    k = torch.empty(t, num_kv_heads, head_dim)
+    _lib_or_raise().rope_f32(
+        qkv.data_ptr(), cos.data_ptr(), signed_sin.data_ptr(), pos.data_ptr(), q.data_ptr(),
+        k.data_ptr(), t, num_heads, num_kv_heads, head_dim, torch.get_num_threads(),
+    )  # fmt: skip
+    return q, k
+
+
+def in_range(positions: torch.Tensor, size: int) -> bool:
+    """Every one of ``positions`` is in ``[0, size)``."""
+    return not positions.numel() or (int(positions.min()) >= 0 and int(positions.max()) < size)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up`` of the joined projection ``[rows, 2 I]`` -> ``[rows, I]``."""
+    rows, width = gate_up.shape
+    _check(gate_up, width)
+    if width % 2:
+        raise ValueError(f"gate/up width {width} is odd")
+    gate_up = gate_up.contiguous()
+    out = torch.empty(rows, width // 2)
+    _lib_or_raise().silu_mul_f32(
+        gate_up.data_ptr(), out.data_ptr(), rows, width // 2, torch.get_num_threads()
+    )
+    return out

@@ -1,0 +1,191 @@
+"""kernels/cpu.c against the torch it replaces: paged decode attention against the reference,
+the packed matmul against F.linear, and the elementwise steps against the forward's torch ops
+(bit for bit where cpu.c keeps torch's rounding). Skipped where no C compiler builds it; the
+engine then runs the torch path, which the rest of the suite tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.model.llama import RotaryTable, apply_rope, rms_norm
+from kernels import cpu
+from kernels.reference import paged_decode_attention
+
+pytestmark = pytest.mark.skipif(cpu.load() is None, reason=f"no CPU kernels: {cpu.why()}")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _arena(g, blocks, block_size, hkv, d):
+    return (torch.randn(blocks, block_size, hkv, d, generator=g) for _ in range(2))
+
+
+@pytest.mark.parametrize(
+    ("hq", "hkv", "d", "block_size"),
+    [(9, 3, 64, 32), (4, 4, 32, 16), (8, 2, 48, 4), (6, 1, 16, 1)],
+)
+def test_decode_attention_matches_the_reference(hq, hkv, d, block_size):
+    g = torch.Generator().manual_seed(hq * 100 + d)
+    blocks, batch = 64, 7
+    k_cache, v_cache = _arena(g, blocks, block_size, hkv, d)
+    # lengths on and around block edges, and 1; tables padded with ids that must never be read
+    lens = torch.tensor([1, block_size, block_size + 1, 3 * block_size - 1, 5, 2 * block_size, 9])
+    width = int(-(-lens.max() // block_size)) + 2
+    tables = torch.randint(0, blocks, (batch, width), generator=g, dtype=torch.int32)
+    tables[0, 0] = tables[1, 0]  # a block two requests share, as prefix caching makes them
+    for b in range(batch):
+        tables[b, int(-(-lens[b] // block_size)) :] = -7
+    q = torch.randn(batch, hq, d, generator=g)
+    want = paged_decode_attention(q, k_cache, v_cache, tables.clamp(min=0), lens, d**-0.5)
+    got = cpu.DecodeAttention()(q, k_cache, v_cache, tables, lens, d**-0.5)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-6)
+
+
+def test_decode_attention_reads_only_the_requests_own_slots():
+    g = torch.Generator().manual_seed(5)
+    k_cache, v_cache = _arena(g, 8, 4, 2, 16)
+    tables = torch.tensor([[3, 5], [6, 0]], dtype=torch.int32)
+    lens = torch.tensor([6, 2])
+    # every slot no request reads: a NaN there must reach no output
+    poison = torch.ones(8, 4, dtype=torch.bool)
+    poison[3], poison[5, :2], poison[6, :2] = False, False, False
+    k_cache[poison], v_cache[poison] = float("nan"), float("nan")
+    got = cpu.DecodeAttention()(
+        torch.randn(2, 4, 16, generator=g), k_cache, v_cache, tables, lens, 0.25
+    )
+    assert torch.isfinite(got).all()
+
+
+@pytest.mark.parametrize(
+    ("tables", "lens", "match"),
+    [
+        ([[0, 9]], [5], "out of the arena"),
+        ([[0, -1]], [5], "out of the arena"),
+        ([[0, 1]], [9], "longer than its block table"),
+        ([[0, 1]], [0], "empty"),
+    ],
+)
+def test_decode_attention_refuses_a_table_that_points_outside_the_arena(tables, lens, match):
+    k_cache, v_cache = torch.zeros(4, 4, 1, 8), torch.zeros(4, 4, 1, 8)
+    with pytest.raises(ValueError, match=match):
+        cpu.DecodeAttention()(
+            torch.zeros(1, 1, 8),
+            k_cache,
+            v_cache,
+            torch.tensor(tables, dtype=torch.int32),
+            torch.tensor(lens),
+            1.0,
+        )
+
+
+@pytest.mark.parametrize("rows", [1, 5, 8, 9, 16, 33])
+@pytest.mark.parametrize(("n", "k"), [(48, 64), (50, 3), (103, 577)])
+def test_packed_matmul_matches_f_linear(rows, n, k):
+    g = torch.Generator().manual_seed(rows * n + k)
+    w, x = torch.randn(n, k, generator=g), torch.randn(rows, k, generator=g)
+    lin = cpu.PackedLinear(w)
+    torch.testing.assert_close(lin(x), F.linear(x, w), rtol=1e-5, atol=1e-4)
+
+
+def test_packed_matmul_adds_into_the_residual_with_the_bits_of_a_separate_add():
+    g = torch.Generator().manual_seed(3)
+    w, x, h = (torch.randn(*s, generator=g) for s in ((96, 40), (16, 40), (16, 96)))
+    lin = cpu.PackedLinear(w)
+    want = h + lin(x)
+    got = h.clone()
+    assert lin(x, add_to=got) is got
+    assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="cannot add"):
+        lin(x, add_to=torch.zeros(16, 95))
+
+
+def test_packed_matmul_refuses_what_it_cannot_take():
+    lin = cpu.PackedLinear(torch.randn(8, 4))
+    for bad in (torch.zeros(2, 5), torch.zeros(2, 4, dtype=torch.float64), torch.zeros(4)):
+        with pytest.raises(ValueError, match="float32"):
+            lin(bad)
+
+
+def test_rms_norm_matches_the_forwards_torch_ops():
+    g = torch.Generator().manual_seed(4)
+    for rows in (1, 16, 300):  # 300: rows split between threads
+        x, w = torch.randn(rows, 576, generator=g) * 3, torch.randn(576, generator=g)
+        torch.testing.assert_close(
+            cpu.rms_norm(x, w, 1e-5), rms_norm(x, w, 1e-5), rtol=2e-6, atol=1e-6
+        )
+
+
+def test_rope_gives_the_forwards_bits():
+    d, hq, hkv, t = 64, 9, 3, 70
+    inv_freq = 1.0 / (100000 ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    table = RotaryTable(inv_freq, 1.0, 512, torch.device("cpu"), torch.float32)
+    g = torch.Generator().manual_seed(6)
+    pos = torch.randint(0, 512, (t,), generator=g)
+    qkv = torch.randn(t, (hq + 2 * hkv) * d, generator=g)
+    q, k = cpu.rope(qkv, table.cos, table.sin, pos, hq, hkv, d)
+    cos, sin = table.lookup(pos)
+    want = apply_rope(qkv[:, : (hq + hkv) * d].view(t, hq + hkv, d), cos, sin)
+    assert torch.equal(q, want[:, :hq]) and torch.equal(k, want[:, hq:])
+    with pytest.raises(ValueError, match="positions"):
+        cpu.rope(qkv, table.cos, table.sin, pos + 512, hq, hkv, d)
+
+
+def test_silu_times_up_matches_torch():
+    g = torch.Generator().manual_seed(7)
+    for rows in (3, 100):
+        gu = torch.randn(rows, 2 * 1536, generator=g) * 4
+        gate, up = gu.chunk(2, dim=-1)
+        torch.testing.assert_close(cpu.silu_mul(gu), F.silu(gate) * up, rtol=2e-6, atol=1e-6)
+
+
+def _in_child(code: str, **env: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_without_a_compiler_the_engine_attends_with_torch_and_says_why_cpu_is_unavailable(tmp_path):
+    code = (
+        "import torch\n"
+        "from engine.errors import InvalidConfigError\n"
+        "from engine.model.attention import resolve_backend\n"
+        "from engine.model.llama import Linear\n"
+        "print(resolve_backend('auto', torch.device('cpu')))\n"
+        "print(Linear(torch.randn(8, 4))._kernel is None)\n"
+        "try:\n"
+        "    resolve_backend('cpu', torch.device('cpu'))\n"
+        "except InvalidConfigError as e:\n"
+        "    print(e)\n"
+    )
+    out = _in_child(code, CC=str(tmp_path / "no-such-cc"), PAGED_KERNEL_CACHE=str(tmp_path))
+    auto, kernel_off, why = out.splitlines()
+    assert (auto, kernel_off) == ("torch", "True")
+    assert why.startswith("attention backend 'cpu' is unavailable") and "no-such-cc" in why
+
+
+def test_first_builds_racing_for_one_cache_each_load_a_whole_library(tmp_path):
+    code = "from kernels import cpu; print(cpu.load() is not None, cpu.why())"
+    env = {**os.environ, "PAGED_KERNEL_CACHE": str(tmp_path)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
+    outs = [p.communicate(timeout=300)[0].strip() for p in procs]
+    assert outs == ["True None"] * 3
+    # one library, and no temporary file left behind
+    assert [(p.name[:4], p.suffix) for p in tmp_path.iterdir()] == [("cpu-", ".so")]
