@@ -9,6 +9,7 @@ import sys
 from engine.cli.generate import check_kv_events, hold_publisher, warn_if_app_refuses
 from engine.engine_args import EngineArgs, check_output_path
 from engine.errors import InvalidConfigError
+from engine.model.backends import BACKENDS
 from engine.trace import scenario as scenario_mod
 from engine.trace.recorder import record, stderr_progress
 
@@ -32,7 +33,7 @@ def add_parser(sub) -> None:
     p.add_argument("--model", default=None, help="local Llama-family HF directory")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default=None)
-    p.add_argument("--attention", default="auto", choices=("auto", "torch", "triton"))
+    p.add_argument("--attention", default="auto", choices=BACKENDS)
     EngineArgs.add_cli_args(p, only=("kv_cache_dtype",))
     p.add_argument(
         "--kv-events",

@@ -41,7 +41,18 @@ def resolve_backend(name: str, device: torch.device) -> str:
             f"unknown attention backend {name!r} (expected auto, torch or triton)"
         )
     if name == "auto":
-        return "triton" if device.type == "cuda" else "torch"
+        if device.type == "cuda":
+            return "triton"
+        from kernels.cpu import load
+
+        return "cpu" if load() is not None else "torch"
+    if name == "cpu":
+        if device.type != "cpu":
+            raise InvalidConfigError(f"attention backend 'cpu' runs on the CPU, not {device}")
+        from kernels.cpu import load, why
+
+        if load() is None:
+            raise InvalidConfigError(f"attention backend 'cpu' is unavailable: {why()}")
     if name == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise InvalidConfigError(
             "attention backend 'triton' needs a CUDA device (or TRITON_INTERPRET=1 on CPU)"
@@ -130,6 +141,10 @@ class Attention:
             from engine.model.attention_torch import TorchAttention
 
             self._impl = TorchAttention(scale, k_scale, v_scale)
+        elif self.backend == "cpu":
+            from engine.model.attention_torch import CpuAttention
+
+            self._impl = CpuAttention(scale, k_scale, v_scale)
         else:
             self._impl = KernelAttention(self.backend, scale, k_scale, v_scale)
 

@@ -9,7 +9,7 @@ is bit-identical to the reference; ``tests/engine/test_arena.py`` holds it to th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -177,3 +177,59 @@ class TorchAttention:
             enable_gqa=q.shape[1] != k_cache.shape[2],
         )
         return o[0].transpose(0, 1)
+
+
+class CpuAttention(TorchAttention):
+    """The torch backend with decode tokens attending through ``kernels/cpu.c``: each
+    K/V row read in place through the block table, nothing gathered (``kernels/cpu.py`` says
+    why). Prefill, and a float8 or bfloat16 arena, go the torch way. Not bit-identical to the
+    torch backend (another summation order); held to the reference within float32 rounding by
+    tests/kernels/test_cpu_attention.py, and to HF's greedy tokens by tests/model/."""
+
+    name = "cpu"
+
+    def __init__(self, scale: float, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+        from kernels.cpu import DecodeAttention
+
+        super().__init__(scale, k_scale, v_scale)
+        self._kernel = DecodeAttention()
+        self._meta = None
+        self._block_size = 1
+        self._max_len = 0
+
+    def prepare(self, meta, block_size: int) -> None:
+        decode = meta.decode_block_tables
+        # the torch decode plan is made only if an arena the kernel does not take asks for it
+        super().prepare(replace(meta, decode_block_tables=None), block_size)
+        self._meta, self._block_size = meta, block_size
+        self._max_len = int(meta.decode_context_lens.max()) if decode is not None else 0
+
+    def __call__(self, q, k, v, k_cache, v_cache, meta) -> torch.Tensor:
+        from kernels.cpu import supports
+
+        if self._max_len == 0 or not supports(q, k_cache):
+            if self._max_len and self._decode is None:
+                super().prepare(self._meta, self._block_size)
+            return super().__call__(q, k, v, k_cache, v_cache, meta)
+        hkv, d = k_cache.shape[2], k_cache.shape[3]
+        k_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, k)
+        v_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
+        n = meta.num_prefill_tokens
+        decode = self._kernel(
+            q[n:],
+            k_cache,
+            v_cache,
+            meta.decode_block_tables,
+            meta.decode_context_lens,
+            self.scale,
+            self._max_len,
+        )
+        if n == 0:
+            return decode
+        out = torch.empty_like(q)
+        for p in self._prefill:
+            out[p.start : p.end] = self._attend_prefill(
+                q[p.start : p.end], k, v, k_cache, v_cache, p
+            )
+        out[n:] = decode
+        return out

@@ -3,4 +3,4 @@ and only a command that runs a model may pay for torch."""
 
 from __future__ import annotations
 
-BACKENDS = ("auto", "torch", "triton")
+BACKENDS = ("auto", "torch", "cpu", "triton")

@@ -31,25 +31,38 @@ def _packable(weight: torch.Tensor) -> bool:
 class Linear:
     """``x @ w.T`` for each of ``weights``, which share their input, side by side.
 
-    On a CPU in fp32 the weights are concatenated and packed once, at load, into oneDNN's
-    blocked layout (what inductor's weight freezing and vLLM's CPU build do), and a call is one
-    oneDNN matmul whose output is split. F.linear (MKL's sgemm, which re-packs its operand on
-    every call) measured 2-3x slower per decode step at batch 16 on this project's 2-core
-    machine, the vocabulary head most of all; one matmul for q/k/v (and for gate/up) saves
-    calls and gives, measured and tested, the very bits of separate ones. oneDNN sums in another
-    order than MKL, so logits may differ from HF's in the last bits; the greedy tokens are held
-    to HF's by tests/model/. Elsewhere each weight is its own F.linear, as in HF."""
+    On a CPU in float32 the weights are concatenated and packed once, at load, and a call is one
+    matmul whose output is split: one matmul for q/k/v (and for gate/up) saves calls. The
+    matmul is ``linear_f32`` of ``kernels/cpu.c`` when it builds (``kernels/cpu.py`` says why;
+    at decode batch 16 it took ~31 ms a step where oneDNN took ~38 and MKL's F.linear ~80, on
+    this project's 2-core machine, and it is faster at batch 1 and at prefill too), else
+    oneDNN's, its weights packed into oneDNN's blocked layout (what inductor's weight freezing
+    and vLLM's CPU build do). Both sum in another order than HF's MKL, so logits may differ
+    from HF's in the last bits; the greedy tokens are held to HF's by tests/model/. Elsewhere
+    each weight is its own F.linear, as in HF."""
 
-    def __init__(self, *weights: torch.Tensor, batch_hint: int = 16) -> None:
+    def __init__(self, *weights: torch.Tensor, batch_hint: int = 16, kernel: bool = True) -> None:
+        """``kernel=False``: oneDNN even where kernels/cpu.c builds."""
         self.weights: tuple[torch.Tensor, ...] = weights
         self._packed = None
+        self._kernel = None
         if _packable(weights[0]):
             whole = torch.cat(weights) if len(weights) > 1 else weights[0]
-            self._packed = torch.ops.mkldnn._reorder_linear_weight(whole, batch_hint)
+            from kernels.cpu import PackedLinear, load
+
+            if kernel and load() is not None:
+                self._kernel = PackedLinear(whole)
+            else:
+                self._packed = torch.ops.mkldnn._reorder_linear_weight(whole, batch_hint)
             self.weights = ()  # the packed copy is all a call reads
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """``[T, in]`` -> ``[T, sum of the weights' rows]``, the outputs side by side."""
+    def __call__(self, x: torch.Tensor, add_to: torch.Tensor | None = None) -> torch.Tensor:
+        """``[T, in]`` -> ``[T, sum of the weights' rows]``, the outputs side by side. With
+        ``add_to`` (the CPU kernel only) the product is added to it in place."""
+        if self._kernel is not None:
+            return self._kernel(x, add_to)
+        if add_to is not None:
+            raise ValueError("add_to is the CPU kernel's alone")
         if self._packed is None:
             if len(self.weights) == 1:
                 return F.linear(x, self.weights[0])
@@ -138,6 +151,8 @@ class LlamaForward:
         self.rope = RotaryTable(
             weights.inv_freq, weights.rope_scaling, c.max_position_embeddings, device, dtype
         )
+        # every projection runs in kernels/cpu.c: so do the steps between them
+        self.fused = self.lm_head._kernel is not None and self.rope.cos.dtype == torch.float32
 
     @torch.inference_mode()
     def forward(
@@ -151,6 +166,8 @@ class LlamaForward:
         """Run ``[T]`` tokens at ``positions`` through every layer, writing their K/V into
         ``kv_caches`` (one ``(k, v)`` arena view per layer), and return logits ``[B, vocab]``
         only for the flat rows in ``logits_indices`` (each sequence's last token)."""
+        if self.fused:
+            return self._forward_fused(input_ids, positions, kv_caches, meta, logits_indices)
         c, w = self.w.config, self.w
         t, heads = input_ids.shape[0], c.num_heads + c.num_kv_heads
         cos, sin = self.rope.lookup(positions)
@@ -169,3 +186,32 @@ class LlamaForward:
             h = h + layer.down_proj(F.silu(gate) * up)
         h = rms_norm(h[logits_indices], w.final_norm, c.rms_norm_eps)
         return self.lm_head(h)
+
+    def _forward_fused(self, input_ids, positions, kv_caches, meta, logits_indices):
+        """``forward`` with the steps between the projections in ``kernels/cpu.c`` too: one
+        pass each for RMSNorm, RoPE and SiLU * up, and the residual adds done by the matmuls
+        that produce them. Each keeps torch's rounding (cpu.c says how), so only the matmuls'
+        and attention's summation orders differ from the torch path."""
+        from kernels import cpu
+
+        c, w = self.w.config, self.w
+        t, eps = input_ids.shape[0], c.rms_norm_eps
+        if not cpu.in_range(positions, self.rope.cos.shape[0]):
+            raise ValueError(f"a position is past the model's {self.rope.cos.shape[0]} positions")
+        h = F.embedding(input_ids, w.embed)
+        x = cpu.rms_norm(h, self.layers[0].input_norm, eps)
+        qk_width = (c.num_heads + c.num_kv_heads) * c.head_dim
+        for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv_caches, strict=True)):
+            qkv = layer.qkv_proj(x)
+            q, k = cpu.rope(
+                qkv, self.rope.cos, self.rope.sin, positions, c.num_heads, c.num_kv_heads,
+                c.head_dim, checked=True,
+            )  # fmt: skip
+            v = _heads(qkv[:, qk_width:], c.num_kv_heads, c.head_dim)
+            o = self.attention(q, k, v, k_cache, v_cache, meta)
+            layer.o_proj(o.reshape(t, -1), add_to=h)
+            x = cpu.rms_norm(h, layer.post_norm, eps)
+            layer.down_proj(cpu.silu_mul(layer.gate_up_proj(x)), add_to=h)
+            if i + 1 < len(self.layers):
+                x = cpu.rms_norm(h, self.layers[i + 1].input_norm, eps)
+        return self.lm_head(cpu.rms_norm(h[logits_indices], w.final_norm, eps))

@@ -78,10 +78,14 @@ def test_fresh_arena_is_finite_so_masked_reads_cannot_poison_attention():
 
 def test_attention_backend_resolution(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    assert resolve_backend("auto", torch.device("cpu")) == "torch"
+    from kernels.cpu import load
+
+    assert resolve_backend("auto", torch.device("cpu")) == ("cpu" if load() else "torch")
     assert resolve_backend("auto", torch.device("cuda")) == "triton"
     assert resolve_backend("torch", torch.device("cuda")) == "torch"
     with pytest.raises(InvalidConfigError, match="CUDA"):
         resolve_backend("triton", torch.device("cpu"))
     with pytest.raises(InvalidConfigError, match="unknown"):
         resolve_backend("flash", torch.device("cpu"))
+    with pytest.raises(InvalidConfigError, match="runs on the CPU"):
+        resolve_backend("cpu", torch.device("cuda"))

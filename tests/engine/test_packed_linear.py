@@ -1,6 +1,6 @@
-"""The forward's projections: a weight packed once for oneDNN computes what F.linear computes,
-at every batch size a step can have, up to fp32 rounding; anything oneDNN cannot take stays
-F.linear, bit for bit."""
+"""The forward's projections: a weight packed once (for kernels/cpu.c, or for oneDNN where it
+does not build) computes what F.linear computes, at every batch size a step can have, up to fp32
+rounding; anything neither can take stays F.linear, bit for bit."""
 
 from __future__ import annotations
 
@@ -9,20 +9,35 @@ import torch
 import torch.nn.functional as F
 
 from engine.model.llama import Linear, RotaryTable, apply_rope
+from kernels import cpu
 
 needs_onednn = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN"
 )
 
 
-@needs_onednn
+def test_the_c_kernel_packs_the_weights_where_it_builds_else_onednn():
+    lin = Linear(torch.randn(96, 8))
+    assert (lin._kernel is not None) == (cpu.load() is not None)
+    if torch.backends.mkldnn.is_available():
+        assert (lin._packed is not None) == (cpu.load() is None)
+        assert Linear(torch.randn(96, 8), kernel=False)._packed is not None
+
+
+PATHS = [
+    pytest.param(True, marks=pytest.mark.skipif(cpu.load() is None, reason="no CPU kernels")),
+    pytest.param(False, marks=needs_onednn),
+]
+
+
+@pytest.mark.parametrize("kernel", PATHS)
 @pytest.mark.parametrize("rows", [1, 3, 16, 17, 300])
-def test_packed_weight_matches_f_linear_at_any_batch_size(rows):
+def test_packed_weight_matches_f_linear_at_any_batch_size(rows, kernel):
     g = torch.Generator().manual_seed(rows)
     w = torch.randn(1536, 576, generator=g)
     x = torch.randn(rows, 576, generator=g)
-    lin = Linear(w)
-    assert lin._packed is not None
+    lin = Linear(w, kernel=kernel)
+    assert lin._packed is not None or lin._kernel is not None
     with torch.inference_mode():
         got = lin(x)
     assert got.shape == (rows, 1536)
@@ -38,16 +53,16 @@ def test_weights_onednn_does_not_take_stay_f_linear_bit_for_bit():
     assert torch.equal(lin(x), F.linear(x, w))
 
 
-@needs_onednn
+@pytest.mark.parametrize("kernel", PATHS)
 @pytest.mark.parametrize("rows", [1, 16, 17, 300])
-def test_one_matmul_for_several_weights_gives_the_bits_of_separate_ones(rows):
+def test_one_matmul_for_several_weights_gives_the_bits_of_separate_ones(rows, kernel):
     g = torch.Generator().manual_seed(rows)
     q, k, v = (torch.randn(n, 576, generator=g) for n in (576, 192, 192))
     x = torch.randn(rows, 576, generator=g)
-    fused = Linear(q, k, v)
+    fused = Linear(q, k, v, kernel=kernel)
     with torch.inference_mode():
         got = fused(x)
-        alone = torch.cat([Linear(w)(x) for w in (q, k, v)], dim=-1)
+        alone = torch.cat([Linear(w, kernel=kernel)(x) for w in (q, k, v)], dim=-1)
     assert got.shape == (rows, 960)
     assert torch.equal(got, alone)
 
