@@ -4,10 +4,10 @@
  * 1. Paged decode attention, reading K/V in place through the block table.
  *
  * The plain-torch reference (kernels/reference.py, paged_decode_attention) first gathers every
- * request's K/V into a new padded tensor and then calls SDPA. Here each (request, KV head) is
- * one task: it looks up each position's physical block in the request's table, exactly as the
- * Triton kernel and the MMU do, and reads that slot's K and V rows where the arena holds them.
- * A task's query heads (the GQA group) share each K/V row while it is in cache.
+ * request's K/V into a new padded tensor and then calls SDPA. Here each request is one task: it
+ * looks up each position's physical block in the request's table, exactly as the Triton kernel
+ * and the MMU do, and reads that slot's K and V rows where the arena holds them. The query
+ * heads of a GQA group share each K/V row while it is in cache.
  *
  * Layout (float32, row-major, as the arena and kernels/reference.py hold them):
  *   q            [batch, num_heads, head_dim]
@@ -15,7 +15,7 @@
  *   tables       [batch, table_width] int32
  *   context_lens [batch] int32, each >= 1
  *   out          [batch, num_heads, head_dim]
- *   scratch      [batch * num_kv_heads * group * max_len] floats: the tasks' scores
+ *   scratch      [batch * num_heads * max_len] floats: the tasks' scores
  *
  * Built with -fopenmp; loaded after torch, the parallel loops run on torch's own OpenMP runtime
  * (the same libgomp.so.1), with the thread count the caller passes (torch's).
@@ -44,26 +44,30 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
             if (blk < 0 || blk >= num_blocks) return 2;
         }
     }
-#pragma omp parallel for collapse(2) schedule(static) num_threads(num_threads)
+    /* one task per request, all its heads: a block's slots hold every KV head side by side
+     * (slot_floats apart), so a request's K (then V) is read front to back, block by block,
+     * which the hardware prefetcher streams from memory; a task per (request, head) read the
+     * same bytes in 256-byte pieces 768 bytes apart and waited on memory at every one */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads)
     for (int64_t b = 0; b < batch; b++) {
-        for (int64_t h = 0; h < num_kv_heads; h++) {
-            const int64_t len = context_lens[b];
-            const int32_t *table = tables + b * table_width;
-            float *s = scratch + (b * num_kv_heads + h) * group * max_len;
-            const float *qh = q + (b * num_heads + h * group) * head_dim;
-            float acc[group * head_dim];
-            float l[group];
-            /* scores: each K row is read once for the whole group; four positions at a time
-             * give four independent sums (one sum's chain of dependent adds would stall) */
-            for (int64_t start = 0; start < len; start += block_size) {
-                const float *kb = k_cache + (int64_t)table[start / block_size] * block_size * slot_floats + h * head_dim;
-                const int64_t n = len - start < block_size ? len - start : block_size;
-                int64_t off = 0;
-                for (; off + 4 <= n; off += 4) {
-                    const float *k0 = kb + off * slot_floats, *k1 = k0 + slot_floats;
-                    const float *k2 = k1 + slot_floats, *k3 = k2 + slot_floats;
-                    for (int64_t g = 0; g < group; g++) {
-                        const float *qg = qh + g * head_dim;
+        const int64_t len = context_lens[b];
+        const int32_t *table = tables + b * table_width;
+        float *s = scratch + b * num_heads * max_len; /* [num_heads][max_len] */
+        const float *qb = q + b * num_heads * head_dim;
+        float acc[num_heads * head_dim];
+        float l[num_heads];
+        /* scores: each K row read once for its whole group; four positions at a time give
+         * four independent sums (one sum's chain of dependent adds would stall) */
+        for (int64_t start = 0; start < len; start += block_size) {
+            const float *kb = k_cache + (int64_t)table[start / block_size] * block_size * slot_floats;
+            const int64_t n = len - start < block_size ? len - start : block_size;
+            int64_t off = 0;
+            for (; off + 4 <= n; off += 4) {
+                for (int64_t h = 0; h < num_kv_heads; h++) {
+                    const float *k0 = kb + off * slot_floats + h * head_dim;
+                    const float *k1 = k0 + slot_floats, *k2 = k1 + slot_floats, *k3 = k2 + slot_floats;
+                    for (int64_t g = h * group; g < (h + 1) * group; g++) {
+                        const float *qg = qb + g * head_dim;
                         float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
 #pragma omp simd reduction(+ : d0, d1, d2, d3)
                         for (int64_t d = 0; d < head_dim; d++) {
@@ -79,10 +83,12 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
                         sg[3] = d3 * scale;
                     }
                 }
-                for (; off < n; off++) {
-                    const float *kr = kb + off * slot_floats;
-                    for (int64_t g = 0; g < group; g++) {
-                        const float *qg = qh + g * head_dim;
+            }
+            for (; off < n; off++) {
+                for (int64_t h = 0; h < num_kv_heads; h++) {
+                    const float *kr = kb + off * slot_floats + h * head_dim;
+                    for (int64_t g = h * group; g < (h + 1) * group; g++) {
+                        const float *qg = qb + g * head_dim;
                         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
                         for (int64_t d = 0; d < head_dim; d++) dot += qg[d] * kr[d];
@@ -90,30 +96,31 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
                     }
                 }
             }
-            /* softmax numerators, and their sums */
-            for (int64_t g = 0; g < group; g++) {
-                float *sg = s + g * max_len;
-                float mx = -INFINITY;
-                for (int64_t pos = 0; pos < len; pos++) mx = sg[pos] > mx ? sg[pos] : mx;
-                float sum = 0.0f;
+        }
+        /* softmax numerators, and their sums */
+        for (int64_t g = 0; g < num_heads; g++) {
+            float *sg = s + g * max_len;
+            float mx = -INFINITY;
+            for (int64_t pos = 0; pos < len; pos++) mx = sg[pos] > mx ? sg[pos] : mx;
+            float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-                for (int64_t pos = 0; pos < len; pos++) {
-                    sg[pos] = expf(sg[pos] - mx);
-                    sum += sg[pos];
-                }
-                l[g] = sum;
+            for (int64_t pos = 0; pos < len; pos++) {
+                sg[pos] = expf(sg[pos] - mx);
+                sum += sg[pos];
             }
-            /* weighted sum of V: each V row read once for the whole group, four positions
-             * folded into the sum per pass over it */
-            memset(acc, 0, sizeof(acc));
-            for (int64_t start = 0; start < len; start += block_size) {
-                const float *vb = v_cache + (int64_t)table[start / block_size] * block_size * slot_floats + h * head_dim;
-                const int64_t n = len - start < block_size ? len - start : block_size;
-                int64_t off = 0;
-                for (; off + 4 <= n; off += 4) {
-                    const float *v0 = vb + off * slot_floats, *v1 = v0 + slot_floats;
-                    const float *v2 = v1 + slot_floats, *v3 = v2 + slot_floats;
-                    for (int64_t g = 0; g < group; g++) {
+            l[g] = sum;
+        }
+        /* weighted sum of V, read as K was; four positions folded in per pass over a row */
+        memset(acc, 0, sizeof(acc));
+        for (int64_t start = 0; start < len; start += block_size) {
+            const float *vb = v_cache + (int64_t)table[start / block_size] * block_size * slot_floats;
+            const int64_t n = len - start < block_size ? len - start : block_size;
+            int64_t off = 0;
+            for (; off + 4 <= n; off += 4) {
+                for (int64_t h = 0; h < num_kv_heads; h++) {
+                    const float *v0 = vb + off * slot_floats + h * head_dim;
+                    const float *v1 = v0 + slot_floats, *v2 = v1 + slot_floats, *v3 = v2 + slot_floats;
+                    for (int64_t g = h * group; g < (h + 1) * group; g++) {
                         const float *p = s + g * max_len + start + off;
                         const float p0 = p[0], p1 = p[1], p2 = p[2], p3 = p[3];
                         float *ag = acc + g * head_dim;
@@ -122,9 +129,11 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
                             ag[d] += p0 * v0[d] + p1 * v1[d] + p2 * v2[d] + p3 * v3[d];
                     }
                 }
-                for (; off < n; off++) {
-                    const float *vr = vb + off * slot_floats;
-                    for (int64_t g = 0; g < group; g++) {
+            }
+            for (; off < n; off++) {
+                for (int64_t h = 0; h < num_kv_heads; h++) {
+                    const float *vr = vb + off * slot_floats + h * head_dim;
+                    for (int64_t g = h * group; g < (h + 1) * group; g++) {
                         const float p = s[g * max_len + start + off];
                         float *ag = acc + g * head_dim;
 #pragma omp simd
@@ -132,11 +141,11 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
                     }
                 }
             }
-            for (int64_t g = 0; g < group; g++) {
-                float *og = out + (b * num_heads + h * group + g) * head_dim;
-                const float inv = 1.0f / l[g];
-                for (int64_t d = 0; d < head_dim; d++) og[d] = acc[g * head_dim + d] * inv;
-            }
+        }
+        float *ob = out + b * num_heads * head_dim;
+        for (int64_t g = 0; g < num_heads; g++) {
+            const float inv = 1.0f / l[g];
+            for (int64_t d = 0; d < head_dim; d++) ob[g * head_dim + d] = acc[g * head_dim + d] * inv;
         }
     }
     return 0;
