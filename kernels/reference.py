@@ -1,4 +1,4 @@
-"""Paged attention in plain torch: the oracle for the Triton kernels and the engine's CPU path.
+"""Paged attention in plain torch: the oracle for the Triton and C kernels, and the torch backend.
 
 Layout shared by every function here (the KV arena of one layer):
     k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim]

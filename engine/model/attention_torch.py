@@ -1,4 +1,5 @@
-"""The reference attention maths, planned once per step: the engine's CPU path.
+"""The reference attention maths, planned once per step: the ``torch`` backend, the CPU path
+where ``kernels/cpu.c`` does not build, and the base of the ``cpu`` backend (last class here).
 
 ``kernels/reference.py`` looks up block tables and builds masks inside every call, and gathers
 K/V with advanced indexing. All of that is the same for the 30 layers of a step, so this backend
