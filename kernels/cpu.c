@@ -28,6 +28,86 @@
 #pragma omp declare simd notinbranch
 float expf(float);
 
+/* 16 floats as one vector: GCC's vector extensions, not intrinsics, so the same source compiles
+ * to AVX-512, or to two AVX2 halves, or to SSE, for whatever -march=native finds */
+typedef float v16 __attribute__((vector_size(64), aligned(4)));
+
+static inline float hsum16(v16 x) {
+    x += __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    x += __builtin_shufflevector(x, x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    x += __builtin_shufflevector(x, x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    x += __builtin_shufflevector(x, x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    return x[0];
+}
+
+static inline v16 load16(const float *p) {
+    v16 v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+/* One request's one KV head when head_dim is 64 and the group has G <= 4 query heads (SmolLM2:
+ * 3): the group's queries and its output sums stay in vector registers for the whole context,
+ * where the general loop below reloads and stores them at every position. */
+static inline __attribute__((always_inline)) void head64(
+    const float *qh, const float *k_cache, const float *v_cache, const int32_t *table,
+    int64_t len, int64_t block_size, int64_t slot_floats, int64_t h, float *s, int64_t max_len,
+    float scale, float *out, int G) {
+    v16 q[4][4], a[4][4];
+    float l[4];
+    for (int g = 0; g < G; g++)
+        for (int j = 0; j < 4; j++) {
+            q[g][j] = load16(qh + g * 64 + j * 16);
+            a[g][j] = (v16){0};
+        }
+    for (int64_t start = 0; start < len; start += block_size) {
+        const float *kb = k_cache + (int64_t)table[start / block_size] * block_size * slot_floats + h * 64;
+        const int64_t n = len - start < block_size ? len - start : block_size;
+        for (int64_t off = 0; off < n; off++) {
+            const float *kr = kb + off * slot_floats;
+            const v16 k0 = load16(kr), k1 = load16(kr + 16), k2 = load16(kr + 32), k3 = load16(kr + 48);
+            for (int g = 0; g < G; g++)
+                s[g * max_len + start + off] =
+                    hsum16(q[g][0] * k0 + q[g][1] * k1 + q[g][2] * k2 + q[g][3] * k3) * scale;
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        float *sg = s + g * max_len;
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int64_t pos = 0; pos < len; pos++) mx = sg[pos] > mx ? sg[pos] : mx;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t pos = 0; pos < len; pos++) {
+            sg[pos] = expf(sg[pos] - mx);
+            sum += sg[pos];
+        }
+        l[g] = sum;
+    }
+    for (int64_t start = 0; start < len; start += block_size) {
+        const float *vb = v_cache + (int64_t)table[start / block_size] * block_size * slot_floats + h * 64;
+        const int64_t n = len - start < block_size ? len - start : block_size;
+        for (int64_t off = 0; off < n; off++) {
+            const float *vr = vb + off * slot_floats;
+            const v16 v0 = load16(vr), v1 = load16(vr + 16), v2 = load16(vr + 32), v3 = load16(vr + 48);
+            for (int g = 0; g < G; g++) {
+                const float p = s[g * max_len + start + off];
+                a[g][0] += p * v0;
+                a[g][1] += p * v1;
+                a[g][2] += p * v2;
+                a[g][3] += p * v3;
+            }
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        const float inv = 1.0f / l[g];
+        for (int j = 0; j < 4; j++) {
+            const v16 o = a[g][j] * inv;
+            memcpy(out + g * 64 + j * 16, &o, sizeof(o));
+        }
+    }
+}
+
 int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
                      const int32_t *tables, int64_t table_width, const int32_t *context_lens,
                      float *out, float *scratch, int64_t batch, int64_t num_heads,
@@ -54,6 +134,20 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
         const int32_t *table = tables + b * table_width;
         float *s = scratch + b * num_heads * max_len; /* [num_heads][max_len] */
         const float *qb = q + b * num_heads * head_dim;
+        if (head_dim == 64 && group <= 4) {
+            for (int64_t h = 0; h < num_kv_heads; h++) {
+                const float *qh = qb + h * group * 64;
+                float *sh = s + h * group * max_len;
+                float *oh = out + (b * num_heads + h * group) * 64;
+                switch (group) {
+                    case 4: head64(qh, k_cache, v_cache, table, len, block_size, slot_floats, h, sh, max_len, scale, oh, 4); break;
+                    case 3: head64(qh, k_cache, v_cache, table, len, block_size, slot_floats, h, sh, max_len, scale, oh, 3); break;
+                    case 2: head64(qh, k_cache, v_cache, table, len, block_size, slot_floats, h, sh, max_len, scale, oh, 2); break;
+                    default: head64(qh, k_cache, v_cache, table, len, block_size, slot_floats, h, sh, max_len, scale, oh, 1);
+                }
+            }
+            continue;
+        }
         float acc[num_heads * head_dim];
         float l[num_heads];
         /* scores: each K row read once for its whole group; four positions at a time give
@@ -101,6 +195,7 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
         for (int64_t g = 0; g < num_heads; g++) {
             float *sg = s + g * max_len;
             float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
             for (int64_t pos = 0; pos < len; pos++) mx = sg[pos] > mx ? sg[pos] : mx;
             float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -160,10 +255,7 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
  * engine runs (M <= 16) a panel is streamed from memory once and read again from L2 for rows
  * 9-16. Each output is one running sum over k = 0 .. K-1 in order, with fused multiply-adds;
  * oneDNN and MKL sum in other orders, so results differ from theirs in the last bits.
- *
- * GCC's vector extensions, not intrinsics: the same source compiles to AVX-512, or to two
- * AVX2 halves, or to SSE, for whatever -march=native finds. */
-typedef float v16 __attribute__((vector_size(64), aligned(4)));
+ */
 #define PW 48
 #define RM 8
 

@@ -28,7 +28,17 @@ def _arena(g, blocks, block_size, hkv, d):
 
 @pytest.mark.parametrize(
     ("hq", "hkv", "d", "block_size"),
-    [(9, 3, 64, 32), (4, 4, 32, 16), (8, 2, 48, 4), (6, 1, 16, 1)],
+    # head_dim 64 with groups of 1-4 take the register-held path, the rest the general loop
+    [
+        (9, 3, 64, 32),
+        (8, 2, 64, 16),
+        (4, 4, 64, 8),
+        (6, 3, 64, 4),
+        (10, 2, 64, 32),
+        (4, 4, 32, 16),
+        (8, 2, 48, 4),
+        (6, 1, 16, 1),
+    ],
 )
 def test_decode_attention_matches_the_reference(hq, hkv, d, block_size):
     g = torch.Generator().manual_seed(hq * 100 + d)
