@@ -333,3 +333,91 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
         gate_up.data_ptr(), out.data_ptr(), rows, width // 2, torch.get_num_threads()
     )
     return out
+
+
+class LayerStep:
+    """One forward's calls into cpu.c between the layers' attention, with every buffer made and
+    every shape checked once per forward instead of once per call: at decode batch 16 the
+    per-call wrappers above cost ~3 ms of a ~40 ms step. ``h`` (``[T, hidden]`` float32, the
+    residual stream) is updated in place; ``x`` holds the latest norm's output, ``q`` / ``k``
+    the latest rotation, ``v`` a view of the latest q/k/v projection."""
+
+    def __init__(
+        self,
+        h: torch.Tensor,
+        positions: torch.Tensor,
+        cos: torch.Tensor,
+        signed_sin: torch.Tensor,
+        num_heads: int,
+        num_kv_heads: int,
+        eps: float,
+    ) -> None:
+        t, hidden = h.shape
+        d = cos.shape[1]
+        _check(h, hidden)
+        if not h.is_contiguous() or cos.shape != signed_sin.shape or not cos.is_contiguous():
+            raise ValueError("the residual stream and the rotary tables must be contiguous")
+        if cos.dtype != torch.float32 or signed_sin.dtype != torch.float32:
+            raise ValueError("the rotary tables must be float32")
+        self.positions = positions.to(torch.int64).contiguous()
+        if self.positions.shape != (t,) or not in_range(self.positions, cos.shape[0]):
+            raise ValueError(f"positions must be {t} values in [0, {cos.shape[0]})")
+        self.lib, self.threads = _lib_or_raise(), torch.get_num_threads()
+        self.t, self.hidden, self.eps = t, hidden, eps
+        self.heads, self.kv_heads, self.head_dim = num_heads, num_kv_heads, d
+        self.h, self.cos, self.sin = h, cos, signed_sin
+        self.x = torch.empty(t, hidden)
+        self.qkv = torch.empty(t, (num_heads + 2 * num_kv_heads) * d)
+        self.q = torch.empty(t, num_heads, d)
+        self.k = torch.empty(t, num_kv_heads, d)
+        self.v = self.qkv[:, (num_heads + num_kv_heads) * d :].view(t, num_kv_heads, d)
+        self._act: torch.Tensor | None = None
+        self._gate_up: torch.Tensor | None = None
+
+    def norm(self, weight: torch.Tensor) -> torch.Tensor:
+        """``x`` = RMSNorm(``h``) with ``weight`` ``[hidden]`` float32."""
+        if weight.shape != (self.hidden,) or weight.dtype != torch.float32:
+            raise ValueError(f"a norm weight must be float32 [{self.hidden}]")
+        self.lib.rms_norm_f32(
+            self.h.data_ptr(), weight.contiguous().data_ptr(), self.x.data_ptr(), self.t,
+            self.hidden, self.eps, self.threads,
+        )  # fmt: skip
+        return self.x
+
+    def qkv_rope(self, qkv_proj: PackedLinear) -> None:
+        """``q``, ``k`` (rotated) and ``v`` from the joined projection of ``x``."""
+        self._linear(qkv_proj, self.x, self.qkv, 0)
+        self.lib.rope_f32(
+            self.qkv.data_ptr(), self.cos.data_ptr(), self.sin.data_ptr(),
+            self.positions.data_ptr(), self.q.data_ptr(), self.k.data_ptr(), self.t, self.heads,
+            self.kv_heads, self.head_dim, self.threads,
+        )  # fmt: skip
+
+    def add(self, proj: PackedLinear, x: torch.Tensor) -> None:
+        """``h += x @ proj.T`` (``x`` ``[T, proj.in_features]``)."""
+        x = x.reshape(self.t, -1).contiguous()
+        self._linear(proj, x, self.h, 1)
+
+    def mlp(self, gate_up_proj: PackedLinear, down_proj: PackedLinear) -> None:
+        """``h += down(silu(gate(x)) * up(x))``."""
+        inter = gate_up_proj.out_features // 2
+        if self._gate_up is None or self._gate_up.shape[1] != 2 * inter:
+            self._gate_up = torch.empty(self.t, 2 * inter)
+            self._act = torch.empty(self.t, inter)
+        assert self._act is not None
+        self._linear(gate_up_proj, self.x, self._gate_up, 0)
+        self.lib.silu_mul_f32(
+            self._gate_up.data_ptr(), self._act.data_ptr(), self.t, inter, self.threads
+        )
+        self._linear(down_proj, self._act, self.h, 1)
+
+    def _linear(self, proj: PackedLinear, x: torch.Tensor, out: torch.Tensor, add: int) -> None:
+        if x.shape != (self.t, proj.in_features) or out.shape != (self.t, proj.out_features):
+            raise ValueError(
+                f"a [{proj.out_features}, {proj.in_features}] projection cannot take "
+                f"{list(x.shape)} into {list(out.shape)}"
+            )
+        self.lib.linear_f32(
+            x.data_ptr(), proj.packed.data_ptr(), out.data_ptr(), self.t, proj.out_features,
+            proj.in_features, add, self.threads,
+        )  # fmt: skip

@@ -56,6 +56,12 @@ class Linear:
                 self._packed = torch.ops.mkldnn._reorder_linear_weight(whole, batch_hint)
             self.weights = ()  # the packed copy is all a call reads
 
+    @property
+    def kernel(self):
+        """The packed matmul of kernels/cpu.c; only where it built (``_forward_fused``)."""
+        assert self._kernel is not None, "no CPU kernel for this projection"
+        return self._kernel
+
     def __call__(self, x: torch.Tensor, add_to: torch.Tensor | None = None) -> torch.Tensor:
         """``[T, in]`` -> ``[T, sum of the weights' rows]``, the outputs side by side. With
         ``add_to`` (the CPU kernel only) the product is added to it in place."""
@@ -195,23 +201,17 @@ class LlamaForward:
         from kernels import cpu
 
         c, w = self.w.config, self.w
-        t, eps = input_ids.shape[0], c.rms_norm_eps
-        if not cpu.in_range(positions, self.rope.cos.shape[0]):
-            raise ValueError(f"a position is past the model's {self.rope.cos.shape[0]} positions")
         h = F.embedding(input_ids, w.embed)
-        x = cpu.rms_norm(h, self.layers[0].input_norm, eps)
-        qk_width = (c.num_heads + c.num_kv_heads) * c.head_dim
+        step = cpu.LayerStep(
+            h, positions, self.rope.cos, self.rope.sin, c.num_heads, c.num_kv_heads, c.rms_norm_eps
+        )
+        step.norm(self.layers[0].input_norm)
         for i, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, kv_caches, strict=True)):
-            qkv = layer.qkv_proj(x)
-            q, k = cpu.rope(
-                qkv, self.rope.cos, self.rope.sin, positions, c.num_heads, c.num_kv_heads,
-                c.head_dim, checked=True,
-            )  # fmt: skip
-            v = _heads(qkv[:, qk_width:], c.num_kv_heads, c.head_dim)
-            o = self.attention(q, k, v, k_cache, v_cache, meta)
-            layer.o_proj(o.reshape(t, -1), add_to=h)
-            x = cpu.rms_norm(h, layer.post_norm, eps)
-            layer.down_proj(cpu.silu_mul(layer.gate_up_proj(x)), add_to=h)
+            step.qkv_rope(layer.qkv_proj.kernel)
+            o = self.attention(step.q, step.k, step.v, k_cache, v_cache, meta)
+            step.add(layer.o_proj.kernel, o)
+            step.norm(layer.post_norm)
+            step.mlp(layer.gate_up_proj.kernel, layer.down_proj.kernel)
             if i + 1 < len(self.layers):
-                x = cpu.rms_norm(h, self.layers[i + 1].input_norm, eps)
-        return self.lm_head(cpu.rms_norm(h[logits_indices], w.final_norm, eps))
+                step.norm(self.layers[i + 1].input_norm)
+        return self.lm_head(cpu.rms_norm(h[logits_indices], w.final_norm, c.rms_norm_eps))

@@ -199,3 +199,48 @@ def test_first_builds_racing_for_one_cache_each_load_a_whole_library(tmp_path):
     assert outs == ["True None"] * 3
     # one library, and no temporary file left behind
     assert [(p.name[:4], p.suffix) for p in tmp_path.iterdir()] == [("cpu-", ".so")]
+
+
+def _step(t=4, hidden=8, heads=2, kv_heads=1, d=4, positions=None):
+    g = torch.Generator().manual_seed(8)
+    table = torch.randn(16, d, generator=g)
+    pos = torch.arange(t) if positions is None else positions
+    h = torch.randn(t, hidden, generator=g)
+    return cpu.LayerStep(h, pos, table, table.clone(), heads, kv_heads, 1e-5), g
+
+
+def test_a_layer_step_computes_what_the_per_call_kernels_compute():
+    step, g = _step()
+    h0 = step.h.clone()
+    w = torch.randn(8, generator=g)
+    qkv = cpu.PackedLinear(torch.randn(16, 8, generator=g))  # (2 + 2 * 1) heads x 4
+    o = cpu.PackedLinear(torch.randn(8, 8, generator=g))
+    gate_up, down = (
+        cpu.PackedLinear(torch.randn(12, 8, generator=g)),
+        cpu.PackedLinear(torch.randn(8, 6, generator=g)),
+    )
+    x = step.norm(w)
+    assert torch.equal(x, cpu.rms_norm(h0, w, 1e-5))
+    step.qkv_rope(qkv)
+    q, k = cpu.rope(qkv(x), step.cos, step.sin, step.positions, 2, 1, 4)
+    assert torch.equal(step.q, q) and torch.equal(step.k, k)
+    assert torch.equal(step.v.reshape(4, 4), qkv(x)[:, 12:])
+    attn = torch.randn(4, 2, 4, generator=g)
+    step.add(o, attn)
+    h1 = h0 + o(attn.reshape(4, 8))
+    assert torch.equal(step.h, h1)
+    x = step.norm(w)
+    step.mlp(gate_up, down)
+    assert torch.equal(step.h, h1 + down(cpu.silu_mul(gate_up(x))))
+
+
+def test_a_layer_step_refuses_positions_past_its_tables_and_projections_that_do_not_fit():
+    with pytest.raises(ValueError, match="positions"):
+        _step(positions=torch.tensor([0, 1, 2, 16]))
+    step, g = _step()
+    with pytest.raises(ValueError, match="cannot take"):
+        step.add(
+            cpu.PackedLinear(torch.randn(8, 5, generator=g)), torch.randn(4, 5, generator=g)[:, :4]
+        )
+    with pytest.raises(ValueError, match="norm weight"):
+        step.norm(torch.ones(7))
