@@ -181,13 +181,19 @@ class TorchAttention:
 
 
 class CpuAttention(TorchAttention):
-    """The torch backend with decode tokens attending through ``kernels/cpu.c``: each
-    K/V row read in place through the block table, nothing gathered (``kernels/cpu.py`` says
-    why). Prefill, and a float8 or bfloat16 arena, go the torch way. Not bit-identical to the
-    torch backend (another summation order); held to the reference within float32 rounding by
-    tests/kernels/test_cpu_attention.py, and to HF's greedy tokens by tests/model/."""
+    """The torch backend with decode tokens attending through ``kernels/cpu.c``: each K/V row
+    read in place through the block table, nothing gathered (``kernels/cpu.py`` says why). A
+    prefill chunk behind cached tokens (a prefix-cache hit, a later chunk) goes the same way:
+    each of its tokens is one more query row, over the table up to its own position, which is
+    the causal mask. A prefill with nothing cached stays SDPA over the step's own K/V, and a
+    float8 or bfloat16 arena goes the torch way. Not bit-identical to the torch backend
+    (another summation order); held to the reference within float32 rounding by
+    tests/kernels/test_cpu_kernels.py, and to HF's greedy tokens by tests/model/."""
 
     name = "cpu"
+    #: query rows x context above which a chunk behind a cache stays SDPA: the kernel keeps a
+    #: score per row, head and position (36 MiB here at SmolLM2's 9 heads)
+    MAX_ROW_POSITIONS = 1 << 20
 
     def __init__(self, scale: float, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
         from kernels.cpu import DecodeAttention
@@ -197,6 +203,8 @@ class CpuAttention(TorchAttention):
         self._meta = None
         self._block_size = 1
         self._max_len = 0
+        self._fresh: list[_PrefillSeq] = []
+        self._behind: tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None = None
 
     def prepare(self, meta, block_size: int) -> None:
         decode = meta.decode_block_tables
@@ -204,11 +212,26 @@ class CpuAttention(TorchAttention):
         super().prepare(replace(meta, decode_block_tables=None), block_size)
         self._meta, self._block_size = meta, block_size
         self._max_len = int(meta.decode_context_lens.max()) if decode is not None else 0
+        self._fresh, self._behind = [], None
+        rows, tables, lens = [], [], []
+        if meta.prefill_block_tables is not None:
+            ctxs = meta.prefill_context_lens.tolist()
+            for b, p in enumerate(self._prefill):
+                n = p.end - p.start
+                if p.slots is None or n * ctxs[b] > self.MAX_ROW_POSITIONS:
+                    self._fresh.append(p)
+                    continue
+                rows.append(torch.arange(p.start, p.end))
+                tables.append(meta.prefill_block_tables[b : b + 1].expand(n, -1))
+                lens.append(torch.arange(ctxs[b] - n + 1, ctxs[b] + 1))
+        if rows:
+            lens_t = torch.cat(lens)
+            self._behind = (torch.cat(rows), torch.cat(tables), lens_t, int(lens_t.max()))
 
     def __call__(self, q, k, v, k_cache, v_cache, meta) -> torch.Tensor:
         from kernels.cpu import supports
 
-        if self._max_len == 0 or not supports(q, k_cache):
+        if not supports(q, k_cache):
             if self._max_len and self._decode is None:
                 super().prepare(self._meta, self._block_size)
             return super().__call__(q, k, v, k_cache, v_cache, meta)
@@ -216,21 +239,26 @@ class CpuAttention(TorchAttention):
         k_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, k)
         v_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
         n = meta.num_prefill_tokens
-        decode = self._kernel(
-            q[n:],
-            k_cache,
-            v_cache,
-            meta.decode_block_tables,
-            meta.decode_context_lens,
-            self.scale,
-            self._max_len,
-        )
-        if n == 0:
-            return decode
+        if self._max_len:
+            decode = self._kernel(
+                q[n:],
+                k_cache,
+                v_cache,
+                meta.decode_block_tables,
+                meta.decode_context_lens,
+                self.scale,
+                self._max_len,
+            )
+            if n == 0:
+                return decode
         out = torch.empty_like(q)
-        for p in self._prefill:
+        for p in self._fresh:
             out[p.start : p.end] = self._attend_prefill(
                 q[p.start : p.end], k, v, k_cache, v_cache, p
             )
-        out[n:] = decode
+        if self._behind is not None:
+            rows, tables, lens, longest = self._behind
+            out[rows] = self._kernel(q[rows], k_cache, v_cache, tables, lens, self.scale, longest)
+        if self._max_len:
+            out[n:] = decode
         return out

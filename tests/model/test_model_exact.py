@@ -243,6 +243,35 @@ def test_planned_torch_attention_is_bit_identical_to_the_reference():
     assert torch.equal(gk, rk) and torch.equal(gv, rv)
 
 
+def test_cpu_attention_matches_the_reference_on_a_mixed_step_and_a_prefill_only_step():
+    import dataclasses
+
+    from engine.model.attention import Attention
+    from kernels.cpu import load
+
+    if load() is None:
+        pytest.skip("no CPU kernels here")
+    for prefill_only in (False, True):
+        outs = []
+        for backend in ("reference", "cpu"):
+            (q, k, v), k_cache, v_cache, meta, block = attention_case()
+            if prefill_only:  # the two prefills alone: one fresh, one behind 6 cached tokens
+                n = meta.num_prefill_tokens
+                q, k, v = q[:n], k[:n], v[:n]
+                meta = dataclasses.replace(
+                    meta,
+                    slot_mapping=meta.slot_mapping[:n],
+                    decode_block_tables=None,
+                    decode_context_lens=None,
+                )
+            attn = Attention(backend, torch.device("cpu"), 0.25)
+            attn.prepare(meta, block)
+            outs.append((attn(q, k, v, k_cache, v_cache, meta), k_cache, v_cache))
+        (ref, rk, rv), (got, gk, gv) = outs
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=2e-6)
+        assert torch.equal(gk, rk) and torch.equal(gv, rv)
+
+
 TRITON_CHECK = """
 import sys, torch
 sys.path.insert(0, "tests/model")
