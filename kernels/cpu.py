@@ -17,8 +17,11 @@ half-written file. No compiler, or a build that fails, leaves ``load()`` returni
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
+import math
+import mmap
 import os
 import platform
 import shutil
@@ -208,26 +211,57 @@ class DecodeAttention:
 PANEL = 48  # output columns per packed panel: PW in cpu.c
 
 
-def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+class HugePages:
+    """Memory for packed weights, carved from a few large private anonymous maps advised for
+    transparent huge pages (``MADV_HUGEPAGE``; where this kernel has THP in ``madvise`` mode,
+    as here, memory is not given huge pages otherwise). A decode step streams every weight once:
+    with 4 KiB pages that is ~130,000 TLB misses, and a step's matmuls at batch 16 measured
+    ~3 ms (10 %) faster from huge pages. Where madvise or THP is missing, the maps are plain
+    memory. A map lives as long as any tensor carved from it."""
+
+    CHUNK = 64 << 20
+
+    def __init__(self) -> None:
+        self._map: torch.Tensor | None = None
+        self._used = 0
+
+    def empty(self, *shape: int) -> torch.Tensor:
+        """An uninitialised float32 tensor of ``shape``, 64-byte aligned."""
+        n = 4 * math.prod(shape)
+        if self._map is None or self._used + n > self._map.numel():
+            size = max(self.CHUNK, -(-n // (2 << 20)) * (2 << 20))
+            mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            with contextlib.suppress(AttributeError, OSError):
+                mm.madvise(mmap.MADV_HUGEPAGE)
+            self._map, self._used = torch.frombuffer(mm, dtype=torch.uint8), 0
+        out = self._map[self._used : self._used + n].view(torch.float32).view(shape)
+        self._used += -(-n // 64) * 64
+        return out
+
+
+def pack_weight(weight: torch.Tensor, pages: HugePages | None = None) -> torch.Tensor:
     """``[N, K]`` float32 -> panels ``[ceil(N / 48), K, 48]`` for ``PackedLinear``, the last
-    one padded with zeros."""
+    one padded with zeros; in ``pages`` when given."""
     n, k = weight.shape
     panels = -(-n // PANEL)
     padded = torch.zeros(panels * PANEL, k, dtype=torch.float32)
     padded[:n] = weight
-    return padded.view(panels, PANEL, k).transpose(1, 2).contiguous()
+    panelled = padded.view(panels, PANEL, k).transpose(1, 2)
+    if pages is None:
+        return panelled.contiguous()
+    return pages.empty(panels, k, PANEL).copy_(panelled)
 
 
 class PackedLinear:
     """``x @ weight.T`` through ``linear_f32`` in cpu.c, ``weight`` packed once."""
 
-    def __init__(self, weight: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, pages: HugePages | None = None) -> None:
         lib = load()
         if lib is None:
             raise RuntimeError(f"the CPU matmul kernel is unavailable: {why()}")
         self._f = lib.linear_f32
         self.out_features, self.in_features = weight.shape
-        self.packed = pack_weight(weight)
+        self.packed = pack_weight(weight, pages)
 
     def __call__(self, x: torch.Tensor, add_to: torch.Tensor | None = None) -> torch.Tensor:
         """``[M, K]`` float32 -> ``[M, N]``; with ``add_to`` (``[M, N]``, contiguous) the

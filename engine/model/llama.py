@@ -28,6 +28,15 @@ def _packable(weight: torch.Tensor) -> bool:
     )
 
 
+def _huge_pages(like: torch.Tensor):
+    """Where the CPU kernels pack a model's weights: huge pages (kernels/cpu.py HugePages)."""
+    if not _packable(like):
+        return None
+    from kernels.cpu import HugePages, load
+
+    return HugePages() if load() is not None else None
+
+
 class Linear:
     """``x @ w.T`` for each of ``weights``, which share their input, side by side.
 
@@ -41,8 +50,11 @@ class Linear:
     from HF's in the last bits; the greedy tokens are held to HF's by tests/model/. Elsewhere
     each weight is its own F.linear, as in HF."""
 
-    def __init__(self, *weights: torch.Tensor, batch_hint: int = 16, kernel: bool = True) -> None:
-        """``kernel=False``: oneDNN even where kernels/cpu.c builds."""
+    def __init__(
+        self, *weights: torch.Tensor, batch_hint: int = 16, kernel: bool = True, pages=None
+    ) -> None:
+        """``kernel=False``: oneDNN even where kernels/cpu.c builds. ``pages``: a
+        ``kernels.cpu.HugePages`` the packed copy is carved from (else ordinary memory)."""
         self.weights: tuple[torch.Tensor, ...] = weights
         self._packed = None
         self._kernel = None
@@ -51,7 +63,7 @@ class Linear:
             from kernels.cpu import PackedLinear, load
 
             if kernel and load() is not None:
-                self._kernel = PackedLinear(whole)
+                self._kernel = PackedLinear(whole, pages)
             else:
                 self._packed = torch.ops.mkldnn._reorder_linear_weight(whole, batch_hint)
             self.weights = ()  # the packed copy is all a call reads
@@ -86,14 +98,14 @@ class _Layer:
     down_proj: Linear
 
     @classmethod
-    def of(cls, w: LayerWeights) -> _Layer:
+    def of(cls, w: LayerWeights, pages=None) -> _Layer:
         return cls(
             w.input_norm,
-            Linear(w.q_proj, w.k_proj, w.v_proj),
-            Linear(w.o_proj),
+            Linear(w.q_proj, w.k_proj, w.v_proj, pages=pages),
+            Linear(w.o_proj, pages=pages),
             w.post_norm,
-            Linear(w.gate_proj, w.up_proj),
-            Linear(w.down_proj),
+            Linear(w.gate_proj, w.up_proj, pages=pages),
+            Linear(w.down_proj, pages=pages),
         )
 
 
@@ -152,7 +164,11 @@ class LlamaForward:
         c = weights.config
         self.attention = attention
         if weights.prepared is None:
-            weights.prepared = ([_Layer.of(x) for x in weights.layers], Linear(weights.lm_head))
+            pages = _huge_pages(weights.embed)
+            weights.prepared = (
+                [_Layer.of(x, pages) for x in weights.layers],
+                Linear(weights.lm_head, pages=pages),
+            )
         self.layers, self.lm_head = weights.prepared
         self.rope = RotaryTable(
             weights.inv_freq, weights.rope_scaling, c.max_position_embeddings, device, dtype

@@ -244,3 +244,19 @@ def test_a_layer_step_refuses_positions_past_its_tables_and_projections_that_do_
         )
     with pytest.raises(ValueError, match="norm weight"):
         step.norm(torch.ones(7))
+
+
+def test_weights_packed_into_huge_pages_are_the_same_panels_each_in_its_own_aligned_place():
+    g = torch.Generator().manual_seed(9)
+    pages = cpu.HugePages()
+    weights = [torch.randn(n, 24, generator=g) for n in (50, 7, 96)]
+    packed = [cpu.pack_weight(w, pages) for w in weights]
+    big = pages.empty(3, 1 << 20)  # past the map in use: a map of its own
+    big.fill_(1.0)
+    for w, p in zip(weights, packed, strict=True):
+        assert torch.equal(p, cpu.pack_weight(w))
+        assert p.data_ptr() % 64 == 0
+    x = torch.randn(5, 24, generator=g)
+    torch.testing.assert_close(
+        cpu.PackedLinear(weights[0], pages)(x), F.linear(x, weights[0]), rtol=1e-5, atol=1e-4
+    )
