@@ -46,6 +46,24 @@ static inline v16 load16(const float *p) {
     return v;
 }
 
+/* Each of ``rows`` score rows (``stride`` apart, ``len`` long) becomes its softmax numerators
+ * exp(s - max); ``sums[r]`` gets their sum, the denominator */
+static inline void softmax_rows(float *s, int64_t rows, int64_t stride, int64_t len, float *sums) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *sr = s + r * stride;
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int64_t pos = 0; pos < len; pos++) mx = sr[pos] > mx ? sr[pos] : mx;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t pos = 0; pos < len; pos++) {
+            sr[pos] = expf(sr[pos] - mx);
+            sum += sr[pos];
+        }
+        sums[r] = sum;
+    }
+}
+
 /* One request's one KV head when head_dim is 64 and the group has G <= 4 query heads (SmolLM2:
  * 3): the group's queries and its output sums stay in vector registers for the whole context,
  * where the general loop below reloads and stores them at every position. */
@@ -71,19 +89,7 @@ static inline __attribute__((always_inline)) void head64(
                     hsum16(q[g][0] * k0 + q[g][1] * k1 + q[g][2] * k2 + q[g][3] * k3) * scale;
         }
     }
-    for (int g = 0; g < G; g++) {
-        float *sg = s + g * max_len;
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (int64_t pos = 0; pos < len; pos++) mx = sg[pos] > mx ? sg[pos] : mx;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t pos = 0; pos < len; pos++) {
-            sg[pos] = expf(sg[pos] - mx);
-            sum += sg[pos];
-        }
-        l[g] = sum;
-    }
+    softmax_rows(s, G, max_len, len, l);
     for (int64_t start = 0; start < len; start += block_size) {
         const float *vb = v_cache + (int64_t)table[start / block_size] * block_size * slot_floats + h * 64;
         const int64_t n = len - start < block_size ? len - start : block_size;
@@ -191,20 +197,7 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
                 }
             }
         }
-        /* softmax numerators, and their sums */
-        for (int64_t g = 0; g < num_heads; g++) {
-            float *sg = s + g * max_len;
-            float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-            for (int64_t pos = 0; pos < len; pos++) mx = sg[pos] > mx ? sg[pos] : mx;
-            float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-            for (int64_t pos = 0; pos < len; pos++) {
-                sg[pos] = expf(sg[pos] - mx);
-                sum += sg[pos];
-            }
-            l[g] = sum;
-        }
+        softmax_rows(s, num_heads, max_len, len, l);
         /* weighted sum of V, read as K was; four positions folded in per pass over a row */
         memset(acc, 0, sizeof(acc));
         for (int64_t start = 0; start < len; start += block_size) {

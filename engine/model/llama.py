@@ -5,8 +5,8 @@ All tokens scheduled in a step (prefill chunks and decode tokens of every sequen
 sequences separately, through their block tables. The numerics mirror HF's ``LlamaForCausalLM``
 (fp32 rsqrt RMSNorm, rotate-half RoPE on ``cat(freqs, freqs)``, scale ``1/sqrt(head_dim)``) so
 that greedy decoding is token-exact with HF ``generate`` in fp32; on CPU the matmuls are
-oneDNN's, not HF's MKL (``Linear``), which moves logits by a few ulps and, on every prompt the
-exactness tests hold it to, no token.
+kernels/cpu.c's (or oneDNN's), not HF's MKL (``Linear``), which moves logits by a few ulps and,
+on every prompt the exactness tests hold it to, no token.
 """
 
 from __future__ import annotations

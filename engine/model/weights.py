@@ -41,8 +41,8 @@ class ModelConfig:
 @dataclass
 class LayerWeights:
     # HF's separate projections, as loaded. The forward joins q/k/v (and gate/up) into one
-    # matmul only where it packs them for oneDNN (engine/model/llama.py: same bits as apart);
-    # with MKL's sgemm the joined matmul measured slower at decode batch sizes.
+    # matmul only where it packs them (engine/model/llama.py: same bits as apart); with MKL's
+    # sgemm the joined matmul measured slower at decode batch sizes.
     input_norm: torch.Tensor
     q_proj: torch.Tensor
     k_proj: torch.Tensor
@@ -63,8 +63,8 @@ class ModelWeights:
     lm_head: torch.Tensor  # the embedding itself when tied
     inv_freq: torch.Tensor  # RoPE inverse frequencies exactly as HF computed them (fp32)
     rope_scaling: float  # HF's "attention_scaling" applied to cos/sin
-    #: The projections as the forward runs them (packed for oneDNN on CPU: as large as the
-    #: weights themselves), made by the first forward over these weights and shared by every
+    #: The projections as the forward runs them (packed on CPU: as large as the weights
+    #: themselves), made by the first forward over these weights and shared by every
     #: later one, so two LLMs over one model do not hold two packed copies.
     prepared: Any = field(default=None, repr=False, compare=False)
 
