@@ -74,13 +74,10 @@ class Linear:
         assert self._kernel is not None, "no CPU kernel for this projection"
         return self._kernel
 
-    def __call__(self, x: torch.Tensor, add_to: torch.Tensor | None = None) -> torch.Tensor:
-        """``[T, in]`` -> ``[T, sum of the weights' rows]``, the outputs side by side. With
-        ``add_to`` (the CPU kernel only) the product is added to it in place."""
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """``[T, in]`` -> ``[T, sum of the weights' rows]``, the outputs side by side."""
         if self._kernel is not None:
-            return self._kernel(x, add_to)
-        if add_to is not None:
-            raise ValueError("add_to is the CPU kernel's alone")
+            return self._kernel(x)
         if self._packed is None:
             if len(self.weights) == 1:
                 return F.linear(x, self.weights[0])
