@@ -337,19 +337,8 @@ def _legend_line(fig: go.Figure, lang: str) -> None:
     y0, y1 = LEGEND_Y, LEGEND_Y + LEGEND_CELL * px_y
     for cat, mark, text in items:
         x0, x1 = x * px_x, (x + LEGEND_CELL) * px_x
-        shapes.append(
-            dict(
-                type="rect",
-                xref="paper",
-                yref="paper",
-                x0=x0,
-                x1=x1,
-                y0=y0,
-                y1=y1,
-                fillcolor=CATEGORY_COLOURS[cat],
-                line=dict(width=0),
-            )
-        )
+        cell = dict(type="rect", xref="paper", yref="paper", x0=x0, x1=x1, y0=y0, y1=y1)
+        shapes.append(dict(cell, fillcolor=CATEGORY_COLOURS[cat], line=dict(width=0)))
         # the grid's mark: 28 % of the cell either side of its middle
         dx, dy, cx, cy = 0.28 * (x1 - x0), 0.28 * (y1 - y0), (x0 + x1) / 2, (y0 + y1) / 2
         paths = {
@@ -371,18 +360,7 @@ def _legend_line(fig: go.Figure, lang: str) -> None:
                 )
             )
         if mark == "changed":
-            shapes.append(
-                dict(
-                    type="rect",
-                    xref="paper",
-                    yref="paper",
-                    x0=x0,
-                    x1=x1,
-                    y0=y0,
-                    y1=y1,
-                    line=dict(color=CHANGED, width=2.2),
-                )
-            )
+            shapes.append(dict(cell, line=dict(color=CHANGED, width=2.2)))
         fig.add_annotation(
             x=x1 + 5 * px_x,
             y=(y0 + y1) / 2,
