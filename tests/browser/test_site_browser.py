@@ -17,6 +17,9 @@ COURSE = site.course_lessons(LESSONS_DIR)
 
 LOCAL = ("file:", "data:", "blob:")
 
+#: every image has finished: loaded, or failed (a broken one is ``complete`` with no width)
+SETTLED_JS = "() => [...document.images].every(i => i.complete)"
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
@@ -63,10 +66,16 @@ def test_the_index_links_every_lesson_and_shows_its_thumbnail(built, offline):
     page.wait_for_load_state("load")
     cards = page.eval_on_selector_all("article.card", "els => els.map(e => e.dataset.lesson)")
     assert sorted(cards) == sorted(COURSE) and "inside-the-kernel" in cards
+    # the thumbnails load lazily, so Chromium may start even the visible ones after the load
+    # event: bring each into view as a reader scrolling would, then wait for it to settle
+    images = page.locator("img")
+    for i in range(images.count()):
+        images.nth(i).scroll_into_view_if_needed()
+    page.wait_for_function(SETTLED_JS, timeout=30000)
     broken = page.eval_on_selector_all(
         "img", "els => els.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
     )
-    assert page.locator("img").count() == len(cards) and not broken
+    assert images.count() == len(cards) and not broken
     assert asked == [] and errors == []
 
 
