@@ -46,6 +46,33 @@ static inline v16 load16(const float *p) {
     return v;
 }
 
+/* Sixteen dot products finished at once: each step below halves sixteen partial-sum vectors,
+ * two into one, until one vector holds the sixteen totals in order. Each total is summed in
+ * hsum16's order (lane j with j + 8, then + 4, + 2, + 1), so the bits are hsum16's; the work is
+ * 45 shuffles and adds for sixteen sums, where sixteen hsum16 calls take 128. In each 2W-lane
+ * group, loW puts lanes [0, W) of a then of b, hiW lanes [W, 2W). */
+#define FOLD(name, ...)                                                                    \
+    static inline v16 name(v16 a, v16 b) {                                                 \
+        return __builtin_shufflevector(a, b, __VA_ARGS__);                                 \
+    }
+FOLD(lo8, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
+FOLD(hi8, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31)
+FOLD(lo4, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27)
+FOLD(hi4, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31)
+FOLD(lo2, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29)
+FOLD(hi2, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31)
+FOLD(lo1, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30)
+FOLD(hi1, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31)
+
+/* t[i] holds position i's partial sums; returns the vector of the sixteen totals */
+static inline v16 hsum16x16(const v16 t[16]) {
+    v16 r[8], s[4];
+    for (int i = 0; i < 8; i++) r[i] = lo8(t[i], t[i + 8]) + hi8(t[i], t[i + 8]);
+    for (int i = 0; i < 4; i++) s[i] = lo4(r[i], r[i + 4]) + hi4(r[i], r[i + 4]);
+    const v16 x0 = lo2(s[0], s[2]) + hi2(s[0], s[2]), x1 = lo2(s[1], s[3]) + hi2(s[1], s[3]);
+    return lo1(x0, x1) + hi1(x0, x1);
+}
+
 /* Each of ``rows`` score rows (``stride`` apart, ``len`` long) becomes its softmax numerators
  * exp(s - max); ``sums[r]`` gets their sum, the denominator */
 static inline void softmax_rows(float *s, int64_t rows, int64_t stride, int64_t len, float *sums) {
@@ -81,7 +108,23 @@ static inline __attribute__((always_inline)) void head64(
     for (int64_t start = 0; start < len; start += block_size) {
         const float *kb = k_cache + (int64_t)table[start / block_size] * block_size * slot_floats + h * 64;
         const int64_t n = len - start < block_size ? len - start : block_size;
-        for (int64_t off = 0; off < n; off++) {
+        int64_t off = 0;
+        /* sixteen positions at a time: their rows stay in L1 while each query of the group
+         * takes its sixteen dot products, finished together */
+        for (; off + 16 <= n; off += 16) {
+            const float *kr = kb + off * slot_floats;
+            for (int g = 0; g < G; g++) {
+                v16 t[16];
+                for (int i = 0; i < 16; i++) {
+                    const float *ki = kr + i * slot_floats;
+                    t[i] = q[g][0] * load16(ki) + q[g][1] * load16(ki + 16) +
+                           q[g][2] * load16(ki + 32) + q[g][3] * load16(ki + 48);
+                }
+                const v16 y = hsum16x16(t) * scale;
+                memcpy(s + g * max_len + start + off, &y, sizeof(y));
+            }
+        }
+        for (; off < n; off++) {
             const float *kr = kb + off * slot_floats;
             const v16 k0 = load16(kr), k1 = load16(kr + 16), k2 = load16(kr + 32), k3 = load16(kr + 48);
             for (int g = 0; g < G; g++)

@@ -57,6 +57,39 @@ def test_decode_attention_matches_the_reference(hq, hkv, d, block_size):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-6)
 
 
+def _relaid(cache, tables, block_size):
+    """The same context in blocks of ``block_size``: each request's positions in order, its
+    blocks placed in the arena in reverse, so nothing lines up with the first layout."""
+    rows = [cache[t].flatten(0, 1) for t in tables]
+    per = -(-max(r.shape[0] for r in rows) // block_size)
+    out = torch.zeros(len(rows) * per, block_size, *cache.shape[2:])
+    new_tables = torch.empty(len(rows), per, dtype=torch.int32)
+    for b, r in enumerate(rows):
+        for j in range(per):
+            blk = len(rows) * per - 1 - (b * per + j)
+            part = r[j * block_size : (j + 1) * block_size]
+            out[blk, : part.shape[0]] = part
+            new_tables[b, j] = blk
+    return out, new_tables
+
+
+def test_decode_attention_sixteen_scores_at_once_give_the_bits_of_one_at_a_time():
+    # blocks of 16 or 32 take the sixteen-position scores, blocks of 4 one score at a time: the
+    # same context must give the same bits either way, since both sum in one order
+    g = torch.Generator().manual_seed(16)
+    hq, hkv, d = 9, 3, 64
+    tables = torch.arange(40, dtype=torch.int32).reshape(4, 10)[:, torch.randperm(10, generator=g)]
+    k32, v32 = _arena(g, 40, 32, hkv, d)
+    lens = torch.tensor([320, 290, 47, 16], dtype=torch.int32)
+    q = torch.randn(4, hq, d, generator=g)
+    outs = []
+    for bs in (32, 16, 4):
+        k, t = _relaid(k32, tables, bs)
+        v, _ = _relaid(v32, tables, bs)
+        outs.append(cpu.DecodeAttention()(q, k, v, t, lens, d**-0.5))
+    assert torch.equal(outs[0], outs[2]) and torch.equal(outs[1], outs[2])
+
+
 def test_decode_attention_reads_only_the_requests_own_slots():
     g = torch.Generator().manual_seed(5)
     k_cache, v_cache = _arena(g, 8, 4, 2, 16)
