@@ -243,14 +243,22 @@ def test_planned_torch_attention_is_bit_identical_to_the_reference():
     assert torch.equal(gk, rk) and torch.equal(gv, rv)
 
 
-def test_cpu_attention_matches_the_reference_on_a_mixed_step_and_a_prefill_only_step():
+@pytest.mark.parametrize("row_positions", [None, 0])
+def test_cpu_attention_matches_the_reference_on_a_mixed_step_and_a_prefill_only_step(
+    row_positions, monkeypatch
+):
+    # by default every prefill, fresh or behind cached tokens, goes through the kernel one
+    # query row per token; with no row budget both fall back to SDPA
     import dataclasses
 
     from engine.model.attention import Attention
+    from engine.model.attention_torch import CpuAttention
     from kernels.cpu import load
 
     if load() is None:
         pytest.skip("no CPU kernels here")
+    if row_positions is not None:
+        monkeypatch.setattr(CpuAttention, "MAX_ROW_POSITIONS", row_positions)
     for prefill_only in (False, True):
         outs = []
         for backend in ("reference", "cpu"):
