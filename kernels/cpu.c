@@ -15,12 +15,14 @@
  *   tables       [batch, table_width] int32
  *   context_lens [batch] int32, each >= 1
  *   out          [batch, num_heads, head_dim]
- *   scratch      [batch * num_heads * max_len] floats: the tasks' scores
+ *   scratch      [num_threads * num_heads * max_len] floats: each thread's scores for the
+ *                task it runs, so a prompt of thousands of query rows needs no more than one
  *
  * Built with -fopenmp; loaded after torch, the parallel loops run on torch's own OpenMP runtime
  * (the same libgomp.so.1), with the thread count the caller passes (torch's).
  */
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -195,7 +197,7 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
     for (int64_t b = 0; b < batch; b++) {
         const int64_t len = context_lens[b];
         const int32_t *table = tables + b * table_width;
-        float *s = scratch + b * num_heads * max_len; /* [num_heads][max_len] */
+        float *s = scratch + omp_get_thread_num() * num_heads * max_len; /* [num_heads][max_len] */
         const float *qb = q + b * num_heads * head_dim;
         if (head_dim == 64 && group <= 4) {
             for (int64_t h = 0; h < num_kv_heads; h++) {

@@ -173,7 +173,8 @@ class DecodeAttention:
         lens = context_lens.to(torch.int32).contiguous()
         if max_len is None:
             max_len = int(lens.max())
-        need = b * hq * max_len
+        threads = torch.get_num_threads()
+        need = threads * hq * max_len  # one task's scores per thread
         if (
             self._scratch.numel() < need
             or self._scratch.is_inference() != torch.is_inference_mode_enabled()
@@ -197,7 +198,7 @@ class DecodeAttention:
             nb,
             max_len,
             scale,
-            torch.get_num_threads(),
+            threads,
         )
         if rc:
             raise ValueError(

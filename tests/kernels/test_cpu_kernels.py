@@ -90,6 +90,27 @@ def test_decode_attention_sixteen_scores_at_once_give_the_bits_of_one_at_a_time(
     assert torch.equal(outs[0], outs[2]) and torch.equal(outs[1], outs[2])
 
 
+def test_decode_attention_keeps_one_tasks_scores_per_thread_however_many_rows():
+    # a prompt attends one query row per token: thousands of rows must not mean thousands of
+    # score rows held at once, and threads sharing the scratch must not mix their scores
+    g = torch.Generator().manual_seed(3)
+    k_cache, v_cache = _arena(g, 40, 16, 3, 64)
+    rows, ctx = 1500, 40 * 16
+    tables = torch.randperm(40, generator=g).to(torch.int32).expand(rows, 40)
+    lens = torch.randint(1, ctx + 1, (rows,), generator=g)
+    q = torch.randn(rows, 9, 64, generator=g)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        attn = cpu.DecodeAttention()
+        got = attn(q, k_cache, v_cache, tables, lens, 0.125, ctx)
+    finally:
+        torch.set_num_threads(threads)
+    want = paged_decode_attention(q, k_cache, v_cache, tables, lens, 0.125)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-6)
+    assert attn._scratch.numel() <= 2 * 9 * ctx * 5 // 4
+
+
 def test_decode_attention_reads_only_the_requests_own_slots():
     g = torch.Generator().manual_seed(5)
     k_cache, v_cache = _arena(g, 8, 4, 2, 16)
