@@ -400,7 +400,14 @@ class KVEventPublisher:
             self._queue.task_done()  # after the buffer holds it: flush() means replayable
 
     def _serve_replay(self) -> None:
-        frames = self._replay.recv_multipart()
+        # polled as ready, a request is gone again if its asker hung up first (a ROUTER drops
+        # what a closed peer's pipe held): a blocking read would stop the publisher
+        import zmq
+
+        try:
+            frames = self._replay.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return
         if len(frames) != 3 or len(frames[2]) != 8:
             return  # not a replay request; a stray peer gets nothing
         ident, start = frames[0], int.from_bytes(frames[2], "big")

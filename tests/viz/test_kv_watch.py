@@ -10,6 +10,7 @@ import time
 import tracemalloc
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import msgspec
 import pytest
@@ -990,3 +991,40 @@ def test_a_publisher_lying_about_its_seq_cannot_make_missed_meaningless(monkeypa
     send(top - (1 << 62) + 1 + 1_500, after_s=1.0)  # 1,500 missed in a second: plausible
     assert state.counters["missed"] < 10_000 + 1_500 and state.counters["restarts"] == 1_000
     assert KS.MAX_BATCHES_PER_S == 1_000
+
+
+class _ReadyButGone:
+    """A socket whose poll says a message is ready that is gone by the time it is read, as when
+    the connection that brought it is dropped in between: a blocking read would wait for ever."""
+
+    def __init__(self, real: zmq.Socket) -> None:
+        self.real = real
+
+    def poll(self, *args, **kwargs) -> int:
+        return zmq.POLLIN
+
+    def recv_multipart(self, flags: int = 0):
+        if not flags & zmq.NOBLOCK:
+            raise AssertionError("a blocking read of a message that is gone never returns")
+        raise zmq.Again()
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def test_a_message_ready_then_gone_stalls_neither_the_reader_nor_the_publisher():
+    port, _ = free_ports()
+    sockets = Sockets(Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}")).relay_config())
+    try:
+        sockets.sub = _ReadyButGone(sockets.sub)
+        assert sockets.poll(10, 100) == ([], [])
+    finally:
+        sockets.ctx.destroy(linger=0)
+    port, _ = free_ports()
+    pub = K.KVEventPublisher(f"tcp://127.0.0.1:{port}")
+    try:
+        pub._serve_replay.__func__(SimpleNamespace(_replay=_ReadyButGone(pub._replay)))
+        pub.publish([request_blocks(SYSTEM, 0)])
+        assert pub.flush(5)  # its thread goes on
+    finally:
+        pub.close()

@@ -170,9 +170,14 @@ class Sockets:
         size = 0
         until = time.monotonic() + POLL_SECONDS
         while not events and len(messages) < max_messages and size < POLL_BYTES:
-            if not self.sub.poll(0):
+            # never a blocking read: a message polled as ready is gone again when the
+            # connection that brought it is dropped (a restarted server, our own back-off)
+            # before it is read, and a blocking read then waited for the next message, which
+            # the reconnect this loop makes could never bring
+            try:
+                frames = self.sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
                 break
-            frames = self.sub.recv_multipart()
             bad = framing_error(frames)
             messages.append(frames if bad is None else bad)
             size += OVERHEAD + (len(bad) if bad else sum(map(len, frames)))
@@ -220,7 +225,10 @@ class Sockets:
                 if left <= 0 or not dealer.poll(int(left * 1000)):
                     break
                 # [b"", topic, seq, payload] (vLLM 0.32, and us), or [b"", seq, payload] (older)
-                body = dealer.recv_multipart()[1:]
+                try:  # ready, and yet gone with a dropped connection: never wait for it
+                    body = dealer.recv_multipart(zmq.NOBLOCK)[1:]
+                except zmq.Again:
+                    continue
                 answered = True
                 if len(body) == 3:
                     body = body[1:]
