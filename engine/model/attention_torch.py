@@ -205,8 +205,8 @@ class CpuAttention(TorchAttention):
         self._meta = None
         self._block_size = 1
         self._max_len = 0
-        self._fresh: list[_PrefillSeq] = []
-        self._behind: tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None = None
+        self._sdpa: list[_PrefillSeq] = []
+        self._rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None = None
 
     def prepare(self, meta, block_size: int) -> None:
         decode = meta.decode_block_tables
@@ -214,21 +214,21 @@ class CpuAttention(TorchAttention):
         super().prepare(replace(meta, decode_block_tables=None), block_size)
         self._meta, self._block_size = meta, block_size
         self._max_len = int(meta.decode_context_lens.max()) if decode is not None else 0
-        self._fresh, self._behind = [], None
+        self._sdpa, self._rows = [], None
         rows, tables, lens = [], [], []
         if meta.prefill_block_tables is not None:
             ctxs = meta.prefill_context_lens.tolist()
             for b, p in enumerate(self._prefill):
                 n = p.end - p.start
                 if n * ctxs[b] > self.MAX_ROW_POSITIONS:
-                    self._fresh.append(p)
+                    self._sdpa.append(p)
                     continue
                 rows.append(torch.arange(p.start, p.end))
                 tables.append(meta.prefill_block_tables[b : b + 1].expand(n, -1))
                 lens.append(torch.arange(ctxs[b] - n + 1, ctxs[b] + 1))
         if rows:
             lens_t = torch.cat(lens)
-            self._behind = (torch.cat(rows), torch.cat(tables), lens_t, int(lens_t.max()))
+            self._rows = (torch.cat(rows), torch.cat(tables), lens_t, int(lens_t.max()))
 
     def __call__(self, q, k, v, k_cache, v_cache, meta) -> torch.Tensor:
         from kernels.cpu import supports
@@ -254,12 +254,12 @@ class CpuAttention(TorchAttention):
             if n == 0:
                 return decode
         out = torch.empty_like(q)
-        for p in self._fresh:
+        for p in self._sdpa:
             out[p.start : p.end] = self._attend_prefill(
                 q[p.start : p.end], k, v, k_cache, v_cache, p
             )
-        if self._behind is not None:
-            rows, tables, lens, longest = self._behind
+        if self._rows is not None:
+            rows, tables, lens, longest = self._rows
             out[rows] = self._kernel(q[rows], k_cache, v_cache, tables, lens, self.scale, longest)
         if self._max_len:
             out[n:] = decode
