@@ -14,7 +14,7 @@ prompts are batched: ``--threads 1,2`` measures at each count, ships the first a
 of them as its spread.
 
 Measured (2026-12-02, this script, SmolLM2-135M-Instruct, torch 2.13 CPU, the projections
-through kernels/cpu.c's matmul): fp32 vs itself 100.00 % / 48.0; fp8_e4m3 96.18 % / 19.4 (19.0
+through paged/kernels/cpu.c's matmul): fp32 vs itself 100.00 % / 48.0; fp8_e4m3 96.18 % / 19.4 (19.0
 at 2 threads); fp8_e5m2 90.97 % / 12.4. With torch's matmuls (earlier the same day) they read
 95.83 % / 19.5 and 91.49 % / 12.8; older code read 95.49 % / 17.8 and 95.14 % / 16.8 for e4m3:
 the greedy prefix moves with any change of rounding, so the shipped file says what it was
@@ -64,7 +64,7 @@ PROMPTS = [
     "removes most of the fragmentation that contiguous preallocation causes, so that",
 ]
 NEW_TOKENS = 48
-# How kernels/fp8.py scales, in each language the lessons speak (quoted by their narration).
+# How paged/kernels/fp8.py scales, in each language the lessons speak (quoted by their narration).
 GRANULARITY = {
     "en": "one static scale per tensor (1.0): float8's own exponent covers K and V's range",
     "zh": "每个张量一个静态缩放因子 1.0，float8 自己的指数就覆盖得了 K 和 V 的取值范围",

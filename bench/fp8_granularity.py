@@ -1,10 +1,10 @@
-"""Which float8 scale granularity does SmolLM2's KV cache need? The study behind kernels/fp8.py.
+"""Which float8 scale granularity does SmolLM2's KV cache need? The study behind paged/kernels/fp8.py.
 
 K and V are rounded (quantize -> dequantize in plain torch) right before the fp32 arena stores
 them, scheme by scheme, and each scheme's teacher-forced top-1 agreement with full precision is
 measured as in ``bench/fp8_accuracy.py``, over that bench's 12 prompts plus the 16 demo prompts
 (26 distinct prompts, 48 tokens each). Calibrated schemes take their amax from four other texts (CALIBRATION).
-CPU, fp32 weights, a few minutes. Results are in ``kernels/fp8.py``'s docstring.
+CPU, fp32 weights, a few minutes. Results are in ``paged/kernels/fp8.py``'s docstring.
 The engine keeps one scale per tensor: finer scales cost the exact 2x of bf16's blocks (a
 per-row scale in the row leaves 2D/(D+2) = 1.94x) and still do not reach 99 % here.
 """
@@ -30,7 +30,7 @@ from engine.llm import LLM  # noqa: E402
 from engine.model.kv_accuracy import teacher_forced_argmax  # noqa: E402
 from engine.model.loader import load_model  # noqa: E402
 from engine.sim.workload import DEMO_PROMPTS  # noqa: E402
-from kernels.fp8 import dequantize, quantize  # noqa: E402
+from paged.kernels.fp8 import dequantize, quantize  # noqa: E402
 
 CALIBRATION = [
     "The river rose slowly through the night, and by morning the low fields were a grey sheet "
@@ -103,7 +103,7 @@ def schemes(amax: dict[tuple[int, str], torch.Tensor]) -> dict[str, Scheme]:
             x, dt, (x.abs().amax(-1, keepdim=True) / m).bfloat16().float()
         )
 
-    def engine(dt) -> Scheme:  # what the arena stores: kernels/fp8.py, one scale of 1.0
+    def engine(dt) -> Scheme:  # what the arena stores: paged/kernels/fp8.py, one scale of 1.0
         return lambda li, kind, x, pos: dequantize(quantize(x, dt), torch.float32)
 
     def per_row_best(dt, n: int = 32) -> Scheme:  # of n bf16 scales in the octave above amax/m,

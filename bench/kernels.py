@@ -2,7 +2,7 @@
 
 For each batch x context: the latency of both over the same K/V, the ratio paged/contiguous, and
 achieved bandwidth (K/V bytes read / time) as a share of the device's peak. Before timing, the
-compiled kernels are checked against ``kernels/reference.py`` on the GPU (``--no-check`` skips).
+compiled kernels are checked against ``paged/kernels/reference.py`` on the GPU (``--no-check`` skips).
 Heads default to Llama-3-8B's (Hq 32, Hkv 8, D 128); ``--heads smollm2`` uses SmolLM2-135M's
 (9, 3, 64). The contiguous side is SDPA (FlashAttention backend) over ``[B, Hkv, L, D]``
 tensors: its best case. Timing is Triton's ``do_bench`` median, L2 flushed between calls.
@@ -153,7 +153,7 @@ def _measure(row: Row, args, hq, hkv, d, dtype) -> None:
     import torch.nn.functional as F
     from triton.testing import do_bench
 
-    from kernels.paged_attention import paged_decode_attention
+    from paged.kernels.paged_attention import paged_decode_attention
 
     gen = torch.Generator(device="cuda").manual_seed(row.batch * 100003 + row.context)
     q, kc, vc, tables, lens, k, v = make_case(
@@ -182,9 +182,9 @@ def check_against_reference(
     tolerance). fp32 must agree to 1e-4; half precisions to their rounding of the output."""
     import torch
 
-    from kernels import reference as ref
-    from kernels.paged_attention import decode_attention, paged_prefill_attention
-    from kernels.store_kv import store_kv
+    from paged.kernels import reference as ref
+    from paged.kernels.paged_attention import decode_attention, paged_prefill_attention
+    from paged.kernels.store_kv import store_kv
 
     gen = torch.Generator(device=device).manual_seed(0)
     tol = {torch.float32: (1e-4, 0.0), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1e-2, 1.6e-2)}
@@ -234,8 +234,8 @@ def compile_only(arch: int, heads: str) -> list[str]:
     from triton.compiler import ASTSource
     from triton.compiler import compile as triton_compile
 
-    from kernels import paged_attention as pa
-    from kernels import store_kv as sk
+    from paged.kernels import paged_attention as pa
+    from paged.kernels import store_kv as sk
 
     hq, hkv, d = HEADS[heads]
     group = hq // hkv

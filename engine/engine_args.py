@@ -32,7 +32,7 @@ MAX_KV_BUDGET_MB = 1 << 20  # 1 TiB
 #: Arena size when neither num_blocks nor kv_budget_mb is given: for SmolLM2 in fp32 about 11k
 #: token slots, room for one request of the full 8192-token context.
 DEFAULT_KV_BUDGET_MB = 512
-#: ``--kv-cache-dtype`` choices (kernels/fp8.py maps them to torch dtypes; no torch here)
+#: ``--kv-cache-dtype`` choices (paged/kernels/fp8.py maps them to torch dtypes; no torch here)
 KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2")
 
 

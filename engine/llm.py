@@ -24,7 +24,7 @@ from engine.model.loader import LoadedModel, load_model, resolve_device
 from engine.model.runner import build_runner
 from engine.trace.header import RunHeader
 from engine.trace.io import TraceWriter, make_header
-from kernels.fp8 import resolve_kv_dtype
+from paged.kernels.fp8 import resolve_kv_dtype
 
 
 @dataclass

@@ -29,7 +29,7 @@ def configure_openmp() -> bool:
     # idle machine: each region then starts with a futex wake-up (bench/prefix.py's cached run,
     # idle: 4.7-4.9 s passive, 3.9-4.4 s with a short spin). On this project's VM a wake-up costs
     # ~64 us (a 2-thread parallel region: 1 us spinning), and a decode step opens ~150 regions
-    # (kernels/cpu.c's matmuls and attention) with Python's work between them: a spin of 3000
+    # (paged/kernels/cpu.c's matmuls and attention) with Python's work between them: a spin of 3000
     # (tens of us) let workers fall asleep in those gaps, and bench/vllm_peer.py's 16 x 64 run
     # took 3.2-4.5 s against 2.9-3.5 s at 30000. So workers spin a few hundred microseconds
     # (across a step's gaps, not across a loaded machine's time slices) and then sleep;

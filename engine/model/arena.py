@@ -104,7 +104,7 @@ class KVArena:
             raise InvalidConfigError(f"number of KV blocks must be positive, got {num_blocks}")
         self.shape = ArenaShape(num_blocks, block_size, config.num_kv_heads, config.head_dim)
         self.dtype = dtype
-        # per-tensor float8 scales (kernels/fp8.py says why per tensor); 1.0 as in vLLM when no
+        # per-tensor float8 scales (paged/kernels/fp8.py says why per tensor); 1.0 as in vLLM when no
         # calibrated scales are given, and ignored by every other dtype
         self.k_scale, self.v_scale = 1.0, 1.0
         dims = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
@@ -151,9 +151,9 @@ class KVArena:
         caches = self.k + self.v
         mapping = torch.tensor(pairs, dtype=torch.int64, device=caches[0].device)
         if caches[0].device.type == "cuda":
-            from kernels.copy_blocks import copy_blocks
+            from paged.kernels.copy_blocks import copy_blocks
         else:
-            from kernels.reference import copy_blocks
+            from paged.kernels.reference import copy_blocks
         copy_blocks(caches, mapping)
 
 

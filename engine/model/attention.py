@@ -1,9 +1,9 @@
 """The one attention entry point of the forward: store new K/V in the arena, then attend.
 
 Interchangeable backends: ``torch`` (the reference maths planned once per step, the CPU path;
-see ``engine/model/attention_torch.py``), ``triton`` (``kernels/paged_attention.py`` and
-``kernels/store_kv.py``, imported lazily so the engine runs without them) and ``reference``
-(``kernels/reference.py`` as is: the oracle the others are tested against).
+see ``engine/model/attention_torch.py``), ``triton`` (``paged/kernels/paged_attention.py`` and
+``paged/kernels/store_kv.py``, imported lazily so the engine runs without them) and ``reference``
+(``paged/kernels/reference.py`` as is: the oracle the others are tested against).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class AttentionMetadata:
 
 def resolve_backend(name: str, device: torch.device) -> str:
     """``auto`` is Triton on CUDA, torch elsewhere. ``reference`` (not offered on the CLI) runs
-    ``kernels/reference.py`` unplanned, as the oracle. Raises InvalidConfigError for an unknown
+    ``paged/kernels/reference.py`` unplanned, as the oracle. Raises InvalidConfigError for an unknown
     name, or Triton on a CPU without the interpreter (``TRITON_INTERPRET=1``)."""
     if name not in BACKENDS + ("reference",):
         raise InvalidConfigError(
@@ -43,13 +43,13 @@ def resolve_backend(name: str, device: torch.device) -> str:
     if name == "auto":
         if device.type == "cuda":
             return "triton"
-        from kernels.cpu import load
+        from paged.kernels.cpu import load
 
         return "cpu" if load() is not None else "torch"
     if name == "cpu":
         if device.type != "cpu":
             raise InvalidConfigError(f"attention backend 'cpu' runs on the CPU, not {device}")
-        from kernels.cpu import load, why
+        from paged.kernels.cpu import load, why
 
         if load() is None:
             raise InvalidConfigError(f"attention backend 'cpu' is unavailable: {why()}")
@@ -62,21 +62,28 @@ def resolve_backend(name: str, device: torch.device) -> str:
 
 class KernelAttention:
     """Store, then prefill and/or decode through three kernels with the signatures of
-    ``kernels/reference.py`` (the reference itself, or the Triton kernels)."""
+    ``paged/kernels/reference.py`` (the reference itself, or the Triton kernels)."""
 
     def __init__(self, name: str, scale: float, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
         self.name, self.scale = name, scale
         self.k_scale, self.v_scale = k_scale, v_scale
         if name == "triton":
             try:
-                from kernels.paged_attention import paged_decode_attention, paged_prefill_attention
-                from kernels.store_kv import store_kv
+                from paged.kernels.paged_attention import (
+                    paged_decode_attention,
+                    paged_prefill_attention,
+                )
+                from paged.kernels.store_kv import store_kv
             except ImportError as e:
                 raise InvalidConfigError(
                     f"attention backend 'triton' is unavailable: {e}"
                 ) from None
         else:
-            from kernels.reference import paged_decode_attention, paged_prefill_attention, store_kv
+            from paged.kernels.reference import (
+                paged_decode_attention,
+                paged_prefill_attention,
+                store_kv,
+            )
         self._store, self._prefill, self._decode = (
             store_kv,
             paged_prefill_attention,
@@ -185,7 +192,7 @@ class AttentionProbe:
     forward attends with: per layer, after the backend ran, the token's scores against its
     context (gathered through its block table), their softmax summed per block, and for layer
     ``layer`` and KV head ``kv_head`` the tile walk of the decode kernel (one tile per block,
-    ``kernels.reference.online_softmax_walk``). At a step's end ``emit`` gets each token's
+    ``paged.kernels.reference.online_softmax_walk``). At a step's end ``emit`` gets each token's
     ``attention_read`` fields. Off unless a recording asks for it: the runner then calls
     ``begin`` and ``end`` around each forward."""
 
@@ -205,7 +212,7 @@ class AttentionProbe:
         self.rows, self.block_size, self._layer = rows, block_size, 0
 
     def observe(self, attn: Attention, q, k_cache, v_cache, out) -> None:
-        from kernels.reference import decode_scores
+        from paged.kernels.reference import decode_scores
 
         for r in self.rows:
             table = torch.tensor(r.table, dtype=torch.int64, device=k_cache.device)
@@ -225,8 +232,8 @@ class AttentionProbe:
         self._layer += 1
 
     def _walk(self, attn: Attention, r: ProbeRow, table, scores, probs, v_cache, out) -> dict:
-        from kernels.fp8 import dequantize
-        from kernels.reference import gather_slots, merge_partials, online_softmax_walk
+        from paged.kernels.fp8 import dequantize
+        from paged.kernels.reference import gather_slots, merge_partials, online_softmax_walk
 
         hq, hkv, d = scores.shape[0], v_cache.shape[2], v_cache.shape[3]
         group = hq // hkv

@@ -1,7 +1,7 @@
 """The reference attention maths, planned once per step: the ``torch`` backend, the CPU path
-where ``kernels/cpu.c`` does not build, and the base of the ``cpu`` backend (last class here).
+where ``paged/kernels/cpu.c`` does not build, and the base of the ``cpu`` backend (last class here).
 
-``kernels/reference.py`` looks up block tables and builds masks inside every call, and gathers
+``paged/kernels/reference.py`` looks up block tables and builds masks inside every call, and gathers
 K/V with advanced indexing. All of that is the same for the 30 layers of a step, so this backend
 does it once in ``prepare`` and each layer only gathers (``index_select``, several times faster
 than advanced indexing on CPU) and calls SDPA with exactly the reference's arguments. The output
@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
-from kernels.fp8 import bits, dequantize, is_fp8, quantize
-from kernels.reference import gather_slots, own_first_slot_past_context
+from paged.kernels.fp8 import bits, dequantize, is_fp8, quantize
+from paged.kernels.reference import gather_slots, own_first_slot_past_context
 
 
 @dataclass
@@ -68,7 +68,10 @@ class TorchAttention:
 
     def __init__(self, scale: float, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
         self.scale = scale
-        self.k_scale, self.v_scale = k_scale, v_scale  # per-tensor float8 scales (kernels/fp8.py)
+        self.k_scale, self.v_scale = (
+            k_scale,
+            v_scale,
+        )  # per-tensor float8 scales (paged/kernels/fp8.py)
         self._decode: _DecodePlan | None = None
         self._prefill: list[_PrefillSeq] = []
         self._k_rows, self._v_rows = _Rows(), _Rows()
@@ -181,8 +184,8 @@ class TorchAttention:
 
 
 class CpuAttention(TorchAttention):
-    """The torch backend with decode tokens attending through ``kernels/cpu.c``: each K/V row
-    read in place through the block table, nothing gathered (``kernels/cpu.py`` says why). A
+    """The torch backend with decode tokens attending through ``paged/kernels/cpu.c``: each K/V row
+    read in place through the block table, nothing gathered (``paged/kernels/cpu.py`` says why). A
     prefill goes the same way, fresh or behind cached tokens: each of its tokens is one more
     query row, over the table up to its own position, which is the causal mask (a 264-token
     prompt: 2.2x faster than SDPA's causal kernel). Only a chunk past
@@ -198,7 +201,7 @@ class CpuAttention(TorchAttention):
     MAX_ROW_POSITIONS = 1 << 20
 
     def __init__(self, scale: float, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
-        from kernels.cpu import DecodeAttention
+        from paged.kernels.cpu import DecodeAttention
 
         super().__init__(scale, k_scale, v_scale)
         self._kernel = DecodeAttention()
@@ -231,7 +234,7 @@ class CpuAttention(TorchAttention):
             self._rows = (torch.cat(rows), torch.cat(tables), lens_t, int(lens_t.max()))
 
     def __call__(self, q, k, v, k_cache, v_cache, meta) -> torch.Tensor:
-        from kernels.cpu import supports
+        from paged.kernels.cpu import supports
 
         if not supports(q, k_cache):
             if self._max_len and self._decode is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from engine.model.arena import KVArena
-from kernels.fp8 import bits
+from paged.kernels.fp8 import bits
 
 
 class CpuKVStore:

@@ -64,7 +64,7 @@ def measure(
     full's greedy tokens when they are already known (at least ``new_tokens`` per prompt; the
     first ``new_tokens`` are used), instead of generating them again. The greedy runs batch
     all ``prompts`` together; over a float8 arena their common prefix depends on that batch
-    (its rounding does: ``kernels/fp8.py``), the teacher-forced agreement (one prompt at a
+    (its rounding does: ``paged/kernels/fp8.py``), the teacher-forced agreement (one prompt at a
     time) does not."""
     params = SamplingParams(max_tokens=new_tokens, ignore_eos=True)
     if reference is None:

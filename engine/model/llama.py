@@ -5,7 +5,7 @@ All tokens scheduled in a step (prefill chunks and decode tokens of every sequen
 sequences separately, through their block tables. The numerics mirror HF's ``LlamaForCausalLM``
 (fp32 rsqrt RMSNorm, rotate-half RoPE on ``cat(freqs, freqs)``, scale ``1/sqrt(head_dim)``) so
 that greedy decoding is token-exact with HF ``generate`` in fp32; on CPU the matmuls are
-kernels/cpu.c's (or oneDNN's), not HF's MKL (``Linear``), which moves logits by a few ulps and,
+paged/kernels/cpu.c's (or oneDNN's), not HF's MKL (``Linear``), which moves logits by a few ulps and,
 on every prompt the exactness tests hold it to, no token.
 """
 
@@ -29,10 +29,10 @@ def _packable(weight: torch.Tensor) -> bool:
 
 
 def _huge_pages(like: torch.Tensor):
-    """Where the CPU kernels pack a model's weights: huge pages (kernels/cpu.py HugePages)."""
+    """Where the CPU kernels pack a model's weights: huge pages (paged/kernels/cpu.py HugePages)."""
     if not _packable(like):
         return None
-    from kernels.cpu import HugePages, load
+    from paged.kernels.cpu import HugePages, load
 
     return HugePages() if load() is not None else None
 
@@ -42,7 +42,7 @@ class Linear:
 
     On a CPU in float32 the weights are concatenated and packed once, at load, and a call is one
     matmul whose output is split: one matmul for q/k/v (and for gate/up) saves calls. The
-    matmul is ``linear_f32`` of ``kernels/cpu.c`` when it builds (``kernels/cpu.py`` says why;
+    matmul is ``linear_f32`` of ``paged/kernels/cpu.c`` when it builds (``paged/kernels/cpu.py`` says why;
     at decode batch 16 it took ~31 ms a step where oneDNN took ~38 and MKL's F.linear ~80, on
     this project's 2-core machine, and it is faster at batch 1 and at prefill too), else
     oneDNN's, its weights packed into oneDNN's blocked layout (what inductor's weight freezing
@@ -53,14 +53,14 @@ class Linear:
     def __init__(
         self, *weights: torch.Tensor, batch_hint: int = 16, kernel: bool = True, pages=None
     ) -> None:
-        """``kernel=False``: oneDNN even where kernels/cpu.c builds. ``pages``: a
-        ``kernels.cpu.HugePages`` the packed copy is carved from (else ordinary memory)."""
+        """``kernel=False``: oneDNN even where paged/kernels/cpu.c builds. ``pages``: a
+        ``paged.kernels.cpu.HugePages`` the packed copy is carved from (else ordinary memory)."""
         self.weights: tuple[torch.Tensor, ...] = weights
         self._packed = None
         self._kernel = None
         if _packable(weights[0]):
             whole = torch.cat(weights) if len(weights) > 1 else weights[0]
-            from kernels.cpu import PackedLinear, load
+            from paged.kernels.cpu import PackedLinear, load
 
             if kernel and load() is not None:
                 self._kernel = PackedLinear(whole, pages)
@@ -70,7 +70,7 @@ class Linear:
 
     @property
     def kernel(self):
-        """The packed matmul of kernels/cpu.c; only where it built (``_forward_fused``)."""
+        """The packed matmul of paged/kernels/cpu.c; only where it built (``_forward_fused``)."""
         assert self._kernel is not None, "no CPU kernel for this projection"
         return self._kernel
 
@@ -170,7 +170,7 @@ class LlamaForward:
         self.rope = RotaryTable(
             weights.inv_freq, weights.rope_scaling, c.max_position_embeddings, device, dtype
         )
-        # every projection runs in kernels/cpu.c: so do the steps between them
+        # every projection runs in paged/kernels/cpu.c: so do the steps between them
         self.fused = self.lm_head._kernel is not None and self.rope.cos.dtype == torch.float32
 
     @torch.inference_mode()
@@ -207,11 +207,11 @@ class LlamaForward:
         return self.lm_head(h)
 
     def _forward_fused(self, input_ids, positions, kv_caches, meta, logits_indices):
-        """``forward`` with the steps between the projections in ``kernels/cpu.c`` too: one
+        """``forward`` with the steps between the projections in ``paged/kernels/cpu.c`` too: one
         pass each for RMSNorm, RoPE and SiLU * up, and the residual adds done by the matmuls
         that produce them. Each keeps torch's rounding (cpu.c says how), so only the matmuls'
         and attention's summation orders differ from the torch path."""
-        from kernels import cpu
+        from paged.kernels import cpu
 
         c, w = self.w.config, self.w
         h = F.embedding(input_ids, w.embed)

@@ -13,7 +13,7 @@ from engine.model.cpu_tier import CpuKVStore
 from engine.model.llama import LlamaForward
 from engine.model.loader import LoadedModel
 from engine.model.sampling import Sampler
-from kernels.fp8 import resolve_kv_dtype
+from paged.kernels.fp8 import resolve_kv_dtype
 
 
 def _probe_rows(

@@ -78,7 +78,7 @@ def test_fresh_arena_is_finite_so_masked_reads_cannot_poison_attention():
 
 def test_attention_backend_resolution(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    from kernels.cpu import load
+    from paged.kernels.cpu import load
 
     assert resolve_backend("auto", torch.device("cpu")) == ("cpu" if load() else "torch")
     assert resolve_backend("auto", torch.device("cuda")) == "triton"

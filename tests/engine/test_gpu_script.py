@@ -92,7 +92,7 @@ def test_peak_bandwidth_is_looked_up_by_device_name(name, peak):
 
 
 def test_contiguous_baseline_holds_the_same_kv_as_the_paged_arena():
-    from kernels import reference as ref
+    from paged.kernels import reference as ref
 
     gen = torch.Generator().manual_seed(0)
     q, kc, vc, tables, lens, k, v = bench.make_case(3, 40, 6, 2, 64, 16, torch.float32, "cpu", gen)

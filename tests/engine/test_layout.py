@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("engine", "viz", "kernels")
+PACKAGES = ("paged", "engine", "viz")
 MAX_PER_FOLDER = 16
 MAX_AT_TOP = {"engine": 10, "viz": 8}
 

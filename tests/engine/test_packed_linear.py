@@ -1,4 +1,4 @@
-"""The forward's projections: a weight packed once (for kernels/cpu.c, or for oneDNN where it
+"""The forward's projections: a weight packed once (for paged/kernels/cpu.c, or for oneDNN where it
 does not build) computes what F.linear computes, at every batch size a step can have, up to fp32
 rounding; anything neither can take stays F.linear, bit for bit."""
 
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.model.llama import Linear, RotaryTable, apply_rope
-from kernels import cpu
+from paged.kernels import cpu
 
 needs_onednn = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN"

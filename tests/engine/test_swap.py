@@ -26,7 +26,7 @@ from engine.sim.simulate import EOS, DryRunner
 from engine.trace import io as T
 from engine.trace.header import RunHeader
 from engine.trace.schema import TraceError
-from kernels.fp8 import quantize
+from paged.kernels.fp8 import quantize
 from tests.kernels.test_fp8 import SMOL
 from viz.fold.reducer import replay
 

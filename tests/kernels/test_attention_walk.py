@@ -1,4 +1,4 @@
-"""The attention lesson's tile walk (``kernels.reference.online_softmax_walk``): the decode
+"""The attention lesson's tile walk (``paged.kernels.reference.online_softmax_walk``): the decode
 kernel's loop in plain torch, one tile per block. Its last (m, l) is the softmax over all the
 scores at once, its output is the reference decode's, and each tile's own (m, l) is what the
 Triton decode kernel's split programs report when each split holds one block."""
@@ -16,8 +16,8 @@ if "triton" not in sys.modules and not torch.cuda.is_available():
 
 import pytest
 
-from kernels import reference as ref
-from kernels.launch import interpreter_active
+from paged.kernels import reference as ref
+from paged.kernels.launch import interpreter_active
 
 BLOCK = 16
 
@@ -81,7 +81,7 @@ def test_a_walk_over_scores_it_has_not_seen_yet_differs_from_softmax():
 @pytest.mark.skipif(not interpreter_active(), reason="triton imported without TRITON_INTERPRET")
 @pytest.mark.parametrize("length", [17, 70])
 def test_each_tiles_own_m_and_l_is_what_the_triton_split_programs_report(length):
-    from kernels.paged_attention import decode_attention
+    from paged.kernels.paged_attention import decode_attention
 
     q, k_cache, v_cache, table = _case(length, seed=1)
     n = -(-length // BLOCK)

@@ -1,4 +1,4 @@
-"""kernels/cpu.c against the torch it replaces: paged decode attention against the reference,
+"""paged/kernels/cpu.c against the torch it replaces: paged decode attention against the reference,
 the packed matmul against F.linear, and the elementwise steps against the forward's torch ops
 (bit for bit where cpu.c keeps torch's rounding). Skipped where no C compiler builds it; the
 engine then runs the torch path, which the rest of the suite tests."""
@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from engine.model.llama import RotaryTable, apply_rope, rms_norm
-from kernels import cpu
-from kernels.reference import paged_decode_attention
+from paged.kernels import cpu
+from paged.kernels.reference import paged_decode_attention
 
 pytestmark = pytest.mark.skipif(cpu.load() is None, reason=f"no CPU kernels: {cpu.why()}")
 
@@ -241,7 +241,7 @@ def test_without_a_compiler_the_engine_attends_with_torch_and_says_why_cpu_is_un
 
 
 def test_first_builds_racing_for_one_cache_each_load_a_whole_library(tmp_path):
-    code = "from kernels import cpu; print(cpu.load() is not None, cpu.why())"
+    code = "from paged.kernels import cpu; print(cpu.load() is not None, cpu.why())"
     env = {**os.environ, "PAGED_KERNEL_CACHE": str(tmp_path)}
     procs = [
         subprocess.Popen(

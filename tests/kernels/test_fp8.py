@@ -12,7 +12,7 @@ from engine.errors import InvalidConfigError
 from engine.model.arena import MIB, KVArena, blocks_for_budget, bytes_per_block
 from engine.model.weights import ModelConfig
 from engine.sim.capacity import preset
-from kernels.fp8 import quantize, resolve_kv_dtype
+from paged.kernels.fp8 import quantize, resolve_kv_dtype
 
 SHAPE = preset("smollm2-135m")
 SMOL = ModelConfig(
@@ -96,7 +96,7 @@ def test_quantize_saturates_instead_of_making_nan():
 def test_torch_backend_matches_reference_on_a_float8_arena(fp8, backend):
     # "cpu" takes the torch way for a float8 arena: its kernel reads float32 only
     from engine.model.attention import Attention
-    from kernels.cpu import load
+    from paged.kernels.cpu import load
     from tests.model.test_model_exact import attention_case
 
     if backend == "cpu" and load() is None:

@@ -21,17 +21,17 @@ if "triton" not in sys.modules and not torch.cuda.is_available():
 
 import pytest
 
-from kernels import reference as ref
-from kernels.copy_blocks import copy_blocks
-from kernels.fp8 import quantize
-from kernels.launch import interpreter_active
-from kernels.paged_attention import (
+from paged.kernels import reference as ref
+from paged.kernels.copy_blocks import copy_blocks
+from paged.kernels.fp8 import quantize
+from paged.kernels.launch import interpreter_active
+from paged.kernels.paged_attention import (
     decode_attention,
     paged_decode_attention,
     paged_prefill_attention,
     pick_splits,
 )
-from kernels.store_kv import store_kv
+from paged.kernels.store_kv import store_kv
 
 ROOT = Path(__file__).resolve().parents[2]
 IN_PROCESS = interpreter_active()

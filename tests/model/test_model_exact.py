@@ -253,7 +253,7 @@ def test_cpu_attention_matches_the_reference_on_a_mixed_step_and_a_prefill_only_
 
     from engine.model.attention import Attention
     from engine.model.attention_torch import CpuAttention
-    from kernels.cpu import load
+    from paged.kernels.cpu import load
 
     if load() is None:
         pytest.skip("no CPU kernels here")

@@ -16,7 +16,7 @@ goal on this model, and the best of them would cost the exact 2x (a 2-byte scale
 
 Quantize: ``clamp(x / scale, -max, +max)`` then round to nearest-even in torch (``Tensor.to``); the
 clamp matters because torch turns an out-of-range value into NaN, not into the largest finite one.
-Every store path (``kernels.reference.store_kv``, ``kernels.store_kv``, the torch backend) calls
+Every store path (``paged.kernels.reference.store_kv``, ``paged.kernels.store_kv``, the torch backend) calls
 ``quantize`` here, so the arena holds the same bits on every backend. Dequantize on load:
 ``x.float() * scale``, inside the attention kernels (Triton and reference).
 

@@ -1,6 +1,6 @@
 """Paged attention in Triton: the page-table *read* half of the software MMU.
 
-Same contracts as ``kernels/reference.py`` (layout documented there). A request's K/V is scattered
+Same contracts as ``paged/kernels/reference.py`` (layout documented there). A request's K/V is scattered
 over physical blocks; each program walks its request's logical positions tile by tile, looks up
 the physical block of every position in the block table (``block_tables[b, pos // block_size]``),
 gathers K and V from there, and folds the tile into an online softmax (running max ``m``, running
@@ -20,8 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.fp8 import is_fp8
-from kernels.launch import check_device, next_pow2
+from paged.kernels.fp8 import is_fp8
+from paged.kernels.launch import check_device, next_pow2
 
 LOG2E = 1.4426950408889634
 # finite "minus infinity": an empty row keeps m finite, so no inf - inf = NaN; constexpr because

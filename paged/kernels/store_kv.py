@@ -1,6 +1,6 @@
 """Write new tokens' K/V into the paged arena: the page-table *write* half of the software MMU.
 
-Same contract as ``kernels.reference.store_kv``; layout documented there.
+Same contract as ``paged.kernels.reference.store_kv``; layout documented there.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.fp8 import quantize
-from kernels.launch import check_device, next_pow2
+from paged.kernels.fp8 import quantize
+from paged.kernels.launch import check_device, next_pow2
 
 
 @triton.jit

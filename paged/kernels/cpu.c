@@ -1,15 +1,15 @@
 /* The engine's CPU kernels: paged decode attention and the float32 matmul of every projection.
- * Built and loaded by kernels/cpu.py, which says why they exist.
+ * Built and loaded by paged/kernels/cpu.py, which says why they exist.
  *
  * 1. Paged decode attention, reading K/V in place through the block table.
  *
- * The plain-torch reference (kernels/reference.py, paged_decode_attention) first gathers every
+ * The plain-torch reference (paged/kernels/reference.py, paged_decode_attention) first gathers every
  * request's K/V into a new padded tensor and then calls SDPA. Here each request is one task: it
  * looks up each position's physical block in the request's table, exactly as the Triton kernel
  * and the MMU do, and reads that slot's K and V rows where the arena holds them. The query
  * heads of a GQA group share each K/V row while it is in cache.
  *
- * Layout (float32, row-major, as the arena and kernels/reference.py hold them):
+ * Layout (float32, row-major, as the arena and paged/kernels/reference.py hold them):
  *   q            [batch, num_heads, head_dim]
  *   k/v_cache    [num_blocks, block_size, num_kv_heads, head_dim]
  *   tables       [batch, table_width] int32

@@ -1,5 +1,5 @@
-"""The CPU kernels in C (``kernels/cpu.c``), built once with the system's C compiler
-and called through ctypes; each is held to its plain-torch reference in ``kernels/reference.py``.
+"""The CPU kernels in C (``paged/kernels/cpu.c``), built once with the system's C compiler
+and called through ctypes; each is held to its plain-torch reference in ``paged/kernels/reference.py``.
 
 Why C and not torch ops: a decode step's attention in torch is a gather of every request's K/V
 into a new tensor and an SDPA call made for long queries; on this project's 2-core CPU that was
@@ -8,7 +8,7 @@ arena holds it, through the block table, as the Triton kernel does on a GPU.
 
 The shared library is built on first use (about a second) into a cache folder keyed by the
 source, the compiler and its flags, and this CPU (``-march=native``: a library built for another
-CPU's instructions could crash here): ``$PAGED_KERNEL_CACHE``, else ``kernels/`` under
+CPU's instructions could crash here): ``$PAGED_KERNEL_CACHE``, else ``paged/kernels/`` under
 ``$XDG_CACHE_HOME/seeing-pagedattention`` or ``~/.cache/seeing-pagedattention``. It is written
 under a temporary name and renamed, so concurrent first uses (test workers) never load a
 half-written file. No compiler, or a build that fails, leaves ``load()`` returning None with
@@ -138,7 +138,7 @@ def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
 
 
 class DecodeAttention:
-    """``paged_decode_attention`` of ``kernels/reference.py`` (float32 CPU only), with a scratch
+    """``paged_decode_attention`` of ``paged/kernels/reference.py`` (float32 CPU only), with a scratch
     buffer for the scores kept between calls."""
 
     def __init__(self) -> None:

@@ -1,6 +1,6 @@
 """Copy whole KV blocks inside the arena: the copy half of copy-on-write.
 
-Same contract as ``kernels.reference.copy_blocks``; layout documented in ``kernels/reference.py``.
+Same contract as ``paged.kernels.reference.copy_blocks``; layout documented in ``paged/kernels/reference.py``.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.fp8 import bits
-from kernels.launch import check_device
+from paged.kernels.fp8 import bits
+from paged.kernels.launch import check_device
 
 _CHUNK = 1024  # elements one program moves per loop turn
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels.fp8 import bits, dequantize, quantize
+from paged.kernels.fp8 import bits, dequantize, quantize
 
 
 def store_kv(
@@ -26,7 +26,7 @@ def store_kv(
 ) -> None:
     """Write new tokens' K/V ``[T, Hkv, D]`` into the arena at ``slot_mapping`` (int64 ``[T]``);
     a slot of -1 means: skip this token. A float8 arena stores ``K / k_scale`` and ``V / v_scale``
-    (``kernels.fp8.quantize``); the scales are ignored otherwise."""
+    (``paged.kernels.fp8.quantize``); the scales are ignored otherwise."""
     keep = slot_mapping >= 0
     if not bool(keep.all()):
         k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
