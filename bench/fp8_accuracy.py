@@ -37,15 +37,15 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-from engine.threads import configure_openmp  # noqa: E402
+from paged.engine.threads import configure_openmp  # noqa: E402
 
 configure_openmp()  # before torch loads
 
 import torch  # noqa: E402
 
-from engine.llm import LLM  # noqa: E402
-from engine.model.kv_accuracy import measure  # noqa: E402
-from engine.model.loader import load_model  # noqa: E402
+from paged.engine.llm import LLM  # noqa: E402
+from paged.engine.model.kv_accuracy import measure  # noqa: E402
+from paged.engine.model.loader import load_model  # noqa: E402
 
 PROMPTS = [
     "The capital of France is",

@@ -38,7 +38,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-from engine.threads import configure_openmp  # noqa: E402
+from paged.engine.threads import configure_openmp  # noqa: E402
 
 configure_openmp()  # before torch loads
 
@@ -46,16 +46,16 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from bench.fp8_accuracy import PROMPTS  # noqa: E402
-from engine.core.request import SamplingParams  # noqa: E402
-from engine.llm import LLM  # noqa: E402
-from engine.model.loader import load_model  # noqa: E402
+from paged.engine.core.request import SamplingParams  # noqa: E402
+from paged.engine.llm import LLM  # noqa: E402
+from paged.engine.model.loader import load_model  # noqa: E402
 
 ARENAS = ("auto", "fp8_e4m3", "fp8_e5m2")
 
 
 def make_batch_invariant() -> None:
     """Patch the forward (this process only) so no number depends on the batch's shape."""
-    from engine.model import attention_torch as AT
+    from paged.engine.model import attention_torch as AT
 
     linear = F.linear
     F.linear = lambda x, w, b=None: torch.cat([linear(x[i : i + 1], w, b) for i in range(len(x))])

@@ -18,18 +18,18 @@ from collections.abc import Callable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-from engine.threads import configure_openmp  # noqa: E402
+from paged.engine.threads import configure_openmp  # noqa: E402
 
 configure_openmp()  # before torch loads
 
 import torch  # noqa: E402
 
 from bench.fp8_accuracy import NEW_TOKENS, PROMPTS  # noqa: E402
-from engine.core.request import SamplingParams  # noqa: E402
-from engine.llm import LLM  # noqa: E402
-from engine.model.kv_accuracy import teacher_forced_argmax  # noqa: E402
-from engine.model.loader import load_model  # noqa: E402
-from engine.sim.workload import DEMO_PROMPTS  # noqa: E402
+from paged.engine.core.request import SamplingParams  # noqa: E402
+from paged.engine.llm import LLM  # noqa: E402
+from paged.engine.model.kv_accuracy import teacher_forced_argmax  # noqa: E402
+from paged.engine.model.loader import load_model  # noqa: E402
+from paged.engine.sim.workload import DEMO_PROMPTS  # noqa: E402
 from paged.kernels.fp8 import dequantize, quantize  # noqa: E402
 
 CALIBRATION = [

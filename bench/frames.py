@@ -31,11 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.core import events as E  # noqa: E402
-from engine.sim.simulate import build_requests, run_policy  # noqa: E402
-from engine.sim.workload import generate  # noqa: E402
-from engine.trace.header import CONTIGUOUS, PAGED, RunHeader  # noqa: E402
-from engine.trace.io import TraceWriter, make_header  # noqa: E402
+from paged.engine.core import events as E  # noqa: E402
+from paged.engine.sim.simulate import build_requests, run_policy  # noqa: E402
+from paged.engine.sim.workload import generate  # noqa: E402
+from paged.engine.trace.header import CONTIGUOUS, PAGED, RunHeader  # noqa: E402
+from paged.engine.trace.io import TraceWriter, make_header  # noqa: E402
 
 NUM_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN = 64, 16, 256
 POLICIES = ("max", "paged")
@@ -91,7 +91,7 @@ def payload_size(trace: Path, lessons: Path) -> dict:
     import base64
     import zlib
 
-    from engine.trace import io as T
+    from paged.engine.trace import io as T
     from viz.fold.lesson import build
     from viz.fold.lesson_folder import load_spec
     from viz.player import payload as player

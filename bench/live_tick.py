@@ -34,9 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.trace.io import parse_lines  # noqa: E402
-from engine.trace.recorder import record  # noqa: E402
-from engine.trace.scenario import Scenario, load  # noqa: E402
+from paged.engine.trace.io import parse_lines  # noqa: E402
+from paged.engine.trace.recorder import record  # noqa: E402
+from paged.engine.trace.scenario import Scenario, load  # noqa: E402
 from viz.fold.lesson import build, live_edge  # noqa: E402
 from viz.fold.lesson_folder import load_spec  # noqa: E402
 from viz.live.follow import LiveLesson  # noqa: E402

@@ -55,7 +55,7 @@ from viz.paper.results import SimConfig, simulate
 config, how = SimConfig(**json.loads(sys.argv[2])), sys.argv[3]
 t0, c0 = time.perf_counter(), time.process_time()
 if how == "page":
-    from engine.sim.paper import POLICIES
+    from paged.engine.sim.paper import POLICIES
     from viz.paper.parallel import simulate_rows
     rows = simulate_rows(config, POLICIES)
 else:
@@ -68,8 +68,8 @@ print(json.dumps({"wall": wall, "cpu": cpu, "rows": {p: asdict(r) for p, r in ro
 
 
 def every_setting() -> list[SimConfig]:
-    from engine.core.placement import PLACEMENTS
-    from engine.sim.workload import LENGTH_DISTS, SIGMA, WORKLOADS
+    from paged.engine.core.placement import PLACEMENTS
+    from paged.engine.sim.workload import LENGTH_DISTS, SIGMA, WORKLOADS
     from viz.app.paper import REQUEST_CHOICES, SIGMA_CHOICES  # (imports streamlit)
 
     return [

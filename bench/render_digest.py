@@ -16,7 +16,7 @@ import hashlib
 import json
 import sys
 
-from engine.trace import io as T
+from paged.engine.trace import io as T
 from viz.export.lecture import step_figure
 from viz.fold.lesson import build
 from viz.fold.lesson_folder import LESSONS_DIR, load_spec, trace_path

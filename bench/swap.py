@@ -10,7 +10,7 @@ Measured 2026-11-30 on the shared 2-core dev box (--rounds 2 --new-tokens 48, lo
 needed, arena 16; recompute 48.8 tok/s, 20 preemptions, 444 tokens recomputed; swap 54.1 tok/s,
 20 preemptions (19 swap-outs, 1 fallback: 43 tokens recomputed), 42.2 MiB moved; swap / recompute
 1.11x; same tokens. Under load the ratio depends on how torch's OpenMP workers wait: spinning
-workers slow every small copy the swap makes (engine/threads.py).
+workers slow every small copy the swap makes (paged/engine/threads.py).
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-from engine.threads import configure_openmp  # noqa: E402
+from paged.engine.threads import configure_openmp  # noqa: E402
 
 configure_openmp()  # before torch loads
 
-from engine.core import events as E  # noqa: E402
-from engine.core.request import SamplingParams  # noqa: E402
-from engine.llm import LLM  # noqa: E402
-from engine.model.loader import load_model  # noqa: E402
-from engine.sim.workload import DEMO_PROMPTS  # noqa: E402
+from paged.engine.core import events as E  # noqa: E402
+from paged.engine.core.request import SamplingParams  # noqa: E402
+from paged.engine.llm import LLM  # noqa: E402
+from paged.engine.model.loader import load_model  # noqa: E402
+from paged.engine.sim.workload import DEMO_PROMPTS  # noqa: E402
 
 PROMPTS = list(DEMO_PROMPTS)
 

@@ -16,17 +16,17 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-from engine.threads import configure_openmp  # noqa: E402
+from paged.engine.threads import configure_openmp  # noqa: E402
 
 configure_openmp()  # before torch loads
 
 # isort: split
 import torch  # noqa: E402
 
-from engine.core.request import SamplingParams  # noqa: E402
-from engine.llm import LLM  # noqa: E402
-from engine.model.loader import load_model  # noqa: E402
-from engine.sim.workload import DEMO_PROMPTS  # noqa: E402
+from paged.engine.core.request import SamplingParams  # noqa: E402
+from paged.engine.llm import LLM  # noqa: E402
+from paged.engine.model.loader import load_model  # noqa: E402
+from paged.engine.sim.workload import DEMO_PROMPTS  # noqa: E402
 
 PROMPTS = list(DEMO_PROMPTS)
 

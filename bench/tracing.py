@@ -15,13 +15,13 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from engine.threads import configure_openmp  # noqa: E402
+from paged.engine.threads import configure_openmp  # noqa: E402
 
 configure_openmp()  # before torch loads
 
-from engine.model.loader import load_model  # noqa: E402
-from engine.trace.recorder import record  # noqa: E402
-from engine.trace.scenario import load  # noqa: E402
+from paged.engine.model.loader import load_model  # noqa: E402
+from paged.engine.trace.recorder import record  # noqa: E402
+from paged.engine.trace.scenario import load  # noqa: E402
 
 
 def _run(sc, model, traced: bool) -> float:

@@ -54,14 +54,14 @@ def load_average() -> float:
 
 def prepare(folder: Path, prompt_len: int) -> None:
     from bench.prefix import workload
-    from engine.model.loader import load_model, save_hf_folder
-    from engine.sim.workload import DEMO_PROMPTS
+    from paged.engine.model.loader import load_model, save_hf_folder
+    from paged.engine.sim.workload import DEMO_PROMPTS
 
     model = load_model(device="cpu", dtype="float32", keep_hf=True, progress=False)
     save_hf_folder(model, folder / "hf")
     tok = model.tokenizer
     # equal lengths: each demo prompt, followed by a shared filler, cut to prompt_len tokens
-    from engine.trace.scenario import FILLER_TEXT
+    from paged.engine.trace.scenario import FILLER_TEXT
 
     filler = tok.encode(" " + FILLER_TEXT, add_special_tokens=False)
     batch = [(tok.encode(p) + filler)[:prompt_len] for p in DEMO_PROMPTS][:BATCH]
@@ -89,9 +89,9 @@ def rss_mib() -> float:
 
 class Ours:
     def __init__(self, folder: Path, block_size: int) -> None:
-        from engine.core.request import SamplingParams
-        from engine.llm import LLM
-        from engine.model.loader import load_model
+        from paged.engine.core.request import SamplingParams
+        from paged.engine.llm import LLM
+        from paged.engine.model.loader import load_model
 
         model = load_model(device="cpu", dtype="float32", progress=False)
         self.params = SamplingParams
@@ -177,7 +177,7 @@ def work(name: str, folder: Path, block_size: int) -> None:
     _answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     if name != "vllm":  # vLLM sets its own OpenMP up
-        from engine.threads import configure_openmp
+        from paged.engine.threads import configure_openmp
 
         configure_openmp()  # before torch loads, as bench/throughput.py does for both
     work_load = json.loads((folder / "workload.json").read_text())

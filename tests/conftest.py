@@ -82,8 +82,8 @@ def heaviest_files_first(items: list) -> list:
 
 
 # before any test module loads torch: briefly spinning, then sleeping OpenMP workers
-# (engine/threads.py says why); test processes and the model processes they start inherit them
-from engine.threads import configure_openmp  # noqa: E402
+# (paged/engine/threads.py says why); test processes and the model processes they start inherit them
+from paged.engine.threads import configure_openmp  # noqa: E402
 
 configure_openmp()
 
@@ -93,7 +93,7 @@ def smollm():
     """SmolLM2-135M-Instruct on CPU in fp32, loaded as users load it (from the conversion
     cache, without transformers, once the cache exists). HF's outputs are stored test data
     (tests/data/golden_hf.json); ``smollm_hf`` is for the one live HF check."""
-    from engine.model.loader import load_model
+    from paged.engine.model.loader import load_model
 
     return load_model(device="cpu", dtype="float32", progress=False)
 
@@ -102,7 +102,7 @@ def smollm():
 def smollm_hf():
     """The same model through transformers, with its HF module kept (``hf_model``): for a test
     that runs HF ``generate`` on the very same weights."""
-    from engine.model.loader import load_model
+    from paged.engine.model.loader import load_model
 
     return load_model(device="cpu", dtype="float32", keep_hf=True, progress=False)
 

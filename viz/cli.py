@@ -1,6 +1,6 @@
 """``paged``: the installed project's one command. ``paged app`` opens the app, ``paged site``
 writes the course as a folder of offline pages, ``paged export`` is ``python -m viz.export``, and
-the engine's commands (``paged simulate ...``) are ``python -m engine``'s.
+the engine's commands (``paged simulate ...``) are ``python -m paged``'s.
 
 Each subcommand keeps its own options and ``--help``; this module only picks one and hands it the
 rest of the line. Bad input ends as one line on stderr and exit code 2.
@@ -98,7 +98,7 @@ def _site(argv: list[str], prog: str) -> int:
 
 def _engine(name: str) -> Callable[[list[str], str], int]:
     def run(argv: list[str], prog: str) -> int:
-        from engine.cli.main import run_command
+        from paged.engine.cli.main import run_command
 
         return run_command([name, *argv], prog=PROG)
 

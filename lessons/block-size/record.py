@@ -19,9 +19,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # run as a script from anywhere: the repo root
 
-from engine.threads import configure_openmp  # noqa: E402
-from engine.trace import scenario as scenario_mod  # noqa: E402
-from engine.trace.recorder import record  # noqa: E402
+from paged.engine.threads import configure_openmp  # noqa: E402
+from paged.engine.trace import scenario as scenario_mod  # noqa: E402
+from paged.engine.trace.recorder import record  # noqa: E402
 
 BLOCK_SIZES = (1, 8, 16, 32, 128, 256)
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     model = None
     if args.forward == "model":
         configure_openmp()  # before the model loads torch
-        from engine.model.loader import load_model
+        from paged.engine.model.loader import load_model
 
         model = load_model(progress=False)
     for bs in (int(s) for s in args.sizes.split(",")):

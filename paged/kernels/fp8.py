@@ -49,7 +49,7 @@ def is_fp8(dtype: torch.dtype) -> bool:
 
 def resolve_kv_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
     """The arena's element type for a ``--kv-cache-dtype`` name. Raises ValueError for an
-    unknown name (``engine.engine_args`` checks names before any model loads)."""
+    unknown name (``paged.engine.engine_args`` checks names before any model loads)."""
     if name not in KV_CACHE_DTYPES:
         raise ValueError(f"unknown KV cache dtype {name!r}")
     return KV_CACHE_DTYPES[name] or model_dtype

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.trace.io import read
+from paged.engine.trace.io import read
 from viz.export import standalone
 from viz.export.serve import wait_painted, wait_ready
 from viz.fold.kernel.frames import caption, chapter_keyframe, fold_kernel, load_kernel_spec

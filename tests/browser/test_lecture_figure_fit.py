@@ -11,7 +11,7 @@ import json
 import pytest
 from plotly.offline import get_plotlyjs
 
-from engine.trace import io as T
+from paged.engine.trace import io as T
 from viz.fold.lesson import build
 from viz.fold.lesson_folder import load_spec, trace_path
 from viz.fold.narration import render_step

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.trace import io as T
-from engine.trace.check import TraceChecker
-from engine.trace.schema import LIMITS
+from paged.engine.trace import io as T
+from paged.engine.trace.check import TraceChecker
+from paged.engine.trace.schema import LIMITS
 from viz.app.lesson import MAX_UPLOAD_MB
 from viz.export.serve import SERVER_POLL_MS, running_app, wait_idle
 
@@ -90,7 +90,7 @@ class MaxTrace:
             [
                 sys.executable,
                 "-m",
-                "engine",
+                "paged",
                 "record",
                 "--scenario",
                 str(self.scenario),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.trace.io import read
+from paged.engine.trace.io import read
 from viz import ui_text
 from viz.app import capacity as capacity_page
 from viz.app import paper as paper_page

@@ -359,7 +359,7 @@ def test_the_app_opens_and_steps_with_the_network_cut_off(page, app_url):
 def test_every_frame_shows_its_own_caption_and_chapter(player):
     """Walk every frame in the browser: the caption and chapter title on screen are the ones
     folded from that frame (tests/viz/test_captions.py checks those against the frame's numbers)."""
-    from engine.trace.io import read
+    from paged.engine.trace.io import read
     from viz.fold import captions
     from viz.fold import chapters as C
     from viz.fold.lesson import build

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.trace import io as T
+from paged.engine.trace import io as T
 from viz.export import lecture as export
 from viz.export.serve import READY_JS, shown_frame, wait_painted, wait_ready
 from viz.fold.lesson import build

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.trace import io as T
+from paged.engine.trace import io as T
 from viz.export import lecture as export
 from viz.export.serve import wait_idle, wait_ready
 from viz.fold import chapters

@@ -1,5 +1,5 @@
 """The watch page, in a real browser (Debian's Chromium via Playwright), follows OUR ENGINE: a
-``python -m engine record`` child process running the shared-system-prompt lesson's workload on
+``python -m paged record`` child process running the shared-system-prompt lesson's workload on
 the real model with prefix caching, publishing on a free loopback port. The page must show the
 shared chain the engine's own trace says it cached and hand it out as a recording that folds
 back to the same cache; keep it when the process is SIGKILLed and say the server went away;
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.interop import kv_events as K
+from paged.engine.interop import kv_events as K
 from tests.browser.watch_browser import (
     ARTIFACTS,
     T,
@@ -51,7 +51,7 @@ COLS = list(T["cols"])  # the chain table's columns, in the page's order
 
 
 class Engine:
-    """``python -m engine record`` on the lesson's scenario, publishing on ``url`` and then
+    """``python -m paged record`` on the lesson's scenario, publishing on ``url`` and then
     holding its sockets open until the test kills it. Its stderr goes to a log in
     test-artifacts/."""
 
@@ -60,7 +60,7 @@ class Engine:
         cmd = [
             sys.executable,
             "-m",
-            "engine",
+            "paged",
             "record",
             "--scenario",
             str(SCENARIO),

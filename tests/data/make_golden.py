@@ -24,14 +24,14 @@ OUT = HERE / "golden_hf.json"
 def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path[:0] = [str(ROOT), *(str(ROOT / "tests" / folder) for folder in ("model", "engine"))]
-    from engine.threads import configure_openmp
+    from paged.engine.threads import configure_openmp
 
     configure_openmp()  # before the test modules import torch
     import test_model_exact as exact
     import test_preemption as preemption
     import test_prefix_exact as prefix
 
-    from engine.model.loader import load_model
+    from paged.engine.model.loader import load_model
 
     model = load_model(device="cpu", dtype="float32", keep_hf=True, progress=False)
     cases = {

@@ -8,9 +8,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from engine.core import events as E
-from engine.core.allocators import ContiguousAllocator, PagedAllocator
-from engine.core.request import Request, SamplingParams
+from paged.engine.core import events as E
+from paged.engine.core.allocators import ContiguousAllocator, PagedAllocator
+from paged.engine.core.request import Request, SamplingParams
 
 NUM_BLOCKS, BLOCK = 12, 4
 

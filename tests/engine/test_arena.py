@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.errors import InvalidConfigError
-from engine.model.arena import KVArena, blocks_for_budget, bytes_per_block
-from engine.model.attention import resolve_backend
-from engine.model.weights import ModelConfig
+from paged.engine.errors import InvalidConfigError
+from paged.engine.model.arena import KVArena, blocks_for_budget, bytes_per_block
+from paged.engine.model.attention import resolve_backend
+from paged.engine.model.weights import ModelConfig
 
 CFG = ModelConfig(
     num_layers=3,

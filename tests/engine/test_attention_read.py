@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.core import events as E
-from engine.trace.io import TraceError, loads
+from paged.engine.core import events as E
+from paged.engine.trace.io import TraceError, loads
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "lessons" / "inside-the-kernel" / "trace.jsonl"
@@ -129,8 +129,8 @@ def test_the_walk_in_the_trace_is_finite_and_monotone():
     ],
 )
 def test_a_scenario_asks_for_attention_of_its_own_requests_only(tmp_path, table, message):
-    from engine.errors import InvalidConfigError
-    from engine.trace.scenario import load
+    from paged.engine.errors import InvalidConfigError
+    from paged.engine.trace.scenario import load
 
     path = tmp_path / "s.toml"
     path.write_text(

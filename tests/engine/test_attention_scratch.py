@@ -1,5 +1,5 @@
 """The torch backend gathers decode K/V into buffers it keeps from layer to layer and step to step
-(engine/model/attention_torch.py, ``_Rows``): reuse must never change a result. One backend object runs
+(paged/engine/model/attention_torch.py, ``_Rows``): reuse must never change a result. One backend object runs
 a series of decode steps whose batches and contexts grow and shrink; every step must equal the
 reference computed from scratch, bit for bit, K/V written included."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.model.attention import Attention, AttentionMetadata
+from paged.engine.model.attention import Attention, AttentionMetadata
 
 BLOCK, HQ, HKV, D, NUM_BLOCKS = 4, 8, 2, 16, 40
 

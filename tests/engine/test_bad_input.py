@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main as cli
-from engine.core.request import SamplingParams
-from engine.errors import InvalidConfigError, InvalidRequestError
-from engine.trace import io as trace
-from engine.trace.io import LIMITS, TraceError
+from paged.engine.cli import main as cli
+from paged.engine.core.request import SamplingParams
+from paged.engine.errors import InvalidConfigError, InvalidRequestError
+from paged.engine.trace import io as trace
+from paged.engine.trace.io import LIMITS, TraceError
 
 ROOT = Path(__file__).resolve().parents[2]
 LONG_PROMPT = "the quick brown fox jumps over the lazy dog " * 12
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    """``python -m engine generate ARGS`` in-process (a child would only pay for importing torch
+    """``python -m paged generate ARGS`` in-process (a child would only pay for importing torch
     again; test_cli_imports.py runs the real entry point): exit code and what it printed."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -63,10 +63,10 @@ def test_cli_refuses_bad_input_before_loading_the_model(args, words):
 
 @pytest.fixture
 def cli_on_loaded_model(smollm, monkeypatch):
-    """``python -m engine generate`` in-process, reusing the session's model."""
-    import engine.llm
+    """``python -m paged generate`` in-process, reusing the session's model."""
+    import paged.engine.llm
 
-    monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
+    monkeypatch.setattr(paged.engine.llm, "load_model", lambda *a, **k: smollm)
 
     def run(*args: str) -> int:
         return cli.main(["generate", *args])
@@ -92,9 +92,9 @@ def test_cli_refuses_what_only_the_model_can_judge(cli_on_loaded_model, capsys, 
 
 
 def test_an_engine_refuses_a_request_id_it_already_has():
-    from engine.core.engine_core import EngineConfig, build_core
-    from engine.core.request import Request
-    from engine.sim.simulate import EOS, DryRunner
+    from paged.engine.core.engine_core import EngineConfig, build_core
+    from paged.engine.core.request import Request
+    from paged.engine.sim.simulate import EOS, DryRunner
 
     core = build_core(
         EngineConfig("paged", num_blocks=8, block_size=4, max_model_len=32), DryRunner(), EOS
@@ -111,14 +111,14 @@ def test_an_engine_refuses_a_request_id_it_already_has():
 
 
 def test_api_refuses_a_nonexistent_model_path():
-    from engine.llm import LLM
+    from paged.engine.llm import LLM
 
     with pytest.raises(InvalidConfigError, match="does not exist"):
         LLM("/no/such/model-dir")
 
 
 def test_api_refuses_non_positive_block_size_before_loading():
-    from engine.llm import LLM
+    from paged.engine.llm import LLM
 
     for bs in (0, -4):
         with pytest.raises(InvalidConfigError, match="block size"):
@@ -127,7 +127,7 @@ def test_api_refuses_non_positive_block_size_before_loading():
 
 @pytest.mark.model
 def test_api_raises_specific_errors(smollm):
-    from engine.llm import LLM
+    from paged.engine.llm import LLM
 
     llm = LLM(smollm, kv_budget_mb=8, max_model_len=64)
     params = SamplingParams(max_tokens=4)
@@ -155,14 +155,14 @@ def test_api_raises_specific_errors(smollm):
 @pytest.fixture
 def no_model_load(monkeypatch):
     """Fail loudly if a refusal came only after loading the model."""
-    import engine.llm
-    import engine.model.loader
+    import paged.engine.llm
+    import paged.engine.model.loader
 
     def boom(*a, **k):
         raise AssertionError("the model was loaded before the input was checked")
 
-    monkeypatch.setattr(engine.llm, "load_model", boom)
-    monkeypatch.setattr(engine.model.loader, "load_model", boom)
+    monkeypatch.setattr(paged.engine.llm, "load_model", boom)
+    monkeypatch.setattr(paged.engine.model.loader, "load_model", boom)
 
 
 @pytest.fixture
@@ -352,14 +352,14 @@ def test_sampling_params_accept_their_edges():
     ],
 )
 def test_llm_refuses_bad_settings_before_loading(kwargs, words, no_model_load):
-    from engine.llm import LLM
+    from paged.engine.llm import LLM
 
     with pytest.raises(InvalidConfigError, match=words):
         LLM("/never/loaded", **kwargs)
 
 
 def test_llm_refuses_an_unwritable_trace_before_loading(tmp_path, no_model_load):
-    from engine.llm import LLM
+    from paged.engine.llm import LLM
 
     for bad in (tmp_path / "missing" / "t.jsonl", tmp_path, ""):
         with pytest.raises(InvalidConfigError, match="trace"):
@@ -368,7 +368,7 @@ def test_llm_refuses_an_unwritable_trace_before_loading(tmp_path, no_model_load)
 
 @pytest.mark.model
 def test_a_bare_string_is_one_prompt_and_odd_prompts_are_refused(smollm):
-    from engine.llm import LLM
+    from paged.engine.llm import LLM
 
     llm = LLM(smollm, kv_budget_mb=8, max_model_len=64)
     params = SamplingParams(max_tokens=3, ignore_eos=True)
@@ -391,8 +391,8 @@ def test_a_bare_string_is_one_prompt_and_odd_prompts_are_refused(smollm):
 
 @pytest.mark.model
 def test_a_failed_run_writes_no_end_line_and_leaves_the_llm_as_fresh(smollm, tmp_path, monkeypatch):
-    from engine.llm import LLM
-    from engine.trace import io as trace
+    from paged.engine.llm import LLM
+    from paged.engine.trace import io as trace
 
     prompts = ["Once upon a time", "The weather today"]
     # four steps a run: the third fails mid-run, with seeded generators already drawn from
@@ -427,7 +427,7 @@ def test_a_failed_run_writes_no_end_line_and_leaves_the_llm_as_fresh(smollm, tmp
 
 
 def test_an_arena_larger_than_the_device_is_refused_before_allocating():
-    from engine.model.arena import check_fits, device_memory
+    from paged.engine.model.arena import check_fits, device_memory
 
     total = device_memory("cpu")
     assert total and total > 0
@@ -438,10 +438,10 @@ def test_an_arena_larger_than_the_device_is_refused_before_allocating():
 
 @pytest.mark.model
 def test_llm_refuses_a_budget_the_machine_cannot_hold(smollm, monkeypatch):
-    import engine.model.arena
-    from engine.llm import LLM
+    import paged.engine.model.arena
+    from paged.engine.llm import LLM
 
-    monkeypatch.setattr(engine.model.arena, "device_memory", lambda device: 64 << 20)
+    monkeypatch.setattr(paged.engine.model.arena, "device_memory", lambda device: 64 << 20)
     with pytest.raises(InvalidConfigError, match="does not fit"):
         LLM(smollm, kv_budget_mb=512)
     assert LLM(smollm, kv_budget_mb=8).arena.num_blocks > 0
@@ -453,7 +453,7 @@ SIX = str(ROOT / "lessons" / "six-steps" / "scenario.toml")
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_a_full_disk_under_the_output_is_one_line():
     run = subprocess.run(
-        [sys.executable, "-m", "engine", "record", "--scenario", SIX, "--out", "/dev/full"]
+        [sys.executable, "-m", "paged", "record", "--scenario", SIX, "--out", "/dev/full"]
         + ["--forward", "skip"],
         capture_output=True,
         text=True,
@@ -465,7 +465,7 @@ def test_a_full_disk_under_the_output_is_one_line():
 
 def test_a_reader_that_stops_early_ends_the_command_quietly():
     # `record --out - | head -1`: the closed pipe is no BrokenPipeError traceback
-    cmd = [sys.executable, "-m", "engine", "record", "--scenario", SIX, "--out", "-"]
+    cmd = [sys.executable, "-m", "paged", "record", "--scenario", SIX, "--out", "-"]
     proc = subprocess.Popen(
         [*cmd, "--forward", "skip"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
     )
@@ -486,7 +486,7 @@ def test_help_descriptions_are_whole_sentences():
 def test_triton_on_a_cpu_without_its_interpreter_is_refused_before_loading(
     no_model_load, monkeypatch
 ):
-    from engine.llm import LLM
+    from paged.engine.llm import LLM
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(InvalidConfigError, match="TRITON_INTERPRET=1"):
@@ -525,7 +525,7 @@ def test_record_is_quiet_about_a_trace_the_app_opens(files, capsys):
 def test_a_plain_prompts_file_splits_at_line_ends_only(tmp_path):
     """One prompt per line, where a line ends at \\n or \\r\\n: a prompt holding U+2028, U+0085,
     a form feed or a lone \\r (text pasted from a web page or a PDF) stays one prompt."""
-    from engine.cli.generate import read_prompts_file
+    from paged.engine.cli.generate import read_prompts_file
 
     odd = [
         "para\u2028graph",
@@ -543,8 +543,8 @@ def test_a_plain_prompts_file_splits_at_line_ends_only(tmp_path):
 def test_a_scenario_longer_than_the_models_context_is_one_line(smollm, tmp_path):
     """The rotary table ends at the model's context: a longer ``max_model_len`` is refused
     before a step runs, not met as an IndexError deep in the forward."""
-    from engine.trace import scenario as scenario_mod
-    from engine.trace.recorder import record
+    from paged.engine.trace import scenario as scenario_mod
+    from paged.engine.trace.recorder import record
 
     path = tmp_path / "long.toml"
     path.write_text(

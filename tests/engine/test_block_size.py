@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.trace import io as T
+from paged.engine.trace import io as T
 from viz import ui_text
 from viz.fold import sweep
 

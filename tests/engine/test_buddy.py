@@ -16,11 +16,11 @@ from hypothesis.stateful import (
     rule,
 )
 
-from engine.core import events as E
-from engine.core.allocators import ContiguousAllocator
-from engine.core.buddy import BuddyPlacement, next_pow2
-from engine.core.request import Request, SamplingParams
-from engine.errors import InvalidConfigError
+from paged.engine.core import events as E
+from paged.engine.core.allocators import ContiguousAllocator
+from paged.engine.core.buddy import BuddyPlacement, next_pow2
+from paged.engine.core.request import Request, SamplingParams
+from paged.engine.errors import InvalidConfigError
 
 
 def test_arena_that_is_not_a_power_of_two_is_tiled_by_aligned_blocks_largest_first():

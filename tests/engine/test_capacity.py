@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main as cli
-from engine.errors import InvalidConfigError
-from engine.sim.capacity import (
+from paged.engine.cli import main as cli
+from paged.engine.errors import InvalidConfigError
+from paged.engine.sim.capacity import (
     ESSAY_ENTRY_BYTES,
     MAX_COUNT,
     GiB,
@@ -345,7 +345,7 @@ def test_non_json_config_is_a_config_error(tmp_path):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    """``python -m engine capacity ARGS`` in-process (test_cli_imports.py runs the real entry
+    """``python -m paged capacity ARGS`` in-process (test_cli_imports.py runs the real entry
     point in a child): its exit code and what it printed."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -466,7 +466,7 @@ def test_essay_note_follows_the_engine_not_numbers_typed_into_its_text(fn, monke
 
     from streamlit.testing.v1 import AppTest
 
-    from engine.sim import capacity
+    from paged.engine.sim import capacity
 
     shape = replace(capacity.PRESETS["llama-2-70b"], dtype_bytes=4)
     monkeypatch.setitem(capacity.PRESETS, "llama-2-70b", shape)
@@ -867,8 +867,8 @@ def test_block_size_and_budget_out_of_range_are_our_own_line_not_streamlits(lang
     """Block size and budget are not number_inputs: past their bounds Streamlit's browser widget
     says "value must be ≤ 65536" in English, in 中文 too. They are text fields the page checks,
     as max_len and mean length are: one line in the page's language naming field and bound."""
-    from engine.core.allocators import MAX_BLOCK_SIZE
-    from engine.sim.capacity import MAX_BUDGET_GIB
+    from paged.engine.core.allocators import MAX_BLOCK_SIZE
+    from paged.engine.sim.capacity import MAX_BUDGET_GIB
     from viz.app.capacity import TEXT
 
     t = TEXT[lang]

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = """
 import json, sys
-from engine.cli.main import main
+from paged.engine.cli.main import main
 try:
     rc = main(sys.argv[1:])
 except SystemExit as e:  # --help exits
@@ -22,7 +22,7 @@ print(json.dumps({"rc": rc, "modules": sorted(sys.modules)}))
 
 
 def run_and_list_modules(*args: str) -> tuple[int, set[str]]:
-    """Run ``python -m engine ARGS`` in a fresh interpreter; its exit code and every module
+    """Run ``python -m paged ARGS`` in a fresh interpreter; its exit code and every module
     loaded by the end."""
     run = subprocess.run(
         [sys.executable, "-c", PROBE, *args], cwd=ROOT, capture_output=True, text=True, timeout=120
@@ -42,5 +42,5 @@ def run_and_list_modules(*args: str) -> tuple[int, set[str]]:
 def test_commands_without_a_model_import_no_torch(args):
     rc, modules = run_and_list_modules(*args)
     assert rc == 0
-    assert f"engine.cli.{args[0]}" in modules
+    assert f"paged.engine.cli.{args[0]}" in modules
     assert not {m for m in modules if m == "torch" or m.startswith("torch.")}

@@ -9,13 +9,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from engine.cli.main import main
-from engine.core.engine_core import EngineConfig
-from engine.engine_args import MIB, EngineArgs
-from engine.errors import InvalidConfigError
-from engine.model.arena import bytes_per_block
-from engine.model.loader import LoadedModel
-from engine.model.weights import ModelConfig
+from paged.engine.cli.main import main
+from paged.engine.core.engine_core import EngineConfig
+from paged.engine.engine_args import MIB, EngineArgs
+from paged.engine.errors import InvalidConfigError
+from paged.engine.model.arena import bytes_per_block
+from paged.engine.model.loader import LoadedModel
+from paged.engine.model.weights import ModelConfig
 
 CFG = ModelConfig(
     num_layers=2,
@@ -41,7 +41,7 @@ class RunnerReached(Exception):
 def engine_path(monkeypatch):
     """Every EngineArgs check counted (``checks``) and the EngineConfig the model side would be
     built from captured (``configs``); the model is a shape without weights, never loaded."""
-    import engine.llm
+    import paged.engine.llm
 
     seen = SimpleNamespace(checks=0, configs=[])
     check = EngineArgs.__post_init__
@@ -55,8 +55,8 @@ def engine_path(monkeypatch):
         raise RunnerReached
 
     monkeypatch.setattr(EngineArgs, "__post_init__", counted)
-    monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: FAKE_MODEL)
-    monkeypatch.setattr(engine.llm, "build_runner", runner)
+    monkeypatch.setattr(paged.engine.llm, "load_model", lambda *a, **k: FAKE_MODEL)
+    monkeypatch.setattr(paged.engine.llm, "build_runner", runner)
     return seen
 
 
@@ -98,7 +98,7 @@ def test_sizes_in_mib_become_blocks_by_the_models_bytes_per_block(engine_path):
 
 
 def test_the_api_takes_the_same_path(engine_path):
-    from engine.llm import LLM
+    from paged.engine.llm import LLM
 
     with pytest.raises(RunnerReached):
         LLM(FAKE_MODEL, block_size=32, num_blocks=5, allocator="max")
@@ -124,12 +124,12 @@ def test_the_api_takes_the_same_path(engine_path):
 def test_a_bad_setting_is_refused_once_in_one_line_before_loading(
     engine_path, monkeypatch, capsys, flags, line
 ):
-    import engine.llm
+    import paged.engine.llm
 
     def never(*a, **k):
         raise AssertionError("the model was loaded before the settings were checked")
 
-    monkeypatch.setattr(engine.llm, "load_model", never)
+    monkeypatch.setattr(paged.engine.llm, "load_model", never)
     assert main(["generate", "hi", *flags]) == 2
     assert capsys.readouterr().err == f"error: {line}\n"
     assert engine_path.checks == 1

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from engine.core import events as E
+from paged.engine.core import events as E
 
 #: A value of each field type events use (their annotations are strings).
 SAMPLE = {

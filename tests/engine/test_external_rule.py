@@ -4,10 +4,10 @@ free. The engine's fold, ``simulate``'s and the viewer's all classify through ``
 
 from __future__ import annotations
 
-from engine.core import events as E
-from engine.core.accounting import Tally, strands_free
-from engine.sim.simulate import build_requests, run_policy
-from engine.sim.workload import WorkItem
+from paged.engine.core import events as E
+from paged.engine.core.accounting import Tally, strands_free
+from paged.engine.sim.simulate import build_requests, run_policy
+from paged.engine.sim.workload import WorkItem
 
 
 def _one_step(reason: str, need: int) -> tuple[int, int]:

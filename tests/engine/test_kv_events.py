@@ -17,8 +17,8 @@ import msgspec
 import pytest
 import zmq
 
-from engine.core import events as E
-from engine.interop import kv_events as K
+from paged.engine.core import events as E
+from paged.engine.interop import kv_events as K
 
 # --- vLLM 0.32's schema (vllm/distributed/kv_events.py), written independently of ours ---------
 
@@ -519,7 +519,7 @@ def test_translator_batches_bus_events_per_step():
 
 @pytest.mark.parametrize("cmd", ["generate", "record"])
 def test_cli_refuses_a_remote_address_in_one_line(cmd, capsys, tmp_path):
-    from engine.cli.main import main
+    from paged.engine.cli.main import main
 
     args = (
         ["generate", "hi"]
@@ -544,7 +544,7 @@ def test_cli_refuses_a_remote_address_in_one_line(cmd, capsys, tmp_path):
 @pytest.mark.parametrize("cmd", ["generate", "record"])
 @pytest.mark.parametrize("hold", ["-1", "nan", "3601"])
 def test_cli_refuses_a_bad_hold_in_one_line(cmd, hold, capsys, tmp_path):
-    from engine.cli.main import main
+    from paged.engine.cli.main import main
 
     scenario = next((Path(__file__).resolve().parents[2] / "lessons").glob("*/scenario.toml"))
     args = (

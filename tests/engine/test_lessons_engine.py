@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-from engine.core import accounting
-from engine.core import events as E
-from engine.sim.simulate import build_requests, run_policy
-from engine.sim.workload import WorkItem, generate
-from engine.trace import io as trace
-from engine.trace.recorder import record
-from engine.trace.scenario import load
+from paged.engine.core import accounting
+from paged.engine.core import events as E
+from paged.engine.sim.simulate import build_requests, run_policy
+from paged.engine.sim.workload import WorkItem, generate
+from paged.engine.trace import io as trace
+from paged.engine.trace.recorder import record
+from paged.engine.trace.scenario import load
 
 SIX_STEPS = "lessons/six-steps/scenario.toml"
 
@@ -98,7 +98,7 @@ def test_paged_preempts_under_pressure_and_still_finishes_everything():
 def test_simulate_cli_prints_one_json_object(tmp_path):
     import contextlib
 
-    from engine.cli.main import main
+    from paged.engine.cli.main import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):

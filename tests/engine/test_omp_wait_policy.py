@@ -3,7 +3,7 @@ importing ``engine`` alone changes nothing.
 
 libgomp prints the settings it parsed at load with ``OMP_DISPLAY_ENV=VERBOSE``; its busy-wait spin
 count is 30000 as the engine sets it, 300000 under libgomp's own default and 30000000000 under the
-active policy (engine/threads.py says why neither extreme suits the CPU path)."""
+active policy (paged/engine/threads.py says why neither extreme suits the CPU path)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-CONFIGURED = "from engine.threads import configure_openmp; configure_openmp(); import torch"
+CONFIGURED = "from paged.engine.threads import configure_openmp; configure_openmp(); import torch"
 
 
 def clean_env(**env: str) -> dict[str, str]:
@@ -66,15 +66,15 @@ def test_configure_before_torch_makes_openmp_workers_spin_briefly():
 
 
 def test_the_command_line_configures_before_torch_loads():
-    assert spin_count("engine", "generate", "hi", "--device", "cpu", "--max-tokens", "1") == "30000"
+    assert spin_count("paged", "generate", "hi", "--device", "cpu", "--max-tokens", "1") == "30000"
 
 
 def test_importing_engine_keeps_the_spinning_default():
-    assert spin_count("import engine, engine.llm, torch") == "300000"
+    assert spin_count("import paged.engine, paged.engine.llm, torch") == "300000"
 
 
 def test_importing_engine_leaves_the_environment_alone():
-    code = "import os; before = dict(os.environ); import engine, engine.llm; print(os.environ == before)"
+    code = "import os; before = dict(os.environ); import paged.engine, paged.engine.llm; print(os.environ == before)"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=clean_env(), capture_output=True, text=True
     )
@@ -82,7 +82,9 @@ def test_importing_engine_leaves_the_environment_alone():
 
 
 def test_configure_after_torch_is_too_late_and_says_so():
-    code = "import torch; from engine.threads import configure_openmp; print(configure_openmp())"
+    code = (
+        "import torch; from paged.engine.threads import configure_openmp; print(configure_openmp())"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=clean_env(), capture_output=True, text=True
     )

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.model.llama import Linear, RotaryTable, apply_rope
+from paged.engine.model.llama import Linear, RotaryTable, apply_rope
 from paged.kernels import cpu
 
 needs_onednn = pytest.mark.skipif(

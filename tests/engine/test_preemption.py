@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from engine.core import events as E
-from engine.core.accounting import Tally
-from engine.core.engine_core import EngineConfig, build_core
-from engine.core.request import Request, SamplingParams
-from engine.errors import InvalidConfigError, InvalidRequestError
-from engine.sim.simulate import EOS, FILLER, DryRunner
-from engine.sim.workload import DEMO_SUBJECTS
+from paged.engine.core import events as E
+from paged.engine.core.accounting import Tally
+from paged.engine.core.engine_core import EngineConfig, build_core
+from paged.engine.core.request import Request, SamplingParams
+from paged.engine.errors import InvalidConfigError, InvalidRequestError
+from paged.engine.sim.simulate import EOS, FILLER, DryRunner
+from paged.engine.sim.workload import DEMO_SUBJECTS
 
 # Every request crosses a block boundary while it grows (prompts of 7-8 tokens, blocks of 8;
 # asserted below): at a quarter of the memory that alone preempts several times; more tokens
@@ -52,7 +52,7 @@ def quarter_memory_run(model, mode: str = "recompute") -> tuple[list, Any, list[
     """The demo prompts, greedy, ``NEW_TOKENS`` each, in a quarter of the KV memory they need
     together, preempting by ``mode``: (outputs, the LLM, the kinds of its events). Made once per
     process and mode; test_swap makes its swap run here, on the very same memory."""
-    from engine.llm import LLM
+    from paged.engine.llm import LLM
 
     key = (id(model), mode)
     if key not in _RUNS:

@@ -16,16 +16,16 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from engine.core import events as E
-from engine.core.accounting import CATEGORIES, account
-from engine.core.block_pool import BlockPool
-from engine.core.engine_core import EngineConfig, build_core
-from engine.core.prefix_hash import ROOT_HASH, block_hash
-from engine.core.request import Request, SamplingParams
-from engine.sim.simulate import EOS, DryRunner
-from engine.trace import io as trace_mod
-from engine.trace.header import RunHeader
-from engine.trace.io import TraceWriter, make_header
+from paged.engine.core import events as E
+from paged.engine.core.accounting import CATEGORIES, account
+from paged.engine.core.block_pool import BlockPool
+from paged.engine.core.engine_core import EngineConfig, build_core
+from paged.engine.core.prefix_hash import ROOT_HASH, block_hash
+from paged.engine.core.request import Request, SamplingParams
+from paged.engine.sim.simulate import EOS, DryRunner
+from paged.engine.trace import io as trace_mod
+from paged.engine.trace.header import RunHeader
+from paged.engine.trace.io import TraceWriter, make_header
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ TWO_BLOCKS = "block_hash(block_hash(ROOT_HASH, range(1000, 1016)), range(1016, 1
 
 
 def test_chained_block_hashes_agree_across_processes():
-    code = f"from engine.core.prefix_hash import ROOT_HASH, block_hash; print({TWO_BLOCKS})"
+    code = f"from paged.engine.core.prefix_hash import ROOT_HASH, block_hash; print({TWO_BLOCKS})"
     env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=str(ROOT))
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, cwd=ROOT
@@ -379,8 +379,8 @@ def test_bad_sample_counts_are_one_line_before_any_model_loads(args, words):
 
 
 def test_a_scenario_may_ask_for_samples_and_prefix_caching(tmp_path):
-    from engine.trace import scenario
-    from engine.trace.recorder import build_requests
+    from paged.engine.trace import scenario
+    from paged.engine.trace.recorder import build_requests
 
     f = tmp_path / "s.toml"
     f.write_text(
@@ -408,9 +408,9 @@ def test_a_scenario_whose_samples_a_trace_cannot_hold_is_refused_on_load(tmp_pat
     """scenario.load counted [[requests]] tables, not the n samples each becomes: 17 requests of
     256 samples loaded, and record wrote a 4,352-request run that trace.read then refused
     ("run holds more than 4096 requests")."""
-    from engine.errors import InvalidConfigError
-    from engine.trace import scenario
-    from engine.trace.schema import LIMITS
+    from paged.engine.errors import InvalidConfigError
+    from paged.engine.trace import scenario
+    from paged.engine.trace.schema import LIMITS
 
     f = tmp_path / "s.toml"
     one = '[[requests]]\nid = "R{}"\nprompt_len = 2\nmax_tokens = 1\nn = 256\n'

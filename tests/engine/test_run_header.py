@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.engine_core import EngineConfig
-from engine.trace.check import TraceChecker
-from engine.trace.header import CONTIGUOUS, PAGED, RunHeader
-from engine.trace.io import read
-from engine.trace.schema import TraceError
+from paged.engine.core.engine_core import EngineConfig
+from paged.engine.trace.check import TraceChecker
+from paged.engine.trace.header import CONTIGUOUS, PAGED, RunHeader
+from paged.engine.trace.io import read
+from paged.engine.trace.schema import TraceError
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(ROOT.glob("lessons/*/trace.jsonl")) + sorted(ROOT.glob("lessons/*/traces/*.jsonl"))

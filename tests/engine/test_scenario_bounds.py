@@ -1,14 +1,14 @@
 """A scenario file is data from a stranger: a few bytes of it must not cost gigabytes or hours.
-Each case is refused by ``engine.trace.scenario.load`` in one line, before anything is built or run."""
+Each case is refused by ``paged.engine.trace.scenario.load`` in one line, before anything is built or run."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.cli import main as cli
-from engine.errors import InvalidConfigError
-from engine.trace.scenario import load
-from engine.trace.schema import LIMITS
+from paged.engine.cli import main as cli
+from paged.engine.errors import InvalidConfigError
+from paged.engine.trace.scenario import load
+from paged.engine.trace.schema import LIMITS
 
 MAX_ARRIVAL_STEP = LIMITS.max_events  # what a trace holds: one step_end per step at least
 MAX_SCENARIO_BYTES = LIMITS.max_line_chars  # what its header line holds

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import InvalidConfigError
-from engine.trace import io as T
-from engine.trace.header import check_header
-from engine.trace.recorder import record
-from engine.trace.scenario import load
+from paged.engine.errors import InvalidConfigError
+from paged.engine.trace import io as T
+from paged.engine.trace.header import check_header
+from paged.engine.trace.recorder import record
+from paged.engine.trace.scenario import load
 
 ROOT = Path(__file__).resolve().parents[2]
 SIX_STEPS = ROOT / "lessons" / "six-steps" / "scenario.toml"
@@ -71,7 +71,7 @@ def test_explicit_allocators_override_the_scenarios_runs():
 
 def test_the_cli_records_the_scenarios_runs_by_default(tmp_path):
     out = tmp_path / "t.jsonl"
-    cmd = [sys.executable, "-m", "engine", "record", "--scenario", str(SWAP_LESSON)]
+    cmd = [sys.executable, "-m", "paged", "record", "--scenario", str(SWAP_LESSON)]
     res = subprocess.run(
         [*cmd, "--out", str(out), "--forward", "skip"], capture_output=True, text=True, cwd=ROOT
     )

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.core import events as E
-from engine.trace.header import PAGED, RunHeader
-from engine.trace.io import TraceError, TraceWriter, loads, make_header, read
+from paged.engine.core import events as E
+from paged.engine.trace.header import PAGED, RunHeader
+from paged.engine.trace.io import TraceError, TraceWriter, loads, make_header, read
 
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.trace.io import read
+from paged.engine.trace.io import read
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import load_spec
 from viz.fold.narration import render_step

@@ -11,12 +11,12 @@ import statistics
 
 import pytest
 
-from engine.cli.main import main
-from engine.errors import InvalidConfigError
-from engine.sim import paper
-from engine.sim.capacity import PRESETS, KiB
-from engine.sim.simulate import build_requests, run_policy
-from engine.sim.workload import LENGTH_DISTS, LengthDist, generate
+from paged.engine.cli.main import main
+from paged.engine.errors import InvalidConfigError
+from paged.engine.sim import paper
+from paged.engine.sim.capacity import PRESETS, KiB
+from paged.engine.sim.simulate import build_requests, run_policy
+from paged.engine.sim.workload import LENGTH_DISTS, LengthDist, generate
 
 N = 300
 
@@ -124,7 +124,7 @@ def test_fig13_ratios_are_computed_from_the_cited_values():
 
 
 def test_a_policy_run_says_how_far_it_is_and_the_request_cap_is_minutes_not_hours(monkeypatch):
-    from engine.cli import simulate as cmd_simulate
+    from paged.engine.cli import simulate as cmd_simulate
 
     monkeypatch.setattr(cmd_simulate, "PROGRESS_EVERY_S", 0.0)  # a line per step
     rc, _, err = _simulate("--requests", "30", "--policies", "max,paged", "--json")
@@ -155,7 +155,7 @@ def test_rows_share_one_averaging_window_and_say_which():
 
 
 def test_a_run_with_no_waiting_step_has_no_saturated_average():
-    from engine.sim.simulate import common_window
+    from paged.engine.sim.simulate import common_window
 
     items = generate("alpaca", 3, 256, 0, LengthDist("fixed"))
     res = run_policy("paged", build_requests(items, 256), 64, 16, 256)
@@ -186,7 +186,7 @@ def test_mean_running_is_the_mean_batch_size_counting_a_request_in_its_last_step
     in a step ran in that step's batch, but the mean counted only those still running at the
     step's end: one-step requests (the second run) read 0. Here every step's batch is measured
     where the model would see it, in the runner, and the mean must be exactly that."""
-    from engine.sim import simulate
+    from paged.engine.sim import simulate
 
     sizes: list[int] = []
 

@@ -13,19 +13,19 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from engine.core import events as E
-from engine.core.accounting import Tally, account
-from engine.core.engine_core import EngineConfig, build_core
-from engine.core.request import Batch, Request, SamplingParams
-from engine.core.swap import SwappingPagedAllocator
-from engine.engine_args import EngineArgs
-from engine.errors import InvalidConfigError
-from engine.model.arena import KVArena
-from engine.model.cpu_tier import CpuKVStore
-from engine.sim.simulate import EOS, DryRunner
-from engine.trace import io as T
-from engine.trace.header import RunHeader
-from engine.trace.schema import TraceError
+from paged.engine.core import events as E
+from paged.engine.core.accounting import Tally, account
+from paged.engine.core.engine_core import EngineConfig, build_core
+from paged.engine.core.request import Batch, Request, SamplingParams
+from paged.engine.core.swap import SwappingPagedAllocator
+from paged.engine.engine_args import EngineArgs
+from paged.engine.errors import InvalidConfigError
+from paged.engine.model.arena import KVArena
+from paged.engine.model.cpu_tier import CpuKVStore
+from paged.engine.sim.simulate import EOS, DryRunner
+from paged.engine.trace import io as T
+from paged.engine.trace.header import RunHeader
+from paged.engine.trace.schema import TraceError
 from paged.kernels.fp8 import quantize
 from tests.kernels.test_fp8 import SMOL
 from viz.fold.reducer import replay
@@ -186,7 +186,7 @@ def test_dry_swap_run_writes_a_trace_that_validates_and_folds():
 
 
 def _slots_holding_kv(events: list[E.Event], bs: int) -> list[int]:
-    """Per step, the arena slots that hold K/V, folded apart from engine.core.accounting: per block,
+    """Per step, the arena slots that hold K/V, folded apart from paged.engine.core.accounting: per block,
     the most tokens any holder wrote into it (a swapped-in request's come back in order)."""
     tables: dict[str, list[int]] = {}
     filled: dict[str, int] = {}
@@ -243,8 +243,8 @@ n = 2
 def test_blocks_copied_back_from_the_cpu_tier_count_as_holding_tokens(tmp_path):
     # the fold once forgot it: a swapped-in request finished with all its slots counted as
     # never filled, and a block shared right after its swap-in counted its tokens twice
-    from engine.trace import scenario
-    from engine.trace.recorder import record
+    from paged.engine.trace import scenario
+    from paged.engine.trace.recorder import record
 
     (tmp_path / "fork.toml").write_text(FORK_AFTER_SWAP_IN)
     buf = io.StringIO()
@@ -390,7 +390,7 @@ def test_blocks_swapped_out_and_in_come_back_bit_for_bit_in_other_blocks(dtype):
 
 
 def test_the_runner_moves_blocks_before_the_forward():
-    from engine.model.runner import ModelRunner
+    from paged.engine.model.runner import ModelRunner
     from tests.model.test_model_exact import tiny_model
 
     model = tiny_model()
@@ -446,23 +446,23 @@ def test_swap_outputs_match_ample_memory_and_recompute(smollm):
     ],
 )
 def test_cli_refuses_bad_swap_settings_in_one_line_before_loading(args, words, monkeypatch):
-    import engine.llm
+    import paged.engine.llm
     from tests.engine.test_bad_input import assert_one_error_line, run_cli
 
     def boom(*a, **k):
         raise AssertionError("the model was loaded before the input was checked")
 
-    monkeypatch.setattr(engine.llm, "load_model", boom)
+    monkeypatch.setattr(paged.engine.llm, "load_model", boom)
     proc = run_cli(*args)
     assert proc.returncode == 2
     assert_one_error_line(proc.stderr, *words)
 
 
 def test_llm_refuses_bad_swap_and_dtype_settings_before_loading(monkeypatch):
-    import engine.llm
-    from engine.llm import LLM
+    import paged.engine.llm
+    from paged.engine.llm import LLM
 
-    monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: pytest.fail("loaded"))
+    monkeypatch.setattr(paged.engine.llm, "load_model", lambda *a, **k: pytest.fail("loaded"))
     for kwargs, words in [
         ({"preemption_mode": "swap", "allocator": "pow2"}, "paged"),
         ({"preemption_mode": "later"}, "preemption mode"),

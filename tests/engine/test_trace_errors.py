@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.core import events as E
-from engine.trace import io as T
-from engine.trace.header import PAGED, RunHeader
-from engine.trace.io import SCHEMA_VERSION, TraceError, TraceWriter, make_header, read
-from engine.trace.recorder import record
-from engine.trace.scenario import load as load_scenario
+from paged.engine.core import events as E
+from paged.engine.trace import io as T
+from paged.engine.trace.header import PAGED, RunHeader
+from paged.engine.trace.io import SCHEMA_VERSION, TraceError, TraceWriter, make_header, read
+from paged.engine.trace.recorder import record
+from paged.engine.trace.scenario import load as load_scenario
 
 
 def _write_trace(path):
@@ -253,7 +253,7 @@ def test_a_recording_ended_by_a_signal_keeps_the_old_trace_and_writes_its_partia
     (tmp_path / "long.toml").write_text("\n".join(lines) + "\n")
     target = tmp_path / "t.jsonl"
     target.write_text("the previous trace\n")
-    cmd = [sys.executable, "-m", "engine", "record", "--scenario", str(tmp_path / "long.toml")]
+    cmd = [sys.executable, "-m", "paged", "record", "--scenario", str(tmp_path / "long.toml")]
     cmd += ["--out", str(target), "--forward", "skip"]
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.core import events as E
-from engine.core.accounting import CATEGORIES, account
-from engine.trace.header import RunHeader
-from engine.trace.io import Trace, TraceError, loads
-from engine.trace.recorder import record
-from engine.trace.scenario import Scenario, ScenarioRequest
+from paged.engine.core import events as E
+from paged.engine.core.accounting import CATEGORIES, account
+from paged.engine.trace.header import RunHeader
+from paged.engine.trace.io import Trace, TraceError, loads
+from paged.engine.trace.recorder import record
+from paged.engine.trace.scenario import Scenario, ScenarioRequest
 from tests.engine.test_shared_block_refusals import emit_a_block_shared_in_part
 from viz.fold import sweep
 from viz.fold.lesson import build

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.model.llama import RotaryTable, apply_rope, rms_norm
+from paged.engine.model.llama import RotaryTable, apply_rope, rms_norm
 from paged.kernels import cpu
 from paged.kernels.reference import paged_decode_attention
 
@@ -224,9 +224,9 @@ def _in_child(code: str, **env: str) -> str:
 def test_without_a_compiler_the_engine_attends_with_torch_and_says_why_cpu_is_unavailable(tmp_path):
     code = (
         "import torch\n"
-        "from engine.errors import InvalidConfigError\n"
-        "from engine.model.attention import resolve_backend\n"
-        "from engine.model.llama import Linear\n"
+        "from paged.engine.errors import InvalidConfigError\n"
+        "from paged.engine.model.attention import resolve_backend\n"
+        "from paged.engine.model.llama import Linear\n"
         "print(resolve_backend('auto', torch.device('cpu')))\n"
         "print(Linear(torch.randn(8, 4))._kernel is None)\n"
         "try:\n"

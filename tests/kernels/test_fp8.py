@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.engine_args import EngineArgs
-from engine.errors import InvalidConfigError
-from engine.model.arena import MIB, KVArena, blocks_for_budget, bytes_per_block
-from engine.model.weights import ModelConfig
-from engine.sim.capacity import preset
+from paged.engine.engine_args import EngineArgs
+from paged.engine.errors import InvalidConfigError
+from paged.engine.model.arena import MIB, KVArena, blocks_for_budget, bytes_per_block
+from paged.engine.model.weights import ModelConfig
+from paged.engine.sim.capacity import preset
 from paged.kernels.fp8 import quantize, resolve_kv_dtype
 
 SHAPE = preset("smollm2-135m")
@@ -95,7 +95,7 @@ def test_quantize_saturates_instead_of_making_nan():
 @pytest.mark.parametrize("fp8", FP8)
 def test_torch_backend_matches_reference_on_a_float8_arena(fp8, backend):
     # "cpu" takes the torch way for a float8 arena: its kernel reads float32 only
-    from engine.model.attention import Attention
+    from paged.engine.model.attention import Attention
     from paged.kernels.cpu import load
     from tests.model.test_model_exact import attention_case
 
@@ -116,8 +116,8 @@ def test_torch_backend_matches_reference_on_a_float8_arena(fp8, backend):
 
 @pytest.mark.model
 def test_fp8_arena_agrees_with_full_precision_on_most_tokens(smollm):
-    from engine.llm import LLM
-    from engine.model.kv_accuracy import measure
+    from paged.engine.llm import LLM
+    from paged.engine.model.kv_accuracy import measure
     from tests.model.test_model_exact import PROMPTS, golden
 
     # full precision's greedy tokens on these prompts are HF's, stored (test_model_exact holds

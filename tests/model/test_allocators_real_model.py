@@ -3,11 +3,11 @@ live event stream equals that of the trace read back from disk."""
 
 import pytest
 
-from engine.core import accounting
-from engine.core import events as E
-from engine.trace import io as trace
-from engine.trace.recorder import record
-from engine.trace.scenario import Scenario, ScenarioRequest
+from paged.engine.core import accounting
+from paged.engine.core import events as E
+from paged.engine.trace import io as trace
+from paged.engine.trace.recorder import record
+from paged.engine.trace.scenario import Scenario, ScenarioRequest
 
 pytestmark = pytest.mark.model
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.core import events as E
-from engine.trace.recorder import record
-from engine.trace.scenario import load
+from paged.engine.core import events as E
+from paged.engine.trace.recorder import record
+from paged.engine.trace.scenario import load
 
 SCENARIO = """
 title = "attention mass"

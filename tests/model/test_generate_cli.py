@@ -1,7 +1,7 @@
-"""``python -m engine generate`` end to end: prompts in, JSON lines out, same tokens as the API.
+"""``python -m paged generate`` end to end: prompts in, JSON lines out, same tokens as the API.
 
 The CLI runs in-process (``cli.main``) on the session's model: a child process would only load
-the same model again. test_bad_input.py runs the real ``python -m engine`` entry point."""
+the same model again. test_bad_input.py runs the real ``python -m paged`` entry point."""
 
 from __future__ import annotations
 
@@ -12,19 +12,19 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from engine.cli import generate as cmd_generate
-from engine.cli import main as cli
-from engine.core.request import SamplingParams
-from engine.llm import LLM
+from paged.engine.cli import generate as cmd_generate
+from paged.engine.cli import main as cli
+from paged.engine.core.request import SamplingParams
+from paged.engine.llm import LLM
 
 PROMPTS = ["The capital of France is", "def add(a, b):", "Roses are red,"]
 
 
 @pytest.fixture
 def on_session_model(smollm, monkeypatch):
-    import engine.llm
+    import paged.engine.llm
 
-    monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
+    monkeypatch.setattr(paged.engine.llm, "load_model", lambda *a, **k: smollm)
 
 
 def summary_steps(said: list[str]) -> int:
@@ -144,7 +144,7 @@ def test_generation_stops_at_any_of_the_models_eos_ids(tiny_llama_dir, tmp_path)
     read: a Llama 3 Instruct model ran past its end-of-turn token to max_tokens."""
     import shutil
 
-    from engine.llm import LLM
+    from paged.engine.llm import LLM
 
     params = SamplingParams(max_tokens=6)
     free = LLM(tiny_llama_dir, device="cpu", num_blocks=64, block_size=4).generate("1 2 3", params)
@@ -163,8 +163,8 @@ def test_generation_stops_at_any_of_the_models_eos_ids(tiny_llama_dir, tmp_path)
 
 @pytest.mark.model
 def test_trace_flag_writes_a_complete_trace_of_the_run(on_session_model, capsys, tmp_path):
-    from engine.core import events as E
-    from engine.trace import io as trace
+    from paged.engine.core import events as E
+    from paged.engine.trace import io as trace
 
     path = tmp_path / "run.jsonl"
     assert (

@@ -10,9 +10,9 @@ import threading
 import pytest
 import zmq
 
-from engine.cli import generate as cmd_generate
-from engine.cli import main as cli
-from engine.interop import kv_events as K
+from paged.engine.cli import generate as cmd_generate
+from paged.engine.cli import main as cli
+from paged.engine.interop import kv_events as K
 from tests.engine.test_kv_events import free_ports
 
 SYSTEM = "You are a careful assistant. Answer in one short sentence. "
@@ -21,9 +21,9 @@ PROMPTS = [SYSTEM + q for q in ("What is paging?", "What is a block?", "Why shar
 
 @pytest.fixture
 def on_session_model(smollm, monkeypatch):
-    import engine.llm
+    import paged.engine.llm
 
-    monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
+    monkeypatch.setattr(paged.engine.llm, "load_model", lambda *a, **k: smollm)
 
 
 def replay_all(port: int, timeout: float = 1.0) -> list[tuple[int, K.InBatch]] | None:

@@ -12,11 +12,11 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from engine.model import cache as model_cache
-from engine.model import loader as M
-from engine.model.tokenizer import Tokenizer
-from engine.model.weights import ModelWeights
-from engine.sim.workload import DEMO_PROMPTS
+from paged.engine.model import cache as model_cache
+from paged.engine.model import loader as M
+from paged.engine.model.tokenizer import Tokenizer
+from paged.engine.model.weights import ModelWeights
+from paged.engine.sim.workload import DEMO_PROMPTS
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = ROOT / "lessons"

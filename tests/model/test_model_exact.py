@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.core.request import Batch, Request, SamplingParams, ScheduledSeq
-from engine.llm import LLM
-from engine.model.arena import KVArena
-from engine.model.loader import LoadedModel, extract_weights
-from engine.model.runner import ModelRunner
+from paged.engine.core.request import Batch, Request, SamplingParams, ScheduledSeq
+from paged.engine.llm import LLM
+from paged.engine.model.arena import KVArena
+from paged.engine.model.loader import LoadedModel, extract_weights
+from paged.engine.model.runner import ModelRunner
 
 PROMPTS = [
     "The capital of France is",
@@ -203,7 +203,7 @@ def test_mixed_prefill_decode_batch_on_shuffled_blocks_matches_hf_argmax():
 def attention_case(seed: int = 0):
     """A mixed step on a shuffled arena: two prefills (one fresh, one after 6 cached tokens)
     and three decodes with context lengths that are not multiples of the block size."""
-    from engine.model.attention import AttentionMetadata
+    from paged.engine.model.attention import AttentionMetadata
 
     g = torch.Generator().manual_seed(seed)
     block, hq, hkv, d = 4, 8, 2, 16
@@ -230,7 +230,7 @@ def attention_case(seed: int = 0):
 
 
 def test_planned_torch_attention_is_bit_identical_to_the_reference():
-    from engine.model.attention import Attention
+    from paged.engine.model.attention import Attention
 
     outs = []
     for backend in ("reference", "torch"):
@@ -251,8 +251,8 @@ def test_cpu_attention_matches_the_reference_on_a_mixed_step_and_a_prefill_only_
     # query row per token; with no row budget both fall back to SDPA
     import dataclasses
 
-    from engine.model.attention import Attention
-    from engine.model.attention_torch import CpuAttention
+    from paged.engine.model.attention import Attention
+    from paged.engine.model.attention_torch import CpuAttention
     from paged.kernels.cpu import load
 
     if load() is None:
@@ -284,7 +284,7 @@ TRITON_CHECK = """
 import sys, torch
 sys.path.insert(0, "tests/model")
 from test_model_exact import attention_case
-from engine.model.attention import Attention
+from paged.engine.model.attention import Attention
 outs = []
 for backend in ("reference", "triton"):
     (q, k, v), k_cache, v_cache, meta, block = attention_case()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.core.request import SamplingParams
-from engine.llm import LLM
+from paged.engine.core.request import SamplingParams
+from paged.engine.llm import LLM
 
 SYSTEM = (
     "You are a helpful assistant for an operating systems course. Answer in one short "
@@ -138,10 +138,10 @@ def test_n_seeded_samples_equal_separate_runs(smollm, separate_runs, pressure):
 def test_generate_json_reports_prefill_and_cache_hits(smollm, monkeypatch, capsys):
     import json
 
-    import engine.llm
-    from engine.cli import main as cli
+    import paged.engine.llm
+    from paged.engine.cli import main as cli
 
-    monkeypatch.setattr(engine.llm, "load_model", lambda *a, **k: smollm)
+    monkeypatch.setattr(paged.engine.llm, "load_model", lambda *a, **k: smollm)
     prompts = [SYSTEM + q for q in QUESTIONS[:2]]
     runs = {}
     for flag in ("--enable-prefix-caching", "--no-enable-prefix-caching"):

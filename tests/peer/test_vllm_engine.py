@@ -48,7 +48,7 @@ for var, value in (
 
 def hf_folder(path: Path):
     """The bundled model as a plain HF folder vLLM can load; returns our LoadedModel."""
-    from engine.model.loader import load_model, save_hf_folder
+    from paged.engine.model.loader import load_model, save_hf_folder
 
     ours = load_model(device="cpu", dtype="float32", keep_hf=True, progress=False)
     save_hf_folder(ours, path)
@@ -79,8 +79,8 @@ def run(tmp_path_factory):
     from vllm import SamplingParams as VParams
     from vllm.config.kv_events import KVEventsConfig
 
-    from engine.core.request import SamplingParams
-    from engine.llm import LLM as Ours
+    from paged.engine.core.request import SamplingParams
+    from paged.engine.llm import LLM as Ours
 
     folder = tmp_path_factory.mktemp("smollm2-hf")
     model = hf_folder(folder)

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 import zmq
 
-from engine.interop import kv_events as K
+from paged.engine.interop import kv_events as K
 from tests.engine.test_kv_events import (
     FakeCleared,
     FakeEvicted,

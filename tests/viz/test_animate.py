@@ -87,7 +87,7 @@ def test_gif_and_mp4_hold_the_frames_asked_for_with_each_frames_own_caption(
     import imageio.v2 as iio2
     from PIL import Image
 
-    from engine.trace import io as T
+    from paged.engine.trace import io as T
     from viz.fold import captions
     from viz.fold.lesson import build
     from viz.fold.lesson_folder import load_spec

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.trace.io import loads, read
+from paged.engine.trace.io import loads, read
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import available, load_spec
 from viz.fold.narration import render_step
@@ -152,8 +152,8 @@ def two_lessons(tmp_path: Path) -> Path:
     shutil.copytree(SIX, tmp_path / "six-steps")
     other = tmp_path / "dry-run"
     shutil.copytree(SIX, other)
-    from engine.trace import scenario
-    from engine.trace.recorder import record
+    from paged.engine.trace import scenario
+    from paged.engine.trace.recorder import record
 
     (other / "trace.jsonl").unlink()
     record(

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.core import events as E
-from engine.trace import io as T
-from engine.trace.io import read
+from paged.engine.core import events as E
+from paged.engine.trace import io as T
+from paged.engine.trace.io import read
 from viz.fold import captions, chapters
 from viz.fold.facts import EventFacts
 from viz.fold.lesson import Lesson, build
@@ -232,8 +232,8 @@ def test_paged_captions_count_the_blocks_a_table_gains_and_the_pool_gets_back(le
 
 def test_a_request_held_back_by_a_full_batch_is_not_said_to_lack_memory(tmp_path):
     # two prompts over the step's token budget: B waits for the batch, with memory to spare
-    from engine.trace.recorder import record
-    from engine.trace.scenario import load
+    from paged.engine.trace.recorder import record
+    from paged.engine.trace.scenario import load
 
     (tmp_path / "s.toml").write_text(
         "[arena]\nnum_blocks = 1200\nblock_size = 16\nmax_model_len = 6000\n"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
-from engine.core.accounting import account
-from engine.trace import io as T
-from engine.trace.header import RunHeader
+from paged.engine.core.accounting import account
+from paged.engine.trace import io as T
+from paged.engine.trace.header import RunHeader
 from tests.engine.test_swap import BLOCK, NUM_CPU, _dry_run
 from viz.fold.reducer import replay
 from viz.render import svg

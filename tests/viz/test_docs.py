@@ -1,6 +1,6 @@
 """The README and docs/ stay true to the tree and to the command lines they document: every link
 and image resolves, the README stays short and shows the product, and every flag the docs give
-``python -m engine <command>`` or ``python -m viz.export`` is one that command's parser accepts.
+``python -m paged <command>`` or ``python -m viz.export`` is one that command's parser accepts.
 
 No model, no browser: the parsers are built in-process, as ``python -m ...`` builds them."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli.main import COMMANDS, build_parser
+from paged.engine.cli.main import COMMANDS, build_parser
 from viz.export import lecture
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +29,7 @@ EXPORT = "python -m viz.export"
 #: Flags of other programs that the docs name on purpose (vLLM's server option that points it at
 #: the watch page); never to be read as ours.
 FOREIGN_FLAGS = {"--kv-events-config"}
-#: Pages wholly about ``python -m engine``: any flag on them belongs to one of its commands.
+#: Pages wholly about ``python -m paged``: any flag on them belongs to one of its commands.
 ENGINE_PAGES = {"engine.md"}
 
 FENCE = re.compile(r"^\s*(```|~~~)")

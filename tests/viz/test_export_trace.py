@@ -7,7 +7,7 @@ import re
 import shutil
 from pathlib import Path
 
-from engine.trace import io as T
+from paged.engine.trace import io as T
 from viz import safe
 from viz.export import lecture as export
 from viz.export import standalone

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.core import events as E
-from engine.trace.io import read
+from paged.engine.core import events as E
+from paged.engine.trace.io import read
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import available, load_spec, trace_path
 from viz.fold.reducer import HOLE, INTERNAL
@@ -55,7 +55,7 @@ def test_only_a_stopped_request_has_cells_hatched_never_filled(name):
 def test_sliding_window_preallocation_says_its_bytes_are_the_windows(lang):
     """Mistral-7B at max_len 8,192: the 512 MiB a request costs is its 4,096-token window in every
     layer; the caption once said "reserves 8,192 tokens (512 MiB)"."""
-    from engine.sim.capacity import build_report, format_bytes, preset
+    from paged.engine.sim.capacity import build_report, format_bytes, preset
     from viz.app.capacity import TEXT, prealloc_caption
 
     shape = preset("mistral-7b")
@@ -201,7 +201,7 @@ def test_fp8_accuracy_is_said_against_its_fp32_reference_with_its_spread():
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_block_size_page_counts_int32_entries_and_flags_the_essays_eight_bytes(lang):
     """The block-size page once taught 8 B an entry (an int64); vLLM keeps int32 entries."""
-    from engine.sim.capacity import DEFAULT_ENTRY_BYTES, ESSAY_ENTRY_BYTES, block_table_bytes
+    from paged.engine.sim.capacity import DEFAULT_ENTRY_BYTES, ESSAY_ENTRY_BYTES, block_table_bytes
     from viz.fold import sweep
 
     spec = sweep.load_spec("block-size")

@@ -12,7 +12,7 @@ from collections import deque
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BLOCK_TABLES = "engine.core.allocators"  # where PagedAllocator keeps its block tables
+BLOCK_TABLES = "paged.engine.core.allocators"  # where PagedAllocator keeps its block tables
 
 
 def streamlit_imports(path: Path) -> list[int]:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.core import events as E
-from engine.trace.io import TraceError, read
+from paged.engine.core import events as E
+from paged.engine.trace.io import TraceError, read
 from viz.fold.kernel.frames import (
     CHAPTERS,
     caption,

@@ -16,7 +16,7 @@ import msgspec
 import pytest
 import zmq
 
-from engine.interop import kv_events as K
+from paged.engine.interop import kv_events as K
 from tests.engine.test_kv_events import free_ports
 from viz.watch.relay import Relay, Sockets
 from viz.watch.state import RecordingError, Replay, WatchState, fold, read_recording

@@ -50,7 +50,7 @@ def test_the_least_steps_from_the_table_never_exceed_the_recorded_steps():
 
 
 def test_a_link_at_the_limits_is_refused_before_anything_runs(monkeypatch):
-    from engine.trace import recorder
+    from paged.engine.trace import recorder
 
     def no(*a, **k):
         raise AssertionError("recorded a scenario its table already shows is too large")

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from engine.core import events as E
+from paged.engine.core import events as E
 from viz.fold import chapters
 from viz.fold.keyframes import matches, rule_event
 from viz.fold.lesson import Lesson

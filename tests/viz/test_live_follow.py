@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.trace import check
-from engine.trace.io import TraceError, loads, parse_lines
-from engine.trace.recorder import record
-from engine.trace.scenario import load
+from paged.engine.trace import check
+from paged.engine.trace.io import TraceError, loads, parse_lines
+from paged.engine.trace.recorder import record
+from paged.engine.trace.scenario import load
 from viz.fold import lesson as L
 from viz.fold.lesson_folder import LessonSpec, load_spec
 from viz.fold.reducer import replay_settled

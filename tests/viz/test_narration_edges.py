@@ -4,8 +4,8 @@ still draws that memory, and the caption quotes it; the step's narration must sa
 
 from __future__ import annotations
 
-from engine.core import events as E
-from engine.trace.io import read
+from paged.engine.core import events as E
+from paged.engine.trace.io import read
 from viz.fold import captions
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import load_spec, trace_path

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from engine.trace.io import read
+from paged.engine.trace.io import read
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import load_spec, trace_path
 from viz.fold.reducer import CELL_CATEGORY
@@ -155,8 +155,8 @@ def test_the_lecture_figures_legend_paints_each_category_as_the_grid_does():
 def test_a_chart_beside_the_categories_does_not_borrow_their_look():
     """The paper page's concurrency bars ("ours") were #2F62C8, a blue a reader cannot tell
     from the token-state blue of Fig. 2 on the same page."""
-    from engine.core.accounting import CATEGORIES
-    from engine.sim import paper
+    from paged.engine.core.accounting import CATEGORIES
+    from paged.engine.sim import paper
     from viz.app import paper as P
     from viz.paper import results as R
 
@@ -172,7 +172,7 @@ def test_a_chart_beside_the_categories_does_not_borrow_their_look():
 def test_the_capacity_chart_uses_no_hue_of_its_own():
     """Its bars were red and green: the hole's red with a second meaning, and a pair a
     red-green colour-blind viewer cannot tell apart."""
-    from engine.sim.capacity import concurrency, preset
+    from paged.engine.sim.capacity import concurrency, preset
     from viz.app import capacity as capacity_page
 
     c = concurrency(preset("llama-2-70b"), 40 * 2**30, 8192, 3000, 16)

@@ -9,8 +9,8 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.core.accounting import CATEGORIES
-from engine.sim import paper
+from paged.engine.core.accounting import CATEGORIES
+from paged.engine.sim import paper
 from viz.app import paper as P
 from viz.paper import essay_fixes
 from viz.paper import results as R
@@ -131,7 +131,7 @@ def test_default_page_renders_from_the_shipped_results(lang):
     assert src["fig2"] in text and src["fig13"] in text  # the paper by figure, in the language
     # the essay by its title; a student has no path of this repository, nor its modules
     assert "当 KV Cache 遇到操作系统分页" in text
-    assert "shared/seed" not in text and "engine.sim" not in text
+    assert "shared/seed" not in text and "paged.engine.sim" not in text
     assert "26.8 %" in text and "32.0" in text  # the essay's figure is named, then corrected
     assert "3.125 MiB" in text and "4.35" in text
 
@@ -237,7 +237,7 @@ def test_essay_arithmetic_sentences_hold_no_number_the_code_computes(monkeypatch
     Llama-2-70B only. Under an fp32 KV cache each shown sentence must carry the new numbers."""
     from dataclasses import replace
 
-    from engine.sim.capacity import concurrency
+    from paged.engine.sim.capacity import concurrency
     from viz import ui_text
 
     shape = replace(essay_fixes.LLAMA70B, dtype_bytes=4)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.sim.paper import POLICIES
+from paged.engine.sim.paper import POLICIES
 from viz.paper import parallel as PP
 from viz.paper import results as R
 

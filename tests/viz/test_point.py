@@ -10,8 +10,8 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from engine.core import events as E
-from engine.trace import io as T
+from paged.engine.core import events as E
+from paged.engine.trace import io as T
 from viz.fold.lesson import build
 from viz.fold.lesson_folder import load_spec, trace_path
 from viz.player import payload, point

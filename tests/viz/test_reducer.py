@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.core import events as E
-from engine.core.accounting import account
-from engine.trace.header import RunHeader
-from engine.trace.io import parse_lines, read
+from paged.engine.core import events as E
+from paged.engine.core.accounting import account
+from paged.engine.trace.header import RunHeader
+from paged.engine.trace.io import parse_lines, read
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import LANGS, load_spec, trace_path
 from viz.fold.narration import render_step
@@ -216,8 +216,8 @@ def test_paging_wastes_less_than_one_block_per_request_at_every_frame():
     st.sampled_from(["max", "pow2", "oracle", "paged"]),
 )
 def test_any_dry_run_folds_to_the_engines_accounting(items, policy):
-    from engine.sim.simulate import build_requests, run_policy
-    from engine.sim.workload import WorkItem
+    from paged.engine.sim.simulate import build_requests, run_policy
+    from paged.engine.sim.workload import WorkItem
 
     work = [WorkItem(i, o) for i, o, _ in items]
     reqs = build_requests(work, max_model_len=96, arrivals=[a for _, _, a in items])

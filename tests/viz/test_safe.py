@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.trace.io import loads
+from paged.engine.trace.io import loads
 from tests.hostile_traces import REQUEST_IDS, RUN_NAMES, hostile_trace_text
 from viz import safe
 from viz.app.live_registry import LiveRegistry

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.trace import io as T
-from engine.trace import scenario as engine_scenario
+from paged.engine.trace import io as T
+from paged.engine.trace import scenario as engine_scenario
 from viz.live import lab as S
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,7 +198,7 @@ def test_the_in_process_dry_run_equals_the_engines_cli(tmp_path):
         [
             sys.executable,
             "-m",
-            "engine",
+            "paged",
             "record",
             "--scenario",
             str(path),

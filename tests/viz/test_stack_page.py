@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.trace.io import read
+from paged.engine.trace.io import read
 from viz.app.stack import layer_text
 from viz.fold import fp8_data, stack
 from viz.fold.tier_facts import mib

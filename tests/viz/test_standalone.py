@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.trace import io as T
+from paged.engine.trace import io as T
 from viz.export import lecture as export
 from viz.export import standalone
 from viz.fold import captions

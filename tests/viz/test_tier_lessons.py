@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.trace import io as T
-from engine.trace.recorder import record
-from engine.trace.scenario import load
+from paged.engine.trace import io as T
+from paged.engine.trace.recorder import record
+from paged.engine.trace.scenario import load
 from viz.export import standalone
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import SIDES, load_spec, trace_path

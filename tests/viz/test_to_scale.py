@@ -13,8 +13,8 @@ from fractions import Fraction
 
 import pytest
 
-from engine.trace import io as T
-from engine.trace.header import RunHeader
+from paged.engine.trace import io as T
+from paged.engine.trace.header import RunHeader
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import load_spec, trace_path
 from viz.player import payload as player

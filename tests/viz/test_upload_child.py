@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.trace.io import TraceError, loads
+from paged.engine.trace.io import TraceError, loads
 from viz.fold import chapters
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import LESSONS_DIR, load_spec

@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 import zmq
 
-from engine.interop import kv_events as K
+from paged.engine.interop import kv_events as K
 from viz.watch import __main__ as cli
 from viz.watch.state import WatchState
 

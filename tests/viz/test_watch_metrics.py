@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from engine.interop.kv_events import EndpointError
+from paged.engine.interop.kv_events import EndpointError
 from viz.watch import metrics as M
 
 VLLM_METRICS = """\

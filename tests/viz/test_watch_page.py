@@ -11,7 +11,7 @@ import tracemalloc
 import msgspec
 from streamlit.testing.v1 import AppTest
 
-from engine.interop import kv_events as K
+from paged.engine.interop import kv_events as K
 from tests.engine.test_kv_events import (
     FakeEvicted,
     FakeStepEnd,

@@ -13,7 +13,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import streamlit as st
 
-from engine.sim.capacity import block_table_bytes
+from paged.engine.sim.capacity import block_table_bytes
 from viz import ui_text
 from viz.fold import sweep
 from viz.render.style import CATEGORY_COLOURS, CATEGORY_MARKS, INK, MUTED, words
@@ -218,7 +218,7 @@ def long_table_figure(
     results: list[sweep.SizeResult], lang: str = "en", height: int = 320
 ) -> go.Figure:
     """Block-table bytes for the essay's batch of long requests, per block size (arithmetic
-    from ``engine.sim.capacity``, not from the traces: our requests are short)."""
+    from ``paged.engine.sim.capacity``, not from the traces: our requests are short)."""
     u = UI[lang]
     mib = [
         sweep.LONG_BATCH * block_table_bytes(sweep.LONG_LEN, r.block_size) / 2**20 for r in results

@@ -1,6 +1,6 @@
 """The KV capacity calculator page: ``render(lang="en")`` draws it with Streamlit calls.
 
-All arithmetic lives in :mod:`engine.sim.capacity`; this module only gathers inputs and lays out
+All arithmetic lives in :mod:`paged.engine.sim.capacity`; this module only gathers inputs and lays out
 results. It never imports torch. Bad input (an unreadable file, a zero block size) shows one
 ``st.error`` line in the page's language and stops the page, never a traceback: the form's
 fields are text the page checks itself, and a model file's error is worded from its code
@@ -22,9 +22,9 @@ from collections import OrderedDict
 import plotly.graph_objects as go
 import streamlit as st
 
-from engine.core.allocators import MAX_BLOCK_SIZE
-from engine.errors import InvalidConfigError
-from engine.sim.capacity import (
+from paged.engine.core.allocators import MAX_BLOCK_SIZE
+from paged.engine.errors import InvalidConfigError
+from paged.engine.sim.capacity import (
     MAX_BUDGET_GIB,
     MAX_VALUES,
     PRESETS,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from engine.trace.io import TraceError
+from paged.engine.trace.io import TraceError
 from viz import safe, ui_text
 from viz.app import address
 from viz.app.component import mount_player
@@ -43,7 +43,7 @@ COLUMNS = S.REQUEST_FIELDS
 #: one: the lab's largest holds about 40 MB (docs/classroom.md)
 LAB_HELD_BYTES = 64 << 20
 LAB_HELD = Held(LAB_HELD_BYTES)
-ENGINE_ROOT = Path(__file__).resolve().parents[2]  # where `python -m engine` resolves
+ENGINE_ROOT = Path(__file__).resolve().parents[2]  # where `python -m paged` resolves
 
 
 def _ss():

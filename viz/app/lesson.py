@@ -21,7 +21,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from engine.trace import io as T
+from paged.engine.trace import io as T
 from viz import safe, ui_text
 from viz.app import address
 from viz.app.boundary import boundary
@@ -50,7 +50,7 @@ from viz.player import payload as player
 from viz.player.kernel import kernel_payload
 from viz.render import html
 
-ENGINE_ROOT = Path(__file__).resolve().parents[2]  # where `python -m engine` resolves
+ENGINE_ROOT = Path(__file__).resolve().parents[2]  # where `python -m paged` resolves
 MAX_UPLOAD_MB = safe.MAX_UPLOAD_MB  # an uploaded trace (README: resource limits)
 #: Uploads' drawings over all sessions (each fold runs in a child process that exits: the
 #: server keeps no frames). A maximal upload's drawing is about 3.7 MB a language, so this
@@ -76,7 +76,7 @@ UI = {
         "lesson": "Lesson",
         "upload": "A trace (.jsonl) recorded by the engine",
         "no_trace": "This lesson has no recorded trace yet ({path}). Record one with "
-        "`python -m engine record --scenario {scenario} --out {path}`, or run "
+        "`python -m paged record --scenario {scenario} --out {path}`, or run "
         "it live (“Run it live now”).",
         "bad_frame": "The link's frame {raw!r} is not a frame number; showing frame 0.",
         "bad_lesson": "There is no lesson named {raw!r}; showing {name}.",
@@ -116,7 +116,7 @@ UI = {
         "lesson": "课程",
         "upload": "引擎录制的 trace（.jsonl）",
         "no_trace": "这个课程还没有录制好的 trace（{path}）。可以用 "
-        "`python -m engine record --scenario {scenario} --out {path}` 录制，"
+        "`python -m paged record --scenario {scenario} --out {path}` 录制，"
         "或选择“现在实时运行”。",
         "bad_frame": "链接里的帧号 {raw!r} 不是数字，已显示第 0 帧。",
         "bad_lesson": "没有名为 {raw!r} 的课程，已显示 {name}。",

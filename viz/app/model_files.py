@@ -8,7 +8,7 @@ Bounds (documented in README "Serving a classroom"):
 
 - config.json: at most ``CONFIG_MAX_BYTES`` (1 MiB);
 - GGUF: only the header and key/value metadata are parsed, from at most ``GGUF_MAX_BYTES``
-  (8 MiB) at the start of the file, by engine/model/gguf.py (its docstring lists the other
+  (8 MiB) at the start of the file, by paged/engine/model/gguf.py (its docstring lists the other
   bounds; pure Python, no numpy, no gguf package).
 """
 
@@ -19,11 +19,18 @@ import os
 import stat
 from pathlib import Path
 
-from engine.errors import InvalidConfigError
-from engine.model.gguf import GGUF_MAX_BYTES as GGUF_MAX_BYTES  # the page's upload bound
-from engine.model.gguf import gguf_metadata
-from engine.sim.capacity import CONFIG_MAX_BYTES as CONFIG_MAX_BYTES  # the page's upload bound
-from engine.sim.capacity import ModelShape, config_json, shape_from_config, shape_from_gguf_metadata
+from paged.engine.errors import InvalidConfigError
+from paged.engine.model.gguf import GGUF_MAX_BYTES as GGUF_MAX_BYTES  # the page's upload bound
+from paged.engine.model.gguf import gguf_metadata
+from paged.engine.sim.capacity import (
+    CONFIG_MAX_BYTES as CONFIG_MAX_BYTES,  # the page's upload bound
+)
+from paged.engine.sim.capacity import (
+    ModelShape,
+    config_json,
+    shape_from_config,
+    shape_from_gguf_metadata,
+)
 
 LOCAL_ADDRESSES = frozenset({"127.0.0.1", "localhost", "::1"})
 

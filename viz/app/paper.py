@@ -1,8 +1,8 @@
 """The paper's numbers page: Fig. 2's memory categories and Fig. 13's concurrency, recomputed by
-our own scheduler and allocators (``engine.sim.simulate``, forward pass skipped) beside the values
+our own scheduler and allocators (``paged.engine.sim.simulate``, forward pass skipped) beside the values
 the vLLM paper printed, and the essay's claims corrected with their sources.
 
-The paper's figures are citations in ``engine.sim.paper``; every ratio the page states is computed
+The paper's figures are citations in ``paged.engine.sim.paper``; every ratio the page states is computed
 from them or from our results. The default configuration's results ship as data
 (``viz.paper.results``), so the page opens at once and simulates only when a setting changes: the
 four policies side by side (``viz.paper.parallel``), each setting once per server.
@@ -14,10 +14,10 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from engine.core.accounting import CATEGORIES
-from engine.core.placement import PLACEMENTS
-from engine.sim import paper as P
-from engine.sim.workload import LENGTH_DISTS, SIGMA, WORKLOADS
+from paged.engine.core.accounting import CATEGORIES
+from paged.engine.core.placement import PLACEMENTS
+from paged.engine.sim import paper as P
+from paged.engine.sim.workload import LENGTH_DISTS, SIGMA, WORKLOADS
 from viz import ui_text
 from viz.paper import essay_fixes
 from viz.paper.parallel import simulate_rows

@@ -28,7 +28,7 @@ import time
 import plotly.graph_objects as go
 import streamlit as st
 
-from engine.interop.kv_events import EndpointError, parse_endpoint
+from paged.engine.interop.kv_events import EndpointError, parse_endpoint
 from viz import safe, ui_text
 from viz.app import model_files
 from viz.app.boundary import boundary

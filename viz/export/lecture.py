@@ -42,7 +42,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from engine.trace import io as T
+from paged.engine.trace import io as T
 from viz import safe
 from viz.fold.kernel.frames import (
     CHAPTERS,

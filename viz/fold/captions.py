@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from engine.core import events as E
-from engine.core.accounting import strands_free
+from paged.engine.core import events as E
+from paged.engine.core.accounting import strands_free
 from viz import ui_text
 from viz.fold.lesson import Lesson
 from viz.fold.percent import percents

@@ -11,7 +11,7 @@ Pure Python.
 
 from __future__ import annotations
 
-from engine.core import events as E
+from paged.engine.core import events as E
 from viz.fold.lesson_folder import SIDES
 from viz.fold.lesson_model import Lesson, Side
 from viz.fold.reducer import Frame

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine.core import events as E
-from engine.core.accounting import account, time_averaged_shares
-from engine.trace.io import Trace, TraceError
+from paged.engine.core import events as E
+from paged.engine.core.accounting import account, time_averaged_shares
+from paged.engine.trace.io import Trace, TraceError
 from viz.fold.keyframes import find_keyframes
 from viz.fold.lesson_folder import SIDES, LessonSpec
 from viz.fold.lesson_model import Lesson, Side, Summary

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.trace.header import RunHeader
+from paged.engine.trace.header import RunHeader
 from viz.fold.lesson_folder import LessonSpec
 from viz.fold.reducer import Frame
 

@@ -18,7 +18,7 @@ import string
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from engine.core import events as E
+from paged.engine.core import events as E
 from viz.fold import fp8_data
 from viz.fold.facts import (
     CONDITIONS,

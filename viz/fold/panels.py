@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from engine.core import events as E
+from paged.engine.core import events as E
 from viz.fold.reducer import PAGED, Frame
 from viz.render.style import words
 

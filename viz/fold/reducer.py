@@ -2,7 +2,7 @@
 
 ``apply(state, ev) -> state`` is the pure contract (it never mutates its input); ``fold`` runs the
 same transition in place, which is what the app uses on long traces. The queue, refusals, sharing
-and the CPU tier come from ``engine.core.accounting.Tally``; what this module adds is *where*
+and the CPU tier come from ``paged.engine.core.accounting.Tally``; what this module adds is *where*
 things are: which request owns each slot, which category each slot is in, block tables,
 reservation ranges and what changed since the previous frame. A frame's category counts are its
 cells counted, so the grid and the numbers are one classification; on every trace the reader
@@ -25,11 +25,13 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from engine.core import events as E
-from engine.core.accounting import StepAccount, Tally, strands_free
-from engine.trace.header import CONTIGUOUS as CONTIGUOUS  # the viewer's names for the two kinds
-from engine.trace.header import PAGED as PAGED
-from engine.trace.header import RunHeader
+from paged.engine.core import events as E
+from paged.engine.core.accounting import StepAccount, Tally, strands_free
+from paged.engine.trace.header import (
+    CONTIGUOUS as CONTIGUOUS,  # the viewer's names for the two kinds
+)
+from paged.engine.trace.header import PAGED as PAGED
+from paged.engine.trace.header import RunHeader
 
 # One character per slot: compact, hashable, and cheap to compare between frames.
 TOKEN, RESERVED, INTERNAL, FREE, HOLE = "T", "R", "I", "F", "H"

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.core import events as E
-from engine.trace.io import TraceError
-from engine.trace.io import read as read_trace
+from paged.engine.core import events as E
+from paged.engine.trace.io import TraceError
+from paged.engine.trace.io import read as read_trace
 from viz.fold import fp8_data
 from viz.fold.lesson import Lesson, build
 from viz.fold.lesson_folder import LESSONS_DIR, LessonError, load_spec, trace_path

@@ -13,8 +13,8 @@ A folder ``lessons/<name>/`` with a ``narration.toml``::
     text = { en = "...{b16.internal_share}...", zh = "..." }
 
 Every number the narration quotes is a ``{placeholder}`` filled by ``narration_context`` from
-the traces (``b16.internal_share``) or from ``engine.sim.capacity`` arithmetic
-(``b16.long_table_bytes``); all categories come from ``engine.core.accounting``. Pure Python, no
+the traces (``b16.internal_share``) or from ``paged.engine.sim.capacity`` arithmetic
+(``b16.long_table_bytes``); all categories come from ``paged.engine.core.accounting``. Pure Python, no
 Streamlit, no torch.
 """
 
@@ -25,15 +25,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.core import events as E
-from engine.core.accounting import StepAccount, account, time_averaged_shares
-from engine.sim.capacity import (
+from paged.engine.core import events as E
+from paged.engine.core.accounting import StepAccount, account, time_averaged_shares
+from paged.engine.sim.capacity import (
     DEFAULT_ENTRY_BYTES,
     ESSAY_ENTRY_BYTES,
     block_table_bytes,
     blocks_for,
 )
-from engine.trace import io as T
+from paged.engine.trace import io as T
 from viz.fold.lesson_folder import LESSONS_DIR, read_lesson_toml, texts
 from viz.fold.narration import SafeFormatter
 

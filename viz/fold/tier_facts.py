@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.core import events as E
-from engine.trace.header import RunHeader
+from paged.engine.core import events as E
+from paged.engine.trace.header import RunHeader
 from viz.fold.reducer import Frame
 
 MIB = 1 << 20

@@ -21,11 +21,11 @@ import bisect
 import copy
 from dataclasses import dataclass, field, replace
 
-from engine.core import events as E
-from engine.core.accounting import CATEGORIES, StepAccount, Tally
-from engine.trace.check import LIMITS, Limits, TraceError
-from engine.trace.header import RunHeader
-from engine.trace.io import Trace
+from paged.engine.core import events as E
+from paged.engine.core.accounting import CATEGORIES, StepAccount, Tally
+from paged.engine.trace.check import LIMITS, Limits, TraceError
+from paged.engine.trace.header import RunHeader
+from paged.engine.trace.io import Trace
 from viz.fold.keyframes import find_keyframes
 from viz.fold.lesson import SIDES, Lesson, LessonSpec, Side, Summary, pick_runs
 from viz.fold.reducer import ArenaState, Frame, fold, settle

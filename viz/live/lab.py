@@ -4,7 +4,7 @@ dry run in-process, carried in a link and written as an engine scenario TOML.
 Everything here may come from a hostile link or form: ``from_dict`` type-checks each field,
 ``check`` returns one message per bad field (row and column, so the page can say where), and
 only a lab with no message is handed to the engine, which validates it again
-(``engine.trace.scenario.load``). No Streamlit, no torch: the dry run (``forward="skip"``) runs the
+(``paged.engine.trace.scenario.load``). No Streamlit, no torch: the dry run (``forward="skip"``) runs the
 engine's scheduler and allocators with a stand-in model.
 """
 
@@ -22,9 +22,9 @@ import zlib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from engine.errors import InvalidConfigError
-from engine.trace import io as T
-from engine.trace.check import all_text_encodes
+from paged.engine.errors import InvalidConfigError
+from paged.engine.trace import io as T
+from paged.engine.trace.check import all_text_encodes
 
 POLICIES = ("max", "pow2", "oracle")
 MAX_REQUESTS = 8
@@ -200,8 +200,8 @@ def to_dict(lab: Lab) -> dict:
 
 def prompt_tokens(prompt: str) -> int:
     """How many tokens a dry run gives this prompt (the engine's own stand-in count)."""
-    from engine.trace.recorder import build_requests
-    from engine.trace.scenario import Scenario, ScenarioRequest
+    from paged.engine.trace.recorder import build_requests
+    from paged.engine.trace.scenario import Scenario, ScenarioRequest
 
     sc = Scenario("t", 1, 1, 1, (ScenarioRequest("x", 1, prompt=prompt),))
     return build_requests(sc)[0].prompt_len
@@ -323,7 +323,7 @@ def _toml_str(s: str) -> str:
 
 
 def to_toml(lab: Lab, title: str = "Scenario lab") -> str:
-    """An engine scenario file (``python -m engine record --scenario FILE``). Requests without
+    """An engine scenario file (``python -m paged record --scenario FILE``). Requests without
     an early stop ignore EOS, so the real model runs them to max_tokens as the dry run does."""
     lines = [
         f"# Written by the scenario lab: {lab.policy} on the left, paging on the right",
@@ -362,7 +362,7 @@ def to_toml(lab: Lab, title: str = "Scenario lab") -> str:
 def engine_scenario(lab: Lab):
     """The lab as the engine's ``Scenario``, through the engine's own validation (it reads
     the TOML this lab writes). Raises InvalidConfigError (one line)."""
-    from engine.trace import scenario
+    from paged.engine.trace import scenario
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "lab.toml"
@@ -414,7 +414,7 @@ def record_dry(lab: Lab) -> Recording:
     if bad:
         raise LabError(f"{len(bad)} bad value(s), first: {describe(bad[0])}")
     check_size(lab)
-    from engine.trace.recorder import record
+    from paged.engine.trace.recorder import record
 
     # the recorder reports once per lockstep step: a step past either budget ends the run
     most = min(MAX_STEPS, MAX_FRAME_CELLS // lab.num_slots)

@@ -1,6 +1,6 @@
 """Run a scenario on the engine *now* and watch its trace arrive, without importing torch here.
 
-The engine runs in a child process (``python -m engine record --scenario FILE --out -``) that
+The engine runs in a child process (``python -m paged record --scenario FILE --out -``) that
 writes the trace JSONL to stdout, one flushed line per event, and progress to stderr. Two reader
 threads collect complete lines; on every refresh the page reads the lines that are new
 (``lines_since``) and folds only those (``viz.live.follow.LiveView``). A ``LiveRun`` lives in
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from engine.trace.io import Trace, parse_lines
+from paged.engine.trace.io import Trace, parse_lines
 
 
 def record_command(scenario: Path, forward: str = "model") -> list[str]:
@@ -29,7 +29,7 @@ def record_command(scenario: Path, forward: str = "model") -> list[str]:
     return [
         sys.executable,
         "-m",
-        "engine",
+        "paged",
         "record",
         "--scenario",
         str(scenario),

@@ -1,9 +1,9 @@
 """A trace read as it streams in: each line parsed and checked once, when it has arrived whole.
 
 ``TraceStream.feed(text)`` takes whatever the pipe gave (a torn last line waits for the rest);
-``trace(finished)`` is what has arrived so far, exactly as ``engine.trace.io.parse_lines`` reads
+``trace(finished)`` is what has arrived so far, exactly as ``paged.engine.trace.io.parse_lines`` reads
 the same whole lines (``require_end=finished``), at the cost of the new lines only: the checker
-(``engine.trace.check.TraceChecker``) replays each run as its lines come, so nothing is read
+(``paged.engine.trace.check.TraceChecker``) replays each run as its lines come, so nothing is read
 twice. A stream that turns corrupt stays so: every later call raises the same one-line error.
 Pure Python, no torch.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.core import events as E
-from engine.trace.check import LIMITS, Limits, TraceChecker, TraceError
-from engine.trace.io import Trace
+from paged.engine.core import events as E
+from paged.engine.trace.check import LIMITS, Limits, TraceChecker, TraceError
+from paged.engine.trace.io import Trace
 
 
 @dataclass

@@ -19,7 +19,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from engine.trace import io as T
+from paged.engine.trace import io as T
 from viz.fold.lesson_folder import LessonError, LessonSpec
 from viz.fold.lesson_model import Outline
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.sim.capacity import (
+from paged.engine.sim.capacity import (
     DEFAULT_ENTRY_BYTES,
     ESSAY_ENTRY_BYTES,
     PRESETS,
@@ -21,7 +21,7 @@ from engine.sim.capacity import (
     concurrency,
     format_bytes,
 )
-from engine.sim.paper import FIG2, fig13_ratio
+from paged.engine.sim.paper import FIG2, fig13_ratio
 
 #: The essay this project teaches, by its title (it is cited so, never by where a copy is kept).
 ESSAY = "《PagedAttention：当 KV Cache 遇到操作系统分页》"

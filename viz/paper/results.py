@@ -24,12 +24,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from engine.cli.simulate import DEFAULT_NUM_SLOTS, DEFAULT_PLACEMENT
-from engine.core import events as E
-from engine.core.accounting import CATEGORIES
-from engine.sim import workload as wl
-from engine.sim.paper import OPT_MAX_SEQ_LEN, POLICIES
-from engine.sim.simulate import build_requests, run_policy
+from paged.engine.cli.simulate import DEFAULT_NUM_SLOTS, DEFAULT_PLACEMENT
+from paged.engine.core import events as E
+from paged.engine.core.accounting import CATEGORIES
+from paged.engine.sim import workload as wl
+from paged.engine.sim.paper import OPT_MAX_SEQ_LEN, POLICIES
+from paged.engine.sim.simulate import build_requests, run_policy
 
 SHIPPED = Path(__file__).resolve().parent.parent / "data" / "paper_results.json"
 WORKLOADS = ("sharegpt", "alpaca")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from html import escape
 
-from engine.core import events as E
+from paged.engine.core import events as E
 from viz.fold.reducer import FREE, TOKEN, Frame
 from viz.render.layout import GridLayout
 from viz.render.style import CHANGED, MUTED, cell_colour, cell_ink, words

@@ -14,7 +14,7 @@ import re
 
 import plotly.graph_objects as go
 
-from engine.core.accounting import CATEGORIES, StepAccount
+from paged.engine.core.accounting import CATEGORIES, StepAccount
 from viz.fold.lesson import Summary
 from viz.fold.narration import RenderedStep
 from viz.fold.panels import finished_labels, queue_entries, table_rows

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from html import escape
 
-from engine.core import events as E
-from engine.core.accounting import CATEGORIES
+from paged.engine.core import events as E
+from paged.engine.core.accounting import CATEGORIES
 from viz.fold.panels import finished_labels, queue_entries, table_rows
 from viz.fold.percent import percents
 from viz.fold.reducer import PAGED, Frame

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
-from engine.core import events as E
+from paged.engine.core import events as E
 from viz import ui_text
 from viz.fold.reducer import PAGED, Frame
 from viz.render import svg

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from fractions import Fraction
 
-from engine.trace.header import RunHeader
+from paged.engine.trace.header import RunHeader
 from viz import ui_text
 from viz.fold.tier_facts import dtype_name
 from viz.render.layout import GridLayout, grid_layout

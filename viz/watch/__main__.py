@@ -23,7 +23,7 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from engine.interop.kv_events import EndpointError
+from paged.engine.interop.kv_events import EndpointError
 from viz.watch.state import Hash, Snapshot, WatchState, short_hash
 from viz.watch.subscriber import Subscriber, SubscriberConfig
 

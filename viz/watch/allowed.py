@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from engine.interop.kv_events import EndpointError, parse_endpoint
+from paged.engine.interop.kv_events import EndpointError, parse_endpoint
 from viz.watch.metrics import parse_metrics_url
 
 ENV = "PAGED_WATCH_ENDPOINTS"

@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from engine.interop.kv_events import EndpointError
+from paged.engine.interop.kv_events import EndpointError
 
 USAGE = "vllm:kv_cache_usage_perc"
 QUERIES = "vllm:prefix_cache_queries"

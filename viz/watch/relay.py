@@ -40,7 +40,7 @@ import msgspec
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from engine.interop.kv_events import END_SEQ, MAX_MESSAGE_BYTES, seq_bytes
+from paged.engine.interop.kv_events import END_SEQ, MAX_MESSAGE_BYTES, seq_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 POLL_BYTES = 16 << 20  # what one poll answer carries (plus its last message)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import msgspec
 
-from engine.interop.kv_events import (
+from paged.engine.interop.kv_events import (
     MAX_MESSAGE_BYTES,
     InBatch,
     InCleared,

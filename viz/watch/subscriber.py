@@ -30,7 +30,12 @@ from typing import Protocol
 
 import zmq
 
-from engine.interop.kv_events import MAX_MESSAGE_BYTES, MalformedBatch, decode_batch, parse_endpoint
+from paged.engine.interop.kv_events import (
+    MAX_MESSAGE_BYTES,
+    MalformedBatch,
+    decode_batch,
+    parse_endpoint,
+)
 from viz import safe
 from viz.watch.metrics import MetricsPoller, parse_metrics_url
 from viz.watch.relay import MEMORY_BYTES, Relay, RelayConfig, RelayError, Replayed, framing_error

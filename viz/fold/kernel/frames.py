@@ -21,8 +21,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.core import events as E
-from engine.trace.io import Trace, TraceError
+from paged.engine.core import events as E
+from paged.engine.trace.io import Trace, TraceError
 from viz.fold.lesson_folder import LANGS, LESSONS_DIR, LessonError, read_lesson_toml, texts
 from viz.fold.reducer import Frame, replay
 from viz.safe import md_text

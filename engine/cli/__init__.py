@@ -1,1 +1,0 @@
-"""``python -m engine <command>``: one module per command."""

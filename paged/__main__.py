@@ -1,0 +1,7 @@
+"""``python -m paged``: the installed ``paged`` command, run from a checkout."""
+
+import sys
+
+from viz.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""``python -m paged <command>``: one module per command."""
