@@ -4,7 +4,7 @@ A dozen prompts, 48 greedy tokens each. Prints the teacher-forced top-1 agreemen
 >= 99 %) and the mean greedy common-prefix length, for e4m3 and e5m2, plus the full-precision
 arena against itself (must be 100 % and 48: the measurement itself adds no error).
 CPU, fp32 weights, torch attention backend. ``--write-data`` also writes the figures to
-``viz/data/fp8_accuracy.json``, which the FP8 lesson's narration and the stack page read.
+``paged/viz/data/fp8_accuracy.json``, which the FP8 lesson's narration and the stack page read.
 
 The reference is an fp32 arena with the same fp32 weights, not a bf16 one: the lesson's bf16 side
 is what a GPU stores, the CPU path computes in fp32. The greedy runs depend on rounding, so on
@@ -69,7 +69,7 @@ GRANULARITY = {
     "en": "one static scale per tensor (1.0): float8's own exponent covers K and V's range",
     "zh": "每个张量一个静态缩放因子 1.0，float8 自己的指数就覆盖得了 K 和 V 的取值范围",
 }
-DATA_PATH = os.path.join(ROOT, "viz", "data", "fp8_accuracy.json")
+DATA_PATH = os.path.join(ROOT, "paged", "viz", "data", "fp8_accuracy.json")
 
 
 def main() -> None:

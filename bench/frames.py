@@ -92,9 +92,9 @@ def payload_size(trace: Path, lessons: Path) -> dict:
     import zlib
 
     from paged.engine.trace import io as T
-    from viz.fold.lesson import build
-    from viz.fold.lesson_folder import load_spec
-    from viz.player import payload as player
+    from paged.viz.fold.lesson import build
+    from paged.viz.fold.lesson_folder import load_spec
+    from paged.viz.player import payload as player
 
     t = time.perf_counter()
     lesson = build(load_spec("six-steps", lessons), T.read(trace))
@@ -123,7 +123,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def _open(browser, url: str, viewport=(1600, 1000), sent: list | None = None):
-    from viz.export.serve import wait_ready
+    from paged.viz.export.serve import wait_ready
 
     page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
     if sent is not None:  # what the page asks of the server: websocket messages and requests
@@ -139,8 +139,8 @@ def measure(url: str, presses: int, start: int) -> dict:
     """Keypress -> painted (from the player's own keydown timestamps) and the held-key count."""
     from playwright.sync_api import sync_playwright
 
-    from viz.export.serve import current_frame as shown_frame
-    from viz.export.serve import hold_key, launch_chromium, wait_painted
+    from paged.viz.export.serve import current_frame as shown_frame
+    from paged.viz.export.serve import hold_key, launch_chromium, wait_painted
 
     with sync_playwright() as p:
         browser = launch_chromium(p)
@@ -182,8 +182,8 @@ def viewers(url: str, pid: int, n: int, steps: int, batch: int) -> dict:
     while they load and while they step."""
     from playwright.sync_api import sync_playwright
 
-    from viz.export.serve import current_frame as shown_frame
-    from viz.export.serve import launch_chromium, wait_painted
+    from paged.viz.export.serve import current_frame as shown_frame
+    from paged.viz.export.serve import launch_chromium, wait_painted
 
     load_cpu = step_cpu = idle_cpu = 0.0
     presses = messages = 0
@@ -245,7 +245,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from viz.export.serve import running_app
+    from paged.viz.export.serve import running_app
 
     work = Path(tempfile.mkdtemp(prefix="bench-trace-"))
     trace = work / "trace.jsonl"

@@ -29,7 +29,7 @@ PEAK = "next(int(l.split()[1]) >> 10 for l in open(f'/proc/{pid}/status') if 'Vm
 
 APP = f"""
 import os, sys, time
-from viz.watch.subscriber import Subscriber, SubscriberConfig
+from paged.viz.watch.subscriber import Subscriber, SubscriberConfig
 peak = lambda pid: {PEAK}
 sub = Subscriber(SubscriberConfig(sys.argv[1], replay_endpoint="")).start()
 end = time.monotonic() + 60

@@ -1,13 +1,13 @@
 """What one tick of a live run costs near its start and near its end: incremental vs refolding.
 
-A live run (viz/live/run.py) streams its trace and the lesson page folds it every 0.75 s. This
+A live run (paged/viz/live/run.py) streams its trace and the lesson page folds it every 0.75 s. This
 builds a long lockstep dry-run trace (the six-step scenario's requests arriving in waves,
 recorded by the engine with its forward pass skipped: no model) and feeds it in ``--ticks``
 equal chunks, cut at byte offsets, so mid-line. A tick is what the page does: read the new
 text, fold, and make the player's payload. It prints the median cost of ``--sample`` ticks
 near the start and near the end and their ratio end / start (goal <= 2) for
 
-- ``incremental``: viz/live/follow.py and viz/player/live.py, fed every tick in turn;
+- ``incremental``: paged/viz/live/follow.py and paged/viz/player/live.py, fed every tick in turn;
 - ``refold``, the peer: ``parse_lines`` of everything so far, ``build(live_edge(...))`` and
   ``payload`` of every frame, measured on the same sampled ticks only (every tick would take
   minutes: that is the point).
@@ -37,11 +37,11 @@ sys.path.insert(0, str(ROOT))
 from paged.engine.trace.io import parse_lines  # noqa: E402
 from paged.engine.trace.recorder import record  # noqa: E402
 from paged.engine.trace.scenario import Scenario, load  # noqa: E402
-from viz.fold.lesson import build, live_edge  # noqa: E402
-from viz.fold.lesson_folder import load_spec  # noqa: E402
-from viz.live.follow import LiveLesson  # noqa: E402
-from viz.player import payload as player  # noqa: E402
-from viz.player.live import LivePayload  # noqa: E402
+from paged.viz.fold.lesson import build, live_edge  # noqa: E402
+from paged.viz.fold.lesson_folder import load_spec  # noqa: E402
+from paged.viz.live.follow import LiveLesson  # noqa: E402
+from paged.viz.player import payload as player  # noqa: E402
+from paged.viz.player.live import LivePayload  # noqa: E402
 
 LESSON = "six-steps"
 WAVE_STEPS = 30  # a wave of requests every this many steps: the arena fills and drains

@@ -2,11 +2,11 @@
 
 For each setting, back to back and alternating, each in a fresh interpreter:
 
-1. ``base``: ``viz.paper.results.simulate`` at BASE (default ``6c5ba9f``, the last commit before
+1. ``base``: ``paged.viz.paper.results.simulate`` at BASE (default ``6c5ba9f``, the last commit before
    the dry run was made faster), in a temporary git worktree: the four policies one after another,
    as the page ran them;
 2. ``one process``: the same call today (the engine's own speed-up);
-3. ``page``: what the page runs today, ``viz.paper.parallel.simulate_rows`` (one child per policy
+3. ``page``: what the page runs today, ``paged.viz.paper.parallel.simulate_rows`` (one child per policy
    when more than one core is usable); its CPU time includes its children's.
 
 It prints the best wall and CPU seconds of ``--rounds`` rounds and their ratios to ``base``, and
@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from viz.paper.results import SimConfig  # noqa: E402
+from paged.viz.paper.results import SimConfig  # noqa: E402
 
 BASE = "6c5ba9f"
 #: The slowest settings the page offers (1,000 ShareGPT requests), an Alpaca one and a smaller
@@ -51,12 +51,12 @@ CHILD = """
 import json, resource, sys, time
 from dataclasses import asdict
 sys.path.insert(0, sys.argv[1])
-from viz.paper.results import SimConfig, simulate
+from paged.viz.paper.results import SimConfig, simulate
 config, how = SimConfig(**json.loads(sys.argv[2])), sys.argv[3]
 t0, c0 = time.perf_counter(), time.process_time()
 if how == "page":
     from paged.engine.sim.paper import POLICIES
-    from viz.paper.parallel import simulate_rows
+    from paged.viz.paper.parallel import simulate_rows
     rows = simulate_rows(config, POLICIES)
 else:
     rows = simulate(config).rows
@@ -70,7 +70,7 @@ print(json.dumps({"wall": wall, "cpu": cpu, "rows": {p: asdict(r) for p, r in ro
 def every_setting() -> list[SimConfig]:
     from paged.engine.core.placement import PLACEMENTS
     from paged.engine.sim.workload import LENGTH_DISTS, SIGMA, WORKLOADS
-    from viz.app.paper import REQUEST_CHOICES, SIGMA_CHOICES  # (imports streamlit)
+    from paged.viz.app.paper import REQUEST_CHOICES, SIGMA_CHOICES  # (imports streamlit)
 
     return [
         SimConfig(workload=w, requests=n, placement=pl, length_dist=d, sigma=float(s))

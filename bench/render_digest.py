@@ -17,10 +17,10 @@ import json
 import sys
 
 from paged.engine.trace import io as T
-from viz.export.lecture import step_figure
-from viz.fold.lesson import build
-from viz.fold.lesson_folder import LESSONS_DIR, load_spec, trace_path
-from viz.player import payload as player
+from paged.viz.export.lecture import step_figure
+from paged.viz.fold.lesson import build
+from paged.viz.fold.lesson_folder import LESSONS_DIR, load_spec, trace_path
+from paged.viz.player import payload as player
 
 
 def _sha(text: str) -> str:

@@ -5,3 +5,9 @@ torch references), ``paged.viz`` (the viewer) and ``paged.lessons`` (lesson data
 level down because a top-level ``kernels/`` shadows Hugging Face's ``kernels`` package, which
 transformers imports: see docs/engine.md "One import name".
 """
+
+from pathlib import Path
+
+#: The folder that holds ``paged``: child processes (``python -m paged ...``) start there, so they
+#: import this same copy, a checkout's or an installed one's, whatever the caller's folder.
+IMPORT_ROOT = Path(__file__).resolve().parent.parent

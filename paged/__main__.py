@@ -2,6 +2,6 @@
 
 import sys
 
-from viz.cli import main
+from paged.viz.cli import main
 
 sys.exit(main())

@@ -140,7 +140,7 @@ def _app():
     its URL and its server's pid."""
     from pathlib import Path
 
-    from viz.export.serve import running_app
+    from paged.viz.export.serve import running_app
 
     artifacts = Path(__file__).resolve().parent.parent / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
@@ -175,7 +175,7 @@ def playwright_driver():
 @pytest.fixture(scope="session")
 def browser(playwright_driver):
     """Debian's Chromium driven by Playwright (never a downloaded browser)."""
-    from viz.export.serve import launch_chromium
+    from paged.viz.export.serve import launch_chromium
 
     b = launch_chromium(playwright_driver)
     yield b

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from viz.export.serve import shown_frame, wait_idle, wait_painted, wait_ready
+from paged.viz.export.serve import shown_frame, wait_idle, wait_painted, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageSequence
 
-from viz.export import animate, standalone
-from viz.export import lecture as export
-from viz.export.serve import wait_ready
+from paged.viz.export import animate, standalone
+from paged.viz.export import lecture as export
+from paged.viz.export.serve import wait_ready
 
 pytestmark = [pytest.mark.browser]
 

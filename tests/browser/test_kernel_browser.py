@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from paged.engine.trace.io import read
-from viz.export import standalone
-from viz.export.serve import wait_painted, wait_ready
-from viz.fold.kernel.frames import caption, chapter_keyframe, fold_kernel, load_kernel_spec
+from paged.viz.export import standalone
+from paged.viz.export.serve import wait_painted, wait_ready
+from paged.viz.fold.kernel.frames import caption, chapter_keyframe, fold_kernel, load_kernel_spec
 
 
 @pytest.fixture(scope="module")

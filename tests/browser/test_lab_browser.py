@@ -11,9 +11,9 @@ from urllib.parse import parse_qs, urlparse
 import playwright.sync_api as playwright
 import pytest
 
-from viz.export import serve
-from viz.export.serve import shown_frame, wait_idle, wait_painted, wait_ready
-from viz.live import lab as S
+from paged.viz.export import serve
+from paged.viz.export.serve import shown_frame, wait_idle, wait_painted, wait_ready
+from paged.viz.live import lab as S
 
 pytestmark = [
     pytest.mark.browser,

@@ -12,11 +12,11 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from paged.engine.trace import io as T
-from viz.fold.lesson import build
-from viz.fold.lesson_folder import load_spec, trace_path
-from viz.fold.narration import render_step
-from viz.render import figures
-from viz.render.style import words
+from paged.viz.fold.lesson import build
+from paged.viz.fold.lesson_folder import load_spec, trace_path
+from paged.viz.fold.narration import render_step
+from paged.viz.render import figures
+from paged.viz.render.style import words
 
 MEASURE_JS = """([fig, word]) => Plotly.react('g', fig.data, fig.layout, {staticPlot: true})
   .then(() => {

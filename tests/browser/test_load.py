@@ -18,8 +18,8 @@ import pytest
 from paged.engine.trace import io as T
 from paged.engine.trace.check import TraceChecker
 from paged.engine.trace.schema import LIMITS
-from viz.app.lesson import MAX_UPLOAD_MB
-from viz.export.serve import SERVER_POLL_MS, running_app, wait_idle
+from paged.viz.app.lesson import MAX_UPLOAD_MB
+from paged.viz.export.serve import SERVER_POLL_MS, running_app, wait_idle
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -195,7 +195,7 @@ SHARED_RENDERERS = [
 @pytest.fixture
 def browser(playwright_driver):
     """This test's own Chromium, with SHARED_RENDERERS (the suite's shares no switches)."""
-    from viz.export.serve import launch_chromium
+    from paged.viz.export.serve import launch_chromium
 
     b = launch_chromium(playwright_driver, SHARED_RENDERERS)
     yield b

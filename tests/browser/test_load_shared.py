@@ -15,8 +15,14 @@ from pathlib import Path
 import pytest
 from test_load import SHARED_RENDERERS, MaxTrace, Sampler, server_rss_mb
 
-from viz.export.serve import SERVER_POLL_MS, launch_chromium, running_app, wait_idle, wait_painted
-from viz.live import lab as S
+from paged.viz.export.serve import (
+    SERVER_POLL_MS,
+    launch_chromium,
+    running_app,
+    wait_idle,
+    wait_painted,
+)
+from paged.viz.live import lab as S
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"

@@ -1,7 +1,7 @@
 """Every page of the app, in English and Chinese, in a real browser: it draws its title and
 shows no exception, no error box and no traceback.
 
-Starts the app with ``viz.export.serve.running_app`` and drives Debian's Chromium with Playwright.
+Starts the app with ``paged.viz.export.serve.running_app`` and drives Debian's Chromium with Playwright.
 A failing page leaves a screenshot in ``test-artifacts/``.
 """
 
@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 
 from paged.engine.trace.io import read
-from viz import ui_text
-from viz.app import capacity as capacity_page
-from viz.app import paper as paper_page
-from viz.app import stack as stack_page
-from viz.app import watch as watch_page
-from viz.export import standalone
-from viz.export.serve import wait_idle, wait_ready
-from viz.fold import sweep
-from viz.fold.kernel.frames import fold_kernel, load_kernel_spec
-from viz.fold.lesson_folder import load_spec
+from paged.viz import ui_text
+from paged.viz.app import capacity as capacity_page
+from paged.viz.app import paper as paper_page
+from paged.viz.app import stack as stack_page
+from paged.viz.app import watch as watch_page
+from paged.viz.export import standalone
+from paged.viz.export.serve import wait_idle, wait_ready
+from paged.viz.fold import sweep
+from paged.viz.fold.kernel.frames import fold_kernel, load_kernel_spec
+from paged.viz.fold.lesson_folder import load_spec
 
 pytestmark = [
     pytest.mark.browser,

@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from viz.export.serve import (
+from paged.viz.export.serve import (
     hold_key,
     hold_unpacking,
     release_unpacking,
@@ -360,10 +360,10 @@ def test_every_frame_shows_its_own_caption_and_chapter(player):
     """Walk every frame in the browser: the caption and chapter title on screen are the ones
     folded from that frame (tests/viz/test_captions.py checks those against the frame's numbers)."""
     from paged.engine.trace.io import read
-    from viz.fold import captions
-    from viz.fold import chapters as C
-    from viz.fold.lesson import build
-    from viz.fold.lesson_folder import load_spec
+    from paged.viz.fold import captions
+    from paged.viz.fold import chapters as C
+    from paged.viz.fold.lesson import build
+    from paged.viz.fold.lesson_folder import load_spec
 
     lesson = build(load_spec("six-steps"), read(TRACE))
     chs = C.chapters(lesson)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from viz.export import lecture as export
-from viz.export.serve import wait_painted, wait_ready
+from paged.viz.export import lecture as export
+from paged.viz.export.serve import wait_painted, wait_ready
 
 pytestmark = [
     pytest.mark.browser,

@@ -1,4 +1,4 @@
-"""Pointing at things in the player (viz/player/point.js), from the offline file at a 1280x720
+"""Pointing at things in the player (paged/viz/player/point.js), from the offline file at a 1280x720
 projector: a request lit up on both sides, an arrow per block-table entry, the frame's key fact
 called out on the grid, a clicker that stops at the lesson's steps only, a presenter console
 that follows the lesson window, and the first-visit page on how to read the screen. What
@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from paged.engine.trace import io as T
-from viz.export import lecture as export
-from viz.export.serve import READY_JS, shown_frame, wait_painted, wait_ready
-from viz.fold.lesson import build
-from viz.fold.lesson_folder import load_spec, trace_path
-from viz.player.point import PANELS
-from viz.render import point
-from viz.render.svg import CELL, GAP, ref_counts
+from paged.viz.export import lecture as export
+from paged.viz.export.serve import READY_JS, shown_frame, wait_painted, wait_ready
+from paged.viz.fold.lesson import build
+from paged.viz.fold.lesson_folder import load_spec, trace_path
+from paged.viz.player.point import PANELS
+from paged.viz.render import point
+from paged.viz.render.svg import CELL, GAP, ref_counts
 
 pytestmark = [pytest.mark.browser]
 
@@ -321,7 +321,7 @@ def test_a_first_visit_shows_how_to_read_the_screen_and_an_export_nothing_transi
         again.close()
     finally:
         c.close()
-    # a photographed page (viz/export/animate.py asks for still=1): nothing transient, even
+    # a photographed page (paged/viz/export/animate.py asks for still=1): nothing transient, even
     # on a first visit and with the pointer over a request
     c = browser.new_context(viewport=SIZE)
     c.add_init_script(PERSON)

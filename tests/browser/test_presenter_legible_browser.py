@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from paged.engine.trace import io as T
-from viz.export import lecture as export
-from viz.export.serve import wait_idle, wait_ready
-from viz.fold import chapters
-from viz.fold.kernel.frames import fold_kernel, load_kernel_spec
-from viz.fold.lesson import build
-from viz.fold.lesson_folder import LESSONS_DIR, load_spec, trace_path
+from paged.viz.export import lecture as export
+from paged.viz.export.serve import wait_idle, wait_ready
+from paged.viz.fold import chapters
+from paged.viz.fold.kernel.frames import fold_kernel, load_kernel_spec
+from paged.viz.fold.lesson import build
+from paged.viz.fold.lesson_folder import LESSONS_DIR, load_spec, trace_path
 
 pytestmark = [pytest.mark.browser]
 

@@ -12,8 +12,8 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
+from paged.viz.export.serve import settle_after_load, wait_idle
 from tests.hostile_traces import HEADER, REMOTE, SIX_TRACE, hostile_trace_text
-from viz.export.serve import settle_after_load, wait_idle
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -145,8 +145,8 @@ def _streamlit_pid(port: int) -> int:
 def slow_live_app(tmp_path):
     """The app over a copy of the six-step lesson whose scenario runs long even as a dry run,
     so a live run is still going when a second session asks and when its tab closes."""
+    from paged.viz.export.serve import running_app
     from tests.browser.test_load import load_scenario
-    from viz.export.serve import running_app
 
     lesson = tmp_path / "six-steps"
     lesson.mkdir()

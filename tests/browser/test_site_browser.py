@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from viz.export import site
-from viz.export.serve import current_frame, wait_painted, wait_ready
-from viz.fold.lesson_folder import LESSONS_DIR
+from paged.viz.export import site
+from paged.viz.export.serve import current_frame, wait_painted, wait_ready
+from paged.viz.fold.lesson_folder import LESSONS_DIR
 
 #: every lesson the course pack holds, the kernel lesson too
 COURSE = site.course_lessons(LESSONS_DIR)

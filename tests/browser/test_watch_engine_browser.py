@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from paged.engine.interop import kv_events as K
+from paged.viz.watch.state import fold, read_recording
 from tests.browser.watch_browser import (
     ARTIFACTS,
     T,
@@ -38,7 +39,6 @@ from tests.browser.watch_browser import (
     until,
 )
 from tests.engine.test_kv_events import free_ports
-from viz.watch.state import fold, read_recording
 
 pytestmark = [
     pytest.mark.browser,

@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from paged.viz import ui_text
 from tests.engine.test_kv_events import hostile_publisher, send_malformed, send_probe
-from viz import ui_text
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"

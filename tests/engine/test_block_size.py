@@ -12,8 +12,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from paged.engine.trace import io as T
-from viz import ui_text
-from viz.fold import sweep
+from paged.viz import ui_text
+from paged.viz.fold import sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSON = ROOT / "lessons" / "block-size"
@@ -125,7 +125,7 @@ def test_chinese_lines_join_without_gaps_but_keep_latin_words_apart():
 
 def _page(lang: str) -> AppTest:
     return AppTest.from_string(
-        f"from viz.app.block_size import render\nrender({lang!r})", default_timeout=60
+        f"from paged.viz.app.block_size import render\nrender({lang!r})", default_timeout=60
     ).run()
 
 

@@ -34,7 +34,7 @@ from paged.engine.sim.capacity import (
     load_shape,
     preset,
 )
-from viz.app import model_files
+from paged.viz.app import model_files
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA_70B = preset("llama-2-70b")
@@ -414,13 +414,13 @@ def test_cli_bad_input_exits_2_with_one_line(args):
 
 
 def _page_en():
-    from viz.app.capacity import render
+    from paged.viz.app.capacity import render
 
     render()
 
 
 def _page_zh():
-    from viz.app.capacity import render
+    from paged.viz.app.capacity import render
 
     render(lang="zh")
 
@@ -489,7 +489,7 @@ def _plain(md: str) -> str:
 def _page_on(address: str | None, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from viz.app import capacity as capacity_page
+    from paged.viz.app import capacity as capacity_page
 
     monkeypatch.setattr(capacity_page, "_server_address", lambda: address)
     at = AppTest.from_function(_page_en, default_timeout=60).run()
@@ -566,7 +566,7 @@ def test_page_reads_an_uploaded_gguf_prefix_and_config(monkeypatch):
     ],
 )
 def test_page_hostile_gguf_upload_is_one_error_line(data, words, monkeypatch):
-    from viz.app import capacity as capacity_page
+    from paged.viz.app import capacity as capacity_page
 
     parsed = []
     real = model_files.gguf_shape
@@ -588,7 +588,7 @@ def test_a_twenty_digit_length_is_a_field_error_not_a_traceback():
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_string(
-        "from viz.app.capacity import render\nrender('en')\n", default_timeout=120
+        "from paged.viz.app.capacity import render\nrender('en')\n", default_timeout=120
     )
     at.run()
     at.text_input(key="capacity_lengths").set_value("12345678901234567890").run()
@@ -608,7 +608,7 @@ def _capacity_app(lang: str):
     from streamlit.testing.v1 import AppTest
 
     return AppTest.from_string(
-        f"from viz.app.capacity import render\nrender({lang!r})\n", default_timeout=120
+        f"from paged.viz.app.capacity import render\nrender({lang!r})\n", default_timeout=120
     ).run()
 
 
@@ -622,7 +622,7 @@ def test_a_max_len_past_the_bound_is_one_line_naming_it_not_a_silent_no_op(lang)
     """max_len = 10**16 must not leave every result as it was and say nothing (a number_input,
     with no bound of its own but the browser's 2**53, puts back its old value): the page
     states the bound beside the field and refuses a value past it in one line."""
-    from viz.app.capacity import MAX_INPUT, TEXT
+    from paged.viz.app.capacity import MAX_INPUT, TEXT
 
     at = _capacity_app(lang)
     assert str(f"{MAX_INPUT:,}") in at.text_input(key="capacity_max_len").help
@@ -801,7 +801,7 @@ def test_every_model_file_error_is_worded_in_the_pages_language(code, kind, data
     """On the 中文 page an unreadable config.json or GGUF must not say the engine's English
     ("cannot read bad.json as JSON: Expecting property name ..."). Each error carries a code and
     its values, and the page words it from its own text in each language."""
-    from viz.app.capacity import TEXT, error_line
+    from paged.viz.app.capacity import TEXT, error_line
 
     e = _file_error(kind, data)
     assert e.code == code, str(e)
@@ -814,13 +814,13 @@ def test_every_model_file_error_is_worded_in_the_pages_language(code, kind, data
 
 
 def test_each_model_file_error_text_is_reached_by_a_file():
-    from viz.app.capacity import TEXT
+    from paged.viz.app.capacity import TEXT
 
     assert {code for code, _, _ in FILE_ERRORS} == set(TEXT["en"]["file_errors"])
 
 
 def test_an_os_error_without_its_own_words_still_reads_in_the_pages_language():
-    from viz.app.capacity import TEXT, error_line
+    from paged.viz.app.capacity import TEXT, error_line
 
     e = InvalidConfigError("cannot open /x: I/O error", "cannot_open", path="/x", errno="EIO")
     zh = error_line(e, TEXT["zh"])
@@ -833,7 +833,7 @@ def test_an_os_error_without_its_own_words_still_reads_in_the_pages_language():
 def _page_zh_on(address: str | None, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from viz.app import capacity as capacity_page
+    from paged.viz.app import capacity as capacity_page
 
     monkeypatch.setattr(capacity_page, "_server_address", lambda: address)
     monkeypatch.setattr(capacity_page, "_READ", type(capacity_page._READ)())
@@ -869,7 +869,7 @@ def test_block_size_and_budget_out_of_range_are_our_own_line_not_streamlits(lang
     as max_len and mean length are: one line in the page's language naming field and bound."""
     from paged.engine.core.allocators import MAX_BLOCK_SIZE
     from paged.engine.sim.capacity import MAX_BUDGET_GIB
-    from viz.app.capacity import TEXT
+    from paged.viz.app.capacity import TEXT
 
     t = TEXT[lang]
     at = _capacity_app(lang)
@@ -898,8 +898,8 @@ def test_the_gguf_head_command_makes_a_file_the_uploader_takes():
     must cut the file at or under that many bytes (``head -c 8M`` makes 8 MiB: refused)."""
     import re
 
-    from viz import ui_text
-    from viz.app import model_files
+    from paged.viz import ui_text
+    from paged.viz.app import model_files
 
     mb = max(1, model_files.GGUF_MAX_BYTES >> 20)
     texts = [

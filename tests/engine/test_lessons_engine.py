@@ -132,8 +132,8 @@ def test_a_live_view_shows_the_finished_traces_frame_at_every_line_it_may_stop_a
     request has finished ... in 32 steps") while it runs. Cut after every line of the opening
     and closing steps (all of them take seconds), the newest frame must be the finished trace's,
     side by side, and no step keyed to the last frame may show before the end."""
-    from viz.fold.lesson import build, live_edge
-    from viz.fold.lesson_folder import load_spec
+    from paged.viz.fold.lesson import build, live_edge
+    from paged.viz.fold.lesson_folder import load_spec
 
     buf = io.StringIO()
     record(load(SIX_STEPS), ["max", "paged"], buf, forward="skip")

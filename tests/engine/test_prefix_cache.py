@@ -333,9 +333,9 @@ def test_parallel_samples_under_memory_pressure():
 
 @pytest.mark.parametrize("case", ["chat", "samples", "pressure"])
 def test_the_viewer_draws_each_shared_slot_once(case):
-    from viz.fold.reducer import HOLE, INTERNAL, PAGED, RESERVED, TOKEN, replay
-    from viz.render.layout import grid_layout
-    from viz.render.svg import arena_svg, ref_counts
+    from paged.viz.fold.reducer import HOLE, INTERNAL, PAGED, RESERVED, TOKEN, replay
+    from paged.viz.render.layout import grid_layout
+    from paged.viz.render.svg import arena_svg, ref_counts
 
     reqs, blocks = {
         "chat": (_chat(6), 64),

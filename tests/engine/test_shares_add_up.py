@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from paged.engine.trace.io import read
-from viz.fold.lesson import Lesson, build
-from viz.fold.lesson_folder import load_spec
-from viz.fold.narration import render_step
-from viz.fold.percent import percents
-from viz.render import figures, html
+from paged.viz.fold.lesson import Lesson, build
+from paged.viz.fold.lesson_folder import load_spec
+from paged.viz.fold.narration import render_step
+from paged.viz.fold.percent import percents
+from paged.viz.render import figures, html
 
 SIX = Path(__file__).resolve().parents[2] / "lessons" / "six-steps"
 NUMBER = re.compile(r"(\d+(?:\.\d+)?)%")
@@ -81,7 +81,7 @@ RECORDED = sorted(
 def test_paging_never_draws_an_unusable_hole(name):
     """Any free block serves any request, so a paged side has no external fragmentation, even
     while a request waits for more blocks than are free; the contiguous side keeps its holes."""
-    from viz.fold.reducer import HOLE
+    from paged.viz.fold.reducer import HOLE
 
     lesson = build(load_spec(name), read(LESSONS / name / "trace.jsonl"))
     for side in (lesson.left, lesson.right):

@@ -27,8 +27,8 @@ from paged.engine.trace import io as T
 from paged.engine.trace.header import RunHeader
 from paged.engine.trace.schema import TraceError
 from paged.kernels.fp8 import quantize
+from paged.viz.fold.reducer import replay
 from tests.kernels.test_fp8 import SMOL
-from viz.fold.reducer import replay
 
 NUM_BLOCKS, NUM_CPU, BLOCK = 10, 8, 4
 ROOT = Path(__file__).resolve().parents[2]

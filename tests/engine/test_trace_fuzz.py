@@ -35,12 +35,11 @@ from paged.engine.trace.header import RunHeader
 from paged.engine.trace.io import Trace, TraceError, loads
 from paged.engine.trace.recorder import record
 from paged.engine.trace.scenario import Scenario, ScenarioRequest
-from tests.engine.test_shared_block_refusals import emit_a_block_shared_in_part
-from viz.fold import sweep
-from viz.fold.lesson import build
-from viz.fold.lesson_folder import LANGS, LessonSpec, load_spec
-from viz.fold.narration import render_step
-from viz.fold.reducer import (
+from paged.viz.fold import sweep
+from paged.viz.fold.lesson import build
+from paged.viz.fold.lesson_folder import LANGS, LessonSpec, load_spec
+from paged.viz.fold.narration import render_step
+from paged.viz.fold.reducer import (
     FREE,
     HOLE,
     INTERNAL,
@@ -49,9 +48,10 @@ from viz.fold.reducer import (
     Frame,
     replay,
 )
-from viz.render import html, svg
-from viz.render.layout import GridLayout, grid_layout
-from viz.render.style import CATEGORY_COLOURS, cell_category
+from paged.viz.render import html, svg
+from paged.viz.render.layout import GridLayout, grid_layout
+from paged.viz.render.style import CATEGORY_COLOURS, cell_category
+from tests.engine.test_shared_block_refusals import emit_a_block_shared_in_part
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [

@@ -1,7 +1,7 @@
 """Our engine beside the real vLLM 0.32 engine (``make peer``; skipped where vllm is not
 installed). One vLLM start (1-4 min on 2 cores) serves both checks: greedy tokens, token for
 token, against ours on the same weights; and the KV events of a real vLLM run, folded by
-``python -m viz.watch --listen`` (vLLM connects to a ``tcp://127.0.0.1:P`` endpoint) and
+``python -m paged watch --listen`` (vLLM connects to a ``tcp://127.0.0.1:P`` endpoint) and
 compared with vLLM's own decoder reading its replay socket, duplicated blocks included.
 
 vLLM loads an HF folder; transformers refuses ``save_pretrained`` on a GGUF-loaded model, so the
@@ -91,7 +91,7 @@ def run(tmp_path_factory):
     )
     port, replay = free_ports()
     watcher = subprocess.Popen(
-        [sys.executable, "-m", "viz.watch", f"tcp://127.0.0.1:{port}", "--listen", "--json"],
+        [sys.executable, "-m", "paged", "watch", f"tcp://127.0.0.1:{port}", "--listen", "--json"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -1,6 +1,6 @@
 """The KV-event wire against the real vLLM 0.32 (``make peer``; skipped where vllm is not
 installed): our publisher's stream decoded by vLLM's own ``KVEventBatch`` decoder, live and
-through the replay socket; vLLM's own ``ZmqEventPublisher`` folded by ``python -m viz.watch``
+through the replay socket; vLLM's own ``ZmqEventPublisher`` folded by ``python -m paged watch``
 in both socket modes, duplicated hashes included, and compared with vLLM's decoder. No model is
 loaded here: these take seconds."""
 
@@ -168,7 +168,14 @@ def test_viz_watch_folds_vllms_own_publisher_duplicates_included(mode):
     )
     args = [f"tcp://127.0.0.1:{port}", "--seconds", "8", "--json"]
     watcher = subprocess.Popen(
-        [sys.executable, "-m", "viz.watch", *args, *(["--listen"] if mode == "listen" else [])],
+        [
+            sys.executable,
+            "-m",
+            "paged",
+            "watch",
+            *args,
+            *(["--listen"] if mode == "listen" else []),
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -1,4 +1,4 @@
-"""Lesson animations for slides (viz/export/animate.py via ``python -m viz.export --format gif,mp4``):
+"""Lesson animations for slides (paged/viz/export/animate.py via ``python -m paged export --format gif,mp4``):
 the GIF and the MP4 hold exactly the frames asked for, at the asked rate, 16:9, read back with
 the libraries that wrote them."""
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from viz.export import animate
-from viz.export import lecture as export
-from viz.export.serve import CHROMIUM
+from paged.viz.export import animate
+from paged.viz.export import lecture as export
+from paged.viz.export.serve import CHROMIUM
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
@@ -88,9 +88,9 @@ def test_gif_and_mp4_hold_the_frames_asked_for_with_each_frames_own_caption(
     from PIL import Image
 
     from paged.engine.trace import io as T
-    from viz.fold import captions
-    from viz.fold.lesson import build
-    from viz.fold.lesson_folder import load_spec
+    from paged.viz.fold import captions
+    from paged.viz.fold.lesson import build
+    from paged.viz.fold.lesson_folder import load_spec
 
     taken: list[animate.Shot] = []
     photograph = animate.screenshots

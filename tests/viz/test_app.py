@@ -15,9 +15,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from paged.engine.trace.io import loads, read
-from viz.fold.lesson import Lesson, build
-from viz.fold.lesson_folder import available, load_spec
-from viz.fold.narration import render_step
+from paged.viz.fold.lesson import Lesson, build
+from paged.viz.fold.lesson_folder import available, load_spec
+from paged.viz.fold.narration import render_step
 
 ROOT = Path(__file__).resolve().parents[2]
 SIX = ROOT / "lessons" / "six-steps"
@@ -266,7 +266,7 @@ def test_a_stopped_live_run_keeps_the_frames_that_arrived(tmp_path):
     what arrived folds into frames."""
     import sys
 
-    from viz.live.run import LiveRun
+    from paged.viz.live.run import LiveRun
 
     lines = (SIX / "trace.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
     part = tmp_path / "part.jsonl"
@@ -292,8 +292,8 @@ def test_a_stopped_live_run_keeps_the_frames_that_arrived(tmp_path):
 def test_figures_are_valid_plotly_at_every_keyframe(lesson, lang):
     """The lecture figure (what the exporter writes) builds through plotly's own validation at
     every keyframe, and the SVG grid the app draws says which frame it shows."""
-    from viz.render import figures, svg
-    from viz.render.layout import grid_layout
+    from paged.viz.render import figures, svg
+    from paged.viz.render.layout import grid_layout
 
     titles = (lesson.left.title[lang], lesson.right.title[lang])
     layout = grid_layout(lesson.right.run.num_slots, lesson.right.run.block_size)
@@ -307,7 +307,7 @@ def test_figures_are_valid_plotly_at_every_keyframe(lesson, lang):
 
 
 def test_every_step_offers_its_lecture_figure_for_download(lesson, monkeypatch):
-    from viz.export import lecture as export
+    from paged.viz.export import lecture as export
 
     monkeypatch.setattr(export, "browser_available", lambda: True)
     at = open_app()
@@ -317,7 +317,7 @@ def test_every_step_offers_its_lecture_figure_for_download(lesson, monkeypatch):
 
 
 def test_without_chromium_the_page_says_how_to_get_figures(monkeypatch):
-    from viz.export import lecture as export
+    from paged.viz.export import lecture as export
 
     monkeypatch.setattr(export, "browser_available", lambda: False)
     at = open_app({"frame": "3"})
@@ -335,7 +335,7 @@ def test_a_live_run_killed_from_outside_says_so_not_its_last_progress_line():
     import signal
     import sys
 
-    from viz.live.run import LiveRun
+    from paged.viz.live.run import LiveRun
 
     code = (
         "import sys, time\nprint('step 19: 3/10 requests finished', file=sys.stderr, flush=True)\n"
@@ -385,7 +385,7 @@ def test_a_dry_runs_source_line_says_what_ran(lesson, lang, source):
     It now says the engine's own scheduler and allocators ran with the forward pass skipped."""
     from dataclasses import replace
 
-    from viz.app import lesson as page
+    from paged.viz.app import lesson as page
 
     t = page.UI[lang]
     dry = replace(

@@ -12,12 +12,12 @@ import pytest
 from paged.engine.core import events as E
 from paged.engine.trace import io as T
 from paged.engine.trace.io import read
-from viz.fold import captions, chapters
-from viz.fold.facts import EventFacts
-from viz.fold.lesson import Lesson, build
-from viz.fold.lesson_folder import available, load_spec, trace_path
-from viz.fold.narration import narration_context
-from viz.fold.percent import percents
+from paged.viz.fold import captions, chapters
+from paged.viz.fold.facts import EventFacts
+from paged.viz.fold.lesson import Lesson, build
+from paged.viz.fold.lesson_folder import available, load_spec, trace_path
+from paged.viz.fold.narration import narration_context
+from paged.viz.fold.percent import percents
 
 ROOT = Path(__file__).resolve().parents[2]
 NUM = re.compile(r"\d+(?:\.\d+)?")
@@ -262,7 +262,7 @@ def test_every_step_speaks_on_a_frame_of_its_own(lesson):
 def test_the_grid_names_each_cell_once(lesson):
     # shared blocks got every holder's name in one cell, printed over each other ("S.00",
     # "S.10" and "S.20" as one smudge on parallel sampling's right)
-    from viz.fold.panels import label_starts
+    from paged.viz.fold.panels import label_starts
 
     shared = 0
     for side in (lesson.left, lesson.right):
@@ -358,8 +358,8 @@ def test_a_panels_rows_say_which_the_frame_changed_so_presenter_mode_keeps_them(
     """Presenter mode condenses a panel too long for the screen to the rows the frame changed
     (player.js): a row is marked changed exactly when it gained a block, a reservation or
     moved tiers in this frame, and every panel carries the line that counts the rest."""
-    from viz.fold.panels import table_rows
-    from viz.render import html
+    from paged.viz.fold.panels import table_rows
+    from paged.viz.render import html
 
     hot_rows = 0
     for side in (lesson.left, lesson.right):

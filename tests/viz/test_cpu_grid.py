@@ -8,11 +8,11 @@ import re
 from paged.engine.core.accounting import account
 from paged.engine.trace import io as T
 from paged.engine.trace.header import RunHeader
+from paged.viz.fold.reducer import replay
+from paged.viz.render import svg
+from paged.viz.render.cpu_grid import cpu_owners, moved_cpu_blocks
+from paged.viz.render.layout import grid_layout
 from tests.engine.test_swap import BLOCK, NUM_CPU, _dry_run
-from viz.fold.reducer import replay
-from viz.render import svg
-from viz.render.cpu_grid import cpu_owners, moved_cpu_blocks
-from viz.render.layout import grid_layout
 
 NUM_BLOCKS = 12
 
@@ -88,7 +88,7 @@ def test_the_chinese_grid_names_the_tier_in_chinese():
 
 
 def test_the_tables_panel_lists_each_swapped_requests_cpu_blocks():
-    from viz.render import html
+    from paged.viz.render import html
 
     _, frames = _frames("swap", NUM_CPU)
     f = next(f for f in frames if f.cpu_tables)

@@ -1,6 +1,6 @@
 """The README and docs/ stay true to the tree and to the command lines they document: every link
 and image resolves, the README stays short and shows the product, and every flag the docs give
-``python -m paged <command>`` or ``python -m viz.export`` is one that command's parser accepts.
+``python -m paged <command>`` or ``python -m paged export`` is one that command's parser accepts.
 
 No model, no browser: the parsers are built in-process, as ``python -m ...`` builds them."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from paged.engine.cli.main import COMMANDS, build_parser
-from viz.export import lecture
+from paged.viz.export import lecture
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -25,7 +25,7 @@ MAX_README_LINES = 150
 #: A picture that makes a README slow to open on a phone is worse than none.
 MAX_IMAGE_BYTES = 1_500_000
 IMAGE_SUFFIXES = {".gif", ".png", ".jpg", ".jpeg", ".svg", ".webp"}
-EXPORT = "python -m viz.export"
+EXPORT = "python -m paged export"
 #: Flags of other programs that the docs name on purpose (vLLM's server option that points it at
 #: the watch page); never to be read as ours.
 FOREIGN_FLAGS = {"--kv-events-config"}
@@ -39,7 +39,7 @@ LINK = re.compile(r"(!?)\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HTML_IMG = re.compile(r"<img\b[^>]*\bsrc=[\"']([^\"']+)[\"']", re.IGNORECASE)
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 COMMAND_LINE = re.compile(
-    r"(?:^|[\s/])python -m (?:engine (?P<cmd>[a-z]+)|(?P<export>viz\.export))\b(?P<rest>.*)"
+    rf"(?:^|[\s/])python -m paged (?:(?P<export>export)|(?P<cmd>{'|'.join(COMMANDS)}))\b(?P<rest>.*)"
 )
 BARE_COMMAND = re.compile(r"^(?P<cmd>[a-z]+) (?P<rest>--.*)")
 
@@ -70,7 +70,7 @@ def _export_parser(monkeypatch: pytest.MonkeyPatch) -> argparse.ArgumentParser:
 
 @pytest.fixture(scope="module")
 def accepted() -> dict[str, set[str]]:
-    """Each documented command's option strings: ``generate`` ... and ``python -m viz.export``."""
+    """Each documented command's option strings: ``generate`` ... and ``python -m paged export``."""
     top = build_parser()
     (sub,) = (a for a in top._actions if isinstance(a, argparse._SubParsersAction))
     flags = {name: _options(sub.choices[name]) for name in COMMANDS}
@@ -92,7 +92,7 @@ class Line:
 
 
 def _owner_of(heading: str) -> str | None:
-    """The command a heading names in a code span (`generate`, `python -m viz.export`)."""
+    """The command a heading names in a code span (`generate`, `python -m paged export`)."""
     for span in (m.group(2).strip() for m in CODE_SPAN.finditer(heading)):
         if span in COMMANDS:
             return span
@@ -290,7 +290,7 @@ def test_a_flag_no_parser_has_is_caught(accepted, tmp_path):
     page = tmp_path / "engine.md"
     page.write_text(
         "### `simulate`: a section\n\n| `--no-such-flag` | x |\n\n"
-        "```bash\npython -m viz.export --out x \\\n    --frame 0:2\n```\n",
+        "```bash\npython -m paged export --out x \\\n    --frame 0:2\n```\n",
         encoding="utf-8",
     )
     found = {(flag, frozenset(cmds)) for flag, cmds, _ in documented_flags(page)}

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageStat
 
-from viz.export import lecture as export
-from viz.fold.lesson_folder import load_spec
+from paged.viz.export import lecture as export
+from paged.viz.fold.lesson_folder import load_spec
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -102,7 +102,7 @@ def test_a_page_in_another_language_opens_in_it_and_carries_both(tmp_path, capsy
 
 def test_module_runs_as_a_script(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "viz.export", "--out", str(tmp_path), "--lang", "fr"],
+        [sys.executable, "-m", "paged", "export", "--out", str(tmp_path), "--lang", "fr"],
         capture_output=True,
         text=True,
         timeout=60,

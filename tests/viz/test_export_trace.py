@@ -1,4 +1,4 @@
-"""``python -m viz.export --trace FILE``: a recorded or received trace becomes a page (or figures)
+"""``python -m paged export --trace FILE``: a recorded or received trace becomes a page (or figures)
 from the command line, folded as the app folds an upload; a refused one is one line, exit 2."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import shutil
 from pathlib import Path
 
 from paged.engine.trace import io as T
-from viz import safe
-from viz.export import lecture as export
-from viz.export import standalone
-from viz.fold.lesson import build
-from viz.fold.lesson_folder import load_spec
+from paged.viz import safe
+from paged.viz.export import lecture as export
+from paged.viz.export import standalone
+from paged.viz.fold.lesson import build
+from paged.viz.fold.lesson_folder import load_spec
 
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"
 

@@ -7,9 +7,9 @@ import pytest
 
 from paged.engine.core import events as E
 from paged.engine.trace.io import read
-from viz.fold.lesson import Lesson, build
-from viz.fold.lesson_folder import available, load_spec, trace_path
-from viz.fold.reducer import HOLE, INTERNAL
+from paged.viz.fold.lesson import Lesson, build
+from paged.viz.fold.lesson_folder import available, load_spec, trace_path
+from paged.viz.fold.reducer import HOLE, INTERNAL
 
 
 def _lesson(name: str) -> Lesson:
@@ -56,7 +56,7 @@ def test_sliding_window_preallocation_says_its_bytes_are_the_windows(lang):
     """Mistral-7B at max_len 8,192: the 512 MiB a request costs is its 4,096-token window in every
     layer; the caption once said "reserves 8,192 tokens (512 MiB)"."""
     from paged.engine.sim.capacity import build_report, format_bytes, preset
-    from viz.app.capacity import TEXT, prealloc_caption
+    from paged.viz.app.capacity import TEXT, prealloc_caption
 
     shape = preset("mistral-7b")
     r = build_report(shape, max_len=8192)
@@ -74,7 +74,7 @@ def test_sliding_window_preallocation_says_its_bytes_are_the_windows(lang):
 
 def test_finish_captions_count_tokens_not_kv_slots(six):
     """B has 48 tokens (prompt + output); 47 of them have K/V. The caption says both."""
-    from viz.fold.captions import side_caption
+    from paged.viz.fold.captions import side_caption
 
     seen = 0
     for side in (six.left, six.right):
@@ -95,7 +95,7 @@ def test_finish_captions_count_tokens_not_kv_slots(six):
 def test_two_paged_sides_never_read_paging_keeps_going():
     """FP8 lesson: bf16 against fp8, both paged. A chapter where only the left waits must not
     say the left is the one that makes requests wait while "paging" keeps going."""
-    from viz.fold.chapters import chapters, title
+    from paged.viz.fold.chapters import chapters, title
 
     lesson = _lesson("fp8-twice")
     assert lesson.left.run.allocator == lesson.right.run.allocator == "paged"
@@ -111,7 +111,7 @@ def test_two_paged_sides_never_read_paging_keeps_going():
 
 
 def test_parallel_sampling_says_each_sample_recomputes_the_prompts_last_token():
-    from viz.fold.narration import render_step
+    from paged.viz.fold.narration import render_step
 
     lesson = _lesson("parallel-sampling")
     k = next(i for i, s in enumerate(lesson.spec.steps) if s.rule.get("event") == "block_copied")
@@ -134,7 +134,7 @@ def test_a_recompute_preemption_says_the_prompt_is_computed_again_too():
     """The caption once said "its 30 generated tokens will be recomputed" while the frame drops
     48 K/V slots: the 19-token prompt's and 29 of the output's. The slots it names are the ones
     the request held the frame before."""
-    from viz.fold.captions import side_caption
+    from paged.viz.fold.captions import side_caption
 
     lesson = _lesson("recompute-or-swap")
     seen = 0
@@ -158,7 +158,7 @@ def test_a_recompute_preemption_says_the_prompt_is_computed_again_too():
 def test_block_sizes_in_bytes_are_explained_across_lessons():
     """The swap lesson's blocks are fp32 (recorded on a CPU), the FP8 lesson's bf16: each says
     what the other's block would be, and the numbers agree with the other trace's header."""
-    from viz.fold.narration import render_step
+    from paged.viz.fold.narration import render_step
 
     swap, fp8 = _lesson("recompute-or-swap"), _lesson("fp8-twice")
     swap_kib = f"{swap.right.run.block_bytes // 1024} KiB"
@@ -185,8 +185,8 @@ def test_six_steps_scoreboard_counts_external_only_where_a_hole_was_wanted(six):
 
 
 def test_fp8_accuracy_is_said_against_its_fp32_reference_with_its_spread():
-    from viz.fold import fp8_data
-    from viz.fold.narration import render_step
+    from paged.viz.fold import fp8_data
+    from paged.viz.fold.narration import render_step
 
     lesson = _lesson("fp8-twice")
     facts = fp8_data.narration_facts()
@@ -202,7 +202,7 @@ def test_fp8_accuracy_is_said_against_its_fp32_reference_with_its_spread():
 def test_block_size_page_counts_int32_entries_and_flags_the_essays_eight_bytes(lang):
     """The block-size page once taught 8 B an entry (an int64); vLLM keeps int32 entries."""
     from paged.engine.sim.capacity import DEFAULT_ENTRY_BYTES, ESSAY_ENTRY_BYTES, block_table_bytes
-    from viz.fold import sweep
+    from paged.viz.fold import sweep
 
     spec = sweep.load_spec("block-size")
     results = sweep.load_results(spec)
@@ -223,7 +223,7 @@ def test_block_size_page_counts_int32_entries_and_flags_the_essays_eight_bytes(l
 def test_a_lab_that_runs_out_of_memory_shows_its_free_slots_free():
     """Any lab scenario that runs out of memory: while the head of the queue needs more than is
     free in total (no_space), the left's free slots are drawn and counted free, not as a hole."""
-    from viz.live import lab as S
+    from paged.viz.live import lab as S
 
     lab = S.Lab(
         (

@@ -1,4 +1,4 @@
-"""``python -m viz.export --format csv``: every frame's numbers, one row per run per frame, as
+"""``python -m paged export --format csv``: every frame's numbers, one row per run per frame, as
 the player shows that frame. Each row is checked against the player's own frames and against
 the cells of the grid the player draws, counted here from the SVG."""
 
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from viz.export import frame_csv
-from viz.export import lecture as export
-from viz.fold.lesson_folder import available
-from viz.player import payload as player
-from viz.render import svg
-from viz.render.style import CATEGORY_COLOURS
+from paged.viz.export import frame_csv
+from paged.viz.export import lecture as export
+from paged.viz.fold.lesson_folder import available
+from paged.viz.player import payload as player
+from paged.viz.render import svg
+from paged.viz.render.style import CATEGORY_COLOURS
 
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"
 CONTRACT = ["run", "frame", "step", "tokens", "reserved", "internal", "external", "free"]
@@ -127,7 +127,7 @@ def test_every_shipped_lessons_csv_is_the_frames_the_player_shows(name, tmp_path
 def test_the_kernel_lessons_csv_is_its_one_run_frame_by_frame(tmp_path):
     """One row per frame of the kernel lesson's one run: the arena the frame draws, at the step
     of the attention read it shows, its counts adding up to the arena."""
-    from viz.fold.kernel.frames import KernelLesson
+    from paged.viz.fold.kernel.frames import KernelLesson
 
     lesson = export.load_lesson("inside-the-kernel")
     assert isinstance(lesson, KernelLesson)

@@ -1,4 +1,4 @@
-"""The server's folds and drawings (viz/live/held.py): one at a time over every cache, the
+"""The server's folds and drawings (paged/viz/live/held.py): one at a time over every cache, the
 waiting caller told, a value made once however many ask, bounded by bytes, and what an ended
 session held let go."""
 
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from viz.live import held as H
+from paged.viz.live import held as H
 
 
 def _held(max_bytes: int = 100, alive=None) -> H.Held:

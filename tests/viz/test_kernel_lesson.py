@@ -15,7 +15,7 @@ import pytest
 
 from paged.engine.core import events as E
 from paged.engine.trace.io import TraceError, read
-from viz.fold.kernel.frames import (
+from paged.viz.fold.kernel.frames import (
     CHAPTERS,
     caption,
     chapter_keyframe,
@@ -24,9 +24,9 @@ from viz.fold.kernel.frames import (
     load_kernel_spec,
     narration,
 )
-from viz.fold.lesson_folder import LESSONS_DIR
-from viz.player.kernel import kernel_payload
-from viz.render.kernel import figure_svg
+from paged.viz.fold.lesson_folder import LESSONS_DIR
+from paged.viz.player.kernel import kernel_payload
+from paged.viz.render.kernel import figure_svg
 
 NAME = "inside-the-kernel"
 
@@ -192,7 +192,7 @@ def test_a_trace_without_attention_reads_is_one_line():
 
 
 def test_the_kernel_lesson_is_not_taken_for_a_side_by_side_one():
-    from viz.fold.lesson_folder import available
+    from paged.viz.fold.lesson_folder import available
 
     assert NAME not in available()
     assert not (Path(LESSONS_DIR) / NAME / "lesson.toml").exists()

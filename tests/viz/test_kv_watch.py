@@ -17,10 +17,10 @@ import pytest
 import zmq
 
 from paged.engine.interop import kv_events as K
+from paged.viz.watch.relay import Relay, Sockets
+from paged.viz.watch.state import RecordingError, Replay, WatchState, fold, read_recording
+from paged.viz.watch.subscriber import Subscriber, SubscriberConfig
 from tests.engine.test_kv_events import free_ports
-from viz.watch.relay import Relay, Sockets
-from viz.watch.state import RecordingError, Replay, WatchState, fold, read_recording
-from viz.watch.subscriber import Subscriber, SubscriberConfig
 
 BS = 4
 SYSTEM = list(range(100, 108))  # a shared system prompt: two full blocks
@@ -107,7 +107,7 @@ def test_a_recording_fits_the_upload_limit_so_it_opens_again():
     upload limit then refused: the download keeps the newest batches that fit."""
     from pathlib import Path
 
-    from viz import safe
+    from paged.viz import safe
 
     config = (Path(__file__).resolve().parents[2] / ".streamlit" / "config.toml").read_text()
     assert f"maxUploadSize = {safe.MAX_UPLOAD_MB}\n" in config  # one limit, said twice
@@ -423,7 +423,7 @@ def send_one_message(pub: zmq.Socket, frames: int, size: int = 1 << 20) -> None:
 
 APP_UNDER_FLOOD = """
 import sys, time
-from viz.watch.subscriber import Subscriber, SubscriberConfig
+from paged.viz.watch.subscriber import Subscriber, SubscriberConfig
 sub = Subscriber(SubscriberConfig(sys.argv[1], replay_endpoint="")).start()
 end = time.monotonic() + 30
 while time.monotonic() < end and not (sub.state.counters["malformed"] or sub.disconnects):
@@ -674,7 +674,7 @@ def test_a_live_copy_of_a_replayed_batch_is_dropped_and_a_new_one_is_a_restart()
 def test_every_reader_shares_one_drawing_of_the_chains_until_the_state_changes(monkeypatch):
     """Drawing 200k blocks' chains takes most of a second and every watching session asks each
     second: a state draws once per change, and with ``max_age`` at most once in that long."""
-    import viz.watch.state as W
+    import paged.viz.watch.state as W
 
     drawn = []
     real = W._chains
@@ -700,7 +700,7 @@ def test_every_reader_shares_one_drawing_of_the_chains_until_the_state_changes(m
 def test_a_replay_steps_forward_by_folding_only_the_new_batches(monkeypatch):
     """The recording player's slider: any order of steps shows what a fresh fold to that step
     shows, and a step forward decodes only the batches it adds."""
-    import viz.watch.state as W
+    import paged.viz.watch.state as W
 
     decoded = []
     real = W.decode_batch
@@ -815,12 +815,12 @@ def test_a_reader_whose_app_went_away_ends_without_a_traceback():
     import sys
     from dataclasses import asdict
 
-    from viz.watch.relay import ROOT
+    from paged import IMPORT_ROOT as ROOT
 
     port, _ = free_ports()
     sub = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}", replay_endpoint=""))
     child = subprocess.Popen(
-        [sys.executable, "-m", "viz.watch.relay", json.dumps(asdict(sub.relay_config()))],
+        [sys.executable, "-m", "paged.viz.watch.relay", json.dumps(asdict(sub.relay_config()))],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -844,7 +844,7 @@ def test_a_reader_that_keeps_ending_is_started_ever_less_often(monkeypatch):
     page watched (14 in 30 s; heavier messages make each one cost more). The wait between
     starts doubles up to 30 s while readers keep ending, and is 1 s again after a reader that
     lived that long."""
-    import viz.watch.subscriber as KS
+    import paged.viz.watch.subscriber as KS
 
     clock = [0.0]
     lives = iter([0.5] * 7 + [31.0, 0.5, 0.5])  # seconds each reader lived
@@ -880,7 +880,7 @@ def test_one_poll_of_the_reader_answers_in_time_and_loses_nothing(monkeypatch):
     counts a few bytes whatever its frames): the answer missed the app's deadline, the app
     thread waited 10 s, killed the reader and dropped what it had read. A poll now answers
     after POLL_SECONDS of reading, and the next one reads on from there."""
-    import viz.watch.relay as KR
+    import paged.viz.watch.relay as KR
 
     monkeypatch.setattr(KR, "POLL_SECONDS", 0.05)
     port, _ = free_ports()
@@ -969,7 +969,7 @@ def test_a_publisher_lying_about_its_seq_cannot_make_missed_meaningless(monkeypa
     """A publisher sending seqs near 2**64, and jumping between them, made "missed" read about
     1.7e22 batches. A jump beyond what a server could have sent since the last batch (1,000 a
     second, plus 1,000) is a restart, never that many missed; a plausible gap is still one."""
-    import viz.watch.subscriber as KS
+    import paged.viz.watch.subscriber as KS
 
     clock = [100.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])

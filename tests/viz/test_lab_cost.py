@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from viz.live import lab as S
+from paged.viz.live import lab as S
 
 #: The most a link may ask: 8 requests of 512 tokens, 1-slot blocks, the largest arena, the
 #: policy that runs one request at a time.
@@ -85,9 +85,9 @@ def test_a_recording_is_stopped_at_the_step_that_passes_the_budget(monkeypatch):
 
 
 def _lab_page():
-    from viz import ui_text
-    from viz.app.boundary import boundary
-    from viz.app.lab import render
+    from paged.viz import ui_text
+    from paged.viz.app.boundary import boundary
+    from paged.viz.app.lab import render
 
     boundary(ui_text.load("safe")["en"]["page_failed"])(render)("en")
 
@@ -110,8 +110,8 @@ def test_a_link_at_the_limits_is_one_line_on_the_page():
 
 
 def test_a_second_session_opening_the_same_link_records_and_draws_nothing(monkeypatch):
-    from viz.app import lab as page
-    from viz.player import payload as player
+    from paged.viz.app import lab as page
+    from paged.viz.player import payload as player
 
     page.LAB_HELD.clear()
     calls = {"record": 0, "draw": 0}

@@ -11,12 +11,12 @@ import re
 import pytest
 
 from paged.engine.core import events as E
-from viz.fold import chapters
-from viz.fold.keyframes import matches, rule_event
-from viz.fold.lesson import Lesson
-from viz.fold.narration import render_step
-from viz.live import lab as S
-from viz.player import payload as player
+from paged.viz.fold import chapters
+from paged.viz.fold.keyframes import matches, rule_event
+from paged.viz.fold.lesson import Lesson
+from paged.viz.fold.narration import render_step
+from paged.viz.live import lab as S
+from paged.viz.player import payload as player
 
 N_SCENARIOS = 200
 WORDS = (

@@ -18,14 +18,14 @@ from paged.engine.trace import check
 from paged.engine.trace.io import TraceError, loads, parse_lines
 from paged.engine.trace.recorder import record
 from paged.engine.trace.scenario import load
-from viz.fold import lesson as L
-from viz.fold.lesson_folder import LessonSpec, load_spec
-from viz.fold.reducer import replay_settled
-from viz.live import follow
-from viz.live.follow import LiveLesson, _SideFold
-from viz.player import live as live_player
-from viz.player import payload as player
-from viz.player.live import LivePayload
+from paged.viz.fold import lesson as L
+from paged.viz.fold.lesson_folder import LessonSpec, load_spec
+from paged.viz.fold.reducer import replay_settled
+from paged.viz.live import follow
+from paged.viz.live.follow import LiveLesson, _SideFold
+from paged.viz.player import live as live_player
+from paged.viz.player import payload as player
+from paged.viz.player.live import LivePayload
 
 ROOT = Path(__file__).resolve().parents[2]
 SIX = ROOT / "lessons" / "six-steps"

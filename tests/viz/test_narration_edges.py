@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from paged.engine.core import events as E
 from paged.engine.trace.io import read
-from viz.fold import captions
-from viz.fold.lesson import Lesson, build
-from viz.fold.lesson_folder import load_spec, trace_path
-from viz.fold.narration import render_step
-from viz.live import lab as S
+from paged.viz.fold import captions
+from paged.viz.fold.lesson import Lesson, build
+from paged.viz.fold.lesson_folder import load_spec, trace_path
+from paged.viz.fold.narration import render_step
+from paged.viz.live import lab as S
 
 TITLES = {"en": "lab", "zh": "lab"}
 SIDES = {"left": {"en": "left", "zh": "左"}, "right": {"en": "right", "zh": "右"}}
@@ -98,8 +98,8 @@ def test_two_steps_on_one_frame_both_speak_there_over_the_grids():
     step share it. Both must speak there: were the later step to take the frame, step 4's
     narration would be shown nowhere (its button would open the scoreboard, which hides the
     grids that narration is about)."""
-    from viz.fold import chapters
-    from viz.player import payload as player
+    from paged.viz.fold import chapters
+    from paged.viz.player import payload as player
 
     lesson = _lesson(
         S.LabRequest("A", "why is the sky blue", 40, 0),

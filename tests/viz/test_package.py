@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from viz import cli
+from paged.viz import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -38,7 +38,7 @@ def test_the_model_wheel_is_not_a_dependency_its_own_dependencies_would_build_ll
 
 
 def test_the_console_command_is_paged():
-    assert PYPROJECT["project"]["scripts"] == {"paged": "viz.cli:main"}
+    assert PYPROJECT["project"]["scripts"] == {"paged": "paged.viz.cli:main"}
 
 
 def shipped_patterns() -> list[str]:
@@ -61,7 +61,7 @@ def test_every_data_file_of_the_packages_is_shipped_in_the_wheel():
 
 
 def test_a_new_data_file_outside_the_patterns_would_be_caught():
-    assert not any(fnmatch.fnmatch("viz/player/new.woff2", p) for p in shipped_patterns())
+    assert not any(fnmatch.fnmatch("paged/viz/player/new.woff2", p) for p in shipped_patterns())
     assert any(fnmatch.fnmatch("lessons/block-size/traces/b8.jsonl", p) for p in shipped_patterns())
 
 
@@ -126,5 +126,5 @@ def test_a_subcommands_mistake_is_one_line_too(capsys, argv):
 def test_watch_is_offered_exactly_when_the_module_exists():
     import importlib.util
 
-    has = importlib.util.find_spec("viz.watch.__main__") is not None
+    has = importlib.util.find_spec("paged.viz.watch.__main__") is not None
     assert ("watch" in cli.commands()) == has

@@ -10,12 +10,12 @@ import re
 import pytest
 
 from paged.engine.trace.io import read
-from viz.fold.lesson import Lesson, build
-from viz.fold.lesson_folder import load_spec, trace_path
-from viz.fold.reducer import CELL_CATEGORY
-from viz.render import figures, html, style, svg
-from viz.render.layout import grid_layout
-from viz.render.style import CATEGORY_COLOURS, REQUEST_COLOURS, cell_colour
+from paged.viz.fold.lesson import Lesson, build
+from paged.viz.fold.lesson_folder import load_spec, trace_path
+from paged.viz.fold.reducer import CELL_CATEGORY
+from paged.viz.render import figures, html, style, svg
+from paged.viz.render.layout import grid_layout
+from paged.viz.render.style import CATEGORY_COLOURS, REQUEST_COLOURS, cell_colour
 
 # Machado, Oliveira & Fernandes (2009), deuteranomaly at severity 1.0, on linear RGB.
 DEUTERANOPIA = (
@@ -157,8 +157,8 @@ def test_a_chart_beside_the_categories_does_not_borrow_their_look():
     from the token-state blue of Fig. 2 on the same page."""
     from paged.engine.core.accounting import CATEGORIES
     from paged.engine.sim import paper
-    from viz.app import paper as P
-    from viz.paper import results as R
+    from paged.viz.app import paper as P
+    from paged.viz.paper import results as R
 
     rows = [
         R.PolicyRow(p, {c: 0.2 for c in CATEGORIES}, 0.0, m, 1, 0)
@@ -173,7 +173,7 @@ def test_the_capacity_chart_uses_no_hue_of_its_own():
     """Its bars were red and green: the hole's red with a second meaning, and a pair a
     red-green colour-blind viewer cannot tell apart."""
     from paged.engine.sim.capacity import concurrency, preset
-    from viz.app import capacity as capacity_page
+    from paged.viz.app import capacity as capacity_page
 
     c = concurrency(preset("llama-2-70b"), 40 * 2**30, 8192, 3000, 16)
     fig = capacity_page.concurrency_figure(c, capacity_page.TEXT["en"])
@@ -195,8 +195,8 @@ def test_the_block_size_charts_give_each_category_colour_one_quantity(lang):
     the composition chart beside it, and the whole app, gives to never-used slots alone: a
     category colour on its charts plots that category's share (or, in the tail chart, its
     slots) under that category's name, and no other hue appears."""
-    from viz.app import block_size as P
-    from viz.fold import sweep
+    from paged.viz.app import block_size as P
+    from paged.viz.fold import sweep
 
     results = sweep.load_results(sweep.load_spec("block-size"))
     words = style.words(lang)
@@ -221,8 +221,8 @@ def test_the_block_size_charts_give_each_category_colour_one_quantity(lang):
 def test_the_block_size_bars_label_each_category_as_the_grid_does():
     """Its composition bars wrote every share in white, on the pale reserved blue too, where
     the grid writes ink: "9%" on it was barely legible on a projector."""
-    from viz.app import block_size as P
-    from viz.fold import sweep
+    from paged.viz.app import block_size as P
+    from paged.viz.fold import sweep
 
     results = sweep.load_results(sweep.load_spec("block-size"))
     by_colour = {c.upper(): cat for cat, c in CATEGORY_COLOURS.items()}
@@ -255,8 +255,8 @@ def test_every_share_label_is_written_in_its_categorys_ink():
     """The strip above each grid, the scoreboard (card and lecture figure), the step figures'
     share bars and the paper page's bars wrote every share in white, on the pale reserved
     blue too: "23%" there could not be read at a projector. Each now takes the grid's ink."""
-    from viz.app import paper as paper_page
-    from viz.paper import results as R
+    from paged.viz.app import paper as paper_page
+    from paged.viz.paper import results as R
 
     lesson = _six_steps()
     by_colour = {c.upper(): cat for cat, c in CATEGORY_COLOURS.items()}

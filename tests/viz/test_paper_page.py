@@ -11,9 +11,9 @@ from streamlit.testing.v1 import AppTest
 
 from paged.engine.core.accounting import CATEGORIES
 from paged.engine.sim import paper
-from viz.app import paper as P
-from viz.paper import essay_fixes
-from viz.paper import results as R
+from paged.viz.app import paper as P
+from paged.viz.paper import essay_fixes
+from paged.viz.paper import results as R
 
 SMALL = 60
 
@@ -121,7 +121,7 @@ def _page_text(at: AppTest) -> str:
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_default_page_renders_from_the_shipped_results(lang):
     at = AppTest.from_string(
-        f"from viz.app.paper import render\nrender({lang!r})", default_timeout=60
+        f"from paged.viz.app.paper import render\nrender({lang!r})", default_timeout=60
     )
     at.run()
     assert not at.exception, at.exception
@@ -137,7 +137,9 @@ def test_default_page_renders_from_the_shipped_results(lang):
 
 
 def test_a_changed_setting_simulates_instead():
-    at = AppTest.from_string("from viz.app.paper import render\nrender('en')", default_timeout=180)
+    at = AppTest.from_string(
+        "from paged.viz.app.paper import render\nrender('en')", default_timeout=180
+    )
     at.query_params["requests"] = "100"
     at.query_params["workload"] = "Alpaca"  # the URL carries the label shown
     at.query_params["placement"] = "first-fit"
@@ -168,7 +170,9 @@ def test_rows_are_compared_over_one_window():
 
 
 def test_hostile_url_settings_fall_back_to_the_defaults():
-    at = AppTest.from_string("from viz.app.paper import render\nrender('en')", default_timeout=60)
+    at = AppTest.from_string(
+        "from paged.viz.app.paper import render\nrender('en')", default_timeout=60
+    )
     for key, value in {"sigma": "9", "dist": "zipf", "requests": "-5", "placement": "<b>"}.items():
         at.query_params[key] = value
     at.run()
@@ -184,7 +188,9 @@ def test_what_agrees_with_the_paper_is_checked_on_the_run_shown(workload):
     res = R.load_shipped()[R.SimConfig(workload=workload)]
     paged = res.rows["paged"].shares["token_states"]
     paper_floor = int(100 * paper.FIG2["paged"].token_states)  # the paper's "above 96 %"
-    at = AppTest.from_string("from viz.app.paper import render\nrender('en')", default_timeout=60)
+    at = AppTest.from_string(
+        "from paged.viz.app.paper import render\nrender('en')", default_timeout=60
+    )
     at.query_params["workload"] = P.WORKLOAD_NAMES[workload]
     at.run()
     assert not at.exception and not at.error
@@ -238,7 +244,7 @@ def test_essay_arithmetic_sentences_hold_no_number_the_code_computes(monkeypatch
     from dataclasses import replace
 
     from paged.engine.sim.capacity import concurrency
-    from viz import ui_text
+    from paged.viz import ui_text
 
     shape = replace(essay_fixes.LLAMA70B, dtype_bytes=4)
     monkeypatch.setattr(essay_fixes, "LLAMA70B", shape)
@@ -259,7 +265,7 @@ def test_a_link_made_in_the_other_language_opens_the_same_placement(lang, raw):
     control's link carries the label shown: a link made on the English page fell back to the
     default placement on the Chinese one. It is read as the same option, in either tongue."""
     at = AppTest.from_string(
-        f"from viz.app.paper import render\nrender({lang!r})", default_timeout=120
+        f"from paged.viz.app.paper import render\nrender({lang!r})", default_timeout=120
     )
     at.query_params["placement"] = raw
     at.query_params["requests"] = "100"  # the smallest run: this one is simulated
@@ -281,7 +287,7 @@ def test_every_essay_error_the_audit_listed_is_flagged_with_a_source():
     """§3.1 first block, §3.3 launches, §4.1 ~100 %, §5.3 tail 8, §2.2 30,768 locked, §4.2
     throughput, §3.3 DeepSeek-V4, §5.2's 8 B entries: each a sentence with its source, in both
     languages, and the essay named by its title."""
-    from viz import ui_text
+    from paged.viz import ui_text
 
     fixes = essay_fixes.table_fixes() + essay_fixes.arithmetic_fixes()
     by = {f.key: f for f in fixes}
@@ -310,7 +316,7 @@ def test_every_essay_error_the_audit_listed_is_flagged_with_a_source():
 def test_the_corrections_read_reservation_waste_one_way():
     """The essay defines reservation waste as reserved and never used: the paper's internal
     fragmentation. No correction may call Oracle's reservation or external share by that name."""
-    from viz import ui_text
+    from paged.viz import ui_text
 
     by = {f.key: f for f in essay_fixes.table_fixes()}
     en = ui_text.load("paper_fidelity")["en"]
@@ -335,7 +341,9 @@ def test_alpaca_is_compared_only_with_what_the_paper_reports_for_alpaca():
     assert [k for k, _, _ in P.agreements(rows, "en", "alpaca")] == ["conc"]
     tok, gap, run, _ = P.largest_gaps(rows, "alpaca")
     assert tok == "" and gap != gap and run in paper.POLICIES  # no Fig. 2 gap (nan)
-    at = AppTest.from_string("from viz.app.paper import render\nrender('en')", default_timeout=60)
+    at = AppTest.from_string(
+        "from paged.viz.app.paper import render\nrender('en')", default_timeout=60
+    )
     at.query_params["workload"] = P.WORKLOAD_NAMES["alpaca"]
     at.run()
     assert not at.exception and not at.error
@@ -362,7 +370,7 @@ def test_the_page_shows_each_policys_preemptions_and_their_spread_over_seeds(lan
     shares = [r.rows["max"].shares["token_states"] for r in runs]
     assert tokens[col] == f"{min(shares):.1%} – {max(shares):.1%}"
     at = AppTest.from_string(
-        f"from viz.app.paper import render\nrender({lang!r})", default_timeout=60
+        f"from paged.viz.app.paper import render\nrender({lang!r})", default_timeout=60
     )
     at.run()
     assert not at.exception and not at.error

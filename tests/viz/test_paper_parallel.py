@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from paged.engine.sim.paper import POLICIES
-from viz.paper import parallel as PP
-from viz.paper import results as R
+from paged.viz.paper import parallel as PP
+from paged.viz.paper import results as R
 
 SMALL = R.SimConfig(workload="alpaca", requests=60, placement="first-fit")
 
@@ -26,7 +26,7 @@ def _our_children() -> list[int]:
             cmd = (stat.parent / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile
-        if ppid == os.getpid() and b"viz.paper.parallel" in cmd:
+        if ppid == os.getpid() and b"paged.viz.paper.parallel" in cmd:
             found.append(int(stat.parent.name))
     return found
 

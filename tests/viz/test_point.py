@@ -1,5 +1,5 @@
-"""What the player can point at, as the server draws it (viz/render/point.py, the markup in
-viz/render/svg.py and html.py, viz/player/point.py): each callout's number is an event's and its
+"""What the player can point at, as the server draws it (paged/viz/render/point.py, the markup in
+paged/viz/render/svg.py and html.py, paged/viz/player/point.py): each callout's number is an event's and its
 place the fold's, every cell and row says whose it is, and the clicker's stops are the lesson's
 keyframes. No browser (tests/browser/test_point_browser.py drives the page)."""
 
@@ -12,12 +12,12 @@ from pathlib import Path
 
 from paged.engine.core import events as E
 from paged.engine.trace import io as T
-from viz.fold.lesson import build
-from viz.fold.lesson_folder import load_spec, trace_path
-from viz.player import payload, point
-from viz.render import html, svg
-from viz.render import point as marks
-from viz.render.layout import grid_layout
+from paged.viz.fold.lesson import build
+from paged.viz.fold.lesson_folder import load_spec, trace_path
+from paged.viz.player import payload, point
+from paged.viz.render import html, svg
+from paged.viz.render import point as marks
+from paged.viz.render.layout import grid_layout
 
 PLAYER_HTML = Path(payload.ASSETS / "player.html").read_text(encoding="utf-8")
 

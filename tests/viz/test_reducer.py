@@ -15,10 +15,10 @@ from paged.engine.core import events as E
 from paged.engine.core.accounting import account
 from paged.engine.trace.header import RunHeader
 from paged.engine.trace.io import parse_lines, read
-from viz.fold.lesson import Lesson, build
-from viz.fold.lesson_folder import LANGS, load_spec, trace_path
-from viz.fold.narration import render_step
-from viz.fold.reducer import (
+from paged.viz.fold.lesson import Lesson, build
+from paged.viz.fold.lesson_folder import LANGS, load_spec, trace_path
+from paged.viz.fold.narration import render_step
+from paged.viz.fold.reducer import (
     HOLE,
     INTERNAL,
     PAGED,
@@ -273,7 +273,7 @@ def test_a_run_cut_inside_a_step_keeps_its_last_frame():
 
 
 def test_the_ended_side_of_a_lesson_holds_nothing_and_its_timeline_stops(lesson):
-    from viz.player import payload as player
+    from paged.viz.player import payload as player
 
     short = min((lesson.left, lesson.right), key=lambda s: len(s.frames))
     n = len(short.frames)
@@ -413,8 +413,8 @@ def test_every_narration_placeholder_is_filled(lesson):
 def test_a_short_id_with_unprintable_characters_is_shown_by_its_arrival_letter():
     """Short ids are shown as they are, unless they hold what a reader cannot see: a bidi
     override reversed every caption quoting the id, a zero-width space made a second "A"."""
-    from viz.fold import captions
-    from viz.fold.reducer import display_name
+    from paged.viz.fold import captions
+    from paged.viz.fold.reducer import display_name
 
     assert display_name("A", 0) == "A" and display_name("r7", 6) == "r7"
     assert display_name("\u202eD", 3) == "D" and display_name("A\u200b", 5) == "F"
@@ -430,7 +430,7 @@ def test_a_short_id_with_unprintable_characters_is_shown_by_its_arrival_letter()
 
 def test_the_step_indicator_reads_left_then_right(lesson):
     """It sorted the two sides' engine steps by value, so "27/51" could be either side's."""
-    from viz.player import payload as player
+    from paged.viz.player import payload as player
 
     short = min((lesson.left, lesson.right), key=lambda s: len(s.frames))
     i = lesson.num_frames - 1

@@ -15,14 +15,14 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from paged.engine.trace.io import loads
+from paged.viz import safe
+from paged.viz.app.live_registry import LiveRegistry
+from paged.viz.fold.lesson import build
+from paged.viz.fold.lesson_folder import load_spec
+from paged.viz.fold.narration import render_step
+from paged.viz.render import figures, html, svg
+from paged.viz.render.layout import grid_layout
 from tests.hostile_traces import REQUEST_IDS, RUN_NAMES, hostile_trace_text
-from viz import safe
-from viz.app.live_registry import LiveRegistry
-from viz.fold.lesson import build
-from viz.fold.lesson_folder import load_spec
-from viz.fold.narration import render_step
-from viz.render import figures, html, svg
-from viz.render.layout import grid_layout
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -126,11 +126,11 @@ def test_an_error_while_drawing_a_frame_is_one_line_without_paths(monkeypatch, c
         raise RuntimeError("/srv/secret/server/path.py exploded")
 
     monkeypatch.setattr(html, "tables_panel", broken)
-    from viz.app import lesson as lesson_page
+    from paged.viz.app import lesson as lesson_page
 
     lesson_page._recorded_payload.clear()  # frames drawn by an earlier test would hide the failure
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    with caplog.at_level(logging.ERROR, logger="viz.safe"):
+    with caplog.at_level(logging.ERROR, logger="paged.viz.safe"):
         at.run()
     assert not at.exception
     assert len(at.error) == 1
@@ -143,7 +143,7 @@ def test_an_error_while_drawing_a_frame_is_one_line_without_paths(monkeypatch, c
 
 
 def test_an_error_in_any_page_is_one_line(monkeypatch):
-    from viz.app import capacity as capacity_page
+    from paged.viz.app import capacity as capacity_page
 
     def broken(t, lang):
         raise KeyError("/etc/passwd")
@@ -151,7 +151,7 @@ def test_an_error_in_any_page_is_one_line(monkeypatch):
     monkeypatch.setattr(capacity_page, "_pick_model", broken)
 
     def page():
-        from viz.app import pages
+        from paged.viz.app import pages
 
         pages._page_body(pages.PAGES[1])()
 
@@ -237,7 +237,7 @@ def test_a_finished_child_is_reaped_without_anyone_asking():
 
 
 def test_the_page_tells_a_second_session_a_live_run_is_in_progress():
-    from viz.app.live_registry import REGISTRY
+    from paged.viz.app.live_registry import REGISTRY
 
     other = REGISTRY.start("another-session", SLEEPER)
     assert other is not None
@@ -256,7 +256,7 @@ def test_the_page_tells_a_second_session_a_live_run_is_in_progress():
 def test_a_live_run_is_shown_only_on_its_own_lesson():
     """The session's live run was folded under whichever lesson was picked next: six-steps'
     frames under shared-prompt's titles, or another lesson's failure on this one."""
-    from viz.app.live_registry import REGISTRY
+    from paged.viz.app.live_registry import REGISTRY
 
     try:
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()

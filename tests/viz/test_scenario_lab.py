@@ -1,4 +1,4 @@
-"""The scenario lab's model (viz/live/lab.py): field-level checks, the link as hostile
+"""The scenario lab's model (paged/viz/live/lab.py): field-level checks, the link as hostile
 input, the TOML the engine reads, and the dry run in-process equal to the engine's CLI."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from paged.engine.trace import io as T
 from paged.engine.trace import scenario as engine_scenario
-from viz.live import lab as S
+from paged.viz.live import lab as S
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = S.Lab(
@@ -121,9 +121,9 @@ def test_a_link_value_no_widget_can_show_is_a_field_error(field, token):
 
 
 def _lab_page():
-    from viz import ui_text
-    from viz.app.boundary import boundary
-    from viz.app.lab import render
+    from paged.viz import ui_text
+    from paged.viz.app.boundary import boundary
+    from paged.viz.app.lab import render
 
     boundary(ui_text.load("safe")["en"]["page_failed"])(render)("en")
 
@@ -227,7 +227,7 @@ def test_each_recording_is_its_own_content_to_the_player_and_each_language_the_s
     """Every lab recording is lesson "lab": the player took a new recording for the same
     lesson in another language and kept the last one's frame. The payload now says which
     trace its frames show, the same in both languages and new with each recording."""
-    from viz.player import payload as player
+    from paged.viz.player import payload as player
 
     sides = {s: {"en": s, "zh": s} for s in ("left", "right")}
     title = {"en": "t", "zh": "t"}
@@ -294,7 +294,7 @@ def test_the_real_model_is_not_run_on_a_lab_the_dry_run_refuses():
     whose trace would then break the page on every rerun (TraceTooLarge)."""
     from streamlit.testing.v1 import AppTest
 
-    from viz.app.live_registry import REGISTRY
+    from paged.viz.app.live_registry import REGISTRY
 
     reqs = tuple(
         S.LabRequest(f"R{i}", "Tell me a story about a cat.", 500, i * 25) for i in range(8)
@@ -320,7 +320,7 @@ def test_the_real_model_scenario_file_is_written_in_a_private_folder(tmp_path, m
     # make first, with a link there to a file of the app's user
     import tempfile
 
-    from viz.app import lab as lab_page
+    from paged.viz.app import lab as lab_page
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     forget = getattr(getattr(lab_page, "_lab_folder", None), "cache_clear", lambda: None)

@@ -12,9 +12,9 @@ from urllib.parse import unquote
 
 import pytest
 
-from viz.export import site
-from viz.export.lecture import ExportError
-from viz.fold.lesson_folder import LESSONS_DIR, available
+from paged.viz.export import site
+from paged.viz.export.lecture import ExportError
+from paged.viz.fold.lesson_folder import LESSONS_DIR, available
 
 PAGES_ONLY = site.SiteOptions(gif=False, figures=False)
 LINK = re.compile(r"""\b(?:href|src)=['"]([^'"]*)['"]""")

@@ -12,10 +12,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from paged.engine.trace.io import read
-from viz.app.stack import layer_text
-from viz.fold import fp8_data, stack
-from viz.fold.tier_facts import mib
-from viz.safe import md_text
+from paged.viz.app.stack import layer_text
+from paged.viz.fold import fp8_data, stack
+from paged.viz.fold.tier_facts import mib
+from paged.viz.safe import md_text
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = ROOT / "lessons"
@@ -116,7 +116,7 @@ def test_paging_runs_more_requests_at_once_than_preallocation(layers):
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_page_renders_each_layer_with_its_numbers_and_lesson_link(layers, lang):
     at = AppTest.from_string(
-        f"from viz.app.stack import render\nrender({lang!r})", default_timeout=120
+        f"from paged.viz.app.stack import render\nrender({lang!r})", default_timeout=120
     ).run()
     assert not at.exception, at.exception
     assert not at.error
@@ -136,7 +136,7 @@ def test_a_missing_lesson_is_one_line_on_its_layer(tmp_path, monkeypatch):
         shutil.copytree(LESSONS / name, lessons / name)
     monkeypatch.setenv("PAGED_KV_LESSONS", str(lessons))
     (lessons / "shared-prompt" / "trace.jsonl").write_text("garbage\n")
-    at = AppTest.from_string("from viz.app.stack import render\nrender('en')").run()
+    at = AppTest.from_string("from paged.viz.app.stack import render\nrender('en')").run()
     assert not at.exception, at.exception
     text = " ".join(m.value for m in at.markdown)
     assert text.count("cannot be read") == 2  # no offloading lesson, a corrupt prefix trace

@@ -1,4 +1,4 @@
-"""The lesson as one HTML file (viz/export/standalone.py, ``python -m viz.export --format html``):
+"""The lesson as one HTML file (paged/viz/export/standalone.py, ``python -m paged export --format html``):
 self-contained, the app's own player, and offline in Chromium from file:// with every other
 request refused."""
 
@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from paged.engine.trace import io as T
-from viz.export import lecture as export
-from viz.export import standalone
-from viz.fold import captions
-from viz.fold.lesson import build
-from viz.fold.lesson_folder import load_spec
-from viz.player import payload as player
+from paged.viz.export import lecture as export
+from paged.viz.export import standalone
+from paged.viz.fold import captions
+from paged.viz.fold.lesson import build
+from paged.viz.fold.lesson_folder import load_spec
+from paged.viz.player import payload as player
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
@@ -81,7 +81,7 @@ def test_bad_formats_are_one_line_errors(tmp_path, capsys):
 
 
 def _browser_ok() -> bool:
-    from viz.export.serve import CHROMIUM
+    from paged.viz.export.serve import CHROMIUM
 
     return Path(CHROMIUM).exists()
 
@@ -130,7 +130,7 @@ def _hash(page) -> str:
 @pytest.mark.browser
 @pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
 def test_offline_from_file_steps_switches_language_and_presents(offline_page, exported):
-    from viz.export.serve import shown_frame, wait_painted, wait_ready
+    from paged.viz.export.serve import shown_frame, wait_painted, wait_ready
 
     page, seen = offline_page
     assert exported.stat().st_size <= MAX_BYTES
@@ -165,7 +165,7 @@ def test_offline_from_file_steps_switches_language_and_presents(offline_page, ex
 @pytest.mark.browser
 @pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
 def test_a_hash_opens_that_frame_language_and_mode(offline_page, exported):
-    from viz.export.serve import shown_frame, wait_painted, wait_ready
+    from paged.viz.export.serve import shown_frame, wait_painted, wait_ready
 
     page, seen = offline_page
     page.goto(exported.as_uri() + "#frame=40&lang=zh&present=1")
@@ -229,7 +229,7 @@ def test_a_hash_opens_that_frame_language_and_mode(offline_page, exported):
 def test_a_file_that_opens_in_chinese_keeps_english_in_its_links(offline_page, tmp_path):
     """`--lang zh` writes a file that opens in Chinese: a hash without lang means Chinese
     there, so English must be written out (its link opened in Chinese)."""
-    from viz.export.serve import shown_frame, wait_painted, wait_ready
+    from paged.viz.export.serve import shown_frame, wait_painted, wait_ready
 
     page, seen = offline_page
     args = ["--lesson", "six-steps", "--out", str(tmp_path), "--format", "html", "--lang", "zh"]
@@ -270,7 +270,7 @@ def test_a_file_that_opens_in_chinese_keeps_english_in_its_links(offline_page, t
 def test_download_names_from_uploads_are_tame(name, stem):
     from pathlib import PurePath
 
-    from viz.app.lesson import safe_file_stem
+    from paged.viz.app.lesson import safe_file_stem
 
     got = safe_file_stem(PurePath(name).stem if name else name)
     assert got == stem and "/" not in got and len(got) <= 60
@@ -280,7 +280,7 @@ def test_download_names_from_uploads_are_tame(name, stem):
 @pytest.mark.skipif(not _browser_ok(), reason="needs Debian's chromium")
 def test_the_lesson_page_downloads_the_trace_on_screen_as_one_file(page, app_url, tmp_path):
     """The app's button hands out the same standalone player, which then opens offline."""
-    from viz.export.serve import wait_ready
+    from paged.viz.export.serve import wait_ready
 
     page.set_viewport_size({"width": 1400, "height": 1000})
     page.goto(f"{app_url}/?frame=3")
@@ -305,8 +305,8 @@ def test_the_lesson_page_downloads_the_trace_on_screen_as_one_file(page, app_url
 def test_presenter_mode_fits_the_screen_with_system_fonts(page, exported, lang, size):
     """The animations photograph this view: with the file's system fonts (not the app's) every
     label still lies inside the screen, none cut short, at the keyframes and the last frame."""
+    from paged.viz.export.serve import wait_painted, wait_ready
     from tests.browser.test_player_browser import LABELS_JS
-    from viz.export.serve import wait_painted, wait_ready
 
     page.set_viewport_size({"width": size[0], "height": size[1]})
     page.goto(f"{exported.as_uri()}#frame=0&lang={lang}&present=1")
@@ -340,7 +340,7 @@ def test_quoted_values_show_literally_never_as_markup(value):
     them as the very text, with no stray backslash and no markup of their own."""
     import html as h
 
-    from viz.safe import md_text
+    from paged.viz.safe import md_text
 
     out = player.markdown(f"**Left:** {md_text(value)} and *this*")
     shown = re.sub(r"<[^>]+>", "", out)
@@ -367,7 +367,7 @@ def test_frames_that_cannot_be_unpacked_say_so_and_drop_the_keys_kept_for_them(
     """The first unpacking failed and the player stayed blank and silent, still keeping every
     key pressed for frames that were never coming. Now one line says so, in the payload's
     language, and the kept keys are dropped; later keys are left to the page."""
-    from viz.export import serve
+    from paged.viz.export import serve
 
     file = tmp_path / "broken.html"
     file.write_text(
@@ -402,7 +402,7 @@ def test_frames_that_cannot_be_unpacked_say_so_and_drop_the_keys_kept_for_them(
 def test_a_language_that_cannot_be_unpacked_leaves_the_frames_shown_steppable(
     offline_page, lesson, tmp_path
 ):
-    from viz.export.serve import shown_frame, wait_painted, wait_ready
+    from paged.viz.export.serve import shown_frame, wait_painted, wait_ready
 
     page, seen = offline_page
     file = tmp_path / "half.html"

@@ -15,11 +15,11 @@ import pytest
 from paged.engine.trace import io as T
 from paged.engine.trace.recorder import record
 from paged.engine.trace.scenario import load
-from viz.export import standalone
-from viz.fold.lesson import Lesson, build
-from viz.fold.lesson_folder import SIDES, load_spec, trace_path
-from viz.fold.narration import narration_context, render_step
-from viz.player import payload as player
+from paged.viz.export import standalone
+from paged.viz.fold.lesson import Lesson, build
+from paged.viz.fold.lesson_folder import SIDES, load_spec, trace_path
+from paged.viz.fold.narration import narration_context, render_step
+from paged.viz.player import payload as player
 
 ROOT = Path(__file__).resolve().parents[2]
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -87,7 +87,9 @@ def test_fp8_lesson_runs_more_at_once_and_queues_less_in_the_same_bytes(fp8):
     ctx = narration_context(fp8, len(fp8.spec.steps) - 1)
     assert ctx.R.waited < ctx.L.waited
     assert ctx.L.arena_mib == ctx.R.arena_mib
-    assert ctx.fp8 is not None  # the measured accuracy is quoted from viz/data/fp8_accuracy.json
+    assert (
+        ctx.fp8 is not None
+    )  # the measured accuracy is quoted from paged/viz/data/fp8_accuracy.json
 
 
 @pytest.mark.parametrize("name", ["recompute-or-swap", "fp8-twice"])
@@ -121,7 +123,7 @@ def test_a_fallback_is_said_only_when_the_cpu_tier_ran_out(lang):
 @pytest.mark.parametrize("name", ["recompute-or-swap", "fp8-twice"])
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_lecture_figures_are_valid_plotly_and_show_the_tier_where_there_is_one(name, lang):
-    from viz.render import figures
+    from paged.viz.render import figures
 
     lesson = _lesson(name)
     titles = (lesson.left.title[lang], lesson.right.title[lang])
@@ -131,7 +133,7 @@ def test_lecture_figures_are_valid_plotly_and_show_the_tier_where_there_is_one(n
         boxes = [s for s in fig.layout.shapes if s.type == "rect" and s.layer == "below"]
         assert len(boxes) == right.run.num_cpu_blocks + left.run.num_cpu_blocks
         # both arenas at one scale: y ranges of one length on both grids (a grid drawn to
-        # scale, viz/render/to_scale.py, starts half its shorter row above its first row's centre)
+        # scale, paged/viz/render/to_scale.py, starts half its shorter row above its first row's centre)
         (a0, a1), (b0, b1) = fig.layout.yaxis.range, fig.layout.yaxis3.range
         assert a0 - a1 == pytest.approx(b0 - b1)
 
@@ -139,7 +141,7 @@ def test_lecture_figures_are_valid_plotly_and_show_the_tier_where_there_is_one(n
 def test_recompute_counts_only_what_the_prefix_cache_does_not_find_again(tmp_path):
     # with caching on, a readmitted victim finds its full blocks again: the lesson must not say
     # all 64 thrown-away slots "had to be computed again" when the cache holds every one
-    from viz.fold.tier_facts import tier_facts
+    from paged.viz.fold.tier_facts import tier_facts
 
     src = ROOT / "lessons" / "recompute-or-swap" / "scenario.toml"
     text = src.read_text().replace("[arena]\n", "[arena]\nenable_prefix_caching = true\n", 1)

@@ -1,4 +1,4 @@
-"""Drawn area follows bytes (viz/render/to_scale.py). The fp8 lesson's two arenas hold the same bytes
+"""Drawn area follows bytes (paged/viz/render/to_scale.py). The fp8 lesson's two arenas hold the same bytes
 (bf16 left, fp8 right, twice the blocks), so on screen they must cover the same area: in the
 app's SVG grids and in the lecture figure. Other ratios come from a copy of the six-step
 lesson's trace (two runs of equal slots) whose header gives each run a block size in bytes;
@@ -15,12 +15,12 @@ import pytest
 
 from paged.engine.trace import io as T
 from paged.engine.trace.header import RunHeader
-from viz.fold.lesson import Lesson, build
-from viz.fold.lesson_folder import load_spec, trace_path
-from viz.player import payload as player
-from viz.render import figures, point, svg, to_scale
-from viz.render.cpu_grid import tier_height
-from viz.render.layout import grid_layout
+from paged.viz.fold.lesson import Lesson, build
+from paged.viz.fold.lesson_folder import load_spec, trace_path
+from paged.viz.player import payload as player
+from paged.viz.render import figures, point, svg, to_scale
+from paged.viz.render.cpu_grid import tier_height
+from paged.viz.render.layout import grid_layout
 
 _RECT = re.compile(r"<rect x='[\d.]+' y='[\d.]+' width='([\d.]+)' height='([\d.]+)'")
 _VIEWBOX = re.compile(r"viewBox='([^']+)'")

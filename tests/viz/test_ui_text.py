@@ -1,8 +1,8 @@
-"""UI strings live in viz/text/*.toml: both languages must carry the same keys and placeholders."""
+"""UI strings live in paged/viz/text/*.toml: both languages must carry the same keys and placeholders."""
 
 import pytest
 
-from viz import ui_text
+from paged.viz import ui_text
 
 
 @pytest.mark.parametrize("name", ui_text.names())

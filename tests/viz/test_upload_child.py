@@ -1,4 +1,4 @@
-"""An upload folded and drawn in a child process (viz/live/upload.py): the server receives what
+"""An upload folded and drawn in a child process (paged/viz/live/upload.py): the server receives what
 folding it in its own process would have drawn, a bad trace is the reader's one line, a child
 that runs too long is killed; and the drawing streams its pieces into the deflater without
 changing what the player inflates."""
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from paged.engine.trace.io import TraceError, loads
-from viz.fold import chapters
-from viz.fold.lesson import Lesson, build
-from viz.fold.lesson_folder import LESSONS_DIR, load_spec
-from viz.live import upload
-from viz.player import payload as player
+from paged.viz.fold import chapters
+from paged.viz.fold.lesson import Lesson, build
+from paged.viz.fold.lesson_folder import LESSONS_DIR, load_spec
+from paged.viz.live import upload
+from paged.viz.player import payload as player
 
 SIX = Path(__file__).resolve().parents[2] / "lessons" / "six-steps" / "trace.jsonl"
 
@@ -67,7 +67,7 @@ def test_a_child_past_its_time_is_killed_and_said_in_one_line(data, monkeypatch)
 
 
 def test_the_childs_figure_is_the_lecture_figure(data, lesson):
-    from viz.export import lecture
+    from paged.viz.export import lecture
 
     got = json.loads(
         upload.figure_json(load_spec("six-steps"), LESSONS_DIR, data, "mine.jsonl", 2, "zh")

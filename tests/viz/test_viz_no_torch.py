@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_viz_modules_import_without_torch():
     """Every module of the package, found by pkgutil (a new one is covered without a list)."""
     code = (
-        "import importlib, json, pkgutil, sys, viz\n"
-        "names = [m.name for m in pkgutil.walk_packages(viz.__path__, 'viz.')\n"
+        "import importlib, json, pkgutil, sys, paged.viz\n"
+        "names = [m.name for m in pkgutil.walk_packages(paged.viz.__path__, 'paged.viz.')\n"
         "         if not m.name.endswith('.__main__')]\n"
         "for m in names: importlib.import_module(m)\n"
         "heavy = [m for m in ('torch', 'triton', 'transformers') if m in sys.modules]\n"
@@ -25,9 +25,9 @@ def test_viz_modules_import_without_torch():
     result = json.loads(out.stdout.strip().splitlines()[-1])
     on_disk = {
         ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        for p in (ROOT / "viz").rglob("*.py")
+        for p in (ROOT / "paged" / "viz").rglob("*.py")
         if p.stem != "__main__"
-    } - {"viz"}
+    } - {"paged.viz"}
     assert set(result["imported"]) == on_disk
     assert result["heavy"] == [], f"viz imported {result['heavy']}"
 

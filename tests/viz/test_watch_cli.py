@@ -1,4 +1,4 @@
-"""``python -m viz.watch``: the page's subscriber and fold in a terminal. Duplicated hashes (one
+"""``python -m paged watch``: the page's subscriber and fold in a terminal. Duplicated hashes (one
 hash in two physical blocks, as vLLM 0.32 can hold them), connect and listen modes, Ctrl-C, bad
 addresses and hostile streams. Loopback sockets on free ports; every wait is bounded."""
 
@@ -18,8 +18,8 @@ import msgspec
 import zmq
 
 from paged.engine.interop import kv_events as K
-from viz.watch import __main__ as cli
-from viz.watch.state import WatchState
+from paged.viz.watch import __main__ as cli
+from paged.viz.watch.state import WatchState
 
 ROOT = Path(__file__).resolve().parents[2]
 BS = 4
@@ -80,7 +80,7 @@ def test_the_json_view_names_hashes_as_sent():
 
 def run_cli(args: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "viz.watch", *args],
+        [sys.executable, "-m", "paged", "watch", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -111,7 +111,7 @@ def test_listen_mode_waits_for_a_server_that_connects():
     """vLLM's publisher connects to a ``tcp://127.0.0.1:P`` endpoint: the watcher must bind."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "viz.watch", f"tcp://127.0.0.1:{port}", "--listen"]
+        [sys.executable, "-m", "paged", "watch", f"tcp://127.0.0.1:{port}", "--listen"]
         + ["--replay", "", "--seconds", "8", "--json"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -156,7 +156,7 @@ def test_listening_on_a_taken_port_is_one_line():
 def test_ctrl_c_prints_the_view_and_exits_0():
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "viz.watch", f"tcp://127.0.0.1:{port}"],
+        [sys.executable, "-m", "paged", "watch", f"tcp://127.0.0.1:{port}"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from paged.engine.interop.kv_events import EndpointError
-from viz.watch import metrics as M
+from paged.viz.watch import metrics as M
 
 VLLM_METRICS = """\
 # HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
@@ -179,7 +179,7 @@ def test_loopback_forms_are_accepted():
 
 
 def test_the_subscriber_polls_metrics_beside_its_events():
-    from viz.watch.subscriber import Subscriber, SubscriberConfig
+    from paged.viz.watch.subscriber import Subscriber, SubscriberConfig
 
     with stand_in() as base:
         sub = Subscriber(

@@ -12,6 +12,8 @@ import msgspec
 from streamlit.testing.v1 import AppTest
 
 from paged.engine.interop import kv_events as K
+from paged.viz import ui_text
+from paged.viz.watch.state import WatchState
 from tests.engine.test_kv_events import (
     FakeEvicted,
     FakeStepEnd,
@@ -21,8 +23,6 @@ from tests.engine.test_kv_events import (
     send_malformed,
     send_probe,
 )
-from viz import ui_text
-from viz.watch.state import WatchState
 
 T = ui_text.load("watch_page")["en"]
 BS = 4
@@ -30,7 +30,9 @@ SYSTEM = tuple(range(100, 108))
 
 
 def page() -> AppTest:
-    at = AppTest.from_string("from viz.app.watch import render\nrender('en')", default_timeout=60)
+    at = AppTest.from_string(
+        "from paged.viz.app.watch import render\nrender('en')", default_timeout=60
+    )
     at.run()
     assert not at.exception, at.exception
     return at
@@ -204,8 +206,8 @@ def test_a_foreign_recording_is_one_error_line():
 def test_a_gone_sessions_subscriber_is_stopped_on_the_next_connect(monkeypatch):
     """...once the lock every session's connect takes is let go: stopping waits up to 2 s for
     the subscriber's thread, and other sessions' connects waited with it."""
-    from viz.app import watch as watch_page
-    from viz.watch.subscriber import Subscriber, SubscriberConfig
+    from paged.viz.app import watch as watch_page
+    from paged.viz.watch.subscriber import Subscriber, SubscriberConfig
 
     port, _ = free_ports()
     gone = Subscriber(SubscriberConfig(f"tcp://127.0.0.1:{port}")).start()
@@ -221,7 +223,7 @@ def test_a_gone_sessions_subscriber_is_stopped_on_the_next_connect(monkeypatch):
     monkeypatch.setattr(watch_page, "_LIVE", [("gone", gone), ("here", here), ("gone", gone)])
     monkeypatch.setattr(watch_page, "session_alive", lambda sid: sid != "gone")
     script = f"""
-from viz.app import watch as watch_page
+from paged.viz.app import watch as watch_page
 watch_page._connect("tcp://127.0.0.1:{port}", "", False, watch_page.TEXT["en"])
 """
     at = AppTest.from_string(script, default_timeout=30)
@@ -249,8 +251,8 @@ def test_a_publishers_error_text_is_shown_as_text_not_markdown():
     at = AppTest.from_string(
         """
 import dataclasses
-from viz.app import watch as watch_page
-from viz.watch.state import fold
+from paged.viz.app import watch as watch_page
+from paged.viz.watch.state import fold
 snap = dataclasses.replace(
     fold([]).snapshot(),
     last_error="Invalid value '![x](http://127.0.0.2:9/pwn.png) [click](http://127.0.0.2:9/p) :red[**ALERT**]'",
@@ -273,7 +275,7 @@ def test_sessions_watching_one_stream_share_its_subscriber_and_its_drawing():
     """One subscriber and one drawing per watched server, whatever the number of sessions: a
     subscriber per session would keep its own copy of the cache and draw it on its own (0.7 s of
     CPU a second at 200k blocks, per session). One session leaving keeps the others'."""
-    from viz.app import watch as watch_page
+    from paged.viz.app import watch as watch_page
 
     port, _ = free_ports()
     pages = [page(), page()]
@@ -300,7 +302,7 @@ def test_a_recording_taken_away_is_not_kept_in_the_session():
     """The player keeps the upload's batches and their fold between slider moves (up to 64 MiB
     and 100k batches); a removed upload, or a switch to the live view, must let them go rather
     than hold them as long as the tab stays open."""
-    from viz.app import watch as watch_page
+    from paged.viz.app import watch as watch_page
 
     at = page()
     at.radio(key="kvw_source").set_value("recording").run()
@@ -371,9 +373,9 @@ def test_a_classroom_follows_only_the_addresses_the_lecturer_allowed(monkeypatch
     subscriber (or socket) exists."""
     import socket
 
-    from viz.app import watch as watch_page
-    from viz.watch.allowed import Allowed
-    from viz.watch.subscriber import Subscriber
+    from paged.viz.app import watch as watch_page
+    from paged.viz.watch.allowed import Allowed
+    from paged.viz.watch.subscriber import Subscriber
 
     allowed_port, closed_port = free_ports()
     listening = socket.socket()
@@ -422,8 +424,8 @@ def test_a_classroom_follows_only_the_addresses_the_lecturer_allowed(monkeypatch
 
 
 def test_a_classroom_with_no_list_follows_nothing_and_any_follows_loopback(monkeypatch):
-    from viz.app import watch as watch_page
-    from viz.watch.allowed import ENV, Allowed
+    from paged.viz.app import watch as watch_page
+    from paged.viz.watch.allowed import ENV, Allowed
 
     port, _ = free_ports()
     monkeypatch.setattr(watch_page, "_classroom", lambda: True)
@@ -458,8 +460,8 @@ def test_tabs_replaying_recordings_stay_within_the_servers_bound(monkeypatch):
     1.56 GiB, never freed). What all sessions hold is accounted against one budget, from
     above (tracemalloc agrees), a session past it is refused in one line, and a closed tab's
     share is freed by the reaper, with no other session doing anything."""
-    from viz.app import watch as watch_page
-    from viz.watch.held import Held
+    from paged.viz.app import watch as watch_page
+    from paged.viz.watch.held import Held
 
     data = big_recording(200, 40)  # ~8k blocks: a tenth of the page's 8 MB case
     budget = 24 << 20
@@ -496,7 +498,7 @@ def test_tabs_replaying_recordings_stay_within_the_servers_bound(monkeypatch):
 def test_a_closed_tabs_subscriber_and_its_reader_end_within_seconds(monkeypatch):
     """A closed tab never says goodbye: its socket reader lived on (32 minutes, seen) until
     another session connected. The reaper now ends it within seconds, with no other connect."""
-    from viz.app import watch as watch_page
+    from paged.viz.app import watch as watch_page
 
     port, _ = free_ports()
     monkeypatch.setattr(watch_page, "REAP_INTERVAL_S", 0.5)

@@ -82,16 +82,16 @@ def test_the_wheel_declares_the_command_and_carries_the_data(installed):
     with zipfile.ZipFile(installed.wheel) as z:
         names = set(z.namelist())
         entry = next(n for n in names if n.endswith("entry_points.txt"))
-        assert "paged = viz.cli:main" in z.read(entry).decode()
+        assert "paged = paged.viz.cli:main" in z.read(entry).decode()
     for data in (
         "lessons/six-steps/trace.jsonl",
         "lessons/six-steps/lesson.toml",
         "lessons/block-size/traces/b16.jsonl",
-        "viz/player/player.js",
-        "viz/player/icon.png",
-        "viz/text/site.toml",
-        "viz/data/paper_results.json",
-        "viz/app/script.py",
+        "paged/viz/player/player.js",
+        "paged/viz/player/icon.png",
+        "paged/viz/text/site.toml",
+        "paged/viz/data/paper_results.json",
+        "paged/viz/app/script.py",
     ):
         assert data in names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "docs/"))]
@@ -115,8 +115,8 @@ def test_the_installed_command_runs_from_the_folder_alone(installed):
 
 
 def test_the_installed_command_builds_the_course_from_packaged_lessons(installed, tmp_path):
-    from viz.export.site import course_lessons
-    from viz.fold.lesson_folder import LESSONS_DIR
+    from paged.viz.export.site import course_lessons
+    from paged.viz.fold.lesson_folder import LESSONS_DIR
 
     done = paged(installed, "site", str(tmp_path / "pages"), "--no-gif", "--no-figures")
     assert done.returncode == 0, done.stderr

@@ -332,7 +332,7 @@ class KVEventPublisher:
         self._replay = self._ctx.socket(zmq.ROUTER)
         self._replay.setsockopt(zmq.LINGER, 0)
         # a whole replay fits its queue: a subscriber that reads it with a short receive queue
-        # (viz/watch/subscriber.py bounds its memory so) makes it wait here, never drops a batch
+        # (paged/viz/watch/subscriber.py bounds its memory so) makes it wait here, never drops a batch
         self._replay.setsockopt(zmq.SNDHWM, buffer_steps + 1)
         self._replay.setsockopt(zmq.MAXMSGSIZE, 4096)  # a request is 8 bytes
         try:

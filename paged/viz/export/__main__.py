@@ -1,0 +1,5 @@
+import sys
+
+from paged.viz.export.site import export_main
+
+sys.exit(export_main())

@@ -1,0 +1,244 @@
+"""Run the app headless in a child process and drive it with Debian's Chromium: shared by the
+browser tests and ``bench/frames.py``. Never downloads a browser."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO
+
+from paged import IMPORT_ROOT
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_app(
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+    timeout: float = 90,
+    info: dict | None = None,
+) -> Iterator[str]:
+    """Start ``streamlit run app.py`` on a free port, wait for /_stcore/health, yield its base
+    URL, and stop it (our child only) afterwards. ``info["pid"]`` gets the server's pid."""
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(IMPORT_ROOT / "app.py"),
+        "--server.headless",
+        "true",
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+        "--server.fileWatcherType",
+        "none",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+    out: IO[str] | int = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        cmd,
+        cwd=IMPORT_ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
+    if info is not None:
+        info["pid"] = proc.pid
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, timeout)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if not isinstance(out, int):
+            out.close()
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with status {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"the app at {url} did not become healthy in {timeout:.0f}s")
+
+
+def launch_chromium(playwright, extra: Sequence[str] = ()):
+    """Debian's Chromium through Playwright, headless, no network chatter (``extra``: more
+    command-line switches)."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra])
+
+
+FRAME_JS = (
+    "() => { const e = document.querySelector('#pk-frame'); "
+    "return e ? Number(e.dataset.frame) : null; }"
+)
+PAINTED_JS = """(want) => {
+  const e = document.querySelector('#pk-frame');
+  if (!e || Number(e.dataset.frame) !== want) return false;
+  const grids = [...document.querySelectorAll('#pk-player svg[data-pk-frame]')];
+  return grids.length === 2 && grids.every(g => Number(g.dataset.pkFrame) === want);
+}"""
+READY_JS = "() => !!document.querySelector('#pk-player[data-ready=\"1\"]')"
+
+
+def shown_frame(page) -> int | None:
+    """The frame number the player currently shows (from the indicator's data-frame)."""
+    return page.evaluate(FRAME_JS)
+
+
+#: Polling for waits on the server (a page load, a script run), in ms. Why not every animation
+#: frame: a test waits on the server for about a minute in all, and polling each frame kept
+#: the renderer busy the whole time (~0.1 s of CPU per second waited, on a 2-core machine).
+#: Waits for a paint after a key (``wait_painted``) still poll every frame: they time it.
+SERVER_POLL_MS = 50
+
+
+def wait_ready(page, timeout_ms: float = 60000) -> int:
+    """Wait until the lesson player has its frames and shows one; returns that frame."""
+    page.wait_for_function(READY_JS, timeout=timeout_ms, polling=SERVER_POLL_MS)
+    frame = current_frame(page)
+    wait_painted(page, frame, timeout_ms)
+    return frame
+
+
+def current_frame(page) -> int:
+    """The frame the player shows; raises when there is no player on the page."""
+    frame = shown_frame(page)
+    if frame is None:
+        raise RuntimeError("no lesson player on the page")
+    return frame
+
+
+def wait_painted(page, frame: int, timeout_ms: float = 30000) -> None:
+    """Wait until the indicator and both arena grids show ``frame``."""
+    page.wait_for_function(PAINTED_JS, arg=frame, timeout=timeout_ms, polling="raf")
+
+
+IDLE_JS = (
+    "() => { const a = document.querySelector('[data-test-script-state]'); "
+    "return !!a && a.dataset.testScriptState === 'notRunning'; }"
+)
+
+
+def url_after_one_animation_frame(page) -> str:
+    """``location.search`` once the player's pending address write (made in an animation
+    frame) has landed: read two animation frames on."""
+    return page.evaluate(
+        "() => new Promise(r => requestAnimationFrame(() => "
+        "requestAnimationFrame(() => r(location.search))))"
+    )
+
+
+def wait_idle(page, timeout_ms: float = 30000) -> None:
+    """Wait until no script run is in flight. A key pressed while a full-page run is still
+    finishing can be dropped by Streamlit, so tests settle here before each key."""
+    page.wait_for_function(IDLE_JS, timeout=timeout_ms, polling=SERVER_POLL_MS)
+
+
+def settle_after_load(page) -> None:
+    """A freshly loaded page sometimes drops a key pressed within a few hundred milliseconds
+    of its first run going idle (about 1 in 12 in our runs; never later, never for a person,
+    who cannot press that fast). Tests and the bench wait that out once per page load."""
+    wait_idle(page)
+    page.wait_for_timeout(600)
+
+
+def hold_key(
+    page,
+    seconds: float,
+    every: float,
+    key: str = "ArrowRight",
+    code: int = 39,
+    at_least: int = 0,
+) -> int:
+    """Hold ``key`` as a keyboard does: a keydown, then auto-repeats every ``every`` seconds,
+    sent straight through the DevTools protocol (Playwright's own calls are slower than 30 ms).
+    Held past ``seconds`` until ``at_least`` keydowns are out (a loaded machine sends fewer in
+    the time). Returns the number of keydowns sent."""
+    cdp = page.context.new_cdp_session(page)
+    ev = {"key": key, "code": key, "windowsVirtualKeyCode": code}
+    t0, n = time.monotonic(), 0
+    while time.monotonic() - t0 < seconds or n < at_least:
+        cdp.send("Input.dispatchKeyEvent", {**ev, "type": "rawKeyDown", "autoRepeat": n > 0})
+        n += 1
+        time.sleep(max(0.0, t0 + n * every - time.monotonic()))
+    cdp.send("Input.dispatchKeyEvent", {**ev, "type": "keyUp"})
+    cdp.detach()
+    return n
+
+
+# The player's next unpacking of frames (its inflate reads a constructed Response; a fetched
+# one has a URL and passes) waits at a gate until ``release_unpacking``: a swap held open as
+# long as a test needs, with no timing in it.
+_GATE_JS = """() => {
+  const text = Response.prototype.text;
+  const gate = new Promise((open) => { window.pkOpenGate = open; });
+  window.pkGateHeld = false;
+  Response.prototype.text = async function () {
+    if (this.url !== "") return text.call(this);
+    Response.prototype.text = text;
+    window.pkGateHeld = true;
+    await gate;
+    return text.call(this);
+  };
+}"""
+
+
+def hold_unpacking(page) -> None:
+    """Hold the player's next unpacking of frames (the first frames of a new player, or another
+    language's) until ``release_unpacking``; ``wait_unpacking_held`` waits until it is held."""
+    page.evaluate(_GATE_JS)
+
+
+def hold_first_unpacking(page) -> None:
+    """``hold_unpacking`` from before the page's own scripts run, for a page that unpacks its
+    frames as it loads (an offline file). It holds on every later load of ``page`` too."""
+    page.add_init_script(f"({_GATE_JS})()")
+
+
+def wait_unpacking_held(page, timeout_ms: float = 60000) -> None:
+    page.wait_for_function("() => window.pkGateHeld === true", timeout=timeout_ms, polling="raf")
+
+
+def release_unpacking(page) -> None:
+    page.evaluate("() => window.pkOpenGate()")

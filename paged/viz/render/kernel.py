@@ -1,0 +1,289 @@
+"""The kernel lesson drawn: the arena grid (categories, the followed request's blocks, the one
+being read, attention as heat), the kernel's tiles, and HTML panels of the block table and the
+online softmax's state. Every number comes formatted from the frame's facts or its event
+(``paged.viz.fold.kernel.frames``); nothing is computed here but geometry. Text from a trace (the
+request id) is escaped."""
+
+from __future__ import annotations
+
+import html as _html
+
+from paged.viz import ui_text
+from paged.viz.fold.kernel.frames import KernelFrame, KernelLesson, num, pct
+from paged.viz.render.style import CATEGORY_COLOURS, INK, MUTED, cell_colour
+
+# The arena's geometry in viewBox units, about one unit a pixel where presenter mode draws it
+# (a side's full width at a 1280x720 projector, ~600 px): its labels at 16 units stay a 17 px
+# line from the back row, and a block's strip holds "L5 · 12.3%".
+COLS = 3  # blocks per row of the arena grid
+CELL, CELL_H, LABEL, GAP, ROW_GAP = 10, 24, 30, 14, 6
+FONT = 16  # every label of the arena and the tiles
+HEAT_LOW, HEAT_HIGH = (243, 232, 251), (91, 26, 139)  # the heat scale: one hue, light to dark
+GREY = "#CBD2D9"  # any slot in a heat frame that is not the request's: heat is the only colour
+
+
+def words(lang: str) -> dict[str, str]:
+    return ui_text.load("kernel")[lang]
+
+
+def heat_colour(share: float, top: float) -> str:
+    t = 0.0 if top <= 0 else max(0.0, min(1.0, share / top))
+    rgb = [round(a + (b - a) * t) for a, b in zip(HEAT_LOW, HEAT_HIGH, strict=True)]
+    return "#{:02X}{:02X}{:02X}".format(*rgb)
+
+
+def _esc(s: object) -> str:
+    return _html.escape(str(s), quote=True)
+
+
+def _highlight(f: KernelFrame) -> int | None:
+    """The physical block the frame points at: the logical block (chapter 1) or the tile."""
+    if f.logical is None:
+        return None
+    return f.read.physical[f.logical]
+
+
+def arena_svg(lesson: KernelLesson, i: int, lang: str) -> str:
+    """The arena at the frame's step, block by block: ``COLS`` blocks a row, each a strip of its
+    slots. The request's blocks are outlined and carry their logical index; a block others hold
+    too is outlined dashed; the block being read, thick. In heat frames only the request's
+    blocks have colour: their share of attention."""
+    f = lesson.frames[i]
+    bs, n = lesson.block_size, lesson.num_blocks
+    arena, read = f.arena, f.read
+    heat = f.kind == "heat"
+    top = max(read.mass) if heat else 0.0
+    logical_of = {b: k for k, b in enumerate(read.physical)}
+    shared = {
+        b for r, t in arena.block_tables.items() if r != read.req for b in t if b in logical_of
+    }
+    bw = LABEL + bs * CELL
+    rows = -(-n // COLS)
+    width, height = COLS * (bw + GAP) - GAP, rows * (CELL_H + ROW_GAP) + 4
+    hi = _highlight(f)
+    out = []
+    for b in range(n):
+        x0 = (b % COLS) * (bw + GAP)
+        y0 = 2 + (b // COLS) * (CELL_H + ROW_GAP)
+        out.append(
+            f"<text x='{x0 + LABEL - 4}' y='{y0 + CELL_H * 0.7:.1f}' text-anchor='end' "
+            f"font-size='{FONT}' fill='{MUTED}'>{b}</text>"
+        )
+        k = logical_of.get(b)
+        for s in range(bs):
+            code = arena.cells[b * bs + s]
+            if heat:
+                fill = (
+                    heat_colour(read.mass[k], top)
+                    if k is not None
+                    else (CATEGORY_COLOURS["free"] if code == "F" else GREY)
+                )
+            else:
+                fill = cell_colour(code)
+            out.append(
+                f"<rect x='{x0 + LABEL + s * CELL}' y='{y0}' width='{CELL - 1}' "
+                f"height='{CELL_H}' fill='{fill}'/>"
+            )
+        if k is None:
+            continue
+        dash = " stroke-dasharray='5 3'" if b in shared else ""
+        stroke = 4 if b == hi else 1.6
+        out.append(
+            f"<rect class='pk-k-block' data-physical='{b}' data-logical='{k}' "
+            f"x='{x0 + LABEL - 1}' y='{y0 - 1}' width='{bs * CELL + 1}' height='{CELL_H + 2}' "
+            f"fill='none' stroke='{INK}' stroke-width='{stroke}'{dash}/>"
+        )
+        label = f"L{k}" + (f" · {pct(read.mass[k])}" if heat else "")
+        ink = "white" if (heat and read.mass[k] > 0.5 * top) or not heat else INK
+        out.append(
+            f"<text x='{x0 + LABEL + 4}' y='{y0 + CELL_H * 0.72:.1f}' font-size='{FONT}' "
+            f"font-weight='700' fill='{ink}'>{_esc(label)}</text>"
+        )
+    return (
+        f"<svg class='pk-k-arena' viewBox='0 0 {width} {height}' width='100%' "
+        f"role='img' data-pk-frame='{i}'>{''.join(out)}</svg>"
+    )
+
+
+def tiles_svg(lesson: KernelLesson, i: int, lang: str) -> str:
+    """The kernel's side: the request's blocks in logical order as the tiles it walks, each
+    with its physical block; what each tile holds for this frame (m and l so far, its share of
+    attention, the split program it goes to), and the tile being read, thick."""
+    f, w = lesson.frames[i], words(lang)
+    read = f.read
+    n = len(read.physical)
+    tw, th, gap = 92, 52, 8  # six tiles across a side's ~600 px in presenter mode
+    width = n * (tw + gap) - gap
+    rows_h = 3 * 22
+    height = th + 8 + rows_h
+    top = max(read.mass)
+    out = []
+    for t, b in enumerate(read.physical):
+        x = t * (tw + gap)
+        done = f.kind in ("final", "gqa", "split") or (f.kind == "tile" and t <= (f.logical or 0))
+        fill = CATEGORY_COLOURS["reservation"] if done else CATEGORY_COLOURS["free"]
+        if f.kind == "heat":
+            fill = heat_colour(read.mass[t], top)
+        stroke = 4 if f.logical == t and f.kind in ("table", "tile") else 1.4
+        out.append(
+            f"<rect x='{x}' y='2' width='{tw}' height='{th}' rx='5' fill='{fill}' "
+            f"stroke='{INK}' stroke-width='{stroke}'/>"
+            f"<text x='{x + tw / 2}' y='22' text-anchor='middle' font-size='{FONT}' "
+            f"font-weight='700' fill='{INK if f.kind != 'heat' or read.mass[t] < 0.5 * top else 'white'}'>"
+            f"L{t} → {b}</text>"
+            f"<text x='{x + tw / 2}' y='44' text-anchor='middle' font-size='{FONT}' "
+            f"fill='{INK if f.kind != 'heat' or read.mass[t] < 0.5 * top else 'white'}'>"
+            f"{_esc(_tile_note(f, t, w))}</text>"
+        )
+        for r, line in enumerate(_tile_lines(f, t, w, lesson.head)):
+            out.append(
+                f"<text x='{x + 4}' y='{th + 24 + r * 22}' font-size='{FONT}' fill='{INK}'>"
+                f"{_esc(line)}</text>"
+            )
+    return (
+        f"<svg class='pk-k-tiles' viewBox='0 0 {width} {height}' width='100%' role='img' data-pk-frame='{i}'>"
+        f"{''.join(out)}</svg>"
+    )
+
+
+def _tile_note(f: KernelFrame, t: int, w: dict[str, str]) -> str:
+    if f.kind == "heat":
+        return pct(f.read.mass[t])
+    if f.kind == "split":
+        return w["split"].format(n=t)
+    return w["tile"].format(n=t + 1)
+
+
+def _tile_lines(f: KernelFrame, t: int, w: dict[str, str], h: int) -> list[str]:
+    read = f.read
+    if f.kind == "tile" and t > (f.logical or 0):
+        return [w["before"]]
+    if f.kind in ("tile", "final"):
+        return [f"m {num(read.tile_m[t][h])}", f"l {num(read.tile_l[t][h])}"]
+    if f.kind == "split":
+        return [f"m {num(read.part_m[t][h])}", f"l {num(read.part_l[t][h])}"]
+    if f.kind == "gqa":
+        return [w["q_head"].format(n=h) for h in read.heads][:3]
+    return []
+
+
+def table_panel(lesson: KernelLesson, i: int, lang: str) -> str:
+    """The request's block table: logical -> physical, shared or not, and this step's share
+    of attention per block; the row the frame points at is marked."""
+    f, w = lesson.frames[i], words(lang)
+    read = f.read
+    shared = {b for r, t in f.arena.block_tables.items() if r != read.req for b in t}
+    rows = "".join(
+        f"<tr class='{'pk-k-on' if f.logical == k else ''}'><td>{k}</td><td>{b}</td>"
+        f"<td>{_esc(w['shared']) if b in shared else ''}</td><td>{pct(read.mass[k])}</td></tr>"
+        for k, b in enumerate(read.physical)
+    )
+    return (
+        f"<div class='pk-k-panel'><div class='pk-k-h'>"
+        f"{_esc(w['table_title'].format(req=read.req))}</div><table class='pk-k-table'>"
+        f"<tr><th>{_esc(w['logical'])}</th><th>{_esc(w['physical'])}</th><th></th>"
+        f"<th>{_esc(w['mass'])}</th></tr>{rows}</table></div>"
+    )
+
+
+def state_panel(lesson: KernelLesson, i: int, lang: str) -> str:
+    """The online softmax's state for every query head of the group: after the tile being
+    read, after all of them beside softmax over all scores at once, or split-K's merge."""
+    f, w = lesson.frames[i], words(lang)
+    read = f.read
+    head = f"<div class='pk-k-h'>{_esc(w['state_title'].format(layer=read.layer))}</div>"
+    if f.kind in ("tile", "table"):
+        t = f.logical or 0
+        if f.kind == "table":
+            return head
+        rows = "".join(
+            f"<tr><td>{h}</td><td>{num(read.tile_m[t][g])}</td><td>{num(read.tile_l[t][g])}</td></tr>"
+            for g, h in enumerate(read.heads)
+        )
+        cols = (w["head"], "m", "l")
+    elif f.kind == "final":
+        rows = "".join(
+            f"<tr><td>{h}</td><td>{num(read.tile_m[-1][g])} / {num(read.full_m[g])}</td>"
+            f"<td>{num(read.tile_l[-1][g])} / {num(read.full_l[g])}</td></tr>"
+            for g, h in enumerate(read.heads)
+        )
+        cols = (
+            w["head"],
+            f"m ({w['walk']} / {w['all_at_once']})",
+            f"l ({w['walk']} / {w['all_at_once']})",
+        )
+    elif f.kind == "split":
+        rows = "".join(
+            f"<tr><td>{h}</td><td>{num(read.merged_m[g])}</td><td>{num(read.merged_l[g])}</td></tr>"
+            for g, h in enumerate(read.heads)
+        )
+        cols = (w["head"], f"m ({w['merged']})", f"l ({w['merged']})")
+    elif f.kind == "gqa":
+        rows = (
+            f"<tr><td>{_esc(w['kv_head'].format(n=read.kv_head))}</td>"
+            f"<td>{len(read.physical)}</td><td>{len(read.physical) * len(read.heads)}</td></tr>"
+        )
+        cols = ("", w["reads"], f"{w['reads']} × {len(read.heads)}")
+    else:
+        return head
+    th = "".join(f"<th>{_esc(c)}</th>" for c in cols)
+    return (
+        f"<div class='pk-k-panel'>{head}<table class='pk-k-table'><tr>{th}</tr>{rows}</table></div>"
+    )
+
+
+CSS = f"""
+.pk-k-panel {{ font-size: 15px; color: {INK}; }}
+.pk-k-h {{ font-weight: 700; margin: .2rem 0 .3rem 0; }}
+.pk-k-table {{ border-collapse: collapse; font-variant-numeric: tabular-nums; }}
+.pk-k-table th, .pk-k-table td {{ padding: .1rem .6rem; text-align: right;
+  border-bottom: 1px solid #E3E7EC; }}
+.pk-k-table tr.pk-k-on td {{ font-weight: 700; outline: 2px solid {INK}; }}
+/* Presenter mode: a side's drawing takes the side's full width and its panel goes under it,
+   so the labels are drawn about one unit a pixel and the table keeps all its columns. */
+.pk-present .pk-side-body:has(.pk-k-arena, .pk-k-tiles) {{ flex-direction: column;
+  overflow: hidden; }}
+.pk-present .pk-side-body:has(.pk-k-arena, .pk-k-tiles) > .pk-side-grid {{ flex: none;
+  width: 100%; height: auto; }}
+.pk-present .pk-side-grid svg:is(.pk-k-arena, .pk-k-tiles) {{ height: auto !important;
+  max-height: none !important; display: block; }}
+.pk-present .pk-side-body:has(.pk-k-arena, .pk-k-tiles) > .pk-side-panel {{ flex: 1 1 auto;
+  width: 100%; height: auto; }}
+.pk-present .pk-k-panel {{ font-size: 15px; line-height: 1.3; }}
+"""
+
+
+def legend(lang: str, req: str) -> str:
+    w = words(lang)
+    scale = "".join(
+        f"<span style='display:inline-block;width:18px;height:14px;background:"
+        f"{heat_colour(t / 4, 1)}'></span>"
+        for t in range(5)
+    )
+    return (
+        f"<style>{CSS}</style><div class='pk-k-legend'>"
+        f"<span style='border:2px solid {INK};padding:0 .4rem'>{_esc(w['legend_req'].format(req=req))}</span> "
+        f"<span style='border:2px dashed {INK};padding:0 .4rem'>{_esc(w['shared'])}</span> "
+        f"<span style='border:4px solid {INK};padding:0 .4rem'>{_esc(w['legend_read'])}</span> "
+        f"{scale} {_esc(w['heat_legend'])}</div>"
+    )
+
+
+def figure_svg(lesson: KernelLesson, i: int, lang: str) -> str:
+    """Frame ``i`` as one 16:9 SVG for slides: the chapter title, both captions, the arena and
+    the kernel's tiles side by side."""
+    from paged.viz.fold.kernel.frames import caption
+
+    f = lesson.frames[i]
+    left, right = caption(lesson, i, lang)
+    title = lesson.spec.chapter_titles[f.chapter][lang]
+    arena, tiles = arena_svg(lesson, i, lang), tiles_svg(lesson, i, lang)
+    return (
+        "<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 1280 720' width='1280' "
+        f"height='720' font-family='sans-serif'><rect width='1280' height='720' fill='white'/>"
+        f"<text x='24' y='44' font-size='30' font-weight='700' fill='{INK}'>{_esc(title)}</text>"
+        f"<text x='24' y='86' font-size='19' fill='{INK}'>{_esc(left)}</text>"
+        f"<text x='24' y='116' font-size='19' fill='{INK}'>{_esc(right)}</text>"
+        f"<svg x='24' y='150' width='600' height='520'>{arena}</svg>"
+        f"<svg x='656' y='150' width='600' height='520'>{tiles}</svg></svg>\n"
+    )

@@ -1,2 +1,0 @@
-"""Lessons out of the app: lecture figures, one-file HTML players, GIF/MP4 animations.
-``python -m viz.export --help``."""

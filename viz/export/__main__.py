@@ -1,5 +1,0 @@
-import sys
-
-from viz.export.site import export_main
-
-sys.exit(export_main())
