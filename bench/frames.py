@@ -81,7 +81,7 @@ def lesson_dir(trace: Path) -> Path:
     """A lessons folder holding the six-step lesson's text over the benchmark trace."""
     root = Path(tempfile.mkdtemp(prefix="bench-frames-"))
     (root / "six-steps").mkdir()
-    shutil.copy(ROOT / "lessons" / "six-steps" / "lesson.toml", root / "six-steps")
+    shutil.copy(ROOT / "paged" / "lessons" / "six-steps" / "lesson.toml", root / "six-steps")
     shutil.copy(trace, root / "six-steps" / "trace.jsonl")
     return root
 
@@ -240,7 +240,7 @@ def main() -> int:
         "--trace",
         type=Path,
         default=None,
-        help="bench this trace instead (e.g. lessons/six-steps/trace.jsonl)",
+        help="bench this trace instead (e.g. paged/lessons/six-steps/trace.jsonl)",
     )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()

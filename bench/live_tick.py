@@ -60,7 +60,7 @@ def waves(sc: Scenario, n: int) -> Scenario:
 
 def long_trace(min_events: int) -> bytes:
     """A lockstep two-run trace (max, paged) of at least ``min_events`` events."""
-    sc = load(ROOT / "lessons" / LESSON / "scenario.toml")
+    sc = load(ROOT / "paged" / "lessons" / LESSON / "scenario.toml")
     n = 1
     while True:
         buf = io.StringIO()

@@ -37,7 +37,7 @@ def _run(sc, model, traced: bool) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenario", default="lessons/six-steps/scenario.toml")
+    ap.add_argument("--scenario", default="paged/lessons/six-steps/scenario.toml")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--device", default="auto")
     args = ap.parse_args()

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SIX_TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
+SIX_TRACE = ROOT / "paged" / "lessons" / "six-steps" / "trace.jsonl"
 
 # Any element these create, any dialog they open or any request they send is a failure. Each
 # sets window.__pk_pwned, so a test can also ask the page whether any of them ran.

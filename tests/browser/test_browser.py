@@ -13,7 +13,7 @@ from paged.viz.export.serve import shown_frame, wait_idle, wait_painted, wait_re
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
-TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
+TRACE = ROOT / "paged" / "lessons" / "six-steps" / "trace.jsonl"
 
 pytestmark = [
     pytest.mark.browser,

@@ -23,7 +23,7 @@ from paged.viz.export.serve import (
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
-TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
+TRACE = ROOT / "paged" / "lessons" / "six-steps" / "trace.jsonl"
 
 pytestmark = [
     pytest.mark.browser,

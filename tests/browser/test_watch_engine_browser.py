@@ -45,7 +45,7 @@ pytestmark = [
     pytest.mark.model,
 ]
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIO = ROOT / "lessons" / "shared-prompt" / "scenario.toml"
+SCENARIO = ROOT / "paged" / "lessons" / "shared-prompt" / "scenario.toml"
 HOLDING = "holding the KV-event sockets open"  # what record says once its run is complete
 COLS = list(T["cols"])  # the chain table's columns, in the page's order
 

@@ -14,7 +14,7 @@ from paged.engine.core import events as E
 from paged.engine.trace.io import TraceError, loads
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACE = ROOT / "lessons" / "inside-the-kernel" / "trace.jsonl"
+TRACE = ROOT / "paged" / "lessons" / "inside-the-kernel" / "trace.jsonl"
 
 
 def _lines() -> list[str]:

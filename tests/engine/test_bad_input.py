@@ -173,7 +173,7 @@ def files(tmp_path):
     (tmp_path / "string.json").write_text('"hello"')
     (tmp_path / "nul.txt").write_bytes(b"hello\x00world\n")
     (tmp_path / "deep.json").write_text("[" * 100_000)
-    good = (ROOT / "lessons" / "six-steps" / "scenario.toml").read_text()
+    good = (ROOT / "paged" / "lessons" / "six-steps" / "scenario.toml").read_text()
     (tmp_path / "str_tokens.toml").write_text(good.replace("max_tokens = 84", 'max_tokens = "5"'))
     (tmp_path / "float_blocks.toml").write_text(
         good.replace("num_blocks = 16", "num_blocks = 16.5")
@@ -246,7 +246,7 @@ CLI_CASES = [
         [
             "record",
             "--scenario",
-            str(ROOT / "lessons/six-steps/scenario.toml"),
+            str(ROOT / "paged/lessons/six-steps/scenario.toml"),
             "--out",
             "{tmp}/missing/t.jsonl",
         ],
@@ -256,7 +256,7 @@ CLI_CASES = [
         [
             "record",
             "--scenario",
-            str(ROOT / "lessons/six-steps/scenario.toml"),
+            str(ROOT / "paged/lessons/six-steps/scenario.toml"),
             "--out",
             "{tmp}/a_dir",
         ],
@@ -447,7 +447,7 @@ def test_llm_refuses_a_budget_the_machine_cannot_hold(smollm, monkeypatch):
     assert LLM(smollm, kv_budget_mb=8).arena.num_blocks > 0
 
 
-SIX = str(ROOT / "lessons" / "six-steps" / "scenario.toml")
+SIX = str(ROOT / "paged" / "lessons" / "six-steps" / "scenario.toml")
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")

@@ -16,7 +16,7 @@ from paged.viz import ui_text
 from paged.viz.fold import sweep
 
 ROOT = Path(__file__).resolve().parents[2]
-LESSON = ROOT / "lessons" / "block-size"
+LESSON = ROOT / "paged" / "lessons" / "block-size"
 
 
 @pytest.fixture(scope="module")

@@ -534,7 +534,9 @@ def test_cli_refuses_a_remote_address_in_one_line(cmd, capsys, tmp_path):
     )
     if cmd == "record":  # the scenario is checked first; give it one that parses
         args[2] = str(
-            next((Path(__file__).resolve().parents[2] / "lessons").glob("*/scenario.toml"))
+            next(
+                (Path(__file__).resolve().parents[2] / "paged" / "lessons").glob("*/scenario.toml")
+            )
         )
     assert main([*args, "--kv-events", "tcp://0.0.0.0:5557"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -546,7 +548,9 @@ def test_cli_refuses_a_remote_address_in_one_line(cmd, capsys, tmp_path):
 def test_cli_refuses_a_bad_hold_in_one_line(cmd, hold, capsys, tmp_path):
     from paged.engine.cli.main import main
 
-    scenario = next((Path(__file__).resolve().parents[2] / "lessons").glob("*/scenario.toml"))
+    scenario = next(
+        (Path(__file__).resolve().parents[2] / "paged" / "lessons").glob("*/scenario.toml")
+    )
     args = (
         ["generate", "hi"]
         if cmd == "generate"

@@ -13,7 +13,7 @@ from paged.engine.trace import io as trace
 from paged.engine.trace.recorder import record
 from paged.engine.trace.scenario import load
 
-SIX_STEPS = "lessons/six-steps/scenario.toml"
+SIX_STEPS = "paged/lessons/six-steps/scenario.toml"
 
 
 def _blocked_no_hole(events):
@@ -115,7 +115,7 @@ def test_the_dry_run_stops_each_request_where_the_real_model_did():
     and at least two requests stop at EOS long before their max_tokens (internal
     fragmentation on the left for more than one request)."""
     sc = load(SIX_STEPS)
-    shipped = trace.read("lessons/six-steps/trace.jsonl")
+    shipped = trace.read("paged/lessons/six-steps/trace.jsonl")
     assert shipped.header["forward"] == "model"
     for run, events in shipped.runs.items():
         real = {e.req: e for e in events if e.kind == E.Finished.kind}

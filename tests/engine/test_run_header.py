@@ -70,7 +70,7 @@ def test_a_hand_made_contiguous_run_keeps_its_policy_through_a_round_trip(run, p
 
 
 def test_the_viewer_reads_the_run_the_checker_validated():
-    path = ROOT / "lessons" / "recompute-or-swap" / "trace.jsonl"
+    path = ROOT / "paged" / "lessons" / "recompute-or-swap" / "trace.jsonl"
     checker = TraceChecker()
     for i, line in enumerate(path.read_text().split("\n"), start=1):
         checker.line(i, line)

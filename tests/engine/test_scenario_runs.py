@@ -19,9 +19,9 @@ from paged.engine.trace.recorder import record
 from paged.engine.trace.scenario import load
 
 ROOT = Path(__file__).resolve().parents[2]
-SIX_STEPS = ROOT / "lessons" / "six-steps" / "scenario.toml"
-SWAP_LESSON = ROOT / "lessons" / "recompute-or-swap" / "scenario.toml"
-FP8_LESSON = ROOT / "lessons" / "fp8-twice" / "scenario.toml"
+SIX_STEPS = ROOT / "paged" / "lessons" / "six-steps" / "scenario.toml"
+SWAP_LESSON = ROOT / "paged" / "lessons" / "recompute-or-swap" / "scenario.toml"
+FP8_LESSON = ROOT / "paged" / "lessons" / "fp8-twice" / "scenario.toml"
 
 
 def _with_runs(tmp_path: Path, runs: str, base: Path = SIX_STEPS) -> Path:

@@ -11,7 +11,7 @@ from paged.engine.core import events as E
 from paged.engine.trace.header import PAGED, RunHeader
 from paged.engine.trace.io import TraceError, TraceWriter, loads, make_header, read
 
-LESSONS = Path(__file__).resolve().parents[2] / "lessons"
+LESSONS = Path(__file__).resolve().parents[2] / "paged" / "lessons"
 
 
 def _edited(lesson: str, line: int, **fields) -> str:

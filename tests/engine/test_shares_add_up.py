@@ -17,7 +17,7 @@ from paged.viz.fold.narration import render_step
 from paged.viz.fold.percent import percents
 from paged.viz.render import figures, html
 
-SIX = Path(__file__).resolve().parents[2] / "lessons" / "six-steps"
+SIX = Path(__file__).resolve().parents[2] / "paged" / "lessons" / "six-steps"
 NUMBER = re.compile(r"(\d+(?:\.\d+)?)%")
 
 

@@ -250,7 +250,7 @@ def test_blocks_copied_back_from_the_cpu_tier_count_as_holding_tokens(tmp_path):
     buf = io.StringIO()
     record(scenario.load(tmp_path / "fork.toml"), None, buf, forward="skip")
     fork = T.loads(buf.getvalue())
-    shipped = T.read(ROOT / "lessons" / "recompute-or-swap" / "trace.jsonl")
+    shipped = T.read(ROOT / "paged" / "lessons" / "recompute-or-swap" / "trace.jsonl")
     swapped_in = 0
     for tr in (fork, shipped):
         for run in tr.header["runs"]:

@@ -56,7 +56,7 @@ from tests.engine.test_shared_block_refusals import emit_a_block_shared_in_part
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [
     *(
-        ROOT / "lessons" / name / "trace.jsonl"
+        ROOT / "paged" / "lessons" / name / "trace.jsonl"
         for name in (
             "six-steps",
             "shared-prompt",
@@ -65,7 +65,7 @@ SOURCES = [
             "inside-the-kernel",
         )
     ),
-    *sorted((ROOT / "lessons" / "block-size" / "traces").glob("*.jsonl")),
+    *sorted((ROOT / "paged" / "lessons" / "block-size" / "traces").glob("*.jsonl")),
 ]
 CASES = int(os.environ.get("FUZZ_CASES", "2000"))
 SECONDS = float(os.environ.get("FUZZ_SECONDS", "60"))

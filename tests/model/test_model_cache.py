@@ -19,7 +19,7 @@ from paged.engine.model.weights import ModelWeights
 from paged.engine.sim.workload import DEMO_PROMPTS
 
 ROOT = Path(__file__).resolve().parents[2]
-LESSONS = ROOT / "lessons"
+LESSONS = ROOT / "paged" / "lessons"
 GOLDEN = ROOT / "tests" / "data" / "golden_hf.json"
 
 

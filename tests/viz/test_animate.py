@@ -13,7 +13,7 @@ from paged.viz.export import lecture as export
 from paged.viz.export.serve import CHROMIUM
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
+TRACE = ROOT / "paged" / "lessons" / "six-steps" / "trace.jsonl"
 
 
 def test_frame_ranges_follow_slice_rules():

@@ -20,7 +20,7 @@ from paged.viz.fold.lesson_folder import available, load_spec
 from paged.viz.fold.narration import render_step
 
 ROOT = Path(__file__).resolve().parents[2]
-SIX = ROOT / "lessons" / "six-steps"
+SIX = ROOT / "paged" / "lessons" / "six-steps"
 
 
 @pytest.fixture(scope="module")
@@ -370,7 +370,7 @@ def test_the_lesson_picker_shows_each_lessons_title_and_keeps_its_folder_name_as
     # the introduction first (it was last, after fp8-twice ... shared-prompt), then the rest
     assert list(picks) == ["six-steps"] + [n for n in available() if n != "six-steps"]
     for name, label in picks.items():
-        toml = tomllib.loads((ROOT / "lessons" / name / "lesson.toml").read_text("utf-8"))
+        toml = tomllib.loads((ROOT / "paged" / "lessons" / name / "lesson.toml").read_text("utf-8"))
         assert label == toml["title"][lang] != name
     other = next(n for n in picks if n != "six-steps")
     press(at, f"pk_lesson_pick_{other}")

@@ -14,7 +14,7 @@ from paged.viz.export import standalone
 from paged.viz.fold.lesson import build
 from paged.viz.fold.lesson_folder import load_spec
 
-LESSONS = Path(__file__).resolve().parents[2] / "lessons"
+LESSONS = Path(__file__).resolve().parents[2] / "paged" / "lessons"
 
 
 def _one_error_line(capsys) -> str:

@@ -21,7 +21,8 @@ from paged.viz.player import payload as player
 from paged.viz.render import svg
 from paged.viz.render.style import CATEGORY_COLOURS
 
-LESSONS = Path(__file__).resolve().parents[2] / "lessons"
+ROOT = Path(__file__).resolve().parents[2]
+LESSONS = ROOT / "paged" / "lessons"
 CONTRACT = ["run", "frame", "step", "tokens", "reserved", "internal", "external", "free"]
 CONTRACT += ["running", "waiting"]
 #: The CSV's category columns and the colour the grid fills each one's cells with.
@@ -234,7 +235,7 @@ def test_animation_options_are_refused_for_a_csv(tmp_path, capsys):
 
 
 def test_the_docs_list_every_column_in_order():
-    doc = (LESSONS.parent / "docs" / "trace-format.md").read_text(encoding="utf-8")
+    doc = (ROOT / "docs" / "trace-format.md").read_text(encoding="utf-8")
     section = doc.split("## Every frame's numbers as CSV", 1)[1]
     listed = []
     for line in section.splitlines():
@@ -256,7 +257,7 @@ def test_an_uploaded_trace_offers_its_csv_for_download(monkeypatch):
         return real(label, *args, **kwargs)
 
     monkeypatch.setattr(st, "download_button", spy)
-    at = AppTest.from_file(str(LESSONS.parent / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     at.run()
     at.button(key="pk_source_pick_upload").click().run()
     data = (LESSONS / "shared-prompt" / "trace.jsonl").read_bytes()

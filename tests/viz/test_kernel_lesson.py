@@ -1,4 +1,4 @@
-"""The kernel lesson (lessons/inside-the-kernel/): its frames folded from the recorded
+"""The kernel lesson (paged/lessons/inside-the-kernel/): its frames folded from the recorded
 ``attention_read`` events, every number its captions and narration say recomputed here from
 those events, the player's payload in both languages, and hostile ids kept as text."""
 

@@ -28,7 +28,7 @@ from paged.viz.player import payload as player
 from paged.viz.player.live import LivePayload
 
 ROOT = Path(__file__).resolve().parents[2]
-SIX = ROOT / "lessons" / "six-steps"
+SIX = ROOT / "paged" / "lessons" / "six-steps"
 TITLE = "Six steps — 六步"  # multi-byte characters in the header line: a split may fall in one
 
 

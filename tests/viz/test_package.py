@@ -7,6 +7,8 @@ from __future__ import annotations
 import fnmatch
 import re
 import subprocess
+import sys
+import sysconfig
 import tomllib
 from pathlib import Path
 
@@ -26,8 +28,101 @@ def requirement_lines(text: str) -> set[str]:
 
 def test_the_package_declares_exactly_the_requirements_the_checkout_installs():
     project = PYPROJECT["project"]
-    declared = set(project["dependencies"]) | set(project["optional-dependencies"]["dev"])
+    declared = set(project["dependencies"]).union(*project["optional-dependencies"].values())
     assert declared == requirement_lines((ROOT / "requirements.txt").read_text(encoding="utf-8"))
+
+
+def test_a_cpu_install_of_the_wheel_leaves_triton_to_the_gpu_extra():
+    project = PYPROJECT["project"]
+    assert not [r for r in project["dependencies"] if r.startswith("triton")]
+    assert project["optional-dependencies"]["gpu"] == ["triton"]
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def locked() -> dict[str, str]:
+    """requirements.lock's pins: normalised name -> version."""
+    text = (ROOT / "requirements.lock").read_text(encoding="utf-8")
+    pins = [line for line in text.splitlines() if line and not line.startswith((" ", "#"))]
+    assert all("==" in line for line in pins), "a lock line that is not an exact pin"
+    return {norm(n): v for n, v in (line.split("==") for line in pins)}
+
+
+def test_the_lock_pins_every_requirement_at_a_version_the_requirement_allows():
+    from packaging.requirements import Requirement
+
+    pins = locked()
+    text = (ROOT / "requirements.txt").read_text(encoding="utf-8")
+    for line in requirement_lines(text):
+        req = Requirement(line)
+        assert norm(req.name) in pins, f"{req.name} is not in requirements.lock: make lock"
+        assert req.specifier.contains(pins[norm(req.name)], prereleases=True), line
+
+
+def test_the_lock_asks_for_nothing_requirements_txt_no_longer_names():
+    from packaging.requirements import Requirement
+
+    text = (ROOT / "requirements.txt").read_text(encoding="utf-8")
+    ours = {norm(Requirement(line).name) for line in requirement_lines(text)}
+    lock = (ROOT / "requirements.lock").read_text(encoding="utf-8")
+    # pip-compile writes "# via -r requirements.txt" under each package asked for directly
+    asked = re.findall(
+        r"^([A-Za-z0-9][\w.-]*)==\S+\n(?:\s+#.*\n)*?\s+#\s+(?:via )?-r requirements\.txt",
+        lock,
+        re.M,
+    )
+    assert {norm(n) for n in asked} == ours
+
+
+def top_level_names(root: Path) -> set[str]:
+    """What a checkout makes importable from its root (Streamlit, ``python -m`` and pytest all
+    put the root on sys.path): its regular packages and its modules. A folder without
+    ``__init__.py`` is a namespace package, which loses to any installed package of its name."""
+    return {p.name for p in root.iterdir() if (p / "__init__.py").is_file()} | {
+        p.stem for p in root.glob("*.py")
+    }
+
+
+def clashes(root: Path, provided: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Our top-level names that an installed distribution (not ours) also provides."""
+    return {
+        name: others
+        for name in top_level_names(root)
+        if (others := [d for d in provided.get(name, []) if norm(d) != "paged-seen"])
+    }
+
+
+def test_no_top_level_name_of_ours_is_one_an_installed_distribution_provides():
+    from importlib import metadata
+
+    assert "paged" in top_level_names(ROOT)
+    assert clashes(ROOT, metadata.packages_distributions()) == {}
+
+
+def test_the_clash_check_sees_a_package_that_would_shadow_a_dependency(tmp_path):
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "__init__.py").write_text("")
+    (tmp_path / "docs").mkdir()  # no __init__.py: a namespace package shadows nothing
+    provided = {"kernels": ["kernels"], "docs": ["some-docs"], "paged": ["paged-seen"]}
+    assert clashes(tmp_path, provided) == {"kernels": ["kernels"]}
+
+
+def test_import_kernels_from_the_checkout_is_hugging_faces():
+    """transformers imports ``kernels`` (Hugging Face's) by name: from the root of a checkout,
+    as ``make run`` and ``python -m paged`` start, that must not be a folder of ours."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import kernels; print(kernels.__file__)"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:  # not installed: then it fails as it would without us
+        assert "No module named 'kernels'" in done.stderr
+    else:
+        installed = sysconfig.get_paths()["purelib"]
+        assert Path(done.stdout.strip()).is_relative_to(installed)
 
 
 def test_the_model_wheel_is_not_a_dependency_its_own_dependencies_would_build_llama_cpp():
@@ -48,7 +143,7 @@ def shipped_patterns() -> list[str]:
 
 def test_every_data_file_of_the_packages_is_shipped_in_the_wheel():
     tracked = subprocess.run(
-        ["git", "ls-files", "engine", "viz", "kernels", "lessons"],
+        ["git", "ls-files", "paged"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -62,7 +157,9 @@ def test_every_data_file_of_the_packages_is_shipped_in_the_wheel():
 
 def test_a_new_data_file_outside_the_patterns_would_be_caught():
     assert not any(fnmatch.fnmatch("paged/viz/player/new.woff2", p) for p in shipped_patterns())
-    assert any(fnmatch.fnmatch("lessons/block-size/traces/b8.jsonl", p) for p in shipped_patterns())
+    assert any(
+        fnmatch.fnmatch("paged/lessons/block-size/traces/b8.jsonl", p) for p in shipped_patterns()
+    )
 
 
 def test_the_installed_app_gets_the_checkouts_streamlit_settings():

@@ -32,7 +32,7 @@ from paged.viz.fold.reducer import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
+TRACE = ROOT / "paged" / "lessons" / "six-steps" / "trace.jsonl"
 
 
 class Stream:

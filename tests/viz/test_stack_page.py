@@ -18,7 +18,7 @@ from paged.viz.fold.tier_facts import mib
 from paged.viz.safe import md_text
 
 ROOT = Path(__file__).resolve().parents[2]
-LESSONS = ROOT / "lessons"
+LESSONS = ROOT / "paged" / "lessons"
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from paged.viz.fold.lesson_folder import load_spec
 from paged.viz.player import payload as player
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACE = ROOT / "lessons" / "six-steps" / "trace.jsonl"
+TRACE = ROOT / "paged" / "lessons" / "six-steps" / "trace.jsonl"
 MAX_BYTES = 3_000_000
 
 

@@ -101,7 +101,7 @@ def test_the_lesson_travels_as_one_offline_file_in_both_languages(name):
 
 
 def _dry_swap(cpu_blocks: int) -> Lesson:
-    sc = load(ROOT / "lessons" / "recompute-or-swap" / "scenario.toml")
+    sc = load(ROOT / "paged" / "lessons" / "recompute-or-swap" / "scenario.toml")
     runs = (sc.runs[0], dataclasses.replace(sc.runs[1], cpu_blocks=cpu_blocks))
     buf = io.StringIO()
     record(dataclasses.replace(sc, runs=runs), None, buf, forward="skip")
@@ -143,7 +143,7 @@ def test_recompute_counts_only_what_the_prefix_cache_does_not_find_again(tmp_pat
     # all 64 thrown-away slots "had to be computed again" when the cache holds every one
     from paged.viz.fold.tier_facts import tier_facts
 
-    src = ROOT / "lessons" / "recompute-or-swap" / "scenario.toml"
+    src = ROOT / "paged" / "lessons" / "recompute-or-swap" / "scenario.toml"
     text = src.read_text().replace("[arena]\n", "[arena]\nenable_prefix_caching = true\n", 1)
     (tmp_path / "s.toml").write_text(text)
     buf = io.StringIO()

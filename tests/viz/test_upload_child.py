@@ -19,7 +19,7 @@ from paged.viz.fold.lesson_folder import LESSONS_DIR, load_spec
 from paged.viz.live import upload
 from paged.viz.player import payload as player
 
-SIX = Path(__file__).resolve().parents[2] / "lessons" / "six-steps" / "trace.jsonl"
+SIX = Path(__file__).resolve().parents[2] / "paged" / "lessons" / "six-steps" / "trace.jsonl"
 
 
 @pytest.fixture(scope="module")

@@ -84,9 +84,9 @@ def test_the_wheel_declares_the_command_and_carries_the_data(installed):
         entry = next(n for n in names if n.endswith("entry_points.txt"))
         assert "paged = paged.viz.cli:main" in z.read(entry).decode()
     for data in (
-        "lessons/six-steps/trace.jsonl",
-        "lessons/six-steps/lesson.toml",
-        "lessons/block-size/traces/b16.jsonl",
+        "paged/lessons/six-steps/trace.jsonl",
+        "paged/lessons/six-steps/lesson.toml",
+        "paged/lessons/block-size/traces/b16.jsonl",
         "paged/viz/player/player.js",
         "paged/viz/player/icon.png",
         "paged/viz/text/site.toml",
@@ -95,11 +95,17 @@ def test_the_wheel_declares_the_command_and_carries_the_data(installed):
     ):
         assert data in names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "docs/"))]
+    # one import name of ours, and so no file a dependency's distribution also writes
+    assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == {"paged"}
 
 
 def test_the_installed_command_runs_from_the_folder_alone(installed):
     where = subprocess.run(
-        [sys.executable, "-c", "import viz, lessons; print(viz.__file__, lessons.__file__)"],
+        [
+            sys.executable,
+            "-c",
+            "import paged.viz, paged.lessons as l; print(paged.__file__, l.__file__)",
+        ],
         cwd=installed.cwd,
         env=installed.env,
         capture_output=True,
@@ -107,6 +113,17 @@ def test_the_installed_command_runs_from_the_folder_alone(installed):
         check=True,
     ).stdout.split()
     assert all(Path(w).is_relative_to(installed.target) for w in where)
+    theirs = subprocess.run(
+        [sys.executable, "-c", "import kernels; print(kernels.__file__)"],
+        cwd=installed.cwd,
+        env=installed.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert not Path(theirs).is_relative_to(
+        installed.target
+    )  # Hugging Face's, as transformers needs
     done = paged(installed, "--help")
     assert done.returncode == 0 and "site" in done.stdout
     assert paged(installed, "--version").stdout.startswith("paged 0.")

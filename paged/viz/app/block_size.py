@@ -1,7 +1,7 @@
 """The block-size page: one workload recorded at six block sizes, folded by the accounting,
 drawn as the trade between empty slots and block-table entries (the essay's §3.3, §5.2, §5.3).
 
-The text and the traces live in ``lessons/block-size/`` (see ``paged.viz.fold.sweep``); this module only
+The text and the traces live in ``paged/lessons/block-size/`` (see ``paged.viz.fold.sweep``); this module only
 lays them out. No torch.
 """
 
@@ -21,7 +21,7 @@ from paged.viz.render.style import CATEGORY_COLOURS, CATEGORY_MARKS, INK, MUTED,
 LESSON = "block-size"
 
 UI = ui_text.load("block_size_page")  # paged/viz/text/block_size_page.toml
-KERNEL_CMD = "bench/kernels.py --block-size N --out lessons/block-size/kernels/bN"
+KERNEL_CMD = "bench/kernels.py --block-size N --out paged/lessons/block-size/kernels/bN"
 LAYOUT = dict(
     paper_bgcolor="white",
     plot_bgcolor="white",

@@ -485,7 +485,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m paged export") ->
         help="instead: the whole course as one folder of offline pages "
         "(paged/viz/export/site.py; `--site DIR --help` for its options)",
     )
-    p.add_argument("--lesson", default="six-steps", help="a folder under lessons/")
+    p.add_argument("--lesson", default="six-steps", help="a folder under paged/lessons/")
     p.add_argument(
         "--trace",
         metavar="FILE",

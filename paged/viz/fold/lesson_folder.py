@@ -1,4 +1,4 @@
-"""A lesson's folder: ``lessons/<name>/`` with a ``lesson.toml`` and the trace it replays.
+"""A lesson's folder: ``paged/lessons/<name>/`` with a ``lesson.toml`` and the trace it replays.
 
 ``lesson.toml`` names the runs that go left and right and lists the steps; each step finds its
 keyframe by a rule (``paged.viz.fold.keyframes``) and says its narration (``paged.viz.fold.narration``)::
@@ -24,7 +24,7 @@ from paged.viz.fold.facts import CONDITIONS, IF_TAG
 
 #: The shipped lessons: the ``lessons`` package's own folder, in a checkout as in an installed
 #: wheel (its lessons are package data; pyproject.toml lists them).
-LESSONS_DIR = Path(str(resources.files("lessons")))
+LESSONS_DIR = Path(str(resources.files("paged.lessons")))
 LANGS = ("en", "zh")
 SIDES = ("left", "right")
 

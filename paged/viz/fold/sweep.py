@@ -1,12 +1,12 @@
 """Sweep lessons: one workload recorded at several block sizes, one trace per size.
 
-A folder ``lessons/<name>/`` with a ``narration.toml``::
+A folder ``paged/lessons/<name>/`` with a ``narration.toml``::
 
     title = { en = "...", zh = "..." }
     traces = "traces/b{block_size}.jsonl"        # one trace per size, a paged run in each
     block_sizes = [1, 8, 16, 32, 128, 256]
     kernel_table = "kernels/b{block_size}/kernels.csv"   # optional: bench/kernels.py --out
-    record = "python lessons/block-size/record.py"      # how the traces were made
+    record = "python paged/lessons/block-size/record.py"      # how the traces were made
     [[sections]]
     chart = "composition"                        # which chart the page draws beside the text
     title = { en = "...", zh = "..." }

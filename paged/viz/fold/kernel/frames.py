@@ -1,6 +1,6 @@
 """Inside the kernel: a run's ``attention_read`` events folded into the lesson's frames.
 
-A kernel lesson (``lessons/<name>/kernel.toml``) follows one request of one paged run. Its
+A kernel lesson (``paged/lessons/<name>/kernel.toml``) follows one request of one paged run. Its
 frames come in four chapters:
 
 1. ``table``: the request's logical blocks one by one, each to the physical block it landed in

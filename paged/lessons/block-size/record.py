@@ -1,7 +1,7 @@
 """Record this lesson's traces: one workload, the paged allocator, one trace per block size.
 
-    .venv/bin/python lessons/block-size/record.py                 # the real model (CPU: ~1 min)
-    .venv/bin/python lessons/block-size/record.py --forward skip  # dry run, forward skipped
+    .venv/bin/python paged/lessons/block-size/record.py                 # the real model (CPU: ~1 min)
+    .venv/bin/python paged/lessons/block-size/record.py --forward skip  # dry run, forward skipped
 
 The arena keeps the scenario's slot count (num_blocks x block_size) at every size, so each run
 has the same KV bytes and only the cut differs. The model is loaded once for all sizes.
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = record(
             at_block_size(sc, bs),
             ["paged"],
-            out / f"b{bs}.jsonl",
+            str(out / f"b{bs}.jsonl"),
             forward=args.forward,
             model=model,
         )
