@@ -42,7 +42,7 @@ lock: venv
 # gate. A failure prints one line, `upstream drift: PACKAGE VERSION ...`, and exits 0 under CI,
 # where the locked lane is the gate.
 fresh:
-	$(PYTHON) .ci/drift.py
+	FAST_MARKS="$(FAST)" $(PYTHON) .ci/drift.py
 
 # Debian's Chromium drives the browser tests and kaleido's figure export (never a downloaded browser).
 # Noto CJK: without a Chinese font Chromium draws the 中文 figures and pages as empty boxes.
@@ -56,6 +56,7 @@ run: venv
 	$(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT) --server.headless true
 
 # The fast gate: no model load, no browser, no kernel compile.
+FAST := not model and not browser and not load and not peer
 check: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
@@ -63,7 +64,7 @@ check: venv
 	# a core idle about a quarter of the time; both must pass. The trace fuzzer gets 10 s here;
 	# `make test` gives it its full minute.
 	@$(PY) -m mypy > $(VENV)/mypy.out 2>&1 & types=$$!; \
-	FUZZ_SECONDS=10 $(PY) -m pytest -q $(XDIST) -m "not model and not browser and not load and not peer"; \
+	FUZZ_SECONDS=10 $(PY) -m pytest -q $(XDIST) -m "$(FAST)"; \
 	tests=$$?; wait $$types; typed=$$?; cat $(VENV)/mypy.out; rm -f $(VENV)/mypy.out; \
 	test $$tests -eq 0 -a $$typed -eq 0
 

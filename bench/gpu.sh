@@ -35,8 +35,9 @@ pick_python() {
   done
   if [[ ! -x .venv/bin/python ]]; then
     echo "no python with CUDA torch found: building .venv" >&2
-    if command -v make >/dev/null 2>&1; then make venv >&2
-    else python3 -m venv .venv && .venv/bin/python -m pip install -q -r requirements.txt >&2; fi
+    # the lock but its torch, which is the CPU build there: the same release's CUDA build here
+    python3 -m venv .venv && .venv/bin/python -m pip install -q torch==2.13.0 \
+      -r <(grep -v '^torch==' requirements.lock) >&2
   fi
   echo .venv/bin/python
 }

@@ -3,7 +3,7 @@
 ``paged.engine`` (the inference engine), ``paged.kernels`` (Triton and C kernels beside their
 torch references), ``paged.viz`` (the viewer) and ``paged.lessons`` (lesson data). They live one
 level down because a top-level ``kernels/`` shadows Hugging Face's ``kernels`` package, which
-transformers imports: see docs/engine.md "One import name".
+transformers imports: see docs/testing.md "One import name".
 """
 
 from pathlib import Path
