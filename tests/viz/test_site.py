@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -17,6 +18,7 @@ from paged.viz.export.lecture import ExportError
 from paged.viz.fold.lesson_folder import LESSONS_DIR, available
 
 PAGES_ONLY = site.SiteOptions(gif=False, figures=False)
+NO_MEDIA = {"gif": False, "figures": False}
 LINK = re.compile(r"""\b(?:href|src)=['"]([^'"]*)['"]""")
 
 
@@ -122,3 +124,146 @@ def test_a_folder_of_ones_own_lessons_is_read_instead_of_the_shipped_ones(tmp_pa
     assert sorted(p.name for p in (tmp_path / "out" / "lessons").iterdir()) == ["sampling.html"]
     assert site.main([str(tmp_path / "o2"), "--lessons-dir", str(tmp_path / "none")]) == 2
     assert "no lessons to write" in capsys.readouterr().err
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` by its relative path, with its bytes."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        ((), "skipped: lecture figures and GIFs need Chromium (apt-get install chromium)"),
+        (("--no-gif",), "skipped: lecture figures need Chromium (apt-get install chromium)"),
+        (("--no-figures", "--frames", "0:2"), "skipped: GIFs need Chromium"),
+        (("--no-gif", "--no-figures"), None),
+    ],
+)
+def test_without_chromium_the_site_builds_the_rest_and_says_what_it_skipped_in_one_line(
+    tmp_path, monkeypatch, capsys, flags, said
+):
+    monkeypatch.setattr(site, "chromium_ready", lambda: False)
+    assert site.main([str(tmp_path / "out"), "--lesson", "six-steps", *flags]) == 0
+    *skipped, summary = capsys.readouterr().err.splitlines()
+    assert summary.startswith("wrote 3 files")
+    if said is None:
+        assert skipped == []
+    else:
+        assert len(skipped) == 1 and skipped[0].startswith(said)
+        assert skipped[0].endswith("the rest is built")
+    assert (tmp_path / "out" / "lessons" / "six-steps.html").is_file()
+    assert not (tmp_path / "out" / "media").exists()
+
+
+def test_with_chromium_nothing_is_left_out(monkeypatch):
+    monkeypatch.setattr(site, "chromium_ready", lambda: True)
+    options = site.SiteOptions(frames="0:2")
+    assert site.without_browser(options) == (options, [])
+
+
+def test_chromium_is_ready_only_where_its_executable_is(tmp_path, monkeypatch):
+    from paged.viz.export import serve
+
+    chromium = tmp_path / "chromium"
+    chromium.write_text("#!/bin/sh\n")
+    chromium.chmod(0o755)
+    monkeypatch.setenv("BROWSER_PATH", str(chromium))
+    monkeypatch.setattr(serve, "CHROMIUM", str(chromium))
+    assert site.chromium_ready()
+    chromium.chmod(0o644)
+    assert not site.chromium_ready()
+    chromium.unlink()
+    assert not site.chromium_ready()
+    assert site.without_browser(site.SiteOptions(frames="0:2")) == (
+        site.SiteOptions(gif=False, figures=False),
+        ["lecture figures", "GIFs"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("failure", "code"), [(OSError(28, "No space left on device"), 2), (KeyboardInterrupt(), 130)]
+)
+def test_a_build_that_fails_midway_leaves_the_previous_site_untouched_and_no_temp_folder(
+    tmp_path, monkeypatch, capsys, failure, code
+):
+    out = tmp_path / "course"
+    assert site.main([str(out), "--lesson", "six-steps", "--no-gif", "--no-figures"]) == 0
+    before = snapshot(out)
+    pages = []
+
+    def fail_on_the_second_lesson(lesson, *args, **kwargs):
+        pages.append(lesson)
+        if len(pages) == 2:
+            raise failure
+        return "<p>new</p>"
+
+    monkeypatch.setattr(site.standalone, "page", fail_on_the_second_lesson)
+    argv = [str(out), "--lesson", "parallel-sampling", "--lesson", "six-steps", "--no-gif"]
+    assert site.main([*argv, "--no-figures"]) == code
+    assert len(pages) == 2  # the first lesson's page was written before the failure
+    assert snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["course"]
+    assert capsys.readouterr().err.splitlines()[-1].startswith(("error: ", "interrupted: "))
+
+
+def test_a_failed_first_build_leaves_no_folder_at_all(tmp_path):
+    with pytest.raises(ExportError, match="no lesson named 'nope'"):
+        site.build_site(
+            tmp_path / "new", site.SiteOptions(lessons=("six-steps", "nope"), **NO_MEDIA)
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_new_build_replaces_the_previous_site_instead_of_merging_into_it(tmp_path):
+    out = tmp_path / "course"
+    site.build_site(out, site.SiteOptions(lessons=("six-steps",), **NO_MEDIA))
+    written = site.build_site(out, site.SiteOptions(lessons=("parallel-sampling",), **NO_MEDIA))
+    assert sorted(p.name for p in (out / "lessons").iterdir()) == ["parallel-sampling.html"]
+    assert sorted(written) == sorted(p for p in out.rglob("*") if p.is_file())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["course"]
+
+
+def test_a_rename_that_fails_puts_the_previous_site_back(tmp_path, monkeypatch):
+    out = tmp_path / "course"
+    site.build_site(out, site.SiteOptions(lessons=("six-steps",), **NO_MEDIA))
+    before = snapshot(out)
+    real, renames = site.os.replace, []
+
+    def replace(src, dst):
+        renames.append(dst)
+        if len(renames) == 2:  # the new site into place, after the old one moved aside
+            raise OSError(18, "Invalid cross-device link")
+        real(src, dst)
+
+    monkeypatch.setattr(site.os, "replace", replace)
+    with pytest.raises(OSError, match="cross-device"):
+        site.build_site(out, site.SiteOptions(lessons=("parallel-sampling",), **NO_MEDIA))
+    assert len(renames) == 3 and snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["course"]
+
+
+def test_a_folder_that_is_not_a_site_is_refused_in_one_line_and_kept(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes", encoding="utf-8")
+    (mine / "index.html").write_text("my page", encoding="utf-8")
+    before = snapshot(mine)
+    assert site.main([str(mine), "--no-gif", "--no-figures"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "'notes.txt'" in err and err.count("\n") == 1
+    assert snapshot(mine) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_progress_goes_to_a_terminal_only(tmp_path, monkeypatch, capsys):
+    argv = ["--lesson", "six-steps", "--lesson", "parallel-sampling", "--no-gif", "--no-figures"]
+    assert site.main([str(tmp_path / "quiet"), *argv]) == 0
+    assert capsys.readouterr().err.count("\n") == 1  # the summary, as a pipe or a test sees it
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert site.main([str(tmp_path / "shown"), *argv]) == 0
+    err = capsys.readouterr().err
+    assert "lesson 1 of 2: six-steps" in err and "lesson 2 of 2: parallel-sampling" in err
+    assert err.splitlines()[-1].startswith("wrote 4 files")

@@ -11,15 +11,20 @@ figure, the essay by its title, and the essay's corrections from paged/viz/paper
 
 Every link is relative and nothing is fetched, so the folder works from ``file://`` and from any
 static host. Lesson text is data: it is escaped wherever it reaches HTML. No Streamlit, no torch.
+Figures and GIFs need Chromium; without it the command builds the rest and says what it skipped.
+The site is built next to DIR and renamed into place, so DIR is a whole site or as it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote
 
@@ -34,6 +39,8 @@ from paged.viz.safe import html_text
 LANGS = ("en", "zh")
 HTML_LANG = {"en": "en", "zh": "zh-Hans"}
 THUMB_WIDTH = 640  # px: sharp in a card of ~320 CSS px on a 2x screen
+#: Everything a build writes at the top of DIR: a folder holding only these may be replaced.
+SITE_NAMES = frozenset({"index.html", "sources.html", "lessons", "media"})
 
 
 @dataclass(frozen=True)
@@ -68,27 +75,74 @@ def build_site(
     options: SiteOptions = SiteOptions(),
     progress: Callable[[str], None] | None = None,
 ) -> list[Path]:
-    """Write the site into ``out`` (created if missing); returns the files written. Raises
-    lecture.ExportError (one line) for a lesson that cannot be read or drawn."""
+    """Write the site into ``out`` (created if missing, replaced if a previous site); returns
+    the files written. It is built in a hidden folder beside ``out`` and renamed into place, so
+    a failure or Ctrl-C leaves ``out`` as it was. Raises lecture.ExportError (one line) for a
+    lesson that cannot be read or drawn, and for an ``out`` holding anything a site does not."""
     say = progress or (lambda msg: None)
-    site = Path(out)
-    (site / "lessons").mkdir(parents=True, exist_ok=True)
+    site = Path(out).resolve()  # a link to a site: the site is replaced, the link stays
+    _check_replaceable(site, str(out))
     names = list(options.lessons) or course_lessons(options.root)
     if not names:
         raise lecture.ExportError(f"no lessons to write (none found under {options.root.name}/)")
+    site.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{site.name[:100]}.", suffix=".part", dir=site.parent))
+    try:
+        written = _write(work / "site", names, options, say)
+        _swap(work / "site", site, work / "old")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the unfinished build, or the previous site
+    return [site / p.relative_to(work / "site") for p in written]
+
+
+def _write(
+    site: Path, names: list[str], options: SiteOptions, say: Callable[[str], None]
+) -> list[Path]:
+    (site / "lessons").mkdir(parents=True)
+    parts = ["page", *(["figures"] if options.figures else []), *(["GIFs"] if options.gif else [])]
     written: list[Path] = []
     entries = []
-    for name in names:
+    for n, name in enumerate(names, start=1):
+        say(f"lesson {n} of {len(names)}: {name} ({', '.join(parts)})")
         t0 = time.monotonic()
-        entry, files = _lesson(name, site, options, say)
+        entry, files = _lesson(name, site, options, lambda msg: say(f"  {msg}"))
         entries.append(entry)
         written += files
-        say(f"{name}: {len(files)} files in {time.monotonic() - t0:.1f} s")
+        say(f"  {name}: {len(files)} files in {time.monotonic() - t0:.1f} s")
+    say("index and sources")
     for file_name, text in (("index.html", index_page(entries)), ("sources.html", sources_page())):
         path = site / file_name
         path.write_text(text, encoding="utf-8")
         written.append(path)
     return written
+
+
+def _check_replaceable(site: Path, shown: str) -> None:
+    """Why refuse: replacing a folder deletes what is in it, so only a new folder, an empty
+    one or a previous site may become the site."""
+    if not site.is_dir():
+        if site.exists():
+            raise lecture.ExportError(f"{shown[:200]} is a file, not a folder")
+        return
+    foreign = sorted(p.name for p in site.iterdir() if p.name not in SITE_NAMES)
+    if foreign:
+        raise lecture.ExportError(
+            f"{shown[:200]} holds {foreign[0][:80]!r}, which no site build writes: "
+            "give a new or empty folder, or a previous site"
+        )
+
+
+def _swap(new: Path, site: Path, old: Path) -> None:
+    """Rename ``new`` to ``site``, moving a previous ``site`` to ``old`` first (and back, if
+    the second rename fails): two renames on one filesystem, never a half-copied folder."""
+    if site.exists():
+        os.replace(site, old)
+    try:
+        os.replace(new, site)
+    except BaseException:
+        if old.exists():
+            os.replace(old, site)
+        raise
 
 
 def _lesson(
@@ -123,6 +177,24 @@ def _lesson(
         entry.thumb = thumb.relative_to(site).as_posix()
         files.append(thumb)
     return entry, [page, *files]
+
+
+def chromium_ready() -> bool:
+    """Whether figures and GIFs can be drawn: kaleido (a side-by-side lesson's figures) finds a
+    Chromium on PATH, and Playwright (GIFs, the kernel lesson's figures) starts serve.CHROMIUM."""
+    from paged.viz.export.serve import CHROMIUM
+
+    return lecture.browser_available() and os.access(CHROMIUM, os.X_OK)
+
+
+def without_browser(options: SiteOptions) -> tuple[SiteOptions, list[str]]:
+    """``options`` less what needs Chromium where there is none, and what that left out."""
+    if chromium_ready():
+        return options, []
+    skipped = [
+        what for what, on in (("lecture figures", options.figures), ("GIFs", options.gif)) if on
+    ]
+    return replace(options, gif=False, figures=False, frames=None), skipped
 
 
 def course_lessons(root: Path) -> list[str]:
@@ -353,16 +425,20 @@ def main(argv: list[str] | None = None, prog: str = "python -m paged export --si
             "error: --frames shapes the animations, and --no-gif leaves them out", file=sys.stderr
         )
         return 2
-    options = SiteOptions(
-        lessons=tuple(args.lesson),
-        root=args.lessons_dir,
-        gif=not args.no_gif,
-        figures=not args.no_figures,
-        frames=args.frames,
+    options, skipped = without_browser(
+        SiteOptions(
+            lessons=tuple(args.lesson),
+            root=args.lessons_dir,
+            gif=not args.no_gif,
+            figures=not args.no_figures,
+            frames=args.frames,
+        )
     )
+    # a full build takes minutes: say what it is doing, but only to a person watching
+    say = (lambda m: print(m, file=sys.stderr, flush=True)) if sys.stderr.isatty() else None
     t0 = time.monotonic()
     try:
-        paths = build_site(args.folder, options, lambda m: print(m, file=sys.stderr, flush=True))
+        paths = build_site(args.folder, options, say)
     except lecture.ExportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -370,6 +446,15 @@ def main(argv: list[str] | None = None, prog: str = "python -m paged export --si
         where = e.filename or args.folder
         print(f"error: cannot write {str(where)[:200]}: {e.strerror or e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"interrupted: {args.folder} is as it was", file=sys.stderr)
+        return 130
+    if skipped:
+        print(
+            f"skipped: {' and '.join(skipped)} need Chromium (apt-get install chromium); "
+            "the rest is built",
+            file=sys.stderr,
+        )
     size = sum(p.stat().st_size for p in paths)
     print(
         f"wrote {len(paths)} files ({size / 1e6:.1f} MB) to {args.folder} "
