@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -62,10 +63,63 @@ def _app(argv: list[str], prog: str) -> int:
     args = p.parse_args(argv)
     if not 0 < args.port < 65536:
         p.error(f"--port {args.port} is not a port (1 to 65535)")
+    return run_child(app_command(args.host, args.port))
+
+
+#: What ends ``paged app`` besides Ctrl-C: ``kill PID``, and a closed terminal.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class _Stop(Exception):
+    """A stop signal, raised out of the wait for the child."""
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise _Stop(signum)
+
+
+def run_child(command: list[str], grace: float = 10.0) -> int:
+    """Run ``command`` and return its exit status (128 + N where signal N ended it). SIGTERM or
+    SIGHUP sent to this process is passed on to the child, and Ctrl-C reaches it anyway (one
+    process group): a server left behind would keep its port. A child that has not exited
+    ``grace`` seconds after the signal is killed."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, *STOP_SIGNALS)}
+    child = None
     try:
-        return subprocess.call(app_command(args.host, args.port))
-    except KeyboardInterrupt:  # Ctrl-C reached Streamlit too (one process group): it stops
-        return 130
+        for s in STOP_SIGNALS:
+            signal.signal(s, _raise_stop)
+        child = subprocess.Popen(command)
+        code = child.wait()
+        return 128 - code if code < 0 else code
+    except KeyboardInterrupt:
+        return _reap(child, signal.SIGINT, grace)
+    except _Stop as e:
+        return _reap(child, e.args[0], grace)
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
+def _reap(child: subprocess.Popen | None, signum: int, grace: float) -> int:
+    """Pass ``signum`` on, wait ``grace`` seconds, then kill; deaf to further signals meanwhile,
+    so the wait is bounded and ends with the child. Ctrl-C is passed on only to a child still
+    running a second later: a terminal sends it to the child as well, ``kill -INT`` does not."""
+    for s in (signal.SIGINT, *STOP_SIGNALS):
+        signal.signal(s, signal.SIG_IGN)
+    if child is not None and not _ended(child, 1.0 if signum == signal.SIGINT else 0.0):
+        child.send_signal(signum)
+        if not _ended(child, grace):
+            child.kill()
+            child.wait()
+    return 128 + signum
+
+
+def _ended(child: subprocess.Popen, seconds: float) -> bool:
+    try:
+        child.wait(seconds)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 def app_command(host: str, port: int) -> list[str]:

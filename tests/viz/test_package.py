@@ -225,3 +225,108 @@ def test_watch_is_offered_exactly_when_the_module_exists():
 
     has = importlib.util.find_spec("paged.viz.watch.__main__") is not None
     assert ("watch" in cli.commands()) == has
+
+
+def listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def bindable(port: int) -> bool:
+    """Whether a new server could listen on ``port`` (with SO_REUSEADDR, as Streamlit does)."""
+    import socket
+
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def within(seconds: float, ok) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not ok():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.load
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP"])
+def test_ending_paged_app_by_its_pid_ends_the_server_and_frees_the_port(stop):
+    import os
+    import signal
+
+    from paged.viz.export.serve import free_port
+
+    port, signum = free_port(), getattr(signal, stop)
+    app = subprocess.Popen(
+        [sys.executable, "-m", "paged", "app", "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    servers: list[int] = []
+    try:
+        assert within(90, lambda: listening(port)), "paged app never listened"
+        children = Path(f"/proc/{app.pid}/task/{app.pid}/children").read_text(encoding="ascii")
+        servers = [int(pid) for pid in children.split()]
+        assert servers, "paged app runs Streamlit as its child"
+        app.send_signal(signum)
+        assert app.wait(30) == 128 + signum
+        assert within(30, lambda: not listening(port) and bindable(port))
+        assert not [pid for pid in servers if alive(pid)]
+    finally:
+        for pid in [app.pid, *servers]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        app.wait()
+
+
+def test_a_child_deaf_to_the_stop_signal_is_killed_after_the_grace_period(tmp_path):
+    import os
+    import signal
+
+    ready = tmp_path / "child.pid"
+    deaf = (
+        "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"open({str(ready)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    )
+    line = f"run_child([sys.executable, '-c', {deaf!r}], grace=0.5)"
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; from paged.viz.cli import run_child; sys.exit({line})",
+        ],
+        cwd=ROOT,
+    )
+    try:
+        assert within(30, lambda: ready.is_file() and ready.read_text() != "")
+        child = int(ready.read_text())
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(10) == 128 + signal.SIGTERM
+        assert not alive(child)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        if ready.is_file() and ready.read_text() and alive(int(ready.read_text())):
+            os.kill(int(ready.read_text()), signal.SIGKILL)
+        parent.wait()
