@@ -2,7 +2,7 @@
 
 The four runs of a setting share nothing (each has its own scheduler, allocator and fold), and each
 is a pure function of the setting, so on a machine with more than one core they run at once: in
-``python -m viz.paper.parallel '<job>'`` children that print their progress and then their row as
+``python -m paged.viz.paper.parallel '<job>'`` children that print their progress and then their row as
 JSON lines. The row is ``simulate_policy``'s, carried as JSON (floats print as their shortest
 round-tripping repr), so it equals the row computed in this process. With one core, or
 ``processes=0``, the policies run here one after another. The children of every call (every

@@ -6,7 +6,7 @@ paper_results.json`` and the page computes only when the reader changes a settin
 side by side: ``paged.viz.paper.parallel``). Regenerate
 the file after changing the simulator or its defaults:
 
-    .venv/bin/python -m viz.paper.results            # writes paged/viz/data/paper_results.json
+    .venv/bin/python -m paged.viz.paper.results   # writes paged/viz/data/paper_results.json
 
 It holds every default setting for each seed in ``SEEDS`` (about 20 s a seed on 2 cores), so
 the page can say how far one draw of synthetic lengths is from another.
