@@ -95,7 +95,7 @@ def test_the_incremental_fold_equals_the_whole_fold_at_every_tick(stream, spec):
     fold's, and the finished stream gives its replay's."""
     live, drawn = LiveLesson(spec), LivePayload("en")
     decode = codecs.getincrementaldecoder("utf-8")()
-    splits = _splits(stream, 60, seed=7)
+    splits = _splits(stream, 30, seed=7)
     prev, folded = 0, 0
     for n, cut in enumerate(splits):
         live.feed(decode.decode(stream[prev:cut]))
@@ -106,7 +106,7 @@ def test_the_incremental_fold_equals_the_whole_fold_at_every_tick(stream, spec):
             folded += 1
             if n % 6 == 0 or n == len(splits) - 1:  # the payloads cost more: every sixth
                 assert _shown(drawn.update(got)) == _shown(player.payload(want, "en")), cut
-    assert folded > 40
+    assert folded > 20
     live.feed(decode.decode(stream[prev:], final=True))
     done = live.lesson(finished=True)
     replay = L.build(spec, loads(stream.decode("utf-8")), source="live")
@@ -200,7 +200,7 @@ def test_the_live_edge_is_counted_as_live_edge_cuts(stream, spec):
     """``edge_cuts`` keeps exactly the events ``live_edge`` keeps, at every line."""
     lines = stream.decode("utf-8").splitlines(keepends=True)
     counts: dict[str, follow._Counts] = {}
-    for k in range(1, len(lines) - 1, 7):
+    for k in range(1, len(lines) - 1, 13):
         tr = parse_lines(lines[:k], require_end=False)
         for name, evs in tr.runs.items():
             counts.setdefault(name, follow._Counts()).update(evs)

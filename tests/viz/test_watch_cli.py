@@ -112,7 +112,7 @@ def test_listen_mode_waits_for_a_server_that_connects():
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "paged", "watch", f"tcp://127.0.0.1:{port}", "--listen"]
-        + ["--replay", "", "--seconds", "8", "--json"],
+        + ["--replay", "", "--seconds", "3", "--json"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -124,10 +124,11 @@ def test_listen_mode_waits_for_a_server_that_connects():
         pub.setsockopt(zmq.LINGER, 0)
         pub.connect(f"tcp://127.0.0.1:{port}")
         seq = 0
-        deadline = time.monotonic() + 6
-        # PUB drops until the connection is up and subscribed: send the same store until the
-        # deadline; each is a new batch, so the copies count how many arrived
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        # PUB drops until the connection is up and subscribed: send the same store for as long
+        # as the watcher runs (its 3 s start once it listens, however slow its start); each is
+        # a new batch, so the copies count how many arrived
+        while proc.poll() is None and time.monotonic() < deadline:
             pub.send_multipart([b"", K.seq_bytes(seq), encode([stored(3)])])
             seq += 1
             time.sleep(0.05)
