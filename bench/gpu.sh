@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything worth running on a GPU, in one command, in under 8 minutes:
 #   1. kernels:    the compiled Triton kernels checked against the torch reference on the GPU,
-#                  then paged decode vs contiguous SDPA (bench/kernels.py)
+#                  then paged decode vs contiguous SDPA (bench/kernel_speed.py)
 #   2. throughput: the engine end to end on the real model (bench/throughput.py, if present)
 #   3. tracing:    tracing on vs off (bench/tracing.py, if present)
 # Each step has its own time budget; a failed or timed-out step is reported, and the others still
@@ -79,9 +79,9 @@ optional_step() {
 }
 
 if (( DRY_RUN )); then
-  run_step kernels 60 "$PY" bench/kernels.py --dry-run
+  run_step kernels 60 "$PY" bench/kernel_speed.py --dry-run
 else
-  run_step kernels 210 "$PY" bench/kernels.py --out "$OUT"
+  run_step kernels 210 "$PY" bench/kernel_speed.py --out "$OUT"
 fi
 optional_step throughput 180 bench/throughput.py
 optional_step tracing 90 bench/tracing.py

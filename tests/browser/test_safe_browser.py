@@ -177,7 +177,7 @@ def test_one_live_run_per_server_and_it_ends_with_its_tab(page, slow_live_app):
     first = page.context.new_page()  # a tab of its own, closed below; the second is the shared one
     _go_live(first, slow_live_app)
     deadline = time.monotonic() + 30
-    while not (live := [p for p, cmd in _children(server) if "engine record" in cmd]):
+    while not (live := [p for p, cmd in _children(server) if "paged record" in cmd]):
         assert time.monotonic() < deadline, "the live run never started"
         time.sleep(0.2)
     # Paused while the second session asks: still a running child (so a second run must be
@@ -188,7 +188,7 @@ def test_one_live_run_per_server_and_it_ends_with_its_tab(page, slow_live_app):
         second.bring_to_front()  # a tab behind another gets few animation frames: waits crawl
         _go_live(second, slow_live_app)
         second.get_by_text("live run is in progress").wait_for(timeout=30_000)
-        assert [p for p, cmd in _children(server) if "engine record" in cmd] == live
+        assert [p for p, cmd in _children(server) if "paged record" in cmd] == live
     finally:
         os.kill(live[0], signal.SIGCONT)
     first.close()  # the tab that started it goes away, its run going again

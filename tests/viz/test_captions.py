@@ -36,10 +36,14 @@ def lesson(request) -> Lesson:
 @pytest.fixture(scope="module")
 def bench_lesson(tmp_path_factory) -> Lesson:
     """The six-step text over a longer dry-run trace (the benchmark's generator, small)."""
-    import sys
+    import importlib.util
 
-    sys.path.insert(0, str(ROOT / "bench"))
-    import frames as bench
+    # by path: bench/ on sys.path would stay there for the worker's later tests, and its scripts'
+    # names may be those of installed packages
+    spec = importlib.util.spec_from_file_location("bench_frames", ROOT / "bench" / "frames.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
 
     path = tmp_path_factory.mktemp("cap") / "trace.jsonl"
     bench.make_trace(path, 1500)

@@ -76,13 +76,23 @@ def test_the_lock_asks_for_nothing_requirements_txt_no_longer_names():
     assert {norm(n) for n in asked} == ours
 
 
+def importable_folders(root: Path) -> list[Path]:
+    """Folders whose modules import by bare name: the root (Streamlit, ``python -m`` and pytest
+    put it on sys.path), bench/ (``python bench/x.py`` puts it there) and each folder of tests
+    (pytest's default import mode puts a test module's own folder there)."""
+    tests = sorted({p.parent for p in (root / "tests").rglob("*.py")})
+    return [root, root / "bench", *tests]
+
+
 def top_level_names(root: Path) -> set[str]:
-    """What a checkout makes importable from its root (Streamlit, ``python -m`` and pytest all
-    put the root on sys.path): its regular packages and its modules. A folder without
-    ``__init__.py`` is a namespace package, which loses to any installed package of its name."""
-    return {p.name for p in root.iterdir() if (p / "__init__.py").is_file()} | {
-        p.stem for p in root.glob("*.py")
-    }
+    """What a checkout makes importable by bare name: the regular packages and the modules of
+    its importable folders. A folder without ``__init__.py`` is a namespace package, which loses
+    to any installed package of its name."""
+    names: set[str] = set()
+    for folder in filter(Path.is_dir, importable_folders(root)):
+        names |= {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()}
+        names |= {p.stem for p in folder.glob("*.py")}
+    return names
 
 
 def clashes(root: Path, provided: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -105,8 +115,15 @@ def test_the_clash_check_sees_a_package_that_would_shadow_a_dependency(tmp_path)
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "__init__.py").write_text("")
     (tmp_path / "docs").mkdir()  # no __init__.py: a namespace package shadows nothing
-    provided = {"kernels": ["kernels"], "docs": ["some-docs"], "paged": ["paged-seen"]}
-    assert clashes(tmp_path, provided) == {"kernels": ["kernels"]}
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "yaml.py").write_text("")  # `python bench/yaml.py` would shadow PyYAML
+    provided = {
+        "kernels": ["kernels"],
+        "docs": ["some-docs"],
+        "paged": ["paged-seen"],
+        "yaml": ["PyYAML"],
+    }
+    assert clashes(tmp_path, provided) == {"kernels": ["kernels"], "yaml": ["PyYAML"]}
 
 
 def test_import_kernels_from_the_checkout_is_hugging_faces():

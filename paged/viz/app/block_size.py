@@ -21,7 +21,7 @@ from paged.viz.render.style import CATEGORY_COLOURS, CATEGORY_MARKS, INK, MUTED,
 LESSON = "block-size"
 
 UI = ui_text.load("block_size_page")  # paged/viz/text/block_size_page.toml
-KERNEL_CMD = "bench/kernels.py --block-size N --out paged/lessons/block-size/kernels/bN"
+KERNEL_CMD = "bench/kernel_speed.py --block-size N --out paged/lessons/block-size/kernels/bN"
 LAYOUT = dict(
     paper_bgcolor="white",
     plot_bgcolor="white",

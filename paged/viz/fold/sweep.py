@@ -5,7 +5,7 @@ A folder ``paged/lessons/<name>/`` with a ``narration.toml``::
     title = { en = "...", zh = "..." }
     traces = "traces/b{block_size}.jsonl"        # one trace per size, a paged run in each
     block_sizes = [1, 8, 16, 32, 128, 256]
-    kernel_table = "kernels/b{block_size}/kernels.csv"   # optional: bench/kernels.py --out
+    kernel_table = "kernels/b{block_size}/kernels.csv"   # optional: bench/kernel_speed.py --out
     record = "python paged/lessons/block-size/record.py"      # how the traces were made
     [[sections]]
     chart = "composition"                        # which chart the page draws beside the text
@@ -211,7 +211,7 @@ def load_results(spec: SweepSpec) -> list[SizeResult]:
     return out
 
 
-# --- kernel timings (measured on a GPU by bench/kernels.py) ----------------------------------
+# --- kernel timings (measured on a GPU by bench/kernel_speed.py) ----------------------------------
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,7 @@ class KernelRow:
 
 def kernel_rows(spec: SweepSpec) -> list[KernelRow]:
     """Rows of every ``kernels.csv`` the spec points to that exists; empty when none was
-    measured (no GPU has run ``bench/kernels.py --block-size N --out ...`` for this lesson)."""
+    measured (no GPU has run ``bench/kernel_speed.py --block-size N --out ...`` for this lesson)."""
     rows = []
     for bs in spec.block_sizes:
         path = spec.kernel_path(bs)

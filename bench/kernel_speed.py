@@ -21,8 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# `python bench/kernels.py` puts bench/ first on sys.path, where this very file would shadow the
-# `kernels` package: the repo root takes its place
+# `python bench/kernel_speed.py` puts bench/ first on sys.path, not the root that holds `paged`
 if sys.path and Path(sys.path[0] or ".").resolve() == ROOT / "bench":
     sys.path[0] = str(ROOT)
 
@@ -62,7 +61,7 @@ class Row:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="bench/kernels.py", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="bench/kernel_speed.py", description=__doc__.splitlines()[0])
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64])
     p.add_argument("--contexts", type=int, nargs="+", default=[512, 2048, 8192])
     p.add_argument("--block-size", type=int, default=16)
@@ -379,7 +378,7 @@ def main(argv=None) -> int:
 
     if not torch.cuda.is_available():
         print(
-            "error: bench/kernels.py needs a CUDA GPU (try --dry-run or --compile-only)",
+            "error: bench/kernel_speed.py needs a CUDA GPU (try --dry-run or --compile-only)",
             file=sys.stderr,
         )
         return 2
