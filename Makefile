@@ -39,8 +39,8 @@ lock: venv
 	  -o requirements.lock requirements.txt
 
 # The drift canary: a throw-away venv of the newest releases of requirements.txt runs the fast
-# gate. A failure prints one line, `upstream drift: PACKAGE VERSION ...`, and exits 0 under CI,
-# where the locked lane is the gate.
+# gate. A failure prints one line, `upstream drift: PACKAGE VERSION ...`, and exits 1; .ci/run
+# goes on, since the locked lane is the gate.
 fresh:
 	FAST_MARKS="$(FAST)" $(PYTHON) .ci/drift.py
 
