@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import sys
 from pathlib import Path
 from urllib.parse import unquote
@@ -184,7 +185,13 @@ def test_chromium_is_ready_only_where_its_executable_is(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("failure", "code"), [(OSError(28, "No space left on device"), 2), (KeyboardInterrupt(), 130)]
+    ("failure", "code"),
+    [
+        (OSError(28, "No space left on device"), 2),
+        (KeyboardInterrupt(), 130),
+        (signal.SIGTERM, 130),  # `kill PID`
+        (signal.SIGHUP, 130),  # the terminal closed
+    ],
 )
 def test_a_build_that_fails_midway_leaves_the_previous_site_untouched_and_no_temp_folder(
     tmp_path, monkeypatch, capsys, failure, code
@@ -196,7 +203,12 @@ def test_a_build_that_fails_midway_leaves_the_previous_site_untouched_and_no_tem
 
     def fail_on_the_second_lesson(lesson, *args, **kwargs):
         pages.append(lesson)
-        if len(pages) == 2:
+        if len(pages) == 2 and isinstance(failure, signal.Signals):
+            # what the signal would run, called here: a default handler would end pytest too
+            handler = signal.getsignal(failure)
+            assert callable(handler), f"{failure.name} would end the build where it stands"
+            handler(failure, None)
+        elif len(pages) == 2:
             raise failure
         return "<p>new</p>"
 

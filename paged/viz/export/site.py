@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -418,6 +419,10 @@ def export_main(argv: list[str] | None = None, prog: str = "python -m paged expo
     return main(rest, f"{prog} --site")
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None, prog: str = "python -m paged export --site") -> int:
     args = parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
     if args.no_gif and args.frames is not None:
@@ -437,6 +442,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m paged export --si
     # a full build takes minutes: say what it is doing, but only to a person watching
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if sys.stderr.isatty() else None
     t0 = time.monotonic()
+    # `kill PID` or a closed terminal unwinds the build as Ctrl-C does: no .part folder is left
+    saved = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         paths = build_site(args.folder, options, say)
     except lecture.ExportError as e:
@@ -449,6 +456,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m paged export --si
     except KeyboardInterrupt:
         print(f"interrupted: {args.folder} is as it was", file=sys.stderr)
         return 130
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
     if skipped:
         print(
             f"skipped: {' and '.join(skipped)} need Chromium (apt-get install chromium); "
