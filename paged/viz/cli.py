@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from paged.engine.cli.main import STOP_SIGNALS, Terminated, stop_signals_unwind
+
 PROG = "paged"
 DISTRIBUTION = "paged-seen"
 
@@ -66,35 +68,22 @@ def _app(argv: list[str], prog: str) -> int:
     return run_child(app_command(args.host, args.port))
 
 
-#: What ends ``paged app`` besides Ctrl-C: ``kill PID``, and a closed terminal.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-
-class _Stop(Exception):
-    """A stop signal, raised out of the wait for the child."""
-
-
-def _raise_stop(signum: int, frame: object) -> None:
-    raise _Stop(signum)
-
-
 def run_child(command: list[str], grace: float = 10.0) -> int:
     """Run ``command`` and return its exit status (128 + N where signal N ended it). SIGTERM or
     SIGHUP sent to this process is passed on to the child, and Ctrl-C reaches it anyway (one
     process group): a server left behind would keep its port. A child that has not exited
     ``grace`` seconds after the signal is killed."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, *STOP_SIGNALS)}
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, *STOP_SIGNALS)}  # _reap ignores them
     child = None
     try:
-        for s in STOP_SIGNALS:
-            signal.signal(s, _raise_stop)
-        child = subprocess.Popen(command)
-        code = child.wait()
+        with stop_signals_unwind():
+            child = subprocess.Popen(command)
+            code = child.wait()
         return 128 - code if code < 0 else code
+    except Terminated as e:
+        return _reap(child, e.signum, grace)
     except KeyboardInterrupt:
         return _reap(child, signal.SIGINT, grace)
-    except _Stop as e:
-        return _reap(child, e.args[0], grace)
     finally:
         for s, handler in saved.items():
             signal.signal(s, handler)

@@ -10,6 +10,8 @@ import importlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from paged.engine.errors import EngineInputError
 
@@ -54,15 +56,30 @@ def _terminate(signum: int, frame) -> None:
     raise Terminated(signum)
 
 
+#: What asks a command to end besides Ctrl-C: ``kill PID`` (a process manager), a closed terminal.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def stop_signals_unwind() -> Iterator[None]:
+    """Meanwhile SIGTERM and SIGHUP raise :class:`Terminated` (a KeyboardInterrupt) where the
+    main thread is, so ``finally`` blocks run; the handlers before are put back after."""
+    saved = {sig: signal.signal(sig, _terminate) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
 def run_command(argv: list[str] | None = None, prog: str = PROG) -> int:
     """A whole command as a process runs it (``python -m paged``, ``paged simulate``): OpenMP
     settled before any command module imports torch, SIGTERM and SIGHUP unwinding as Ctrl-C."""
     from paged.engine.threads import configure_openmp
 
     configure_openmp()
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _terminate)
-    return main(argv, prog)
+    with stop_signals_unwind():
+        return main(argv, prog)
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

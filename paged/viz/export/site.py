@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote
 
+from paged.engine.cli.main import stop_signals_unwind
 from paged.viz import ui_text
 from paged.viz.export import lecture, standalone
 from paged.viz.fold.kernel.frames import KernelLesson, kernel_lessons
@@ -419,10 +419,6 @@ def export_main(argv: list[str] | None = None, prog: str = "python -m paged expo
     return main(rest, f"{prog} --site")
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None, prog: str = "python -m paged export --site") -> int:
     args = parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
     if args.no_gif and args.frames is not None:
@@ -442,10 +438,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m paged export --si
     # a full build takes minutes: say what it is doing, but only to a person watching
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if sys.stderr.isatty() else None
     t0 = time.monotonic()
-    # `kill PID` or a closed terminal unwinds the build as Ctrl-C does: no .part folder is left
-    saved = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        paths = build_site(args.folder, options, say)
+        # `kill PID` or a closed terminal unwinds the build as Ctrl-C does: no .part is left
+        with stop_signals_unwind():
+            paths = build_site(args.folder, options, say)
     except lecture.ExportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -456,9 +452,6 @@ def main(argv: list[str] | None = None, prog: str = "python -m paged export --si
     except KeyboardInterrupt:
         print(f"interrupted: {args.folder} is as it was", file=sys.stderr)
         return 130
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
     if skipped:
         print(
             f"skipped: {' and '.join(skipped)} need Chromium (apt-get install chromium); "
