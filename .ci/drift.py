@@ -88,6 +88,14 @@ class Venv:
         return {k: norm(v) for k, v in json.loads(out or "{}").items()}
 
 
+#: The gate's tools, as the Makefile's `check` runs them.
+TOOLS = {
+    "ruff check": ["ruff", "check", "."],
+    "ruff format": ["ruff", "format", "--check", "."],
+    "mypy": ["mypy"],
+}
+
+
 class Gate:
     """The fast gate's parts, each runnable alone: ruff, the formatter, mypy, the tests."""
 
@@ -101,17 +109,12 @@ class Gate:
             "FUZZ_SECONDS": "10",
         }
 
-    def tools(self, names: list[str] | None = None) -> list[str]:
-        steps = {
-            "ruff check": ["ruff", "check", "."],
-            "ruff format": ["ruff", "format", "--check", "."],
-            "mypy": ["mypy"],
-        }
+    def tools(self, names: list[str]) -> list[str]:
+        """Those of ``names`` that fail."""
         return [
             name
-            for name, cmd in steps.items()
-            if (names is None or name in names)
-            and self.venv.run(self.venv.py, "-m", *cmd, env=self.env, check=False)
+            for name in names
+            if self.venv.run(self.venv.py, "-m", *TOOLS[name], env=self.env, check=False)
         ]
 
     def tests(self, ids: list[str] | None = None) -> list[str]:
@@ -125,18 +128,17 @@ class Gate:
         rc = self.venv.run(*args, env=self.env, check=False)
         if rc in (0, 5):
             return []
-        self.venv.log.flush()
         text = LOG.read_bytes()[start:].decode("utf-8", errors="replace")
         failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", text, flags=re.M)
         return sorted(set(failed)) or [f"pytest exited {rc}"]
 
     def failures(self, only: list[str] | None = None) -> list[str]:
-        tools = [f for f in (only or []) if f in ("ruff check", "ruff format", "mypy")]
-        ids = [f for f in (only or []) if f not in tools]
-        out = self.tools(None if only is None else tools) if only is None or tools else []
-        if only is None or ids:
-            out += self.tests(None if only is None else ids)
-        return out
+        """What fails: of the whole gate, or of ``only`` (what failed before)."""
+        if only is None:
+            return self.tools(list(TOOLS)) + self.tests()
+        tools = [f for f in only if f in TOOLS]
+        ids = [f for f in only if f not in TOOLS]
+        return self.tools(tools) + (self.tests(ids) if ids else [])
 
 
 def suspects(log_text: str, owners: dict[str, str], changed: list[str]) -> list[str]:

@@ -1,10 +1,15 @@
-"""The drift canary's reading (.ci/drift.py): which packages it blames first, and the lock it
-reads. Its whole run (a venv of the newest releases, minutes) is `make fresh`, run by CI."""
+"""The lock and the drift canary's reading of it (.ci/drift.py): requirements.lock pins what
+requirements.txt asks for, and the canary blames first what a failure ran through. The canary's
+whole run (a venv of the newest releases, minutes) is `make fresh`, run by CI."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from test_package import requirement_lines  # tests/viz is on sys.path under pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("drift", ROOT / ".ci" / "drift.py")
@@ -40,3 +45,29 @@ def test_the_lock_and_requirements_are_read_by_normalised_name(tmp_path):
     assert set(drift.direct(ROOT / "requirements.txt")) <= set(
         drift.pins(ROOT / "requirements.lock")
     )
+
+
+def test_every_line_of_the_lock_is_an_exact_pin():
+    text = (ROOT / "requirements.lock").read_text(encoding="utf-8")
+    entries = [line for line in text.splitlines() if line and not line.startswith((" ", "#"))]
+    assert len(drift.pins(ROOT / "requirements.lock")) == len(entries), "a line that is no pin"
+
+
+def test_the_lock_pins_every_requirement_at_a_version_the_requirement_allows():
+    pins = drift.pins(ROOT / "requirements.lock")
+    for line in requirement_lines((ROOT / "requirements.txt").read_text(encoding="utf-8")):
+        req = Requirement(line)
+        name = drift.norm(req.name)
+        assert name in pins, f"{req.name} is not in requirements.lock: make lock"
+        assert req.specifier.contains(pins[name], prereleases=True), line
+
+
+def test_the_lock_asks_for_nothing_requirements_txt_no_longer_names():
+    lock = (ROOT / "requirements.lock").read_text(encoding="utf-8")
+    # pip-compile writes "# via -r requirements.txt" under each package asked for directly
+    asked = re.findall(
+        r"^([A-Za-z0-9][\w.-]*)==\S+\n(?:\s+#.*\n)*?\s+#\s+(?:via )?-r requirements\.txt",
+        lock,
+        re.M,
+    )
+    assert {drift.norm(n) for n in asked} == set(drift.direct(ROOT / "requirements.txt"))

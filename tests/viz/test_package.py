@@ -38,44 +38,6 @@ def test_a_cpu_install_of_the_wheel_leaves_triton_to_the_gpu_extra():
     assert project["optional-dependencies"]["gpu"] == ["triton"]
 
 
-def norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def locked() -> dict[str, str]:
-    """requirements.lock's pins: normalised name -> version."""
-    text = (ROOT / "requirements.lock").read_text(encoding="utf-8")
-    pins = [line for line in text.splitlines() if line and not line.startswith((" ", "#"))]
-    assert all("==" in line for line in pins), "a lock line that is not an exact pin"
-    return {norm(n): v for n, v in (line.split("==") for line in pins)}
-
-
-def test_the_lock_pins_every_requirement_at_a_version_the_requirement_allows():
-    from packaging.requirements import Requirement
-
-    pins = locked()
-    text = (ROOT / "requirements.txt").read_text(encoding="utf-8")
-    for line in requirement_lines(text):
-        req = Requirement(line)
-        assert norm(req.name) in pins, f"{req.name} is not in requirements.lock: make lock"
-        assert req.specifier.contains(pins[norm(req.name)], prereleases=True), line
-
-
-def test_the_lock_asks_for_nothing_requirements_txt_no_longer_names():
-    from packaging.requirements import Requirement
-
-    text = (ROOT / "requirements.txt").read_text(encoding="utf-8")
-    ours = {norm(Requirement(line).name) for line in requirement_lines(text)}
-    lock = (ROOT / "requirements.lock").read_text(encoding="utf-8")
-    # pip-compile writes "# via -r requirements.txt" under each package asked for directly
-    asked = re.findall(
-        r"^([A-Za-z0-9][\w.-]*)==\S+\n(?:\s+#.*\n)*?\s+#\s+(?:via )?-r requirements\.txt",
-        lock,
-        re.M,
-    )
-    assert {norm(n) for n in asked} == ours
-
-
 def importable_folders(root: Path) -> list[Path]:
     """Folders whose modules import by bare name: the root (Streamlit, ``python -m`` and pytest
     put it on sys.path), bench/ (``python bench/x.py`` puts it there) and each folder of tests
@@ -100,7 +62,11 @@ def clashes(root: Path, provided: dict[str, list[str]]) -> dict[str, list[str]]:
     return {
         name: others
         for name in top_level_names(root)
-        if (others := [d for d in provided.get(name, []) if norm(d) != "paged-seen"])
+        if (
+            others := [
+                d for d in provided.get(name, []) if d.lower().replace("_", "-") != "paged-seen"
+            ]
+        )
     }
 
 
