@@ -12,7 +12,7 @@ CPU's instructions could crash here): ``$PAGED_KERNEL_CACHE``, else ``paged/kern
 ``$XDG_CACHE_HOME/seeing-pagedattention`` or ``~/.cache/seeing-pagedattention``. It is written
 under a temporary name and renamed, so concurrent first uses (test workers) never load a
 half-written file. No compiler, or a build that fails, leaves ``load()`` returning None with
-``why()`` saying why; the engine then runs the torch path (oneDNN's matmuls, torch attention).
+``why()`` saying why; the engine then runs the torch steps and torch attention.
 """
 
 from __future__ import annotations
@@ -319,63 +319,17 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return out
 
 
-def rope(
-    qkv: torch.Tensor,
-    cos: torch.Tensor,
-    signed_sin: torch.Tensor,
-    positions: torch.Tensor,
-    num_heads: int,
-    num_kv_heads: int,
-    head_dim: int,
-    checked: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """q ``[T, Hq, D]`` and k ``[T, Hkv, D]``, rotated, from the joined projection ``qkv``
-    ``[T, (Hq + 2 Hkv) * D]``; ``cos`` and ``signed_sin`` are the whole tables ``[P, D]``
-    (``llama.RotaryTable``), looked up at ``positions`` (int64 ``[T]``, each < P).
-    ``checked``: the caller has already held ``positions`` to ``[0, P)`` (a forward does it
-    once for all its layers)."""
-    t = qkv.shape[0]
-    _check(qkv, (num_heads + 2 * num_kv_heads) * head_dim)
-    if cos.shape != signed_sin.shape or cos.shape[1] != head_dim or not cos.is_contiguous():
-        raise ValueError("cos and sin must be contiguous [positions, head_dim] tables")
-    pos = positions.to(torch.int64).contiguous()
-    if pos.shape != (t,) or not (checked or in_range(pos, cos.shape[0])):
-        raise ValueError(f"positions must be {t} values in [0, {cos.shape[0]})")
-    qkv = qkv.contiguous()
-    q = torch.empty(t, num_heads, head_dim)
-    k = torch.empty(t, num_kv_heads, head_dim)
-    _lib_or_raise().rope_f32(
-        qkv.data_ptr(), cos.data_ptr(), signed_sin.data_ptr(), pos.data_ptr(), q.data_ptr(),
-        k.data_ptr(), t, num_heads, num_kv_heads, head_dim, torch.get_num_threads(),
-    )  # fmt: skip
-    return q, k
-
-
 def in_range(positions: torch.Tensor, size: int) -> bool:
     """Every one of ``positions`` is in ``[0, size)``."""
     return not positions.numel() or (int(positions.min()) >= 0 and int(positions.max()) < size)
 
 
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """``silu(gate) * up`` of the joined projection ``[rows, 2 I]`` -> ``[rows, I]``."""
-    rows, width = gate_up.shape
-    _check(gate_up, width)
-    if width % 2:
-        raise ValueError(f"gate/up width {width} is odd")
-    gate_up = gate_up.contiguous()
-    out = torch.empty(rows, width // 2)
-    _lib_or_raise().silu_mul_f32(
-        gate_up.data_ptr(), out.data_ptr(), rows, width // 2, torch.get_num_threads()
-    )
-    return out
-
-
-class LayerStep:
-    """One forward's calls into cpu.c between the layers' attention, with every buffer made and
-    every shape checked once per forward instead of once per call: at decode batch 16 the
-    per-call wrappers above cost ~3 ms of a ~40 ms step. ``h`` (``[T, hidden]`` float32, the
-    residual stream) is updated in place; ``x`` holds the latest norm's output, ``q`` / ``k``
-    the latest rotation, ``v`` a view of the latest q/k/v projection."""
+class Pass:
+    """One forward's steps in cpu.c (``paged/engine/model/steps.py`` names them), with every
+    buffer made and every shape checked once per forward instead of once per call: at decode
+    batch 16 the per-call wrappers above cost ~3 ms of a ~40 ms step. ``h`` (``[T, hidden]``
+    float32, the residual stream) is updated in place. A step's output lives in this pass's
+    buffers until the next step of its kind (a projection's until the next one of its width)."""
 
     def __init__(
         self,
@@ -402,15 +356,13 @@ class LayerStep:
         self.heads, self.kv_heads, self.head_dim = num_heads, num_kv_heads, d
         self.h, self.cos, self.sin = h, cos, signed_sin
         self.x = torch.empty(t, hidden)
-        self.qkv = torch.empty(t, (num_heads + 2 * num_kv_heads) * d)
         self.q = torch.empty(t, num_heads, d)
         self.k = torch.empty(t, num_kv_heads, d)
-        self.v = self.qkv[:, (num_heads + num_kv_heads) * d :].view(t, num_kv_heads, d)
+        self._out: dict[int, torch.Tensor] = {}
         self._act: torch.Tensor | None = None
-        self._gate_up: torch.Tensor | None = None
 
     def norm(self, weight: torch.Tensor) -> torch.Tensor:
-        """``x`` = RMSNorm(``h``) with ``weight`` ``[hidden]`` float32."""
+        """RMSNorm of ``h`` with ``weight`` ``[hidden]`` float32."""
         if weight.shape != (self.hidden,) or weight.dtype != torch.float32:
             raise ValueError(f"a norm weight must be float32 [{self.hidden}]")
         self.lib.rms_norm_f32(
@@ -419,35 +371,52 @@ class LayerStep:
         )  # fmt: skip
         return self.x
 
-    def qkv_rope(self, qkv_proj: PackedLinear) -> None:
-        """``q``, ``k`` (rotated) and ``v`` from the joined projection of ``x``."""
-        self._linear(qkv_proj, self.x, self.qkv, 0)
-        self.lib.rope_f32(
-            self.qkv.data_ptr(), self.cos.data_ptr(), self.sin.data_ptr(),
-            self.positions.data_ptr(), self.q.data_ptr(), self.k.data_ptr(), self.t, self.heads,
-            self.kv_heads, self.head_dim, self.threads,
-        )  # fmt: skip
+    def linear(self, proj: PackedLinear, x: torch.Tensor) -> torch.Tensor:
+        """``x @ proj.T``."""
+        out = self._out.get(proj.out_features)
+        if out is None:
+            out = self._out[proj.out_features] = torch.empty(self.t, proj.out_features)
+        self._linear(proj, x, out, 0)
+        return out
 
-    def add(self, proj: PackedLinear, x: torch.Tensor) -> None:
-        """``h += x @ proj.T`` (``x`` ``[T, proj.in_features]``)."""
+    def rope(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q and k rotated, and v, from the joined projection ``qkv``."""
+        d, width = self.head_dim, (self.heads + 2 * self.kv_heads) * self.head_dim
+        if qkv.shape != (self.t, width) or not qkv.is_contiguous():
+            raise ValueError(f"q/k/v must be a contiguous [{self.t}, {width}] projection")
+        self.lib.rope_f32(
+            qkv.data_ptr(), self.cos.data_ptr(), self.sin.data_ptr(),
+            self.positions.data_ptr(), self.q.data_ptr(), self.k.data_ptr(), self.t, self.heads,
+            self.kv_heads, d, self.threads,
+        )  # fmt: skip
+        v = qkv[:, (self.heads + self.kv_heads) * d :].view(self.t, self.kv_heads, d)
+        return self.q, self.k, v
+
+    def residual(self, proj: PackedLinear, x: torch.Tensor) -> None:
+        """``h += x @ proj.T`` (``x`` ``[T, proj.in_features]``), added by the matmul."""
         x = x.reshape(self.t, -1).contiguous()
         self._linear(proj, x, self.h, 1)
 
-    def mlp(self, gate_up_proj: PackedLinear, down_proj: PackedLinear) -> None:
-        """``h += down(silu(gate(x)) * up(x))``."""
-        inter = gate_up_proj.out_features // 2
-        if self._gate_up is None or self._gate_up.shape[1] != 2 * inter:
-            self._gate_up = torch.empty(self.t, 2 * inter)
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """``silu(gate) * up`` of the joined projection."""
+        inter = gate_up.shape[1] // 2
+        if gate_up.shape != (self.t, 2 * inter) or not gate_up.is_contiguous():
+            raise ValueError(f"gate/up must be a contiguous [{self.t}, even width] projection")
+        if self._act is None or self._act.shape[1] != inter:
             self._act = torch.empty(self.t, inter)
-        assert self._act is not None
-        self._linear(gate_up_proj, self.x, self._gate_up, 0)
-        self.lib.silu_mul_f32(
-            self._gate_up.data_ptr(), self._act.data_ptr(), self.t, inter, self.threads
-        )
-        self._linear(down_proj, self._act, self.h, 1)
+        self.lib.silu_mul_f32(gate_up.data_ptr(), self._act.data_ptr(), self.t, inter, self.threads)
+        return self._act
+
+    def logits(self, rows: torch.Tensor, norm: torch.Tensor, head: PackedLinear) -> torch.Tensor:
+        """``head`` of the final norm of ``h``'s ``rows``."""
+        return head(rms_norm(self.h[rows], norm, self.eps))
 
     def _linear(self, proj: PackedLinear, x: torch.Tensor, out: torch.Tensor, add: int) -> None:
-        if x.shape != (self.t, proj.in_features) or out.shape != (self.t, proj.out_features):
+        if (
+            x.shape != (self.t, proj.in_features)
+            or out.shape != (self.t, proj.out_features)
+            or not x.is_contiguous()
+        ):
             raise ValueError(
                 f"a [{proj.out_features}, {proj.in_features}] projection cannot take "
                 f"{list(x.shape)} into {list(out.shape)}"

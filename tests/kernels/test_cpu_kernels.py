@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from paged.engine.model.llama import RotaryTable, apply_rope, rms_norm
+from paged.engine.model.steps import rms_norm
 from paged.kernels import cpu
 from paged.kernels.reference import paged_decode_attention
 
@@ -148,7 +148,7 @@ def test_decode_attention_refuses_a_table_that_points_outside_the_arena(tables, 
         )
 
 
-@pytest.mark.parametrize("rows", [1, 5, 8, 9, 16, 33])
+@pytest.mark.parametrize("rows", [1, 5, 8, 9, 16, 33, 300])
 @pytest.mark.parametrize(("n", "k"), [(48, 64), (50, 3), (103, 577)])
 def test_packed_matmul_matches_f_linear(rows, n, k):
     g = torch.Generator().manual_seed(rows * n + k)
@@ -185,29 +185,6 @@ def test_rms_norm_matches_the_forwards_torch_ops():
         )
 
 
-def test_rope_gives_the_forwards_bits():
-    d, hq, hkv, t = 64, 9, 3, 70
-    inv_freq = 1.0 / (100000 ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
-    table = RotaryTable(inv_freq, 1.0, 512, torch.device("cpu"), torch.float32)
-    g = torch.Generator().manual_seed(6)
-    pos = torch.randint(0, 512, (t,), generator=g)
-    qkv = torch.randn(t, (hq + 2 * hkv) * d, generator=g)
-    q, k = cpu.rope(qkv, table.cos, table.sin, pos, hq, hkv, d)
-    cos, sin = table.lookup(pos)
-    want = apply_rope(qkv[:, : (hq + hkv) * d].view(t, hq + hkv, d), cos, sin)
-    assert torch.equal(q, want[:, :hq]) and torch.equal(k, want[:, hq:])
-    with pytest.raises(ValueError, match="positions"):
-        cpu.rope(qkv, table.cos, table.sin, pos + 512, hq, hkv, d)
-
-
-def test_silu_times_up_matches_torch():
-    g = torch.Generator().manual_seed(7)
-    for rows in (3, 100):
-        gu = torch.randn(rows, 2 * 1536, generator=g) * 4
-        gate, up = gu.chunk(2, dim=-1)
-        torch.testing.assert_close(cpu.silu_mul(gu), F.silu(gate) * up, rtol=2e-6, atol=1e-6)
-
-
 def _in_child(code: str, **env: str) -> str:
     done = subprocess.run(
         [sys.executable, "-c", code],
@@ -226,17 +203,18 @@ def test_without_a_compiler_the_engine_attends_with_torch_and_says_why_cpu_is_un
         "import torch\n"
         "from paged.engine.errors import InvalidConfigError\n"
         "from paged.engine.model.attention import resolve_backend\n"
-        "from paged.engine.model.llama import Linear\n"
-        "print(resolve_backend('auto', torch.device('cpu')))\n"
-        "print(Linear(torch.randn(8, 4))._kernel is None)\n"
+        "from paged.engine.model.steps import choose\n"
+        "auto = resolve_backend('auto', torch.device('cpu'))\n"
+        "print(auto)\n"
+        "print(choose(auto, torch.device('cpu'), torch.float32).name)\n"
         "try:\n"
         "    resolve_backend('cpu', torch.device('cpu'))\n"
         "except InvalidConfigError as e:\n"
         "    print(e)\n"
     )
     out = _in_child(code, CC=str(tmp_path / "no-such-cc"), PAGED_KERNEL_CACHE=str(tmp_path))
-    auto, kernel_off, why = out.splitlines()
-    assert (auto, kernel_off) == ("torch", "True")
+    auto, steps, why = out.splitlines()
+    assert (auto, steps) == ("torch", "torch")
     assert why.startswith("attention backend 'cpu' is unavailable") and "no-such-cc" in why
 
 
@@ -256,49 +234,30 @@ def test_first_builds_racing_for_one_cache_each_load_a_whole_library(tmp_path):
     assert [(p.name[:4], p.suffix) for p in tmp_path.iterdir()] == [("cpu-", ".so")]
 
 
-def _step(t=4, hidden=8, heads=2, kv_heads=1, d=4, positions=None):
+def _pass(t=4, hidden=8, heads=2, kv_heads=1, d=4, positions=None):
     g = torch.Generator().manual_seed(8)
     table = torch.randn(16, d, generator=g)
     pos = torch.arange(t) if positions is None else positions
     h = torch.randn(t, hidden, generator=g)
-    return cpu.LayerStep(h, pos, table, table.clone(), heads, kv_heads, 1e-5), g
+    return cpu.Pass(h, pos, table, table.clone(), heads, kv_heads, 1e-5), g
 
 
-def test_a_layer_step_computes_what_the_per_call_kernels_compute():
-    step, g = _step()
-    h0 = step.h.clone()
-    w = torch.randn(8, generator=g)
-    qkv = cpu.PackedLinear(torch.randn(16, 8, generator=g))  # (2 + 2 * 1) heads x 4
-    o = cpu.PackedLinear(torch.randn(8, 8, generator=g))
-    gate_up, down = (
-        cpu.PackedLinear(torch.randn(12, 8, generator=g)),
-        cpu.PackedLinear(torch.randn(8, 6, generator=g)),
-    )
-    x = step.norm(w)
-    assert torch.equal(x, cpu.rms_norm(h0, w, 1e-5))
-    step.qkv_rope(qkv)
-    q, k = cpu.rope(qkv(x), step.cos, step.sin, step.positions, 2, 1, 4)
-    assert torch.equal(step.q, q) and torch.equal(step.k, k)
-    assert torch.equal(step.v.reshape(4, 4), qkv(x)[:, 12:])
-    attn = torch.randn(4, 2, 4, generator=g)
-    step.add(o, attn)
-    h1 = h0 + o(attn.reshape(4, 8))
-    assert torch.equal(step.h, h1)
-    x = step.norm(w)
-    step.mlp(gate_up, down)
-    assert torch.equal(step.h, h1 + down(cpu.silu_mul(gate_up(x))))
-
-
-def test_a_layer_step_refuses_positions_past_its_tables_and_projections_that_do_not_fit():
+def test_a_pass_refuses_positions_past_its_tables_and_inputs_that_do_not_fit():
     with pytest.raises(ValueError, match="positions"):
-        _step(positions=torch.tensor([0, 1, 2, 16]))
-    step, g = _step()
+        _pass(positions=torch.tensor([0, 1, 2, 16]))
+    step, g = _pass()
     with pytest.raises(ValueError, match="cannot take"):
-        step.add(
+        step.residual(
             cpu.PackedLinear(torch.randn(8, 5, generator=g)), torch.randn(4, 5, generator=g)[:, :4]
         )
+    with pytest.raises(ValueError, match="cannot take"):
+        step.linear(cpu.PackedLinear(torch.randn(8, 8, generator=g)), torch.randn(8, 4).t())
     with pytest.raises(ValueError, match="norm weight"):
         step.norm(torch.ones(7))
+    with pytest.raises(ValueError, match="q/k/v"):
+        step.rope(torch.zeros(4, 15))
+    with pytest.raises(ValueError, match="gate/up"):
+        step.silu_mul(torch.zeros(3, 6))
 
 
 def test_weights_packed_into_huge_pages_are_the_same_panels_each_in_its_own_aligned_place():

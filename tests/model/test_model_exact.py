@@ -18,6 +18,7 @@ from paged.engine.llm import LLM
 from paged.engine.model.arena import KVArena
 from paged.engine.model.loader import LoadedModel, extract_weights
 from paged.engine.model.runner import ModelRunner
+from paged.kernels import cpu
 
 PROMPTS = [
     "The capital of France is",
@@ -102,6 +103,19 @@ def test_greedy_paged_batch_matches_hf_generate_per_prompt(smollm, prompt_ids, p
     assert any(len(ids) > 32 for ids in prompt_ids), "some prompt must span several blocks"
     for ids, out, hf in zip(prompt_ids, paged_outputs, stored["hf_token_ids"], strict=True):
         assert out.prompt_token_ids == ids
+        assert out.token_ids == hf, smollm.tokenizer.decode(ids)
+
+
+@pytest.mark.model
+def test_every_steps_backend_here_gives_hfs_greedy_tokens(smollm, prompt_ids, paged_outputs):
+    """The default run takes the C steps where cpu.c builds; the torch steps, which run on a
+    GPU, on another dtype or without a compiler, are held to the same tokens here too."""
+    default = LLM(smollm, block_size=16, kv_budget_mb=64).runner.forward.steps.name
+    assert default == ("cpu" if cpu.load() is not None else "torch")
+    llm = LLM(smollm, block_size=16, kv_budget_mb=64, attention="torch")
+    assert llm.runner.forward.steps.name == "torch"
+    outs = llm.generate(prompt_ids, SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True))
+    for ids, out, hf in zip(prompt_ids, outs, golden("exact")["hf_token_ids"], strict=True):
         assert out.token_ids == hf, smollm.tokenizer.decode(ids)
 
 

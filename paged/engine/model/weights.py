@@ -40,9 +40,9 @@ class ModelConfig:
 
 @dataclass
 class LayerWeights:
-    # HF's separate projections, as loaded. The forward joins q/k/v (and gate/up) into one
-    # matmul only where it packs them (paged/engine/model/llama.py: same bits as apart); with MKL's
-    # sgemm the joined matmul measured slower at decode batch sizes.
+    # HF's separate projections, as loaded. The C steps join q/k/v (and gate/up) into one
+    # packed matmul (paged/engine/model/steps.py: same bits as apart); with MKL's sgemm the
+    # joined matmul measured slower at decode batch sizes.
     input_norm: torch.Tensor
     q_proj: torch.Tensor
     k_proj: torch.Tensor
@@ -63,10 +63,9 @@ class ModelWeights:
     lm_head: torch.Tensor  # the embedding itself when tied
     inv_freq: torch.Tensor  # RoPE inverse frequencies exactly as HF computed them (fp32)
     rope_scaling: float  # HF's "attention_scaling" applied to cos/sin
-    #: The projections as the forward runs them (packed on CPU: as large as the weights
-    #: themselves), made by the first forward over these weights and shared by every
-    #: later one, so two LLMs over one model do not hold two packed copies.
-    prepared: Any = field(default=None, repr=False, compare=False)
+    #: The projections as each steps backend runs them (paged/engine/model/steps.py), by its
+    #: name; made by the first forward over these weights on that backend.
+    prepared: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def tied(self) -> bool:
