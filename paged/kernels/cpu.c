@@ -1,13 +1,22 @@
 /* The engine's CPU kernels: paged decode attention and the float32 matmul of every projection.
  * Built and loaded by paged/kernels/cpu.py, which says why they exist.
  *
- * 1. Paged decode attention, reading K/V in place through the block table.
+ * 1. Paged decode attention, reading K/V in place through the block table, tile by tile.
  *
  * The plain-torch reference (paged/kernels/reference.py, paged_decode_attention) first gathers every
- * request's K/V into a new padded tensor and then calls SDPA. Here each request is one task: it
- * looks up each position's physical block in the request's table, exactly as the Triton kernel
- * and the MMU do, and reads that slot's K and V rows where the arena holds them. The query
- * heads of a GQA group share each K/V row while it is in cache.
+ * request's K/V into a new padded tensor and then calls SDPA. Here each query row's context is
+ * walked in tiles of ``tile`` positions (one KV block; cpu.py picks it): each position's physical
+ * block is looked up in the row's table, exactly as the Triton kernel and the MMU do, and that
+ * slot's K and V rows are read where the arena holds them. The query heads of a GQA group share
+ * each K/V row while it is in cache. No row of all the scores is ever held: per tile, an online
+ * softmax keeps a running max m and a running sum l = sum of exp(s - m), and rescales the
+ * output sum by exp(m_old - m_new) whenever the max rises.
+ *
+ * Split-K: a context longer than ``split`` tiles is cut into splits of that many tiles, each a
+ * task of its own (so one long request keeps every thread busy); each split's (m, l, unscaled
+ * output) is merged as vLLM's paged_attention v2 and Flash-Decoding merge partitions:
+ * M = max m_i, L = sum of l_i exp(m_i - M), out = sum of acc_i exp(m_i - M) / L. The split is
+ * fixed in positions, never by the batch, so a row's bits do not depend on its company.
  *
  * Layout (float32, row-major, as the arena and paged/kernels/reference.py hold them):
  *   q            [batch, num_heads, head_dim]
@@ -15,8 +24,11 @@
  *   tables       [batch, table_width] int32
  *   context_lens [batch] int32, each >= 1
  *   out          [batch, num_heads, head_dim]
- *   scratch      [num_threads * num_heads * max_len] floats: each thread's scores for the
- *                task it runs, so a prompt of thousands of query rows needs no more than one
+ *   partials     [batch, max_splits, num_heads, head_dim + 2]: a split's (acc, m, l) until merged
+ *   stats        NULL, or [batch, num_heads, max_tiles + 1, 4]: when asked, the walk as this
+ *                kernel ran it. Row t (tile t): the running (m, l) of the split holding it after
+ *                the tile, and the tile's own (m, l) = (its largest score, sum of exp(s - that));
+ *                row max_tiles: the merged (M, L), then two zeros. Natural-log units.
  *
  * Built with -fopenmp; loaded after torch, the parallel loops run on torch's own OpenMP runtime
  * (the same libgomp.so.1), with the thread count the caller passes (torch's).
@@ -85,102 +97,254 @@ static inline v16 hsum16x16(const v16 t[16]) {
     return lo1(x0, x1) + hi1(x0, x1);
 }
 
-/* Each of ``rows`` score rows (``stride`` apart, ``len`` long) becomes its softmax numerators
- * exp(s - max); ``sums[r]`` gets their sum, the denominator */
-static inline void softmax_rows(float *s, int64_t rows, int64_t stride, int64_t len, float *sums) {
-    for (int64_t r = 0; r < rows; r++) {
-        float *sr = s + r * stride;
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (int64_t pos = 0; pos < len; pos++) mx = sr[pos] > mx ? sr[pos] : mx;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t pos = 0; pos < len; pos++) {
-            sr[pos] = expf(sr[pos] - mx);
-            sum += sr[pos];
+#define MAX_TILE 256 /* positions a tile holds (cpu.py keeps tiles within it) */
+
+typedef int32_t vi16 __attribute__((vector_size(64), aligned(4)));
+
+static inline v16 max16(v16 a, v16 b) {
+    const vi16 gt = a > b;
+    return (v16)(((vi16)a & gt) | ((vi16)b & ~gt));
+}
+
+/* the largest of sixteen floats, in every lane */
+static inline v16 hmax16(v16 x) {
+    x = max16(x, __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+    x = max16(x, __builtin_shufflevector(x, x, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+    x = max16(x, __builtin_shufflevector(x, x, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+    return max16(x, __builtin_shufflevector(x, x, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+}
+
+static inline v16 splat(float x) { return (v16){0} + x; }
+
+/* exp of sixteen floats, inline: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so r is
+ * exact), exp(r) by Cephes' degree-6 polynomial (within 2 ulp of libm's expf), times 2^n made
+ * in the exponent bits. Below -88 it gives exactly 0 (so -inf, a padded score, weighs
+ * nothing). Inline because a call to libmvec's expf makes every vector register the caller's
+ * to save: once per tile and head, the spills cost more than the exponentials. */
+static inline v16 exp16(v16 x) {
+    x = max16(x, splat(-88.0f));
+    /* round to nearest: adding 1.5 * 2^23 leaves no fraction bits (|x log2 e| < 2^22) */
+    const v16 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    const v16 r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    v16 p = splat(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const vi16 e = (__builtin_convertvector(n, vi16) + 127) << 23;
+    return p * (v16)e;
+}
+
+/* After a tile's scores are in s[0 .. n): the online-softmax update of one head, whose running
+ * max ``m`` is held in every lane and whose running sum is ``l``'s lanes added up. The scores
+ * become the tile's numerators exp(s - m_new), padded with zeros to whole vectors of 16;
+ * returns the factor exp(m_old - m_new) the head's output sum must be rescaled by (1 while the
+ * max holds, 0 at the first tile). With ``row``, the tile's (m, l) go there. */
+static inline v16 tile_update(float *s, int64_t n, v16 *m, v16 *l, float *row) {
+    const int64_t nv = (n + 15) / 16;
+    for (int64_t i = n; i < nv * 16; i++) s[i] = -INFINITY;
+    v16 mx = load16(s);
+    for (int64_t i = 1; i < nv; i++) mx = max16(mx, load16(s + 16 * i));
+    const v16 tm = hmax16(mx);
+    if (row) {
+        v16 own = {0};
+        for (int64_t i = 0; i < nv; i++) own += exp16(load16(s + 16 * i) - tm);
+        row[2] = tm[0];
+        row[3] = hsum16(own);
+    }
+    v16 alpha = splat(1.0f);
+    if (tm[0] > (*m)[0]) {
+        alpha = (*m)[0] == -INFINITY ? splat(0.0f) : exp16(*m - tm);
+        *m = tm;
+    }
+    v16 sum = *l * alpha;
+    for (int64_t i = 0; i < nv; i++) {
+        const v16 p = exp16(load16(s + 16 * i) - *m);
+        memcpy(s + 16 * i, &p, sizeof(p));
+        sum += p;
+    }
+    *l = sum;
+    if (row) {
+        row[0] = (*m)[0];
+        row[1] = hsum16(*l);
+    }
+    return alpha;
+}
+
+/* What every walk reads: one request's query, table and the arena. */
+typedef struct {
+    const float *k_cache, *v_cache;
+    const int32_t *table;
+    int64_t block_size, slot_floats, tile;
+    float scale;
+} Walk;
+
+/* The first slot of position ``pos`` and how many positions from it on lie in its block and
+ * before ``end``: a run of slots ``slot_floats`` apart */
+static inline int64_t run_of(const Walk *w, int64_t pos, int64_t end, int64_t *slot) {
+    const int64_t off = pos % w->block_size;
+    *slot = (int64_t)w->table[pos / w->block_size] * w->block_size + off;
+    const int64_t left = w->block_size - off;
+    return end - pos < left ? end - pos : left;
+}
+
+/* One KV head h of a request over positions [p0, p1) when head_dim is 64 and the group has
+ * G <= 4 query heads (SmolLM2: 3). Within a tile, the K pass holds the group's queries in
+ * vector registers and the V pass its output sums: held across the whole tile loop, both sets
+ * and the sixteen partial sums would not fit in the 32 registers, and the spills cost 30-40 %.
+ * Leaves each head's (m, l) and unscaled output sum in ``acc``. */
+static inline __attribute__((always_inline)) void walk64(
+    const Walk *w, const float *qh, int64_t h, int64_t p0, int64_t p1, int G, float *m, float *l,
+    float *acc, float *stats, int64_t stats_rows) {
+    float s[4][MAX_TILE] __attribute__((aligned(64)));
+    v16 mv[4], lv[4];
+    for (int g = 0; g < G; g++) {
+        mv[g] = splat(-INFINITY);
+        lv[g] = (v16){0};
+    }
+    memset(acc, 0, sizeof(float) * G * 64);
+    for (int64_t t0 = p0; t0 < p1; t0 += w->tile) {
+        const int64_t t1 = t0 + w->tile < p1 ? t0 + w->tile : p1;
+        for (int64_t pos = t0; pos < t1;) {
+            int64_t slot;
+            const int64_t n = run_of(w, pos, t1, &slot);
+            const float *kb = w->k_cache + slot * w->slot_floats + h * 64;
+            v16 q[4][4];
+            for (int g = 0; g < G; g++)
+                for (int j = 0; j < 4; j++) q[g][j] = load16(qh + g * 64 + j * 16);
+            int64_t i = 0;
+            /* sixteen positions at a time: their rows stay in L1 while each query of the group
+             * takes its sixteen dot products, finished together */
+            for (; i + 16 <= n; i += 16) {
+                const float *kr = kb + i * w->slot_floats;
+                for (int g = 0; g < G; g++) {
+                    v16 t[16];
+                    for (int r = 0; r < 16; r++) {
+                        const float *ki = kr + r * w->slot_floats;
+                        t[r] = q[g][0] * load16(ki) + q[g][1] * load16(ki + 16) +
+                               q[g][2] * load16(ki + 32) + q[g][3] * load16(ki + 48);
+                    }
+                    const v16 y = hsum16x16(t) * w->scale;
+                    memcpy(&s[g][pos - t0 + i], &y, sizeof(y));
+                }
+            }
+            for (; i < n; i++) {
+                const float *kr = kb + i * w->slot_floats;
+                const v16 k0 = load16(kr), k1 = load16(kr + 16), k2 = load16(kr + 32), k3 = load16(kr + 48);
+                for (int g = 0; g < G; g++)
+                    s[g][pos - t0 + i] =
+                        hsum16(q[g][0] * k0 + q[g][1] * k1 + q[g][2] * k2 + q[g][3] * k3) * w->scale;
+            }
+            pos += n;
         }
-        sums[r] = sum;
+        v16 a[4][4];
+        for (int g = 0; g < G; g++) {
+            float *row = stats ? stats + (g * stats_rows + t0 / w->tile) * 4 : 0;
+            const v16 alpha = tile_update(s[g], t1 - t0, &mv[g], &lv[g], row);
+            for (int j = 0; j < 4; j++) a[g][j] = load16(acc + g * 64 + j * 16) * alpha;
+        }
+        for (int64_t pos = t0; pos < t1;) {
+            int64_t slot;
+            const int64_t n = run_of(w, pos, t1, &slot);
+            const float *vb = w->v_cache + slot * w->slot_floats + h * 64;
+            for (int64_t i = 0; i < n; i++) {
+                const float *vr = vb + i * w->slot_floats;
+                v16 v0 = load16(vr), v1 = load16(vr + 16), v2 = load16(vr + 32), v3 = load16(vr + 48);
+                IN_REGISTER(v0);
+                IN_REGISTER(v1);
+                IN_REGISTER(v2);
+                IN_REGISTER(v3);
+                for (int g = 0; g < G; g++) {
+                    const float p = s[g][pos - t0 + i];
+                    a[g][0] += p * v0;
+                    a[g][1] += p * v1;
+                    a[g][2] += p * v2;
+                    a[g][3] += p * v3;
+                }
+            }
+            pos += n;
+        }
+        for (int g = 0; g < G; g++)
+            for (int j = 0; j < 4; j++) memcpy(acc + g * 64 + j * 16, &a[g][j], sizeof(v16));
+    }
+    for (int g = 0; g < G; g++) {
+        m[g] = mv[g][0];
+        l[g] = hsum16(lv[g]);
     }
 }
 
-/* One request's one KV head when head_dim is 64 and the group has G <= 4 query heads (SmolLM2:
- * 3): the group's queries and its output sums stay in vector registers for the whole context,
- * where the general loop below reloads and stores them at every position. */
-static inline __attribute__((always_inline)) void head64(
-    const float *qh, const float *k_cache, const float *v_cache, const int32_t *table,
-    int64_t len, int64_t block_size, int64_t slot_floats, int64_t h, float *s, int64_t max_len,
-    float scale, float *out, int G) {
-    v16 q[4][4], a[4][4];
-    float l[4];
-    for (int g = 0; g < G; g++)
-        for (int j = 0; j < 4; j++) {
-            q[g][j] = load16(qh + g * 64 + j * 16);
-            a[g][j] = (v16){0};
-        }
-    for (int64_t start = 0; start < len; start += block_size) {
-        const float *kb = k_cache + (int64_t)table[start / block_size] * block_size * slot_floats + h * 64;
-        const int64_t n = len - start < block_size ? len - start : block_size;
-        int64_t off = 0;
-        /* sixteen positions at a time: their rows stay in L1 while each query of the group
-         * takes its sixteen dot products, finished together */
-        for (; off + 16 <= n; off += 16) {
-            const float *kr = kb + off * slot_floats;
-            for (int g = 0; g < G; g++) {
-                v16 t[16];
-                for (int i = 0; i < 16; i++) {
-                    const float *ki = kr + i * slot_floats;
-                    t[i] = q[g][0] * load16(ki) + q[g][1] * load16(ki + 16) +
-                           q[g][2] * load16(ki + 32) + q[g][3] * load16(ki + 48);
+/* The same walk for any head_dim and group size: G query heads of KV head h. */
+static void walk_any(const Walk *w, const float *qh, int64_t h, int64_t d, int64_t p0, int64_t p1,
+                     int64_t G, float *m, float *l, float *acc, float *stats, int64_t stats_rows) {
+    float s[G][MAX_TILE];
+    v16 mv[G], lv[G];
+    for (int64_t g = 0; g < G; g++) {
+        mv[g] = splat(-INFINITY);
+        lv[g] = (v16){0};
+    }
+    memset(acc, 0, sizeof(float) * G * d);
+    for (int64_t t0 = p0; t0 < p1; t0 += w->tile) {
+        const int64_t t1 = t0 + w->tile < p1 ? t0 + w->tile : p1;
+        for (int64_t pos = t0; pos < t1;) {
+            int64_t slot;
+            const int64_t n = run_of(w, pos, t1, &slot);
+            for (int64_t i = 0; i < n; i++) {
+                const float *kr = w->k_cache + (slot + i) * w->slot_floats + h * d;
+                for (int64_t g = 0; g < G; g++) {
+                    const float *qg = qh + g * d;
+                    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                    for (int64_t e = 0; e < d; e++) dot += qg[e] * kr[e];
+                    s[g][pos - t0 + i] = dot * w->scale;
                 }
-                const v16 y = hsum16x16(t) * scale;
-                memcpy(s + g * max_len + start + off, &y, sizeof(y));
             }
+            pos += n;
         }
-        for (; off < n; off++) {
-            const float *kr = kb + off * slot_floats;
-            const v16 k0 = load16(kr), k1 = load16(kr + 16), k2 = load16(kr + 32), k3 = load16(kr + 48);
-            for (int g = 0; g < G; g++)
-                s[g * max_len + start + off] =
-                    hsum16(q[g][0] * k0 + q[g][1] * k1 + q[g][2] * k2 + q[g][3] * k3) * scale;
+        for (int64_t g = 0; g < G; g++) {
+            float *row = stats ? stats + (g * stats_rows + t0 / w->tile) * 4 : 0;
+            const float alpha = tile_update(s[g], t1 - t0, &mv[g], &lv[g], row)[0];
+            if (alpha != 1.0f)
+                for (int64_t e = 0; e < d; e++) acc[g * d + e] *= alpha;
+        }
+        for (int64_t pos = t0; pos < t1;) {
+            int64_t slot;
+            const int64_t n = run_of(w, pos, t1, &slot);
+            for (int64_t i = 0; i < n; i++) {
+                const float *vr = w->v_cache + (slot + i) * w->slot_floats + h * d;
+                for (int64_t g = 0; g < G; g++) {
+                    const float p = s[g][pos - t0 + i];
+                    float *ag = acc + g * d;
+#pragma omp simd
+                    for (int64_t e = 0; e < d; e++) ag[e] += p * vr[e];
+                }
+            }
+            pos += n;
         }
     }
-    softmax_rows(s, G, max_len, len, l);
-    for (int64_t start = 0; start < len; start += block_size) {
-        const float *vb = v_cache + (int64_t)table[start / block_size] * block_size * slot_floats + h * 64;
-        const int64_t n = len - start < block_size ? len - start : block_size;
-        for (int64_t off = 0; off < n; off++) {
-            const float *vr = vb + off * slot_floats;
-            v16 v0 = load16(vr), v1 = load16(vr + 16), v2 = load16(vr + 32), v3 = load16(vr + 48);
-            IN_REGISTER(v0);
-            IN_REGISTER(v1);
-            IN_REGISTER(v2);
-            IN_REGISTER(v3);
-            for (int g = 0; g < G; g++) {
-                const float p = s[g * max_len + start + off];
-                a[g][0] += p * v0;
-                a[g][1] += p * v1;
-                a[g][2] += p * v2;
-                a[g][3] += p * v3;
-            }
-        }
-    }
-    for (int g = 0; g < G; g++) {
-        const float inv = 1.0f / l[g];
-        for (int j = 0; j < 4; j++) {
-            const v16 o = a[g][j] * inv;
-            memcpy(out + g * 64 + j * 16, &o, sizeof(o));
-        }
+    for (int64_t g = 0; g < G; g++) {
+        m[g] = mv[g][0];
+        l[g] = hsum16(lv[g]);
     }
 }
 
 int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
                      const int32_t *tables, int64_t table_width, const int32_t *context_lens,
-                     float *out, float *scratch, int64_t batch, int64_t num_heads,
+                     float *out, float *partials, int64_t batch, int64_t num_heads,
                      int64_t num_kv_heads, int64_t head_dim, int64_t block_size,
-                     int64_t num_blocks, int64_t max_len, float scale, int num_threads) {
+                     int64_t num_blocks, int64_t max_len, int64_t tile, int64_t split,
+                     float scale, int num_threads, float *stats) {
     const int64_t group = num_heads / num_kv_heads;
     const int64_t slot_floats = num_kv_heads * head_dim;
+    const int64_t span = tile * split; /* positions per split */
+    const int64_t max_splits = (max_len + span - 1) / span;
+    const int64_t max_tiles = (max_len + tile - 1) / tile;
+    const int64_t pw = head_dim + 2; /* a partial: acc, then m, then l */
+    if (tile < 1 || tile > MAX_TILE || split < 1) return 3;
     /* a table entry or length out of range is refused, never read past the arena */
+    int64_t first[batch + 1]; /* the first split task of each row */
+    first[0] = 0;
     for (int64_t b = 0; b < batch; b++) {
         const int64_t len = context_lens[b];
         if (len < 1 || len > max_len || (len - 1) / block_size >= table_width) return 1;
@@ -188,111 +352,82 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
             const int64_t blk = tables[b * table_width + j];
             if (blk < 0 || blk >= num_blocks) return 2;
         }
+        first[b + 1] = first[b] + (len + span - 1) / span;
     }
-    /* one task per request, all its heads: a block's slots hold every KV head side by side
-     * (slot_floats apart), so a request's K (then V) is read front to back, block by block,
-     * which the hardware prefetcher streams from memory; a task per (request, head) read the
-     * same bytes in 256-byte pieces 768 bytes apart and waited on memory at every one */
+    /* one task per split of a row, all its heads: a block's slots hold every KV head side by
+     * side (slot_floats apart), so a split's K (then V) is read front to back, block by block,
+     * which the hardware prefetcher streams from memory; a task per (row, head) read the same
+     * bytes in 256-byte pieces 768 bytes apart and waited on memory at every one */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads)
+    for (int64_t task = 0; task < first[batch]; task++) {
+        int64_t lo = 0, hi = batch; /* the row: the last b with first[b] <= task */
+        while (hi - lo > 1) {
+            const int64_t mid = (lo + hi) / 2;
+            if (first[mid] <= task) lo = mid; else hi = mid;
+        }
+        const int64_t b = lo, part = task - first[b], len = context_lens[b];
+        const int64_t p0 = part * span, p1 = p0 + span < len ? p0 + span : len;
+        const int whole = first[b + 1] - first[b] == 1;
+        const Walk w = {k_cache, v_cache, tables + b * table_width, block_size, slot_floats, tile, scale};
+        const float *qb = q + b * num_heads * head_dim;
+        float m[group], l[group], acc[group * head_dim];
+        for (int64_t h = 0; h < num_kv_heads; h++) {
+            const float *qh = qb + h * group * head_dim;
+            float *st = stats ? stats + (b * num_heads + h * group) * (max_tiles + 1) * 4 : 0;
+            if (head_dim == 64 && group <= 4) {
+                switch (group) {
+                    case 4: walk64(&w, qh, h, p0, p1, 4, m, l, acc, st, max_tiles + 1); break;
+                    case 3: walk64(&w, qh, h, p0, p1, 3, m, l, acc, st, max_tiles + 1); break;
+                    case 2: walk64(&w, qh, h, p0, p1, 2, m, l, acc, st, max_tiles + 1); break;
+                    default: walk64(&w, qh, h, p0, p1, 1, m, l, acc, st, max_tiles + 1);
+                }
+            } else {
+                walk_any(&w, qh, h, head_dim, p0, p1, group, m, l, acc, st, max_tiles + 1);
+            }
+            for (int64_t g = 0; g < group; g++) {
+                const int64_t head = h * group + g;
+                if (whole) { /* the only split: its (m, l) are the row's */
+                    const float inv = 1.0f / l[g];
+                    float *o = out + (b * num_heads + head) * head_dim;
+                    for (int64_t e = 0; e < head_dim; e++) o[e] = acc[g * head_dim + e] * inv;
+                    if (st) {
+                        st[(g * (max_tiles + 1) + max_tiles) * 4 + 0] = m[g];
+                        st[(g * (max_tiles + 1) + max_tiles) * 4 + 1] = l[g];
+                    }
+                } else {
+                    float *pt = partials + ((b * max_splits + part) * num_heads + head) * pw;
+                    memcpy(pt, acc + g * head_dim, sizeof(float) * head_dim);
+                    pt[head_dim] = m[g];
+                    pt[head_dim + 1] = l[g];
+                }
+            }
+        }
+    }
+    /* merge each split row's partials, heads in turn */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads)
     for (int64_t b = 0; b < batch; b++) {
-        const int64_t len = context_lens[b];
-        const int32_t *table = tables + b * table_width;
-        float *s = scratch + omp_get_thread_num() * num_heads * max_len; /* [num_heads][max_len] */
-        const float *qb = q + b * num_heads * head_dim;
-        if (head_dim == 64 && group <= 4) {
-            for (int64_t h = 0; h < num_kv_heads; h++) {
-                const float *qh = qb + h * group * 64;
-                float *sh = s + h * group * max_len;
-                float *oh = out + (b * num_heads + h * group) * 64;
-                switch (group) {
-                    case 4: head64(qh, k_cache, v_cache, table, len, block_size, slot_floats, h, sh, max_len, scale, oh, 4); break;
-                    case 3: head64(qh, k_cache, v_cache, table, len, block_size, slot_floats, h, sh, max_len, scale, oh, 3); break;
-                    case 2: head64(qh, k_cache, v_cache, table, len, block_size, slot_floats, h, sh, max_len, scale, oh, 2); break;
-                    default: head64(qh, k_cache, v_cache, table, len, block_size, slot_floats, h, sh, max_len, scale, oh, 1);
-                }
+        const int64_t n = first[b + 1] - first[b];
+        if (n == 1) continue;
+        for (int64_t head = 0; head < num_heads; head++) {
+            const float *pt = partials + (b * max_splits * num_heads + head) * pw;
+            const int64_t stride = num_heads * pw; /* from one split's partial to the next */
+            float mx = -INFINITY, sum = 0.0f;
+            for (int64_t i = 0; i < n; i++) mx = pt[i * stride + head_dim] > mx ? pt[i * stride + head_dim] : mx;
+            float *o = out + (b * num_heads + head) * head_dim;
+            memset(o, 0, sizeof(float) * head_dim);
+            for (int64_t i = 0; i < n; i++) {
+                const float *pi = pt + i * stride;
+                const float c = expf(pi[head_dim] - mx);
+                sum += pi[head_dim + 1] * c;
+                for (int64_t e = 0; e < head_dim; e++) o[e] += pi[e] * c;
             }
-            continue;
-        }
-        float acc[num_heads * head_dim];
-        float l[num_heads];
-        /* scores: each K row read once for its whole group; four positions at a time give
-         * four independent sums (one sum's chain of dependent adds would stall) */
-        for (int64_t start = 0; start < len; start += block_size) {
-            const float *kb = k_cache + (int64_t)table[start / block_size] * block_size * slot_floats;
-            const int64_t n = len - start < block_size ? len - start : block_size;
-            int64_t off = 0;
-            for (; off + 4 <= n; off += 4) {
-                for (int64_t h = 0; h < num_kv_heads; h++) {
-                    const float *k0 = kb + off * slot_floats + h * head_dim;
-                    const float *k1 = k0 + slot_floats, *k2 = k1 + slot_floats, *k3 = k2 + slot_floats;
-                    for (int64_t g = h * group; g < (h + 1) * group; g++) {
-                        const float *qg = qb + g * head_dim;
-                        float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
-#pragma omp simd reduction(+ : d0, d1, d2, d3)
-                        for (int64_t d = 0; d < head_dim; d++) {
-                            d0 += qg[d] * k0[d];
-                            d1 += qg[d] * k1[d];
-                            d2 += qg[d] * k2[d];
-                            d3 += qg[d] * k3[d];
-                        }
-                        float *sg = s + g * max_len + start + off;
-                        sg[0] = d0 * scale;
-                        sg[1] = d1 * scale;
-                        sg[2] = d2 * scale;
-                        sg[3] = d3 * scale;
-                    }
-                }
+            const float inv = 1.0f / sum;
+            for (int64_t e = 0; e < head_dim; e++) o[e] *= inv;
+            if (stats) {
+                float *row = stats + ((b * num_heads + head) * (max_tiles + 1) + max_tiles) * 4;
+                row[0] = mx;
+                row[1] = sum;
             }
-            for (; off < n; off++) {
-                for (int64_t h = 0; h < num_kv_heads; h++) {
-                    const float *kr = kb + off * slot_floats + h * head_dim;
-                    for (int64_t g = h * group; g < (h + 1) * group; g++) {
-                        const float *qg = qb + g * head_dim;
-                        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                        for (int64_t d = 0; d < head_dim; d++) dot += qg[d] * kr[d];
-                        s[g * max_len + start + off] = dot * scale;
-                    }
-                }
-            }
-        }
-        softmax_rows(s, num_heads, max_len, len, l);
-        /* weighted sum of V, read as K was; four positions folded in per pass over a row */
-        memset(acc, 0, sizeof(acc));
-        for (int64_t start = 0; start < len; start += block_size) {
-            const float *vb = v_cache + (int64_t)table[start / block_size] * block_size * slot_floats;
-            const int64_t n = len - start < block_size ? len - start : block_size;
-            int64_t off = 0;
-            for (; off + 4 <= n; off += 4) {
-                for (int64_t h = 0; h < num_kv_heads; h++) {
-                    const float *v0 = vb + off * slot_floats + h * head_dim;
-                    const float *v1 = v0 + slot_floats, *v2 = v1 + slot_floats, *v3 = v2 + slot_floats;
-                    for (int64_t g = h * group; g < (h + 1) * group; g++) {
-                        const float *p = s + g * max_len + start + off;
-                        const float p0 = p[0], p1 = p[1], p2 = p[2], p3 = p[3];
-                        float *ag = acc + g * head_dim;
-#pragma omp simd
-                        for (int64_t d = 0; d < head_dim; d++)
-                            ag[d] += p0 * v0[d] + p1 * v1[d] + p2 * v2[d] + p3 * v3[d];
-                    }
-                }
-            }
-            for (; off < n; off++) {
-                for (int64_t h = 0; h < num_kv_heads; h++) {
-                    const float *vr = vb + off * slot_floats + h * head_dim;
-                    for (int64_t g = h * group; g < (h + 1) * group; g++) {
-                        const float p = s[g * max_len + start + off];
-                        float *ag = acc + g * head_dim;
-#pragma omp simd
-                        for (int64_t d = 0; d < head_dim; d++) ag[d] += p * vr[d];
-                    }
-                }
-            }
-        }
-        float *ob = out + b * num_heads * head_dim;
-        for (int64_t g = 0; g < num_heads; g++) {
-            const float inv = 1.0f / l[g];
-            for (int64_t d = 0; d < head_dim; d++) ob[g * head_dim + d] = acc[g * head_dim + d] * inv;
         }
     }
     return 0;

@@ -108,7 +108,7 @@ def load() -> ctypes.CDLL | None:
     f = lib.paged_decode_f32
     f.restype = ctypes.c_int
     f.argtypes = [_FP, _FP, _FP, _I32P, _I64, _I32P, _FP, _FP]
-    f.argtypes += [_I64] * 7 + [ctypes.c_float, ctypes.c_int]
+    f.argtypes += [_I64] * 9 + [ctypes.c_float, ctypes.c_int, _FP]
     g = lib.linear_f32
     g.restype = None
     g.argtypes = [_FP, _FP, _FP, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int]
@@ -137,16 +137,32 @@ def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
     )
 
 
+#: The most positions a tile holds (MAX_TILE in cpu.c)
+MAX_TILE = 256
+#: Positions per split-K split: a longer context is walked by several tasks, merged after
+#: (vLLM's paged_attention v2 cuts at 512 too). Fixed, so a row's bits never depend on the batch.
+SPLIT_POSITIONS = 512
+
+
+def tile_of(block_size: int) -> int:
+    """Positions per tile: one KV block, or, for a block past MAX_TILE, its largest divisor
+    within it, so a tile never spans two blocks' worth of a walk a lesson counts by block."""
+    if block_size <= MAX_TILE:
+        return block_size
+    return next(d for d in range(MAX_TILE, 0, -1) if block_size % d == 0)
+
+
 class DecodeAttention:
-    """``paged_decode_attention`` of ``paged/kernels/reference.py`` (float32 CPU only), with a scratch
-    buffer for the scores kept between calls."""
+    """``paged_decode_attention`` of ``paged/kernels/reference.py`` (float32 CPU only): the
+    context walked tile by tile with an online softmax, split-K past ``split`` tiles."""
 
     def __init__(self) -> None:
         lib = load()
         if lib is None:
             raise RuntimeError(f"the CPU attention kernel is unavailable: {why()}")
         self._f = lib.paged_decode_f32
-        self._scratch = torch.empty(0)
+        self._partials = torch.empty(0)
+        self.split_used = 0  # tiles per split of the latest call
 
     def __call__(
         self,
@@ -157,9 +173,14 @@ class DecodeAttention:
         context_lens: torch.Tensor,
         scale: float,
         max_len: int | None = None,
+        split: int | None = None,
+        stats: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``q`` [B, Hq, D] attends to its request's first ``context_lens[b]`` positions through
-        ``block_tables``; -> [B, Hq, D]. ``max_len``: ``context_lens.max()`` when known."""
+        ``block_tables``; -> [B, Hq, D]. ``max_len``: ``context_lens.max()`` when known.
+        ``split``: tiles per split-K split (default SPLIT_POSITIONS' worth). ``stats``: a
+        float32 tensor of ``walk_shape(...)`` the kernel fills with its walk (cpu.c says
+        how), or None."""
         b, hq, d = q.shape
         nb, bs, hkv, _ = k_cache.shape
         if not (supports(q, k_cache) and v_cache.dtype == torch.float32):
@@ -173,13 +194,23 @@ class DecodeAttention:
         lens = context_lens.to(torch.int32).contiguous()
         if max_len is None:
             max_len = int(lens.max())
-        threads = torch.get_num_threads()
-        need = threads * hq * max_len  # one task's scores per thread
+        tile = tile_of(bs)
+        if split is None:
+            split = max(1, SPLIT_POSITIONS // tile)
+        self.split_used = split
+        span = tile * split
+        need = b * -(-max_len // span) * hq * (d + 2)
         if (
-            self._scratch.numel() < need
-            or self._scratch.is_inference() != torch.is_inference_mode_enabled()
+            self._partials.numel() < need
+            or self._partials.is_inference() != torch.is_inference_mode_enabled()
         ):
-            self._scratch = torch.empty(need + need // 4)
+            self._partials = torch.empty(need + need // 4)
+        if stats is not None and (
+            stats.shape != walk_shape(b, hq, max_len, bs)
+            or stats.dtype != torch.float32
+            or not stats.is_contiguous()
+        ):
+            raise ValueError(f"stats must be float32 {list(walk_shape(b, hq, max_len, bs))}")
         out = torch.empty_like(q)
         rc = self._f(
             q.data_ptr(),
@@ -189,7 +220,7 @@ class DecodeAttention:
             tables.shape[1],
             lens.data_ptr(),
             out.data_ptr(),
-            self._scratch.data_ptr(),
+            self._partials.data_ptr(),
             b,
             hq,
             hkv,
@@ -197,16 +228,27 @@ class DecodeAttention:
             bs,
             nb,
             max_len,
+            tile,
+            split,
             scale,
-            threads,
+            torch.get_num_threads(),
+            None if stats is None else stats.data_ptr(),
         )
         if rc:
             raise ValueError(
                 "a block table entry or context length is out of the arena's range"
                 if rc == 2
                 else "a context length is empty or longer than its block table"
+                if rc == 1
+                else f"split {split} must be a positive number of tiles"
             )
         return out
+
+
+def walk_shape(batch: int, heads: int, max_len: int, block_size: int) -> tuple[int, ...]:
+    """The shape of the kernel's walk record: per row and head, a row of 4 numbers per tile
+    and one for the merge."""
+    return (batch, heads, -(-max_len // tile_of(block_size)) + 1, 4)
 
 
 PANEL = 48  # output columns per packed panel: PW in cpu.c

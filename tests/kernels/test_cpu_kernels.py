@@ -73,26 +73,63 @@ def _relaid(cache, tables, block_size):
     return out, new_tables
 
 
-def test_decode_attention_sixteen_scores_at_once_give_the_bits_of_one_at_a_time():
-    # blocks of 16 or 32 take the sixteen-position scores, blocks of 4 one score at a time: the
-    # same context must give the same bits either way, since both sum in one order
+def test_a_rows_bits_depend_neither_on_its_company_nor_on_where_its_blocks_lie():
+    # the split is fixed in positions, never by the batch: alone or among others, in blocks
+    # placed anywhere, a row attends with the same bits (seeded sampling relies on it)
     g = torch.Generator().manual_seed(16)
-    hq, hkv, d = 9, 3, 64
-    tables = torch.arange(40, dtype=torch.int32).reshape(4, 10)[:, torch.randperm(10, generator=g)]
-    k32, v32 = _arena(g, 40, 32, hkv, d)
+    hq, hkv, d, bs = 9, 3, 64, 16
+    tables = torch.arange(80, dtype=torch.int32).reshape(4, 20)[:, torch.randperm(20, generator=g)]
+    k, v = _arena(g, 80, bs, hkv, d)
     lens = torch.tensor([320, 290, 47, 16], dtype=torch.int32)
     q = torch.randn(4, hq, d, generator=g)
-    outs = []
-    for bs in (32, 16, 4):
-        k, t = _relaid(k32, tables, bs)
-        v, _ = _relaid(v32, tables, bs)
-        outs.append(cpu.DecodeAttention()(q, k, v, t, lens, d**-0.5))
-    assert torch.equal(outs[0], outs[2]) and torch.equal(outs[1], outs[2])
+    attn = cpu.DecodeAttention()
+    together = attn(q, k, v, tables, lens, d**-0.5, split=4)
+    k2, t2 = _relaid(k, tables, bs)
+    v2, _ = _relaid(v, tables, bs)
+    for b in range(4):
+        alone = attn(q[b : b + 1], k2, v2, t2[b : b + 1], lens[b : b + 1], d**-0.5, split=4)
+        assert torch.equal(alone, together[b : b + 1])
 
 
-def test_decode_attention_keeps_one_tasks_scores_per_thread_however_many_rows():
-    # a prompt attends one query row per token: thousands of rows must not mean thousands of
-    # score rows held at once, and threads sharing the scratch must not mix their scores
+@pytest.mark.parametrize(("d", "hq", "hkv"), [(64, 9, 3), (32, 6, 1)])
+@pytest.mark.parametrize("split", [1, 2, 3, 100])
+def test_the_kernels_own_walk_is_the_reference_walk_split_by_split(d, hq, hkv, split):
+    # the tile walk the kernel reports (running and own (m, l) per tile, the merged (m, l))
+    # against the reference walk over the same scores, cut into the same splits
+    from paged.kernels.reference import decode_scores, merge_partials, online_softmax_walk
+
+    g = torch.Generator().manual_seed(split * d)
+    bs, length = 16, 85
+    k, v = _arena(g, 12, bs, hkv, d)
+    table = torch.randperm(12, generator=g)[:6].to(torch.int32)
+    q = torch.randn(1, hq, d, generator=g)
+    stats = torch.zeros(cpu.walk_shape(1, hq, length, bs))
+    lens = torch.tensor([length])
+    out = cpu.DecodeAttention()(q, k, v, table[None], lens, d**-0.5, split=split, stats=stats)
+    want = paged_decode_attention(q, k, v, table[None], lens, d**-0.5)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=2e-6)
+    scores = decode_scores(q[0], k, table.long(), length, d**-0.5)  # [Hq, L]
+    tiles, span = -(-length // bs), split * bs
+    last = []
+    for s0 in range(0, length, span):
+        sl = scores[:, s0 : s0 + span]
+        run_m, run_l, own_m, own_l, _ = online_softmax_walk(sl, torch.zeros(sl.shape[1], d), bs)
+        t = slice(s0 // bs, s0 // bs + run_m.shape[0])
+        for col, ref in ((0, run_m), (1, run_l), (2, own_m), (3, own_l)):
+            torch.testing.assert_close(stats[0, :, t, col], ref.T, rtol=1e-6, atol=1e-6)
+        last.append(t.stop - 1)
+    merged_m, merged_l = merge_partials(stats[0, :, last, 0].T, stats[0, :, last, 1].T)
+    torch.testing.assert_close(stats[0, :, tiles, 0], merged_m, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(stats[0, :, tiles, 1], merged_l, rtol=1e-6, atol=1e-6)
+    full_m = scores.max(dim=1).values
+    torch.testing.assert_close(stats[0, :, tiles, 0], full_m, rtol=1e-6, atol=1e-6)
+    full_l = torch.exp(scores - full_m[:, None]).sum(1)
+    torch.testing.assert_close(stats[0, :, tiles, 1], full_l, rtol=1e-5, atol=1e-5)
+
+
+def test_split_rows_of_a_long_prompt_merge_to_the_reference_on_every_thread():
+    # a prompt attends one query row per token: thousands of rows, the longer ones split, on
+    # threads that share the partials buffer and must not mix them
     g = torch.Generator().manual_seed(3)
     k_cache, v_cache = _arena(g, 40, 16, 3, 64)
     rows, ctx = 1500, 40 * 16
@@ -102,13 +139,11 @@ def test_decode_attention_keeps_one_tasks_scores_per_thread_however_many_rows():
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        attn = cpu.DecodeAttention()
-        got = attn(q, k_cache, v_cache, tables, lens, 0.125, ctx)
+        got = cpu.DecodeAttention()(q, k_cache, v_cache, tables, lens, 0.125, ctx, split=8)
     finally:
         torch.set_num_threads(threads)
     want = paged_decode_attention(q, k_cache, v_cache, tables, lens, 0.125)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-6)
-    assert attn._scratch.numel() <= 2 * 9 * ctx * 5 // 4
 
 
 def test_decode_attention_reads_only_the_requests_own_slots():

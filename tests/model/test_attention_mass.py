@@ -1,7 +1,8 @@
 """The attention an ``attention_read`` event records is the model's own: transformers' eager
 attention (``output_attentions=True``) on the same tokens, averaged over layers and heads and
-summed per block, gives the same shares; and the tile walk's last (m, l) is the softmax over
-all of the chosen layer's scores."""
+summed per block, gives the same shares; the tile walk is the compiled kernel's own record of
+the forward; and its splits' (m, l), merged, are the softmax over all of the chosen layer's
+scores."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 from paged.engine.core import events as E
 from paged.engine.trace.recorder import record
 from paged.engine.trace.scenario import load
+from paged.kernels import cpu
 
 SCENARIO = """
 title = "attention mass"
@@ -24,6 +26,7 @@ label = "paged"
 requests = ["A"]
 layer = 7
 kv_head = 2
+split = 2
 [[requests]]
 id = "A"
 prompt = "The page table maps each virtual page to"
@@ -37,15 +40,56 @@ ignore_eos = true
 """
 
 
+#: every walk record cpu.c filled during the recording, in call order (one call a layer)
+KERNEL_WALKS: list[torch.Tensor] = []
+
+
 @pytest.fixture(scope="module")
 def recorded(smollm_hf, tmp_path_factory):
     path = tmp_path_factory.mktemp("attn") / "scenario.toml"
     path.write_text(SCENARIO, encoding="utf-8")
     sink = E.ListSink()
-    runs = record(load(path), None, model=smollm_hf, sinks={"paged": [sink]})
+    real = cpu.DecodeAttention.__call__
+
+    def spy(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        stats = kwargs.get("stats", args[8] if len(args) > 8 else None)
+        if stats is not None:
+            KERNEL_WALKS.append(stats.clone())
+        return out
+
+    cpu.DecodeAttention.__call__ = spy  # type: ignore[method-assign]
+    try:
+        runs = record(load(path), None, model=smollm_hf, sinks={"paged": [sink]})
+    finally:
+        cpu.DecodeAttention.__call__ = real  # type: ignore[method-assign]
     (req,) = [r for r in runs["paged"].requests if r.req_id == "A"]
     reads = [e for e in sink.events if isinstance(e, E.AttentionRead)]
     return req, reads
+
+
+@pytest.mark.skipif(cpu.load() is None, reason="no C kernel: the walk is the reference's")
+def test_each_tiles_m_and_l_are_what_the_compiled_kernel_returned_in_that_forward(recorded):
+    _, reads = recorded
+    layers = 30
+    assert len(KERNEL_WALKS) == layers * len(reads)  # one record a layer, each decode step
+    for i, ev in enumerate(reads):
+        assert (ev.source, ev.split) == ("cpu", 2)
+        walk = KERNEL_WALKS[i * layers + ev.layer]  # [decode rows, Hq, tiles + 1, 4]
+        tiles, heads = len(ev.physical), list(ev.heads)
+        rows = [
+            r
+            for r in walk[:, heads]
+            if torch.allclose(r[:, :tiles, 0].T, torch.tensor(ev.tile_m), atol=1e-6, rtol=0)
+        ]
+        assert len(rows) == 1, "no decode row of the kernel's record holds this walk"
+        (st,) = rows
+        for col, field in enumerate((ev.tile_m, ev.tile_l, ev.part_m, ev.part_l)):
+            torch.testing.assert_close(
+                st[:, :tiles, col].T, torch.tensor(field), atol=1e-6, rtol=1e-6
+            )
+        torch.testing.assert_close(st[:, -1, 0], torch.tensor(ev.merged_m), atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(st[:, -1, 1], torch.tensor(ev.merged_l), atol=1e-6, rtol=1e-6)
 
 
 def _eager_attentions(hf, ids: list[int]) -> torch.Tensor:
@@ -82,9 +126,11 @@ def test_the_walks_last_m_and_l_are_the_softmax_over_the_chosen_heads_scores(rec
         assert ev.layer == 7 and ev.kv_head == 2 and ev.heads == (6, 7, 8)  # 9 heads, 3 KV
         assert len(ev.tile_m) == len(ev.physical)
         for g in range(len(ev.heads)):
-            assert ev.tile_m[-1][g] == pytest.approx(ev.full_m[g], abs=1e-5)
-            assert ev.tile_l[-1][g] == pytest.approx(ev.full_l[g], rel=1e-5)
-        assert ev.max_diff < 1e-5 and ev.out_diff < 1e-4
+            assert ev.merged_m[g] == pytest.approx(ev.full_m[g], abs=1e-5)
+            assert ev.merged_l[g] == pytest.approx(ev.full_l[g], rel=1e-5)
+        # the kernel's walk against the reference's over the same tensors: its (m, l) give
+        # every probability to float32 rounding, and the reference walk's output its own
+        assert ev.max_diff < 1e-5 and ev.out_diff < 1e-6
 
 
 def test_without_the_attention_table_nothing_is_recorded_and_the_tokens_are_the_same(

@@ -275,12 +275,16 @@ class AttentionRead(RequestEvent):
 
     The tile walk, for layer ``layer`` and KV head ``kv_head`` (read by query heads ``heads``),
     one tile per block, in natural-log units of the scaled scores: ``tile_m[t][g]`` and
-    ``tile_l[t][g]`` are head ``heads[g]``'s running max and running sum after tile ``t``;
-    ``part_m`` / ``part_l`` are tile ``t`` alone (what a split-K program holding only it
-    reports); ``merged_m`` / ``merged_l`` the partials merged; ``full_m`` / ``full_l`` the
-    softmax over all scores at once. ``max_diff`` is the largest gap between a probability
-    the walk gives and that softmax's, ``out_diff`` between the walk's output and the output
-    the engine's attention backend computed."""
+    ``tile_l[t][g]`` are head ``heads[g]``'s running max and running sum after tile ``t``, in
+    the split-K split that holds it (``split`` tiles a split; 0: one split holds them all);
+    ``part_m`` / ``part_l`` are tile ``t`` alone (its largest score, and the sum of exp(s - that));
+    ``merged_m`` / ``merged_l`` the splits' last (m, l) merged; ``full_m`` / ``full_l`` the
+    softmax over all scores at once, by the plain-torch reference. ``source`` says who walked:
+    ``cpu`` (paged/kernels/cpu.c's own record of the tiles it ran) or ``reference`` (the
+    reference's walk over the same tensors, for a backend that reports none). ``max_diff`` is
+    the largest gap between a probability the walk's (m, l) give and the reference softmax's,
+    ``out_diff`` between the reference walk's output and the output the engine's attention
+    backend computed."""
 
     kind: ClassVar[str] = "attention_read"
     position: int
@@ -299,6 +303,9 @@ class AttentionRead(RequestEvent):
     full_l: tuple[float, ...]
     max_diff: float
     out_diff: float
+    # Traces written before these fields carried the reference's walk, one split over all tiles
+    source: str = "reference"
+    split: int = 0
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -395,6 +402,8 @@ def from_dict(d: dict) -> Event:
     kwargs: dict[str, object] = {}
     for f in dataclasses.fields(cls):
         if f.name not in d:
+            if f.default is not dataclasses.MISSING:  # a field added since: its old meaning
+                continue
             raise EventError(f"{cls.kind} event lacks field {f.name!r}")
         v = d[f.name]
         if isinstance(v, list):  # block maps nest: [[a, b], ...] -> ((a, b), ...)

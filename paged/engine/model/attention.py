@@ -64,6 +64,11 @@ class KernelAttention:
     """Store, then prefill and/or decode through three kernels with the signatures of
     ``paged/kernels/reference.py`` (the reference itself, or the Triton kernels)."""
 
+    #: no walk to report or split to take (Attention.kernel_walk, set_split)
+    record_walk = False
+    walk: tuple[torch.Tensor, int] | None = None
+    split: int | None = None
+
     def __init__(self, name: str, scale: float, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
         self.name, self.scale = name, scale
         self.k_scale, self.v_scale = k_scale, v_scale
@@ -158,6 +163,16 @@ class Attention:
     def prepare(self, meta: AttentionMetadata, block_size: int) -> None:
         self._impl.prepare(meta, block_size)
 
+    def set_split(self, tiles: int) -> None:
+        """Split-K splits of ``tiles`` tiles for the rest of the run; a backend without splits
+        (the torch reference walks one) ignores it, and its walks say so (split 0)."""
+        self._impl.split = tiles
+
+    def kernel_walk(self) -> tuple[torch.Tensor, int] | None:
+        """The latest layer's decode rows as the kernel walked them (``paged.kernels.cpu``'s
+        walk record, tiles per split), or None: a backend that reports no walk, or no probe."""
+        return self._impl.walk
+
     def __call__(
         self,
         q: torch.Tensor,
@@ -167,6 +182,7 @@ class Attention:
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
     ) -> torch.Tensor:
+        self._impl.record_walk = self.probe is not None
         out = self._impl(q, k, v, k_cache, v_cache, meta)
         if self.probe is not None:
             self.probe.observe(self, q, k_cache, v_cache, out)
@@ -182,6 +198,7 @@ class ProbeRow:
     row: int
     table: list[int]
     context_len: int
+    decode: int = 0  # its row among the step's decode tokens
     mass: torch.Tensor | None = None  # [n_blocks]: probability summed over layers, mean of heads
     layers: int = 0
     walk: dict = field(default_factory=dict)
@@ -214,24 +231,34 @@ class AttentionProbe:
     def observe(self, attn: Attention, q, k_cache, v_cache, out) -> None:
         from paged.kernels.reference import decode_scores
 
+        walk = attn.kernel_walk()
         for r in self.rows:
             table = torch.tensor(r.table, dtype=torch.int64, device=k_cache.device)
             scores = decode_scores(
                 q[r.row], k_cache, table, r.context_len, attn.scale, attn.k_scale
             )
             probs = torch.softmax(scores, dim=-1)  # [Hq, L]
-            pad = len(r.table) * self.block_size - r.context_len
-            per_block = torch.nn.functional.pad(probs, (0, pad)).view(
-                probs.shape[0], -1, self.block_size
-            )
-            mass = per_block.sum(dim=2).mean(dim=0)
+            tiles = len(r.table)
+            if walk is not None:
+                # each tile's share of the probability, from the kernel's own (m, l): the
+                # tile's sum rescaled from its max to the merged max, over the merged sum
+                st = walk[0][r.decode]
+                m, l_ = st[:, -1, 0:1], st[:, -1, 1:2]
+                share = st[:, :tiles, 3] * torch.exp(st[:, :tiles, 2] - m) / l_
+                mass = share.mean(dim=0)
+            else:
+                pad = tiles * self.block_size - r.context_len
+                per_block = torch.nn.functional.pad(probs, (0, pad)).view(
+                    probs.shape[0], -1, self.block_size
+                )
+                mass = per_block.sum(dim=2).mean(dim=0)
             r.mass = mass if r.mass is None else r.mass + mass
             r.layers += 1
             if self._layer == self.layer:
-                r.walk = self._walk(attn, r, table, scores, probs, v_cache, out[r.row])
+                r.walk = self._walk(attn, r, table, scores, probs, v_cache, out[r.row], walk)
         self._layer += 1
 
-    def _walk(self, attn: Attention, r: ProbeRow, table, scores, probs, v_cache, out) -> dict:
+    def _walk(self, attn: Attention, r: ProbeRow, table, scores, probs, v_cache, out, walk) -> dict:
         from paged.kernels.fp8 import dequantize
         from paged.kernels.reference import gather_slots, merge_partials, online_softmax_walk
 
@@ -244,11 +271,21 @@ class AttentionProbe:
         slots = gather_slots(table[None], pos, self.block_size)[0]
         v = dequantize(v_cache.view(-1, hkv, d)[slots, self.kv_head], torch.float32, attn.v_scale)
         s = scores[heads]
+        # the reference walk over the same tensors: the oracle the kernel's walk is held to,
+        # and the walk itself for a backend that reports none
         run_m, run_l, part_m, part_l, walked = online_softmax_walk(s, v, self.block_size)
         merged_m, merged_l = merge_partials(part_m, part_l)
+        source, split = "reference", 0
+        if walk is not None:
+            st = walk[0][r.decode, heads]  # [G, tiles + 1, 4]
+            tiles = len(r.table)
+            run_m, run_l = st[:, :tiles, 0].T, st[:, :tiles, 1].T
+            part_m, part_l = st[:, :tiles, 2].T, st[:, :tiles, 3].T
+            merged_m, merged_l = st[:, -1, 0], st[:, -1, 1]
+            source, split = "cpu", min(walk[1], tiles)
         full_m = s.max(dim=1).values
         full_l = torch.exp(s - full_m[:, None]).sum(dim=1)
-        walk_probs = torch.exp(s - run_m[-1][:, None]) / run_l[-1][:, None]
+        walk_probs = torch.exp(s - merged_m[:, None]) / merged_l[:, None]
         return {
             "layer": self.layer,
             "kv_head": self.kv_head,
@@ -263,6 +300,8 @@ class AttentionProbe:
             "full_l": _row(full_l),
             "max_diff": _small(float((walk_probs - probs[heads]).abs().max())),
             "out_diff": _small(float((walked - out[heads].float()).abs().max())),
+            "source": source,
+            "split": split if split < len(r.table) else 0,
         }
 
     def end(self) -> None:

@@ -66,6 +66,13 @@ class TorchAttention:
 
     name = "torch"
 
+    #: tiles per split-K split for the run (None: the C kernel's default; torch walks none)
+    split: int | None = None
+    #: set while a recording probes the walk; ``walk``: the decode rows' walk as the C
+    #: kernel ran it (its record, tiles per split), None where nothing reports one
+    record_walk = False
+    walk: tuple[torch.Tensor, int] | None = None
+
     def __init__(self, scale: float, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
         self.scale = scale
         self.k_scale, self.v_scale = (
@@ -234,7 +241,7 @@ class CpuAttention(TorchAttention):
             self._rows = (torch.cat(rows), torch.cat(tables), lens_t, int(lens_t.max()))
 
     def __call__(self, q, k, v, k_cache, v_cache, meta) -> torch.Tensor:
-        from paged.kernels.cpu import supports
+        from paged.kernels.cpu import supports, walk_shape
 
         if not supports(q, k_cache):
             if self._max_len and self._decode is None:
@@ -244,7 +251,12 @@ class CpuAttention(TorchAttention):
         k_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, k)
         v_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
         n = meta.num_prefill_tokens
+        self.walk = None
         if self._max_len:
+            stats = None
+            if self.record_walk:
+                shape = walk_shape(q.shape[0] - n, q.shape[1], self._max_len, k_cache.shape[1])
+                stats = torch.zeros(shape)
             decode = self._kernel(
                 q[n:],
                 k_cache,
@@ -253,7 +265,11 @@ class CpuAttention(TorchAttention):
                 meta.decode_context_lens,
                 self.scale,
                 self._max_len,
+                self.split,
+                stats,
             )
+            if stats is not None:
+                self.walk = (stats, self._kernel.split_used)
             if n == 0:
                 return decode
         out = torch.empty_like(q)
@@ -263,7 +279,9 @@ class CpuAttention(TorchAttention):
             )
         if self._rows is not None:
             rows, tables, lens, longest = self._rows
-            out[rows] = self._kernel(q[rows], k_cache, v_cache, tables, lens, self.scale, longest)
+            out[rows] = self._kernel(
+                q[rows], k_cache, v_cache, tables, lens, self.scale, longest, self.split
+            )
         if self._max_len:
             out[n:] = decode
         return out

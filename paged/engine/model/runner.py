@@ -28,6 +28,7 @@ def _probe_rows(
             first + j,
             list(s.block_table[: -(-s.context_len // block_size)]),
             s.context_len,
+            j,
         )
         for j, s in enumerate(seqs[num_prefill:])
         if s.request.req_id in requests

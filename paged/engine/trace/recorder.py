@@ -193,9 +193,18 @@ def _probe(run: Run, spec: AttentionSpec) -> None:
 
     if not isinstance(run.core.allocator, PagedAllocator):
         return
+    from paged.kernels.cpu import MAX_TILE
+
+    if run.core.allocator.block_size > MAX_TILE:
+        raise InvalidConfigError(
+            f"[attention] walks one block a tile: blocks of at most {MAX_TILE} slots, "
+            f"not {run.core.allocator.block_size}"
+        )
     emit = partial(run.core.bus.emit, E.AttentionRead)
-    probe = AttentionProbe(spec.requests, spec.layer, spec.kv_head, emit)
-    run.core.runner.attention.probe = probe  # type: ignore[attr-defined]
+    attention = run.core.runner.attention  # type: ignore[attr-defined]
+    attention.probe = AttentionProbe(spec.requests, spec.layer, spec.kv_head, emit)
+    if spec.split is not None:
+        attention.set_split(spec.split)
 
 
 def _kv_config(runner) -> dict:

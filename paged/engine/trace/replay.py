@@ -30,6 +30,7 @@ Every refusal is one ``TraceError`` line. Pure Python, no torch.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import ClassVar
 
@@ -43,6 +44,8 @@ FINISH_REASONS = ("eos", "length")
 MASS_TOLERANCE = 1e-3
 #: Query heads sharing one KV head (GQA's group) an attention read may name
 MAX_GROUP = 256
+#: Who may have walked an attention_read's tiles (events.AttentionRead says)
+WALK_SOURCES = ("cpu", "reference")
 #: The largest gap between the walk's output and the backend's a reader takes: far past any
 #: rounding, short of a walk that read other blocks
 MAX_OUT_DIFF = 1.0
@@ -287,20 +290,27 @@ class RunChecker(BlockReplay):
         for name in ("merged_m", "merged_l", "full_m", "full_l"):
             if len(getattr(ev, name)) != g:
                 raise TraceError(f"attention_read {name} needs {g} numbers, one per head")
+        if ev.source not in WALK_SOURCES:
+            raise TraceError(f"attention_read source must be one of {', '.join(WALK_SOURCES)}")
+        if type(ev.split) is not int or not 0 <= ev.split <= n:
+            raise TraceError(f"attention_read split must be 0 to {n} tiles")
+        split = ev.split or n
+        ends = [min(s + split, n) - 1 for s in range(0, n, split)]  # each split's last tile
         for h in range(g):
             m = [row[h] for row in ev.tile_m]
-            if any(b < a for a, b in zip(m, m[1:], strict=False)):
-                raise TraceError("attention_read's running max falls between tiles")
+            if any(m[t] < m[t - 1] for t in range(1, n) if t % split):
+                raise TraceError("attention_read's running max falls between tiles of a split")
             # a tile's sum counts its own max as exp(0) = 1: no running or partial sum is less
             if any(row[h] < 1 - MASS_TOLERANCE for row in (*ev.tile_l, *ev.part_l)):
                 raise TraceError("attention_read holds a softmax sum below 1")
-            last = (ev.tile_m[-1][h], ev.tile_l[-1][h])
+            top = max(m[t] for t in ends)
+            last = (top, sum(ev.tile_l[t][h] * math.exp(m[t] - top) for t in ends))
             for what, (mm, ll) in (
                 ("merged", (ev.merged_m[h], ev.merged_l[h])),
                 ("all-at-once", (ev.full_m[h], ev.full_l[h])),
             ):
                 if abs(mm - last[0]) > MASS_TOLERANCE or abs(ll - last[1]) > MASS_TOLERANCE * ll:
-                    raise TraceError(f"attention_read's {what} (m, l) is not the walk's last")
+                    raise TraceError(f"attention_read's {what} (m, l) is not its splits' merged")
         if not (0 <= ev.max_diff <= 1 and 0 <= ev.out_diff <= MAX_OUT_DIFF):
             raise TraceError("attention_read differences must be small and non-negative")
 

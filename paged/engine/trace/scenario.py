@@ -91,6 +91,7 @@ class AttentionSpec:
     requests: tuple[str, ...]
     layer: int = 0
     kv_head: int = 0
+    split: int | None = None  # tiles per split-K split of the C kernel; None: its default
 
 
 #: The deepest layer and the highest KV head a scenario may name (the model refuses past its own)
@@ -103,7 +104,7 @@ def _attention(raw: object, name: str, ids: set[str]) -> AttentionSpec | None:
     where = f"scenario {name}: [attention]"
     if not isinstance(raw, dict):
         raise InvalidConfigError(f"{where} must be a table")
-    extra = set(raw) - {"requests", "layer", "kv_head"}
+    extra = set(raw) - {"requests", "layer", "kv_head", "split"}
     if extra:
         raise InvalidConfigError(f"{where}: unknown key {sorted(extra)[0]!r}")
     reqs = raw.get("requests")
@@ -115,7 +116,13 @@ def _attention(raw: object, name: str, ids: set[str]) -> AttentionSpec | None:
             raise InvalidConfigError(
                 f"{where}: {key} must be an integer in [0, {MAX_ATTENTION_INDEX}), got {v!r:.40}"
             )
-    return AttentionSpec(tuple(reqs), raw.get("layer", 0), raw.get("kv_head", 0))
+    split = raw.get("split")
+    if split is not None and (type(split) is not int or not 0 < split <= MAX_ATTENTION_INDEX):
+        raise InvalidConfigError(
+            f"{where}: split must be a number of tiles in [1, {MAX_ATTENTION_INDEX}], "
+            f"got {split!r:.40}"
+        )
+    return AttentionSpec(tuple(reqs), raw.get("layer", 0), raw.get("kv_head", 0), split)
 
 
 #: The most a scenario file may hold: the trace header carries the scenario as written, and a

@@ -57,7 +57,9 @@ class Limits:
 LIMITS = Limits()
 
 _FIELD_TYPES = {  # the event dataclasses' annotations (strings: events.py defers them)
-    kind: tuple((f.name, str(f.type)) for f in dataclasses.fields(cls))
+    kind: tuple(
+        (f.name, str(f.type), f.default is not dataclasses.MISSING) for f in dataclasses.fields(cls)
+    )
     for kind, cls in E.EVENT_TYPES.items()
 }
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
@@ -144,8 +146,10 @@ def build_event(obj: dict, limits: Limits = LIMITS) -> E.Event:
     if cls is None:
         raise TraceError(f"unknown event kind {tag!r:.40}")
     kwargs: dict[str, Any] = {}
-    for name, typ in _FIELD_TYPES[cls.kind]:
+    for name, typ, optional in _FIELD_TYPES[cls.kind]:
         if name not in obj:
+            if optional:  # a field added since: its default is what older traces meant
+                continue
             raise TraceError(f"{cls.kind} event lacks field {name!r}")
         v = obj[name]
         if typ == "int":
