@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from paged.engine.errors import InvalidConfigError
+from paged.engine.files import all_text_encodes
 from paged.engine.trace import io as T
-from paged.engine.trace.check import all_text_encodes
 
 POLICIES = ("max", "pow2", "oracle")
 MAX_REQUESTS = 8
