@@ -48,12 +48,12 @@ def make_trace(path: Path, min_events: int, seed: int = 0) -> int:
     while True:
         items = generate("alpaca", n, MAX_MODEL_LEN, seed)
         reqs = build_requests(items, MAX_MODEL_LEN, arrivals=[i // 3 for i in range(n)])
-        counter = E.ListSink()
+        counted: list[E.Event] = []
         for policy in POLICIES:
-            run_policy(policy, reqs, NUM_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN, sinks=(counter,))
-        if len(counter.events) >= min_events:
+            run_policy(policy, reqs, NUM_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN, sinks=(counted.append,))
+        if len(counted) >= min_events:
             break
-        n = int(n * min_events / max(1, len(counter.events))) + 10
+        n = int(n * min_events / max(1, len(counted))) + 10
     runs = [
         RunHeader(
             p,

@@ -11,6 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from paged.engine.core import events as E
 from paged.engine.core.allocators import ContiguousAllocator, PagedAllocator
 from paged.engine.core.request import Request, SamplingParams
+from tests.sinks import ListSink
 
 NUM_BLOCKS, BLOCK = 12, 4
 
@@ -27,7 +28,7 @@ class PagedMachine(RuleBasedStateMachine):
     @initialize()
     def setup(self):
         self.bus = E.EventBus()
-        self.sink = E.ListSink()
+        self.sink = ListSink()
         self.bus.subscribe(self.sink)
         self.alloc = PagedAllocator(NUM_BLOCKS, BLOCK, self.bus)
         self.tokens: dict[str, int] = {}

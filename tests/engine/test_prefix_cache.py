@@ -26,6 +26,7 @@ from paged.engine.sim.simulate import EOS, DryRunner
 from paged.engine.trace import io as trace_mod
 from paged.engine.trace.header import RunHeader
 from paged.engine.trace.io import TraceWriter, make_header
+from tests.sinks import ListSink
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -208,7 +209,7 @@ def _run(allocator: str, reqs: list[Request], num_blocks: int, caching: bool, bl
             device="none",
         ),
     )
-    sink = E.ListSink()
+    sink = ListSink()
     core.bus.subscribe(writer.sink(allocator))
     core.bus.subscribe(sink)
     core.run_to_completion()

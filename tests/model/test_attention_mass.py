@@ -11,6 +11,7 @@ import torch
 from paged.engine.core import events as E
 from paged.engine.trace.recorder import record
 from paged.engine.trace.scenario import load
+from tests.sinks import ListSink
 
 SCENARIO = """
 title = "attention mass"
@@ -41,7 +42,7 @@ ignore_eos = true
 def recorded(smollm_hf, tmp_path_factory):
     path = tmp_path_factory.mktemp("attn") / "scenario.toml"
     path.write_text(SCENARIO, encoding="utf-8")
-    sink = E.ListSink()
+    sink = ListSink()
     runs = record(load(path), None, model=smollm_hf, sinks={"paged": [sink]})
     (req,) = [r for r in runs["paged"].requests if r.req_id == "A"]
     reads = [e for e in sink.events if isinstance(e, E.AttentionRead)]
@@ -94,7 +95,7 @@ def test_without_the_attention_table_nothing_is_recorded_and_the_tokens_are_the_
     path = tmp_path / "scenario.toml"
     start, end = SCENARIO.index("[attention]"), SCENARIO.index("[[requests]]")
     path.write_text(SCENARIO[:start] + SCENARIO[end:], encoding="utf-8")
-    sink = E.ListSink()
+    sink = ListSink()
     runs = record(load(path), None, model=smollm_hf, sinks={"paged": [sink]})
     assert not any(isinstance(e, E.AttentionRead) for e in sink.events)
     assert runs["paged"].core.runner.attention.probe is None  # type: ignore[attr-defined]

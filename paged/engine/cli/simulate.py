@@ -178,11 +178,12 @@ def _progress(policy: str, total: int) -> Callable[[E.Event], None]:
 
     def sink(ev: E.Event) -> None:
         nonlocal done, last
-        if ev.kind == E.Finished.kind:
-            done += 1
-        elif ev.kind == E.StepEnd.kind and time.monotonic() - last >= PROGRESS_EVERY_S:
-            last = time.monotonic()
-            print(f"  {policy}: {done}/{total} requests finished", file=sys.stderr, flush=True)
+        match ev:
+            case E.Finished():
+                done += 1
+            case E.StepEnd() if time.monotonic() - last >= PROGRESS_EVERY_S:
+                last = time.monotonic()
+                print(f"  {policy}: {done}/{total} requests finished", file=sys.stderr, flush=True)
 
     return sink
 

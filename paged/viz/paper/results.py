@@ -110,9 +110,10 @@ def simulate_policy(
         done = [0]
 
         def count(ev: E.Event) -> None:
-            if ev.kind == E.Finished.kind:
-                done[0] += 1
-                on_finished(done[0])
+            match ev:
+                case E.Finished():
+                    done[0] += 1
+                    on_finished(done[0])
 
         sinks = (count,)
     res = run_policy(
