@@ -12,6 +12,7 @@ checked where the arena is built (``paged.engine.model.runner.build_runner``). P
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 from collections.abc import Collection
@@ -318,6 +319,7 @@ def add_flags(
     with the default of the dataclass ``settings``' field of that name: the one place a flag's
     default is written. A field named in ``unset`` defaults to None (not given). Returns
     ``parser``."""
+    defaults = {f.name: f.default for f in dataclasses.fields(settings)}
     groups: dict[str, argparse._MutuallyExclusiveGroup] = {}
     for name, flag in flags.items():
         if only is not None and name not in only:
@@ -327,8 +329,9 @@ def add_flags(
             if flag.exclusive not in groups:
                 groups[flag.exclusive] = parser.add_mutually_exclusive_group()
             where = groups[flag.exclusive]
-        default = None if name in unset else settings.__dataclass_fields__[name].default
-        kind = type(settings.__dataclass_fields__[name].default)
+        field_default = defaults[name]
+        default = None if name in unset else field_default
+        kind = type(field_default)
         where.add_argument(f"--{name.replace('_', '-')}", **_argparse_kwargs(flag, default, kind))
     return parser
 

@@ -100,11 +100,9 @@ class LLM:
         """An ``LLM`` with settings ``args``, ``model`` and ``kv_events`` (checked when they
         were built, not again); what it raises is ``LLM()``'s."""
         llm = cls.__new__(cls)
-        if isinstance(model, ModelArgs):
-            path, run = model.model, model
-        else:
-            path, run = model, ModelArgs()
-        llm._start(args, path, run, kv_events or KVEventArgs(), trace, progress)
+        run = model if isinstance(model, ModelArgs) else ModelArgs()
+        source = model.model if isinstance(model, ModelArgs) else model
+        llm._start(args, source, run, kv_events or KVEventArgs(), trace, progress)
         return llm
 
     def _start(
