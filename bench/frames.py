@@ -140,7 +140,8 @@ def measure(url: str, presses: int, start: int) -> dict:
     from playwright.sync_api import sync_playwright
 
     from paged.viz.export.serve import current_frame as shown_frame
-    from paged.viz.export.serve import hold_key, launch_chromium, wait_painted
+    from paged.viz.export.serve import launch_chromium, wait_painted
+    from tests.app_server import hold_key
 
     with sync_playwright() as p:
         browser = launch_chromium(p)
@@ -245,7 +246,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from paged.viz.export.serve import running_app
+    from tests.app_server import running_app
 
     work = Path(tempfile.mkdtemp(prefix="bench-trace-"))
     trace = work / "trace.jsonl"
