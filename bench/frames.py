@@ -48,12 +48,12 @@ def make_trace(path: Path, min_events: int, seed: int = 0) -> int:
     while True:
         items = generate("alpaca", n, MAX_MODEL_LEN, seed)
         reqs = build_requests(items, MAX_MODEL_LEN, arrivals=[i // 3 for i in range(n)])
-        counter = E.ListSink()
+        counted: list[E.Event] = []
         for policy in POLICIES:
-            run_policy(policy, reqs, NUM_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN, sinks=(counter,))
-        if len(counter.events) >= min_events:
+            run_policy(policy, reqs, NUM_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN, sinks=(counted.append,))
+        if len(counted) >= min_events:
             break
-        n = int(n * min_events / max(1, len(counter.events))) + 10
+        n = int(n * min_events / max(1, len(counted))) + 10
     runs = [
         RunHeader(
             p,
@@ -140,7 +140,8 @@ def measure(url: str, presses: int, start: int) -> dict:
     from playwright.sync_api import sync_playwright
 
     from paged.viz.export.serve import current_frame as shown_frame
-    from paged.viz.export.serve import hold_key, launch_chromium, wait_painted
+    from paged.viz.export.serve import launch_chromium, wait_painted
+    from tests.app_server import hold_key
 
     with sync_playwright() as p:
         browser = launch_chromium(p)
@@ -245,7 +246,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from paged.viz.export.serve import running_app
+    from tests.app_server import running_app
 
     work = Path(tempfile.mkdtemp(prefix="bench-trace-"))
     trace = work / "trace.jsonl"

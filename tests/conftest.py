@@ -140,7 +140,7 @@ def _app():
     its URL and its server's pid."""
     from pathlib import Path
 
-    from paged.viz.export.serve import running_app
+    from tests.app_server import running_app
 
     artifacts = Path(__file__).resolve().parent.parent / "test-artifacts"
     artifacts.mkdir(exist_ok=True)

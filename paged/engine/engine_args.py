@@ -12,6 +12,7 @@ checked where the arena is built (``paged.engine.model.runner.build_runner``). P
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 from collections.abc import Collection
@@ -172,21 +173,16 @@ class EngineArgs:
 
     @classmethod
     def add_cli_args(
-        cls, parser: argparse.ArgumentParser, only: Collection[str] | None = None
+        cls,
+        parser: argparse.ArgumentParser,
+        only: Collection[str] | None = None,
+        unset: Collection[str] = (),
     ) -> argparse.ArgumentParser:
         """Add the engine's flags (``CLI_FLAGS``; those of the fields named in ``only``, else
-        all) to ``parser``, each with its field's default. Returns ``parser``."""
-        groups: dict[str, argparse._MutuallyExclusiveGroup] = {}
-        for name, flag in CLI_FLAGS.items():
-            if only is not None and name not in only:
-                continue
-            where: argparse._ActionsContainer = parser
-            if flag.exclusive is not None:
-                if flag.exclusive not in groups:
-                    groups[flag.exclusive] = parser.add_mutually_exclusive_group()
-                where = groups[flag.exclusive]
-            where.add_argument(f"--{name.replace('_', '-')}", **_argparse_kwargs(name, flag))
-        return parser
+        all) to ``parser``, each with its field's default; a flag named in ``unset`` defaults to
+        None instead, for a command whose own source (a scenario) stands when it is not given.
+        Returns ``parser``."""
+        return add_flags(parser, cls, CLI_FLAGS, only, unset)
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> EngineArgs:
@@ -292,6 +288,10 @@ CLI_FLAGS = {
         "prompt + max-tokens bound (exact with --ignore-eos)",
         choices=ALLOCATORS,
     ),
+    "placement": CliFlag(
+        "where a contiguous policy puts a run: first-fit, or buddy as the paper's Orca",
+        choices=PLACEMENTS,
+    ),
     "preemption_mode": CliFlag(
         "when memory runs out: recompute the victim later, or swap its blocks "
         "to a CPU tier (paged allocator only)",
@@ -302,15 +302,43 @@ CLI_FLAGS = {
     ),
     "max_num_seqs": CliFlag(metavar="N", kind=int),
     "enable_prefix_caching": CliFlag(
-        "reuse cached K/V blocks of shared prompt prefixes (paging only; default off)"
+        "reuse cached K/V blocks of shared prompt prefixes (paging only; default off, or a "
+        "scenario's own setting)"
     ),
 }
 
 
-def _argparse_kwargs(name: str, flag: CliFlag) -> dict:
-    default = EngineArgs.__dataclass_fields__[name].default
+def add_flags(
+    parser: argparse.ArgumentParser,
+    settings: type,
+    flags: dict[str, CliFlag],
+    only: Collection[str] | None = None,
+    unset: Collection[str] = (),
+) -> argparse.ArgumentParser:
+    """Add ``flags`` (those named in ``only``, else all) to ``parser`` as ``--field-name``, each
+    with the default of the dataclass ``settings``' field of that name: the one place a flag's
+    default is written. A field named in ``unset`` defaults to None (not given). Returns
+    ``parser``."""
+    defaults = {f.name: f.default for f in dataclasses.fields(settings)}
+    groups: dict[str, argparse._MutuallyExclusiveGroup] = {}
+    for name, flag in flags.items():
+        if only is not None and name not in only:
+            continue
+        where: argparse._ActionsContainer = parser
+        if flag.exclusive is not None:
+            if flag.exclusive not in groups:
+                groups[flag.exclusive] = parser.add_mutually_exclusive_group()
+            where = groups[flag.exclusive]
+        field_default = defaults[name]
+        default = None if name in unset else field_default
+        kind = type(field_default)
+        where.add_argument(f"--{name.replace('_', '-')}", **_argparse_kwargs(flag, default, kind))
+    return parser
+
+
+def _argparse_kwargs(flag: CliFlag, default: object, kind: type) -> dict:
     kwargs = {"default": default, "help": flag.help, "metavar": flag.metavar}
-    if isinstance(default, bool):
+    if kind is bool:
         return kwargs | {"action": argparse.BooleanOptionalAction}
     return kwargs | {"type": flag.kind, "choices": flag.choices}
 

@@ -32,3 +32,20 @@ def read_bounded(path: Path, limit: int) -> bytes | None:
             raise NotRegularFileError(path)
         data = f.read(limit + 1)
     return data if len(data) <= limit else None
+
+
+def all_text_encodes(obj: object) -> bool:
+    """Whether every string in ``obj`` (keys too) is valid Unicode (no lone surrogate)."""
+    todo = [obj]
+    while todo:
+        o = todo.pop()
+        if isinstance(o, str):
+            try:
+                o.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(o, dict):
+            todo += [*o.keys(), *o.values()]
+        elif isinstance(o, list):
+            todo += o
+    return True

@@ -10,7 +10,8 @@ import dataclasses
 import operator
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from paged.engine.core import events as E
 from paged.engine.core.engine_core import EngineConfig, EngineCore, build_core
@@ -22,6 +23,7 @@ from paged.engine.model.arena import bytes_per_block
 from paged.engine.model.attention import resolve_backend
 from paged.engine.model.loader import LoadedModel, load_model, resolve_device
 from paged.engine.model.runner import build_runner
+from paged.engine.run_args import KVEventArgs, ModelArgs
 from paged.engine.trace.header import RunHeader
 from paged.engine.trace.io import TraceWriter, make_header
 from paged.kernels.fp8 import resolve_kv_dtype
@@ -39,6 +41,15 @@ class RequestOutput:
     sample_index: int = 0
 
 
+#: The settings ``LLM()`` takes by name, by the class that checks them; a command's
+#: ``--kv-events-hold`` is its own, after the run.
+_SETTINGS: dict[type, frozenset[str]] = {
+    EngineArgs: frozenset(f.name for f in fields(EngineArgs)),
+    ModelArgs: frozenset(f.name for f in fields(ModelArgs)) - {"model"},
+    KVEventArgs: frozenset(f.name for f in fields(KVEventArgs)) - {"kv_events_hold"},
+}
+
+
 class LLM:
     """``enable_prefix_caching`` (paging only) lets a request reuse the cached K/V blocks of a
     prompt prefix computed before in the same ``generate`` call. It is off by default, so a run
@@ -53,93 +64,56 @@ class LLM:
     def __init__(
         self,
         model: str | os.PathLike | LoadedModel | None = None,
-        device: str = "auto",
-        dtype: str | None = None,
-        num_blocks: int | None = None,
-        kv_budget_mb: float | None = None,
-        block_size: int = 16,
-        max_model_len: int | None = None,
-        allocator: str = "paged",
-        attention: str = "auto",
-        max_num_seqs: int = 256,
-        max_num_batched_tokens: int | None = None,
         trace: str | os.PathLike | Callable[[E.Event], None] | None = None,
         progress: bool = True,
-        kv_cache_dtype: str = "auto",
-        preemption_mode: str = "recompute",
-        swap_space_mb: float | None = None,
-        kv_events: str | None = None,
-        kv_events_allow_remote: bool = False,
-        enable_prefix_caching: bool = False,
+        **settings: Any,
     ) -> None:
+        """``settings`` are exactly the fields of ``EngineArgs``, of ``ModelArgs`` but its
+        ``model`` (``device``, ``dtype``, ``attention``) and of ``KVEventArgs`` but the command's
+        hold, with their defaults; any other name is a TypeError, as for any function."""
+        groups: dict[type, dict[str, Any]] = {cls: {} for cls in _SETTINGS}
+        for name, value in settings.items():
+            owner = next((cls for cls, names in _SETTINGS.items() if name in names), None)
+            if owner is None:
+                raise TypeError(f"LLM() got an unexpected keyword argument {name!r}")
+            groups[owner][name] = value
         # Cheap checks first: a typo should not cost a model load.
-        args = EngineArgs(
-            num_blocks=num_blocks,
-            kv_budget_mb=kv_budget_mb,
-            block_size=block_size,
-            max_model_len=max_model_len,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            allocator=allocator,
-            kv_cache_dtype=kv_cache_dtype,
-            preemption_mode=preemption_mode,
-            swap_space_mb=swap_space_mb,
-            enable_prefix_caching=enable_prefix_caching,
-        )
+        args = EngineArgs(**groups[EngineArgs])
         self._start(
             args,
             model,
-            device,
-            dtype,
-            attention,
+            ModelArgs(**groups[ModelArgs]),
+            KVEventArgs(**groups[KVEventArgs]),
             trace,
             progress,
-            kv_events,
-            kv_events_allow_remote,
         )
 
     @classmethod
     def from_engine_args(
         cls,
         args: EngineArgs,
-        model: str | os.PathLike | LoadedModel | None = None,
-        device: str = "auto",
-        dtype: str | None = None,
-        attention: str = "auto",
+        model: ModelArgs | LoadedModel | None = None,
+        kv_events: KVEventArgs | None = None,
         trace: str | os.PathLike | Callable[[E.Event], None] | None = None,
         progress: bool = True,
-        kv_events: str | None = None,
-        kv_events_allow_remote: bool = False,
     ) -> LLM:
-        """An ``LLM`` with settings ``args`` (checked when they were built, not again); the
-        other parameters and what they raise are ``LLM()``'s."""
+        """An ``LLM`` with settings ``args``, ``model`` and ``kv_events`` (checked when they
+        were built, not again); what it raises is ``LLM()``'s."""
         llm = cls.__new__(cls)
-        llm._start(
-            args,
-            model,
-            device,
-            dtype,
-            attention,
-            trace,
-            progress,
-            kv_events,
-            kv_events_allow_remote,
-        )
+        run = model if isinstance(model, ModelArgs) else ModelArgs()
+        source = model.model if isinstance(model, ModelArgs) else model
+        llm._start(args, source, run, kv_events or KVEventArgs(), trace, progress)
         return llm
 
     def _start(
         self,
         args: EngineArgs,
         model: str | os.PathLike | LoadedModel | None,
-        device: str,
-        dtype: str | None,
-        attention: str,
+        run: ModelArgs,
+        kv: KVEventArgs,
         trace: str | os.PathLike | Callable[[E.Event], None] | None,
         progress: bool,
-        kv_events: str | None,
-        kv_events_allow_remote: bool,
     ) -> None:
-        _check_kv_events(kv_events, kv_events_allow_remote)
         if not isinstance(model, (LoadedModel, str, os.PathLike, type(None))):
             raise InvalidConfigError(f"model must be a path or a loaded model, got {model!r:.40}")
         if trace is not None and not callable(trace) and not isinstance(trace, (str, os.PathLike)):
@@ -147,22 +121,22 @@ class LLM:
         if not isinstance(model, LoadedModel):
             # before the load: its loader must never see a bad one, and a backend this machine
             # cannot run is said before the seconds a load takes, not after
-            resolve_backend(attention, resolve_device(device, dtype)[0])
+            resolve_backend(run.attention, resolve_device(run.device, run.dtype)[0])
         if trace is not None and not callable(trace):
             check_output_path(trace, "trace")
         self.model = (
             model
             if isinstance(model, LoadedModel)
-            else load_model(model, device=device, dtype=dtype, progress=progress)
+            else load_model(model, device=run.device, dtype=run.dtype, progress=progress)
         )
         self.config = _engine_config(args, self.model)
-        self.runner = build_runner(self.model, self.config, attention)
+        self.runner = build_runner(self.model, self.config, run.attention)
         self.arena = self.runner.arena
         self.trace = trace
         self.num_preemptions = 0
         self.prefill_tokens_computed = self.prefix_cache_hit_tokens = 0
         self.kv_publisher = (
-            None if kv_events is None else _publisher(kv_events, kv_events_allow_remote)
+            None if kv.kv_events is None else _publisher(kv.kv_events, kv.kv_events_allow_remote)
         )
 
     def close(self) -> None:
@@ -307,20 +281,6 @@ def _engine_config(args: EngineArgs, model: LoadedModel) -> EngineConfig:
     kv_dtype = resolve_kv_dtype(args.kv_cache_dtype, model.dtype)
     per_block = bytes_per_block(model.config, args.block_size, kv_dtype)
     return args.create_engine_config(model.config.max_position_embeddings, per_block)
-
-
-def _check_kv_events(endpoint: str | None, allow_remote: bool) -> None:
-    if endpoint is not None:
-        try:
-            KV.parse_endpoint(endpoint, allow_remote)
-        except KV.EndpointError as e:
-            raise InvalidConfigError(str(e)) from None
-    if type(allow_remote) is not bool:  # 'no' is truthy: a safety flag
-        raise InvalidConfigError(
-            f"kv_events_allow_remote must be true or false, got {allow_remote!r:.40}"
-        )
-    if allow_remote and endpoint is None:  # as the CLI: it would do nothing
-        raise InvalidConfigError("kv_events_allow_remote applies only with kv_events")
 
 
 def _publisher(endpoint: str, allow_remote: bool) -> KV.KVEventPublisher:

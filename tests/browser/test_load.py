@@ -19,7 +19,8 @@ from paged.engine.trace import io as T
 from paged.engine.trace.check import TraceChecker
 from paged.engine.trace.schema import LIMITS
 from paged.viz.app.lesson import MAX_UPLOAD_MB
-from paged.viz.export.serve import SERVER_POLL_MS, running_app, wait_idle
+from paged.viz.export.serve import SERVER_POLL_MS, wait_idle
+from tests.app_server import running_app
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"

@@ -18,11 +18,11 @@ from test_load import SHARED_RENDERERS, MaxTrace, Sampler, server_rss_mb
 from paged.viz.export.serve import (
     SERVER_POLL_MS,
     launch_chromium,
-    running_app,
     wait_idle,
     wait_painted,
 )
 from paged.viz.live import lab as S
+from tests.app_server import running_app
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"

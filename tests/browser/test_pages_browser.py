@@ -1,7 +1,7 @@
 """Every page of the app, in English and Chinese, in a real browser: it draws its title and
 shows no exception, no error box and no traceback.
 
-Starts the app with ``paged.viz.export.serve.running_app`` and drives Debian's Chromium with Playwright.
+Starts the app with ``tests.app_server.running_app`` and drives Debian's Chromium with Playwright.
 A failing page leaves a screenshot in ``test-artifacts/``.
 """
 

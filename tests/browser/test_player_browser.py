@@ -10,7 +10,6 @@ from urllib.parse import urlparse
 import pytest
 
 from paged.viz.export.serve import (
-    hold_key,
     hold_unpacking,
     release_unpacking,
     shown_frame,
@@ -20,6 +19,7 @@ from paged.viz.export.serve import (
     wait_ready,
     wait_unpacking_held,
 )
+from tests.app_server import hold_key
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"

@@ -145,7 +145,7 @@ def _streamlit_pid(port: int) -> int:
 def slow_live_app(tmp_path):
     """The app over a copy of the six-step lesson whose scenario runs long even as a dry run,
     so a live run is still going when a second session asks and when its tab closes."""
-    from paged.viz.export.serve import running_app
+    from tests.app_server import running_app
     from tests.browser.test_load import load_scenario
 
     lesson = tmp_path / "six-steps"

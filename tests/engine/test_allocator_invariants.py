@@ -11,6 +11,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from paged.engine.core import events as E
 from paged.engine.core.allocators import ContiguousAllocator, PagedAllocator
 from paged.engine.core.request import Request, SamplingParams
+from tests.engine.free_queue import free_ids
+from tests.sinks import ListSink
 
 NUM_BLOCKS, BLOCK = 12, 4
 
@@ -27,7 +29,7 @@ class PagedMachine(RuleBasedStateMachine):
     @initialize()
     def setup(self):
         self.bus = E.EventBus()
-        self.sink = E.ListSink()
+        self.sink = ListSink()
         self.bus.subscribe(self.sink)
         self.alloc = PagedAllocator(NUM_BLOCKS, BLOCK, self.bus)
         self.tokens: dict[str, int] = {}
@@ -95,7 +97,7 @@ class PagedMachine(RuleBasedStateMachine):
 
     @invariant()
     def free_list_is_exactly_the_unreferenced_blocks(self):
-        free = self.alloc.pool.free_ids()
+        free = free_ids(self.alloc.pool)
         assert len(free) == len(set(free)), "a block is in the free list twice"
         in_use = {b.block_id for t in self.alloc.tables.values() for b in t}
         assert set(free) | in_use == set(range(NUM_BLOCKS))

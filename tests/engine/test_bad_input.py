@@ -348,7 +348,7 @@ def test_sampling_params_accept_their_edges():
         ({"kv_events": "tcp://127.0.0.1:5555", "kv_events_allow_remote": "no"}, "allow_remote"),
         ({"allocator": "oracle", "enable_prefix_caching": True}, "paged allocator"),
         ({"enable_prefix_caching": "no"}, "enable_prefix_caching"),
-        ({"kv_events_allow_remote": True}, "only with kv_events"),
+        ({"kv_events_allow_remote": True}, "only with --kv-events"),
     ],
 )
 def test_llm_refuses_bad_settings_before_loading(kwargs, words, no_model_load):

@@ -21,6 +21,7 @@ from paged.engine.core.allocators import ContiguousAllocator
 from paged.engine.core.buddy import BuddyPlacement, next_pow2
 from paged.engine.core.request import Request, SamplingParams
 from paged.engine.errors import InvalidConfigError
+from tests.sinks import ListSink
 
 
 def test_arena_that_is_not_a_power_of_two_is_tiled_by_aligned_blocks_largest_first():
@@ -164,7 +165,7 @@ def test_oracle_reserves_exactly_and_max_reserves_the_bound():
 
 
 def test_buddy_run_events_carry_the_run_and_the_slack_stays_outside_it():
-    bus, sink = E.EventBus(), E.ListSink()
+    bus, sink = E.EventBus(), ListSink()
     bus.subscribe(sink)
     alloc = ContiguousAllocator(4, 16, 64, "oracle", bus, placement="buddy")
     req = _req(prompt=10, output=11)  # final length 20: a 32-slot block

@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 
 from paged.engine.core import events as E
+from tests.sinks import ListSink
 
 #: A value of each field type events use (their annotations are strings).
 SAMPLE = {
@@ -29,7 +30,7 @@ def _fields(cls: type[E.Event]) -> dict:
 
 @pytest.mark.parametrize("cls", list(E.EVENT_TYPES.values()), ids=list(E.EVENT_TYPES))
 def test_an_event_the_bus_builds_is_the_one_its_constructor_builds(cls):
-    bus, sink = E.EventBus(), E.ListSink()
+    bus, sink = E.EventBus(), ListSink()
     bus.subscribe(sink)
     bus.step = 3
     bus.emit(E.StepEnd, num_running=0, num_waiting=0)
@@ -43,7 +44,7 @@ def test_an_event_the_bus_builds_is_the_one_its_constructor_builds(cls):
 
 
 def test_the_bus_still_fills_defaults_and_refuses_wrong_fields():
-    bus, sink = E.EventBus(), E.ListSink()
+    bus, sink = E.EventBus(), ListSink()
     bus.subscribe(sink)
     bus.emit(E.SwapFallback, req="a", need_blocks=2, free_cpu_blocks=1)
     assert sink.events[-1].reason == E.SWAP_FALLBACK_CPU_FULL

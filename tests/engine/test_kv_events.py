@@ -9,9 +9,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import msgspec
 import pytest
@@ -97,35 +95,24 @@ class OldBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     data_parallel_rank: int | None = None
 
 
-# --- stand-ins for engine.core.events' prefix-cache events: same kind strings and field names,
-# int hashes; the sink reads nothing else -------------------------------------------------------
+# --- the engine's prefix-cache events with int hashes (vLLM's own kind of hash), as the
+# translator reads them from the bus ---------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FakeStored:
-    kind = "block_stored"
-    block_hash: int
-    parent_block_hash: int | None
-    token_ids: tuple[int, ...]
-    block_size: int
-    physical: int
+def FakeStored(block_hash, parent, token_ids, block_size, physical) -> E.BlockStored:
+    return E.BlockStored(0, 0, block_hash, parent, token_ids, block_size, physical)
 
 
-@dataclass(frozen=True)
-class FakeEvicted:
-    kind = "block_evicted"
-    block_hash: int
-    physical: int
+def FakeEvicted(block_hash, physical) -> E.BlockEvicted:
+    return E.BlockEvicted(0, 0, block_hash, physical)
 
 
-@dataclass(frozen=True)
-class FakeCleared:
-    kind = "all_blocks_cleared"
+def FakeCleared() -> E.AllBlocksCleared:
+    return E.AllBlocksCleared(0, 0)
 
 
-@dataclass(frozen=True)
-class FakeStepEnd:
-    kind = "step_end"
+def FakeStepEnd() -> E.StepEnd:
+    return E.StepEnd(0, 0, num_running=0, num_waiting=0)
 
 
 @contextmanager
@@ -474,23 +461,6 @@ def test_decoder_accepts_newer_vllm_and_rejects_hostile():
 # STAND-INS again: Event subclasses shaped like the prefix cache's, emitted by the real bus.
 
 
-@dataclass(frozen=True)
-class BusStored(E.Event):
-    kind: ClassVar[str] = "block_stored"
-    block_hash: int
-    parent_block_hash: int | None
-    token_ids: tuple[int, ...]
-    block_size: int
-    physical: int
-
-
-@dataclass(frozen=True)
-class BusEvicted(E.Event):
-    kind: ClassVar[str] = "block_evicted"
-    block_hash: int
-    physical: int
-
-
 class ListPublisher:
     def __init__(self) -> None:
         self.batches: list[list] = []
@@ -504,11 +474,16 @@ def test_translator_batches_bus_events_per_step():
     bus.subscribe(K.EngineEventTranslator(pub))  # type: ignore[arg-type]
     bus.emit(E.Admitted, req="0", num_tokens=8)
     bus.emit(
-        BusStored, block_hash=-5, parent_block_hash=None, token_ids=(1, 2), block_size=2, physical=4
+        E.BlockStored,
+        block_hash=-5,
+        parent_block_hash=None,
+        token_ids=(1, 2),
+        block_size=2,
+        physical=4,
     )
     bus.emit(E.StepEnd, num_running=1, num_waiting=0)
     bus.step = 1
-    bus.emit(BusEvicted, block_hash=-5, physical=4)
+    bus.emit(E.BlockEvicted, block_hash=-5, physical=4)
     bus.emit(E.StepEnd, num_running=0, num_waiting=0)
     h = (1 << 64) - 5
     assert pub.batches == [

@@ -12,6 +12,7 @@ from paged.engine.sim.workload import WorkItem, generate
 from paged.engine.trace import io as trace
 from paged.engine.trace.recorder import record
 from paged.engine.trace.scenario import load
+from tests.sinks import ListSink
 
 SIX_STEPS = "paged/lessons/six-steps/scenario.toml"
 
@@ -27,7 +28,7 @@ def test_preallocation_blocks_request_despite_enough_free_slots():
         load(SIX_STEPS),
         ["max", "paged"],
         forward="skip",
-        sinks={"max": [left := E.ListSink()], "paged": [right := E.ListSink()]},
+        sinks={"max": [left := ListSink()], "paged": [right := ListSink()]},
     )
     blocked = _blocked_no_hole(left.events)
     assert blocked, "preallocation never hit external fragmentation"
@@ -39,7 +40,7 @@ def test_preallocation_blocks_request_despite_enough_free_slots():
 
 
 def test_paging_never_reports_external_fragmentation_as_no_hole():
-    sink = E.ListSink()
+    sink = ListSink()
     record(load(SIX_STEPS), ["paged"], forward="skip", sinks={"paged": [sink]})
     assert not _blocked_no_hole(sink.events)
 
@@ -47,7 +48,7 @@ def test_paging_never_reports_external_fragmentation_as_no_hole():
 def test_live_events_and_trace_read_back_give_identical_accounting():
     sc = load(SIX_STEPS)
     buf = io.StringIO()
-    live = {"max": [E.ListSink()], "paged": [E.ListSink()]}
+    live = {"max": [ListSink()], "paged": [ListSink()]}
     record(sc, ["max", "paged"], buf, forward="skip", sinks=live)
     back = trace.loads(buf.getvalue())
     n = sc.num_blocks * sc.block_size
@@ -60,7 +61,7 @@ def test_live_events_and_trace_read_back_give_identical_accounting():
 
 
 def test_every_slot_is_in_exactly_one_category_every_step():
-    sink = E.ListSink()
+    sink = ListSink()
     sc = load(SIX_STEPS)
     record(sc, ["max"], forward="skip", sinks={"max": [sink]})
     for a in accounting.account(sink.events, sc.num_blocks * sc.block_size, sc.block_size):

@@ -14,6 +14,7 @@ from paged.engine.core.request import Request, SamplingParams
 from paged.engine.errors import InvalidConfigError, InvalidRequestError
 from paged.engine.sim.simulate import EOS, FILLER, DryRunner
 from paged.engine.sim.workload import DEMO_SUBJECTS
+from tests.sinks import ListSink
 
 # Every request crosses a block boundary while it grows (prompts of 7-8 tokens, blocks of 8;
 # asserted below): at a quarter of the memory that alone preempts several times; more tokens
@@ -61,7 +62,7 @@ def quarter_memory_run(model, mode: str = "recompute") -> tuple[list, Any, list[
             "every request must grow past a block boundary"
         )
         need_blocks = sum(-(-(len(p) + NEW_TOKENS) // BLOCK) for p in ids)
-        events = E.ListSink()
+        events = ListSink()
         llm = LLM(
             model,
             block_size=BLOCK,

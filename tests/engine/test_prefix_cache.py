@@ -26,6 +26,8 @@ from paged.engine.sim.simulate import EOS, DryRunner
 from paged.engine.trace import io as trace_mod
 from paged.engine.trace.header import RunHeader
 from paged.engine.trace.io import TraceWriter, make_header
+from tests.engine.free_queue import free_ids
+from tests.sinks import ListSink
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -172,7 +174,7 @@ class PoolMachine(RuleBasedStateMachine):
 
     @invariant()
     def no_leak_and_the_free_queue_is_the_unreferenced_blocks(self):
-        free = self.pool.free_ids()
+        free = free_ids(self.pool)
         assert len(free) == len(set(free)) == self.pool.num_free
         held = {b.block_id for bs in self.holders.values() for b in bs}
         assert set(free) == set(range(NUM_BLOCKS)) - held
@@ -208,7 +210,7 @@ def _run(allocator: str, reqs: list[Request], num_blocks: int, caching: bool, bl
             device="none",
         ),
     )
-    sink = E.ListSink()
+    sink = ListSink()
     core.bus.subscribe(writer.sink(allocator))
     core.bus.subscribe(sink)
     core.run_to_completion()

@@ -118,11 +118,11 @@ def test_a_dry_run_weighs_its_blocks_as_the_real_model_does():
     dry = _dry(sc)
     real = T.read(FP8_LESSON.parent / "trace.jsonl")
     for name in ("bf16", "fp8"):
-        d, r = dry.run_config(name)["config"], real.run_config(name)["config"]
-        assert (d["block_bytes"], d["kv_cache_dtype"], d["num_blocks"]) == (
-            r["block_bytes"],
-            r["kv_cache_dtype"],
-            r["num_blocks"],
+        d, r = dry.run_header(name), real.run_header(name)
+        assert (d.block_bytes, d.kv_cache_dtype, d.num_blocks) == (
+            r.block_bytes,
+            r.kv_cache_dtype,
+            r.num_blocks,
         )
 
 

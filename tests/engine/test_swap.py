@@ -28,6 +28,7 @@ from paged.engine.trace.header import RunHeader
 from paged.engine.trace.schema import TraceError
 from paged.kernels.fp8 import quantize
 from paged.viz.fold.reducer import replay
+from tests.engine.free_queue import free_ids
 from tests.kernels.test_fp8 import SMOL
 
 NUM_BLOCKS, NUM_CPU, BLOCK = 10, 8, 4
@@ -109,7 +110,7 @@ class TwoTierMachine(RuleBasedStateMachine):
             (a.cpu_pool, a.cpu_tables, NUM_CPU),
         ):
             held = [b.block_id for t in tables.values() for b in t]
-            free = pool.free_ids()
+            free = free_ids(pool)
             assert sorted(held + free) == list(range(n))  # none leaked, none twice
         assert set(a.tables) == set(self.running)
         assert set(a.cpu_tables) == set(self.swapped)

@@ -12,6 +12,7 @@ from paged.engine.trace.header import PAGED, RunHeader
 from paged.engine.trace.io import SCHEMA_VERSION, TraceError, TraceWriter, make_header, read
 from paged.engine.trace.recorder import record
 from paged.engine.trace.scenario import load as load_scenario
+from tests.sinks import ListSink
 
 
 def _write_trace(path):
@@ -72,7 +73,7 @@ def test_a_live_queue_subscriber_sees_the_same_stream_in_order():
     import queue
     import threading
 
-    bus, q, listed = E.EventBus(), queue.Queue[E.Event](), E.ListSink()
+    bus, q, listed = E.EventBus(), queue.Queue[E.Event](), ListSink()
     bus.subscribe(q.put)
     bus.subscribe(listed)
     got = []

@@ -4,10 +4,10 @@ live event stream equals that of the trace read back from disk."""
 import pytest
 
 from paged.engine.core import accounting
-from paged.engine.core import events as E
 from paged.engine.trace import io as trace
 from paged.engine.trace.recorder import record
 from paged.engine.trace.scenario import Scenario, ScenarioRequest
+from tests.sinks import ListSink
 
 pytestmark = pytest.mark.model
 
@@ -38,7 +38,7 @@ def _scenario() -> Scenario:
 @pytest.fixture(scope="module")
 def recorded(smollm, tmp_path_factory):
     path = tmp_path_factory.mktemp("trace") / "all.jsonl"
-    live = {name: [E.ListSink()] for name in ALL}
+    live = {name: [ListSink()] for name in ALL}
     runs = record(_scenario(), ALL, str(path), model=smollm, attention="torch", sinks=live)
     return runs, live, trace.read(path)
 

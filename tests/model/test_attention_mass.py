@@ -13,6 +13,7 @@ from paged.engine.core import events as E
 from paged.engine.trace.recorder import record
 from paged.engine.trace.scenario import load
 from paged.kernels import cpu
+from tests.sinks import ListSink
 
 SCENARIO = """
 title = "attention mass"
@@ -48,7 +49,7 @@ KERNEL_WALKS: list[torch.Tensor] = []
 def recorded(smollm_hf, tmp_path_factory):
     path = tmp_path_factory.mktemp("attn") / "scenario.toml"
     path.write_text(SCENARIO, encoding="utf-8")
-    sink = E.ListSink()
+    sink = ListSink()
     real = cpu.DecodeAttention.__call__
 
     def spy(self, *args, **kwargs):
@@ -140,7 +141,7 @@ def test_without_the_attention_table_nothing_is_recorded_and_the_tokens_are_the_
     path = tmp_path / "scenario.toml"
     start, end = SCENARIO.index("[attention]"), SCENARIO.index("[[requests]]")
     path.write_text(SCENARIO[:start] + SCENARIO[end:], encoding="utf-8")
-    sink = E.ListSink()
+    sink = ListSink()
     runs = record(load(path), None, model=smollm_hf, sinks={"paged": [sink]})
     assert not any(isinstance(e, E.AttentionRead) for e in sink.events)
     assert runs["paged"].core.runner.attention.probe is None  # type: ignore[attr-defined]

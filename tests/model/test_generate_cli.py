@@ -185,7 +185,7 @@ def test_trace_flag_writes_a_complete_trace_of_the_run(on_session_model, capsys,
         == 0
     )
     t = trace.read(path)
-    assert t.run_names == ["paged"] and t.run_config("paged")["config"]["block_size"] == 4
+    assert t.run_names == ["paged"] and t.run_header("paged").block_size == 4
     finished = [ev for ev in t.runs["paged"] if isinstance(ev, E.Finished)]
     assert sorted(ev.req for ev in finished) == ["0", "1"]
     assert all(ev.num_generated == 3 for ev in finished)

@@ -139,7 +139,7 @@ def _check(lesson: Lesson, lang: str) -> None:
     for ch in chs:
         for i in range(ch.start, ch.end + 1):
             allowed = facts(lesson, i)
-            if ch.kind == chapters.STEP:
+            if ch.phase == chapters.STEP:
                 # A step's narration quotes its keyframe, so it is shown there and nowhere else.
                 # Two steps on one keyframe both speak there.
                 for k in ch.steps:
@@ -148,7 +148,7 @@ def _check(lesson: Lesson, lang: str) -> None:
                     allowed |= _narration_facts(lesson, k) | {str(k + 1)}
                     allowed |= _literal_numbers(step.narration[lang] + step.title[lang])
             else:
-                assert chapters.phase(lesson, i) == ch.kind  # the title holds on this frame
+                assert chapters.phase(lesson, i) == ch.phase  # the title holds on this frame
             said = set(NUM.findall(shown(lesson, i, ch, lang)))
             assert said <= allowed, (i, ch, sorted(said - allowed), shown(lesson, i, ch, lang))
 
@@ -259,7 +259,7 @@ def test_every_step_speaks_on_a_frame_of_its_own(lesson):
     there, but parallel sampling's sharing step once hid behind another step's)."""
     kfs = [k for k in lesson.keyframes if k is not None]
     assert len(set(kfs)) == len(kfs), lesson.keyframes
-    spoken = {c.step for c in chapters.chapters(lesson) if c.kind == chapters.STEP}
+    spoken = {c.step for c in chapters.chapters(lesson) if c.phase == chapters.STEP}
     assert spoken == {s for s, k in enumerate(lesson.keyframes) if k is not None}
 
 
@@ -283,7 +283,7 @@ def test_no_chapter_title_outlives_what_it_says(lesson):
     """A chapter's text is true on each of its frames: a frame where nobody waits on the left
     never sits in a chapter that says the left makes requests wait."""
     for ch in chapters.chapters(lesson):
-        if ch.kind == "left_waits":
+        if ch.phase == "left_waits":
             for i in range(ch.start, ch.end + 1):
                 assert lesson.left.at(i).waiting and not lesson.right.at(i).waiting
 

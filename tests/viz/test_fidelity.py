@@ -99,14 +99,14 @@ def test_two_paged_sides_never_read_paging_keeps_going():
 
     lesson = _lesson("fp8-twice")
     assert lesson.left.run.allocator == lesson.right.run.allocator == "paged"
-    waits = [c for c in chapters(lesson) if c.kind == "left_waits"]
+    waits = [c for c in chapters(lesson) if c.phase == "left_waits"]
     assert waits, "the lesson has frames where only the left waits"
     for c in waits:
         for lang in ("en", "zh"):
             shown = title(lesson, c, lang)
             assert "paging" not in shown and "分页" not in shown, shown
     six_steps = _lesson("six-steps")  # contiguous against paged: the sentence is true there
-    left = [c for c in chapters(six_steps) if c.kind == "left_waits"]
+    left = [c for c in chapters(six_steps) if c.phase == "left_waits"]
     assert left and "paging keeps going" in title(six_steps, left[0], "en")
 
 

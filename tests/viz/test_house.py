@@ -120,3 +120,46 @@ def test_import_distance_follows_only_top_of_file_imports(tmp_path):
     (pkg / "c.py").write_text("")
     assert import_distance(pkg / "a.py", "pk.b", tmp_path) == 1
     assert import_distance(pkg / "a.py", "pk.c", tmp_path) is None  # only inside a function
+
+
+def kind_tests(path: Path) -> list[int]:
+    """Lines of ``path`` that tell events apart the second way: comparing a ``kind`` (``ev.kind
+    == ...``, ``ev.kind in (...)``) or an ``isinstance`` against an event type (``E.Finished``,
+    the KV-event wire's ``InStored``). Readers select with ``E.of_kind`` or match a class."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(isinstance(s, ast.Attribute) and s.attr == "kind" for s in sides):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and _called(node) == "isinstance" and len(node.args) == 2:
+            kinds = node.args[1]
+            named = kinds.elts if isinstance(kinds, ast.Tuple) else [kinds]
+            if any(_event_type(n) for n in named):
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def _event_type(node: ast.expr) -> bool:
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return node.value.id == "E"
+    return isinstance(node, ast.Name) and node.id.startswith("In") and node.id[2:3].isupper()
+
+
+def test_readers_select_events_by_type_never_by_kind_string():
+    files = sorted((ROOT / "paged").rglob("*.py"))
+    assert len(files) > 50
+    found = {str(p.relative_to(ROOT)): kind_tests(p) for p in files}
+    assert {p: lines for p, lines in found.items() if lines} == {}
+
+
+def test_the_kind_check_sees_compares_and_isinstance_of_event_types(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text(
+        "if ev.kind == 'finished': pass\n"
+        "x = [e for e in evs if isinstance(e, (E.SwappedOut, E.SwappedIn))]\n"
+        "y = e.kind in ('a', 'b')\n"
+        "z = isinstance(ev, InStored)\n"
+        "ok = isinstance(ev, dict) or ev.kinds == 1\n"
+    )
+    assert kind_tests(src) == [1, 2, 3, 4]

@@ -70,7 +70,7 @@ def _f(x: float) -> str:
 
 def test_each_tiles_caption_is_its_translation_and_the_events_m_and_l(lesson):
     zoom, bs, h = lesson.zoom, lesson.block_size, lesson.head
-    tiles = [i for i, f in enumerate(lesson.frames) if f.kind == "tile"]
+    tiles = [i for i, f in enumerate(lesson.frames) if f.stage == "tile"]
     for t, i in enumerate(tiles):
         left, right = caption(lesson, i, "en")
         first, last = t * bs, min((t + 1) * bs, zoom.position + 1) - 1
@@ -95,7 +95,7 @@ def test_each_tiles_caption_is_its_translation_and_the_events_m_and_l(lesson):
 def test_the_walks_last_frame_prints_softmax_over_all_scores_and_the_difference(lesson):
     zoom, h = lesson.zoom, lesson.head
     i = chapter_keyframe(lesson, "walk")
-    assert lesson.frames[i].kind == "final"
+    assert lesson.frames[i].stage == "final"
     left, right = caption(lesson, i, "en")
     assert f"m = {_f(zoom.tile_m[-1][h])}, l = {_f(zoom.tile_l[-1][h])}" in left
     assert f"m = {_f(zoom.full_m[h])}, l = {_f(zoom.full_l[h])}" in right
@@ -107,7 +107,7 @@ def test_the_walks_last_frame_prints_softmax_over_all_scores_and_the_difference(
 
 
 def test_the_heat_chapter_says_the_events_shares(lesson):
-    heat = [i for i, f in enumerate(lesson.frames) if f.kind == "heat"]
+    heat = [i for i, f in enumerate(lesson.frames) if f.stage == "heat"]
     assert [lesson.frames[i].read for i in heat] == list(lesson.reads)
     for i in heat:
         r = lesson.frames[i].read
@@ -127,7 +127,7 @@ def test_the_gqa_chapter_counts_reads_and_merges_the_split_states(lesson):
     i = chapter_keyframe(lesson, "gqa")
     _, right = caption(lesson, i, "en")
     assert f"m = {_f(zoom.merged_m[h])}, l = {_f(zoom.merged_l[h])}" in right
-    gqa = next(j for j, f in enumerate(lesson.frames) if f.kind == "gqa")
+    gqa = next(j for j, f in enumerate(lesson.frames) if f.stage == "gqa")
     _, right = caption(lesson, gqa, "en")
     n, g = len(zoom.physical), len(zoom.heads)
     assert f"{n} block reads, not {n * g}" in right and g > 1

@@ -257,7 +257,7 @@ def test_ending_paged_app_by_its_pid_ends_the_server_and_frees_the_port(stop):
     import os
     import signal
 
-    from paged.viz.export.serve import free_port
+    from tests.app_server import free_port
 
     port, signum = free_port(), getattr(signal, stop)
     app = subprocess.Popen(

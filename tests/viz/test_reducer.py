@@ -30,6 +30,7 @@ from paged.viz.fold.reducer import (
     replay,
     replay_settled,
 )
+from tests.sinks import ListSink
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "paged" / "lessons" / "six-steps" / "trace.jsonl"
@@ -221,7 +222,7 @@ def test_any_dry_run_folds_to_the_engines_accounting(items, policy):
 
     work = [WorkItem(i, o) for i, o, _ in items]
     reqs = build_requests(work, max_model_len=96, arrivals=[a for _, _, a in items])
-    sink = E.ListSink()
+    sink = ListSink()
     run_policy(policy, reqs, num_blocks=12, block_size=8, max_model_len=96, sinks=(sink,))
     kind = PAGED if policy == "paged" else "contiguous"
     _check_against_accounting(sink.events, RunHeader(policy, kind, num_slots=96, block_size=8))

@@ -187,6 +187,9 @@ def test_the_toml_is_an_engine_scenario_with_the_same_requests(tmp_path):
     assert [r.ignore_eos for r in sc.requests] == [True, False, True]
     # the comparison the lab drew: LAB's oracle on the left, paging on the right
     assert [(r.label, r.allocator) for r in sc.runs] == [("oracle", "oracle"), ("paged", "paged")]
+    # the lab builds the very scenario (header text included) without writing the file
+    direct = S.engine_scenario(LAB)
+    assert direct == sc and direct.raw == sc.raw
 
 
 def test_the_in_process_dry_run_equals_the_engines_cli(tmp_path):

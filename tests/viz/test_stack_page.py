@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from paged.engine.trace.io import read
+from paged.engine.trace.io import RunHeader, read
 from paged.viz.app.stack import layer_text
 from paged.viz.fold import fp8_data, stack
 from paged.viz.fold.tier_facts import mib
@@ -30,8 +30,8 @@ def _events(lesson: str, run: str):
     return read(LESSONS / lesson / "trace.jsonl").runs[run]
 
 
-def _config(lesson: str, run: str) -> dict:
-    return read(LESSONS / lesson / "trace.jsonl").run_config(run)["config"]
+def _config(lesson: str, run: str) -> RunHeader:
+    return read(LESSONS / lesson / "trace.jsonl").run_header(run)
 
 
 def test_every_layer_is_measured_from_its_lesson(layers):
@@ -49,13 +49,13 @@ def test_prefix_caching_spares_the_tokens_its_cache_hits_say(layers):
 
 def test_fp8_buys_twice_the_blocks_in_the_same_bytes(layers):
     left, right = _config("fp8-twice", "bf16"), _config("fp8-twice", "fp8")
-    assert right["num_blocks"] == 2 * left["num_blocks"]
-    assert left["block_bytes"] == 2 * right["block_bytes"]
-    assert left["num_blocks"] * left["block_bytes"] == right["num_blocks"] * right["block_bytes"]
+    assert right.num_blocks == 2 * left.num_blocks
+    assert left.block_bytes == 2 * right.block_bytes
+    assert left.num_blocks * left.block_bytes == right.num_blocks * right.block_bytes
     n = layers["fp8"].numbers
     assert (n["left_blocks"], n["right_blocks"], n["ratio"]) == (
-        left["num_blocks"],
-        right["num_blocks"],
+        left.num_blocks,
+        right.num_blocks,
         "2.0",
     )
     assert n["right_steps"] < n["left_steps"]
@@ -90,7 +90,7 @@ def test_offloading_spares_the_recompute_the_other_run_paid(layers):
         if e.kind in ("swapped_out", "swapped_in")
     )
     assert n["blocks_moved"] == moved > 0
-    block_bytes = _config("recompute-or-swap", "swap")["block_bytes"]
+    block_bytes = _config("recompute-or-swap", "swap").block_bytes
     assert n["bytes_moved"] == mib(moved * block_bytes)
 
 

@@ -11,7 +11,7 @@ from paged.engine.core.request import SamplingParams, check_prompt
 from paged.engine.engine_args import EngineArgs, check_output_path
 from paged.engine.errors import InvalidRequestError
 from paged.engine.files import NotRegularFileError, read_bounded
-from paged.engine.model.backends import BACKENDS
+from paged.engine.run_args import KVEventArgs, ModelArgs
 
 
 def add_parser(sub) -> None:
@@ -25,15 +25,7 @@ def add_parser(sub) -> None:
     p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
     EngineArgs.add_cli_args(p)
     p.add_argument("--chat", action="store_true", help="wrap each prompt in the chat template")
-    p.add_argument(
-        "--model",
-        default=None,
-        metavar="PATH",
-        help="local Llama-family HF directory (default: bundled SmolLM2-135M-Instruct)",
-    )
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16")
-    p.add_argument("--attention", default="auto", choices=BACKENDS)
+    ModelArgs.add_cli_args(p)
     p.add_argument("--temperature", type=float, default=0.0, metavar="T")
     p.add_argument("--top-p", type=float, default=1.0, metavar="P")
     p.add_argument("--seed", type=int, default=None, metavar="S")
@@ -46,25 +38,7 @@ def add_parser(sub) -> None:
         "prompt's blocks and copies a block on write",
     )
     p.add_argument("--trace", default=None, metavar="PATH", help="write the run's event trace")
-    p.add_argument(
-        "--kv-events",
-        default=None,
-        metavar="tcp://HOST:PORT",
-        help="publish prefix-cache events in vLLM's KV-event format (PUB on PORT, "
-        "replay on PORT+1); loopback unless --kv-events-allow-remote",
-    )
-    p.add_argument(
-        "--kv-events-allow-remote",
-        action="store_true",
-        help="allow a --kv-events address beyond this machine",
-    )
-    p.add_argument(
-        "--kv-events-hold",
-        type=float,
-        default=0.0,
-        metavar="S",
-        help="keep the KV-event sockets open S seconds after the run (for watchers)",
-    )
+    KVEventArgs.add_cli_args(p)
     p.set_defaults(run=run)
 
 
@@ -119,28 +93,6 @@ def read_prompts_file(path: str) -> list[str]:
     return [line for line in lines if line.strip()]
 
 
-def check_kv_events(endpoint: str | None, allow_remote: bool, hold: float) -> None:
-    """The address's form and loopback rule, and a sane hold time, before the model loads; the
-    two flags that only qualify ``--kv-events`` are refused without it (they would do nothing)."""
-    if endpoint is None:
-        if allow_remote or hold:
-            raise InvalidRequestError(
-                "--kv-events-allow-remote and --kv-events-hold apply only with --kv-events"
-            )
-        return
-    from paged.engine.interop.kv_events import (  # pyzmq stays off other commands
-        EndpointError,
-        parse_endpoint,
-    )
-
-    try:
-        parse_endpoint(endpoint, allow_remote)
-    except EndpointError as e:
-        raise InvalidRequestError(str(e)) from None
-    if not 0 <= hold <= 3600:
-        raise InvalidRequestError(f"--kv-events-hold must be 0..3600 seconds, not {hold}")
-
-
 def check_max_tokens(max_tokens: int, max_model_len: int) -> None:
     """No request can outgrow ``max_model_len``, so a larger ``--max-tokens`` is a mistake, and
     with ``--ignore-eos`` it would make a run of hours: refused in one line instead."""
@@ -172,19 +124,10 @@ def run(args) -> int:
         check_max_tokens(args.max_tokens, args.max_model_len)
     if args.trace is not None:
         check_output_path(args.trace, "--trace", (args.prompts_file,) if args.prompts_file else ())
-    check_kv_events(args.kv_events, args.kv_events_allow_remote, args.kv_events_hold)
+    model_args, kv_args = ModelArgs.from_cli_args(args), KVEventArgs.from_cli_args(args)
     from paged.engine.llm import LLM  # torch and transformers load only once the input is sane
 
-    llm = LLM.from_engine_args(
-        engine_args,
-        args.model,
-        device=args.device,
-        dtype=args.dtype,
-        attention=args.attention,
-        trace=args.trace,
-        kv_events=args.kv_events,
-        kv_events_allow_remote=args.kv_events_allow_remote,
-    )
+    llm = LLM.from_engine_args(engine_args, model_args, kv_args, trace=args.trace)
     t0 = time.perf_counter()
     try:
         check_max_tokens(args.max_tokens, llm.config.max_model_len)

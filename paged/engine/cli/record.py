@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 
-from paged.engine.cli.generate import check_kv_events, hold_publisher, warn_if_app_refuses
+from paged.engine.cli.generate import hold_publisher, warn_if_app_refuses
 from paged.engine.engine_args import EngineArgs, check_output_path
 from paged.engine.errors import InvalidConfigError
-from paged.engine.model.backends import BACKENDS
+from paged.engine.run_args import KVEventArgs, ModelArgs
 from paged.engine.trace import scenario as scenario_mod
 from paged.engine.trace.recorder import record, stderr_progress
 
@@ -30,35 +29,11 @@ def add_parser(sub) -> None:
         choices=("model", "skip"),
         help="skip: dry run, requests stop at their output_len",
     )
-    p.add_argument("--model", default=None, help="local Llama-family HF directory")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default=None)
-    p.add_argument("--attention", default="auto", choices=BACKENDS)
-    EngineArgs.add_cli_args(p, only=("kv_cache_dtype",))
-    p.add_argument(
-        "--kv-events",
-        default=None,
-        metavar="tcp://HOST:PORT",
-        help="publish the paged run's prefix-cache events in vLLM's KV-event format "
-        "(replay on PORT+1); loopback unless --kv-events-allow-remote",
+    ModelArgs.add_cli_args(p)
+    EngineArgs.add_cli_args(
+        p, only=("kv_cache_dtype", "enable_prefix_caching"), unset=("enable_prefix_caching",)
     )
-    p.add_argument("--kv-events-allow-remote", action="store_true")
-    p.add_argument(
-        "--kv-events-hold",
-        type=float,
-        default=0.0,
-        metavar="S",
-        help="keep the KV-event sockets open S seconds (0-3600) after the run, so a watcher "
-        "that joins late can still replay it",
-    )
-    # not the engine's flag: unset, the scenario's [arena] setting stands
-    p.add_argument(
-        "--enable-prefix-caching",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="paging reuses cached prompt-prefix blocks (default: the "
-        "scenario's [arena] enable_prefix_caching, else off)",
-    )
+    KVEventArgs.add_cli_args(p)
     p.set_defaults(run=run)
 
 
@@ -121,8 +96,8 @@ def _record(args, sc, allocators: list[str], out, sinks) -> None:
 def _kv_events(args, allocators: list[str], runs):
     """One publisher for one run (the paged one, else the first): two allocators' caches on one
     stream would read as one server's."""
-    check_kv_events(args.kv_events, args.kv_events_allow_remote, args.kv_events_hold)
-    if args.kv_events is None:
+    kv = KVEventArgs.from_cli_args(args)
+    if kv.kv_events is None:
         return None, None
     from paged.engine.errors import InvalidRequestError
     from paged.engine.interop.kv_events import (
@@ -132,7 +107,7 @@ def _kv_events(args, allocators: list[str], runs):
     )
 
     try:
-        pub = KVEventPublisher(args.kv_events, allow_remote=args.kv_events_allow_remote)
+        pub = KVEventPublisher(kv.kv_events, allow_remote=kv.kv_events_allow_remote)
     except EndpointError as e:
         raise InvalidRequestError(str(e)) from None
     names = allocators or [r.label for r in runs]

@@ -10,10 +10,10 @@ from typing import Any
 
 from paged.engine.core import events as E
 from paged.engine.core.allocators import ALLOCATORS, check_allocator, check_block_size
-from paged.engine.core.placement import PLACEMENTS
 from paged.engine.engine_args import MAX_ARENA_SLOTS, EngineArgs
 from paged.engine.errors import InvalidConfigError
 from paged.engine.sim import workload
+from paged.engine.sim.paper import OPT_MAX_SEQ_LEN, ORCA_PLACEMENT
 from paged.engine.sim.simulate import DEFAULT_NUM_SLOTS, build_requests, common_window, run_policy
 
 #: Measured on a 2-core CPU: 10,000 requests took 28 s under paging and 21 s under max
@@ -23,8 +23,6 @@ from paged.engine.sim.simulate import DEFAULT_NUM_SLOTS, build_requests, common_
 MAX_SIM_REQUESTS = 20_000
 #: How often a policy's run says how far it is, in seconds.
 PROGRESS_EVERY_S = 2.0
-#: The paper's Orca places its reservations with a buddy allocator (§6.1).
-DEFAULT_PLACEMENT = "buddy"
 
 
 def add_parser(sub) -> None:
@@ -39,19 +37,16 @@ def add_parser(sub) -> None:
         default="max,pow2,oracle,paged",
         help="comma-separated subset of " + ",".join(ALLOCATORS),
     )
-    EngineArgs.add_cli_args(p, only=("block_size",))
-    p.add_argument("--max-model-len", type=int, default=2048)
+    # no model is loaded: left out, --max-model-len is the paper's OPT-13B context and
+    # --placement its Orca's buddy allocator
+    EngineArgs.add_cli_args(
+        p, only=("block_size", "max_model_len", "placement"), unset=("placement",)
+    )
     p.add_argument(
         "--num-slots",
         type=int,
         default=DEFAULT_NUM_SLOTS,
         help="KV arena size in token slots (default: OPT-13B on an A100-40GB)",
-    )
-    p.add_argument(
-        "--placement",
-        default=DEFAULT_PLACEMENT,
-        choices=PLACEMENTS,
-        help="where the contiguous policies put a run (default: buddy, as the paper's Orca)",
     )
     p.add_argument(
         "--length-dist",
@@ -82,7 +77,16 @@ def _check(args) -> list[str]:
     for policy in policies:
         check_allocator(policy)
     check_block_size(args.block_size)
-    for name in ("requests", "max_model_len", "num_slots"):
+    if args.max_model_len is None:
+        args.max_model_len = OPT_MAX_SEQ_LEN
+    if args.placement is None:
+        args.placement = ORCA_PLACEMENT
+    if args.max_model_len < workload.MIN_MODEL_LEN:
+        raise InvalidConfigError(
+            f"--max-model-len must be at least {workload.MIN_MODEL_LEN}: room for a one-token "
+            f"prompt and one generated token, got {args.max_model_len}"
+        )
+    for name in ("requests", "num_slots"):
         if getattr(args, name) <= 0:
             raise InvalidConfigError(f"--{name.replace('_', '-')} must be positive")
     if args.num_slots > MAX_ARENA_SLOTS or args.requests > MAX_SIM_REQUESTS:
@@ -174,11 +178,12 @@ def _progress(policy: str, total: int) -> Callable[[E.Event], None]:
 
     def sink(ev: E.Event) -> None:
         nonlocal done, last
-        if ev.kind == E.Finished.kind:
-            done += 1
-        elif ev.kind == E.StepEnd.kind and time.monotonic() - last >= PROGRESS_EVERY_S:
-            last = time.monotonic()
-            print(f"  {policy}: {done}/{total} requests finished", file=sys.stderr, flush=True)
+        match ev:
+            case E.Finished():
+                done += 1
+            case E.StepEnd() if time.monotonic() - last >= PROGRESS_EVERY_S:
+                last = time.monotonic()
+                print(f"  {policy}: {done}/{total} requests finished", file=sys.stderr, flush=True)
 
     return sink
 

@@ -137,7 +137,7 @@ class Tally:
 
     def apply(self, ev: E.Event) -> None:
         # a slot handed out after a finish this step may be one of its: stop showing them
-        if self.finishing and isinstance(ev, _ALLOCATING):
+        if self.finishing and type(ev) in _ALLOCATING:
             self.finishing.clear()
         # One dict lookup instead of a chain of isinstance tests: a dry run folds every event of
         # a thousand-request run as it is emitted, and most of them are ``tokens_written``.
@@ -351,7 +351,9 @@ class Tally:
 
 
 #: Events that hand slots to a request.
-_ALLOCATING = (E.SlotsReserved, E.BlockAllocated, E.BlockShared, E.BlockCopied, E.SwappedIn)
+_ALLOCATING = frozenset(
+    (E.SlotsReserved, E.BlockAllocated, E.BlockShared, E.BlockCopied, E.SwappedIn)
+)
 
 
 def _take(amount: int, want: int) -> tuple[int, int]:
@@ -367,7 +369,7 @@ def _discard(queue: list[str], req: str) -> None:
 
 def final_lengths(events: Iterable[E.Event]) -> dict[str, int]:
     """Each finished request's final length, from a complete event list."""
-    return {ev.req: ev.final_len for ev in events if isinstance(ev, E.Finished)}
+    return {ev.req: ev.final_len for ev in E.of_kind(events, E.Finished)}
 
 
 def account(
@@ -394,8 +396,9 @@ def account(
     out = []
     for ev in events:
         tally.apply(ev)
-        if ev.kind == E.StepEnd.kind:
-            out.append(tally.close_step(ev.step))
+        match ev:
+            case E.StepEnd():
+                out.append(tally.close_step(ev.step))
     return out
 
 

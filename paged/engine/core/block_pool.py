@@ -142,6 +142,3 @@ class BlockPool:
 
     def lookup(self, block_hash: str) -> Block | None:
         return self.cached.get(block_hash)
-
-    def free_ids(self) -> list[int]:
-        return [b.block_id for b in self._free]

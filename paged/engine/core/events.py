@@ -4,8 +4,11 @@ Every event is a small frozen dataclass with a ``kind`` (its JSON tag), the engi
 happened in, and a global ``seq`` number that orders the whole stream. Events serialise to one flat
 JSON object each (``to_dict`` / ``from_dict``), which is what a JSONL trace stores line by line.
 An event about one request is a ``RequestEvent`` (its ``req``). What reads the stream event by
-event (the accounting fold, the viewer's fold, the checker's replay) dispatches through a
-``handler_table``, so a new kind of event is one more entry in each table.
+event (the accounting fold, the viewer's fold, the checker's replay, the KV-event translator)
+dispatches through a ``handler_table``, so a new kind of event is one more entry in each table.
+A reader that wants some kinds out of a stream selects them with ``of_kind``, typed as those
+kinds; one that branches on a single event's kind matches its class (``match ev: case
+Finished():``), which a type checker narrows alike. Nobody compares ``kind`` strings.
 
 This module is pure Python and must stay importable without torch: the viewer folds these events.
 """
@@ -14,9 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import IO, Any, ClassVar
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import IO, Any, ClassVar, TypeVar, overload
 
 #: Reasons a waiting request could not be admitted.
 BLOCKED_NO_FREE_BLOCK = "no_free_block"  # paging: fewer free blocks than the prompt needs
@@ -336,6 +339,25 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 
 
+_A = TypeVar("_A", bound=Event)
+_B = TypeVar("_B", bound=Event)
+
+
+@overload
+def of_kind(events: Iterable[Event], kind: type[_A], /) -> Iterator[_A]: ...
+@overload
+def of_kind(events: Iterable[Event], kind: type[_A], other: type[_B], /) -> Iterator[_A | _B]: ...
+def of_kind(events: Iterable[Event], *kinds: type[Event]) -> Iterator[Event]:
+    """The events of ``kinds`` (a subclass counts: ``RequestEvent`` selects every event about a
+    request), in stream order, typed as those kinds."""
+    return (one for one in events if isinstance(one, kinds))
+
+
+def count_of(events: Iterable[Event], kind: type[Event]) -> int:
+    """How many of ``events`` are of ``kind`` (a subclass counts)."""
+    return sum(1 for _ in of_kind(events, kind))
+
+
 #: What an interpreter of events does with one: ``handler(interpreter, event)``.
 Handler = Callable[[Any, Any], None]
 
@@ -442,16 +464,6 @@ class EventBus:
         self._seq += 1
         for fn in self._subscribers:
             fn(ev)
-
-
-@dataclass
-class ListSink:
-    """Collects events in memory."""
-
-    events: list[Event] = field(default_factory=list)
-
-    def __call__(self, ev: Event) -> None:
-        self.events.append(ev)
 
 
 class JsonlSink:

@@ -39,10 +39,11 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import msgspec
 
+from paged.engine.core import events as E
 from paged.engine.core.prefix_hash import ROOT_HASH
 
 #: Medium vLLM tags device-resident blocks with; consumers filter on it, and our arena is the
@@ -223,11 +224,12 @@ def decode_batch(payload: bytes) -> InBatch:
     if not math.isfinite(batch.ts):  # JSON has no NaN: a recording of it could not be read back
         raise MalformedBatch(f"batch timestamp {batch.ts} is not a finite number")
     for ev in batch.events:
-        if isinstance(ev, InStored) and len(ev.token_ids) > ev.block_size * len(ev.block_hashes):
-            raise MalformedBatch(
-                f"BlockStored carries {len(ev.token_ids)} tokens for "
-                f"{len(ev.block_hashes)} blocks of {ev.block_size}"
-            )
+        match ev:
+            case InStored() if len(ev.token_ids) > ev.block_size * len(ev.block_hashes):
+                raise MalformedBatch(
+                    f"BlockStored carries {len(ev.token_ids)} tokens for "
+                    f"{len(ev.block_hashes)} blocks of {ev.block_size}"
+                )
     return batch
 
 
@@ -432,39 +434,55 @@ def wire_hash(h: Any) -> int | bytes:
 
 
 class EngineEventTranslator:
-    """Subscribes to our EventBus: collects prefix-cache events (matched on ``kind`` and read by
-    field name, so any event with those fields works) and publishes them as one batch per
-    engine step, at ``step_end``. Other events are ignored."""
+    """Subscribes to our EventBus: collects the prefix-cache events and publishes them as one
+    batch per engine step, at ``StepEnd``. Other events are ignored."""
 
     def __init__(self, publisher: KVEventPublisher, medium: str | None = MEDIUM_GPU) -> None:
         self.publisher, self.medium = publisher, medium
         self.pending: list[BlockStored | BlockRemoved | AllBlocksCleared] = []
 
-    def __call__(self, ev: Any) -> None:
-        kind = getattr(ev, "kind", None)
-        if kind == "block_stored":
-            parent = ev.parent_block_hash
-            if parent == ROOT_HASH:  # our chains start at a fixed root; vLLM's first block has none
-                parent = None
-            self.pending.append(
-                BlockStored(
-                    [wire_hash(ev.block_hash)],
-                    None if parent is None else wire_hash(parent),
-                    [int(t) for t in ev.token_ids],
-                    int(ev.block_size),
-                    None,
-                    self.medium,
-                    None,
-                )
+    def __call__(self, ev: E.Event) -> None:
+        self._HANDLERS[type(ev)](self, ev)
+
+    def _stored(self, ev: E.BlockStored) -> None:
+        parent: object = ev.parent_block_hash
+        if parent == ROOT_HASH:  # our chains start at a fixed root; vLLM's first block has none
+            parent = None
+        self.pending.append(
+            BlockStored(
+                [wire_hash(ev.block_hash)],
+                None if parent is None else wire_hash(parent),
+                [int(t) for t in ev.token_ids],
+                int(ev.block_size),
+                None,
+                self.medium,
+                None,
             )
-        elif kind == "block_evicted":
-            self.pending.append(BlockRemoved([wire_hash(ev.block_hash)], self.medium))
-        elif kind == "all_blocks_cleared":
-            self.pending.append(AllBlocksCleared())
-        elif kind == "step_end":
-            self.flush()
+        )
+
+    def _evicted(self, ev: E.BlockEvicted) -> None:
+        self.pending.append(BlockRemoved([wire_hash(ev.block_hash)], self.medium))
+
+    def _cleared(self, ev: E.AllBlocksCleared) -> None:
+        self.pending.append(AllBlocksCleared())
+
+    def _step_end(self, ev: E.StepEnd) -> None:
+        self.flush()
+
+    def _other(self, ev: E.Event) -> None:
+        """Not a prefix-cache event: vLLM's stream has no word for it."""
 
     def flush(self) -> None:
         if self.pending:
             self.publisher.publish(self.pending)
             self.pending = []
+
+    _HANDLERS: ClassVar[dict[type[E.Event], E.Handler]] = E.handler_table(
+        {
+            E.BlockStored: _stored,
+            E.BlockEvicted: _evicted,
+            E.AllBlocksCleared: _cleared,
+            E.StepEnd: _step_end,
+        },
+        default=_other,
+    )

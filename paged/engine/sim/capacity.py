@@ -42,9 +42,8 @@ from pathlib import Path
 
 from paged.engine.core.allocators import check_block_size
 from paged.engine.errors import InvalidConfigError
-from paged.engine.files import NotRegularFileError, read_bounded
+from paged.engine.files import NotRegularFileError, all_text_encodes, read_bounded
 from paged.engine.model.gguf import GGUF_MAX_BYTES, gguf_metadata
-from paged.engine.trace.schema import all_text_encodes
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 #: One block-table entry: an int32 physical block id, as vLLM's block table stores it (the essay's

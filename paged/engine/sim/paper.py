@@ -68,6 +68,7 @@ TABLE1_OPT13B_SLOTS_PRINTED = "15.7K"
 #: (a 25-token output reserves 32); Oracle reserves exactly the true output.
 ORCA_SOURCE = f"{PAPER}, §6.1"
 OPT_MAX_SEQ_LEN = 2048
+ORCA_PLACEMENT = "buddy"
 
 
 def default_num_slots() -> int:

@@ -140,13 +140,14 @@ def run_policy(
     accounts: list[StepAccount] = []
     slack: list[int] = []
 
-    apply, step_end = tally.apply, E.StepEnd.kind  # looked up once: fold sees every event
+    apply = tally.apply  # looked up once: fold sees every event
 
     def fold(ev: E.Event) -> None:
         apply(ev)
-        if ev.kind == step_end:
-            accounts.append(tally.close_step(ev.step))
-            slack.append(core.allocator.slack_slots)
+        match ev:
+            case E.StepEnd():
+                accounts.append(tally.close_step(ev.step))
+                slack.append(core.allocator.slack_slots)
 
     bus.subscribe(fold)
     for sink in sinks:

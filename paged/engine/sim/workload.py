@@ -85,6 +85,11 @@ class LengthDist:
         return max(1, min(cap, round(x)))
 
 
+#: The shortest context a workload can be drawn for: a one-token prompt and one generated token
+#: (an input is drawn up to ``max_model_len - 1``, its output up to what is left).
+MIN_MODEL_LEN = 2
+
+
 def generate(
     name: str, num_requests: int, max_model_len: int, seed: int = 0, dist: LengthDist | None = None
 ) -> list[WorkItem]:

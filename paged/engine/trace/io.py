@@ -50,12 +50,6 @@ class Trace:
     header: dict
     runs: dict[str, list[Event]] = field(default_factory=dict)
 
-    def run_config(self, name: str) -> dict:
-        for r in self.header["runs"]:
-            if r["name"] == name:
-                return r
-        raise KeyError(name)
-
     def run_header(self, name: str) -> RunHeader:
         """Run ``name`` as the header declares it. A trace that was read has passed the check,
         so this raises only KeyError, for a name it has no run of."""

@@ -147,7 +147,12 @@ def record(
         reqs = [core.add_request(_copy(r)) for r in base]
         runs[plan.label] = Run(plan.label, core, reqs)
         # what this run differs by (plain runs keep the old header)
-        kv = {} if plan.plain else _kv_config(runner) or _dry_kv_config(plan, scenario)
+        if plan.plain:
+            kv = {}
+        elif forward == "model":  # a real arena backs the run: it says what it stores
+            kv = _arena_kv_config(runner.arena)
+        else:
+            kv = _dry_kv_config(plan, scenario)
         configs.append(RunHeader.from_engine(plan.label, cfg, core.allocator.view_block_size, **kv))
     header = make_header(
         configs,
@@ -207,11 +212,8 @@ def _probe(run: Run, spec: AttentionSpec) -> None:
         attention.set_split(spec.split)
 
 
-def _kv_config(runner) -> dict:
-    """The arena's element type and bytes per block, when a real arena backs the run."""
-    arena = getattr(runner, "arena", None)
-    if arena is None:
-        return {}
+def _arena_kv_config(arena) -> dict:
+    """A real arena's element type and bytes per block."""
     return {
         "kv_cache_dtype": str(arena.dtype).removeprefix("torch."),
         "block_bytes": arena.nbytes // arena.num_blocks,

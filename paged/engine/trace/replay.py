@@ -164,10 +164,11 @@ class RunChecker(BlockReplay):
         self.num_running -= 1
 
     def _holds_nothing(self, ev: E.RequestEvent, r: RequestState) -> None:
-        if ev.kind == E.Finished.kind and r.cpu_table:
-            raise TraceError(
-                f"finished while request {ev.req!r:.40} still has blocks on the CPU tier"
-            )
+        match ev:
+            case E.Finished() if r.cpu_table:
+                raise TraceError(
+                    f"finished while request {ev.req!r:.40} still has blocks on the CPU tier"
+                )
         if r.held or r.table or r.run is not None:
             raise TraceError(f"{ev.kind} while request {ev.req!r:.40} still holds memory")
 

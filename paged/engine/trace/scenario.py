@@ -233,63 +233,72 @@ def load(path: str | Path) -> Scenario:
         raise InvalidConfigError(f"scenario {p.name} nests deeper than a scenario can") from None
     except OSError as e:  # a folder, no permission
         raise InvalidConfigError(f"cannot read scenario {p}: {e.strerror or e}") from None
+    return parse(raw, p.name, p.stem)
+
+
+def parse(raw: dict, name: str, title: str = "scenario") -> Scenario:
+    """Validate a scenario document (a parsed TOML file, or one a program built in the same
+    shape) named ``name`` in messages; ``title`` when it has none. Raises InvalidConfigError
+    with one line for a bad field."""
     try:
         json.dumps(raw)  # the trace header carries the scenario as written
     except (TypeError, ValueError):
         raise InvalidConfigError(
-            f"scenario {p.name} holds a value a trace cannot store (a TOML date or time?)"
+            f"scenario {name} holds a value a trace cannot store (a TOML date or time?)"
         ) from None
+    if not isinstance(raw, dict):
+        raise InvalidConfigError(f"scenario {name} must be a table")
     arena = raw.get("arena", {})
     if not isinstance(arena, dict):
-        raise InvalidConfigError(f"scenario {p.name}: [arena] must be a table")
-    num_blocks = _arena_int(arena, "num_blocks", None, p.name)
-    block_size = _arena_int(arena, "block_size", 16, p.name)
-    max_model_len = _arena_int(arena, "max_model_len", 2048, p.name)
+        raise InvalidConfigError(f"scenario {name}: [arena] must be a table")
+    num_blocks = _arena_int(arena, "num_blocks", None, name)
+    block_size = _arena_int(arena, "block_size", 16, name)
+    max_model_len = _arena_int(arena, "max_model_len", 2048, name)
     if num_blocks * block_size > LIMITS.max_slots:
         raise InvalidConfigError(
-            f"scenario {p.name}: an arena of {num_blocks * block_size:,} "
+            f"scenario {name}: an arena of {num_blocks * block_size:,} "
             f"slots is more than a trace may hold ({LIMITS.max_slots:,})"
         )
     if not isinstance(raw.get("requests", []), list):
-        raise InvalidConfigError(f"scenario {p.name}: requests must be [[requests]] tables")
+        raise InvalidConfigError(f"scenario {name}: requests must be [[requests]] tables")
     if len(raw.get("requests", [])) > LIMITS.max_requests:
-        raise InvalidConfigError(f"scenario {p.name}: more than {LIMITS.max_requests} requests")
+        raise InvalidConfigError(f"scenario {name}: more than {LIMITS.max_requests} requests")
     reqs = tuple(_request(i, d) for i, d in enumerate(raw.get("requests", [])))
     if not reqs:
-        raise InvalidConfigError(f"scenario {p.name} has no [[requests]]")
+        raise InvalidConfigError(f"scenario {name} has no [[requests]]")
     for r in reqs:  # the engine refuses it too, but only after building the prompt's token list
         if r.prompt_len is not None and r.prompt_len > max_model_len:
             raise InvalidConfigError(
-                f"scenario {p.name}: request {r.id}: prompt_len {r.prompt_len:,} exceeds "
+                f"scenario {name}: request {r.id}: prompt_len {r.prompt_len:,} exceeds "
                 f"max_model_len {max_model_len:,}"
             )
     seen: set[str] = set()
     for rid in (i for r in reqs for i in r.sample_ids):
         if rid in seen:
             raise InvalidConfigError(
-                f"scenario {p.name}: request ids must be unique, and {rid!r} is used twice"
+                f"scenario {name}: request ids must be unique, and {rid!r} is used twice"
                 " (a request with n samples also takes the ids id.0 .. id.(n-1))"
             )
         seen.add(rid)
     if len(seen) > LIMITS.max_requests:  # what a run of the trace may hold, samples each one
         raise InvalidConfigError(
-            f"scenario {p.name}: {len(seen):,} requests counting each of n samples, more than "
+            f"scenario {name}: {len(seen):,} requests counting each of n samples, more than "
             f"a trace may hold ({LIMITS.max_requests:,})"
         )
     caching = arena.get("enable_prefix_caching", False)
     if type(caching) is not bool:
         raise InvalidConfigError(
-            f"scenario {p.name}: [arena] enable_prefix_caching must be true or false"
+            f"scenario {name}: [arena] enable_prefix_caching must be true or false"
         )
     dtype = arena.get("dtype")
     if dtype is not None and dtype not in MODEL_DTYPES:
         raise InvalidConfigError(
-            f"scenario {p.name}: [arena] dtype must be one of {', '.join(MODEL_DTYPES)}"
+            f"scenario {name}: [arena] dtype must be one of {', '.join(MODEL_DTYPES)}"
         )
-    runs = parse_runs(raw.get("runs"), p.name, LIMITS.max_slots // block_size)
-    attention = _attention(raw.get("attention"), p.name, seen)
+    runs = parse_runs(raw.get("runs"), name, LIMITS.max_slots // block_size)
+    attention = _attention(raw.get("attention"), name, seen)
     return Scenario(
-        raw.get("title", p.stem),
+        raw.get("title", title),
         num_blocks,
         block_size,
         max_model_len,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paged.engine.core import events as E
+from paged.engine.files import all_text_encodes
 
 
 class TraceError(ValueError):
@@ -107,23 +108,6 @@ def parse_json_line(line: str, where: str, limits: Limits = LIMITS) -> object:
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-def all_text_encodes(obj: object) -> bool:
-    """Whether every string in ``obj`` (keys too) is valid Unicode (no lone surrogate)."""
-    todo = [obj]
-    while todo:
-        o = todo.pop()
-        if isinstance(o, str):
-            try:
-                o.encode("utf-8")
-            except UnicodeEncodeError:
-                return False
-        elif isinstance(o, dict):
-            todo += [*o.keys(), *o.values()]
-        elif isinstance(o, list):
-            todo += o
-    return True
 
 
 def short_text(v: object, limits: Limits) -> bool:

@@ -36,7 +36,7 @@ from paged.viz.fold.lesson import Lesson
 from paged.viz.live import lab as S
 from paged.viz.live.held import Held, lesson_bytes
 from paged.viz.live.run import LiveRun, record_command
-from paged.viz.player import payload as player
+from paged.viz.player import payload
 from paged.viz.render import html
 
 COLUMNS = S.REQUEST_FIELDS
@@ -362,7 +362,7 @@ def _player(lab: S.Lab, texts: dict, lang: str) -> None:
         data = LAB_HELD.payload(
             _key(shown, recording),
             lang,
-            lambda: player.payload(lesson, lang),
+            lambda: payload.payload(lesson, lang),
             waiting=lambda: note.info(t["wait_turn"]),
         )
     finally:
@@ -380,7 +380,7 @@ def _player(lab: S.Lab, texts: dict, lang: str) -> None:
 
     def page() -> bytes:
         drawn = {
-            lg: LAB_HELD.payload(key, lg, functools.partial(player.payload, lesson, lg))
+            lg: LAB_HELD.payload(key, lg, functools.partial(payload.payload, lesson, lg))
             for lg in standalone.LANGS
         }
         return standalone.page(lesson, payloads=drawn).encode("utf-8")

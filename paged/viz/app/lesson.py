@@ -29,8 +29,7 @@ from paged.viz.app.boundary import boundary
 from paged.viz.app.component import mount_player
 from paged.viz.app.controls import choice_buttons, file_uploader
 from paged.viz.app.live_registry import REGISTRY, session_alive, session_id
-from paged.viz.export import frame_csv, standalone
-from paged.viz.export import lecture as export
+from paged.viz.export import frame_csv, lecture, standalone
 from paged.viz.fold.kernel.frames import KernelLesson, fold_kernel, kernel_lessons, load_kernel_spec
 from paged.viz.fold.lesson import Lesson, build
 from paged.viz.fold.lesson_folder import (
@@ -47,7 +46,7 @@ from paged.viz.live import upload as child
 from paged.viz.live.follow import LiveView
 from paged.viz.live.held import Held
 from paged.viz.live.run import LiveRun, record_command
-from paged.viz.player import payload as player
+from paged.viz.player import payload
 from paged.viz.player.kernel import kernel_payload
 from paged.viz.render import html
 
@@ -617,7 +616,7 @@ def _start_frame(lesson: Lesson | Outline) -> int:
 def _recorded_payload(_lesson: Lesson, key: str, lang: str) -> dict:
     """All frames of a recorded lesson, drawn once per content hash and language, shared by
     sessions."""
-    return player.payload(_lesson, lang)
+    return payload.payload(_lesson, lang)
 
 
 def _cached_payload(lesson: Lesson | Outline, lang: str) -> dict:
@@ -659,7 +658,7 @@ def _stepping_view(view: View, t: dict) -> None:
     elif lesson.source == "live":  # only the frames that are new are drawn
         data = _live_view(ss.pk_live, lesson.spec).payload(lesson, lang)
     else:
-        data = player.payload(lesson, lang)
+        data = payload.payload(lesson, lang)
     present = st.query_params.get("present") == "1"
     mount_player(data, start, present, follow_end=follow)
 
@@ -730,7 +729,7 @@ def safe_file_stem(name: str) -> str:
 
 def _figure_downloads(lesson: Lesson | Outline, lang: str, t: dict) -> None:
     """Each step's side-by-side figure for slides, drawn only when its button is clicked."""
-    if not export.browser_available():
+    if not lecture.browser_available():
         st.caption(t["no_browser"])
         return
     with st.expander(t["figure"], icon=":material/download:"):
@@ -749,15 +748,15 @@ def _figure_downloads(lesson: Lesson | Outline, lang: str, t: dict) -> None:
 
 
 def _figure_args(lesson: Lesson | Outline, k: int, lang: str, fmt: str) -> dict:
-    """``export.download_args``; an upload's figure is folded again in a child, in the
+    """``lecture.download_args``; an upload's figure is folded again in a child, in the
     server's one turn, when its button is clicked."""
     if isinstance(lesson, Lesson):
-        return export.download_args(lesson, k, lang, fmt)
+        return lecture.download_args(lesson, k, lang, fmt)
     up = _upload_file(lesson)  # now: a deferred download may run outside the session's script
     return dict(
         data=lambda: _upload_figure(lesson, up, k, lang, fmt),
-        file_name=export.file_name(lesson.spec.name, k, lang, fmt),
-        mime=export.MIME[fmt],
+        file_name=lecture.file_name(lesson.spec.name, k, lang, fmt),
+        mime=lecture.MIME[fmt],
         on_click="ignore",
     )
 
@@ -767,4 +766,4 @@ def _upload_figure(outline: Outline, up, k: int, lang: str, fmt: str) -> bytes:
 
     with UPLOADS.turn():
         fig = child.figure_json(outline.spec, lessons_root(), up.getvalue(), up.name, k, lang)
-    return export.figure_bytes(plotly.io.from_json(fig), fmt)
+    return lecture.figure_bytes(plotly.io.from_json(fig), fmt)

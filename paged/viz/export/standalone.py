@@ -19,7 +19,7 @@ from paged.viz import ui_text
 from paged.viz.fold.kernel.frames import KernelLesson, KernelSpec
 from paged.viz.fold.lesson import Lesson
 from paged.viz.fold.lesson_folder import LessonSpec
-from paged.viz.player import payload as player
+from paged.viz.player import payload
 from paged.viz.player.kernel import kernel_payload
 from paged.viz.render import html
 
@@ -128,7 +128,7 @@ def page(
             drawn[lg] = (
                 kernel_payload(lesson, lg)
                 if isinstance(lesson, KernelLesson)
-                else player.payload(lesson, lg)
+                else payload.payload(lesson, lg)
             )
     return drawn_page(lesson.spec, drawn, langs, home)
 
@@ -149,8 +149,8 @@ def drawn_page(
         "notes": {lg: text[lg]["made"] for lg in langs},
     }
     icon = drawn[langs[0]]["icon"]
-    css = player.styles() + html.CSS.replace("<style>", "").replace("</style>", "") + PAGE_CSS
-    js = player.script() + BOOT_JS
+    css = payload.styles() + html.CSS.replace("<style>", "").replace("</style>", "") + PAGE_CSS
+    js = payload.script() + BOOT_JS
     buttons = "".join(
         f"<button type='button' data-lang='{lg}'>{LANG_NAMES[lg]}</button>" for lg in langs
     )
@@ -167,7 +167,7 @@ def drawn_page(
         + _home_link(home, text)
         + f"<div class='pk-sa-lang' aria-label='{_html.escape(text[first]['switch'])}'>"
         f"{buttons}</div></div>"
-        f"<div id='pk-sa-player'>{player.asset('player.html')}</div>"
+        f"<div id='pk-sa-player'>{payload.asset('player.html')}</div>"
         "<div class='pk-sa-note' id='pk-sa-note'></div></div>"
         f"<script type='application/json' id='pk-data'>{_script_json(data)}</script>"
         f"<script type='module'>{js}</script>"

@@ -46,58 +46,59 @@ def _phrases(frame: Frame, lang: str) -> tuple[list[str], set[int]]:
     t = text(lang)
     paged = frame.run.allocator == PAGED
     evs = frame.events
-    admitted = [e for e in evs if isinstance(e, E.Admitted)]
+    admitted = list(E.of_kind(evs, E.Admitted))
     admitted_ids = {e.req for e in admitted}
     # a table's new entries: fresh blocks, and shared ones (a cache hit, a fork)
-    blocks = Counter(e.req for e in evs if isinstance(e, (E.BlockAllocated, E.BlockShared)))
+    blocks = Counter(e.req for e in E.of_kind(evs, E.BlockAllocated, E.BlockShared))
     # still shared when the frame ends: a block copied on write (a fork writing into the
     # shared, partly filled last block) is the request's own by then
-    copies = [e for e in evs if isinstance(e, E.BlockCopied)]
-    shared = Counter(e.req for e in evs if isinstance(e, E.BlockShared))
+    copies = list(E.of_kind(evs, E.BlockCopied))
+    shared = Counter(e.req for e in E.of_kind(evs, E.BlockShared))
     shared.subtract(e.req for e in copies)
     # back to the pool only when no other table holds it any more
-    freed = Counter(e.req for e in evs if isinstance(e, E.BlockFreed) and e.ref_count == 0)
-    out_blocks = {e.req: len(e.block_map) for e in evs if isinstance(e, E.SwappedOut)}
-    released = {e.req: e for e in evs if isinstance(e, E.ReservationReleased)}
-    reserved = {e.req: e for e in evs if isinstance(e, E.SlotsReserved)}
-    swapped_out = {e.req for e in evs if isinstance(e, E.SwappedOut)}
+    freed = Counter(e.req for e in E.of_kind(evs, E.BlockFreed) if e.ref_count == 0)
+    out_blocks = {e.req: len(e.block_map) for e in E.of_kind(evs, E.SwappedOut)}
+    released = {e.req: e for e in E.of_kind(evs, E.ReservationReleased)}
+    reserved = {e.req: e for e in E.of_kind(evs, E.SlotsReserved)}
+    swapped_out = {e.req for e in E.of_kind(evs, E.SwappedOut)}
     out: list[str] = []
     routine: set[int] = set()
     for e in evs:
-        if isinstance(e, E.Finished):
-            name, never = _name(frame, e.req), frame.never_filled(e.req)
-            # its tokens are the prompt and every output token; final_len counts K/V slots,
-            # one fewer (the last token's K/V is never computed)
-            view = frame.requests.get(e.req)
-            tokens = view.prompt_len + e.num_generated if view else e.final_len + 1
-            if paged:
-                n = freed.get(e.req, 0)
-                key = _one("finished_paged", n) + ("_never" if never else "")
-                out.append(
-                    t[key].format(
-                        req=name, tokens=tokens, length=e.final_len, blocks=n, never=never
+        match e:
+            case E.Finished():
+                name, never = _name(frame, e.req), frame.never_filled(e.req)
+                # its tokens are the prompt and every output token; final_len counts K/V slots,
+                # one fewer (the last token's K/V is never computed)
+                view = frame.requests.get(e.req)
+                tokens = view.prompt_len + e.num_generated if view else e.final_len + 1
+                if paged:
+                    n = freed.get(e.req, 0)
+                    key = _one("finished_paged", n) + ("_never" if never else "")
+                    out.append(
+                        t[key].format(
+                            req=name, tokens=tokens, length=e.final_len, blocks=n, never=never
+                        )
                     )
-                )
-            else:
-                held = released[e.req].length if e.req in released else 0
-                key = "finished_contig_never" if never else "finished_contig"
-                out.append(
-                    t[key].format(
-                        req=name, tokens=tokens, length=e.final_len, held=held, never=never
+                else:
+                    held = released[e.req].length if e.req in released else 0
+                    key = "finished_contig_never" if never else "finished_contig"
+                    out.append(
+                        t[key].format(
+                            req=name, tokens=tokens, length=e.final_len, held=held, never=never
+                        )
                     )
-                )
-        elif isinstance(e, E.Preempted):
-            key = "swapped_out" if e.req in swapped_out else "preempted"
-            n = out_blocks[e.req] if key == "swapped_out" else e.num_generated
-            # recompute runs the prompt again too: every token but the last generated one had
-            # its K/V written, and all of it is dropped
-            view = frame.requests.get(e.req)
-            prompt = view.prompt_len if view else 0
-            slots = prompt + e.num_generated - 1 if view else 0
-            out.append(t[key].format(req=_name(frame, e.req), n=n, prompt=prompt, slots=slots))
-        elif isinstance(e, E.SwappedIn):
-            back = ", ".join(f"#{d}" for _, d in e.block_map)
-            out.append(t["swapped_in"].format(req=_name(frame, e.req), blocks=back))
+            case E.Preempted():
+                key = "swapped_out" if e.req in swapped_out else "preempted"
+                n = out_blocks[e.req] if key == "swapped_out" else e.num_generated
+                # recompute runs the prompt again too: every token but the last generated one had
+                # its K/V written, and all of it is dropped
+                view = frame.requests.get(e.req)
+                prompt = view.prompt_len if view else 0
+                slots = prompt + e.num_generated - 1 if view else 0
+                out.append(t[key].format(req=_name(frame, e.req), n=n, prompt=prompt, slots=slots))
+            case E.SwappedIn():
+                back = ", ".join(f"#{d}" for _, d in e.block_map)
+                out.append(t["swapped_in"].format(req=_name(frame, e.req), blocks=back))
     for a in admitted:
         view = frame.requests.get(a.req)
         prompt = view.prompt_len if view else a.num_tokens
@@ -131,8 +132,8 @@ def _phrases(frame: Frame, lang: str) -> tuple[list[str], set[int]]:
                 req=_name(frame, b.req), need=b.need_slots, free=b.free_slots, hole=b.largest_hole
             )
         )
-    for e in evs:
-        if isinstance(e, E.BlockAllocated) and e.req not in admitted_ids and e.logical > 0:
+    for e in E.of_kind(evs, E.BlockAllocated):
+        if e.req not in admitted_ids and e.logical > 0:
             routine.add(len(out))
             out.append(
                 t["block_full"].format(
@@ -143,7 +144,7 @@ def _phrases(frame: Frame, lang: str) -> tuple[list[str], set[int]]:
                 )
             )
     if not out:
-        writers = {e.req for e in evs if isinstance(e, E.TokensWritten)}
+        writers = {e.req for e in E.of_kind(evs, E.TokensWritten)}
         # the left's pale cells are a guess at what will be written: say when it is settled
         decode = "decode" if paged or not frame.reservations else "decode_contig"
         out.append(t[decode].format(n=len(writers)) if writers else t["idle"])

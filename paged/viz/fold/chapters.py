@@ -21,12 +21,12 @@ STEP = "step"
 
 @dataclass(frozen=True)
 class Chapter:
-    """Frames ``start`` .. ``end`` (inclusive). ``kind`` is ``step`` (a lesson step, ``step``
+    """Frames ``start`` .. ``end`` (inclusive). ``phase`` is ``step`` (a lesson step, ``step``
     its 0-based index) or a phase name (``left_waits``, ``running``, ...)."""
 
     start: int
     end: int
-    kind: str
+    phase: str
     step: int | None = None
     #: earlier steps whose keyframe is this one too (a lab scenario can put two on one frame):
     #: their narration comes first, so no step goes unsaid
@@ -76,7 +76,7 @@ def chapters(lesson: Lesson) -> list[Chapter]:
             out.append(Chapter(i, i, STEP, step, tuple(also)))
             continue
         kind = phase(lesson, i)
-        if out and out[-1].kind == kind:
+        if out and out[-1].phase == kind:
             out[-1] = Chapter(out[-1].start, i, kind)
         else:
             out.append(Chapter(i, i, kind))
@@ -84,21 +84,21 @@ def chapters(lesson: Lesson) -> list[Chapter]:
 
 
 def title(lesson: Lesson, ch: Chapter, lang: str) -> str:
-    if ch.kind == STEP and ch.steps:
+    if ch.phase == STEP and ch.steps:
         return " / ".join(f"{k + 1} · {lesson.spec.steps[k].title[lang]}" for k in ch.steps)
     t = text(lang)
     # "paging keeps going" is true only where the other side is the contiguous one: two paged
     # sides (bf16 against fp8) wait for blocks, not for a hole
     sides = (lesson.left.run.allocator, lesson.right.run.allocator)
-    if ch.kind in ("left_waits", "right_waits") and sides != (CONTIGUOUS, PAGED):
-        return t[f"phase_{ch.kind}_sides"]
-    return t[f"phase_{ch.kind}"]
+    if ch.phase in ("left_waits", "right_waits") and sides != (CONTIGUOUS, PAGED):
+        return t[f"phase_{ch.phase}_sides"]
+    return t[f"phase_{ch.phase}"]
 
 
 def body(lesson: Lesson, ch: Chapter, i: int, lang: str) -> str:
     """The chapter's text on frame ``i``: the step's narration on its keyframe (each step's,
     in order, where two share it), else each side's state on this very frame."""
-    if ch.kind == STEP and ch.steps:
+    if ch.phase == STEP and ch.steps:
         return "\n\n".join(render_step(lesson, k, lang).narration for k in ch.steps)
     t = text(lang)
     colon = ": " if lang == "en" else "："

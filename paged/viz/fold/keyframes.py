@@ -63,8 +63,9 @@ def matching_event(side: Side, i: int, rule: dict) -> E.Event | None:
     """The first event of frame ``i`` on ``side`` that satisfies the rule's event clauses."""
     frame = side.frames[i]
     want = rule.get("match", {})
-    for ev in frame.events:
-        if ev.kind != rule["event"] or any(getattr(ev, k, None) != v for k, v in want.items()):
+    kind = E.EVENT_TYPES.get(rule["event"])
+    for ev in () if kind is None else E.of_kind(frame.events, kind):
+        if any(getattr(ev, k, None) != v for k, v in want.items()):
             continue
         if rule.get("during_decode") and _admitted_in(frame, ev):
             continue
@@ -86,6 +87,8 @@ def _side_matches(side: Side, i: int, rule: dict) -> bool:
 
 
 def _admitted_in(frame: Frame, ev: E.Event) -> bool:
-    if not isinstance(ev, E.RequestEvent):
-        return False
-    return any(isinstance(e, E.Admitted) and e.req == ev.req for e in frame.events)
+    match ev:
+        case E.RequestEvent(req=req):
+            return any(e.req == req for e in E.of_kind(frame.events, E.Admitted))
+        case _:
+            return False

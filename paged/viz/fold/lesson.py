@@ -44,13 +44,13 @@ def live_edge(trace: Trace) -> Trace:
     requests = scenario.get("requests") if isinstance(scenario, dict) else None
     listed = [r for r in requests if isinstance(r, dict)] if isinstance(requests, list) else []
     total = sum(n if type(n := r.get("n", 1)) is int and n > 0 else 1 for r in listed)
-    steps = {n: sum(e.kind == "step_end" for e in evs) for n, evs in trace.runs.items()}
+    steps = {n: E.count_of(evs, E.StepEnd) for n, evs in trace.runs.items()}
     going = [
         steps[n]
         for n, evs in trace.runs.items()
         if not total  # no scenario to count by: treat as still stepping
-        or sum(e.kind == "finished" for e in evs) < total
-        or evs[-1].kind != "step_end"  # its last request finished; its last step has not ended
+        or E.count_of(evs, E.Finished) < total
+        or not any(E.of_kind(evs[-1:], E.StepEnd))  # its last request finished, its step not
     ]
     if not going:
         return trace
@@ -59,11 +59,12 @@ def live_edge(trace: Trace) -> Trace:
     for n, evs in trace.runs.items():
         seen, cut = 0, len(evs)
         for j, e in enumerate(evs):
-            if e.kind == "step_end":
-                seen += 1
-                if seen == k:
-                    cut = j + 1
-                    break
+            match e:
+                case E.StepEnd():
+                    seen += 1
+                    if seen == k:
+                        cut = j + 1
+                        break
         runs[n] = evs[:cut] if steps[n] > k else evs
     return Trace(trace.header, runs)
 
@@ -111,6 +112,6 @@ def summarize(frames: list[Frame], events: list[E.Event]) -> Summary:
         max_running=max(a.batched for a in accounts),
         mean_running=sum(a.batched for a in accounts) / len(accounts),
         steps=len(frames),
-        finished=sum(1 for e in events if e.kind == E.Finished.kind),
-        preemptions=sum(1 for e in events if e.kind == E.Preempted.kind),
+        finished=E.count_of(events, E.Finished),
+        preemptions=E.count_of(events, E.Preempted),
     )

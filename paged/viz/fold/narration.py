@@ -78,9 +78,11 @@ def narration_context(lesson: Lesson, k: int) -> NarrationContext:
 
 
 def _request_facts(lesson: Lesson, i: int, ev: E.Event) -> RequestFacts | None:
-    if not isinstance(ev, E.RequestEvent):
-        return None
-    req = ev.req
+    match ev:
+        case E.RequestEvent(req=req):
+            pass
+        case _:
+            return None
     left, right = lesson.left.at(i), lesson.right.at(i)
     view = left.requests.get(req) or right.requests.get(req)
     run = left.reservations.get(req)
@@ -88,13 +90,17 @@ def _request_facts(lesson: Lesson, i: int, ev: E.Event) -> RequestFacts | None:
     # reserves and releases its run within this one frame: the frame's reservations no
     # longer list it, but it was held, and the caption quotes these same events.
     mine = _own_events(lesson.left, i, req)
-    got = next((e.length for e in mine if isinstance(e, E.SlotsReserved)), 0)
-    let_go = next((e.length for e in mine if isinstance(e, E.ReservationReleased)), 0)
+    got = next((e.length for e in E.of_kind(mine, E.SlotsReserved)), 0)
+    let_go = next((e.length for e in E.of_kind(mine, E.ReservationReleased)), 0)
     table = right.block_tables.get(req) or _table_as_it_stopped(lesson.right, i, req)
-    block_map = getattr(ev, "block_map", None)
     right_own = _own_events(lesson.right, i, req)
-    # a swap: device -> CPU blocks out, CPU -> device blocks in
-    arrow = "#{}→c{}" if ev.kind == E.SwappedOut.kind else "c{}→#{}"
+    match ev:  # a swap: device -> CPU blocks out, CPU -> device blocks in
+        case E.SwappedOut():
+            moves: str | None = ", ".join(f"#{a}→c{b}" for a, b in ev.block_map)
+        case E.SwappedIn():
+            moves = ", ".join(f"c{a}→#{b}" for a, b in ev.block_map)
+        case _:
+            moves = None
     return RequestFacts(
         req=view.name if view else req,
         req_id=req,
@@ -103,17 +109,15 @@ def _request_facts(lesson: Lesson, i: int, ev: E.Event) -> RequestFacts | None:
         left_never=left.never_filled(req),
         right_never=right.never_filled(req),
         hole_between=_hole_between(lesson, i, req),
-        right_finished=any(isinstance(e, E.Finished) for e in _own_events(lesson.right, i, req)),
+        right_finished=any(E.of_kind(_own_events(lesson.right, i, req), E.Finished)),
         right_blocks=len(table),
         right_table=", ".join(f"{n}→#{p}" for n, p in enumerate(table)) or "-",
         prompt_len=view.prompt_len if view else None,
         max_tokens=view.max_tokens if view else None,
         prompt_blocks=math.ceil(view.prompt_len / lesson.right.run.block_size) if view else None,
-        moves=None if block_map is None else ", ".join(arrow.format(a, b) for a, b in block_map),
-        right_wrote=_span(
-            p for e in right_own if isinstance(e, E.TokensWritten) for p in e.positions
-        ),
-        right_shared_tokens=sum(e.num_tokens for e in right_own if isinstance(e, E.BlockShared)),
+        moves=moves,
+        right_wrote=_span(p for e in E.of_kind(right_own, E.TokensWritten) for p in e.positions),
+        right_shared_tokens=sum(e.num_tokens for e in E.of_kind(right_own, E.BlockShared)),
     )
 
 
@@ -125,11 +129,11 @@ def _span(positions: Iterable[int]) -> str:
     return str(got[0]) if got[0] == got[-1] else f"{got[0]}–{got[-1]}"
 
 
-def _own_events(side: Side, i: int, req: str) -> list[E.Event]:
+def _own_events(side: Side, i: int, req: str) -> list[E.RequestEvent]:
     """``req``'s events in frame ``i`` of ``side`` (none once that run has ended)."""
     if i >= len(side.frames):
         return []
-    return [e for e in side.frames[i].events if isinstance(e, E.RequestEvent) and e.req == req]
+    return [e for e in E.of_kind(side.frames[i].events, E.RequestEvent) if e.req == req]
 
 
 def _table_as_it_stopped(side: Side, i: int, req: str) -> tuple[int, ...]:
@@ -137,16 +141,17 @@ def _table_as_it_stopped(side: Side, i: int, req: str) -> tuple[int, ...]:
     those blocks, hatched where never filled): its table of the frame before, with the
     entries this frame gave it. Empty for a request that did not stop in frame ``i``."""
     mine = _own_events(side, i, req)
-    if not any(isinstance(e, E.Finished) for e in mine):
+    if not any(E.of_kind(mine, E.Finished)):
         return ()
     table = dict(enumerate(side.frames[i - 1].block_tables.get(req, ()))) if i > 0 else {}
     for e in mine:
-        if isinstance(e, E.Preempted):
-            table = {}
-        elif isinstance(e, (E.BlockAllocated, E.BlockShared)):
-            table[e.logical] = e.physical
-        elif isinstance(e, E.BlockCopied):
-            table[e.logical] = e.dst
+        match e:
+            case E.Preempted():
+                table = {}
+            case E.BlockAllocated() | E.BlockShared():
+                table[e.logical] = e.physical
+            case E.BlockCopied():
+                table[e.logical] = e.dst
     return tuple(table[n] for n in sorted(table))
 
 
@@ -213,10 +218,11 @@ def _sharing_so_far(side: Side, i: int) -> tuple[int, int]:
     hit = copies = 0
     for f in side.frames[: i + 1]:
         for ev in f.events:
-            if isinstance(ev, E.CacheHit):
-                hit += ev.tokens_saved
-            elif isinstance(ev, E.BlockCopied):
-                copies += 1
+            match ev:
+                case E.CacheHit():
+                    hit += ev.tokens_saved
+                case E.BlockCopied():
+                    copies += 1
     return hit, copies
 
 

@@ -8,8 +8,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from paged.engine.core import events as E
+from paged.viz import ui_text
 from paged.viz.fold.reducer import PAGED, Frame
-from paged.viz.render.style import words
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,8 @@ def label_starts(frame: Frame) -> list[tuple[int, str, str]]:
 
 
 def table_rows(frame: Frame) -> list[TableRow]:
-    new_blocks = {(e.req, e.logical) for e in frame.events if isinstance(e, E.BlockAllocated)}
-    new_runs = {e.req for e in frame.events if isinstance(e, E.SlotsReserved)}
+    new_blocks = {(e.req, e.logical) for e in E.of_kind(frame.events, E.BlockAllocated)}
+    new_runs = {e.req for e in E.of_kind(frame.events, E.SlotsReserved)}
     rows = []
     holders = frame.block_tables if frame.run.allocator == PAGED else frame.reservations
     for req in sorted(holders, key=lambda r: frame.requests[r].order):
@@ -94,7 +94,8 @@ def table_rows(frame: Frame) -> list[TableRow]:
 
 
 def queue_entries(frame: Frame, lang: str = "en") -> list[QueueEntry]:
-    w = words(lang)
+    styles = ui_text.load("style")  # the words the drawings use: one table for both
+    w = styles.get(lang, styles["en"])
     blocked = {b.req: b for b in frame.blocked}
     out = [
         QueueEntry(r, frame.requests[r].name, frame.requests[r].order, "running")

@@ -188,13 +188,14 @@ def apply(state: ArenaState, ev: E.Event) -> ArenaState:
 def step_in_place(s: ArenaState, ev: E.Event) -> None:
     """The transition itself, mutating ``s`` (``fold`` uses it; ``apply`` wraps it)."""
     s.tally.apply(ev)
-    if isinstance(ev, E.RequestEvent):
-        s.touched.add(ev.req)
-    if isinstance(ev, E.StepEnd):
-        s.last_frame = _close(s, ev.step)
-        s.step_events = []
-        s.released = {}
-        return
+    match ev:
+        case E.StepEnd():
+            s.last_frame = _close(s, ev.step)
+            s.step_events = []
+            s.released = {}
+            return
+        case E.RequestEvent():
+            s.touched.add(ev.req)
     s.step_events.append(ev)
     _HANDLERS[type(ev)](s, ev)
 
@@ -462,8 +463,9 @@ def fold(
     state = ArenaState.empty(run) if state is None else state
     for ev in events:
         step_in_place(state, ev)
-        if state.last_frame is not None and isinstance(ev, E.StepEnd):
-            yield state.last_frame
+        match ev:
+            case E.StepEnd() if state.last_frame is not None:
+                yield state.last_frame
 
 
 def replay(events: list[E.Event], run: RunHeader) -> list[Frame]:

@@ -90,7 +90,7 @@ def _offload(lesson: Lesson) -> dict[str, object]:
 
 
 def _prefix(lesson: Lesson) -> dict[str, object]:
-    hits = [e for f in lesson.right.frames for e in f.events if isinstance(e, E.CacheHit)]
+    hits = [e for f in lesson.right.frames for e in E.of_kind(f.events, E.CacheHit)]
     prompts = sum(v.prompt_len for v in lesson.right.frames[-1].requests.values())
     return {
         "hit_tokens": sum(e.tokens_saved for e in hits),

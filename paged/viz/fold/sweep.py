@@ -143,21 +143,21 @@ def analyse(trace: T.Trace, run: str = "paged") -> SizeResult:
     """Fold one trace's paged run into the numbers the lesson shows."""
     if run not in trace.run_names:
         raise SweepError(f"trace has no run named {run!r} (it has {', '.join(trace.run_names)})")
-    cfg = trace.run_config(run)["config"]
+    header = trace.run_header(run)
     events = trace.runs[run]
-    num_slots, bs = int(cfg["num_slots"]), int(cfg["block_size"])
+    num_slots, bs = header.num_slots, header.block_size
     accounts = account(events, num_slots, bs)
     if not accounts:
         raise SweepError(f"run {run!r} has no finished engine step")
     entries = _table_entries(events)
-    finished = [e for e in events if isinstance(e, E.Finished)]
+    finished = list(E.of_kind(events, E.Finished))
     h = trace.header
     return SizeResult(
         block_size=bs,
         num_slots=num_slots,
         steps=len(accounts),
         requests=len(finished),
-        preemptions=sum(1 for e in events if e.kind == E.Preempted.kind),
+        preemptions=E.count_of(events, E.Preempted),
         held_shares=_held_shares(accounts),
         arena_shares=time_averaged_shares(accounts),
         internal_per_request=_mean([a.internal / a.running for a in accounts if a.running]),
@@ -185,9 +185,8 @@ def _table_entries(events: list[E.Event]) -> dict[str, int]:
     """Each request's block-table length at its end: its highest logical block + 1 (a
     preempted request's table starts again, and its final table is what counts)."""
     entries: dict[str, int] = {}
-    for ev in events:
-        if isinstance(ev, E.BlockAllocated):
-            entries[ev.req] = max(entries.get(ev.req, 0), ev.logical + 1)
+    for ev in E.of_kind(events, E.BlockAllocated):
+        entries[ev.req] = max(entries.get(ev.req, 0), ev.logical + 1)
     return entries
 
 

@@ -61,30 +61,31 @@ def tier_facts(run: RunHeader, frames: Sequence[Frame], i: int) -> TierFacts:
     left: dict[str, tuple[int, ...]] = {}  # device blocks each swapped request left from
     owed: dict[str, int] = {}  # slots a recomputed victim threw away, until it is readmitted
     for k, f in enumerate(frames[: i + 1]):
-        parked = {e.req for e in f.events if isinstance(e, E.SwappedOut)}
-        found = {e.req: e.tokens_saved for e in f.events if isinstance(e, E.CacheHit)}
+        parked = {e.req for e in E.of_kind(f.events, E.SwappedOut)}
+        found = {e.req: e.tokens_saved for e in E.of_kind(f.events, E.CacheHit)}
         waited += len(f.waiting)
         for ev in f.events:
-            if isinstance(ev, E.SwappedOut):
-                swaps_out, moved = swaps_out + 1, moved + len(ev.block_map)
-                left[ev.req] = tuple(d for d, _ in ev.block_map)
-            elif isinstance(ev, E.SwappedIn):
-                swaps_in, moved = swaps_in + 1, moved + len(ev.block_map)
-                before = left.pop(ev.req, ())
-                back = [d for _, d in ev.block_map]
-                relocated += sum(
-                    1 for n, d in enumerate(back) if n >= len(before) or d != before[n]
-                )
-            elif isinstance(ev, E.SwapFallback):
-                fallbacks += 1
-            elif isinstance(ev, E.Preempted):
-                preemptions += 1
-                if ev.req not in parked and k > 0:
-                    view = frames[k - 1].requests.get(ev.req)
-                    owed[ev.req] = view.filled if view is not None else 0
-                    recomputed += owed[ev.req]
-            elif isinstance(ev, E.Admitted) and ev.req in owed:  # found again: not computed
-                recomputed -= min(owed.pop(ev.req), found.get(ev.req, 0))
+            match ev:
+                case E.SwappedOut():
+                    swaps_out, moved = swaps_out + 1, moved + len(ev.block_map)
+                    left[ev.req] = tuple(d for d, _ in ev.block_map)
+                case E.SwappedIn():
+                    swaps_in, moved = swaps_in + 1, moved + len(ev.block_map)
+                    before = left.pop(ev.req, ())
+                    back = [d for _, d in ev.block_map]
+                    relocated += sum(
+                        1 for n, d in enumerate(back) if n >= len(before) or d != before[n]
+                    )
+                case E.SwapFallback():
+                    fallbacks += 1
+                case E.Preempted():
+                    preemptions += 1
+                    if ev.req not in parked and k > 0:
+                        view = frames[k - 1].requests.get(ev.req)
+                        owed[ev.req] = view.filled if view is not None else 0
+                        recomputed += owed[ev.req]
+                case E.Admitted() if ev.req in owed:  # found again: not computed
+                    recomputed -= min(owed.pop(ev.req), found.get(ev.req, 0))
     f = frames[min(i, len(frames) - 1)]
     blocks = run.num_slots // run.block_size
     width = element_bytes(run.kv_cache_dtype)

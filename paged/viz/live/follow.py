@@ -41,18 +41,18 @@ class _Counts:
 
     ends: list[int] = field(default_factory=list)  # index just past each step_end
     finished: int = 0
-    last: str = ""
+    stepped_last: bool = False  # whether its last event is a step end
     seen: int = 0
 
     def update(self, events: list[E.Event]) -> None:
         for j in range(self.seen, len(events)):
-            kind = events[j].kind
-            if kind == E.StepEnd.kind:
-                self.ends.append(j + 1)
-            elif kind == E.Finished.kind:
-                self.finished += 1
+            match events[j]:
+                case E.StepEnd():
+                    self.ends.append(j + 1)
+                case E.Finished():
+                    self.finished += 1
         if len(events) > self.seen:
-            self.last = events[-1].kind
+            self.stepped_last = bool(self.ends) and self.ends[-1] == len(events)
         self.seen = len(events)
 
 
@@ -71,7 +71,7 @@ def edge_cuts(counts: dict[str, _Counts], total: int) -> dict[str, int]:
     going = [
         len(c.ends)
         for c in counts.values()
-        if not total or c.finished < total or c.last != E.StepEnd.kind
+        if not total or c.finished < total or not c.stepped_last
     ]
     if not going:
         return {n: c.seen for n, c in counts.items()}
@@ -106,11 +106,10 @@ class _Hindsight:
         cut off again by the next tick."""
         if done < self.seen:
             self.__init__(self.run)  # type: ignore[misc]
-        for ev in events[self.seen : done]:
-            if isinstance(ev, E.Finished):
-                self.final[ev.req] = ev.final_len
+        for ev in E.of_kind(events[self.seen : done], E.Finished):
+            self.final[ev.req] = ev.final_len
         self.seen = done
-        told = {ev.req: ev.final_len for ev in tail if isinstance(ev, E.Finished)}
+        told = {ev.req: ev.final_len for ev in E.of_kind(tail, E.Finished)}
         fresh = self._accounts(events, done, {**self.final, **told} if told else self.final)
         steps = len(self.settled["free"]) + len(fresh)
         if not steps:
@@ -129,9 +128,11 @@ class _Hindsight:
         for j in range(self.base_pos, done):
             ev = events[j]
             work.apply(ev)
-            if ev.kind != E.StepEnd.kind:
-                continue
-            fresh.append(work.close_step(ev.step))
+            match ev:
+                case E.StepEnd():
+                    fresh.append(work.close_step(ev.step))
+                case _:
+                    continue
             settling = settling and all(r in self.final for r in work.held)
             if settling:
                 self._settle(events, j + 1)
@@ -142,8 +143,9 @@ class _Hindsight:
     def _settle(self, events: list[E.Event], upto: int) -> None:
         for ev in events[self.base_pos : upto]:
             self.base.apply(ev)
-            if ev.kind == E.StepEnd.kind:
-                self.base.close_step(ev.step)
+            match ev:
+                case E.StepEnd():
+                    self.base.close_step(ev.step)
         self.base_pos = upto
 
 
@@ -169,8 +171,8 @@ class _SideFold:
         done = ends[k - 1] if k else 0
         if done < self.pos:
             self.__init__(self.run)  # type: ignore[misc]
-        self.finished += _count(events[self.pos : done], E.Finished.kind)
-        self.preemptions += _count(events[self.pos : done], E.Preempted.kind)
+        self.finished += E.count_of(events[self.pos : done], E.Finished)
+        self.preemptions += E.count_of(events[self.pos : done], E.Preempted)
         for frame in fold(events[self.pos : done], self.run, self.state):
             self.frames.append(frame)
             self.max_batch = max(self.max_batch, frame.account.batched)
@@ -193,14 +195,10 @@ class _SideFold:
             max_running=self.max_batch,
             mean_running=self.sum_batch / len(self.frames),
             steps=len(self.frames),
-            finished=self.finished + _count(self.tail, E.Finished.kind),
-            preemptions=self.preemptions + _count(self.tail, E.Preempted.kind),
+            finished=self.finished + E.count_of(self.tail, E.Finished),
+            preemptions=self.preemptions + E.count_of(self.tail, E.Preempted),
         )
         return Side(self.run, list(self.frames), title, summary, self._settle())
-
-
-def _count(events: list[E.Event], kind: str) -> int:
-    return sum(1 for ev in events if ev.kind == kind)
 
 
 class LiveLesson:

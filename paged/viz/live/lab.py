@@ -17,14 +17,12 @@ import io
 import json
 import math
 import re
-import tempfile
 import zlib
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
 from paged.engine.errors import InvalidConfigError
+from paged.engine.files import all_text_encodes
 from paged.engine.trace import io as T
-from paged.engine.trace.check import all_text_encodes
 
 POLICIES = ("max", "pow2", "oracle")
 MAX_REQUESTS = 8
@@ -318,56 +316,70 @@ def decode(token: str) -> tuple[Lab, list[FieldError]]:
     return from_dict(d)
 
 
-def _toml_str(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)  # a JSON string is a TOML basic string
+def scenario_doc(lab: Lab, title: str = "Scenario lab") -> dict:
+    """The lab as an engine scenario document, shaped as a scenario file's TOML: what
+    ``to_toml`` writes and ``engine_scenario`` validates. Requests without an early stop ignore
+    EOS, so the real model runs them to max_tokens as the dry run does."""
+    requests = []
+    for r in lab.requests:
+        req: dict[str, object] = {
+            "id": r.id,
+            "prompt": r.prompt,
+            "max_tokens": r.max_tokens,
+            "arrival_step": r.arrival_step,
+        }
+        if r.stop_after is None:
+            req["ignore_eos"] = True
+        else:
+            req["output_len"] = r.stop_after
+        requests.append(req)
+    return {
+        "title": title,
+        "arena": {
+            "num_blocks": lab.num_blocks,
+            "block_size": lab.block_size,
+            "max_model_len": lab.max_model_len,
+        },
+        # the runs the lab drew, so `record --scenario` records the same comparison
+        "runs": [{"label": p, "allocator": p} for p in (lab.policy, "paged")],
+        "requests": requests,
+    }
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)  # a JSON string is a TOML basic string
+    return str(v)
 
 
 def to_toml(lab: Lab, title: str = "Scenario lab") -> str:
-    """An engine scenario file (``python -m paged record --scenario FILE``). Requests without
-    an early stop ignore EOS, so the real model runs them to max_tokens as the dry run does."""
+    """An engine scenario file (``python -m paged record --scenario FILE``) of
+    ``scenario_doc``."""
+    doc = scenario_doc(lab, title)
     lines = [
         f"# Written by the scenario lab: {lab.policy} on the left, paging on the right",
-        f"title = {_toml_str(title)}",
+        f"title = {_toml_value(doc['title'])}",
         "",
         "[arena]",
-        f"num_blocks = {lab.num_blocks}",
-        f"block_size = {lab.block_size}",
-        f"max_model_len = {lab.max_model_len}",
+        *(f"{k} = {_toml_value(v)}" for k, v in doc["arena"].items()),
     ]
-    # the runs the lab drew, so `record --scenario` records the same comparison (a [lab] table
-    # naming the policy was ignored by the engine, which recorded max and paged)
-    for policy in (lab.policy, "paged"):
-        lines += [
-            "",
-            "[[runs]]",
-            f"label = {_toml_str(policy)}",
-            f"allocator = {_toml_str(policy)}",
-        ]
-    for r in lab.requests:
-        lines += [
-            "",
-            "[[requests]]",
-            f"id = {_toml_str(r.id)}",
-            f"prompt = {_toml_str(r.prompt)}",
-            f"max_tokens = {r.max_tokens}",
-            f"arrival_step = {r.arrival_step}",
-        ]
-        if r.stop_after is None:
-            lines.append("ignore_eos = true")
-        else:
-            lines.append(f"output_len = {r.stop_after}   # dry runs stop here; the model may not")
+    for table in ("runs", "requests"):
+        for row in doc[table]:
+            lines += ["", f"[[{table}]]"]
+            lines += [f"{k} = {_toml_value(v)}" for k, v in row.items()]
+            if "output_len" in row:
+                lines[-1] += "   # dry runs stop here; the model may not"
     return "\n".join(lines) + "\n"
 
 
 def engine_scenario(lab: Lab):
-    """The lab as the engine's ``Scenario``, through the engine's own validation (it reads
-    the TOML this lab writes). Raises InvalidConfigError (one line)."""
+    """The lab as the engine's ``Scenario``, through the engine's own validation of a
+    scenario document. Raises InvalidConfigError (one line)."""
     from paged.engine.trace import scenario
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "lab.toml"
-        path.write_text(to_toml(lab), encoding="utf-8")
-        return scenario.load(path)
+    return scenario.parse(scenario_doc(lab), "lab")
 
 
 @dataclass

@@ -130,9 +130,9 @@ def _answer(request: dict, data: bytes) -> dict:
         from paged.viz.export import frame_csv
 
         return {"csv": frame_csv.csv_text(lesson, lang)}
-    from paged.viz.player import payload as player
+    from paged.viz.player import payload
 
-    drawn = player.payload(lesson, lang)
+    drawn = payload.payload(lesson, lang)
     return {"origin": list(lesson.origin), "num_frames": lesson.num_frames, "payload": drawn}
 
 

@@ -24,12 +24,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from paged.engine.cli.simulate import DEFAULT_NUM_SLOTS, DEFAULT_PLACEMENT
 from paged.engine.core import events as E
 from paged.engine.core.accounting import CATEGORIES
 from paged.engine.sim import workload as wl
-from paged.engine.sim.paper import OPT_MAX_SEQ_LEN, POLICIES
-from paged.engine.sim.simulate import build_requests, run_policy
+from paged.engine.sim.paper import OPT_MAX_SEQ_LEN, ORCA_PLACEMENT, POLICIES
+from paged.engine.sim.simulate import DEFAULT_NUM_SLOTS, build_requests, run_policy
 
 SHIPPED = Path(__file__).resolve().parent.parent / "data" / "paper_results.json"
 WORKLOADS = ("sharegpt", "alpaca")
@@ -47,7 +46,7 @@ class SimConfig:
     requests: int = 1000
     length_dist: str = "lognormal"
     sigma: float = wl.SIGMA
-    placement: str = DEFAULT_PLACEMENT
+    placement: str = ORCA_PLACEMENT
     num_slots: int = DEFAULT_NUM_SLOTS
     block_size: int = 16
     max_model_len: int = OPT_MAX_SEQ_LEN
@@ -111,9 +110,10 @@ def simulate_policy(
         done = [0]
 
         def count(ev: E.Event) -> None:
-            if ev.kind == E.Finished.kind:
-                done[0] += 1
-                on_finished(done[0])
+            match ev:
+                case E.Finished():
+                    done[0] += 1
+                    on_finished(done[0])
 
         sinks = (count,)
     res = run_policy(

@@ -34,7 +34,7 @@ def frame_parts(lesson: KernelLesson, i: int, lang: str) -> list[str]:
     f, w = lesson.frames[i], draw.words(lang)
     left, right = caption(lesson, i, lang)
     table = " ".join(str(b) for b in f.read.physical)
-    if f.kind == "tile":
+    if f.stage == "tile":
         step = w["frame_tile"].format(
             step=f.read.step, tile=(f.logical or 0) + 1, n=len(f.read.physical)
         )

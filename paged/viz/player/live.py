@@ -89,7 +89,7 @@ class LivePayload:
         chs = self._chapters(lesson)
         step_bodies: dict[int, int] = {}
         for ch in chs:
-            if ch.kind == STEP and ch.steps:
+            if ch.phase == STEP and ch.steps:
                 text = "\n\n".join(render_step(lesson, k, self.lang).narration for k in ch.steps)
                 step_bodies[ch.start] = self.pieces.add(markdown(text))
             for i in range(ch.start, ch.end + 1):

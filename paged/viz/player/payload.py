@@ -225,7 +225,7 @@ def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
     steps = [
         (c.start, "·".join(str(k + 1) for k in c.steps), n)
         for n, c in enumerate(chs)
-        if c.kind == chapters.STEP
+        if c.phase == chapters.STEP
     ]
     return timeline_html(n, steps, rules, "".join(lines))
 

@@ -39,10 +39,11 @@ def moved_cpu_blocks(frame: Frame) -> set[int]:
     """CPU blocks written (swap out) or given back (swap in) in this frame."""
     out: set[int] = set()
     for ev in frame.events:
-        if isinstance(ev, E.SwappedOut):
-            out.update(c for _, c in ev.block_map)
-        elif isinstance(ev, E.SwappedIn):
-            out.update(c for c, _ in ev.block_map)
+        match ev:
+            case E.SwappedOut():
+                out.update(c for _, c in ev.block_map)
+            case E.SwappedIn():
+                out.update(c for c, _ in ev.block_map)
     return out
 
 

@@ -180,7 +180,7 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
     w = words(lang)
     paged = frame.run.allocator == PAGED
     rows = table_rows(frame)
-    moved = {e.req for e in frame.events if isinstance(e, (E.SwappedOut, E.SwappedIn))}
+    moved = {e.req for e in E.of_kind(frame.events, E.SwappedOut, E.SwappedIn)}
     out = [f"<h5>{escape(w['block_tables'] if paged else w['reservations'])}</h5>"]
     if not rows:
         out.append(f"<div class='pk-dim'>{escape(w['none'])}</div>")

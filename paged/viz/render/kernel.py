@@ -51,7 +51,7 @@ def arena_svg(lesson: KernelLesson, i: int, lang: str) -> str:
     f = lesson.frames[i]
     bs, n = lesson.block_size, lesson.num_blocks
     arena, read = f.arena, f.read
-    heat = f.kind == "heat"
+    heat = f.stage == "heat"
     top = max(read.mass) if heat else 0.0
     logical_of = {b: k for k, b in enumerate(read.physical)}
     shared = {
@@ -120,19 +120,19 @@ def tiles_svg(lesson: KernelLesson, i: int, lang: str) -> str:
     out = []
     for t, b in enumerate(read.physical):
         x = t * (tw + gap)
-        done = f.kind in ("final", "gqa", "split") or (f.kind == "tile" and t <= (f.logical or 0))
+        done = f.stage in ("final", "gqa", "split") or (f.stage == "tile" and t <= (f.logical or 0))
         fill = CATEGORY_COLOURS["reservation"] if done else CATEGORY_COLOURS["free"]
-        if f.kind == "heat":
+        if f.stage == "heat":
             fill = heat_colour(read.mass[t], top)
-        stroke = 4 if f.logical == t and f.kind in ("table", "tile") else 1.4
+        stroke = 4 if f.logical == t and f.stage in ("table", "tile") else 1.4
         out.append(
             f"<rect x='{x}' y='2' width='{tw}' height='{th}' rx='5' fill='{fill}' "
             f"stroke='{INK}' stroke-width='{stroke}'/>"
             f"<text x='{x + tw / 2}' y='22' text-anchor='middle' font-size='{FONT}' "
-            f"font-weight='700' fill='{INK if f.kind != 'heat' or read.mass[t] < 0.5 * top else 'white'}'>"
+            f"font-weight='700' fill='{INK if f.stage != 'heat' or read.mass[t] < 0.5 * top else 'white'}'>"
             f"L{t} → {b}</text>"
             f"<text x='{x + tw / 2}' y='44' text-anchor='middle' font-size='{FONT}' "
-            f"fill='{INK if f.kind != 'heat' or read.mass[t] < 0.5 * top else 'white'}'>"
+            f"fill='{INK if f.stage != 'heat' or read.mass[t] < 0.5 * top else 'white'}'>"
             f"{_esc(_tile_note(f, t, w))}</text>"
         )
         for r, line in enumerate(_tile_lines(f, t, w, lesson.head)):
@@ -147,22 +147,22 @@ def tiles_svg(lesson: KernelLesson, i: int, lang: str) -> str:
 
 
 def _tile_note(f: KernelFrame, t: int, w: dict[str, str]) -> str:
-    if f.kind == "heat":
+    if f.stage == "heat":
         return pct(f.read.mass[t])
-    if f.kind == "split":
+    if f.stage == "split":
         return w["split"].format(n=t)
     return w["tile"].format(n=t + 1)
 
 
 def _tile_lines(f: KernelFrame, t: int, w: dict[str, str], h: int) -> list[str]:
     read = f.read
-    if f.kind == "tile" and t > (f.logical or 0):
+    if f.stage == "tile" and t > (f.logical or 0):
         return [w["before"]]
-    if f.kind in ("tile", "final"):
+    if f.stage in ("tile", "final"):
         return [f"m {num(read.tile_m[t][h])}", f"l {num(read.tile_l[t][h])}"]
-    if f.kind == "split":
+    if f.stage == "split":
         return [f"m {num(read.part_m[t][h])}", f"l {num(read.part_l[t][h])}"]
-    if f.kind == "gqa":
+    if f.stage == "gqa":
         return [w["q_head"].format(n=h) for h in read.heads][:3]
     return []
 
@@ -192,16 +192,16 @@ def state_panel(lesson: KernelLesson, i: int, lang: str) -> str:
     f, w = lesson.frames[i], words(lang)
     read = f.read
     head = f"<div class='pk-k-h'>{_esc(w['state_title'].format(layer=read.layer))}</div>"
-    if f.kind in ("tile", "table"):
+    if f.stage in ("tile", "table"):
         t = f.logical or 0
-        if f.kind == "table":
+        if f.stage == "table":
             return head
         rows = "".join(
             f"<tr><td>{h}</td><td>{num(read.tile_m[t][g])}</td><td>{num(read.tile_l[t][g])}</td></tr>"
             for g, h in enumerate(read.heads)
         )
         cols = (w["head"], "m", "l")
-    elif f.kind == "final":
+    elif f.stage == "final":
         rows = "".join(
             f"<tr><td>{h}</td><td>{num(read.tile_m[-1][g])} / {num(read.full_m[g])}</td>"
             f"<td>{num(read.tile_l[-1][g])} / {num(read.full_l[g])}</td></tr>"
@@ -212,13 +212,13 @@ def state_panel(lesson: KernelLesson, i: int, lang: str) -> str:
             f"m ({w['walk']} / {w['all_at_once']})",
             f"l ({w['walk']} / {w['all_at_once']})",
         )
-    elif f.kind == "split":
+    elif f.stage == "split":
         rows = "".join(
             f"<tr><td>{h}</td><td>{num(read.merged_m[g])}</td><td>{num(read.merged_l[g])}</td></tr>"
             for g, h in enumerate(read.heads)
         )
         cols = (w["head"], f"m ({w['merged']})", f"l ({w['merged']})")
-    elif f.kind == "gqa":
+    elif f.stage == "gqa":
         rows = (
             f"<tr><td>{_esc(w['kv_head'].format(n=read.kv_head))}</td>"
             f"<td>{len(read.physical)}</td><td>{len(read.physical) * len(read.heads)}</td></tr>"

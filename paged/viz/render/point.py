@@ -78,17 +78,18 @@ def callouts(frame: Frame, lang: str = "en") -> list[Callout]:
             out.append(Callout("hole", (hole,), say))
     if frame.run.allocator == PAGED:
         for ev in frame.events:
-            if isinstance(ev, E.BlockCopied):
-                say = t["copied"].format(req=_name(frame, ev.req), src=ev.src, dst=ev.dst)
-                out.append(Callout("copied", _blocks(frame, [ev.src, ev.dst]), say))
-            elif isinstance(ev, E.SwappedOut):
-                gpu = [d for d, _ in ev.block_map]
-                say = t["swapped_out"].format(req=_name(frame, ev.req), n=len(gpu))
-                out.append(Callout("swapped_out", _blocks(frame, gpu), say))
-            elif isinstance(ev, E.SwappedIn):
-                gpu = [d for _, d in ev.block_map]
-                say = t["swapped_in"].format(req=_name(frame, ev.req), n=len(gpu))
-                out.append(Callout("swapped_in", _blocks(frame, gpu), say))
+            match ev:
+                case E.BlockCopied():
+                    say = t["copied"].format(req=_name(frame, ev.req), src=ev.src, dst=ev.dst)
+                    out.append(Callout("copied", _blocks(frame, [ev.src, ev.dst]), say))
+                case E.SwappedOut():
+                    gpu = [d for d, _ in ev.block_map]
+                    say = t["swapped_out"].format(req=_name(frame, ev.req), n=len(gpu))
+                    out.append(Callout("swapped_out", _blocks(frame, gpu), say))
+                case E.SwappedIn():
+                    gpu = [d for _, d in ev.block_map]
+                    say = t["swapped_in"].format(req=_name(frame, ev.req), n=len(gpu))
+                    out.append(Callout("swapped_in", _blocks(frame, gpu), say))
     return [c for c in out if c.ranges][:MAX_CALLOUTS]
 
 

@@ -203,14 +203,15 @@ class WatchState:
     def _apply(self, batch: InBatch, second: int) -> None:
         stored = removed = 0
         for ev in batch.events:
-            if isinstance(ev, InStored):
-                stored += self._store(ev)
-            elif isinstance(ev, InRemoved):
-                for h in ev.block_hashes:
-                    removed += self._remove(h)
-            elif isinstance(ev, InCleared):
-                self.counters["cleared"] += 1
-                self.blocks.clear()
+            match ev:
+                case InStored():
+                    stored += self._store(ev)
+                case InRemoved():
+                    for h in ev.block_hashes:
+                        removed += self._remove(h)
+                case InCleared():
+                    self.counters["cleared"] += 1
+                    self.blocks.clear()
         self.counters["events"] += len(batch.events)
         self.counters["stored"] += stored
         self.counters["removed"] += removed

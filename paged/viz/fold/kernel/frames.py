@@ -107,7 +107,7 @@ class KernelFrame:
     highlights (a logical block, a tile), and its numbers as text (``facts``)."""
 
     chapter: str
-    kind: str
+    stage: str
     arena: Frame
     read: E.AttentionRead
     logical: int | None = None  # the block highlighted (chapter 1) or the tile read (2)
@@ -232,7 +232,7 @@ def fold_kernel(spec: KernelSpec, trace: Trace) -> KernelLesson:
         raise TraceError(f"this trace has no run {spec.run!r:.40} to look inside")
     info = trace.run_header(spec.run)
     events = trace.runs[spec.run]
-    reads = tuple(e for e in events if isinstance(e, E.AttentionRead) and e.req == spec.request)
+    reads = tuple(e for e in E.of_kind(events, E.AttentionRead) if e.req == spec.request)
     if not reads:
         raise TraceError(
             f"run {spec.run!r:.40} recorded no attention reads of request {spec.request!r:.40}"
@@ -291,7 +291,7 @@ def caption(lesson: KernelLesson, i: int, lang: str) -> tuple[str, str]:
     """Frame ``i``'s two captions, filled from its facts."""
     f = lesson.frames[i]
     # a tile that raised the running max says what that did to the sum so far
-    kind = "tile_up" if f.kind == "tile" and f.facts.get("m_rose") else f.kind
+    kind = "tile_up" if f.stage == "tile" and f.facts.get("m_rose") else f.stage
     left, right = lesson.spec.captions[kind][lang]
     return fill(left, f.facts), fill(right, f.facts)
 
