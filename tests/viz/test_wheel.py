@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from paged.viz.player.payload import SCRIPTS, STYLES
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.load, pytest.mark.browser]
@@ -87,11 +89,13 @@ def test_the_wheel_declares_the_command_and_carries_the_data(installed):
         "paged/lessons/six-steps/trace.jsonl",
         "paged/lessons/six-steps/lesson.toml",
         "paged/lessons/block-size/traces/b16.jsonl",
-        "paged/viz/player/player.js",
         "paged/viz/player/icon.png",
         "paged/viz/text/site.toml",
         "paged/viz/data/paper_results.json",
         "paged/viz/app/script.py",
+        # every file of the player's front end the app and the one-file export put on a page
+        *(f"paged/viz/player/{name}" for name in (*SCRIPTS, *STYLES)),
+        "paged/viz/player/player.html",
     ):
         assert data in names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "docs/"))]
