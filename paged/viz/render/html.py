@@ -143,7 +143,7 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
                 f"<span class='{cls}'>[{start}, {start + length})</span>"
                 f"<span class='pk-dim'>{row.filled}/{length}</span>"
             )
-        # a row this frame changed: kept when presenter mode condenses the panel (player.js)
+        # a row this frame changed: kept when presenter mode condenses the panel (fit_present.js)
         hot = row.new or row.req in moved or any(m.new for m in row.mappings)
         out.append(
             f"<div class='pk-row{' pk-hot' if hot else ''}' data-req='{escape(row.req)}'>"
@@ -166,7 +166,7 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
 
 def _unchanged(w: dict) -> str:
     """The line presenter mode shows in place of the unchanged rows it leaves out of a panel
-    too long for the screen (player.js fills in how many)."""
+    too long for the screen (fit_present.js fills in how many)."""
     return f"<div class='pk-dim pk-rest' data-t='{escape(w['unchanged'])}' hidden></div>"
 
 
