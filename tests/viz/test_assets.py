@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from paged.viz.app.controls import upload_css
+from paged.viz.player.payload import SCRIPTS
 from paged.viz.render import html, kernel
 from paged.viz.render.style import REQUEST_COLOURS, palette, stylesheet
 
@@ -58,3 +59,9 @@ def test_an_uploaders_words_stay_inside_their_css_string():
     assert css.count(".st-key-pk_up ") == 5
     assert 'content: "a\\"b\\\\c\\3c /style>\\3c script>";' in css
     assert 'content: "8 MB · JSON";' in css
+
+
+def test_the_page_carries_every_file_of_the_player_and_mixes_them_in_last():
+    on_disk = {p.name for p in (PAGED / "viz" / "player").glob("*.js")}
+    assert set(SCRIPTS) == on_disk - {"address.js"}  # address.js: a component of its own
+    assert SCRIPTS[-1] == "player.js"  # it mixes the others' methods into the Player as it loads
