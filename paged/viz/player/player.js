@@ -2,9 +2,10 @@
 // by the server (paged/viz/player/payload.py) and arrives once, deflated. A key only swaps
 // pieces, so stepping costs no server round trip. Keys are handled as they arrive (none is
 // dropped); the URL is updated once per animation frame. This file is the Player's core
-// (loading, showing a frame, keys, presenter mode); its other jobs are mixed in from
-// stepping.js (where a key goes), fit_rows.js and fit_present.js (drawing), link.js (the
-// address), playing.js (autoplay, the scrubber) and point.js (pointing, the console).
+// (loading, showing a frame, keys, presenter mode). Its other jobs sit beside it: where a key
+// lands is stepping.js's (pure functions); fit_rows.js and fit_present.js (drawing), link.js
+// (the address) and playing.js (autoplay, the scrubber) are mixed into the Player below;
+// point.js hooks in pointing, the presenter console and the reading page.
 
 // Widgets that move their own selection with these keys (the scenario lab's table, a slider,
 // tabs, a list): a key meant for them is theirs, not a step of the lesson.
@@ -132,7 +133,7 @@ class Player {
   }
 
   // The frames could not be unpacked (a browser without DecompressionStream, a damaged
-  // payload): one line says so in the payload's language, and the keys kept for those frames
+  // payload, one that names no slot the page fills): one line says so in the payload's language, and the keys kept for those frames
   // are dropped. Frames already on screen (another language failed) stay, and keys step them;
   // with none, keys are left to the page.
   unpackFailed(data, err) {
