@@ -388,6 +388,8 @@ SCRIPTS = (
     "console.js",
     "reading.js",
     "point.js",
+    "page.js",
+    "keys.js",
     "fit_rows.js",
     "fit_present.js",
     "link.js",

@@ -1,17 +1,12 @@
 // The lesson player's browser half. It draws nothing: every piece of HTML and SVG was rendered
 // by the server (paged/viz/player/payload.py) and arrives once, deflated. A key only swaps
-// pieces, so stepping costs no server round trip. Keys are handled as they arrive (none is
-// dropped); the URL is updated once per animation frame. This file is the Player's core
-// (loading, showing a frame, keys, presenter mode). Its other jobs sit beside it: where a key
-// lands is stepping.js's (pure functions); fit_rows.js and fit_present.js (drawing), link.js
-// (the address) and playing.js (autoplay, the scrubber) are mixed into the Player below;
-// point.js hooks in pointing, the presenter console and the reading page.
+// pieces, so stepping costs no server round trip. This file is the Player's core: loading a
+// payload, showing a frame, presenter mode, mounting. Its other jobs sit beside it, one file
+// each: where a key lands (stepping.js, pure functions); what a payload sets once (page.js),
+// what a key does (keys.js), drawing (fit_rows.js, fit_present.js), the address (link.js) and
+// autoplay with the scrubber (playing.js), mixed into the Player below; and pointing, the
+// presenter console and the reading page, which point.js hooks in.
 
-// Widgets that move their own selection with these keys (the scenario lab's table, a slider,
-// tabs, a list): a key meant for them is theirs, not a step of the lesson.
-const OWN_KEYS =
-  "[role=grid], [role=treegrid], [role=slider], [role=tablist], [role=listbox], " +
-  "[role=combobox], [role=menu], [role=radiogroup], [role=spinbutton]";
 const HINT_MS = 4000; // how long presenter mode says how to leave it
 // Where each slot of a frame record goes on the page; ``step`` is the frame indicator's.
 // Which slot is where in a record is the payload's to say (its ``slots``).
@@ -147,85 +142,6 @@ class Player {
     this.root.dataset.error = "unpack";
   }
 
-  static() {
-    const d = this.data,
-      t = d.text;
-    this.el("pk-title-l").innerHTML = d.titles.left;
-    this.el("pk-title-r").innerHTML = d.titles.right;
-    this.el("pk-tag-l").textContent = t.left;
-    this.el("pk-tag-r").textContent = t.right;
-    this.el("pk-legend").innerHTML = d.legend;
-    this.el("pk-score").innerHTML = d.scoreboard;
-    this.el("pk-tl-cap").textContent = "";
-    this.el("pk-tl-cap").innerHTML = d.timeline_caption;
-    this.el("pk-tl-box").innerHTML = d.timeline;
-    const nav = this.el("pk-p-nav");
-    nav.innerHTML = "";
-    // One button per lesson step; a step this run never reaches is greyed, and says so.
-    d.steps.forEach((s) => {
-      const b = document.createElement("button");
-      b.type = "button";
-      b.textContent = s.title;
-      if (s.chapter === null) {
-        b.disabled = true;
-        b.className = "pk-absent";
-        b.title = s.absent;
-      } else {
-        b.dataset.chapter = s.chapter;
-        b.onclick = () => {
-          this.stop();
-          this.go(d.chapters[s.chapter].start);
-        };
-      }
-      nav.appendChild(b);
-    });
-    const help = [
-      ["← →", t.key_arrows],
-      ["PageUp PageDown", t.key_pages],
-      ["Home End", t.key_home_end],
-      ["Space", t.key_space],
-      ["+ −", t.key_speed],
-      ["F", t.key_f],
-      ["T", t.key_theme],
-      ["?", t.key_help],
-      ["", t.key_timeline],
-    ].filter(([, v]) => v !== undefined);
-    // A payload without the theme's words (the kernel lesson: its drawings are inked for white
-    // paper) is shown plain; the reader's choice stays stored for the other lessons.
-    if (t.key_theme === undefined && this.theme) {
-      this.theme = false;
-      this.root.classList.remove("pk-hc");
-      this.root.dataset.theme = "";
-    }
-    this.el("pk-help").innerHTML =
-      "<div><h3>" +
-      esc(t.help_title) +
-      "</h3><table>" +
-      help
-        .map(
-          ([k, v]) =>
-            "<tr><td>" +
-            k
-              .split(" ")
-              .filter(Boolean)
-              .map((x) => `<kbd>${esc(x)}</kbd>`)
-              .join(" ") +
-            "</td><td>" +
-            esc(v) +
-            "</td></tr>",
-        )
-        .join("") +
-      "</table><p class='pk-dim'>" +
-      esc(t.help_close) +
-      "</p></div>";
-    this.el("pk-help").onclick = () => this.help(false);
-    this.el("pk-help-btn").onclick = () => this.help();
-    this.el("pk-play").onclick = () => this.toggle();
-    this.scrubber();
-    this.showSpeed();
-    pointStatic(this);
-  }
-
   go(i) {
     if (!this.frames) return;
     const last = this.frames.length - 1;
@@ -275,70 +191,6 @@ class Player {
     pointFrame(this);
   }
 
-  key(e) {
-    if (!this.root.isConnected) return;
-    if (e.ctrlKey || e.metaKey || e.altKey) return;
-    const tag = e.target?.tagName || "";
-    if (/^(INPUT|TEXTAREA|SELECT)$/.test(tag) || e.target?.isContentEditable) return;
-    if (e.target?.closest?.(OWN_KEYS)) return;
-    const t0 = performance.now();
-    const k = e.key;
-    if (!this.frames) {
-      // The first frames are still unpacking: a player key is kept and acted on once they
-      // are in, so a key counts whenever it is pressed (none are coming once unpacking failed).
-      if (!this.failed && (PLAYER_KEYS.has(k) || k === "?")) {
-        this.early.push(k);
-        e.preventDefault();
-        e.stopPropagation();
-      }
-      return;
-    }
-    if (!this.act(k)) return;
-    e.preventDefault();
-    e.stopPropagation();
-    requestAnimationFrame(() => {
-      this.times.push(performance.now() - t0);
-      if (this.times.length > 5000) this.times.shift();
-    });
-  }
-
-  // Do what key ``k`` says; false when it says nothing to the player.
-  act(k) {
-    if (!this.el("pk-help").hidden && k !== "?" && k !== "Escape") {
-      // over the help, a player key only closes it: a step taken behind it would go unseen
-      if (!PLAYER_KEYS.has(k)) return false;
-      this.help(false);
-      return true;
-    }
-    const command = KEYS.get(k);
-    if (pointAct(this, command)) return true;
-    const keyframes = (this.data.keyframes || []).map((kf) => kf.frame);
-    const to = landing(command, this.i, this.frames.length, this.data.chapters, keyframes);
-    if (to !== undefined) {
-      this.stop();
-      this.go(to);
-    } else if (command === "play") {
-      this.toggle();
-      this.flash();
-    } else if (command === "faster" || command === "slower") {
-      this.setSpeed(command === "faster" ? 1 : -1);
-      this.flash();
-    } else if (command === "theme" && this.data.text.key_theme !== undefined) {
-      this.setTheme(!this.theme);
-    } else if (command === "present") this.setPresent(!this.present);
-    else if (command === "help") this.help();
-    else if (command === "escape" && !this.el("pk-help").hidden) this.help(false);
-    else if (command === "escape" && this.present) this.setPresent(false);
-    else return false;
-    return true;
-  }
-
-  help(show) {
-    const h = this.el("pk-help");
-    h.hidden = show === undefined ? !h.hidden : !show;
-    this.root.dataset.help = h.hidden ? "0" : "1";
-  }
-
   setPresent(on) {
     this.present = on;
     this.root.classList.toggle("pk-present", on);
@@ -371,7 +223,7 @@ class Player {
   }
 }
 
-Object.assign(Player.prototype, RowFitting, PresentFitting, Linking, Playing);
+Object.assign(Player.prototype, Static, Keys, RowFitting, PresentFitting, Linking, Playing);
 
 // Chromium asks for the favicon again whenever the URL changes, so with the app's own icon
 // (a server URL) every step would cost the server a request. The same icon as a data: URL
