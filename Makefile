@@ -11,9 +11,18 @@ CHROMIUM := /usr/bin/chromium
 # worksteal: the few long tests (model loads, browser sessions) must not queue behind each other.
 XDIST  ?= -n auto --maxprocesses 4 --dist worksteal
 
-.PHONY: run check test venv lock fresh browser bench clean peer peer-venv
+.PHONY: run check test venv js lock fresh browser bench clean peer peer-venv
 
 venv: $(STAMP)
+
+# The player's JavaScript tools (Biome), exactly as package-lock.json pins them; `npm ci` takes
+# ~2 s and runs again only when the lock changes. Node runs the player's unit tests itself.
+NODE_STAMP := node_modules/.installed
+js: $(NODE_STAMP)
+
+$(NODE_STAMP): package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
 
 # The venv is requirements.lock, exactly: every transitive version pinned, so a fresh clone gets
 # what CI tested, not what was released this morning (`make fresh` tries that).
@@ -57,9 +66,13 @@ run: venv
 
 # The fast gate: no model load, no browser, no kernel compile.
 FAST := not model and not browser and not load and not peer
-check: venv
+check: venv js
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	# The player's JavaScript and CSS: lint and format (biome.jsonc), then its stepping,
+	# pointing and console logic under Node's test runner (tests/js), in about a second.
+	node_modules/.bin/biome check --error-on-warnings paged tests/js
+	node --test --test-reporter=dot tests/js/*.test.js
 	# mypy (one process, ~35 s on a fresh clone) runs beside the fast tests, whose workers leave
 	# a core idle about a quarter of the time; both must pass. The trace fuzzer gets 10 s here;
 	# `make test` gives it its full minute.
@@ -107,4 +120,4 @@ bench: venv
 	$(PY) bench/throughput.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache test-artifacts
+	rm -rf $(VENV) node_modules .pytest_cache test-artifacts

@@ -71,7 +71,7 @@ def _player_grids(lesson) -> list[tuple[str, str]]:
     """Each frame's two grids, from the pieces the player is sent."""
     data = player.payload(lesson, "en")
     body = json.loads(zlib.decompress(base64.b64decode(data["z"])).decode("utf-8"))
-    lg, rg = player.SLOTS.index("lg"), player.SLOTS.index("rg")
+    lg, rg = data["slots"].index("lg"), data["slots"].index("rg")  # the order the player reads
     return [(body["pieces"][rec[lg]], body["pieces"][rec[rg]]) for rec in body["frames"]]
 
 

@@ -39,7 +39,7 @@ def exported(tmp_path_factory) -> Path:
 def test_the_file_reuses_the_players_own_code_and_carries_both_languages(exported):
     text = exported.read_text(encoding="utf-8")
     assert exported.stat().st_size <= MAX_BYTES
-    for asset in ("player.js", "player.css", "player.html"):
+    for asset in (*player.SCRIPTS, *player.STYLES, "player.html"):
         assert player.asset(asset) in text, asset  # one player: the same files, verbatim
     data = json.loads(
         re.search(

@@ -16,9 +16,6 @@ from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent.parent / "player"
 
-#: Hides the component's (empty) element, so it costs the page no gap (in viz.app.pages.APP_CSS).
-CSS = "[class*='st-key-pk_address_'] { display: none; }"
-
 _COMPONENT = None
 
 

@@ -14,7 +14,7 @@ from paged.viz.render import html
 @functools.cache
 def player_component():
     """The registered Streamlit component (v2, inline: no iframe), created once."""
-    css = styles() + html.CSS.replace("<style>", "").replace("</style>", "")
+    css = styles() + html.css()
     return st.components.v2.component(
         "pk_player",
         html=asset("player.html"),

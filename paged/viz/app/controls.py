@@ -11,6 +11,7 @@ shortcuts keep working."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import streamlit as st
 
@@ -49,29 +50,32 @@ def choice_buttons(
     return st.session_state.get(state_key, current)
 
 
-#: The uploader's own words (its button, and its "8MB per file • JSON" line) are Streamlit's,
-#: in English whatever the page's language. On a Chinese page they are hidden (type size 0:
-#: still there for a screen reader's "Upload" button) and the page's own words are drawn in
-#: their place, scoped to the one uploader by its key's class.
-_UPLOAD_CSS = """<style>
-.st-key-{key} [data-testid="stFileUploaderDropzone"] button [data-testid="stMarkdownContainer"] p,
-.st-key-{key} [data-testid="stFileUploaderDropzoneInstructions"] span {{ font-size: 0; }}
-.st-key-{key} [data-testid="stFileUploaderDropzone"] button [data-testid="stMarkdownContainer"]
-  p::after {{ content: "{button}"; font-size: 14px; }}
-.st-key-{key} [data-testid="stFileUploaderDropzoneInstructions"] span::after {{
-  content: "{limit}"; font-size: 14px; }}
-</style>"""
+#: The uploader's own words are Streamlit's, in English whatever the page's language: this
+#: stylesheet draws the page's words in their place, scoped to one uploader by its key's class.
+UPLOAD_CSS = Path(__file__).resolve().parent / "upload.css"
+
+
+def _css_string(text: str) -> str:
+    """``text`` as a quoted CSS string: a quote or backslash in it cannot end the string, nor
+    a ``<`` the style element."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("<", "\\3c ")
+    return '"' + escaped.replace("\n", " ") + '"'
+
+
+def upload_css(key: str, button: str, limit: str) -> str:
+    """The uploader ``key``'s rules, with the page's words for its button and size line."""
+    return (
+        UPLOAD_CSS.read_text(encoding="utf-8")
+        .replace(".st-key-pk-uploader ", f".st-key-{key} ")
+        .replace('"pk-upload-button"', _css_string(button))
+        .replace('"pk-upload-limit"', _css_string(limit))
+    )
 
 
 def file_uploader(label: str, *, key: str, lang: str, max_mb: int, **kwargs):
     """``st.file_uploader`` whose button and size line speak the page's language."""
     if lang != "en":
         words = ui_text.load("pages")[lang]
-        st.html(
-            _UPLOAD_CSS.format(
-                key=key,
-                button=words["upload_button"],
-                limit=words["upload_limit"].format(mb=max_mb),
-            )
-        )
+        css = upload_css(key, words["upload_button"], words["upload_limit"].format(mb=max_mb))
+        st.html(f"<style>{css}</style>")
     return st.file_uploader(label, key=key, max_upload_size=max_mb, **kwargs)

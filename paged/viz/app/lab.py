@@ -158,7 +158,7 @@ def render(lang: str = "en") -> None:
     """Draw the scenario lab in ``lang``."""
     texts = ui_text.load("lab")
     t = texts[lang]
-    st.html(html.CSS)
+    st.html(f"<style>{html.css()}</style>")
     _init(t)
     ss = _ss()
     st.markdown(f"### {t['title']}")

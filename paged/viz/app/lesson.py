@@ -283,7 +283,7 @@ def _move_to(i: int) -> None:
 def render(lang: str = "en") -> None:
     """Draw the lesson page in ``lang`` ("en" or "zh")."""
     t = UI.get(lang, UI["en"])
-    st.html(html.CSS)
+    st.html(f"<style>{html.css()}</style>")
     root = lessons_root()
     # the introduction first, where a newcomer starts; the others in their folders' order
     names = sorted(available(root), key=lambda n: n != INTRO) + kernel_lessons(root)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import streamlit as st
 from streamlit.navigation.page import StreamlitPage
@@ -20,21 +21,8 @@ from paged.viz.app.controls import choice_buttons
 
 LANG_NAMES = {"en": "English", "zh": "中文"}
 
-# The language switch floats in the top bar, beside the page links, so it costs no page height;
-# the main column starts right under the bar (Streamlit's default leaves a tall gap).
-APP_CSS = (
-    """
-<style>
-[data-testid="stMainBlockContainer"] { padding-top: 4.2rem; padding-bottom: 2rem; }
-.st-key-pk_lang_bar { position: fixed; top: 11px; right: 64px; z-index: 999991;
-  width: auto !important; }
-.st-key-pk_lang_bar button { min-height: 2rem; padding: 0 .7rem; }
-"""
-    + address.CSS
-    + """
-</style>
-"""
-)
+#: Every page's own rules: the language switch in the top bar, the address keeper hidden.
+APP_CSS = Path(__file__).resolve().parent / "app.css"
 
 
 @dataclass(frozen=True)
@@ -66,7 +54,7 @@ def language() -> str:
     ss = st.session_state
     if "lang" not in ss:
         ss.lang = st.query_params.get("lang") if st.query_params.get("lang") in LANG_NAMES else "en"
-    st.html(APP_CSS)
+    st.html(f"<style>{APP_CSS.read_text(encoding='utf-8')}</style>")
     with st.container(key="pk_lang_bar"):
         choice_buttons(list(LANG_NAMES), "lang", format_func=LANG_NAMES.get, key_prefix="lang")
         lang = ss.lang if ss.lang in LANG_NAMES else "en"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html as _html
 import json
+from pathlib import Path
 
 from paged.viz import ui_text
 from paged.viz.fold.kernel.frames import KernelLesson, KernelSpec
@@ -22,6 +23,7 @@ from paged.viz.fold.lesson_folder import LessonSpec
 from paged.viz.player import payload
 from paged.viz.player.kernel import kernel_payload
 from paged.viz.render import html
+from paged.viz.render.style import stylesheet
 
 LANGS = ("en", "zh")
 SYSTEM_FONTS = (
@@ -30,66 +32,10 @@ SYSTEM_FONTS = (
     '"Noto Sans CJK SC", sans-serif'
 )
 
-PAGE_CSS = f"""
-html, body {{ margin: 0; background: white; }}
-*, *::before, *::after {{ box-sizing: border-box; }}
-/* as in the app: a hidden side yields to the scoreboard */
-[hidden] {{ display: none !important; }}
-body {{ font-family: {SYSTEM_FONTS}; color: #1F2933; font-size: 16px; }}
-.pk-sa {{ max-width: 1600px; margin: 0 auto; padding: .8rem 1.4rem 2rem 1.4rem; }}
-.pk-sa-head {{ display: flex; align-items: baseline; gap: 1rem; flex-wrap: wrap;
-  margin-bottom: .6rem; }}
-.pk-sa-head h1 {{ font-size: 1.5rem; margin: 0; flex: 1 1 auto; }}
-.pk-sa-lang button {{ font: inherit; font-size: 14px; border: 1px solid #d0d5dd;
-  border-radius: .45rem; background: white; padding: .2rem .7rem; cursor: pointer; }}
-.pk-sa-lang button.on {{ background: #1F2933; color: white; border-color: #1F2933; }}
-.pk-sa-home {{ font-size: 14px; color: #2F62C8; }}
-.pk-sa-note {{ font-size: 13px; color: #6B7785; margin-top: 1rem; }}
-"""
 
-# Reads the hash once, mounts the player with that frame's language, and swaps payloads on
-# the language buttons; the player itself (player.js, above) keeps the hash up to date.
-BOOT_JS = """
-const PK = JSON.parse(document.getElementById("pk-data").textContent);
-const hash = new URLSearchParams(location.hash.replace(/^#/, ""));
-// the languages this file holds: not any key an object answers to ("constructor", "__proto__")
-const known = (l) => PK.langs.includes(l);
-let lang = known(hash.get("lang")) ? hash.get("lang") : PK.langs[0];
-// a frame is digits, as the app reads it (parseInt took "1e3" as 1 and "3.9" as 3)
-const frameOf = (s) => (/^[0-9]+$/.test(s || "") ? Number(s) : NaN);
-const start = frameOf(hash.get("frame")) || 0;
-const present = hash.get("present") === "1";
-// still=1: the frames are being photographed (an animation export): no transient hint
-const still = hash.get("still") === "1";
-function show(l) {
-  lang = l;
-  document.documentElement.lang = l === "zh" ? "zh-Hans" : "en";
-  document.title = PK.titles[l];
-  document.getElementById("pk-sa-title").textContent = PK.titles[l];
-  document.getElementById("pk-sa-note").textContent = PK.notes[l];
-  document.querySelectorAll(".pk-sa-lang button").forEach((b) =>
-    b.classList.toggle("on", b.dataset.lang === l));
-  mountPlayer({ data: { ...PK.payloads[l], start, present, still, follow: false,
-                        standalone: true, home_lang: PK.langs[0] },
-                parentElement: document.getElementById("pk-sa-player") });
-}
-document.querySelectorAll(".pk-sa-lang button").forEach((b) => {
-  b.onclick = () => { show(b.dataset.lang); b.blur(); };
-});
-window.addEventListener("hashchange", () => {
-  const h = new URLSearchParams(location.hash.replace(/^#/, ""));
-  const l = h.get("lang") || PK.langs[0];
-  const f = frameOf(h.get("frame"));
-  const p = window.pkPlayer;
-  // the frame first: another language loads asynchronously and keeps the frame shown then
-  if (p && !Number.isNaN(f)) p.go(f);
-  if (known(l) && l !== lang) show(l);
-  // a hash that names a frame also says the mode (the player writes present=1 when on)
-  const pr = h.get("present") === "1";
-  if (p && !Number.isNaN(f) && p.present !== pr) p.setPresent(pr);
-});
-show(lang);
-"""
+HERE = Path(__file__).resolve().parent
+#: The page's own look, and its start: it mounts the player (player.js keeps the hash).
+PAGE_CSS, BOOT_JS = HERE / "standalone.css", HERE / "standalone.js"
 
 LANG_NAMES = {"en": "English", "zh": "中文"}
 
@@ -149,8 +95,9 @@ def drawn_page(
         "notes": {lg: text[lg]["made"] for lg in langs},
     }
     icon = drawn[langs[0]]["icon"]
-    css = payload.styles() + html.CSS.replace("<style>", "").replace("</style>", "") + PAGE_CSS
-    js = payload.script() + BOOT_JS
+    css = payload.styles() + html.css() + stylesheet(PAGE_CSS, system_fonts=SYSTEM_FONTS)
+    # the player's files and the start, one module: inline, so file:// fetches nothing
+    js = payload.script() + BOOT_JS.read_text(encoding="utf-8")
     buttons = "".join(
         f"<button type='button' data-lang='{lg}'>{LANG_NAMES[lg]}</button>" for lg in langs
     )

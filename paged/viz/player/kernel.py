@@ -13,7 +13,14 @@ import zlib
 
 from paged.viz.fold import captions
 from paged.viz.fold.kernel.frames import CHAPTERS, KernelLesson, caption, narration
-from paged.viz.player.payload import ASSETS, Pieces, markdown, timeline_html, timeline_scale
+from paged.viz.player.payload import (
+    ASSETS,
+    SLOTS,
+    Pieces,
+    markdown,
+    timeline_html,
+    timeline_scale,
+)
 from paged.viz.player.payload import TEXT_KEYS as payload_text_keys
 from paged.viz.render import kernel as draw
 from paged.viz.render.style import MUTED
@@ -30,7 +37,7 @@ def _strip(text: str) -> str:
 
 
 def frame_parts(lesson: KernelLesson, i: int, lang: str) -> list[str]:
-    """Frame ``i``'s pieces in the player's slot order (lm lg lp rm rg rp lc rc body step)."""
+    """Frame ``i``'s pieces in the player's slot order (``SLOTS``)."""
     f, w = lesson.frames[i], draw.words(lang)
     left, right = caption(lesson, i, lang)
     table = " ".join(str(b) for b in f.read.physical)
@@ -106,6 +113,7 @@ def kernel_payload(lesson: KernelLesson, lang: str) -> dict:
         "lesson": spec.name,
         "lang": lang,
         "num_frames": lesson.num_frames,
+        "slots": list(SLOTS),
         "z": base64.b64encode(z).decode("ascii"),
         "chapters": chapters,
         "steps": [

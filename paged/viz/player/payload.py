@@ -30,6 +30,8 @@ from paged.viz.render.style import CATEGORY_COLOURS, INK, MUTED, words
 
 ASSETS = Path(__file__).resolve().parent
 GRID_HEIGHT = 390
+#: A frame record's pieces, in order; the payload says so (``slots``) and the player reads
+#: each by its name, so the order is defined here only.
 SLOTS = ("lm", "lg", "lp", "rm", "rg", "rp", "lc", "rc", "body", "step")
 TL_W, TL_H, TL_PAD = 1000, 100, (0, 0, 6, 2)  # width, height, padding left/right/top/bottom
 
@@ -324,6 +326,7 @@ def envelope(lesson: Lesson, lang: str, chs: list[chapters.Chapter], z: bytes) -
         "lesson": lesson.spec.name,
         "lang": lang,
         "num_frames": lesson.num_frames,
+        "slots": list(SLOTS),
         "z": base64.b64encode(z).decode("ascii"),
         "chapters": [
             {
@@ -375,9 +378,24 @@ TEXT_KEYS = (
 )
 
 
-#: The player's front end in the order it is put on a page: point.js (pointing, the clicker, the
-#: presenter console) defines the functions player.js calls, in the same module.
-SCRIPTS = ("point.js", "player.js")
+#: The player's front end, one file per job, in the order it is put on a page: one module, whose
+#: files share its scope (no imports: the one-file export opens from file://, with no server to
+#: fetch them). player.js comes last: it mixes the others' methods into its Player as it loads.
+#: In Node each file is a CommonJS module of its own (tests/js).
+SCRIPTS = (
+    "stepping.js",
+    "pointing.js",
+    "console.js",
+    "reading.js",
+    "point.js",
+    "page.js",
+    "keys.js",
+    "fit_rows.js",
+    "fit_present.js",
+    "link.js",
+    "playing.js",
+    "player.js",
+)
 STYLES = ("player.css", "point.css")
 
 

@@ -1,10 +1,11 @@
 """Small HTML pieces for the lesson page: metrics strip, block tables / reservations, queue,
-legend. Pure functions from frames to strings (testable without a browser); the CSS lives here
-too so the look is defined in one place. Everything shown is escaped or generated."""
+legend. Pure functions from frames to strings (testable without a browser); their look is
+panels.css beside this file. Everything shown is escaped or generated."""
 
 from __future__ import annotations
 
 from html import escape
+from pathlib import Path
 
 from paged.engine.core import events as E
 from paged.engine.core.accounting import CATEGORIES
@@ -14,11 +15,9 @@ from paged.viz.fold.reducer import PAGED, Frame
 from paged.viz.render.style import (
     CATEGORY_COLOURS,
     CATEGORY_MARKS,
-    CHANGED,
-    INK,
-    MUTED,
     REQUEST_COLOURS,
     SIDE_COLOURS,
+    stylesheet,
     words,
 )
 from paged.viz.render.svg import swatch
@@ -27,68 +26,12 @@ MAX_ROWS = 14  # requests listed per panel; a classroom arena never has more
 MAX_MAPS = 12  # block-table entries shown per request (first ones, "…", the last two)
 MAX_CHIPS = 16  # queue entries shown per group
 
-_CHIP_COLOURS = "".join(
-    f".pk-c{i} {{ background:{c}; border-color:{c}; }} .pk-c{i}.waiting, .pk-c{i}.blocked "
-    f"{{ color:{c}; }}\n"
-    for i, c in enumerate(REQUEST_COLOURS)
-)
+CSS_FILE = Path(__file__).resolve().parent / "panels.css"
 
-CSS = f"""
-<style>
-{_CHIP_COLOURS}
-.pk-strip {{ margin: 0 0 .35rem 0; }}
-.pk-bar {{ display:flex; height:22px; border-radius:5px; overflow:hidden; background:#eee; }}
-.pk-bar > div {{ height:100%; color:white; font-size:12px; font-weight:600; line-height:22px;
-  text-align:center; white-space:nowrap; overflow:hidden; display:flex; flex-wrap:wrap;
-  justify-content:center; align-content:flex-start; }}
-/* Whether a share's label fits its segment depends on the screen's width: a label that does
-   not fit whole wraps onto a second line, under the segment's clipped edge, beside this
-   full-height empty first item (a cut "10.5%" reads as another number). The share stays in
-   the title and in the numbers under the bar. */
-.pk-bar > div::before {{ content:""; width:0; height:100%; }}
-.pk-nums {{ display:flex; flex-wrap:wrap; gap:.2rem .9rem; font-size:13px; color:{INK};
-  margin-top:.3rem; }}
-.pk-nums .sw {{ display:inline-block; width:10px; height:10px; border-radius:2px;
-  margin-right:4px; vertical-align:-1px; }}
-.pk-nums b {{ font-variant-numeric: tabular-nums; }}
-.pk-q {{ margin-left:auto; color:{MUTED}; }}
-.pk-panel {{ font-size:13px; color:{INK}; line-height:1.45; }}
-.pk-panel h5 {{ font-size:12px; text-transform:uppercase; letter-spacing:.04em; color:{MUTED};
-  margin:.1rem 0 .3rem 0; padding:0; font-weight:600; }}
-.pk-row {{ display:flex; align-items:flex-start; gap:.35rem; margin:.12rem 0; }}
-.pk-chip {{ display:inline-block; min-width:1.45rem; text-align:center; border-radius:4px;
-  font-weight:700; font-size:12px; padding:0 .3rem; color:white; line-height:1.35rem; }}
-.pk-map {{ display:inline-block; font-family: ui-monospace, Menlo, Consolas, monospace;
-  font-size:12px; padding:0 .28rem; margin:0 .2rem .2rem 0; border-radius:4px;
-  border:1px solid #d9dee5; background:#f8f9fb; line-height:1.3rem; }}
-.pk-map.new {{ border:2px solid {CHANGED}; background:white; }}
-.pk-maps {{ display:flex; flex-wrap:wrap; }}
-.pk-run {{ font-family: ui-monospace, Menlo, Consolas, monospace; font-size:12px; }}
-.pk-dim {{ color:{MUTED}; }}
-.pk-why {{ color:{INK}; font-size:12px; }}
-.pk-q-entry {{ display:inline-flex; align-items:center; gap:.25rem; margin:0 .45rem .25rem 0; }}
-.pk-chip.waiting {{ background:white !important; border:2px solid; line-height:1.2rem; }}
-.pk-chip.blocked {{ background:white !important; border:2px dashed {INK};
-  line-height:1.2rem; }}
-.pk-legend {{ display:flex; flex-wrap:wrap; gap:.3rem 1.1rem; font-size:13px; color:{INK};
-  align-items:center; }}
-.pk-legend svg.cell {{ display:inline-block; width:15px; height:15px; margin-right:5px;
-  vertical-align:-3px; }}
-.pk-legend {{ margin-top: .4rem; }}
-.pk-side-body {{ display:flex; gap:.9rem; align-items:flex-start; margin-top:.5rem; }}
-.pk-side-grid {{ flex: 5 1 0; min-width:0; }}
-.pk-side-panel {{ flex: 3 1 0; min-width:0; }}
-.pk-side-panel .pk-panel + .pk-panel {{ margin-top:.7rem; }}
-.pk-side-title {{ font-size:1.15rem; font-weight:700; margin:0 0 .25rem 0; }}
-.pk-score .sw {{ display:inline-block; width:10px; height:10px; border-radius:2px;
-  margin-top:5px; }}
-.pk-big {{ display:flex; gap:.8rem; margin-top:.6rem; }}
-.pk-big > div {{ flex:1; font-size:11px; color:{MUTED}; line-height:1.2; }}
-.pk-big b {{ display:block; font-size:1.6rem; color:{INK}; font-weight:700;
-  font-variant-numeric: tabular-nums; }}
-.pk-narration p {{ font-size:1.02rem; line-height:1.55; margin-bottom:.45rem; }}
-</style>
-"""
+
+def css() -> str:
+    """The panels' stylesheet, its palette filled in."""
+    return stylesheet(CSS_FILE)
 
 
 def side_title(title: str, side: str) -> str:
@@ -200,7 +143,7 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
                 f"<span class='{cls}'>[{start}, {start + length})</span>"
                 f"<span class='pk-dim'>{row.filled}/{length}</span>"
             )
-        # a row this frame changed: kept when presenter mode condenses the panel (player.js)
+        # a row this frame changed: kept when presenter mode condenses the panel (fit_present.js)
         hot = row.new or row.req in moved or any(m.new for m in row.mappings)
         out.append(
             f"<div class='pk-row{' pk-hot' if hot else ''}' data-req='{escape(row.req)}'>"
@@ -223,7 +166,7 @@ def tables_panel(frame: Frame, lang: str = "en") -> str:
 
 def _unchanged(w: dict) -> str:
     """The line presenter mode shows in place of the unchanged rows it leaves out of a panel
-    too long for the screen (player.js fills in how many)."""
+    too long for the screen (fit_present.js fills in how many)."""
     return f"<div class='pk-dim pk-rest' data-t='{escape(w['unchanged'])}' hidden></div>"
 
 

@@ -7,10 +7,11 @@ request id) is escaped."""
 from __future__ import annotations
 
 import html as _html
+from pathlib import Path
 
 from paged.viz import ui_text
 from paged.viz.fold.kernel.frames import KernelFrame, KernelLesson, num, pct
-from paged.viz.render.style import CATEGORY_COLOURS, INK, MUTED, cell_colour
+from paged.viz.render.style import CATEGORY_COLOURS, INK, MUTED, cell_colour, stylesheet
 
 # The arena's geometry in viewBox units, about one unit a pixel where presenter mode draws it
 # (a side's full width at a 1280x720 projector, ~600 px): its labels at 16 units stay a 17 px
@@ -232,25 +233,7 @@ def state_panel(lesson: KernelLesson, i: int, lang: str) -> str:
     )
 
 
-CSS = f"""
-.pk-k-panel {{ font-size: 15px; color: {INK}; }}
-.pk-k-h {{ font-weight: 700; margin: .2rem 0 .3rem 0; }}
-.pk-k-table {{ border-collapse: collapse; font-variant-numeric: tabular-nums; }}
-.pk-k-table th, .pk-k-table td {{ padding: .1rem .6rem; text-align: right;
-  border-bottom: 1px solid #E3E7EC; }}
-.pk-k-table tr.pk-k-on td {{ font-weight: 700; outline: 2px solid {INK}; }}
-/* Presenter mode: a side's drawing takes the side's full width and its panel goes under it,
-   so the labels are drawn about one unit a pixel and the table keeps all its columns. */
-.pk-present .pk-side-body:has(.pk-k-arena, .pk-k-tiles) {{ flex-direction: column;
-  overflow: hidden; }}
-.pk-present .pk-side-body:has(.pk-k-arena, .pk-k-tiles) > .pk-side-grid {{ flex: none;
-  width: 100%; height: auto; }}
-.pk-present .pk-side-grid svg:is(.pk-k-arena, .pk-k-tiles) {{ height: auto !important;
-  max-height: none !important; display: block; }}
-.pk-present .pk-side-body:has(.pk-k-arena, .pk-k-tiles) > .pk-side-panel {{ flex: 1 1 auto;
-  width: 100%; height: auto; }}
-.pk-present .pk-k-panel {{ font-size: 15px; line-height: 1.3; }}
-"""
+CSS_FILE = Path(__file__).resolve().parent / "kernel.css"
 
 
 def legend(lang: str, req: str) -> str:
@@ -261,7 +244,7 @@ def legend(lang: str, req: str) -> str:
         for t in range(5)
     )
     return (
-        f"<style>{CSS}</style><div class='pk-k-legend'>"
+        f"<style>{stylesheet(CSS_FILE)}</style><div class='pk-k-legend'>"
         f"<span style='border:2px solid {INK};padding:0 .4rem'>{_esc(w['legend_req'].format(req=req))}</span> "
         f"<span style='border:2px dashed {INK};padding:0 .4rem'>{_esc(w['shared'])}</span> "
         f"<span style='border:4px solid {INK};padding:0 .4rem'>{_esc(w['legend_read'])}</span> "

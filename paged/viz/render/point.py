@@ -3,7 +3,7 @@
 Two things go into a frame's SVG (``paged.viz.render.svg.arena_svg``'s ``overlay``):
 
 - **block marks** (paging only): one invisible outline per physical block some block table
-  holds, ``data-block`` its number. The player (paged/viz/player/point.js) outlines the blocks of
+  holds, ``data-block`` its number. The player (paged/viz/player/pointing.js) outlines the blocks of
   the request in focus and aims its arrows at them; it never works out where a block is.
 - **callouts**: the frame's key fact, outlined on the cells it is about, with its sentence in
   ``data-say`` (the player sets it beside the outline, in HTML, at a size the back row can

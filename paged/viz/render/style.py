@@ -3,6 +3,8 @@ figure looks like the app). Pure data and tiny helpers; no Streamlit, no plotly.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from paged.viz import ui_text
 from paged.viz.fold.reducer import CELL_CATEGORY
 
@@ -66,3 +68,25 @@ TEXT = ui_text.load("style")  # paged/viz/text/style.toml
 
 def words(lang: str) -> dict:
     return TEXT.get(lang, TEXT["en"])
+
+
+def palette() -> dict[str, str]:
+    """The colours a stylesheet names as ``var(--pk-NAME)`` (``stylesheet``)."""
+    return {
+        "ink": INK,
+        "muted": MUTED,
+        "changed": CHANGED,
+        **{f"req-{i}": c for i, c in enumerate(REQUEST_COLOURS)},
+    }
+
+
+def stylesheet(path: Path, **values: str) -> str:
+    """A stylesheet shipped beside the code (``*.css``), its ``var(--pk-NAME)`` palette names
+    filled in with this module's colours (and ``values``' names with theirs: ``system_fonts``
+    fills ``var(--pk-system-fonts)``): the CSS stays a CSS file, linted as one, and the pages
+    and the server's SVG keep one palette. Other custom properties are left alone."""
+    text = path.read_text(encoding="utf-8")
+    named = {**palette(), **{k.replace("_", "-"): v for k, v in values.items()}}
+    for name, value in named.items():
+        text = text.replace(f"var(--pk-{name})", value)
+    return text

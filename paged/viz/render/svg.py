@@ -310,7 +310,7 @@ def _names(frame: Frame, layout: GridLayout) -> str:
         else:  # a request that stopped this frame: its slots still on the grid
             span = frame.owners.count(owner)
         room = max(1, min(span, layout.cols - col)) * CELL - GAP - 3
-        # where the player may grow the name for a projector (player.js fitGridText): the
+        # where the player may grow the name for a projector (fit_present.js fitGridText): the
         # row's middle, the cell's left edge and the owner's room in this row
         fit = f"class='pk-nm' data-cy='{_y(row, layout) + _h(layout) / 2}' data-x0='{_x(col)}' "
         head = (
