@@ -53,6 +53,9 @@ class LessonSpec:
     side_titles: dict[str, dict[str, str]]
     steps: tuple[LessonStep, ...]
     summary: dict[str, str] | None = None  # one line by language: what the course index says
+    #: ``[[exercises]]``: which generated questions the lesson offers, in order, and how they
+    #: are worded (paged.viz.exercises.select reads them); empty: every generated one
+    exercises: tuple[dict, ...] = ()
 
 
 def available(root: Path = LESSONS_DIR) -> list[str]:
@@ -121,6 +124,7 @@ def load_spec(name: str, root: Path = LESSONS_DIR) -> LessonSpec:
             side_titles={side: texts(doc[side]["title"]) for side in SIDES},
             steps=steps,
             summary=texts(doc["summary"]) if "summary" in doc else None,
+            exercises=tuple(dict(x) for x in doc.get("exercises", ())),
         )
     except (KeyError, TypeError) as e:
         raise LessonError(f"lessons/{name}/lesson.toml lacks {e}") from None
