@@ -25,7 +25,7 @@ from paged.viz.exercises.rules import FACTS, Candidate, candidates
 from paged.viz.fold.lesson_folder import LANGS, LessonError
 from paged.viz.fold.lesson_model import Lesson
 
-__all__ = ["FACTS", "Question", "grade", "questions", "read_answer"]
+__all__ = ["FACTS", "Question", "check_pick", "grade", "questions", "read_answer"]
 
 PER_FACT = 3  # generated questions of one fact on one side, when the lesson picks none
 MAX_QUESTIONS = 40  # per lesson: a worksheet's worth, and a bounded payload for any upload
