@@ -11,7 +11,7 @@ quoting that frame's numbers. A lesson's ``[[exercises]]`` picks, orders and wor
     event = "admission_blocked"   # optional: the kind of event that makes it true
     req = "D"                     # optional: the request's id in the trace
     nth = 1                       # optional: the nth such place (1 = the first)
-    prompt = { en = "...{req}...", zh = "..." }   # optional; quotes {req} {prompt} {logical}
+    prompt = { en = "...{req}...", zh = "..." }   # optional: {req} {prompt} {max_tokens} {logical}
 
 An uploaded or recorded trace (``lesson.source`` not "lesson") gets the generated questions,
 a few of each fact. Deterministic; pure Python, no Streamlit, no torch.
@@ -29,6 +29,7 @@ __all__ = ["FACTS", "Question", "check_pick", "grade", "questions", "read_answer
 
 PER_FACT = 3  # generated questions of one fact on one side, when the lesson picks none
 MAX_QUESTIONS = 40  # per lesson: a worksheet's worth, and a bounded payload for any upload
+PROMPT_VALUES = {"req", "prompt", "max_tokens", "logical"}  # question.prompt_values
 PICK_KEYS = {"ask", "side", "event", "req", "nth", "prompt"}
 
 
@@ -102,6 +103,6 @@ def check_pick(pick: dict, where: str) -> None:
     for text in (_wording(pick) or {}).values():
         if not isinstance(text, str) or not text:
             raise LessonError(f"{where}: [[exercises]] prompt needs en and zh text")
-        extra = ui_text.placeholders(text) - {"req", "prompt", "logical"}
+        extra = ui_text.placeholders(text) - PROMPT_VALUES
         if extra:
             raise LessonError(f"{where}: [[exercises]] prompt quotes {{{min(extra)}}}")

@@ -70,12 +70,13 @@ def text() -> dict[str, dict]:
 
 def prompt_values(lesson: Lesson, c: Candidate) -> dict[str, object]:
     """What a prompt may quote (a lesson's own wording too): the request's name, its prompt
-    length, the logical block a question is about."""
+    length and output bound, the logical block a question is about."""
     frames = lesson.side(c.side).frames
     view = frames[c.frame + 1].requests.get(c.req)
     return {
         "req": name(frames[c.frame + 1], c.req),
         "prompt": view.prompt_len if view else "?",
+        "max_tokens": view.max_tokens if view else "?",
         "logical": c.logical,
     }
 
