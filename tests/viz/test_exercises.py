@@ -54,7 +54,7 @@ def _copied_from(seen: Frame, nxt: Frame, req: str, logical: int) -> tuple[int, 
 def truth(seen: Frame, nxt: Frame, q: Question):
     """What the next frame shows, read plainly from its fields."""
     req = q.req
-    view = nxt.requests.get(req)
+    view = nxt.requests[req]
     return {
         "admitted": lambda: "yes" if req in nxt.running or view.status == "finished" else "no",
         "external": lambda: nxt.account.external,
@@ -76,6 +76,7 @@ def wrong(q: Question):
         return next(c for c in q.choices if c != q.answer)
     if isinstance(q.answer, int):
         return q.answer + 1
+    assert isinstance(q.answer, tuple)
     return tuple(sorted({(b + 1) % q.cells for b in q.answer} | {q.answer[0]}))
 
 

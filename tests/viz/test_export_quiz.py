@@ -44,7 +44,7 @@ def test_quiz_alone_writes_both_languages_with_every_question_and_its_key(tmp_pa
         assert len(key) == len(qs)
         for n, (line, q) in enumerate(zip(key, qs, strict=True), start=1):
             shown = read_answer(lesson, q)  # the next frame, read again
-            words = dict(zip(q.choices, q.labels[lang], strict=True)).get(shown, shown)
+            words = dict(zip(q.choices, q.labels[lang], strict=True)).get(str(shown), shown)
             want = ", ".join(f"#{b}" for b in shown) if isinstance(shown, tuple) else str(words)
             assert line.startswith(f"{n}. {want}"), (line, want)
             assert q.why[lang] in line

@@ -13,15 +13,19 @@ def _others(frame: Frame, req: str) -> dict[str, tuple[int, ...]]:
     return {r: t for r, t in frame.block_tables.items() if r != req}
 
 
+def _shared_blocks(nxt: Frame, req: str) -> tuple[int, ...]:
+    mine = set(nxt.block_tables.get(req, ()))
+    held = {b for t in _others(nxt, req).values() for b in t}
+    return tuple(sorted(mine & held))
+
+
 def _shared(seen: Frame, nxt: Frame, p: dict) -> Answer | None:
-    mine = set(nxt.block_tables.get(p["req"], ()))
-    held = {b for t in _others(nxt, p["req"]).values() for b in t}
-    return tuple(sorted(mine & held)) or None
+    return _shared_blocks(nxt, p["req"]) or None
 
 
 def _shared_why(seen: Frame, nxt: Frame, p: dict) -> tuple[str, dict]:
     req = p["req"]
-    common = set(_shared(seen, nxt, p) or ())
+    common = set(_shared_blocks(nxt, req))
     with_ = [name(nxt, r) for r, t in _others(nxt, req).items() if common & set(t)]
     return "shared", {
         "req": name(nxt, req),
@@ -38,7 +42,8 @@ def _sibling_block(nxt: Frame, req: str, logical: int) -> tuple[str, int] | None
     mine = nxt.block_tables.get(req, ())
     if logical >= len(mine):
         return None
-    for other, t in sorted(_others(nxt, req).items(), key=lambda kv: nxt.requests[kv[0]].order):
+    order = {r: v.order for r, v in nxt.requests.items()}
+    for other, t in sorted(_others(nxt, req).items(), key=lambda kv: order.get(kv[0], -1)):
         if len(t) > logical and t[:logical] == mine[:logical] and t[logical] != mine[logical]:
             return other, t[logical]
     return None
@@ -62,13 +67,18 @@ def _copied_why(seen: Frame, nxt: Frame, p: dict) -> tuple[str, dict]:
     }
 
 
-def _preempted(seen: Frame, nxt: Frame, p: dict) -> Answer | None:
+def _back_in_queue(seen: Frame, nxt: Frame) -> str | None:
+    """The one request running before the step and waiting after it (None: none or several)."""
     back = [r for r in seen.running if r in nxt.requests and nxt.requests[r].status == "waiting"]
     return back[0] if len(back) == 1 else None
 
 
+def _preempted(seen: Frame, nxt: Frame, p: dict) -> Answer | None:
+    return _back_in_queue(seen, nxt)
+
+
 def _preempted_why(seen: Frame, nxt: Frame, p: dict) -> tuple[str, dict]:
-    req = _preempted(seen, nxt, p) or ""
+    req = _back_in_queue(seen, nxt) or ""
     return "preempted", {
         "req": name(nxt, req),
         "frame": nxt.index,

@@ -126,7 +126,7 @@ def _slot_map(frame: Frame, t: dict) -> list[str]:
 
 def _answer(q: Question, lang: str) -> str:
     if q.choices:
-        return _md(dict(zip(q.choices, q.labels[lang], strict=True))[q.answer])
+        return _md(dict(zip(q.choices, q.labels[lang], strict=True))[str(q.answer)])
     if isinstance(q.answer, tuple):
         return ", ".join(f"#{b}" if q.unit == BLOCK else str(b) for b in q.answer)
     return str(q.answer)

@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from paged.viz.fold import captions, chapters
 from paged.viz.fold.lesson import Lesson
@@ -352,7 +353,7 @@ def envelope(lesson: Lesson, lang: str, chs: list[chapters.Chapter], z: bytes) -
     }
 
 
-def exercises_data(lesson: Lesson, lang: str) -> list[dict]:
+def exercises_data(lesson: Lesson, lang: str) -> list:
     """The lesson's questions (``paged.viz.exercises``) as plain data, answers included: the
     offline player grades with no server. Every string is HTML-escaped, as every other string
     the player places is HTML: a request's name comes from the trace."""
@@ -361,7 +362,7 @@ def exercises_data(lesson: Lesson, lang: str) -> list[dict]:
     return [_escaped(q.to_dict(lang)) for q in questions(lesson)]
 
 
-def _escaped(v: object) -> object:
+def _escaped(v: Any) -> Any:
     if isinstance(v, str):
         return _html.escape(v, quote=True)
     if isinstance(v, list):
