@@ -185,3 +185,17 @@ def test_a_bad_pick_in_lesson_toml_is_one_line(pick, says):
     with pytest.raises(LessonError, match=re.escape(says)) as info:
         check_pick(pick, "lessons/x/lesson.toml")
     assert "\n" not in str(info.value)
+
+
+def test_a_lesson_whose_picks_are_unusable_is_refused_when_it_loads(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    toml = (load_spec("six-steps").folder / "lesson.toml").read_text(encoding="utf-8")
+    (folder / "lesson.toml").write_text(toml + '\n[[exercises]]\nask = ["x"]\n', encoding="utf-8")
+    with pytest.raises(LessonError, match="ask = ") as info:
+        load_spec("mine", tmp_path)
+    assert "\n" not in str(info.value)
+    top = "exercises = [1]\n"  # a top-level key: before the first table
+    (folder / "lesson.toml").write_text(top + toml.split("[[exercises]]")[0], encoding="utf-8")
+    with pytest.raises(LessonError, match=r"\[\[exercises\]\] tables"):
+        load_spec("mine", tmp_path)

@@ -93,13 +93,14 @@ def check_pick(pick: dict, where: str) -> None:
     unknown = set(pick) - PICK_KEYS
     if unknown:
         raise LessonError(f"{where}: [[exercises]] has unknown key {min(unknown)!r}")
-    if pick.get("ask") not in FACTS:
-        raise LessonError(
-            f"{where}: [[exercises]] ask = {pick.get('ask')!r}; known: {', '.join(FACTS)}"
-        )
+    ask = pick.get("ask")
+    if not isinstance(ask, str) or ask not in FACTS:
+        raise LessonError(f"{where}: [[exercises]] ask = {ask!r:.40}; known: {', '.join(FACTS)}")
     nth = pick.get("nth", 1)
     if type(nth) is not int or nth < 1:
         raise LessonError(f"{where}: [[exercises]] nth must be a whole number from 1")
+    if not isinstance(pick.get("prompt", ""), (str, dict)):
+        raise LessonError(f"{where}: [[exercises]] prompt needs en and zh text")
     for text in (_wording(pick) or {}).values():
         if not isinstance(text, str) or not text:
             raise LessonError(f"{where}: [[exercises]] prompt needs en and zh text")

@@ -115,6 +115,13 @@ def load_spec(name: str, root: Path = LESSONS_DIR) -> LessonSpec:
                         f"[if {min(unknown)}]; known: "
                         f"{', '.join(sorted(CONDITIONS))}"
                     )
+        picks = doc.get("exercises", [])
+        if not isinstance(picks, list) or not all(isinstance(p, dict) for p in picks):
+            raise LessonError(f"lessons/{name}/lesson.toml: exercises must be [[exercises]] tables")
+        from paged.viz.exercises import check_pick  # it reads lessons: imported when needed
+
+        for pick in picks:
+            check_pick(pick, f"lessons/{name}/lesson.toml")
         return LessonSpec(
             name=name,
             folder=folder,
@@ -124,7 +131,7 @@ def load_spec(name: str, root: Path = LESSONS_DIR) -> LessonSpec:
             side_titles={side: texts(doc[side]["title"]) for side in SIDES},
             steps=steps,
             summary=texts(doc["summary"]) if "summary" in doc else None,
-            exercises=tuple(dict(x) for x in doc.get("exercises", ())),
+            exercises=tuple(picks),
         )
     except (KeyError, TypeError) as e:
         raise LessonError(f"lessons/{name}/lesson.toml lacks {e}") from None
