@@ -12,7 +12,15 @@ import re
 import pytest
 
 from paged.engine.trace import io as T
-from paged.viz.exercises import FACTS, Question, check_pick, grade, questions, read_answer
+from paged.viz.exercises import (
+    FACTS,
+    PickError,
+    Question,
+    check_pick,
+    grade,
+    questions,
+    read_answer,
+)
 from paged.viz.fold.lesson import Lesson, build
 from paged.viz.fold.lesson_folder import LessonError, available, load_spec, trace_path
 from paged.viz.fold.reducer import TOKEN, Frame
@@ -182,7 +190,7 @@ def test_a_malformed_answer_is_simply_wrong(given):
     ],
 )
 def test_a_bad_pick_in_lesson_toml_is_one_line(pick, says):
-    with pytest.raises(LessonError, match=re.escape(says)) as info:
+    with pytest.raises(PickError, match=re.escape(says)) as info:
         check_pick(pick, "lessons/x/lesson.toml")
     assert "\n" not in str(info.value)
 

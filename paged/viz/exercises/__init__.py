@@ -6,7 +6,7 @@ fold of the next frame, and ``question`` words it in English and 中文 with one
 quoting that frame's numbers. A lesson's ``[[exercises]]`` picks, orders and words them::
 
     [[exercises]]
-    ask = "admitted"              # a fact: rules.FACTS
+    ask = "admitted"              # a fact: table.FACTS
     side = "left"                 # optional: left / right
     event = "admission_blocked"   # optional: the kind of event that makes it true
     req = "D"                     # optional: the request's id in the trace
@@ -19,18 +19,16 @@ a few of each fact. Deterministic; pure Python, no Streamlit, no torch.
 
 from __future__ import annotations
 
-from paged.viz import ui_text
+from paged.viz.exercises.picks import PickError, check_pick, wording
 from paged.viz.exercises.question import Question, grade, make, read_answer
-from paged.viz.exercises.rules import FACTS, Candidate, candidates
-from paged.viz.fold.lesson_folder import LANGS, LessonError
+from paged.viz.exercises.rules import Candidate, candidates
+from paged.viz.exercises.table import FACTS
 from paged.viz.fold.lesson_model import Lesson
 
-__all__ = ["FACTS", "Question", "check_pick", "grade", "questions", "read_answer"]
+__all__ = ["FACTS", "PickError", "Question", "check_pick", "grade", "questions", "read_answer"]
 
 PER_FACT = 3  # generated questions of one fact on one side, when the lesson picks none
 MAX_QUESTIONS = 40  # per lesson: a worksheet's worth, and a bounded payload for any upload
-PROMPT_VALUES = {"req", "prompt", "max_tokens", "logical"}  # question.prompt_values
-PICK_KEYS = {"ask", "side", "event", "req", "nth", "prompt"}
 
 
 def questions(lesson: Lesson) -> list[Question]:
@@ -61,7 +59,7 @@ def _picked(lesson: Lesson, cands: list[Candidate], picks: tuple[dict, ...]) -> 
         for n, c in enumerate(cands):
             if not _matches(c, pick):
                 continue
-            q = make(lesson, c, n, _wording(pick))
+            q = make(lesson, c, n, wording(pick))
             if q is None:
                 continue
             found += 1
@@ -78,32 +76,3 @@ def _matches(c: Candidate, pick: dict) -> bool:
         and pick.get("event", c.event) == c.event
         and pick.get("req", c.req) == c.req
     )
-
-
-def _wording(pick: dict) -> dict[str, str] | None:
-    prompt = pick.get("prompt")
-    if prompt is None:
-        return None
-    return {lang: prompt if isinstance(prompt, str) else prompt.get(lang, "") for lang in LANGS}
-
-
-def check_pick(pick: dict, where: str) -> None:
-    """Refuse (LessonError, one line) a pick that names an unknown fact or key, or wording
-    that quotes what a prompt cannot say."""
-    unknown = set(pick) - PICK_KEYS
-    if unknown:
-        raise LessonError(f"{where}: [[exercises]] has unknown key {min(unknown)!r}")
-    ask = pick.get("ask")
-    if not isinstance(ask, str) or ask not in FACTS:
-        raise LessonError(f"{where}: [[exercises]] ask = {ask!r:.40}; known: {', '.join(FACTS)}")
-    nth = pick.get("nth", 1)
-    if type(nth) is not int or nth < 1:
-        raise LessonError(f"{where}: [[exercises]] nth must be a whole number from 1")
-    if not isinstance(pick.get("prompt", ""), (str, dict)):
-        raise LessonError(f"{where}: [[exercises]] prompt needs en and zh text")
-    for text in (_wording(pick) or {}).values():
-        if not isinstance(text, str) or not text:
-            raise LessonError(f"{where}: [[exercises]] prompt needs en and zh text")
-        extra = ui_text.placeholders(text) - PROMPT_VALUES
-        if extra:
-            raise LessonError(f"{where}: [[exercises]] prompt quotes {{{min(extra)}}}")

@@ -1,6 +1,6 @@
 """A question as the student sees it: asked at one frame, answered by the next.
 
-``make(lesson, candidate)`` reads the answer from the fold (``rules.FACTS``) and words the
+``make(lesson, candidate)`` reads the answer from the fold (``table.FACTS``) and words the
 prompt, the choices and the one sentence of why in both languages (paged/viz/text/exercises.toml,
 or the lesson's own wording); ``grade`` says whether an answer is right; ``read_answer`` reads
 the fold again, which is what a test plays answers against. Pure Python.
@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from paged.viz import ui_text
 from paged.viz.exercises.facts import CELLS, CHOOSE, NUMBER, YESNO, Answer, name
-from paged.viz.exercises.rules import FACTS, Candidate
+from paged.viz.exercises.rules import Candidate
+from paged.viz.exercises.table import FACTS
 from paged.viz.fold.lesson_folder import LANGS
 from paged.viz.fold.lesson_model import Lesson
 from paged.viz.fold.reducer import PAGED

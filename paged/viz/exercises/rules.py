@@ -2,7 +2,7 @@
 
 Each rule looks at the events folded into frame ``i + 1`` of one side (admission, refusal,
 allocation, copy-on-write, share, preemption, swap) and proposes a ``Candidate``: a fact
-(``FACTS``) and its parameters, asked at frame ``i``. The rules only say *where* something
+(``paged.viz.exercises.table``) and its parameters, asked at frame ``i``. The rules only say *where* something
 instructive happens; what the answer is, the fact reads from the fold. Deterministic: frames
 in order, then sides, then events in the order they were recorded. Pure Python.
 """
@@ -13,23 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from paged.engine.core import events as E
-from paged.viz.exercises import facts as F
-from paged.viz.exercises import sharing as S
 from paged.viz.fold.lesson_model import Lesson
 from paged.viz.fold.reducer import PAGED, Frame
-
-FACTS: dict[str, F.Fact] = {
-    "admitted": F.Fact(F.YESNO, F._admitted, F._admitted_why),
-    "external": F.Fact(F.NUMBER, F._external, F._external_why),
-    "next_block": F.Fact(F.CELLS, F._next_block, F._next_block_why, F.BLOCK),
-    "next_slot": F.Fact(F.CELLS, F._next_slot, F._next_slot_why, F.SLOT),
-    "blocks_held": F.Fact(F.NUMBER, F._blocks_held, F._blocks_held_why),
-    "shared": F.Fact(F.CELLS, S._shared, S._shared_why, F.BLOCK),
-    "copied": F.Fact(F.CELLS, S._copied, S._copied_why, F.BLOCK),
-    "preempted": F.Fact(F.CHOOSE, S._preempted, S._preempted_why),
-    "preempt_mode": F.Fact(F.CHOOSE, S._preempt_mode, S._preempt_mode_why),
-    "cpu_blocks": F.Fact(F.NUMBER, S._cpu_blocks, S._cpu_blocks_why),
-}
 
 
 @dataclass(frozen=True)

@@ -118,10 +118,13 @@ def load_spec(name: str, root: Path = LESSONS_DIR) -> LessonSpec:
         picks = doc.get("exercises", [])
         if not isinstance(picks, list) or not all(isinstance(p, dict) for p in picks):
             raise LessonError(f"lessons/{name}/lesson.toml: exercises must be [[exercises]] tables")
-        from paged.viz.exercises import check_pick  # it reads lessons: imported when needed
+        from paged.viz.exercises.picks import PickError, check_pick
 
-        for pick in picks:
-            check_pick(pick, f"lessons/{name}/lesson.toml")
+        try:
+            for pick in picks:
+                check_pick(pick, f"lessons/{name}/lesson.toml")
+        except PickError as e:
+            raise LessonError(str(e)) from None
         return LessonSpec(
             name=name,
             folder=folder,
