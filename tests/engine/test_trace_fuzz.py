@@ -5,7 +5,9 @@ accepted, and an accepted one folds on both sides into possible frames (categori
 and summing to the arena, shares in [0, 1], owners and blocks inside the arena) whose drawn
 cells per category are the frame's numbers, which are the engine's own account of the same
 events, and that the app's own renderers draw without error (sampled frames: the SVG's cells
-counted per category too).
+counted per category too), and that its generated exercises are safe: each answer is what the
+next frame shows, a possible answer (a cell of the grid, one of the choices), and its words are
+one line in both languages.
 
 Seeded random, so a failure names its case and replays. ``FUZZ_CASES`` (default 2000: a third
 grammar traces, and every one of the 17 mutation kinds is applied dozens of times, and the test
@@ -35,6 +37,8 @@ from paged.engine.trace.header import RunHeader
 from paged.engine.trace.io import Trace, TraceError, loads
 from paged.engine.trace.recorder import record
 from paged.engine.trace.scenario import Scenario, ScenarioRequest
+from paged.viz.exercises import grade, questions, read_answer
+from paged.viz.exercises.facts import CELLS
 from paged.viz.fold import sweep
 from paged.viz.fold.lesson import build
 from paged.viz.fold.lesson_folder import LANGS, LessonSpec, load_spec
@@ -437,6 +441,7 @@ def check_accepted(trace: Trace, rng: random.Random) -> None:
                 render(lesson.side(side).at(i), layout, rng.choice(LANGS))
         for k in range(len(spec.steps)):
             render_step(lesson, k, "en")
+        check_exercises(lesson)
     for name in trace.run_names:  # runs the lesson did not show: the viewer's fold all the same
         if name in folded:
             continue
@@ -455,6 +460,22 @@ def check_accepted(trace: Trace, rng: random.Random) -> None:
     ):
         res = sweep.analyse(trace)  # the block-size page's fold
         assert all(0 <= s <= 1 for s in res.arena_shares.values())
+
+
+def check_exercises(lesson) -> None:
+    """An uploaded trace's questions: answerable from the fold, possible, and plain text."""
+    for q in questions(lesson):
+        assert 0 <= q.frame < len(lesson.side(q.side).frames) - 1
+        assert read_answer(lesson, q) == q.answer and grade(q, q.answer), q
+        if q.kind == CELLS:
+            assert q.answer and all(0 <= b < q.cells for b in q.answer), q  # type: ignore[union-attr]
+        elif q.choices:
+            assert q.answer in q.choices, q
+        for lang in LANGS:
+            d = q.to_dict(lang)
+            json.dumps(d)
+            for words in (d["prompt"], d["why"], *(c["label"] for c in d["choices"])):
+                assert words and "\n" not in words and "\u2028" not in words, (q, words)
 
 
 def run_case(text: str, rng: random.Random, tally: Tally, label: str, kind: str = "") -> None:

@@ -3,6 +3,7 @@
     python -m paged export --lesson six-steps --out figures/ --format png,svg,pdf [--lang en,zh]
     python -m paged export --lesson six-steps --out out/ --format html,gif,mp4 [--frames 0:40]
     python -m paged export --lesson six-steps --out out/ --format csv
+    python -m paged export --lesson six-steps --out out/ --format quiz
     python -m paged export --trace run.jsonl --out out/ --format html,svg
 
 writes one file per step, language and format (``six-steps-step3-en.png``), drawn by
@@ -18,6 +19,10 @@ language (``NAME.gif``, or ``NAME-zh.gif`` when several languages are asked for)
 ``csv`` writes every frame's numbers, one row per run per frame as the player shows it
 (paged/viz/export/frame_csv.py; ``NAME.csv``, or ``NAME-zh.csv`` when several languages are asked for:
 only the chapter titles differ).
+
+``quiz`` writes the lesson's exercises as a printable Markdown worksheet with an answer key, one
+per language (paged/viz/export/quiz.py; ``NAME-quiz-en.md``, ``NAME-quiz-zh.md``): both languages
+unless ``--lang`` names some.
 
 ``--trace FILE`` folds any trace the app accepts as an upload instead (the same reader, limits
 and lesson steps: ``--lesson``'s, six-steps by default) and names the files after it
@@ -58,7 +63,7 @@ from paged.viz.fold.narration import render_step
 
 MIME = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
 FORMATS = tuple(MIME)
-LESSON_FORMATS = ("html", "gif", "mp4", "csv")  # one file per lesson, not per step
+LESSON_FORMATS = ("html", "gif", "mp4", "csv", "quiz")  # one file per lesson, not per step
 ALL_FORMATS = FORMATS + LESSON_FORMATS
 LANGS = ("en", "zh")
 
@@ -271,9 +276,16 @@ def _lesson_files(
 ) -> list[Path]:
     """The one-per-lesson files: the frames' numbers, the standalone page, then each
     language's animations."""
-    from paged.viz.export import animate, frame_csv, standalone
+    from paged.viz.export import animate, frame_csv, quiz, standalone
 
     written: list[Path] = []
+    for lg in langs if "quiz" in formats else []:
+        if isinstance(lesson, KernelLesson):
+            raise ExportError("the kernel lesson has one run and no exercises: no quiz to write")
+        path = out / f"{name}-quiz-{lg}.md"
+        path.write_text(quiz.worksheet(lesson, lg), encoding="utf-8")
+        written.append(path)
+        say(f"{path.name}: worksheet and answer key")
     for lg in langs if "csv" in formats else []:  # only the chapter titles differ
         stem = name if len(langs) == 1 else f"{name}-{lg}"
         path = out / f"{stem}.csv"
@@ -283,7 +295,7 @@ def _lesson_files(
         say(f"{path.name}: {lesson.num_frames} frames x {runs} run{'s' * (runs > 1)}")
     # every language, opening in the first one asked (--lang zh: a page that opens in Chinese)
     order = tuple(dict.fromkeys([*langs, *standalone.LANGS]))
-    drawn = [f for f in formats if f != "csv"]
+    drawn = [f for f in formats if f not in ("csv", "quiz")]
     page = standalone.page(lesson, order) if drawn else ""
     if "html" in formats:
         path = out / f"{name}.html"
@@ -496,10 +508,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m paged export") ->
     p.add_argument(
         "--format",
         default="png",
-        help="comma-separated: png,svg,pdf (one per step), html,gif,mp4,csv (one per lesson; "
-        "csv: every frame's numbers, one row per run per frame)",
+        help="comma-separated: png,svg,pdf (one per step), html,gif,mp4,csv,quiz (one per "
+        "lesson; csv: every frame's numbers, one row per run per frame; quiz: a printable "
+        "Markdown worksheet with its answer key)",
     )
-    p.add_argument("--lang", default="en", help="comma-separated: en,zh")
+    p.add_argument(
+        "--lang", default=None, help="comma-separated: en,zh (en; --format quiz alone: en,zh)"
+    )
     p.add_argument(
         "--frames",
         default=None,
@@ -520,12 +535,15 @@ def main(argv: list[str] | None = None, prog: str = "python -m paged export") ->
     if not args.out.strip():
         print("error: --out is empty; name the folder to write into", file=sys.stderr)
         return 2
+    formats = _split(args.format)
+    # a worksheet is written for a class: both languages unless asked otherwise
+    lang = args.lang if args.lang is not None else ("en,zh" if formats == ["quiz"] else "en")
     try:
         paths = export_lesson(
             args.lesson,
             args.out,
-            _split(args.format),
-            _split(args.lang),
+            formats,
+            _split(lang),
             progress=lambda m: print(m, file=sys.stderr, flush=True),
             frames=args.frames,
             fps=args.fps,

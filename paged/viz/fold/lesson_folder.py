@@ -53,6 +53,9 @@ class LessonSpec:
     side_titles: dict[str, dict[str, str]]
     steps: tuple[LessonStep, ...]
     summary: dict[str, str] | None = None  # one line by language: what the course index says
+    #: ``[[exercises]]``: which generated questions the lesson offers, in order, and how they
+    #: are worded (paged.viz.exercises.select reads them); empty: every generated one
+    exercises: tuple[dict, ...] = ()
 
 
 def available(root: Path = LESSONS_DIR) -> list[str]:
@@ -112,6 +115,16 @@ def load_spec(name: str, root: Path = LESSONS_DIR) -> LessonSpec:
                         f"[if {min(unknown)}]; known: "
                         f"{', '.join(sorted(CONDITIONS))}"
                     )
+        picks = doc.get("exercises", [])
+        if not isinstance(picks, list) or not all(isinstance(p, dict) for p in picks):
+            raise LessonError(f"lessons/{name}/lesson.toml: exercises must be [[exercises]] tables")
+        from paged.viz.exercises.picks import PickError, check_pick
+
+        try:
+            for pick in picks:
+                check_pick(pick, f"lessons/{name}/lesson.toml")
+        except PickError as e:
+            raise LessonError(str(e)) from None
         return LessonSpec(
             name=name,
             folder=folder,
@@ -121,6 +134,7 @@ def load_spec(name: str, root: Path = LESSONS_DIR) -> LessonSpec:
             side_titles={side: texts(doc[side]["title"]) for side in SIDES},
             steps=steps,
             summary=texts(doc["summary"]) if "summary" in doc else None,
+            exercises=tuple(picks),
         )
     except (KeyError, TypeError) as e:
         raise LessonError(f"lessons/{name}/lesson.toml lacks {e}") from None

@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from paged.viz.fold import captions, chapters
 from paged.viz.fold.lesson import Lesson
@@ -351,7 +352,27 @@ def envelope(lesson: Lesson, lang: str, chs: list[chapters.Chapter], z: bytes) -
         "icon": "data:image/png;base64,"
         + base64.b64encode((ASSETS / "icon.png").read_bytes()).decode("ascii"),
         "text": {k: t[k] for k in TEXT_KEYS},
+        "exercises": exercises_data(lesson, lang),
     }
+
+
+def exercises_data(lesson: Lesson, lang: str) -> list:
+    """The lesson's questions (``paged.viz.exercises``) as plain data, answers included: the
+    offline player grades with no server. Every string is HTML-escaped, as every other string
+    the player places is HTML: a request's name comes from the trace."""
+    from paged.viz.exercises import questions
+
+    return [_escaped(q.to_dict(lang)) for q in questions(lesson)]
+
+
+def _escaped(v: Any) -> Any:
+    if isinstance(v, str):
+        return _html.escape(v, quote=True)
+    if isinstance(v, list):
+        return [_escaped(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _escaped(x) for k, x in v.items()}
+    return v
 
 
 #: The player's UI strings a payload carries (the player's help table, its buttons, its hint)
