@@ -467,7 +467,7 @@ def check_exercises(lesson) -> None:
     for q in questions(lesson):
         assert 0 <= q.frame < len(lesson.side(q.side).frames) - 1
         assert read_answer(lesson, q) == q.answer and grade(q, q.answer), q
-        if q.kind == CELLS:
+        if q.form == CELLS:
             assert q.answer and all(0 <= b < q.cells for b in q.answer), q  # type: ignore[union-attr]
         elif q.choices:
             assert q.answer in q.choices, q

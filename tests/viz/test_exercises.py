@@ -112,14 +112,14 @@ def test_each_answer_is_what_the_next_frame_shows_and_a_wrong_one_is_graded_wron
         assert grade(q, right), (q.id, q.fact, q.answer, right)
         assert not grade(q, wrong(q)), (q.id, q.fact, q.answer)
         assert read_answer(fresh, q) == q.answer
-        if q.kind == "number" or q.kind == "cells":
+        if q.form == "number" or q.form == "cells":
             shown = [q.answer] if isinstance(q.answer, int) else list(q.answer)
             assert all(str(v) in q.why["en"] for v in shown)  # the sentence says the answer
 
 
 def test_the_lessons_ask_every_kind_of_question_and_about_every_kind_of_event():
     asked = [q for name in LESSONS for q in questions(lesson(name))]
-    assert {q.kind for q in asked} == {"yesno", "choose", "number", "cells"}
+    assert {q.form for q in asked} == {"yesno", "choose", "number", "cells"}
     assert {q.fact for q in asked} == set(FACTS)
     events = {q.event for q in asked}
     assert {"admitted", "admission_blocked", "block_allocated", "block_copied"} <= events

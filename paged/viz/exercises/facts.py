@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from paged.viz.fold.reducer import FREE, HOLE, PAGED, Frame
 
-#: Question kinds: how the student answers.
+#: Question forms: how the student answers.
 YESNO, CHOOSE, NUMBER, CELLS = "yesno", "choose", "number", "cells"
 #: What a click on the grid names: a physical block (paging) or a slot (contiguous).
 BLOCK, SLOT = "block", "slot"
@@ -24,10 +24,10 @@ Answer = str | int | tuple[int, ...]
 
 @dataclass(frozen=True)
 class Fact:
-    """One kind of question: how it is answered, its answer from the fold, and the numbers
+    """One form of question: how it is answered, its answer from the fold, and the numbers
     its one sentence of why quotes (``why`` returns the text key and its values)."""
 
-    kind: str
+    form: str
     read: Callable[[Frame, Frame, dict], Answer | None]
     why: Callable[[Frame, Frame, dict], tuple[str, dict]]
     unit: str = ""

@@ -32,7 +32,7 @@ class Question:
     side: str
     frame: int
     event: str
-    kind: str
+    form: str
     answer: Answer
     prompt: dict[str, str]
     why: dict[str, str]
@@ -50,7 +50,7 @@ class Question:
             "frame": self.frame,
             "answer_frame": self.frame + 1,
             "side": self.side,
-            "kind": self.kind,
+            "form": self.form,
             "fact": self.fact,
             "event": self.event,
             "unit": self.unit,
@@ -98,11 +98,11 @@ def make(lesson: Lesson, c: Candidate, n: int, wording: dict | None = None) -> Q
     why_key, why_values = fact.why(seen, nxt, c.params)
     choices: tuple[str, ...] = ()
     labels: dict[str, tuple[str, ...]] = {}
-    if fact.kind == YESNO:
+    if fact.form == YESNO:
         choices = ("yes", "no")
     elif c.fact == "preempt_mode":
         choices = ("swap", "recompute")
-    elif fact.kind == CHOOSE:
+    elif fact.form == CHOOSE:
         choices = tuple(seen.running)
         if answer not in choices:
             return None
@@ -118,7 +118,7 @@ def make(lesson: Lesson, c: Candidate, n: int, wording: dict | None = None) -> Q
         side=c.side,
         frame=c.frame,
         event=c.event,
-        kind=fact.kind,
+        form=fact.form,
         answer=answer,
         prompt={
             lang: ((wording or {}).get(lang) or t[lang][key]).format(**values) for lang in LANGS
@@ -128,7 +128,7 @@ def make(lesson: Lesson, c: Candidate, n: int, wording: dict | None = None) -> Q
         labels=labels,
         unit=fact.unit,
         cells=(nxt.run.num_slots // nxt.run.block_size if paged else nxt.run.num_slots)
-        if fact.kind == CELLS
+        if fact.form == CELLS
         else 0,
         req=c.req,
         logical=c.logical,
@@ -147,11 +147,11 @@ def read_answer(lesson: Lesson, q: Question) -> Answer | None:
 def grade(q: Question, given: object) -> bool:
     """Whether ``given`` is the answer. Anything malformed (a string for a number, a cell list
     with junk in it) is simply wrong."""
-    if q.kind == CELLS:
+    if q.form == CELLS:
         if not isinstance(given, (list, tuple, set, frozenset)):
             return False
         picked = set(given)
         return all(type(b) is int for b in picked) and picked == set(q.answer)  # type: ignore[arg-type]
-    if q.kind == NUMBER:
+    if q.form == NUMBER:
         return type(given) is int and given == q.answer
     return isinstance(given, str) and given == q.answer

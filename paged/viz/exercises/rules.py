@@ -57,37 +57,39 @@ def _rules(
     paged = nxt.run.allocator == PAGED
     at = seen.index
     evs = nxt.events
-    preempted = [e.req for e in evs if isinstance(e, E.Preempted)]
-    admitted = {e.req for e in evs if isinstance(e, E.Admitted)}
+    preempted = [e.req for e in E.of_kind(evs, E.Preempted)]
+    admitted = {e.req for e in E.of_kind(evs, E.Admitted)}
     for e in evs:
-        if isinstance(e, E.Admitted):
-            yield Candidate("admitted", side, at, e.kind, e.req)
-            if paged:
-                yield Candidate("blocks_held", side, at, e.kind, e.req)
-        elif isinstance(e, E.AdmissionBlocked) and e.req not in admitted:
-            if (e.req, e.reason) in refused:
-                continue
-            refused.add((e.req, e.reason))
-            yield Candidate("admitted", side, at, e.kind, e.req)
-            if not paged and e.reason == E.BLOCKED_NO_HOLE:
-                yield Candidate("external", side, at, e.kind, e.req)
-        elif isinstance(e, E.BlockAllocated):
-            grows = e.req in seen.running and e.logical == len(seen.block_tables.get(e.req, ()))
-            if grows and e.logical > 0:  # a decode step filled its last block
-                yield Candidate("next_block", side, at, e.kind, e.req, e.logical)
-                yield Candidate("blocks_held", side, at, e.kind, e.req)
-        elif isinstance(e, E.TokensWritten) and not paged:
-            decode = len(e.slots) == 1 and e.req in seen.running and e.req not in first_decode
-            if decode:
-                first_decode.add(e.req)
-                yield Candidate("next_slot", side, at, e.kind, e.req)
-        elif isinstance(e, E.BlockCopied):
-            yield Candidate("copied", side, at, e.kind, e.req, e.logical)
-        elif isinstance(e, E.BlockShared) and e.logical == 0:  # once per request sharing
-            yield Candidate("shared", side, at, e.kind, e.req)
-        elif isinstance(e, E.Preempted):
-            if len(preempted) == 1:
-                yield Candidate("preempted", side, at, e.kind, e.req)
-            yield Candidate("preempt_mode", side, at, e.kind, e.req)
-        elif isinstance(e, E.SwappedOut):
-            yield Candidate("cpu_blocks", side, at, e.kind, e.req)
+        match e:
+            case E.Admitted():
+                yield Candidate("admitted", side, at, e.kind, e.req)
+                if paged:
+                    yield Candidate("blocks_held", side, at, e.kind, e.req)
+            case E.AdmissionBlocked() if e.req not in admitted:
+                if (e.req, e.reason) in refused:
+                    continue
+                refused.add((e.req, e.reason))
+                yield Candidate("admitted", side, at, e.kind, e.req)
+                if not paged and e.reason == E.BLOCKED_NO_HOLE:
+                    yield Candidate("external", side, at, e.kind, e.req)
+            case E.BlockAllocated():
+                table = seen.block_tables.get(e.req, ())
+                grows = e.req in seen.running and e.logical == len(table)
+                if grows and e.logical > 0:  # a decode step filled its last block
+                    yield Candidate("next_block", side, at, e.kind, e.req, e.logical)
+                    yield Candidate("blocks_held", side, at, e.kind, e.req)
+            case E.TokensWritten() if not paged:
+                decode = len(e.slots) == 1 and e.req in seen.running
+                if decode and e.req not in first_decode:
+                    first_decode.add(e.req)
+                    yield Candidate("next_slot", side, at, e.kind, e.req)
+            case E.BlockCopied():
+                yield Candidate("copied", side, at, e.kind, e.req, e.logical)
+            case E.BlockShared() if e.logical == 0:  # once per request sharing
+                yield Candidate("shared", side, at, e.kind, e.req)
+            case E.Preempted():
+                if len(preempted) == 1:
+                    yield Candidate("preempted", side, at, e.kind, e.req)
+                yield Candidate("preempt_mode", side, at, e.kind, e.req)
+            case E.SwappedOut():
+                yield Candidate("cpu_blocks", side, at, e.kind, e.req)

@@ -53,12 +53,12 @@ def _question(lesson: Lesson, q: Question, n: int, lang: str, t: dict) -> list[s
     out = [f"## {t['ws_question'].format(n=n)}", "", f"*{_md(where)}*", ""]
     out += _picture(seen, t)
     out += [f"**{_md(q.prompt[lang])}**", ""]
-    if q.kind == CHOOSE:
+    if q.form == CHOOSE:
         out += [t["ws_answer_choose"], ""]
         out += [f"- [ ] {_md(label)}" for label in q.labels[lang]]
-    elif q.kind == NUMBER:
+    elif q.form == NUMBER:
         out.append(t["ws_answer_number"])
-    elif q.kind == CELLS:
+    elif q.form == CELLS:
         key = "ws_answer_block" if q.unit == BLOCK else "ws_answer_slot"
         out.append(t[key].format(last=q.cells - 1))
     else:
