@@ -26,7 +26,7 @@ from paged.viz.fold.kernel.frames import (
 )
 from paged.viz.fold.lesson_folder import LESSONS_DIR
 from paged.viz.player.kernel import kernel_payload
-from paged.viz.render.kernel import figure_svg
+from paged.viz.render.kernel import figure_svg, state_panel
 
 NAME = "inside-the-kernel"
 
@@ -97,7 +97,7 @@ def test_the_walks_last_frame_prints_softmax_over_all_scores_and_the_difference(
     i = chapter_keyframe(lesson, "walk")
     assert lesson.frames[i].stage == "final"
     left, right = caption(lesson, i, "en")
-    assert f"m = {_f(zoom.tile_m[-1][h])}, l = {_f(zoom.tile_l[-1][h])}" in left
+    assert f"m = {_f(zoom.merged_m[h])}, l = {_f(zoom.merged_l[h])}" in left
     assert f"m = {_f(zoom.full_m[h])}, l = {_f(zoom.full_l[h])}" in right
     assert f"{zoom.max_diff:.1e}" in right
     for lang in ("en", "zh"):
@@ -131,6 +131,62 @@ def test_the_gqa_chapter_counts_reads_and_merges_the_split_states(lesson):
     _, right = caption(lesson, gqa, "en")
     n, g = len(zoom.physical), len(zoom.heads)
     assert f"{n} block reads, not {n * g}" in right and g > 1
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_every_frame_names_the_kernel_that_walked_it(lesson, lang):
+    """The shipped trace was recorded by the C kernel, which reported its own walk: every frame
+    says so, with the tile and split it ran with; none claims the reference's walk."""
+    assert {r.source for r in lesson.reads} == {"cpu"}
+    split = lesson.zoom.split
+    for i in range(lesson.num_frames):
+        line = state_panel(lesson, i, lang)
+        assert "C kernel" in line and "cpu.c" in line and str(split) in line
+        assert "reference.py" not in line
+        assert "cpu.c" in figure_svg(lesson, i, lang)
+
+
+def test_a_trace_older_than_the_kernels_record_names_the_reference(tmp_path):
+    """A trace whose reads carry no source (written before the C kernel reported its walk)
+    reads as the reference's walk, and says so on every frame and in the walk's narration."""
+    spec = load_kernel_spec(NAME)
+    lines = (spec.folder / spec.trace_file).read_text(encoding="utf-8").splitlines()
+    old = []
+    for line in lines:
+        obj = json.loads(line)
+        if obj.get("kind") == "attention_read":
+            del obj["source"], obj["split"]
+        old.append(json.dumps(obj))
+    path = tmp_path / "old.jsonl"
+    path.write_text("\n".join(old) + "\n", encoding="utf-8")
+    past = fold_kernel(spec, read(path))
+    assert {r.source for r in past.reads} == {"reference"}
+    for lang in ("en", "zh"):
+        assert "reference.py" in state_panel(past, 0, lang)
+        walk = narration(past, chapter_keyframe(past, "walk"), lang)
+        assert "reference.py" in walk and "cpu.c" not in walk
+
+
+# What the lesson said when the C kernel held a whole score row and did a two-pass softmax,
+# and the tiles on screen were the reference's: designs the recording kernel did not have.
+RETIRED = (
+    "one program per request and KV head",
+    "Split here one block per program",
+    "split programs, one block each",
+    "from the engine's own tensors.",
+)
+
+
+def test_no_frame_claims_a_design_the_recording_kernel_does_not_have(lesson):
+    for i in range(lesson.num_frames):
+        text = narration(lesson, i, "en") + " ".join(caption(lesson, i, "en"))
+        assert not [s for s in RETIRED if s in text], i
+    walk = narration(lesson, chapter_keyframe(lesson, "walk"), "en")
+    assert "never holds all" in walk and "cpu.c" in walk
+    for title in ("§5.1", "vLLM Paged Attention", "FlashAttention-2"):  # how vLLM's differ
+        assert title in walk
+    gqa = narration(lesson, chapter_keyframe(lesson, "gqa"), "en")
+    assert "one split" in gqa and f"every {lesson.zoom.split} tiles" in gqa
 
 
 def _unpack(payload: dict) -> dict:

@@ -22,9 +22,11 @@ Under the device arena a CPU tier (swap preemption) may hold swapped-out request
 counted apart (``cpu_blocks``, ``cpu_used``, ``swapped``): its blocks are not arena slots.
 
 "Will fill later" needs each request's final length. Until its ``finished`` event nobody knows
-it, so everything it holds unwritten is reservation (even past its bound ``prompt_len +
-max_tokens - 1``: a frame calls a slot "never filled" only once its request has stopped);
-``final_lens`` gives the fold hindsight instead (``simulate`` and the paper's Fig. 2 split a
+it, but its bound is known from its arrival: ``prompt_len + max_tokens - 1`` slots at most (the
+last token's K/V is never computed). A slot it holds past that bound is internal fragmentation
+from the moment it is held; below it, an unwritten slot is reservation until the request stops
+and its final length says which of them it never filled. ``final_lens`` gives the fold
+hindsight instead (``simulate`` and the paper's Fig. 2 split a
 complete run that way). ``show_finishing`` counts a request that finishes at the end of its last
 step as it held it (tokens, and the rest it never filled as internal), freed from the next step
 on: the one step in which its internal fragmentation is known and still there to see, and the
@@ -272,11 +274,14 @@ class Tally:
 
     def close_step(self, step: int) -> StepAccount:
         token = reservation = internal = held_total = 0
-        final_lens, filled_by = self.final_lens, self.filled
+        final_lens, filled_by, requests = self.final_lens, self.filled, self.requests
         for req, held in self.held.items():  # every step of a dry run: final_len, inlined
             filled = filled_by.get(req, 0)
-            # unknown final length (it has not stopped): all it holds unwritten is reservation
-            final = final_lens.get(req, held)
+            # unknown final length (it has not stopped): its bound, known since it arrived
+            final = final_lens.get(req)
+            if final is None:
+                info = requests.get(req)
+                final = info.bound if info is not None else held
             if final < filled:
                 final = filled
             token += filled

@@ -279,7 +279,8 @@ class AttentionRead(RequestEvent):
     The tile walk, for layer ``layer`` and KV head ``kv_head`` (read by query heads ``heads``),
     one tile per block, in natural-log units of the scaled scores: ``tile_m[t][g]`` and
     ``tile_l[t][g]`` are head ``heads[g]``'s running max and running sum after tile ``t``, in
-    the split-K split that holds it (``split`` tiles a split; 0: one split holds them all);
+    the split-K split that holds it (the kernel cuts a context every ``split`` tiles; 0, in
+    traces older than the field: one split holds them all);
     ``part_m`` / ``part_l`` are tile ``t`` alone (its largest score, and the sum of exp(s - that));
     ``merged_m`` / ``merged_l`` the splits' last (m, l) merged; ``full_m`` / ``full_l`` the
     softmax over all scores at once, by the plain-torch reference. ``source`` says who walked:

@@ -282,7 +282,7 @@ class AttentionProbe:
             run_m, run_l = st[:, :tiles, 0].T, st[:, :tiles, 1].T
             part_m, part_l = st[:, :tiles, 2].T, st[:, :tiles, 3].T
             merged_m, merged_l = st[:, -1, 0], st[:, -1, 1]
-            source, split = "cpu", min(walk[1], tiles)
+            source, split = "cpu", walk[1]
         full_m = s.max(dim=1).values
         full_l = torch.exp(s - full_m[:, None]).sum(dim=1)
         walk_probs = torch.exp(s - merged_m[:, None]) / merged_l[:, None]
@@ -301,7 +301,7 @@ class AttentionProbe:
             "max_diff": _small(float((walk_probs - probs[heads]).abs().max())),
             "out_diff": _small(float((walked - out[heads].float()).abs().max())),
             "source": source,
-            "split": split if split < len(r.table) else 0,
+            "split": split,
         }
 
     def end(self) -> None:

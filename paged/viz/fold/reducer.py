@@ -12,8 +12,9 @@ Frame ``i`` is the state right after the ``i``-th ``step_end`` of a run, with on
 request that finished in that step is drawn one last time as it held its memory (its tokens, and
 the rest it never filled hatched as internal); its slots are free from the next frame on. The
 fold never reads a final length before the ``finished`` event that tells it, so a live run and
-the replay of its trace give the same frames, and until a request stops its unwritten slots are
-simply reserved. Pure Python, no torch.
+the replay of its trace give the same frames. Until a request stops, what it holds past its
+bound (prompt + max_tokens - 1, known since it arrived) is hatched as internal at once, and
+its other unwritten slots are reserved. Pure Python, no torch.
 """
 
 from __future__ import annotations
@@ -393,10 +394,13 @@ def _cells(s: ArenaState, hole: bool) -> list[str]:
             else:
                 f = final.get(owner)
                 if f is None:
-                    # until it stops its final length is unknown: every unwritten slot it
-                    # holds is reserved, none yet "never filled" (Tally counts the same)
+                    # until it stops its final length is unknown, but not its bound: a slot
+                    # past that is never filled, one below it reserved (Tally counts the same)
                     known = t.final_lens.get(owner)
-                    f = UNKNOWN if known is None else max(known, t.filled.get(owner, 0))
+                    if known is None:
+                        info = t.requests.get(owner)
+                        known = info.bound if info is not None else UNKNOWN
+                    f = max(known, t.filled.get(owner, 0))
                     final[owner] = f
                 out.append(RESERVED if positions[i] < f else INTERNAL)
     return out

@@ -150,8 +150,8 @@ def tiles_svg(lesson: KernelLesson, i: int, lang: str) -> str:
 def _tile_note(f: KernelFrame, t: int, w: dict[str, str]) -> str:
     if f.stage == "heat":
         return pct(f.read.mass[t])
-    if f.stage == "split":
-        return w["split"].format(n=t)
+    if f.stage == "split":  # the boxes hold each tile's own (m, l), whatever the splits
+        return w["own"]
     return w["tile"].format(n=t + 1)
 
 
@@ -187,12 +187,25 @@ def table_panel(lesson: KernelLesson, i: int, lang: str) -> str:
     )
 
 
+def source_line(lesson: KernelLesson, i: int, lang: str) -> str:
+    """Who walked the tiles this frame shows, in one line: the kernel that ran, or the
+    reference replaying it."""
+    read, w = lesson.frames[i].read, words(lang)
+    if read.source == "cpu":
+        return w["source_cpu"].format(bs=lesson.block_size, split=read.split)
+    return w["source_reference"]
+
+
 def state_panel(lesson: KernelLesson, i: int, lang: str) -> str:
     """The online softmax's state for every query head of the group: after the tile being
-    read, after all of them beside softmax over all scores at once, or split-K's merge."""
+    read, after all of them beside softmax over all scores at once, or split-K's merge; under
+    its title, which kernel walked it."""
     f, w = lesson.frames[i], words(lang)
     read = f.read
-    head = f"<div class='pk-k-h'>{_esc(w['state_title'].format(layer=read.layer))}</div>"
+    head = (
+        f"<div class='pk-k-h'>{_esc(w['state_title'].format(layer=read.layer))}</div>"
+        f"<div class='pk-k-src'>{_esc(source_line(lesson, i, lang))}</div>"
+    )
     if f.stage in ("tile", "table"):
         t = f.logical or 0
         if f.stage == "table":
@@ -267,6 +280,8 @@ def figure_svg(lesson: KernelLesson, i: int, lang: str) -> str:
         f"<text x='24' y='44' font-size='30' font-weight='700' fill='{INK}'>{_esc(title)}</text>"
         f"<text x='24' y='86' font-size='19' fill='{INK}'>{_esc(left)}</text>"
         f"<text x='24' y='116' font-size='19' fill='{INK}'>{_esc(right)}</text>"
+        f"<text x='24' y='704' font-size='16' fill='{MUTED}'>"
+        f"{_esc(source_line(lesson, i, lang))}</text>"
         f"<svg x='24' y='150' width='600' height='520'>{arena}</svg>"
         f"<svg x='656' y='150' width='600' height='520'>{tiles}</svg></svg>\n"
     )

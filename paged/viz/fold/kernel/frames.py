@@ -187,8 +187,9 @@ def _base_facts(read: E.AttentionRead, bs: int, h: int) -> dict[str, str]:
         "first_mass": pct(read.mass[0]),
         "last_mass": pct(read.mass[-1]),
         "middle_mass": pct(sum(read.mass[1:-1])),
-        "m": num(read.tile_m[-1][h]),
-        "l": num(read.tile_l[-1][h]),
+        # the walk's end: its splits' (m, l) merged (one split: the last tile's own)
+        "m": num(read.merged_m[h]),
+        "l": num(read.merged_l[h]),
         "full_m": num(read.full_m[h]),
         "full_l": num(read.full_l[h]),
         "merged_m": num(read.merged_m[h]),
@@ -197,12 +198,31 @@ def _base_facts(read: E.AttentionRead, bs: int, h: int) -> dict[str, str]:
         "out_diff": sci(read.out_diff),
         "reads_shared": str(len(read.physical)),
         "reads_apart": str(len(read.physical) * len(read.heads)),
-        "splits": str(len(read.physical)),
+        **source_facts(read, bs),
+    }
+
+
+def source_facts(read: E.AttentionRead, bs: int) -> dict[str, str]:
+    """Who walked the tiles and how: the kernel's own record (``cpu``) or the reference's walk
+    replayed (a backend that reports none); the split-K split the kernel cut at."""
+    tiles = len(read.physical)
+    split = read.split or tiles
+    splits = -(-tiles // split)
+    return {
+        "source": read.source,
+        "cpu_walk": "1" if read.source == "cpu" else "",
+        "reference_walk": "" if read.source == "cpu" else "1",
+        "split_tiles": str(split),
+        "split_positions": str(split * bs),
+        "splits": str(splits),
+        "one_split": "1" if splits == 1 else "",
+        "many_splits": "1" if splits > 1 else "",
     }
 
 
 def _tile_facts(read: E.AttentionRead, t: int, bs: int, h: int) -> dict[str, str]:
     first, last = _positions(read, t, bs)
+    going = t % (read.split or len(read.physical)) != 0  # not its split's first tile
     return {
         "tile": str(t + 1),
         "logical": str(t),
@@ -217,9 +237,10 @@ def _tile_facts(read: E.AttentionRead, t: int, bs: int, h: int) -> dict[str, str
         "part_m": num(read.part_m[t][h]),
         "part_l": num(read.part_l[t][h]),
         "tile_mass": pct(read.mass[t]),
-        # a tile that raised the max: what was summed before is rescaled by exp(m_old - m_new)
-        "m_rose": "1" if t and read.tile_m[t][h] > read.tile_m[t - 1][h] else "",
-        "m_before": num(read.tile_m[t - 1][h]) if t else "",
+        # a tile that raised its split's max: what was summed before is rescaled by
+        # exp(m_old - m_new); a split's first tile starts a walk of its own
+        "m_rose": "1" if going and read.tile_m[t][h] > read.tile_m[t - 1][h] else "",
+        "m_before": num(read.tile_m[t - 1][h]) if going else "",
         # subtracted in the caption: a negative one in brackets, never "− -3.055"
         "tile_m_sub": _bracketed(read.tile_m[t][h]),
     }
