@@ -397,15 +397,16 @@ def _metrics(poller: MetricsPoller, t: dict) -> None:
     if now is None:
         st.caption(safe.md_text(poller.last_error) if poller.last_error else t["metrics_waiting"])
         return
-    v = now.values
-    if USAGE in v:
-        st.metric(t["m_usage"], f"{100 * v[USAGE]:.1f} %")
-    if HITS in v and QUERIES in v:
+    v, bad = now.values, now.invalid
+    if USAGE in v or USAGE in bad:
+        st.metric(t["m_usage"], t["m_invalid"] if USAGE in bad else f"{100 * v[USAGE]:.1f} %")
+    if HITS in bad or QUERIES in bad:
+        st.metric(t["m_hit_rate"], t["m_invalid"])
+    elif HITS in v and QUERIES in v:
         st.metric(t["m_hit_rate"], "–" if rate is None else f"{100 * rate:.0f} %")
-    if RUNNING in v:
-        st.metric(t["m_running"], f"{v[RUNNING]:g}")
-    if WAITING in v:
-        st.metric(t["m_waiting"], f"{v[WAITING]:g}")
+    for name, label in ((RUNNING, t["m_running"]), (WAITING, t["m_waiting"])):
+        if name in v or name in bad:
+            st.metric(label, t["m_invalid"] if name in bad else f"{v[name]:g}")
     if poller.last_error:
         st.caption(safe.md_text(poller.last_error))
     usage = [(s.at, s.values[USAGE]) for s in list(poller.samples) if USAGE in s.values]
