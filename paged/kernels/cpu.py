@@ -8,11 +8,14 @@ arena holds it, through the block table, as the Triton kernel does on a GPU.
 
 The shared library is built on first use (about a second) into a cache folder keyed by the
 source, the compiler and its flags, and this CPU (``-march=native``: a library built for another
-CPU's instructions could crash here): ``$PAGED_KERNEL_CACHE``, else ``paged/kernels/`` under
-``$XDG_CACHE_HOME/seeing-pagedattention`` or ``~/.cache/seeing-pagedattention``. It is written
-under a temporary name and renamed, so concurrent first uses (test workers) never load a
-half-written file. No compiler, or a build that fails, leaves ``load()`` returning None with
-``why()`` saying why; the engine then runs the torch steps and torch attention.
+CPU's instructions could crash here): ``$PAGED_KERNEL_CACHE``, else ``cpu-kernels/`` under
+``$XDG_CACHE_HOME/seeing-pagedattention`` or ``~/.cache/seeing-pagedattention``. The folder is
+private and a library is loaded only when it hashes to what this user's build recorded
+(``paged/kernels/build_cache.py``); it is written under a temporary name and renamed, so
+concurrent first uses (test workers) never load a half-written file. No compiler, a build that
+fails, a cache that cannot be trusted or a library without the kernels leaves ``load()``
+returning None with ``why()`` saying why; the engine then runs the torch steps and torch
+attention.
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ import mmap
 import os
 import platform
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
+
+from paged.kernels import build_cache
 
 SOURCE = Path(__file__).with_name("cpu.c")
 # -march=native: the library is built where it runs; -fno-math-errno lets expf vectorize
@@ -42,11 +45,7 @@ _tried = False
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("PAGED_KERNEL_CACHE", "").strip()
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "seeing-pagedattention" / "kernels"
+    return build_cache.cache_dir()
 
 
 def _this_cpu() -> str:
@@ -62,36 +61,15 @@ def _this_cpu() -> str:
     )
 
 
-def _build(compiler: str) -> Path:
-    src = SOURCE.read_bytes()
+def _name(compiler: str) -> str:
+    """The library's name in the cache: its source, compiler, flags and this CPU."""
     salt = "\0".join((compiler, *FLAGS, _this_cpu())).encode()
-    key = hashlib.sha256(src + salt).hexdigest()[:16]
-    folder = cache_dir()
-    target = folder / f"cpu-{key}.so"
-    if target.exists():
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
-    os.close(fd)
-    try:
-        done = subprocess.run(
-            [compiler, *FLAGS, str(SOURCE), "-o", tmp, "-lmvec", "-lm"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if done.returncode != 0:
-            first = (done.stderr.strip().splitlines() or ["no message"])[0]
-            raise OSError(f"{compiler} failed: {first}")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
+    return "cpu-" + hashlib.sha256(SOURCE.read_bytes() + salt).hexdigest()[:16]
 
 
 def load() -> ctypes.CDLL | None:
-    """The built library, or None (``why()`` says why). Builds it on the first call."""
+    """The built library, or None (``why()`` says why). Builds it on the first call; never
+    raises: whatever fails, the engine runs the torch path."""
     global _lib, _why, _tried
     if _tried:
         return _lib
@@ -100,11 +78,15 @@ def load() -> ctypes.CDLL | None:
     if compiler is None:
         _why = "no C compiler (gcc or cc) on PATH"
         return None
+    command = [compiler, *FLAGS, str(SOURCE), "-o", "{out}", "-lmvec", "-lm"]
     try:
-        lib = ctypes.CDLL(str(_build(compiler)))
-    except (OSError, subprocess.SubprocessError) as e:
-        _why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        return None
+        _lib = _bind(build_cache.library(_name(compiler), command, cache_dir()))
+    except (OSError, AttributeError) as e:  # AttributeError: a kernel symbol is missing
+        _why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+    return _lib
+
+
+def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     f = lib.paged_decode_f32
     f.restype = ctypes.c_int
     f.argtypes = [_FP, _FP, _FP, _I32P, _I64, _I32P, _FP, _FP]
@@ -118,7 +100,6 @@ def load() -> ctypes.CDLL | None:
     lib.rope_f32.argtypes = [_FP] * 6 + [_I64] * 4 + [ctypes.c_int]
     lib.silu_mul_f32.restype = None
     lib.silu_mul_f32.argtypes = [_FP, _FP, _I64, _I64, ctypes.c_int]
-    _lib = lib
     return lib
 
 

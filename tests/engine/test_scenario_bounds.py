@@ -55,3 +55,14 @@ def test_an_endless_scenario_file_is_one_line(tmp_path, capsys):
         assert rc == 2 and err.startswith("error: ") and err.count("\n") == 1, err
         assert why in err
     assert not (tmp_path / "t.jsonl").exists()
+
+
+@pytest.mark.parametrize("where", ["prompt_len = {n}\n", "max_tokens = 4\nseed = {n}\n"])
+def test_an_integer_longer_than_python_reads_is_one_line(tmp_path, capsys, where):
+    path = write(tmp_path, "prompt = 'hi'\n" + where.format(n="9" * 4_400))
+    out = str(tmp_path / "t.jsonl")
+    rc = cli.main(["record", "--scenario", str(path), "--out", out, "--forward", "skip"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert "too long to read" in err
+    assert not (tmp_path / "t.jsonl").exists()

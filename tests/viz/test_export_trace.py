@@ -3,9 +3,13 @@ from the command line, folded as the app folds an upload; a refused one is one l
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import threading
 from pathlib import Path
+
+import pytest
 
 from paged.engine.trace import io as T
 from paged.viz import safe
@@ -68,3 +72,24 @@ def test_a_binary_missing_or_oversized_file_is_one_error_line(tmp_path, capsys, 
     big = LESSONS / "six-steps" / "trace.jsonl"
     assert export.main(["--trace", str(big), "--out", str(tmp_path), "--format", "html"]) == 2
     assert "larger than an upload may be" in _one_error_line(capsys)
+
+
+def test_a_fifo_or_a_device_is_refused_unread_in_one_line(tmp_path, capsys):
+    """Opening a FIFO with no writer waits for one, for ever: it is refused without waiting."""
+    fifo = tmp_path / "t.jsonl"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        rc: list[int] = []
+        argv = ["--trace", str(path), "--out", str(tmp_path / "out"), "--format", "html"]
+        worker = threading.Thread(
+            target=lambda a=argv, out=rc: out.append(export.main(a)), daemon=True
+        )
+        worker.start()
+        worker.join(20)
+        if worker.is_alive():
+            with open(fifo, "wb"):  # let the stuck open() return before failing
+                pass
+            pytest.fail(f"export --trace {path} blocked")
+        assert rc == [2]
+        assert "not a regular file" in _one_error_line(capsys)
+    assert not (tmp_path / "out").exists()

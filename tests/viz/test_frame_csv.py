@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from paged.viz import safe
 from paged.viz.export import frame_csv
 from paged.viz.export import lecture as export
 from paged.viz.fold.lesson_folder import available
@@ -205,6 +206,36 @@ def test_a_run_name_from_a_trace_is_never_a_spreadsheet_formula(tmp_path):
     rows = _read_text(frame_csv.csv_text(lesson))
     assert {r["run"] for r in rows[0::2]} == {"'" + evil}
     assert not any(v.startswith(("=", "+", "-", "@")) for r in rows for v in r.values())
+
+
+EVIL_NAMES = [
+    "x;=cmd|' /C calc'!A0;y",  # a spreadsheet splitting on ; starts a cell at the =
+    "x,+1+cmd,y",
+    "x\t@SUM(1)",
+    "x|-2+3",
+    "\ufeff=HYPERLINK(1)",  # a byte-order mark that a spreadsheet skips
+    "\uff1dHYPERLINK(1)",  # a full-width = that some spreadsheets fold to ASCII
+    "x; \u200b=1",
+]
+
+
+@pytest.mark.parametrize("evil", EVIL_NAMES)
+def test_no_separator_a_spreadsheet_splits_on_can_start_a_formula(tmp_path, evil):
+    text = (LESSONS / "six-steps" / "trace.jsonl").read_text(encoding="utf-8")
+    trace = tmp_path / "t.jsonl"
+    named = text.replace('"name":"max"', f'"name":{json.dumps(evil)}')
+    trace.write_text(named.replace('"run":"max"', f'"run":{json.dumps(evil)}'), encoding="utf-8")
+    lesson = export.load_trace(trace)
+    out = frame_csv.csv_text(lesson)
+    # every text cell is quoted, so a quote-aware reader gets the name back in one cell
+    name = _read_text(out)[0]["run"]
+    assert name.replace("'", "") == safe.one_line(evil).replace("'", "")
+    # a reader that ignores quotes and splits on any common separator sees no formula either
+    line = out.splitlines()[1]
+    cells = re.split(r'[,;\t|"]', line)
+    formula = ("=", "+", "-", "@", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+    starts = [c.lstrip(" \ufeff\u200b") for c in cells]
+    assert not [c for c in starts if c.startswith(formula)], line
 
 
 def _read_text(text: str) -> list[dict[str, str]]:

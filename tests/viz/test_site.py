@@ -279,3 +279,36 @@ def test_progress_goes_to_a_terminal_only(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "lesson 1 of 2: six-steps" in err and "lesson 2 of 2: parallel-sampling" in err
     assert err.splitlines()[-1].startswith("wrote 4 files")
+
+
+@pytest.mark.parametrize(
+    "argv", [["site", ""], ["site", "  "], ["export", "--site="], ["site", "."]]
+)
+def test_an_empty_folder_or_the_current_one_is_refused_and_nothing_is_written(
+    tmp_path, monkeypatch, capsys, argv
+):
+    from paged.viz.cli import main as paged
+
+    here = tmp_path / "here"
+    here.mkdir()  # empty: a site could take its place
+    monkeypatch.chdir(here)
+    assert paged([*argv, "--no-gif", "--no-figures", "--lesson", "six-steps"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "\n" not in err
+    assert here.is_dir() and not any(here.iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["here"]  # no .part left beside
+
+
+def test_links_inside_the_folder_are_replaced_never_written_through(tmp_path):
+    outside = tmp_path / "outside.html"
+    outside.write_text("not the site's")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    dest = tmp_path / "site"
+    dest.mkdir()
+    (dest / "index.html").symlink_to(outside)
+    (dest / "lessons").symlink_to(elsewhere)
+    site.build_site(dest, site.SiteOptions(lessons=("six-steps",), gif=False, figures=False))
+    assert outside.read_text() == "not the site's" and not any(elsewhere.iterdir())
+    assert not (dest / "index.html").is_symlink() and not (dest / "lessons").is_symlink()
+    assert "<article" in (dest / "index.html").read_text(encoding="utf-8")

@@ -88,7 +88,7 @@ def test_reads_vllms_names_summed_over_engines():
     with stand_in() as base:
         url = M.parse_metrics_url(base)
         assert url == base + "/metrics"
-        v = M.fetch(url)
+        v = M.fetch(url).values
     assert v == {
         M.USAGE: 0.25,  # the NaN series is dropped, not averaged in
         M.QUERIES: 100.0,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import tracemalloc
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -464,42 +465,38 @@ def big_recording(batches: int, per: int) -> bytes:
 
 def test_tabs_replaying_recordings_stay_within_the_servers_bound(monkeypatch):
     """One 8 MB recording replayed held about 60 MiB per tab with no bound over tabs (24 tabs:
-    1.56 GiB, never freed). What all sessions hold is accounted against one budget, from
-    above (tracemalloc agrees), a session past it is refused in one line, and a closed tab's
-    share is freed by the reaper, with no other session doing anything."""
+    1.56 GiB, never freed). Each replay is folded in a process of its own, accounted from above
+    (its resident memory is less), against one budget for all sessions; a session past it is
+    refused in one line, and a closed tab's process is ended by the reaper, with no other
+    session doing anything, so what it held goes back whole."""
     from paged.viz.app import watch as watch_page
     from paged.viz.watch.held import Held
 
     data = big_recording(200, 40)  # ~8k blocks: a tenth of the page's 8 MB case
-    budget = 24 << 20
-    alive = {f"tab{i}" for i in range(24)}
+    budget = 100 << 20
+    alive = {f"tab{i}" for i in range(6)}
     held = Held(budget, lambda sid: sid in alive)
     monkeypatch.setattr(watch_page, "HELD", held)
     monkeypatch.setattr(watch_page, "REAP_INTERVAL_S", 0.2)
     t = watch_page.TEXT["en"]
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        first = watch_page.load_replay("tab0", "f", data, t)
-        assert not isinstance(first, str)
-        one, each = tracemalloc.get_traced_memory()[0] - base, held.total
-        assert one <= each, f"accounted {each} B, held {one} B"
-        got = [first] + [watch_page.load_replay(f"tab{i}", "f", data, t) for i in range(1, 24)]
-        refused = [g for g in got if isinstance(g, str)]
-        kept = len(got) - len(refused)
-        assert kept == budget // each and held.total <= budget
-        assert set(refused) == {t["held_full"].format(mib=budget >> 20)}
-        del got, first
-        assert tracemalloc.get_traced_memory()[0] - base <= budget
-        # the tabs that hold replays close: within seconds the memory is back, unasked
-        alive.clear()
-        end = time.monotonic() + 10
-        while held.total and time.monotonic() < end:
-            time.sleep(0.1)
-        assert held.total == 0, "a closed tab's replay was kept"
-        assert tracemalloc.get_traced_memory()[0] - base < one // 2
-    finally:
-        tracemalloc.stop()
+    got = [watch_page.load_replay(f"tab{i}", "f", data, t) for i in range(6)]
+    kept = [g for g in got if not isinstance(g, str)]
+    refused = [g for g in got if isinstance(g, str)]
+    each = kept[0].size
+    assert len(kept) == budget // each and held.total <= budget
+    assert set(refused) == {t["held_full"].format(mib=budget >> 20)}
+    for replay in kept:
+        status = Path(f"/proc/{replay.proc.pid}/status").read_text()
+        rss = next(int(x.split()[1]) << 10 for x in status.splitlines() if x.startswith("VmRSS"))
+        assert rss <= replay.size, f"accounted {replay.size} B, holds {rss} B"
+        assert replay.snapshot(200).num_blocks == 200 * 40
+    # the tabs that hold replays close: within seconds their processes are gone, unasked
+    alive.clear()
+    end = time.monotonic() + 10
+    while (held.total or any(r.proc.poll() is None for r in kept)) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert held.total == 0, "a closed tab's replay was kept"
+    assert all(r.proc.poll() is not None for r in kept), "a closed tab's replay process lives on"
 
 
 def test_a_closed_tabs_subscriber_and_its_reader_end_within_seconds(monkeypatch):

@@ -30,6 +30,7 @@ kv_head = 0
 from __future__ import annotations
 
 import json
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,10 +226,17 @@ def load(path: str | Path) -> Scenario:
                 "(what a trace header can carry)"
             )
         raw = tomllib.loads(data.decode("utf-8"))
+    except InvalidConfigError:
+        raise
     except FileNotFoundError:
         raise InvalidConfigError(f"no scenario file at {p}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise InvalidConfigError(f"scenario {p.name} is not valid TOML: {e}") from None
+    except ValueError:  # an integer longer than Python converts (4,300 digits) and the like
+        raise InvalidConfigError(
+            f"scenario {p.name} holds a number too long to read "
+            f"(over {sys.get_int_max_str_digits():,} digits)"
+        ) from None
     except RecursionError:
         raise InvalidConfigError(f"scenario {p.name} nests deeper than a scenario can") from None
     except OSError as e:  # a folder, no permission

@@ -16,7 +16,8 @@ to any other; the page connects by default and can listen (bind) instead. The he
 Recording: the page keeps the last batches (bounded in bytes) and offers them as JSONL: a header
 line ``{"format": "paged-kv/kv-events-jsonl", "version": 1}``, then ``{"seq", "batch"}`` per
 batch, ``batch`` being vLLM's ``EventBatch`` as JSON arrays (bytes hashes in base64). Uploading
-such a file replays it batch by batch with a slider.
+such a file replays it batch by batch with a slider, folded in a process of its own that ends
+with the tab (``paged/viz/watch/replay_child.py``), so its memory goes back whole.
 """
 
 from __future__ import annotations
@@ -37,14 +38,8 @@ from paged.viz.app.live_registry import session_alive, session_id
 from paged.viz.watch.allowed import ENV, Allowed
 from paged.viz.watch.held import Held
 from paged.viz.watch.metrics import HITS, QUERIES, RUNNING, USAGE, WAITING, MetricsPoller
-from paged.viz.watch.state import (
-    MAX_RECORDING_BYTES,
-    RecordingError,
-    Replay,
-    Snapshot,
-    read_recording,
-    short_hash,
-)
+from paged.viz.watch.replay_child import ReplayError, ReplayProcess
+from paged.viz.watch.state import MAX_RECORDING_BYTES, Snapshot, short_hash
 from paged.viz.watch.subscriber import Subscriber, SubscriberConfig
 
 TEXT = ui_text.load("watch_page")  # paged/viz/text/watch_page.toml
@@ -55,9 +50,10 @@ MAX_SUBSCRIBERS = 8  # live subscriber threads in this app process, all sessions
 _LIVE: list[tuple[str, Subscriber]] = []
 _LIVE_LOCK = threading.Lock()
 #: What every session's replayed recording may hold, all together (an 8 MB recording holds
-#: about 60 MiB): past it a new one is refused; a closed tab's goes within REAP_INTERVAL_S
+#: about 60 MiB, in a process of its own): past it a new one is refused; a closed tab's
+#: process ends within REAP_INTERVAL_S
 HELD_BYTES = 512 << 20
-HELD: Held[Replay] = Held(HELD_BYTES, lambda sid: session_alive(sid))
+HELD: Held[ReplayProcess] = Held(HELD_BYTES, lambda sid: session_alive(sid))
 #: How often the reaper stops what only closed tabs watched, and drops what they held
 REAP_INTERVAL_S = 2.0
 _REAPER: threading.Thread | None = None
@@ -324,29 +320,32 @@ def _recording(t: dict, lang: str) -> None:
             st.error(got)
             return
         replay = got
-    n = len(replay.messages)
+    n = replay.batches
     upto = st.slider(t["batch"], 1, n, n, key="kvw_step") if n > 1 else 1
-    state = replay.at(upto)
-    st.caption(t["replay_at"].format(i=upto, n=n, seq=state.last_seq))
-    _view(state.snapshot(), t)
+    try:
+        snap = replay.snapshot(upto)
+    except ReplayError as e:  # its process ended: the next rerun reads the upload again
+        HELD.drop(sid)
+        st.error(safe.md_text(e))
+        return
+    st.caption(t["replay_at"].format(i=upto, n=n, seq=snap.last_seq))
+    _view(snap, t)
 
 
-def load_replay(sid: str, key: str, data: bytes, t: dict) -> Replay | str:
-    """Read and fold a recording for session ``sid`` and hold it in ``HELD``; or the one line
-    saying why not (not a recording, or the server holds too much already)."""
+def load_replay(sid: str, key: str, data: bytes, t: dict) -> ReplayProcess | str:
+    """Read and fold a recording for session ``sid`` in a process of its own and hold it in
+    ``HELD``; or the one line saying why not (not a recording, or the server holds too much
+    already)."""
     HELD.drop(sid)
     with _READING:
         try:
-            messages = read_recording(data.decode("utf-8", errors="strict"))
-        except UnicodeDecodeError:
-            return t["not_text"]
-        except RecordingError as e:
+            replay = ReplayProcess(data)
+        except ReplayError as e:
+            if e.kind in ("not_text", "no_batches"):
+                return t[e.kind]
             return safe.md_text(e)
-        if not messages:
-            return t["no_batches"]
-        replay = Replay(messages)
-        size = replay.held_bytes()
-        if not HELD.put(sid, key, replay, size):
+        if not HELD.put(sid, key, replay, replay.size):
+            replay.close()
             return t["held_full"].format(mib=HELD.budget >> 20)
     with _LIVE_LOCK:
         _ensure_reaper()
@@ -397,15 +396,16 @@ def _metrics(poller: MetricsPoller, t: dict) -> None:
     if now is None:
         st.caption(safe.md_text(poller.last_error) if poller.last_error else t["metrics_waiting"])
         return
-    v = now.values
-    if USAGE in v:
-        st.metric(t["m_usage"], f"{100 * v[USAGE]:.1f} %")
-    if HITS in v and QUERIES in v:
+    v, bad = now.values, now.invalid
+    if USAGE in v or USAGE in bad:
+        st.metric(t["m_usage"], t["m_invalid"] if USAGE in bad else f"{100 * v[USAGE]:.1f} %")
+    if HITS in bad or QUERIES in bad:
+        st.metric(t["m_hit_rate"], t["m_invalid"])
+    elif HITS in v and QUERIES in v:
         st.metric(t["m_hit_rate"], "–" if rate is None else f"{100 * rate:.0f} %")
-    if RUNNING in v:
-        st.metric(t["m_running"], f"{v[RUNNING]:g}")
-    if WAITING in v:
-        st.metric(t["m_waiting"], f"{v[WAITING]:g}")
+    for name, label in ((RUNNING, t["m_running"]), (WAITING, t["m_waiting"])):
+        if name in v or name in bad:
+            st.metric(label, t["m_invalid"] if name in bad else f"{v[name]:g}")
     if poller.last_error:
         st.caption(safe.md_text(poller.last_error))
     usage = [(s.at, s.values[USAGE]) for s in list(poller.samples) if USAGE in s.values]

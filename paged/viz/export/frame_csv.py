@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections import Counter
 from collections.abc import Iterator
 
@@ -72,15 +73,23 @@ ACCOUNT_FIELDS = {
     "slots": "num_slots",
 }
 SIDES = ("left", "right")
-#: A spreadsheet runs a cell that starts with one of these as a formula: a run name from a
-#: received trace must stay text.
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+#: A spreadsheet runs a cell that starts with one of these as a formula (the full-width forms
+#: too: some spreadsheets fold them to ASCII), and a spreadsheet that splits on ``;``, ``,``,
+#: tab or ``|`` while ignoring quotes starts a cell after each of those. Characters it may skip
+#: first (spaces, a byte-order mark, zero-width ones) do not make such a start harmless.
+_FORMULA = "=+\\-@\uff1d\uff0b\uff0d\uff20\t\r"
+_CELL_START = re.compile("(^|[,;\t|])([\\s\ufeff\u200b-\u200d\u2060]*)(?=[" + _FORMULA + "])")
+
+
+def neutral(text: str) -> str:
+    """``text`` with a ``'`` at each place a spreadsheet could start a cell that runs a formula:
+    the start, and after every common separator. Applied twice it changes nothing more."""
+    return _CELL_START.sub(lambda m: m.group(1) + "'" + m.group(2), text)
 
 
 def text_cell(value: object) -> str:
     """Untrusted text as one harmless cell: one line, bounded, never read as a formula."""
-    s = safe.one_line(value)
-    return "'" + s if s.startswith(_FORMULA_START) else s
+    return neutral(safe.one_line(value))
 
 
 def _events(frame: Frame) -> str:
@@ -152,7 +161,11 @@ def rows(lesson: Lesson | KernelLesson, lang: str = "en") -> Iterator[dict[str, 
 def csv_text(lesson: Lesson | KernelLesson, lang: str = "en") -> str:
     """The whole table as CSV text (a header row, then ``rows``), ``\\n`` line ends."""
     out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    # every text cell quoted, so a separator inside one never splits it; numbers bare
+    w = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)
     w.writeheader()
-    w.writerows(rows(lesson, lang))
+    w.writerows(
+        {k: neutral(v) if isinstance(v, str) else v for k, v in row.items()}
+        for row in rows(lesson, lang)
+    )
     return out.getvalue()

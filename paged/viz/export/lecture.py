@@ -47,6 +47,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from paged.engine.files import read_bounded
 from paged.engine.trace import io as T
 from paged.viz import safe
 from paged.viz.fold.kernel.frames import (
@@ -178,12 +179,12 @@ def load_trace(path: str | Path, lesson: str = "six-steps", root: Path = LESSONS
     ExportError (one line) for anything the app would refuse."""
     p = Path(path)
     try:
-        with p.open("rb") as f:
-            data = f.read(safe.UPLOAD_BYTES + 1)
+        # a FIFO with no writer, or a device, would block or never end: refused unread
+        data = read_bounded(p, safe.UPLOAD_BYTES)
     except OSError as e:
         raise ExportError(f"cannot read {str(path)[:200]}: {e.strerror or e}") from None
     name = safe.one_line(p.name)
-    if len(data) > safe.UPLOAD_BYTES:
+    if data is None:
         raise ExportError(f"{name} is larger than an upload may be ({safe.MAX_UPLOAD_MB} MB)")
     try:
         return build(load_spec(lesson, root), T.loads(data.decode("utf-8")), source=p.name)

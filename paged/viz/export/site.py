@@ -12,7 +12,9 @@ figure, the essay by its title, and the essay's corrections from paged/viz/paper
 Every link is relative and nothing is fetched, so the folder works from ``file://`` and from any
 static host. Lesson text is data: it is escaped wherever it reaches HTML. No Streamlit, no torch.
 Figures and GIFs need Chromium; without it the command builds the rest and says what it skipped.
-The site is built next to DIR and renamed into place, so DIR is a whole site or as it was.
+The site is built next to DIR and renamed into place, so DIR is a whole site or as it was, and
+nothing is written through a link inside DIR (a linked ``DIR/index.html`` is replaced, its
+target untouched). An empty DIR, or the current folder or one above it, is refused.
 """
 
 from __future__ import annotations
@@ -81,7 +83,15 @@ def build_site(
     a failure or Ctrl-C leaves ``out`` as it was. Raises lecture.ExportError (one line) for a
     lesson that cannot be read or drawn, and for an ``out`` holding anything a site does not."""
     say = progress or (lambda msg: None)
+    if not str(out).strip():
+        # Path("") is the current folder, which the swap below would rename away
+        raise lecture.ExportError("give a folder for the site (DIR is empty)")
     site = Path(out).resolve()  # a link to a site: the site is replaced, the link stays
+    here = Path.cwd().resolve()
+    if site == here or site in here.parents:
+        raise lecture.ExportError(
+            f"{str(out)[:200]} is the current folder or holds it: give a folder below it"
+        )
     _check_replaceable(site, str(out))
     names = list(options.lessons) or course_lessons(options.root)
     if not names:

@@ -13,8 +13,6 @@ freed memory back to the system (glibc keeps it otherwise). No Streamlit here.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import gc
 import json
 import threading
 from collections import OrderedDict
@@ -24,6 +22,7 @@ from typing import Any
 
 from paged.viz import safe
 from paged.viz.fold.lesson import Lesson
+from paged.viz.watch.held import give_back_memory
 
 #: What a folded lesson keeps: per arena slot of a frame (category, owner, position) and per
 #: frame (its tables, captions, panels). Fitted to the six-step lesson, the lab's largest
@@ -43,14 +42,6 @@ def lesson_bytes(lesson: Lesson) -> int:
 
 def payload_bytes(payload: dict) -> int:
     return len(json.dumps(payload, separators=(",", ":")))
-
-
-def give_back_memory() -> None:
-    """Collect, then return free heap pages to the system: a fold's few hundred MB of small
-    objects stay in glibc's arenas after they are freed, counted in the server's RSS."""
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 @dataclass

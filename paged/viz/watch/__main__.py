@@ -9,8 +9,9 @@ after S seconds prints what it folded and exits 0. ``--json`` prints one object:
 ``blocks``, each ``{"hash", "parent", "copies"}`` with hashes as sent (an int, or the hex of
 bytes). ``--listen`` binds ENDPOINT and waits for the server to connect: what vLLM's publisher
 does unless its endpoint holds ``*`` or ``::``. ``--metrics`` polls the server's Prometheus
-``/metrics`` beside the events (``metrics`` in the JSON: the last sample, or the error). A bad
-address is one line and exit status 2.
+``/metrics`` beside the events (``metrics`` in the JSON: the last sample's ``values``, the names
+whose value was out of range as ``invalid``, and the last poll's ``error``, "" when it worked).
+The JSON is always strict JSON. A bad address is one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -135,13 +136,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         out = view(sub.state)
         if m is not None:
-            out["metrics"] = {"values": sample and sample.values, "error": m.last_error}
-        print(json.dumps(out))
+            out["metrics"] = {
+                "values": sample and sample.values,
+                "invalid": sorted(sample.invalid) if sample else [],
+                "error": m.last_error,
+            }
+        # strict: a number JSON cannot hold is a bug to see, never a token like Infinity
+        print(json.dumps(out, allow_nan=False))
     else:
         print(text(sub.state.snapshot(), sub.url))
         if m is not None:
-            got = sample and ", ".join(f"{k} {v:g}" for k, v in sorted(sample.values.items()))
-            print(f"metrics: {got or m.last_error or 'no answer yet'}")
+            got = sample and ", ".join(
+                [f"{k} {v:g}" for k, v in sorted(sample.values.items())]
+                + [f"{k} invalid" for k in sorted(sample.invalid)]
+            )
+            print(f"metrics: {got or 'no answer yet'}")
+            if m.last_error:
+                print(f"metrics error: {m.last_error}")
     return 0
 
 

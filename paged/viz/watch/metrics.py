@@ -6,9 +6,15 @@ Names as vLLM 0.32 exposes them: ``vllm:kv_cache_usage_perc`` (a fraction, 0 to 
 library appends ``_total``), ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``.
 Series of one name (one per engine or model label) are summed, the usage averaged.
 
-The response is hostile data: at most ``MAX_BYTES`` are read, within ``TIMEOUT_S``, no redirect
-is followed and no proxy is used, only those names are kept, and a bad answer is one line in
-``last_error``. The address follows the KV endpoint's rules: loopback unless opted in.
+The response is hostile data: at most ``MAX_BYTES`` are read, the whole request (connect to last
+byte) within ``TIMEOUT_S``, no redirect is followed and no proxy is used, only those names are
+kept, a value outside its name's range is marked invalid, and a bad answer, HTTP or not, is one
+line in ``last_error`` while polling goes on. The address follows the KV endpoint's rules:
+loopback unless opted in.
+
+The exposition is read line by line here rather than by ``prometheus_client``'s parser: that
+library is not among our dependencies, and its parser rejects the whole answer at its first
+malformed line, where a line we cannot read should cost only that line.
 
 No torch, no Streamlit, no zmq.
 """
@@ -20,13 +26,12 @@ import math
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from paged.engine.interop.kv_events import EndpointError
+from paged.viz.watch import http_get
 
 USAGE = "vllm:kv_cache_usage_perc"
 QUERIES = "vllm:prefix_cache_queries"
@@ -42,7 +47,10 @@ MAX_WAIT_S = 30.0  # the wait between polls doubles while they fail, up to this
 HISTORY = 600  # samples kept (ten minutes at one a second)
 MAX_LINE = 4096
 
-_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(\s+\S+)?$")
+# a label value may hold ``}`` or an escaped quote; the alternatives never overlap, so no backtracking
+_LINE = re.compile(
+    r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(\S+)(\s+\S+)?$'
+)
 
 
 def parse_metrics_url(text: str, allow_remote: bool = False) -> str:
@@ -94,9 +102,47 @@ class MetricsError(ValueError):
     """A /metrics answer could not be had or read (one line saying why)."""
 
 
-def parse(text: str) -> dict[str, float]:
-    """The five names from a Prometheus text exposition; other lines are skipped unread."""
+# what each name can truly be: a usage is a fraction, counters and request counts are whole
+# numbers a float still holds exactly; anything else (1e300, -5, a sum that overflowed) is invalid
+_EXACT = float(2**53)
+_RANGES = {
+    USAGE: (0.0, 1.0, False),
+    QUERIES: (0.0, _EXACT, False),
+    HITS: (0.0, _EXACT, False),
+    RUNNING: (0.0, _EXACT, True),
+    WAITING: (0.0, _EXACT, True),
+}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One poll: the names read, in range (``values``), and those whose value was not
+    (``invalid``: shown as such, never as a number)."""
+
+    at: float  # unix seconds
+    values: dict[str, float]
+    invalid: frozenset[str] = frozenset()
+
+    def hit_rate(self, before: Sample | None) -> float | None:
+        """Prefix-cache hits per query between ``before`` and this sample (counters)."""
+        if before is None or QUERIES not in self.values or HITS not in self.values:
+            return None
+        dq = self.values[QUERIES] - before.values.get(QUERIES, 0.0)
+        dh = self.values[HITS] - before.values.get(HITS, 0.0)
+        return dh / dq if dq > 0 and 0 <= dh <= dq else None
+
+
+def _in_range(name: str, value: float) -> bool:
+    low, high, whole = _RANGES[name]
+    return math.isfinite(value) and low <= value <= high and (not whole or value.is_integer())
+
+
+def parse(text: str) -> Sample:
+    """The five names from a Prometheus text exposition; other lines are skipped unread. A NaN
+    series (Prometheus's "no value") is left out; a name with any series out of its range, or
+    whose series add up out of it, is ``invalid``."""
     sums: dict[str, list[float]] = {}
+    invalid: set[str] = set()
     for line in text.split("\n"):
         if not line.startswith("vllm:") or len(line) > MAX_LINE:
             continue
@@ -110,52 +156,38 @@ def parse(text: str) -> dict[str, float]:
             value = float(m.group(3))
         except ValueError:
             continue
-        if math.isfinite(value):
+        if math.isnan(value):
+            continue
+        if _in_range(name, value):
             sums.setdefault(name, []).append(value)
-    out = {}
-    for name, values in sums.items():
-        out[name] = sum(values) / len(values) if name == USAGE else sum(values)
-    return out
+        else:
+            invalid.add(name)
+    values = {}
+    for name, series in sums.items():
+        total = math.fsum(series)
+        value = total / len(series) if name == USAGE else total
+        if name not in invalid and _in_range(name, value):
+            values[name] = value
+        else:
+            invalid.add(name)
+    return Sample(time.time(), values, frozenset(invalid))
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args, **kwargs):
-        return None  # a redirect could lead anywhere: the address asked for is the one read
-
-
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
-
-
-def fetch(url: str, timeout: float = TIMEOUT_S, max_bytes: int = MAX_BYTES) -> dict[str, float]:
-    """One GET of ``url``, read up to ``max_bytes`` and parsed. Raises MetricsError."""
+def fetch(url: str, timeout: float = TIMEOUT_S, max_bytes: int = MAX_BYTES) -> Sample:
+    """One GET of ``url``, all of it within ``timeout`` seconds, at most ``max_bytes``, parsed.
+    Raises MetricsError."""
     try:
-        with _OPENER.open(url, timeout=timeout) as resp:
-            body = resp.read(max_bytes + 1)
-    except urllib.error.HTTPError as e:
-        raise MetricsError(f"{url} answered HTTP {e.code}: no metrics there") from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        why = getattr(e, "reason", e)
-        raise MetricsError(f"cannot read {url}: {str(why).splitlines()[0][:160]}") from None
-    if len(body) > max_bytes:
-        raise MetricsError(f"{url} answered more than {max_bytes >> 20} MiB")
-    values = parse(body.decode("utf-8", errors="replace"))
-    if not values:
+        body = http_get.get(url, timeout, max_bytes)
+    except http_get.GetError as e:
+        if str(e).startswith("HTTP "):
+            raise MetricsError(f"{url} answered {e}: no metrics there") from None
+        if str(e).startswith("more than"):
+            raise MetricsError(f"{url} answered {e}") from None
+        raise MetricsError(f"cannot read {url}: {e}") from None
+    sample = parse(body.decode("utf-8", errors="replace"))
+    if not sample.values and not sample.invalid:
         raise MetricsError(f"{url} has none of vLLM's metrics ({', '.join(NAMES)})")
-    return values
-
-
-@dataclass(frozen=True)
-class Sample:
-    at: float  # unix seconds
-    values: dict[str, float]
-
-    def hit_rate(self, before: Sample | None) -> float | None:
-        """Prefix-cache hits per query between ``before`` and this sample (counters)."""
-        if before is None or QUERIES not in self.values or HITS not in self.values:
-            return None
-        dq = self.values[QUERIES] - before.values.get(QUERIES, 0.0)
-        dh = self.values[HITS] - before.values.get(HITS, 0.0)
-        return dh / dq if dq > 0 and 0 <= dh <= dq else None
+    return sample
 
 
 class MetricsPoller:
@@ -182,14 +214,18 @@ class MetricsPoller:
             self._thread.join(timeout)
 
     def poll_once(self) -> bool:
-        """One fetch; whether it brought a sample."""
+        """One fetch; whether it brought a sample. Never raises: whatever went wrong is one
+        line in ``last_error`` and the thread polls on."""
         self.polls += 1
         try:
-            values = fetch(self.url)
+            sample = fetch(self.url)
         except MetricsError as e:
             self.last_error = str(e)
             return False
-        self.samples.append(Sample(time.time(), values))
+        except Exception as e:  # a bug of ours must not end polling for good either
+            self.last_error = f"cannot read {self.url}: {type(e).__name__}"
+            return False
+        self.samples.append(sample)
         self.last_error = ""
         return True
 

@@ -163,6 +163,12 @@ class WatchState:
                     return p == payload
         return False
 
+    def note(self, why: str) -> None:
+        """Something the viewer must know that no message caused (``last_error``, one line)."""
+        with self.lock:
+            self._changes += 1
+            self.last_error = why[:200]
+
     def malformed(self, why: str) -> None:
         with self.lock:
             self._changes += 1

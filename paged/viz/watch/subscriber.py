@@ -16,7 +16,9 @@ than the server could have sent since the last batch: that is a restart. A serve
 is reconnected to by the reader, ever less often while connections end young (``relay.py``); a
 restarted one (its seq goes back) resets the view. On every (re)connect it asks the replay socket
 what it missed (a run that has finished and only holds its sockets open sends nothing live), and
-drops the live copies of batches it already replayed.
+drops the live copies of batches it already replayed. A replay socket that lets one ask go
+unanswered (silent, or nothing listening) is said once in ``last_error`` and not asked again
+for a while: every ask would cost its whole timeout while live batches wait unread.
 
 No torch, no Streamlit.
 """
@@ -62,6 +64,8 @@ RESTART_WAIT_MAX_S = 30.0
 #: that many missed batches: one such message made "missed" read 1.8e19.
 MAX_BATCHES_PER_S = 1_000
 MAX_GAP_FLOOR = 1_000
+SILENT_RETRY_S = 30.0  # a replay socket that did not answer is asked again after this
+SILENT_RETRY_MAX_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,8 @@ class Subscriber:
         self.disconnects = 0
         self._rejoined = False  # reconnected since the last batch: maybe a new server process
         self._catch_up_due = False  # (re)connected: ask the replay socket what we missed
+        self.silent_until = 0.0  # the replay socket let an ask go unanswered: none till then
+        self._silent_wait = 0.0
         self.relay: Relay | None = None  # the socket reader process now asked
         self._since = time.monotonic()  # started, or last (re)connected: when batches could begin
         self._stop = threading.Event()
@@ -195,6 +201,7 @@ class Subscriber:
             self._rejoined = self.disconnects > 0
             self.connected = True
             self._catch_up_due = True
+            self.silent_until, self._silent_wait = 0.0, 0.0  # maybe a server that answers
         elif ev == zmq.EVENT_DISCONNECTED:
             self.connected = False
             self.disconnects += 1
@@ -247,15 +254,15 @@ class Subscriber:
             return
         most = self.config.max_replay
         if st.last_seq is None or not st.ring:
-            got, answered = link.replay(0, most)
+            got, answered = self._replay(link, 0, most)
         else:
             last = st.ring[-1]
-            got, answered = link.replay(last[0], last[0] + most)
+            got, answered = self._replay(link, last[0], last[0] + most)
             if answered and got[:1] == [last]:
                 got = got[1:]
             elif answered:
                 st.restart()
-                got, answered = link.replay(0, most)
+                got, answered = self._replay(link, 0, most)
         if not answered:
             return
         self._rejoined = False
@@ -270,8 +277,29 @@ class Subscriber:
         if link is None or self.replay_url is None or st.last_seq is None or not st.ring:
             return False
         last, payload = st.ring[-1]
-        got, answered = link.replay(last, last + 1)
+        got, answered = self._replay(link, last, last + 1)
         return answered and got != [(last, payload)]
+
+    def _replay(self, link: Replayer, start: int, upto: int) -> Replayed:
+        """``link.replay``, unless the replay socket has already let one ask go unanswered:
+        each ask costs the whole timeout while the live stream waits unread, so after one
+        silence the view marks gaps without asking, says so once, and asks again only after
+        ``SILENT_RETRY_S`` (doubling while it stays silent) or a reconnect."""
+        now = time.monotonic()
+        if self.silent_until > now:
+            return [], False
+        got, answered = link.replay(start, upto)
+        if answered:
+            self.silent_until, self._silent_wait = 0.0, 0.0
+            return got, answered
+        self._silent_wait = min(2 * self._silent_wait, SILENT_RETRY_MAX_S) or SILENT_RETRY_S
+        self.silent_until = time.monotonic() + self._silent_wait
+        self.state.note(
+            f"the replay socket {self.replay_url} did not answer within "
+            f"{self.config.replay_timeout_s:g} s: missed batches are counted as gaps, "
+            f"not replayed (asking again in {self._silent_wait:g} s)"
+        )
+        return [], False
 
     def _fill_gap(self, link: Replayer | None, start: int, upto: int) -> None:
         got = 0
@@ -280,7 +308,7 @@ class Subscriber:
             and self.replay_url is not None
             and upto - start <= self.config.max_replay
         ):
-            for seq, payload in link.replay(start, upto)[0]:
+            for seq, payload in self._replay(link, start, upto)[0]:
                 if self.state.feed(seq, payload, replayed=True):
                     got += 1
         missed = (upto - start) - got
