@@ -46,7 +46,9 @@ MODEL_FLAGS = {
     "device": CliFlag("auto, cpu or cuda"),
     "dtype": CliFlag("float32, bfloat16 or float16"),
     "attention": CliFlag(
-        "attention backend (auto: the fastest this device runs)", choices=BACKENDS
+        "kernels for attention and the steps around it: cpu (C), triton, torch (auto: the "
+        "fastest this device runs)",
+        choices=BACKENDS,
     ),
 }
 

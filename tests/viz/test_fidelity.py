@@ -3,10 +3,13 @@ hatches only on requests that have stopped, and texts that say what the trace sh
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from paged.engine.core import events as E
 from paged.engine.trace.io import read
+from paged.viz import ui_text
 from paged.viz.fold.lesson import Lesson, build
 from paged.viz.fold.lesson_folder import available, load_spec, trace_path
 from paged.viz.fold.reducer import HOLE, INTERNAL, RESERVED
@@ -264,3 +267,56 @@ def test_a_lab_that_runs_out_of_memory_shows_its_free_slots_free():
     assert waits, "the scenario runs out of memory on the left"
     for f in waits:
         assert f.account.external == f.count(HOLE) == 0 and f.account.free > 0
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Sentences the project once said that the code or the sources disprove, each with the file
+# that said it: none may come back.
+RETIRED = [
+    ("docs/engine.md", "does not know which it never will"),
+    (
+        "docs/trace-format.md",
+        "know only what has happened: a request's unwritten slots are `reserved`",
+    ),
+    ("docs/app.md", "drawn only once its request has stopped"),
+    ("paged/lessons/six-steps/lesson.toml", "can ever use it"),
+    ("paged/lessons/block-size/narration.toml", "because its last block is still filling"),
+    ("paged/viz/text/stack_page.toml", "greedy output equal for"),
+    ("paged/lessons/fp8-twice/lesson.toml", "greedy output matches it for"),
+    ("paged/viz/text/watch_page.toml", "listens only when its endpoint holds"),
+    ("paged/viz/text/captions.toml", "turn hatched (never filled) only when their request stops"),
+]
+
+
+def _words(path: str) -> str:
+    return " ".join((ROOT / path).read_text(encoding="utf-8").split())
+
+
+@pytest.mark.parametrize(("path", "sentence"), RETIRED)
+def test_a_disproved_sentence_does_not_come_back(path, sentence):
+    assert sentence not in _words(path)
+
+
+def test_what_replaced_them_says_what_holds():
+    assert "{bytes_moved} of {kv_dtype} K/V" in _words("paged/viz/text/stack_page.toml")
+    for path in ("paged/viz/text/stack_page.toml", "paged/lessons/fp8-twice/lesson.toml"):
+        assert "mean common prefix" in _words(path) and "平均公共前缀" in _words(path)
+    assert "`ipc://` or `inproc://`" in _words("paged/viz/text/watch_page.toml")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_essays_mmu_softmax_and_prefix_claims_are_flagged_with_their_sources(lang):
+    from paged.viz.paper.essay_fixes import claim_fixes
+
+    text = ui_text.load("paper_fidelity")[lang]
+    fixes = {f.key: f for f in claim_fixes()}
+    for key, section in (
+        ("fix_mmu", "§2.4"),
+        ("fix_online_softmax", "§3.2"),
+        ("fix_prefix_hash", "§4.3"),
+    ):
+        assert key in fixes and text[key].startswith(section)
+        assert text["sources"][fixes[key].source]
+    assert "vAttention" in text["sources"]["gpu_mmu"]
+    assert "5.1" in text["sources"]["vllm_kernel"]

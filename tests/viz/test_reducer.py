@@ -143,7 +143,7 @@ def test_paged_block_table_maps_logical_to_physical_anywhere():
     assert frames[1].changed == frozenset({9})
 
 
-def test_paging_hatches_only_the_rest_of_the_last_block_and_only_as_the_request_stops():
+def test_paging_hatches_a_slot_past_the_bound_at_once_and_the_rest_as_the_request_stops():
     events = paged_scattered()  # A: 6 tokens in blocks 5 and 2 (bound 5 + 3 - 1 = 7 slots)
     s = Stream()
     s.step, s.events = events[-1].step + 1, list(events)
@@ -154,10 +154,10 @@ def test_paging_hatches_only_the_rest_of_the_last_block_and_only_as_the_request_
     s.end_step()
     s.end_step()
     running, stopping, after = replay(s.events, PAGED_RUN)[1:]
-    # bound 7 in 8 held slots: while A runs nothing of it is "never filled" yet, not even the
-    # eighth slot past its bound; the hatch comes with the stop, as the caption says
-    assert running.cells[8:12] == TOKEN * 2 + RESERVED * 2
-    assert running.account.internal == 0 and running.account.reservation == 2
+    # bound 7 in 8 held slots: the eighth, past the bound, is never filled from the start;
+    # the seventh is reserved until A stops and its final length says
+    assert running.cells[8:12] == TOKEN * 2 + RESERVED + INTERNAL
+    assert running.account.internal == 1 and running.account.reservation == 1
     assert stopping.cells[8:12] == TOKEN * 3 + INTERNAL and stopping.cells[20:24] == TOKEN * 4
     assert stopping.owners[8] == "A" and stopping.account.internal == 1
     assert stopping.last_look[8] == 4  # drawn (and labelled) as A's logical block 1

@@ -341,8 +341,8 @@ def load_replay(sid: str, key: str, data: bytes, t: dict) -> ReplayProcess | str
         try:
             replay = ReplayProcess(data)
         except ReplayError as e:
-            if e.kind in ("not_text", "no_batches"):
-                return t[e.kind]
+            if e.reason in ("not_text", "no_batches"):
+                return t[e.reason]
             return safe.md_text(e)
         if not HELD.put(sid, key, replay, replay.size):
             replay.close()

@@ -86,6 +86,8 @@ def _offload(lesson: Lesson) -> dict[str, object]:
         "spared": max(0, lf.recomputed - rf.recomputed),
         "blocks_moved": rf.blocks_moved,
         "bytes_moved": rf.bytes_moved,
+        # the bytes are the arena's element type's: a float8 arena would move a quarter
+        "kv_dtype": lesson.right.run.kv_cache_dtype,
     }
 
 

@@ -42,6 +42,9 @@ LAUNCH_SOURCE = "launches"
 RESERVATION_SOURCE = "terms"
 THROUGHPUT_SOURCE = "throughput"
 UNVERIFIED_SOURCE = "unverified"
+MMU_SOURCE = "gpu_mmu"
+KERNEL_SOURCE = "vllm_kernel"
+PREFIX_SOURCE = "prefix_caching"
 #: The essay's §2.2 example: max_model_len 32,768 and a 2,000-token prompt.
 ESSAY_MAX_LEN, ESSAY_PROMPT = 32_768, 2_000
 ESSAY_BLOCK = 16  # the essay's default block size (§3.3)
@@ -204,5 +207,8 @@ def claim_fixes() -> list[Fix]:
             RESERVATION_SOURCE,
         ),
         Fix("fix_launches", {}, LAUNCH_SOURCE),
+        Fix("fix_mmu", {}, MMU_SOURCE),
+        Fix("fix_online_softmax", {}, KERNEL_SOURCE),
+        Fix("fix_prefix_hash", {}, PREFIX_SOURCE),
         Fix("fix_deepseek", {}, UNVERIFIED_SOURCE),
     ]

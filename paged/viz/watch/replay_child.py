@@ -49,12 +49,12 @@ STEP_S = 30.0
 
 
 class ReplayError(ValueError):
-    """The recording is refused, or the child could not answer (one line). ``kind`` is
+    """The recording is refused, or the child could not answer (one line). ``reason`` is
     ``not_text``, ``no_batches``, ``refused`` (the message says why) or ``ended``."""
 
-    def __init__(self, kind: str, message: str = "") -> None:
-        super().__init__(message or kind)
-        self.kind = kind
+    def __init__(self, reason: str, message: str = "") -> None:
+        super().__init__(message or reason)
+        self.reason = reason
 
 
 class Loaded(msgspec.Struct):
