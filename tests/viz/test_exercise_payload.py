@@ -15,7 +15,7 @@ from paged.viz.fold.lesson_folder import available, load_spec, trace_path
 from paged.viz.player import payload as player
 from paged.viz.render import svg, to_scale
 
-ASKING = Path(player.__file__).resolve().parent / "asking.js"
+PLAYER = Path(player.__file__).resolve().parent
 LESSONS = [n for n in available() if load_spec(n).steps]
 
 
@@ -28,7 +28,9 @@ def _lesson(name: str, source: str = "lesson"):
 def test_a_cell_question_maps_each_cell_to_where_the_grid_draws_it(name):
     lesson = _lesson(name)
     layouts = dict(
-        zip(("left", "right"), to_scale.side_layouts(lesson.left.run, lesson.right.run), strict=True)
+        zip(
+            ("left", "right"), to_scale.side_layouts(lesson.left.run, lesson.right.run), strict=True
+        )
     )
     for q in (d for d in player.exercises_data(lesson, "en") if d["form"] == "cells"):
         g, layout = q["grid"], layouts[q["side"]]
@@ -45,7 +47,8 @@ def test_a_cell_question_maps_each_cell_to_where_the_grid_draws_it(name):
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_every_word_exercise_mode_shows_is_in_the_payload_escaped(lang):
-    used = set(re.findall(r"\b(ex_\w+)\b", ASKING.read_text(encoding="utf-8")))
+    js = "".join((PLAYER / f).read_text(encoding="utf-8") for f in ("asking.js", "follow.js"))
+    used = set(re.findall(r"\b(ex_\w+)\b", js))
     used |= {"ex_slot"}  # exercise.js answerHtml
     words = player.payload(_lesson("six-steps"), lang)["exercise_text"]
     assert used and used <= set(words)

@@ -27,6 +27,7 @@ function askInit(p) {
   ex.panel.addEventListener("click", (e) => askClick(p, e));
   ex.onGrid = (e) => askGridClick(p, e);
   p.el("pk-sides").addEventListener("click", ex.onGrid);
+  followInit(p); // follow.js: a follower's page follows the lecturer
 }
 
 // Called by Player.static(): a new payload. The same trace in another language keeps the
@@ -45,12 +46,14 @@ function askStatic(p) {
   ex.btn.innerHTML = ex.words.ex_mode || "";
   ex.btn.hidden = !ex.questions.length;
   if (!ex.questions.length && ex.on) askToggle(p, false);
+  if (p.follow && ex.questions.length) ex.on = true; // a follower answers at every question
   const table = p.el("pk-help").querySelector("table");
   if (table && ex.questions.length) {
     const tr = document.createElement("tr");
     tr.innerHTML = `<td><kbd>E</kbd></td><td>${ex.words.ex_key}</td>`;
     table.appendChild(tr);
   }
+  classStatic(p);
 }
 
 function askToggle(p, on) {
@@ -69,7 +72,13 @@ function askToggle(p, on) {
 function askFrame(p) {
   const ex = p.ex;
   if (!ex) return;
-  ex.fed = ex.fed.filter((r) => r.q.frame + 1 === p.i);
+  classFrame(p);
+  const lead = p.follow?.state?.frame;
+  if (lead !== undefined && lead !== p.i) {
+    p.go(lead); // a follower shows the lecturer's frame, whatever was stepped
+    return;
+  }
+  ex.fed = ex.fed.filter((r) => r.q.frame + 1 === p.i || (p.follow && r.q.frame === p.i));
   ex.asking = ex.on ? openAt(ex.questions, ex.done, p.i) : [];
   ex.picked = [];
   if (ex.asking.length) p.stop();
@@ -87,6 +96,9 @@ function askDraw(p) {
   const w = ex.words;
   const fb = ex.fed
     .map(({ q, right, given, shown }) => {
+      if (!followRevealed(p, q)) {
+        return `<p class='pk-ex-fb pk-ex-sent' data-q='${q.id}'>${fill(w.ex_sent, { given: answerHtml(q, given, w) })}</p>`;
+      }
       const answer = answerHtml(q, q.answer, w);
       const head = shown
         ? fill(w.ex_shown, { answer })
@@ -105,7 +117,9 @@ function askDraw(p) {
     fb +
     (q ? askQuestionHtml(p, q) : "") +
     `<p class='pk-ex-status'>${ex.note ? `${ex.note} ` : ""}${status}</p>`;
-  for (const r of ex.fed) if (r.q.form === "cells") askMark(p, r.q, r.q.answer, "pk-ex-key");
+  for (const r of ex.fed) {
+    if (r.q.form === "cells" && followRevealed(p, r.q)) askMark(p, r.q, r.q.answer, "pk-ex-key");
+  }
   if (q?.form === "cells") askMark(p, q, ex.picked, "pk-ex-pick");
   const input = ex.panel.querySelector("input");
   if (input) {
@@ -152,7 +166,9 @@ function askAnswer(p, given, shown) {
   ex.fed.push({ q, right, given, shown });
   ex.note = "";
   ex.picked = [];
-  if (ex.asking.length) askDraw(p);
+  if (followSend(p, q, shown ? undefined : given))
+    askDraw(p); // the lecturer steps on
+  else if (ex.asking.length) askDraw(p);
   else if (p.i + 1 < p.frames.length) p.go(p.i + 1);
   else askDraw(p);
 }

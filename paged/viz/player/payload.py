@@ -376,7 +376,8 @@ def exercises_data(lesson: Lesson, lang: str) -> list:
 
 
 def exercise_text(lang: str) -> dict[str, str]:
-    """The words of the player's exercise mode (paged/viz/text/exercises.toml ``ex_*``), escaped."""
+    """The words of the player's exercise mode and of a class that answers together
+    (paged/viz/text/exercises.toml ``ex_*``), escaped."""
     from paged.viz.exercises.question import text
 
     return {k: _html.escape(v) for k, v in text()[lang].items() if k.startswith("ex_")}
@@ -433,6 +434,7 @@ SCRIPTS = (
     "link.js",
     "playing.js",
     "exercise.js",
+    "follow.js",
     "asking.js",
     "player.js",
 )
