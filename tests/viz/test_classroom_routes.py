@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from starlette.applications import Starlette
@@ -43,7 +44,9 @@ def call(method: str, path: str, body: bytes = b"", client: str = "127.0.0.1") -
     async def send(message: dict) -> None:
         sent.append(message)
 
-    asyncio.run(APP(scope, receive, send))
+    # a loop of its own, in a thread: a browser test's driver may hold this thread's loop
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, APP(scope, receive, send)).result()
     status = next(m["status"] for m in sent if m["type"] == "http.response.start")
     return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
 

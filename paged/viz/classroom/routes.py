@@ -16,9 +16,11 @@ A body is at most ``MAX_BODY`` bytes of JSON; a refusal is one line, ``{"error":
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.requests import Request
@@ -113,7 +115,23 @@ async def open_room(request: Request) -> Response:
     built = await asyncio.to_thread(_lesson, lesson)
     room = ROOMS.open(lesson, lang, built.num_frames, exercises_data(built, lang))
     await asyncio.to_thread(_page, lesson, lang)  # drawn now, not when 60 phones ask at once
-    return JSONResponse({"code": room.code, "key": room.key, "follow": f"/pk/class/{room.code}"})
+    path = f"/pk/class/{room.code}"
+    return JSONResponse(
+        {"code": room.code, "key": room.key, "follow": path, "link": _link(request, path)}
+    )
+
+
+def _link(request: Request, path: str) -> str:
+    """The address students type: the lecturer's own when it is not this machine's loopback,
+    else this machine's address on its network (the lecturer's browser says 127.0.0.1, which no
+    phone can reach), on the port the lecturer reached."""
+    host = request.url.hostname or "127.0.0.1"
+    port = request.url.port
+    if host in LOOPBACK:
+        with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outward address
+            host = s.getsockname()[0]
+    return f"http://{host}{f':{port}' if port else ''}{path}"
 
 
 async def follower_page(request: Request) -> Response:

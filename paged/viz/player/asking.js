@@ -108,7 +108,8 @@ function askDraw(p) {
     })
     .join("");
   const q = ex.asking[0];
-  const t = tally(ex.questions, ex.done);
+  // a follower's answer counts once the lecturer has revealed it: not before, by its score
+  const t = tally(ex.questions, new Map([...ex.done].filter(([, r]) => followRevealed(p, r.q))));
   const end = t.answered === t.total || p.i === p.frames.length - 1;
   const status = end
     ? `<b class='pk-ex-score'>${fill(w.ex_score, t)}</b> <button type='button' data-act='again'>${w.ex_again}</button>`
@@ -162,7 +163,7 @@ function askAnswer(p, given, shown) {
   const q = ex.asking.shift();
   if (!q) return;
   const right = !shown && isRight(q, given);
-  ex.done.set(q.id, { right, given });
+  ex.done.set(q.id, { right, given, q });
   ex.fed.push({ q, right, given, shown });
   ex.note = "";
   ex.picked = [];

@@ -140,16 +140,24 @@ function classDraw(p) {
   if (!c) return;
   const w = p.ex.words;
   box.hidden = false;
-  const link = `${window.location.origin}${c.follow}`;
+  const link = c.link || `${window.location.origin}${c.follow}`;
   let html = `<p class='pk-class-link'>${fill(w.ex_class_link, { link: escHtml(link), code: `<b>${escHtml(c.code)}</b>` })}</p>`;
   const asked = openAt(p.ex.questions, new Map(), p.i);
   for (const q of asked) {
     const t = c.tallies[q.id] || { n: 0, bars: [], cells: [] };
     const shown = c.revealed === p.i;
     html += `<div class='pk-class-q' data-q='${q.id}'><p>${q.prompt} <span class='pk-dim'>${fill(w.ex_class_n, { n: t.n })}</span></p>`;
-    if (t.bars) {
-      const most = Math.max(1, ...t.bars.map((b) => b[1]));
-      html += t.bars
+    // cells: the most picked, as bars beside the heat map (which the grid shows)
+    const bars =
+      t.bars ||
+      (t.cells || [])
+        .map((n, k) => [[k], n])
+        .filter(([, n]) => n > 0)
+        .sort((a, b) => b[1] - a[1])
+        .slice(0, 8);
+    if (bars.length) {
+      const most = Math.max(1, ...bars.map((b) => b[1]));
+      html += bars
         .map(([v, n]) => {
           const key = shown && isRight(q, v) ? " pk-class-right" : "";
           return (
