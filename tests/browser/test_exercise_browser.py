@@ -68,6 +68,9 @@ def test_a_lesson_played_right_and_wrong_ends_with_its_score(browser, tmp_path: 
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto((tmp_path / f"{LESSON}.html").as_uri() + "#frame=0")
     wait_ready(page)
+    page.keyboard.press("?")  # the keys' help names the mode's key
+    assert "E" in page.locator("#pk-help kbd").all_inner_texts()
+    page.keyboard.press("Escape")
     page.keyboard.press("e")
     played: dict[str, bool] = {}
     for _ in range(400):

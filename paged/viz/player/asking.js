@@ -241,11 +241,11 @@ function askMark(p, q, ks, cls) {
   const svg = p.el(GRID_OF[q.side]).querySelector("svg.pk-arena");
   if (!svg || !q.grid) return;
   svg.querySelector(`g.${cls}`)?.remove();
-  const g = document.createElementNS("http://www.w3.org/2000/svg", "g");
+  const g = document.createElementNS(svg.namespaceURI, "g");
   g.setAttribute("class", cls);
   for (const k of ks) {
     const b = cellBox(q.grid, k);
-    const r = document.createElementNS("http://www.w3.org/2000/svg", "rect");
+    const r = document.createElementNS(svg.namespaceURI, "rect");
     for (const [a, v] of Object.entries({ x: b.x, y: b.y, width: b.w, height: b.h })) {
       r.setAttribute(a, String(v));
     }
