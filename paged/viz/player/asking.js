@@ -302,6 +302,8 @@ function askAct(p, k) {
 
 function askDestroy(p) {
   p.el("pk-sides")?.removeEventListener("click", p.ex?.onGrid);
+  clearInterval(p.cls?.timer);
+  p.follow?.src?.close();
 }
 
 if (typeof module === "object") {

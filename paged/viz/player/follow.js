@@ -59,6 +59,13 @@ function followRevealed(p, q) {
 
 function classStatic(p) {
   const ex = p.ex;
+  if (p.cls && p.cls.lesson !== p.data.lesson) {
+    // another lesson on the lecturer's page: the room follows the one it was opened for, so
+    // this page stops steering it (a new link opens a room for the new lesson)
+    clearInterval(p.cls.timer);
+    p.cls = null;
+    ex.classBox.hidden = true;
+  }
   if (!p.data.classroom || p.follow || ex.classBtn) return;
   const b = document.createElement("button");
   b.type = "button";
@@ -90,7 +97,7 @@ async function classOpen(p) {
     p.ex.classBox.textContent = got.error || String(r.status);
     return;
   }
-  p.cls = { ...got, tallies: {}, sent: -1 };
+  p.cls = { ...got, lesson: p.data.lesson, tallies: {}, sent: -1 };
   if (p.ex.on) askToggle(p, false);
   classFrame(p);
   p.cls.timer = setInterval(() => classPoll(p), TALLY_MS);
