@@ -11,7 +11,7 @@ CHROMIUM := /usr/bin/chromium
 # worksteal: the few long tests (model loads, browser sessions) must not queue behind each other.
 XDIST  ?= -n auto --maxprocesses 4 --dist worksteal
 
-.PHONY: run check test venv js lock fresh browser bench clean peer peer-venv
+.PHONY: run class check test venv js lock fresh browser bench clean peer peer-venv
 
 venv: $(STAMP)
 
@@ -63,6 +63,11 @@ browser:
 
 run: venv
 	$(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT) --server.headless true
+
+# The same app, with the class's routes on its server: students follow the lecturer
+# (docs/classroom.md). `make class HOST=0.0.0.0` opens it to the room.
+class: venv
+	$(PY) -m streamlit run classroom.py --server.address $(HOST) --server.port $(PORT) --server.headless true
 
 # The fast gate: no model load, no browser, no kernel compile.
 FAST := not model and not browser and not load and not peer

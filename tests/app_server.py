@@ -29,16 +29,18 @@ def running_app(
     log: Path | None = None,
     timeout: float = 90,
     info: dict | None = None,
+    script: str = "app.py",
 ) -> Iterator[str]:
-    """Start ``streamlit run app.py`` on a free port, wait for /_stcore/health, yield its base
-    URL, and stop it (our child only) afterwards. ``info["pid"]`` gets the server's pid."""
+    """Start ``streamlit run app.py`` (or ``script``: classroom.py serves the class's routes
+    too) on a free port, wait for /_stcore/health, yield its base URL, and stop it (our child
+    only) afterwards. ``info["pid"]`` gets the server's pid."""
     port = free_port()
     cmd = [
         sys.executable,
         "-m",
         "streamlit",
         "run",
-        str(IMPORT_ROOT / "app.py"),
+        str(IMPORT_ROOT / script),
         "--server.headless",
         "true",
         "--server.port",

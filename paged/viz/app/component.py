@@ -7,6 +7,7 @@ import functools
 
 import streamlit as st
 
+from paged.viz.classroom import routes as class_routes
 from paged.viz.player.payload import asset, script, styles
 from paged.viz.render import html
 
@@ -42,6 +43,8 @@ def mount_player(
             "present": present,
             "follow": follow_end,
             "link_frame": link_frame,
+            # the class's routes are on this server (classroom.py): the lecturer may open one
+            "classroom": class_routes.MOUNTED,
         },
         key=key,
         width="stretch",

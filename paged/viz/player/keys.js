@@ -44,6 +44,7 @@ const Keys = {
       this.help(false);
       return true;
     }
+    if (askAct(this, k)) return true; // asking.js: exercise mode answers first
     const command = KEYS.get(k);
     if (pointAct(this, command)) return true;
     const keyframes = (this.data.keyframes || []).map((kf) => kf.frame);

@@ -80,6 +80,7 @@ const Static = {
     this.scrubber();
     this.showSpeed();
     pointStatic(this);
+    askStatic(this);
   },
 };
 

@@ -353,6 +353,7 @@ def envelope(lesson: Lesson, lang: str, chs: list[chapters.Chapter], z: bytes) -
         + base64.b64encode((ASSETS / "icon.png").read_bytes()).decode("ascii"),
         "text": {k: t[k] for k in TEXT_KEYS},
         "exercises": exercises_data(lesson, lang),
+        "exercise_text": exercise_text(lang),
     }
 
 
@@ -362,7 +363,24 @@ def exercises_data(lesson: Lesson, lang: str) -> list:
     the player places is HTML: a request's name comes from the trace."""
     from paged.viz.exercises import questions
 
-    return [_escaped(q.to_dict(lang)) for q in questions(lesson)]
+    runs = (lesson.left.run, lesson.right.run)
+    layouts = dict(zip(("left", "right"), to_scale.side_layouts(*runs), strict=True))
+    out = []
+    for q in questions(lesson):
+        d = _escaped(q.to_dict(lang))
+        if q.cells:  # where a click lands on that side's grid (a block spans its slots)
+            geometry = svg.grid_geometry(layouts[q.side])
+            d["grid"] = {**geometry, "per": layouts[q.side].block_size if q.unit == "block" else 1}
+        out.append(d)
+    return out
+
+
+def exercise_text(lang: str) -> dict[str, str]:
+    """The words of the player's exercise mode and of a class that answers together
+    (paged/viz/text/exercises.toml ``ex_*``), escaped."""
+    from paged.viz.exercises.question import text
+
+    return {k: _html.escape(v) for k, v in text()[lang].items() if k.startswith("ex_")}
 
 
 def _escaped(v: Any) -> Any:
@@ -415,9 +433,12 @@ SCRIPTS = (
     "fit_present.js",
     "link.js",
     "playing.js",
+    "exercise.js",
+    "follow.js",
+    "asking.js",
     "player.js",
 )
-STYLES = ("player.css", "point.css")
+STYLES = ("player.css", "point.css", "exercise.css")
 
 
 def script() -> str:

@@ -80,6 +80,7 @@ class Player {
       });
     }
     pointInit(this); // point.js: pointing, the clicker, the presenter console
+    askInit(this); // asking.js: exercise mode
   }
 
   // Open ``data`` on frame ``start``; ``start`` null stays on the frame shown (the same lesson
@@ -189,6 +190,7 @@ class Player {
     if (this.present) this.fitPresent();
     this.queueUrl();
     pointFrame(this);
+    askFrame(this);
   }
 
   setPresent(on) {
@@ -216,6 +218,7 @@ class Player {
 
   destroy() {
     pointDestroy(this);
+    askDestroy(this);
     this.stop();
     this.resized.disconnect();
     document.removeEventListener("keydown", this.onKey, true);

@@ -118,6 +118,12 @@ def cell_box(row: int, c0: int, c1: int, layout: GridLayout) -> tuple[float, flo
     return _x(c0), y, _x(c1) + CELL - GAP, round(y + _h(layout), 2)
 
 
+def grid_geometry(layout: GridLayout) -> dict[str, float]:
+    """Where slot ``s`` is drawn, as numbers a browser maps a click with: column ``s % cols``
+    starts at ``x0 + col * cell``, row ``s // cols`` at ``row * pitch`` (user units)."""
+    return {"x0": LABEL_W, "cell": CELL, "pitch": _pitch(layout), "gap": GAP, "cols": layout.cols}
+
+
 def grid_height(layout: GridLayout) -> float:
     """The grid's drawn height, its CPU tier and note left out."""
     return layout.rows * _pitch(layout) - GAP  # a full gap under a scaled row too: sides alike
