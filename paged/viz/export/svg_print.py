@@ -3,8 +3,8 @@ need, since they are drawn as SVG (``paged.viz.render.kernel.figure_svg``), not 
 
 The PNG is the SVG rasterised at ``PNG_SCALE`` (2560 x 1440 px from 1280 x 720), like every
 other lecture figure's; the PDF is Chromium's print of the SVG, so its cells, strokes and text
-stay vector and text (a screenshot of the player would be one bitmap). No request leaves the
-page: the SVG is inline and every URL is refused.
+stay vector and text (a screenshot of the player would be one bitmap). Each SVG is opened as a
+document of its own from a temporary file; every other URL is refused.
 """
 
 from __future__ import annotations
@@ -15,11 +15,6 @@ from collections.abc import Iterable
 SIZE = (1280, 720)
 PNG_SCALE = 2.0
 FORMATS = ("png", "pdf")
-
-_PAGE = (
-    "<!doctype html><meta charset='utf-8'><style>@page{{size:{w}px {h}px;margin:0}}"
-    "html,body{{margin:0;background:white}}svg{{display:block}}</style>{svg}"
-)
 
 
 def printed(svgs: Iterable[str], fmts: Iterable[str]) -> list[dict[str, bytes]]:
@@ -37,29 +32,40 @@ def printed(svgs: Iterable[str], fmts: Iterable[str]) -> list[dict[str, bytes]]:
 
 
 def _print(svgs: list[str], fmts: list[str]) -> list[dict[str, bytes]]:
+    import tempfile
+    from pathlib import Path
+
     from playwright.sync_api import sync_playwright
 
     from paged.viz.export.serve import launch_chromium
 
     w, h = SIZE
     out: list[dict[str, bytes]] = []
-    with sync_playwright() as p:
+    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
         browser = launch_chromium(p)
         try:
             ctx = browser.new_context(
                 viewport={"width": w, "height": h}, device_scale_factor=PNG_SCALE
             )
-            ctx.route("**/*", lambda r: r.abort())  # the page is inline: nothing to fetch
+            # the SVG is opened as a document of its own: no page margin, nothing to fetch
+            ctx.route(
+                "**/*", lambda r: r.continue_() if r.request.url.startswith("file:") else r.abort()
+            )
             page = ctx.new_page()
-            for svg in svgs:
-                page.set_content(_PAGE.format(w=w, h=h, svg=svg))
-                page.evaluate("() => document.fonts.ready.then(() => true)")
+            for n, svg in enumerate(svgs):
+                path = Path(tmp) / f"figure{n}.svg"
+                path.write_text(svg, encoding="utf-8")
+                page.goto(path.as_uri())
                 drawn: dict[str, bytes] = {}
                 if "png" in fmts:
                     drawn["png"] = page.screenshot(type="png")
                 if "pdf" in fmts:
                     drawn["pdf"] = page.pdf(
-                        width=f"{w}px", height=f"{h}px", print_background=True, page_ranges="1"
+                        width=f"{w}px",
+                        height=f"{h}px",
+                        margin={"top": "0", "right": "0", "bottom": "0", "left": "0"},
+                        print_background=True,
+                        page_ranges="1",
                     )
                 out.append(drawn)
         finally:
