@@ -377,7 +377,8 @@ def kernel_images(
                 "(/usr/bin/chromium)"
             )
         try:
-            shots = svg_print.printed(svgs, printed)
+            with _one_browser.lock:  # as kaleido's images: one Chromium at a time, app-wide
+                shots = svg_print.printed(svgs, printed)
         except Exception as e:  # Playwright raises its own types when Chromium cannot start
             first = (str(e).strip().splitlines() or [""])[0]
             raise ExportError(f"cannot print the figures: {type(e).__name__}: {first}") from None
