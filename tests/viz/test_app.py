@@ -316,6 +316,19 @@ def test_every_step_offers_its_lecture_figure_for_download(lesson, monkeypatch):
         assert {f"pk_fig_{fmt}_{k}" for fmt in ("png", "svg", "pdf")} <= keys, k
 
 
+def test_the_kernel_lesson_offers_each_chapters_figure_in_every_format(monkeypatch):
+    from paged.viz.export import lecture as export
+    from paged.viz.fold.kernel.frames import CHAPTERS
+
+    monkeypatch.setattr(export, "browser_available", lambda: True)
+    at = open_app({"lesson": "inside-the-kernel"})
+    assert not at.exception
+    keys = {getattr(b, "key", None) for b in at.get("download_button")}
+    want = {f"pk_fig_{fmt}_{k}" for fmt in export.FORMATS for k in range(len(CHAPTERS))}
+    assert want <= keys
+    assert not {k for k in keys if str(k).startswith("pk_fig")} - want  # no more than that
+
+
 def test_without_chromium_the_page_says_how_to_get_figures(monkeypatch):
     from paged.viz.export import lecture as export
 

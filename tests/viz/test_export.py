@@ -219,3 +219,26 @@ def test_a_tab_set_up_in_the_wrong_context_gets_a_fresh_server_once(monkeypatch)
     answers = iter([ValueError("no Chromium")])
     with pytest.raises(export.ExportError, match="no Chromium"):
         export.figure_bytes(go.Figure(), "png")
+
+
+def test_kernel_figures_in_svg_need_no_browser_and_hold_no_bitmap(tmp_path, monkeypatch):
+    """A kernel lesson's SVG is drawn, not printed: written where no Chromium is, one per
+    chapter and language, 1280 x 720 like the other figures, vector."""
+    import xml.etree.ElementTree as ET
+
+    from paged.viz.fold.kernel.frames import CHAPTERS
+
+    monkeypatch.setattr(export, "browser_available", lambda: False)
+    paths = export.export_lesson("inside-the-kernel", tmp_path, ["svg"], ["en", "zh"])
+    assert len(paths) == 2 * len(CHAPTERS)
+    for p in paths:
+        text = p.read_text(encoding="utf-8")
+        assert "<image" not in text and "data:image" not in text, p.name
+        root = ET.fromstring(text)
+        assert (root.get("width"), root.get("height")) == ("1280", "720"), p.name
+
+
+def test_kernel_figures_in_pdf_without_chromium_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(export, "browser_available", lambda: False)
+    with pytest.raises(export.ExportError, match=r"^pdf figures of a kernel lesson need Chromium"):
+        export.export_lesson("inside-the-kernel", tmp_path, ["svg", "pdf"], "en")

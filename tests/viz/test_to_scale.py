@@ -81,9 +81,11 @@ def test_svg_grids_cover_areas_in_the_ratio_of_their_arena_bytes(right_bytes):
         assert _svg_area(right) == pytest.approx(_svg_area(left))
 
 
+_SQUARE = re.compile(r"M([-\d.e]+),([-\d.e]+)H([-\d.e]+)V([-\d.e]+)H[-\d.e]+Z")
+
+
 def _plotly_cells(fig, n: int) -> tuple[float, float]:
-    """(drawn area of the n-th heatmap's cells in px, px per axis unit) of a lecture figure."""
-    heat = [t for t in fig.data if t.type == "heatmap"][n]
+    """(drawn area of the n-th side's cells in px, px per axis unit) of a lecture figure."""
     xa = fig.layout[f"xaxis{'' if n == 0 else 3}"]
     ya = fig.layout[f"yaxis{'' if n == 0 else 3}"]
     m = fig.layout.margin
@@ -93,9 +95,11 @@ def _plotly_cells(fig, n: int) -> tuple[float, float]:
         (xa.domain[1] - xa.domain[0]) * plot_w / abs(xa.range[1] - xa.range[0]),
         (ya.domain[1] - ya.domain[0]) * plot_h / abs(ya.range[1] - ya.range[0]),
     )
-    cells = sum(v is not None for row in heat.z for v in row)
-    dy = heat.dy if heat.dy is not None else 1
-    return cells * (ppu - heat.xgap) * (ppu * dy - heat.ygap), ppu
+    xref = "x" if n == 0 else "x3"
+    paths = [s.path for s in fig.layout.shapes if s.name == "cells" and s.xref == xref]
+    squares = [[float(v) for v in sq] for p in paths for sq in _SQUARE.findall(p)]
+    assert squares, "no cells drawn"
+    return sum(abs(x1 - x0) * abs(y1 - y0) for x0, y0, x1, y1 in squares) * ppu**2, ppu
 
 
 @pytest.mark.parametrize("right_bytes", [None, 0.25, 0.75])

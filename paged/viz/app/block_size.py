@@ -7,6 +7,7 @@ lays them out. No torch.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from paged.viz.render.style import CATEGORY_COLOURS, CATEGORY_MARKS, INK, MUTED,
 LESSON = "block-size"
 
 UI = ui_text.load("block_size_page")  # paged/viz/text/block_size_page.toml
+LABEL_PX = 12  # the smallest label a chart of this page writes
 KERNEL_CMD = "bench/kernel_speed.py --block-size N --out paged/lessons/block-size/kernels/bN"
 LAYOUT = dict(
     paper_bgcolor="white",
@@ -110,9 +112,26 @@ def _chart(
         )
 
 
-def _x(results: list[sweep.SizeResult]) -> list[str]:
-    # Categories, not a numeric axis: 1 and 256 would squash 8..32 together.
-    return [str(r.block_size) for r in results]
+def _x(results: list[sweep.SizeResult]) -> list[float]:
+    # log2 of the size: a linear axis would squash 1..32 together, and categories evenly
+    # spaced would hide that 64 is missing between 32 and 128; on log2 each doubling is one
+    # step and the gap shows
+    return [math.log2(r.block_size) for r in results]
+
+
+def _xaxis(results: list[sweep.SizeResult], u: dict) -> dict:
+    """The block-size axis: log2 positions labelled with the sizes themselves."""
+    xs = _x(results)
+    return dict(
+        title=u["block_size"],
+        tickvals=xs,
+        ticktext=[str(r.block_size) for r in results],
+        range=[min(xs) - 0.7, max(xs) + 0.7],
+        showgrid=False,
+        zeroline=False,
+        fixedrange=True,
+        automargin=True,
+    )
 
 
 def composition_figure(
@@ -137,8 +156,11 @@ def composition_figure(
         **LAYOUT,
         barmode="stack",
         height=height,
+        # a share too thin for its label at 12 px has none (hover and the table keep it):
+        # squeezed into its sliver, "6%" was drawn at 6.8 px
+        uniformtext=dict(minsize=LABEL_PX, mode="hide"),
         legend=dict(orientation="h", x=0, y=-0.25, traceorder="normal"),
-        xaxis=dict(title=u["block_size"], type="category", fixedrange=True, automargin=True),
+        xaxis=_xaxis(results, u),
         yaxis=dict(
             title=u["held"],
             range=[0, 100],
@@ -190,7 +212,7 @@ def tradeoff_figure(
         **LAYOUT,
         height=height,
         legend=dict(orientation="h", x=0, y=-0.25, traceorder="normal"),
-        xaxis=dict(title=u["block_size"], type="category", fixedrange=True, automargin=True),
+        xaxis=_xaxis(results, u),
         yaxis=dict(
             title=u["empty"],
             range=[0, 100],
@@ -230,6 +252,7 @@ def long_table_figure(
             marker_color=INK,
             text=[_mib(v) for v in mib],
             textposition="outside",
+            constraintext="none",  # shrunk to a narrow bar's width, a label fell to 9 px
             cliponaxis=False,
             hovertemplate="%{y:,.2f} MiB<extra></extra>",
         )
@@ -242,14 +265,15 @@ def long_table_figure(
             font=dict(size=14),
             x=0,
         ),
-        xaxis=dict(title=u["block_size"], type="category", fixedrange=True, automargin=True),
+        xaxis=_xaxis(results, u),
         yaxis=dict(title="MiB", gridcolor="#EEF0F3", fixedrange=True, automargin=True),
     )
     return fig
 
 
 def _mib(v: float) -> str:
-    return f"{v:.1f} MiB" if v >= 1 else f"{v * 1024:.0f} KiB"
+    # the number over its unit: as narrow as a bar one doubling wide
+    return f"{v:.1f}<br>MiB" if v >= 1 else f"{v * 1024:.0f}<br>KiB"
 
 
 def tail_figure(results: list[sweep.SizeResult], lang: str = "en", height: int = 320) -> go.Figure:
@@ -264,6 +288,7 @@ def tail_figure(results: list[sweep.SizeResult], lang: str = "en", height: int =
         marker_color=CATEGORY_COLOURS["internal"],
         text=[f"{t:.1f}" for t in tails],
         textposition="outside",
+        constraintext="none",
         cliponaxis=False,
         hovertemplate="%{y:.1f}<extra></extra>",
     )
@@ -279,7 +304,7 @@ def tail_figure(results: list[sweep.SizeResult], lang: str = "en", height: int =
         **LAYOUT,
         height=height,
         legend=dict(orientation="h", x=0, y=-0.25),
-        xaxis=dict(title=u["block_size"], type="category", fixedrange=True, automargin=True),
+        xaxis=_xaxis(results, u),
         yaxis=dict(title=u["tail_axis"], gridcolor="#EEF0F3", fixedrange=True, automargin=True),
     )
     return fig

@@ -390,6 +390,7 @@ def _kernel_page(names: list[str], root: Path, lang: str, t: dict) -> None:
         mime="text/html",
         key="pk_kernel_html",
     )
+    boundary(ui_text.load("safe")[lang]["frame_failed"])(_figure_downloads)(lesson, lang, t)
 
 
 def _picker(names: list[str], lang: str) -> None:
@@ -727,17 +728,23 @@ def safe_file_stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip(".-")[:60] or "lesson"
 
 
-def _figure_downloads(lesson: Lesson | Outline, lang: str, t: dict) -> None:
-    """Each step's side-by-side figure for slides, drawn only when its button is clicked."""
+def _figure_downloads(lesson: Lesson | Outline | KernelLesson, lang: str, t: dict) -> None:
+    """Each step's (a kernel lesson's: each chapter's) figure for slides, drawn only when its
+    button is clicked."""
     if not lecture.browser_available():
         st.caption(t["no_browser"])
         return
+    titles = (
+        lecture.figure_titles(lesson, lang)
+        if isinstance(lesson, KernelLesson)
+        else [step.title[lang] for step in lesson.spec.steps]
+    )
     with st.expander(t["figure"], icon=":material/download:"):
-        for k, step in enumerate(lesson.spec.steps):
+        for k, title in enumerate(titles):
             with st.container(
                 horizontal=True, gap="small", vertical_alignment="center", key=f"pk_figure_{k}"
             ):
-                st.markdown(f"{k + 1} · {step.title[lang]}", width="stretch")
+                st.markdown(f"{k + 1} · {title}", width="stretch")
                 for fmt in ("png", "svg", "pdf"):
                     st.download_button(
                         fmt.upper(),
@@ -747,10 +754,10 @@ def _figure_downloads(lesson: Lesson | Outline, lang: str, t: dict) -> None:
                     )
 
 
-def _figure_args(lesson: Lesson | Outline, k: int, lang: str, fmt: str) -> dict:
+def _figure_args(lesson: Lesson | Outline | KernelLesson, k: int, lang: str, fmt: str) -> dict:
     """``lecture.download_args``; an upload's figure is folded again in a child, in the
     server's one turn, when its button is clicked."""
-    if isinstance(lesson, Lesson):
+    if isinstance(lesson, Lesson | KernelLesson):
         return lecture.download_args(lesson, k, lang, fmt)
     up = _upload_file(lesson)  # now: a deferred download may run outside the session's script
     return dict(

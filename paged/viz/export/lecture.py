@@ -10,6 +10,9 @@ writes one file per step, language and format (``six-steps-step3-en.png``), draw
 ``paged.viz.render.figures.side_by_side_figure`` at the step's keyframe: the same figure, colours and words
 as the app. Images are rendered by kaleido (>= 1) in the system Chromium; export keeps one
 Chromium running for the whole lesson, so each image after the first takes well under a second.
+SVG and PDF are vector throughout (no cell is a bitmap). A kernel lesson has one figure per
+chapter, drawn as SVG (``paged.viz.render.kernel.figure_svg``) and printed by Chromium as PDF
+and PNG (paged/viz/export/svg_print.py), at the same sizes.
 
 ``html`` writes the whole lesson as one self-contained page (paged/viz/export/standalone.py: the app's
 player, both languages, offline); ``gif`` and ``mp4`` write the lesson (or ``--frames A:B``) as
@@ -144,12 +147,19 @@ def file_name(lesson_name: str, k: int, lang: str, fmt: str) -> str:
     return f"{lesson_name}-step{k + 1}-{lang}.{fmt}"
 
 
-def step_image(lesson: Lesson, k: int, lang: str = "en", fmt: str = "png") -> bytes:
-    """The bytes of step ``k``'s lecture figure: what the download button hands out."""
+def step_image(lesson: Lesson | KernelLesson, k: int, lang: str = "en", fmt: str = "png") -> bytes:
+    """The bytes of step ``k``'s lecture figure (a kernel lesson's: chapter ``k``'s): what
+    the download button hands out."""
+    if isinstance(lesson, KernelLesson):
+        if fmt not in MIME:
+            raise ExportError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+        return kernel_images(lesson, lang, [fmt], [k])[0][fmt]
     return figure_bytes(step_figure(lesson, k, lang), fmt)
 
 
-def download_args(lesson: Lesson, k: int, lang: str = "en", fmt: str = "png") -> dict:
+def download_args(
+    lesson: Lesson | KernelLesson, k: int, lang: str = "en", fmt: str = "png"
+) -> dict:
     """Keyword arguments for ``st.download_button``: the image is rendered only when clicked
     (``data`` is a callable), so stepping through frames costs nothing."""
     return dict(
@@ -333,35 +343,57 @@ def _kernel_figures(
     langs: list[str],
     say: Callable[[str], None],
 ) -> list[Path]:
-    """A kernel lesson's figure of each chapter at its key frame: the player in presenter mode
-    photographed (png), or the frame's two drawings with their captions (svg). A pdf is
-    refused: the figure is the player, not a plotly figure."""
-    from paged.viz.export import animate, standalone
+    """A kernel lesson's figure of each chapter at its key frame, in every figure format."""
+    written: list[Path] = []
+    for lg in langs:
+        drawn = kernel_images(lesson, lg, formats)
+        for k, images in enumerate(drawn):
+            for fmt in formats:
+                path = out / file_name(name, k, lg, fmt)
+                path.write_bytes(images[fmt])
+                written.append(path)
+        say(f"{name} ({lg}): {len(drawn)} chapters: {', '.join(formats)}")
+    return written
+
+
+def kernel_images(
+    lesson: KernelLesson, lang: str, formats: list[str], chapters: Iterable[int] | None = None
+) -> list[dict[str, bytes]]:
+    """Each chapter's figure (``chapters``: their indices; default all) at its key frame, in
+    each of ``formats``: the frame's drawings with their captions as one 16:9 SVG
+    (``paged.viz.render.kernel.figure_svg``), which Chromium prints as a vector PDF and
+    rasterises as a PNG of the other lessons' size. Raises ExportError (one line) when png
+    or pdf is asked for and no Chromium can draw it."""
+    from paged.viz.export import svg_print
     from paged.viz.render.kernel import figure_svg
 
-    if "pdf" in formats:
-        raise ExportError("a kernel lesson's figures are png or svg (the player, photographed)")
-    written: list[Path] = []
-    keys = [chapter_keyframe(lesson, c) for c in CHAPTERS]
-    for lg in langs:
-        if "png" in formats:
-            if not browser_available():
-                raise ExportError(
-                    "png figures of a kernel lesson need Chromium (/usr/bin/chromium)"
-                )
-            page = standalone.page(lesson, (lg,))
-            for k, i in enumerate(keys):
-                (shot,) = animate.screenshots(page, range(i, i + 1), lg)
-                path = out / file_name(name, k, lg, "png")
-                path.write_bytes(shot.png)
-                written.append(path)
-        if "svg" in formats:
-            for k, i in enumerate(keys):
-                path = out / file_name(name, k, lg, "svg")
-                path.write_text(figure_svg(lesson, i, lg), encoding="utf-8")
-                written.append(path)
-        say(f"{name} ({lg}): {len(keys)} chapters: {', '.join(formats)}")
-    return written
+    ks = range(len(CHAPTERS)) if chapters is None else chapters
+    svgs = [figure_svg(lesson, chapter_keyframe(lesson, CHAPTERS[k]), lang) for k in ks]
+    printed = [f for f in formats if f != "svg"]
+    shots: list[dict[str, bytes]] = [{} for _ in svgs]
+    if printed:
+        if not browser_available():
+            raise ExportError(
+                f"{' and '.join(printed)} figures of a kernel lesson need Chromium "
+                "(/usr/bin/chromium)"
+            )
+        try:
+            with _one_browser.lock:  # as kaleido's images: one Chromium at a time, app-wide
+                shots = svg_print.printed(svgs, printed)
+        except Exception as e:  # Playwright raises its own types when Chromium cannot start
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise ExportError(f"cannot print the figures: {type(e).__name__}: {first}") from None
+    if "svg" in formats:
+        for images, svg in zip(shots, svgs, strict=True):
+            images["svg"] = svg.encode("utf-8")
+    return shots
+
+
+def figure_titles(lesson: Lesson | KernelLesson, lang: str) -> list[str]:
+    """The title of each figure ``export_lesson`` writes: a step's, or a kernel chapter's."""
+    if isinstance(lesson, KernelLesson):
+        return [lesson.spec.chapter_titles[c][lang] for c in CHAPTERS]
+    return [step.title[lang] for step in lesson.spec.steps]
 
 
 def _refuse_unused(formats: list[str], **options: object) -> None:

@@ -8,14 +8,16 @@ from __future__ import annotations
 import math
 
 from paged.viz.fold.panels import label_starts
-from paged.viz.fold.reducer import CELL_CATEGORY, HOLE, INTERNAL, PAGED, Frame
+from paged.viz.fold.reducer import HOLE, INTERNAL, PAGED, Frame
 from paged.viz.render import to_scale
 from paged.viz.render.cpu_grid import tier_plotly
-from paged.viz.render.layout import HOVER_MAX_SLOTS, GridLayout, changed_runs
-from paged.viz.render.style import CHANGED, FONT, FREE_COLOUR, MUTED, cell_colour, cell_ink, words
+from paged.viz.render.layout import GridLayout, changed_runs
+from paged.viz.render.style import CHANGED, FONT, MUTED, cell_colour, cell_ink
 from paged.viz.safe import plotly_text
 
-CELL_GAP_PX = 2
+#: The white gap between two cells, as a share of a cell (2 px at the usual 20 px cell).
+CELL_GAP = 0.1
+CELLS = "cells"  # the name of the shapes that draw the cells
 
 
 def arena_parts(
@@ -23,92 +25,40 @@ def arena_parts(
 ) -> tuple[list[dict], list[dict]]:
     """Traces and shapes that draw ``frame``'s arena on axes ``xaxis``/``yaxis``: one cell per
     slot coloured by owner and category, hatching on never-used slots, a cross on unusable
-    holes, labels at the start of each block or run, outlines round what changed."""
-    colours: dict[str, int] = {}
-    z: list[list[int | None]] = [[None] * layout.cols for _ in range(layout.rows)]
-    for slot, code in enumerate(frame.cells):
-        x, y = layout.xy(slot)
-        colour = cell_colour(code)
-        # Integer z on a stepped colour scale: small JSON, exact colours.
-        z[y][x] = colours.setdefault(colour, len(colours))
-    n = len(colours)
-    scale = []
-    for colour, i in colours.items():
-        scale += [[i / n, colour], [(i + 1) / n, colour]]
-    heat = dict(
-        type="heatmap",
-        z=z,
-        zmin=-0.5,
-        zmax=n - 0.5,
-        colorscale=_stretch(scale, n),
-        showscale=False,
-        xgap=CELL_GAP_PX,
-        ygap=CELL_GAP_PX,
-        xaxis=xaxis,
-        yaxis=yaxis,
-    )
-    if layout.scaled:  # shorter rows (paged/viz/render/to_scale.py): the gap shrinks with them
-        heat.update(y0=0, dy=layout.row_scale, ygap=CELL_GAP_PX * layout.row_scale)
-    if frame.run.num_slots <= HOVER_MAX_SLOTS:  # past this, hover text outweighs the picture
-        w, positions = words(lang), slot_positions(frame)
-        heat["customdata"] = [
-            [
-                _hover(
-                    frame,
-                    y * layout.cols + x,
-                    frame.cells[y * layout.cols + x],
-                    frame.owners[y * layout.cols + x],
-                    positions.get(y * layout.cols + x),
-                    w,
-                )
-                if y * layout.cols + x < frame.run.num_slots
-                else ""
-                for x in range(layout.cols)
-            ]
-            for y in range(layout.rows)
-        ]
-        heat["hovertemplate"] = "%{customdata}<extra></extra>"
-    else:
-        heat["hoverinfo"] = "skip"
-    traces = [heat, _labels_trace(frame, layout, xaxis, yaxis)]
+    holes, labels at the start of each block or run, outlines round what changed. Every cell
+    is a vector shape: a heatmap would be exported as one bitmap, blurred on a slide."""
     ref = dict(xref=xaxis, yref=yaxis)
-    shapes = _hatch_shapes(frame, layout, ref) + _block_rules(layout, ref)
-    shapes += _changed_shapes(frame, layout, ref)
+    traces = [_labels_trace(frame, layout, xaxis, yaxis)]
+    shapes = _cell_shapes(frame, layout, ref) + _hatch_shapes(frame, layout, ref)
+    shapes += _block_rules(layout, ref) + _changed_shapes(frame, layout, ref)
     tier_traces, tier_shapes = tier_plotly(frame, layout, xaxis, yaxis, lang)  # swap's CPU tier
     return traces + tier_traces, shapes + tier_shapes
 
 
-def _stretch(scale: list, n: int) -> list:
-    """A stepped scale for integer z in [0, n): z = i maps to the band (i/n, (i+1)/n), which
-    with zmin=-0.5, zmax=n-0.5 puts each integer in the middle of its own colour band."""
-    if n == 0:
-        return [[0, FREE_COLOUR], [1, FREE_COLOUR]]
-    return scale if n > 1 else [[0, scale[0][1]], [1, scale[0][1]]]
-
-
-def slot_positions(frame: Frame) -> dict[int, int]:
-    pos = {}
-    if frame.run.allocator == PAGED:
-        bs = frame.run.block_size
-        for table in frame.block_tables.values():
-            for logical, phys in enumerate(table):
-                for i in range(bs):
-                    pos[phys * bs + i] = logical * bs + i
-    else:
-        for start, length in frame.reservations.values():
-            for i in range(length):
-                pos[start + i] = i
-    return pos | frame.last_look  # a request that stopped this frame, shown one last time
-
-
-def _hover(frame: Frame, slot: int, code: str, owner: str | None, pos: int | None, w: dict) -> str:
-    cat = w[CELL_CATEGORY[code]]
-    where = f"{w['slot']} {slot} · {w['block']} #{slot // frame.run.block_size}"
-    if owner is None:
-        return f"{where}<br>{cat}"
-    name = frame.requests[owner].name
-    who = plotly_text(name if name == owner else f"{name} ({owner})")
-    return f"{where}<br>{who} · {w['pos']} {pos}<br>{cat}"
+def _cell_shapes(frame: Frame, layout: GridLayout, ref: dict) -> list[dict]:
+    """One filled path per colour, a closed square per slot, ``CELL_GAP`` of a cell apart; in
+    scaled rows the square is as much shorter as its row, so drawn area follows bytes."""
+    by_colour: dict[str, list[str]] = {}
+    h = (1 - CELL_GAP) / 2
+    e = h * layout.row_scale
+    for slot, code in enumerate(frame.cells):
+        x, row = layout.xy(slot)
+        y = _ys(row, layout)
+        by_colour.setdefault(cell_colour(code), []).append(
+            f"M{x - h:g},{y - e:g}H{x + h:g}V{y + e:g}H{x - h:g}Z"
+        )
+    return [
+        dict(
+            type="path",
+            name=CELLS,
+            path="".join(cells),
+            fillcolor=colour,
+            line=dict(width=0),
+            layer="below",  # under the labels
+            **ref,
+        )
+        for colour, cells in by_colour.items()
+    ]
 
 
 def _ys(y: int, layout: GridLayout) -> float:

@@ -141,7 +141,7 @@ def tier_plotly(
                 y1=y0 + 0.9,
                 fillcolor=cell_colour(code),
                 line=edge,
-                layer="below",  # under the labels (the heatmap never reaches these rows)
+                layer="below",  # under the labels (the arena's cells never reach these rows)
                 **ref,
             )
         )

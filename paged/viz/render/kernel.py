@@ -273,7 +273,11 @@ def figure_svg(lesson: KernelLesson, i: int, lang: str) -> str:
     f = lesson.frames[i]
     left, right = caption(lesson, i, lang)
     title = lesson.spec.chapter_titles[f.chapter][lang]
-    arena, tiles = arena_svg(lesson, i, lang), tiles_svg(lesson, i, lang)
+    # top-aligned under the captions (an <svg> centres its drawing in the box by default)
+    arena, tiles = (
+        d.replace("<svg ", "<svg preserveAspectRatio='xMidYMin meet' ", 1)
+        for d in (arena_svg(lesson, i, lang), tiles_svg(lesson, i, lang))
+    )
     return (
         "<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 1280 720' width='1280' "
         f"height='720' font-family='sans-serif'><rect width='1280' height='720' fill='white'/>"
