@@ -27,7 +27,6 @@ import contextlib
 import json
 import os
 import resource
-import select
 import signal
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from paged import IMPORT_ROOT
 from paged.engine.interop.kv_events import END_SEQ, MAX_MESSAGE_BYTES, seq_bytes
+from paged.viz.watch.pipe import Gone, Silent, read_exact
 
 POLL_BYTES = 16 << 20  # what one poll answer carries (plus its last message)
 MEMORY_BYTES = 512 << 20  # the child's address space beyond what it maps once its sockets exist
@@ -370,23 +370,13 @@ class Relay:
             raise RelayError(f"the socket reader answered garbage: {e}") from None
 
     def _read(self, n: int, deadline: float) -> bytearray:
-        buf = bytearray(n)
-        view, got = memoryview(buf), 0
-        fd = self._back.fileno()
-        # poll, not select: an app server holding over 1,023 descriptors (a socket per session)
-        # gets a pipe numbered past select's FD_SETSIZE, where select raises ValueError
-        ready = select.poll()
-        ready.register(fd, select.POLLIN)
-        while got < n:
-            left = deadline - time.monotonic()
-            if left <= 0 or not ready.poll(left * 1000):
-                self.close()
-                raise RelayError("the socket reader did not answer in time")
-            k = os.readv(fd, [view[got:]])
-            if k == 0:
-                raise RelayError(self._ended())
-            got += k
-        return buf
+        try:
+            return read_exact(self._back.fileno(), n, deadline)
+        except Silent:
+            self.close()
+            raise RelayError("the socket reader did not answer in time") from None
+        except Gone:
+            raise RelayError(self._ended()) from None
 
     def _ended(self) -> str:
         try:

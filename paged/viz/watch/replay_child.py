@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
-import select
 import signal
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from typing import BinaryIO
 import msgspec
 
 from paged import IMPORT_ROOT
+from paged.viz.watch.pipe import Gone, Silent, read_exact
 from paged.viz.watch.state import (
     MAX_RECORDING_BYTES,
     RecordingError,
@@ -129,20 +129,13 @@ class ReplayProcess:
 
     def _read(self, n: int, deadline: float) -> bytearray:
         assert self.proc.stdout is not None
-        buf, got = bytearray(n), 0
-        view, fd = memoryview(buf), self.proc.stdout.fileno()
-        ready = select.poll()  # not select: a busy server's pipes are numbered past 1,023
-        ready.register(fd, select.POLLIN)
-        while got < n:
-            left = deadline - time.monotonic()
-            if left <= 0 or not ready.poll(left * 1000):
-                self.close()
-                raise ReplayError("ended", "the replay process did not answer in time")
-            k = os.readv(fd, [view[got:]])
-            if k == 0:
-                raise ReplayError("ended", self._ended())
-            got += k
-        return buf
+        try:
+            return read_exact(self.proc.stdout.fileno(), n, deadline)
+        except Silent:
+            self.close()
+            raise ReplayError("ended", "the replay process did not answer in time") from None
+        except Gone:
+            raise ReplayError("ended", self._ended()) from None
 
     def _ended(self) -> str:
         try:
