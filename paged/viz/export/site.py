@@ -37,6 +37,7 @@ from paged.viz.fold.kernel.frames import KernelLesson, kernel_lessons
 from paged.viz.fold.lesson import Lesson
 from paged.viz.fold.lesson_folder import LESSONS_DIR, available
 from paged.viz.player.payload import markdown
+from paged.viz.render.style import stylesheet
 from paged.viz.safe import html_text
 
 LANGS = ("en", "zh")
@@ -243,36 +244,15 @@ def href(path: str) -> str:
     return html_text(quote(path))
 
 
-SITE_CSS = f"""
-body {{ margin: 0; font-family: {standalone.SYSTEM_FONTS}; color: #1F2933; background: #F7F8FA;
-  font-size: 16px; line-height: 1.5; }}
-main {{ max-width: 1180px; margin: 0 auto; padding: 1.5rem 1.4rem 3rem; }}
-h1 {{ font-size: 1.8rem; margin: 0; }}
-.zh {{ color: #3E4C59; }}
-.intro p {{ margin: .4rem 0; max-width: 60rem; }}
-.cards {{ display: grid; grid-template-columns: repeat(auto-fill, minmax(330px, 1fr));
-  gap: 1.2rem; margin: 1.5rem 0; }}
-.card {{ background: white; border: 1px solid #E3E7EC; border-radius: .6rem; padding: .9rem; }}
-.card img {{ width: 100%; aspect-ratio: 16 / 9; object-fit: cover; border-radius: .3rem;
-  border: 1px solid #E3E7EC; display: block; }}
-.card .noimg {{ aspect-ratio: 16 / 9; background: #EEF2F6; border-radius: .3rem; }}
-.card h2 {{ font-size: 1.15rem; margin: .7rem 0 0; }}
-.card h2 + p {{ margin: 0 0 .5rem; font-weight: 600; }}
-.card p {{ margin: .3rem 0; }}
-.meta, .links {{ font-size: 14px; color: #52606D; }}
-.links a {{ margin-right: .35rem; }}
-a {{ color: #2F62C8; }}
-footer {{ font-size: 14px; color: #6B7785; }}
-section {{ margin: 1.5rem 0 2.5rem; }}
-li {{ margin: .35rem 0; }}
-"""
+#: The site's pages' look (site.css beside this file, fonts filled in as it is read).
+SITE_CSS_FILE = Path(__file__).resolve().parent / "site.css"
 
 
 def _doc(title: str, body: str) -> str:
     return (
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>{html_text(title)}</title><style>{SITE_CSS}</style></head>"
+        f"<title>{html_text(title)}</title><style>{stylesheet(SITE_CSS_FILE, system_fonts=standalone.SYSTEM_FONTS)}</style></head>"
         f"<body><main>{body}</main></body></html>\n"
     )
 
