@@ -256,16 +256,27 @@ static inline int64_t run_of(const Walk *w, int64_t pos, int64_t end, int64_t *s
     return end - pos < left ? end - pos : left;
 }
 
+/* A tile's positions [t0, t1) and its first run (``n`` positions from ``slot``): looked up once
+ * per tile, where each of its 2H passes looking it up cost two 64-bit divisions */
+typedef struct {
+    int64_t t0, t1, slot, n;
+} Tile;
+
+static inline Tile tile_at(const Walk *w, int64_t t0, int64_t t1) {
+    Tile t = {t0, t1, 0, 0};
+    t.n = run_of(w, t0, t1, &t.slot);
+    return t;
+}
+
 /* The K pass of one tile [t0, t1) for KV head h and its G query heads (head_dim 64): the scaled
  * scores into s[g][0 .. t1 - t0). Each query is loaded per sixteen positions, not held across
  * the tile: held, the group's queries and the sixteen partial sums would take 28 of the 32
  * vector registers, and the online softmax's running (m, l) pushed the sums onto the stack. */
 static inline __attribute__((always_inline)) void scores64(const Walk *w, const float *qh, int64_t h,
-                                                           int64_t t0, int64_t t1, int G,
+                                                           const Tile *T, int G,
                                                            float s[][MAX_TILE]) {
-    for (int64_t pos = t0; pos < t1;) {
-        int64_t slot;
-        const int64_t n = run_of(w, pos, t1, &slot);
+    const int64_t t0 = T->t0;
+    for (int64_t pos = t0, slot = T->slot, n = T->n;;) {
         const float *kb = w->k_cache + slot * w->slot_floats + h * 64;
         int64_t i = 0;
         /* sixteen positions at a time: their rows stay in L1 while each query of the group
@@ -299,14 +310,16 @@ static inline __attribute__((always_inline)) void scores64(const Walk *w, const 
             }
         }
         pos += n;
+        if (pos >= T->t1) break;
+        n = run_of(w, pos, T->t1, &slot);
     }
 }
 
 /* The V pass of one tile for KV head h: the G output sums ``acc`` (head_dim 64), rescaled by
  * their heads' ``alpha``, take the tile's numerators p = s[g][...] times each V row; the sums
  * live in registers for the tile. */
-static inline __attribute__((always_inline)) void values64(const Walk *w, int64_t h, int64_t t0,
-                                                           int64_t t1, int G,
+static inline __attribute__((always_inline)) void values64(const Walk *w, int64_t h,
+                                                           const Tile *T, int G,
                                                            float s[][MAX_TILE],
                                                            const float *alpha, int rose,
                                                            float *acc) {
@@ -316,9 +329,8 @@ static inline __attribute__((always_inline)) void values64(const Walk *w, int64_
     if (rose)
         for (int g = 0; g < G; g++)
             for (int j = 0; j < 4; j++) a[g][j] *= alpha[g];
-    for (int64_t pos = t0; pos < t1;) {
-        int64_t slot;
-        const int64_t n = run_of(w, pos, t1, &slot);
+    const int64_t t0 = T->t0;
+    for (int64_t pos = t0, slot = T->slot, n = T->n;;) {
         const float *vb = w->v_cache + slot * w->slot_floats + h * 64;
         for (int64_t i = 0; i < n; i++) {
             const float *vr = vb + i * w->slot_floats;
@@ -336,6 +348,8 @@ static inline __attribute__((always_inline)) void values64(const Walk *w, int64_
             }
         }
         pos += n;
+        if (pos >= T->t1) break;
+        n = run_of(w, pos, T->t1, &slot);
     }
     for (int g = 0; g < G; g++)
         for (int j = 0; j < 4; j++) memcpy(acc + g * 64 + j * 16, &a[g][j], sizeof(v16));
@@ -361,24 +375,25 @@ static inline __attribute__((always_inline)) void walk64(
         lv[hq] = (v16){0};
     }
     memset(acc, 0, sizeof(float) * H * G * 64);
-    int64_t pt0 = 0, pt1 = 0, ph = -1; /* the step whose V pass is pending */
+    Tile pt = {0, 0, 0, 0}; /* the step whose V pass is pending: its tile, its KV head */
+    int64_t ph = -1;
     int buf = 0;
     for (int64_t t0 = p0; t0 < p1; t0 += w->tile) {
-        const int64_t t1 = t0 + w->tile < p1 ? t0 + w->tile : p1;
+        const Tile T = tile_at(w, t0, t0 + w->tile < p1 ? t0 + w->tile : p1);
         for (int64_t h = 0; h < H; h++) {
-            scores64(w, q + h * G * 64, h, t0, t1, G, s[buf]);
+            scores64(w, q + h * G * 64, h, &T, G, s[buf]);
             float *rows[4];
             for (int g = 0; g < G; g++)
                 rows[g] = stats ? stats + ((h * G + g) * stats_rows + t0 / w->tile) * 4 : 0;
-            group_update(s[buf], t1 - t0, G, mv + h * G, lv + h * G, alpha[buf], &rose[buf], rows);
-            if (ph >= 0) values64(w, ph, pt0, pt1, G, s[buf ^ 1], alpha[buf ^ 1], rose[buf ^ 1], acc + ph * G * 64);
-            pt0 = t0;
-            pt1 = t1;
+            group_update(s[buf], T.t1 - t0, G, mv + h * G, lv + h * G, alpha[buf], &rose[buf], rows);
+            if (ph >= 0)
+                values64(w, ph, &pt, G, s[buf ^ 1], alpha[buf ^ 1], rose[buf ^ 1], acc + ph * G * 64);
+            pt = T;
             ph = h;
             buf ^= 1;
         }
     }
-    values64(w, ph, pt0, pt1, G, s[buf ^ 1], alpha[buf ^ 1], rose[buf ^ 1], acc + ph * G * 64);
+    values64(w, ph, &pt, G, s[buf ^ 1], alpha[buf ^ 1], rose[buf ^ 1], acc + ph * G * 64);
 }
 
 /* The same walk for any head_dim and group size: G query heads of KV head h. */
@@ -464,80 +479,91 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
      * side (slot_floats apart), so a split's K (then V) is read front to back, block by block,
      * which the hardware prefetcher streams from memory; a task per (row, head) read the same
      * bytes in 256-byte pieces 768 bytes apart and waited on memory at every one */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads)
-    for (int64_t task = 0; task < first[batch]; task++) {
-        int64_t lo = 0, hi = batch; /* the row: the last b with first[b] <= task */
-        while (hi - lo > 1) {
-            const int64_t mid = (lo + hi) / 2;
-            if (first[mid] <= task) lo = mid; else hi = mid;
-        }
-        const int64_t b = lo, part = task - first[b], len = context_lens[b];
-        const int64_t p0 = part * span, p1 = p0 + span < len ? p0 + span : len;
-        const int whole = first[b + 1] - first[b] == 1;
-        const Walk w = {k_cache, v_cache, tables + b * table_width, block_size, slot_floats, tile, scale};
-        const float *qb = q + b * num_heads * head_dim;
-        float m[num_heads], l[num_heads], acc[num_heads * head_dim];
-        float *sb = stats ? stats + b * num_heads * (max_tiles + 1) * 4 : 0; /* the row's walk */
-        if (head_dim == 64 && group <= 4) {
-            v16 mv[num_heads], lv[num_heads];
-            const int64_t H = num_kv_heads, rows = max_tiles + 1;
-            switch (group) {
-                case 4: walk64(&w, qb, H, p0, p1, 4, mv, lv, acc, sb, rows); break;
-                case 3: walk64(&w, qb, H, p0, p1, 3, mv, lv, acc, sb, rows); break;
-                case 2: walk64(&w, qb, H, p0, p1, 2, mv, lv, acc, sb, rows); break;
-                default: walk64(&w, qb, H, p0, p1, 1, mv, lv, acc, sb, rows);
+    /* one parallel region for the walk and the merge (a region's start and end cost ~1 µs at two
+     * threads, as much as a short row's walk), and no more threads than tasks */
+    const int64_t tasks = first[batch];
+    const int split_rows = tasks > batch;
+#pragma omp parallel num_threads(tasks < num_threads ? (int)tasks : num_threads)
+    {
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < first[batch]; task++) {
+            int64_t lo = 0, hi = batch; /* the row: the last b with first[b] <= task */
+            while (hi - lo > 1) {
+                const int64_t mid = (lo + hi) / 2;
+                if (first[mid] <= task) lo = mid; else hi = mid;
             }
-            for (int64_t head = 0; head < num_heads; head++) {
-                m[head] = mv[head][0];
-                l[head] = hsum16(lv[head]);
-            }
-        } else {
-            for (int64_t h = 0; h < num_kv_heads; h++)
-                walk_any(&w, qb + h * group * head_dim, h, head_dim, p0, p1, group, m + h * group,
-                         l + h * group, acc + h * group * head_dim,
-                         sb ? sb + h * group * (max_tiles + 1) * 4 : 0, max_tiles + 1);
-        }
-        for (int64_t head = 0; head < num_heads; head++) {
-            if (whole) { /* the only split: its (m, l) are the row's */
-                const float inv = 1.0f / l[head];
-                float *o = out + (b * num_heads + head) * head_dim;
-                for (int64_t e = 0; e < head_dim; e++) o[e] = acc[head * head_dim + e] * inv;
-                if (sb) {
-                    sb[(head * (max_tiles + 1) + max_tiles) * 4 + 0] = m[head];
-                    sb[(head * (max_tiles + 1) + max_tiles) * 4 + 1] = l[head];
+            const int64_t b = lo, part = task - first[b], len = context_lens[b];
+            const int64_t p0 = part * span, p1 = p0 + span < len ? p0 + span : len;
+            const int whole = first[b + 1] - first[b] == 1;
+            const Walk w = {k_cache, v_cache, tables + b * table_width, block_size,
+                            slot_floats, tile, scale};
+            const float *qb = q + b * num_heads * head_dim;
+            float m[num_heads], l[num_heads], acc[num_heads * head_dim];
+            /* the row's walk record, where asked */
+            float *sb = stats ? stats + b * num_heads * (max_tiles + 1) * 4 : 0;
+            if (head_dim == 64 && group <= 4) {
+                v16 mv[num_heads], lv[num_heads];
+                const int64_t H = num_kv_heads, rows = max_tiles + 1;
+                switch (group) {
+                    case 4: walk64(&w, qb, H, p0, p1, 4, mv, lv, acc, sb, rows); break;
+                    case 3: walk64(&w, qb, H, p0, p1, 3, mv, lv, acc, sb, rows); break;
+                    case 2: walk64(&w, qb, H, p0, p1, 2, mv, lv, acc, sb, rows); break;
+                    default: walk64(&w, qb, H, p0, p1, 1, mv, lv, acc, sb, rows);
+                }
+                for (int64_t head = 0; head < num_heads; head++) {
+                    m[head] = mv[head][0];
+                    l[head] = hsum16(lv[head]);
                 }
             } else {
-                float *pt = partials + ((b * max_splits + part) * num_heads + head) * pw;
-                memcpy(pt, acc + head * head_dim, sizeof(float) * head_dim);
-                pt[head_dim] = m[head];
-                pt[head_dim + 1] = l[head];
+                for (int64_t h = 0; h < num_kv_heads; h++)
+                    walk_any(&w, qb + h * group * head_dim, h, head_dim, p0, p1, group, m + h * group,
+                             l + h * group, acc + h * group * head_dim,
+                             sb ? sb + h * group * (max_tiles + 1) * 4 : 0, max_tiles + 1);
+            }
+            for (int64_t head = 0; head < num_heads; head++) {
+                if (whole) { /* the only split: its (m, l) are the row's */
+                    const float inv = 1.0f / l[head];
+                    float *o = out + (b * num_heads + head) * head_dim;
+                    for (int64_t e = 0; e < head_dim; e++) o[e] = acc[head * head_dim + e] * inv;
+                    if (sb) {
+                        sb[(head * (max_tiles + 1) + max_tiles) * 4 + 0] = m[head];
+                        sb[(head * (max_tiles + 1) + max_tiles) * 4 + 1] = l[head];
+                    }
+                } else {
+                    float *pt = partials + ((b * max_splits + part) * num_heads + head) * pw;
+                    memcpy(pt, acc + head * head_dim, sizeof(float) * head_dim);
+                    pt[head_dim] = m[head];
+                    pt[head_dim + 1] = l[head];
+                }
             }
         }
-    }
-    /* merge each split row's partials, heads in turn */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads)
-    for (int64_t b = 0; b < batch; b++) {
-        const int64_t n = first[b + 1] - first[b];
-        if (n == 1) continue;
-        for (int64_t head = 0; head < num_heads; head++) {
-            const float *pt = partials + (b * max_splits * num_heads + head) * pw;
-            const int64_t stride = num_heads * pw; /* from one split's partial to the next */
-            float mx = -INFINITY, sum = 0.0f;
-            for (int64_t i = 0; i < n; i++) mx = pt[i * stride + head_dim] > mx ? pt[i * stride + head_dim] : mx;
-            float *o = out + (b * num_heads + head) * head_dim;
-            memset(o, 0, sizeof(float) * head_dim);
-            for (int64_t i = 0; i < n; i++) {
-                const float *pi = pt + i * stride;
-                const float c = expf(pi[head_dim] - mx);
-                sum += pi[head_dim + 1] * c;
-                for (int64_t e = 0; e < head_dim; e++) o[e] += pi[e] * c;
-            }
-            const float inv = 1.0f / sum;
-            for (int64_t e = 0; e < head_dim; e++) o[e] *= inv;
-            if (stats) {
-                float *row = stats + ((b * num_heads + head) * (max_tiles + 1) + max_tiles) * 4;
-                row[0] = mx;
-                row[1] = sum;
+        /* merge each split row's partials, heads in turn */
+        if (split_rows)
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t b = 0; b < batch; b++) {
+            const int64_t n = first[b + 1] - first[b];
+            if (n == 1) continue;
+            for (int64_t head = 0; head < num_heads; head++) {
+                const float *pt = partials + (b * max_splits * num_heads + head) * pw;
+                const int64_t stride = num_heads * pw; /* from one split's partial to the next */
+                float mx = -INFINITY, sum = 0.0f;
+                for (int64_t i = 0; i < n; i++)
+                    mx = pt[i * stride + head_dim] > mx ? pt[i * stride + head_dim] : mx;
+                float *o = out + (b * num_heads + head) * head_dim;
+                memset(o, 0, sizeof(float) * head_dim);
+                for (int64_t i = 0; i < n; i++) {
+                    const float *pi = pt + i * stride;
+                    const float c = expf(pi[head_dim] - mx);
+                    sum += pi[head_dim + 1] * c;
+                    for (int64_t e = 0; e < head_dim; e++) o[e] += pi[e] * c;
+                }
+                const float inv = 1.0f / sum;
+                for (int64_t e = 0; e < head_dim; e++) o[e] *= inv;
+                if (stats) {
+                    float *row = stats + ((b * num_heads + head) * (max_tiles + 1) + max_tiles) * 4;
+                    row[0] = mx;
+                    row[1] = sum;
+                }
             }
         }
     }
