@@ -159,50 +159,19 @@ static inline v16 exp16(v16 x) {
     return p * (v16)e;
 }
 
-/* After a tile's scores are in s[0 .. n): the online-softmax update of one head, whose running
- * max ``m`` is held in every lane and whose running sum is ``l``'s lanes added up. The scores
- * become the tile's numerators exp(s - m_new), padded with zeros to whole vectors of 16;
- * returns the factor exp(m_old - m_new) the head's output sum must be rescaled by (1 while the
- * max holds, 0 at the first tile). With ``row``, the tile's (m, l) go there. */
-static inline v16 tile_update(float *s, int64_t n, v16 *m, v16 *l, float *row) {
-    const int64_t nv = (n + 15) / 16;
-    for (int64_t i = n; i < nv * 16; i++) s[i] = -INFINITY;
-    v16 mx = load16(s);
-    for (int64_t i = 1; i < nv; i++) mx = max16(mx, load16(s + 16 * i));
-    const v16 tm = hmax16(mx);
-    if (row) {
-        v16 own = {0};
-        for (int64_t i = 0; i < nv; i++) own += exp16(load16(s + 16 * i) - tm);
-        row[2] = tm[0];
-        row[3] = hsum16(own);
-    }
-    /* no branch on whether the max rose (it rises at tiles no predictor guesses): exp16 of 0 is
-     * exactly 1 and of -inf exactly 0, so the factor is the same either way */
-    const v16 mnew = max16(*m, tm);
-    const v16 alpha = exp16(*m - mnew);
-    *m = mnew;
-    v16 sum = *l * alpha;
-    for (int64_t i = 0; i < nv; i++) {
-        const v16 p = exp16(load16(s + 16 * i) - *m);
-        memcpy(s + 16 * i, &p, sizeof(p));
-        sum += p;
-    }
-    *l = sum;
-    if (row) {
-        row[0] = (*m)[0];
-        row[1] = hsum16(*l);
-    }
-    return alpha;
-}
-
-/* tile_update for the G <= 4 query heads of a group, the same arithmetic. The max's rise is a
- * branch, not arithmetic: it rises at few tiles, and while the prediction that it holds is
- * right the numerators exp(s - m) start from the old max at once, where computing the new max
- * and the factor exp(m_old - m_new) first put ~100 cycles of latency before every V pass.
- * ``rows[g]``: head g's walk record row, or NULL. */
-static inline __attribute__((always_inline)) void group_update(float s[][MAX_TILE], int64_t n, int G,
-                                                               v16 *m, v16 *l, float *alpha,
-                                                               int *rose, float *const *rows) {
+/* After a tile's scores are in s[g][0 .. n): the online-softmax update of G query heads, each
+ * with its running max m[g] held in every lane and its running sum the sum of l[g]'s lanes. The
+ * scores become the tile's numerators exp(s - m_new), padded with zeros to whole vectors of 16;
+ * alpha[g] gets the factor exp(m_old - m_new) head g's output sum must be rescaled by (1 while
+ * the max holds, 0 at the first tile), and *rose whether any is not 1. ``rows[g]``: head g's
+ * walk record row, or NULL.
+ *
+ * The max's rise is a branch, not arithmetic: after the first tiles it rarely rises, and while
+ * the prediction that it holds is right the numerators start from the old max at once; made
+ * branch-free, the new max and the factor put ~100 cycles of latency before every V pass. */
+static inline __attribute__((always_inline)) void tile_update(float s[][MAX_TILE], int64_t n, int G,
+                                                              v16 *m, v16 *l, float *alpha,
+                                                              int *rose, float *const *rows) {
     const int64_t nv = (n + 15) / 16;
     *rose = 0;
     for (int g = 0; g < G; g++) {
@@ -385,7 +354,7 @@ static inline __attribute__((always_inline)) void walk64(
             float *rows[4];
             for (int g = 0; g < G; g++)
                 rows[g] = stats ? stats + ((h * G + g) * stats_rows + t0 / w->tile) * 4 : 0;
-            group_update(s[buf], T.t1 - t0, G, mv + h * G, lv + h * G, alpha[buf], &rose[buf], rows);
+            tile_update(s[buf], T.t1 - t0, G, mv + h * G, lv + h * G, alpha[buf], &rose[buf], rows);
             if (ph >= 0)
                 values64(w, ph, &pt, G, s[buf ^ 1], alpha[buf ^ 1], rose[buf ^ 1], acc + ph * G * 64);
             pt = T;
@@ -423,12 +392,13 @@ static void walk_any(const Walk *w, const float *qh, int64_t h, int64_t d, int64
             }
             pos += n;
         }
-        for (int64_t g = 0; g < G; g++) {
-            float *row = stats ? stats + (g * stats_rows + t0 / w->tile) * 4 : 0;
-            const float alpha = tile_update(s[g], t1 - t0, &mv[g], &lv[g], row)[0];
-            if (alpha != 1.0f)
-                for (int64_t e = 0; e < d; e++) acc[g * d + e] *= alpha;
-        }
+        float *rows[G], alpha[G];
+        int rose;
+        for (int64_t g = 0; g < G; g++)
+            rows[g] = stats ? stats + (g * stats_rows + t0 / w->tile) * 4 : 0;
+        tile_update(s, t1 - t0, G, mv, lv, alpha, &rose, rows);
+        for (int64_t g = 0; rose && g < G; g++)
+            for (int64_t e = 0; e < d; e++) acc[g * d + e] *= alpha[g];
         for (int64_t pos = t0; pos < t1;) {
             int64_t slot;
             const int64_t n = run_of(w, pos, t1, &slot);
