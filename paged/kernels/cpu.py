@@ -175,9 +175,13 @@ class DecodeAttention:
         if split is None:
             split = max(1, SPLIT_POSITIONS // tile)
         need = b * -(-max_len // (tile * split)) * hq * (d + 2) if split > 0 else 0
-        dims = [ctypes.c_int64(x) for x in (b, hq, hkv, d, bs, nb, max_len, tile, split)]
-        dims += [ctypes.c_float(scale), ctypes.c_int(threads)]
-        return ctypes.c_int64(width), tuple(dims), need, split
+        dims = tuple(ctypes.c_int64(x) for x in (b, hq, hkv, d, bs, nb, max_len, tile, split))
+        return (
+            ctypes.c_int64(width),
+            (*dims, ctypes.c_float(scale), ctypes.c_int(threads)),
+            need,
+            split,
+        )
 
     def __call__(
         self,
