@@ -84,7 +84,9 @@ def baseline(rev: str):
     return call
 
 
-def case(batch: int, context: int, rounds: int, reps: int, old=None) -> tuple[float, ...]:
+def case(
+    batch: int, context: int, rounds: int, reps: int, old=None, log: list[str] | None = None
+) -> tuple[float, ...]:
     g = torch.Generator().manual_seed(batch * context)
     per = -(-context // BS)
     blocks = batch * per
@@ -109,6 +111,10 @@ def case(batch: int, context: int, rounds: int, reps: int, old=None) -> tuple[fl
         for i in order:
             times[i].append(timed(sides[i], reps))
     ours = times[0]
+    if log is not None:  # each round's ratios, so a median can be checked against its spread
+        for name, other in zip(("reference", "baseline"), times[1:], strict=False):
+            cells = " ".join(f"{t / o:.3f}" for t, o in zip(other, ours, strict=True))
+            log.append(f"batch {batch}, context {context}, {name} / C by round: {cells}")
     figures = [statistics.median(t) for t in times]
     ratios = [
         statistics.median(t / o for t, o in zip(other, ours, strict=True)) for other in times[1:]
@@ -124,6 +130,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=50, help="calls per timing")
     ap.add_argument("--threads", type=int, help="torch's thread count (default: torch's)")
     ap.add_argument("--baseline", metavar="REV", help="also time REV's C kernel (git revision)")
+    ap.add_argument("--every", action="store_true", help="also print every round's ratios")
     args = ap.parse_args()
     if cpu.load() is None:
         sys.exit(f"no CPU kernels: {cpu.why()}")
@@ -141,12 +148,15 @@ def main() -> None:
     rule += "---:|" * (2 if old is not None else 1)
     print(head)
     print(rule)
+    log: list[str] | None = [] if args.every else None
     for batch in args.batches:
         for context in args.contexts:
-            row = case(batch, context, args.rounds, args.reps, old)
+            row = case(batch, context, args.rounds, args.reps, old, log)
             n = len(row) // 2 + 1
             cells = [f"{x:.0f}" for x in row[:n]] + [f"{x:.3f}×" for x in row[n:]]
             print(f"| {batch} | {context} | " + " | ".join(cells) + " |")
+    for line in log or []:
+        print(line)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,9 @@
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 /* glibc's vector expf (libmvec), so the softmax's exponentials run 16 at a time */
 #pragma omp declare simd notinbranch
@@ -101,9 +104,28 @@ static inline v16 hsum16x16(const v16 t[16]) {
 
 typedef int32_t vi16 __attribute__((vector_size(64), aligned(4)));
 
+/* a > b ? a : b, lane by lane: one vmaxps where there is AVX-512 (the same rule, NaN and
+ * signed zeros included, so the bits agree), where GCC makes a compare and a blend of this
+ * C and the per-tile max's latency doubles */
 static inline v16 max16(v16 a, v16 b) {
+#if defined(__AVX512F__)
+    return (v16)_mm512_max_ps((__m512)a, (__m512)b);
+#else
     const vi16 gt = a > b;
     return (v16)(((vi16)a & gt) | ((vi16)b & ~gt));
+#endif
+}
+
+/* whether some lane of x is above the same lane of m */
+static inline int any_above(v16 x, v16 m) {
+#if defined(__AVX512F__)
+    return _mm512_cmp_ps_mask((__m512)x, (__m512)m, _CMP_GT_OQ) != 0;
+#else
+    const vi16 gt = x > m;
+    int any = 0;
+    for (int i = 0; i < 16; i++) any |= gt[i];
+    return any != 0;
+#endif
 }
 
 /* the largest of sixteen floats, in every lane */
@@ -137,40 +159,53 @@ static inline v16 exp16(v16 x) {
     return p * (v16)e;
 }
 
-/* After a tile's scores are in s[0 .. n): the online-softmax update of one head, whose running
- * max ``m`` is held in every lane and whose running sum is ``l``'s lanes added up. The scores
- * become the tile's numerators exp(s - m_new), padded with zeros to whole vectors of 16;
- * returns the factor exp(m_old - m_new) the head's output sum must be rescaled by (1 while the
- * max holds, 0 at the first tile). With ``row``, the tile's (m, l) go there. */
-static inline v16 tile_update(float *s, int64_t n, v16 *m, v16 *l, float *row) {
+/* After a tile's scores are in s[g][0 .. n): the online-softmax update of G query heads, each
+ * with its running max m[g] held in every lane and its running sum the sum of l[g]'s lanes. The
+ * scores become the tile's numerators exp(s - m_new), padded with zeros to whole vectors of 16;
+ * alpha[g] gets the factor exp(m_old - m_new) head g's output sum must be rescaled by (1 while
+ * the max holds, 0 at the first tile), and *rose whether any is not 1. ``rows[g]``: head g's
+ * walk record row, or NULL.
+ *
+ * The max's rise is a branch, not arithmetic: after the first tiles it rarely rises, and while
+ * the prediction that it holds is right the numerators start from the old max at once; made
+ * branch-free, the new max and the factor put ~100 cycles of latency before every V pass. */
+static inline __attribute__((always_inline)) void tile_update(float s[][MAX_TILE], int64_t n, int G,
+                                                              v16 *m, v16 *l, float *alpha,
+                                                              int *rose, float *const *rows) {
     const int64_t nv = (n + 15) / 16;
-    for (int64_t i = n; i < nv * 16; i++) s[i] = -INFINITY;
-    v16 mx = load16(s);
-    for (int64_t i = 1; i < nv; i++) mx = max16(mx, load16(s + 16 * i));
-    const v16 tm = hmax16(mx);
-    if (row) {
-        v16 own = {0};
-        for (int64_t i = 0; i < nv; i++) own += exp16(load16(s + 16 * i) - tm);
-        row[2] = tm[0];
-        row[3] = hsum16(own);
+    *rose = 0;
+    for (int g = 0; g < G; g++) {
+        for (int64_t i = n; i < nv * 16; i++) s[g][i] = -INFINITY;
+        v16 mx = load16(s[g]);
+        for (int64_t i = 1; i < nv; i++) mx = max16(mx, load16(s[g] + 16 * i));
+        if (rows[g]) {
+            const v16 tm = hmax16(mx);
+            v16 own = {0};
+            for (int64_t i = 0; i < nv; i++) own += exp16(load16(s[g] + 16 * i) - tm);
+            rows[g][2] = tm[0];
+            rows[g][3] = hsum16(own);
+        }
+        v16 a = splat(1.0f);
+        /* whether a score passes the max needs no horizontal max; the new max only when one does */
+        if (any_above(mx, m[g])) {
+            const v16 tm = hmax16(mx);
+            a = exp16(m[g] - tm); /* exactly 0 from m = -inf, the first tile */
+            m[g] = tm;
+            *rose = 1;
+        }
+        alpha[g] = a[0];
+        v16 sum = l[g] * a;
+        for (int64_t i = 0; i < nv; i++) {
+            const v16 p = exp16(load16(s[g] + 16 * i) - m[g]);
+            memcpy(s[g] + 16 * i, &p, sizeof(p));
+            sum += p;
+        }
+        l[g] = sum;
+        if (rows[g]) {
+            rows[g][0] = m[g][0];
+            rows[g][1] = hsum16(l[g]);
+        }
     }
-    v16 alpha = splat(1.0f);
-    if (tm[0] > (*m)[0]) {
-        alpha = (*m)[0] == -INFINITY ? splat(0.0f) : exp16(*m - tm);
-        *m = tm;
-    }
-    v16 sum = *l * alpha;
-    for (int64_t i = 0; i < nv; i++) {
-        const v16 p = exp16(load16(s + 16 * i) - *m);
-        memcpy(s + 16 * i, &p, sizeof(p));
-        sum += p;
-    }
-    *l = sum;
-    if (row) {
-        row[0] = (*m)[0];
-        row[1] = hsum16(*l);
-    }
-    return alpha;
 }
 
 /* What every walk reads: one request's query, table and the arena. */
@@ -190,89 +225,144 @@ static inline int64_t run_of(const Walk *w, int64_t pos, int64_t end, int64_t *s
     return end - pos < left ? end - pos : left;
 }
 
-/* One KV head h of a request over positions [p0, p1) when head_dim is 64 and the group has
- * G <= 4 query heads (SmolLM2: 3). Within a tile, the K pass holds the group's queries in
- * vector registers and the V pass its output sums: held across the whole tile loop, both sets
- * and the sixteen partial sums would not fit in the 32 registers, and the spills cost 30-40 %.
- * Leaves each head's (m, l) and unscaled output sum in ``acc``. */
-static inline __attribute__((always_inline)) void walk64(
-    const Walk *w, const float *qh, int64_t h, int64_t p0, int64_t p1, int G, float *m, float *l,
-    float *acc, float *stats, int64_t stats_rows) {
-    float s[4][MAX_TILE] __attribute__((aligned(64)));
-    v16 mv[4], lv[4];
-    for (int g = 0; g < G; g++) {
-        mv[g] = splat(-INFINITY);
-        lv[g] = (v16){0};
+/* A tile's positions [t0, t1) and its first run (``n`` positions from ``slot``): looked up once
+ * per tile, where each of its 2H passes looking it up cost two 64-bit divisions */
+typedef struct {
+    int64_t t0, t1, slot, n;
+} Tile;
+
+static inline Tile tile_at(const Walk *w, int64_t t0, int64_t t1) {
+    Tile t = {t0, t1, 0, 0};
+    t.n = run_of(w, t0, t1, &t.slot);
+    return t;
+}
+
+/* The K pass of one tile [t0, t1) for KV head h and its G query heads (head_dim 64): the scaled
+ * scores into s[g][0 .. t1 - t0). Each query is loaded per sixteen positions, not held across
+ * the tile: held, the group's queries and the sixteen partial sums would take 28 of the 32
+ * vector registers, and the online softmax's running (m, l) pushed the sums onto the stack. */
+static inline __attribute__((always_inline)) void scores64(const Walk *w, const float *qh, int64_t h,
+                                                           const Tile *T, int G,
+                                                           float s[][MAX_TILE]) {
+    const int64_t t0 = T->t0;
+    for (int64_t pos = t0, slot = T->slot, n = T->n;;) {
+        const float *kb = w->k_cache + slot * w->slot_floats + h * 64;
+        int64_t i = 0;
+        /* sixteen positions at a time: their rows stay in L1 while each query of the group
+         * takes its sixteen dot products, finished together */
+        for (; i + 16 <= n; i += 16) {
+            for (int g = 0; g < G; g++) {
+                /* hidden from GCC, which would otherwise load these sixteen K rows once for
+                 * the whole group, keep them in 64 vectors and spill most to the stack */
+                const float *kr = kb + i * w->slot_floats;
+                __asm__("" : "+r"(kr));
+                const v16 q0 = load16(qh + g * 64), q1 = load16(qh + g * 64 + 16);
+                const v16 q2 = load16(qh + g * 64 + 32), q3 = load16(qh + g * 64 + 48);
+                v16 t[16];
+                for (int r = 0; r < 16; r++) {
+                    const float *ki = kr + r * w->slot_floats;
+                    t[r] = q0 * load16(ki) + q1 * load16(ki + 16) + q2 * load16(ki + 32) +
+                           q3 * load16(ki + 48);
+                }
+                const v16 y = hsum16x16(t) * w->scale;
+                memcpy(&s[g][pos - t0 + i], &y, sizeof(y));
+            }
+        }
+        for (; i < n; i++) {
+            const float *kr = kb + i * w->slot_floats;
+            const v16 k0 = load16(kr), k1 = load16(kr + 16), k2 = load16(kr + 32), k3 = load16(kr + 48);
+            for (int g = 0; g < G; g++) {
+                const float *qg = qh + g * 64;
+                s[g][pos - t0 + i] = hsum16(load16(qg) * k0 + load16(qg + 16) * k1 +
+                                            load16(qg + 32) * k2 + load16(qg + 48) * k3) *
+                                     w->scale;
+            }
+        }
+        pos += n;
+        if (pos >= T->t1) break;
+        n = run_of(w, pos, T->t1, &slot);
     }
-    memset(acc, 0, sizeof(float) * G * 64);
-    for (int64_t t0 = p0; t0 < p1; t0 += w->tile) {
-        const int64_t t1 = t0 + w->tile < p1 ? t0 + w->tile : p1;
-        for (int64_t pos = t0; pos < t1;) {
-            int64_t slot;
-            const int64_t n = run_of(w, pos, t1, &slot);
-            const float *kb = w->k_cache + slot * w->slot_floats + h * 64;
-            v16 q[4][4];
-            for (int g = 0; g < G; g++)
-                for (int j = 0; j < 4; j++) q[g][j] = load16(qh + g * 64 + j * 16);
-            int64_t i = 0;
-            /* sixteen positions at a time: their rows stay in L1 while each query of the group
-             * takes its sixteen dot products, finished together */
-            for (; i + 16 <= n; i += 16) {
-                const float *kr = kb + i * w->slot_floats;
-                for (int g = 0; g < G; g++) {
-                    v16 t[16];
-                    for (int r = 0; r < 16; r++) {
-                        const float *ki = kr + r * w->slot_floats;
-                        t[r] = q[g][0] * load16(ki) + q[g][1] * load16(ki + 16) +
-                               q[g][2] * load16(ki + 32) + q[g][3] * load16(ki + 48);
-                    }
-                    const v16 y = hsum16x16(t) * w->scale;
-                    memcpy(&s[g][pos - t0 + i], &y, sizeof(y));
-                }
-            }
-            for (; i < n; i++) {
-                const float *kr = kb + i * w->slot_floats;
-                const v16 k0 = load16(kr), k1 = load16(kr + 16), k2 = load16(kr + 32), k3 = load16(kr + 48);
-                for (int g = 0; g < G; g++)
-                    s[g][pos - t0 + i] =
-                        hsum16(q[g][0] * k0 + q[g][1] * k1 + q[g][2] * k2 + q[g][3] * k3) * w->scale;
-            }
-            pos += n;
-        }
-        v16 a[4][4];
-        for (int g = 0; g < G; g++) {
-            float *row = stats ? stats + (g * stats_rows + t0 / w->tile) * 4 : 0;
-            const v16 alpha = tile_update(s[g], t1 - t0, &mv[g], &lv[g], row);
-            for (int j = 0; j < 4; j++) a[g][j] = load16(acc + g * 64 + j * 16) * alpha;
-        }
-        for (int64_t pos = t0; pos < t1;) {
-            int64_t slot;
-            const int64_t n = run_of(w, pos, t1, &slot);
-            const float *vb = w->v_cache + slot * w->slot_floats + h * 64;
-            for (int64_t i = 0; i < n; i++) {
-                const float *vr = vb + i * w->slot_floats;
-                v16 v0 = load16(vr), v1 = load16(vr + 16), v2 = load16(vr + 32), v3 = load16(vr + 48);
-                IN_REGISTER(v0);
-                IN_REGISTER(v1);
-                IN_REGISTER(v2);
-                IN_REGISTER(v3);
-                for (int g = 0; g < G; g++) {
-                    const float p = s[g][pos - t0 + i];
-                    a[g][0] += p * v0;
-                    a[g][1] += p * v1;
-                    a[g][2] += p * v2;
-                    a[g][3] += p * v3;
-                }
-            }
-            pos += n;
-        }
+}
+
+/* The V pass of one tile for KV head h: the G output sums ``acc`` (head_dim 64), rescaled by
+ * their heads' ``alpha``, take the tile's numerators p = s[g][...] times each V row; the sums
+ * live in registers for the tile. */
+static inline __attribute__((always_inline)) void values64(const Walk *w, int64_t h,
+                                                           const Tile *T, int G,
+                                                           float s[][MAX_TILE],
+                                                           const float *alpha, int rose,
+                                                           float *acc) {
+    v16 a[4][4];
+    for (int g = 0; g < G; g++)
+        for (int j = 0; j < 4; j++) a[g][j] = load16(acc + g * 64 + j * 16);
+    if (rose)
         for (int g = 0; g < G; g++)
-            for (int j = 0; j < 4; j++) memcpy(acc + g * 64 + j * 16, &a[g][j], sizeof(v16));
+            for (int j = 0; j < 4; j++) a[g][j] *= alpha[g];
+    const int64_t t0 = T->t0;
+    for (int64_t pos = t0, slot = T->slot, n = T->n;;) {
+        const float *vb = w->v_cache + slot * w->slot_floats + h * 64;
+        for (int64_t i = 0; i < n; i++) {
+            const float *vr = vb + i * w->slot_floats;
+            v16 v0 = load16(vr), v1 = load16(vr + 16), v2 = load16(vr + 32), v3 = load16(vr + 48);
+            IN_REGISTER(v0);
+            IN_REGISTER(v1);
+            IN_REGISTER(v2);
+            IN_REGISTER(v3);
+            for (int g = 0; g < G; g++) {
+                const float p = s[g][pos - t0 + i];
+                a[g][0] += p * v0;
+                a[g][1] += p * v1;
+                a[g][2] += p * v2;
+                a[g][3] += p * v3;
+            }
+        }
+        pos += n;
+        if (pos >= T->t1) break;
+        n = run_of(w, pos, T->t1, &slot);
     }
-    for (int g = 0; g < G; g++) {
-        m[g] = mv[g][0];
-        l[g] = hsum16(lv[g]);
+    for (int g = 0; g < G; g++)
+        for (int j = 0; j < 4; j++) memcpy(acc + g * 64 + j * 16, &a[g][j], sizeof(v16));
+}
+
+/* One split [p0, p1) of a request, every one of its H KV heads, when head_dim is 64 and the
+ * group has G <= 4 query heads (SmolLM2: 3). A tile's K and V blocks are read for all heads
+ * before the next tile's, so each block is fetched from memory once, front to back.
+ *
+ * A step is one (tile, KV head): its K pass, then its online-softmax update, whose max, exp
+ * and sum form a chain of ~100 cycles' latency that the V pass waits on. So the V pass runs
+ * one step late: the previous step's V pass (independent work) executes while this step's
+ * chain resolves. Each step's scores and factors get their own buffer of two.
+ * Leaves each query head's running (m, l) in mv, lv and its unscaled output sum in ``acc``. */
+static inline __attribute__((always_inline)) void walk64(
+    const Walk *w, const float *q, int64_t H, int64_t p0, int64_t p1, int G, v16 *mv, v16 *lv,
+    float *acc, float *stats, int64_t stats_rows) {
+    float s[2][4][MAX_TILE] __attribute__((aligned(64)));
+    float alpha[2][4];
+    int rose[2];
+    for (int64_t hq = 0; hq < H * G; hq++) {
+        mv[hq] = splat(-INFINITY);
+        lv[hq] = (v16){0};
     }
+    memset(acc, 0, sizeof(float) * H * G * 64);
+    Tile pt = {0, 0, 0, 0}; /* the step whose V pass is pending: its tile, its KV head */
+    int64_t ph = -1;
+    int buf = 0;
+    for (int64_t t0 = p0; t0 < p1; t0 += w->tile) {
+        const Tile T = tile_at(w, t0, t0 + w->tile < p1 ? t0 + w->tile : p1);
+        for (int64_t h = 0; h < H; h++) {
+            scores64(w, q + h * G * 64, h, &T, G, s[buf]);
+            float *rows[4];
+            for (int g = 0; g < G; g++)
+                rows[g] = stats ? stats + ((h * G + g) * stats_rows + t0 / w->tile) * 4 : 0;
+            tile_update(s[buf], T.t1 - t0, G, mv + h * G, lv + h * G, alpha[buf], &rose[buf], rows);
+            if (ph >= 0)
+                values64(w, ph, &pt, G, s[buf ^ 1], alpha[buf ^ 1], rose[buf ^ 1], acc + ph * G * 64);
+            pt = T;
+            ph = h;
+            buf ^= 1;
+        }
+    }
+    values64(w, ph, &pt, G, s[buf ^ 1], alpha[buf ^ 1], rose[buf ^ 1], acc + ph * G * 64);
 }
 
 /* The same walk for any head_dim and group size: G query heads of KV head h. */
@@ -302,12 +392,13 @@ static void walk_any(const Walk *w, const float *qh, int64_t h, int64_t d, int64
             }
             pos += n;
         }
-        for (int64_t g = 0; g < G; g++) {
-            float *row = stats ? stats + (g * stats_rows + t0 / w->tile) * 4 : 0;
-            const float alpha = tile_update(s[g], t1 - t0, &mv[g], &lv[g], row)[0];
-            if (alpha != 1.0f)
-                for (int64_t e = 0; e < d; e++) acc[g * d + e] *= alpha;
-        }
+        float *rows[G], alpha[G];
+        int rose;
+        for (int64_t g = 0; g < G; g++)
+            rows[g] = stats ? stats + (g * stats_rows + t0 / w->tile) * 4 : 0;
+        tile_update(s, t1 - t0, G, mv, lv, alpha, &rose, rows);
+        for (int64_t g = 0; rose && g < G; g++)
+            for (int64_t e = 0; e < d; e++) acc[g * d + e] *= alpha[g];
         for (int64_t pos = t0; pos < t1;) {
             int64_t slot;
             const int64_t n = run_of(w, pos, t1, &slot);
@@ -358,75 +449,91 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
      * side (slot_floats apart), so a split's K (then V) is read front to back, block by block,
      * which the hardware prefetcher streams from memory; a task per (row, head) read the same
      * bytes in 256-byte pieces 768 bytes apart and waited on memory at every one */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads)
-    for (int64_t task = 0; task < first[batch]; task++) {
-        int64_t lo = 0, hi = batch; /* the row: the last b with first[b] <= task */
-        while (hi - lo > 1) {
-            const int64_t mid = (lo + hi) / 2;
-            if (first[mid] <= task) lo = mid; else hi = mid;
-        }
-        const int64_t b = lo, part = task - first[b], len = context_lens[b];
-        const int64_t p0 = part * span, p1 = p0 + span < len ? p0 + span : len;
-        const int whole = first[b + 1] - first[b] == 1;
-        const Walk w = {k_cache, v_cache, tables + b * table_width, block_size, slot_floats, tile, scale};
-        const float *qb = q + b * num_heads * head_dim;
-        float m[group], l[group], acc[group * head_dim];
-        for (int64_t h = 0; h < num_kv_heads; h++) {
-            const float *qh = qb + h * group * head_dim;
-            float *st = stats ? stats + (b * num_heads + h * group) * (max_tiles + 1) * 4 : 0;
+    /* one parallel region for the walk and the merge (a region's start and end cost ~1 µs at two
+     * threads, as much as a short row's walk), and no more threads than tasks */
+    const int64_t tasks = first[batch];
+    const int split_rows = tasks > batch;
+#pragma omp parallel num_threads(tasks < num_threads ? (int)tasks : num_threads)
+    {
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < first[batch]; task++) {
+            int64_t lo = 0, hi = batch; /* the row: the last b with first[b] <= task */
+            while (hi - lo > 1) {
+                const int64_t mid = (lo + hi) / 2;
+                if (first[mid] <= task) lo = mid; else hi = mid;
+            }
+            const int64_t b = lo, part = task - first[b], len = context_lens[b];
+            const int64_t p0 = part * span, p1 = p0 + span < len ? p0 + span : len;
+            const int whole = first[b + 1] - first[b] == 1;
+            const Walk w = {k_cache, v_cache, tables + b * table_width, block_size,
+                            slot_floats, tile, scale};
+            const float *qb = q + b * num_heads * head_dim;
+            float m[num_heads], l[num_heads], acc[num_heads * head_dim];
+            /* the row's walk record, where asked */
+            float *sb = stats ? stats + b * num_heads * (max_tiles + 1) * 4 : 0;
             if (head_dim == 64 && group <= 4) {
+                v16 mv[num_heads], lv[num_heads];
+                const int64_t H = num_kv_heads, rows = max_tiles + 1;
                 switch (group) {
-                    case 4: walk64(&w, qh, h, p0, p1, 4, m, l, acc, st, max_tiles + 1); break;
-                    case 3: walk64(&w, qh, h, p0, p1, 3, m, l, acc, st, max_tiles + 1); break;
-                    case 2: walk64(&w, qh, h, p0, p1, 2, m, l, acc, st, max_tiles + 1); break;
-                    default: walk64(&w, qh, h, p0, p1, 1, m, l, acc, st, max_tiles + 1);
+                    case 4: walk64(&w, qb, H, p0, p1, 4, mv, lv, acc, sb, rows); break;
+                    case 3: walk64(&w, qb, H, p0, p1, 3, mv, lv, acc, sb, rows); break;
+                    case 2: walk64(&w, qb, H, p0, p1, 2, mv, lv, acc, sb, rows); break;
+                    default: walk64(&w, qb, H, p0, p1, 1, mv, lv, acc, sb, rows);
+                }
+                for (int64_t head = 0; head < num_heads; head++) {
+                    m[head] = mv[head][0];
+                    l[head] = hsum16(lv[head]);
                 }
             } else {
-                walk_any(&w, qh, h, head_dim, p0, p1, group, m, l, acc, st, max_tiles + 1);
+                for (int64_t h = 0; h < num_kv_heads; h++)
+                    walk_any(&w, qb + h * group * head_dim, h, head_dim, p0, p1, group, m + h * group,
+                             l + h * group, acc + h * group * head_dim,
+                             sb ? sb + h * group * (max_tiles + 1) * 4 : 0, max_tiles + 1);
             }
-            for (int64_t g = 0; g < group; g++) {
-                const int64_t head = h * group + g;
+            for (int64_t head = 0; head < num_heads; head++) {
                 if (whole) { /* the only split: its (m, l) are the row's */
-                    const float inv = 1.0f / l[g];
+                    const float inv = 1.0f / l[head];
                     float *o = out + (b * num_heads + head) * head_dim;
-                    for (int64_t e = 0; e < head_dim; e++) o[e] = acc[g * head_dim + e] * inv;
-                    if (st) {
-                        st[(g * (max_tiles + 1) + max_tiles) * 4 + 0] = m[g];
-                        st[(g * (max_tiles + 1) + max_tiles) * 4 + 1] = l[g];
+                    for (int64_t e = 0; e < head_dim; e++) o[e] = acc[head * head_dim + e] * inv;
+                    if (sb) {
+                        sb[(head * (max_tiles + 1) + max_tiles) * 4 + 0] = m[head];
+                        sb[(head * (max_tiles + 1) + max_tiles) * 4 + 1] = l[head];
                     }
                 } else {
                     float *pt = partials + ((b * max_splits + part) * num_heads + head) * pw;
-                    memcpy(pt, acc + g * head_dim, sizeof(float) * head_dim);
-                    pt[head_dim] = m[g];
-                    pt[head_dim + 1] = l[g];
+                    memcpy(pt, acc + head * head_dim, sizeof(float) * head_dim);
+                    pt[head_dim] = m[head];
+                    pt[head_dim + 1] = l[head];
                 }
             }
         }
-    }
-    /* merge each split row's partials, heads in turn */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads)
-    for (int64_t b = 0; b < batch; b++) {
-        const int64_t n = first[b + 1] - first[b];
-        if (n == 1) continue;
-        for (int64_t head = 0; head < num_heads; head++) {
-            const float *pt = partials + (b * max_splits * num_heads + head) * pw;
-            const int64_t stride = num_heads * pw; /* from one split's partial to the next */
-            float mx = -INFINITY, sum = 0.0f;
-            for (int64_t i = 0; i < n; i++) mx = pt[i * stride + head_dim] > mx ? pt[i * stride + head_dim] : mx;
-            float *o = out + (b * num_heads + head) * head_dim;
-            memset(o, 0, sizeof(float) * head_dim);
-            for (int64_t i = 0; i < n; i++) {
-                const float *pi = pt + i * stride;
-                const float c = expf(pi[head_dim] - mx);
-                sum += pi[head_dim + 1] * c;
-                for (int64_t e = 0; e < head_dim; e++) o[e] += pi[e] * c;
-            }
-            const float inv = 1.0f / sum;
-            for (int64_t e = 0; e < head_dim; e++) o[e] *= inv;
-            if (stats) {
-                float *row = stats + ((b * num_heads + head) * (max_tiles + 1) + max_tiles) * 4;
-                row[0] = mx;
-                row[1] = sum;
+        /* merge each split row's partials, heads in turn */
+        if (split_rows)
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t b = 0; b < batch; b++) {
+            const int64_t n = first[b + 1] - first[b];
+            if (n == 1) continue;
+            for (int64_t head = 0; head < num_heads; head++) {
+                const float *pt = partials + (b * max_splits * num_heads + head) * pw;
+                const int64_t stride = num_heads * pw; /* from one split's partial to the next */
+                float mx = -INFINITY, sum = 0.0f;
+                for (int64_t i = 0; i < n; i++)
+                    mx = pt[i * stride + head_dim] > mx ? pt[i * stride + head_dim] : mx;
+                float *o = out + (b * num_heads + head) * head_dim;
+                memset(o, 0, sizeof(float) * head_dim);
+                for (int64_t i = 0; i < n; i++) {
+                    const float *pi = pt + i * stride;
+                    const float c = expf(pi[head_dim] - mx);
+                    sum += pi[head_dim + 1] * c;
+                    for (int64_t e = 0; e < head_dim; e++) o[e] += pi[e] * c;
+                }
+                const float inv = 1.0f / sum;
+                for (int64_t e = 0; e < head_dim; e++) o[e] *= inv;
+                if (stats) {
+                    float *row = stats + ((b * num_heads + head) * (max_tiles + 1) + max_tiles) * 4;
+                    row[0] = mx;
+                    row[1] = sum;
+                }
             }
         }
     }

@@ -144,6 +144,25 @@ class DecodeAttention:
         self._f = lib.paged_decode_f32
         self._partials = torch.empty(0)
         self.split_used = 0  # tiles per split of the latest call
+        self._key: tuple | None = None  # the arguments _convert last converted
+
+    @staticmethod
+    def _convert(key: tuple) -> tuple:
+        """The call's table width, then its dimensions, tile, split, scale and thread count as
+        ctypes objects, which ctypes passes as they are, where it converts a Python number
+        afresh at every call (~0.1 µs each); then the partials' float count, tiles per split."""
+        width, b, hq, hkv, d, bs, nb, max_len, split, scale, threads = key
+        tile = tile_of(bs)
+        if split is None:
+            split = max(1, SPLIT_POSITIONS // tile)
+        need = b * -(-max_len // (tile * split)) * hq * (d + 2) if split > 0 else 0
+        dims = tuple(ctypes.c_int64(x) for x in (b, hq, hkv, d, bs, nb, max_len, tile, split))
+        return (
+            ctypes.c_int64(width),
+            (*dims, ctypes.c_float(scale), ctypes.c_int(threads)),
+            need,
+            split,
+        )
 
     def __call__(
         self,
@@ -162,57 +181,56 @@ class DecodeAttention:
         ``split``: tiles per split-K split (default SPLIT_POSITIONS' worth). ``stats``: a
         float32 tensor of ``walk_shape(...)`` the kernel fills with its walk (cpu.c says
         how), or None."""
+        # it runs 30 times a decode step, once per layer: every check below is one of the
+        # cheapest torch offers (is_cpu, not device.type; no .to() on what is already int32),
+        # and the call's integer arguments are converted to ctypes once per shape, not per call
         b, hq, d = q.shape
-        nb, bs, hkv, _ = k_cache.shape
-        if not (supports(q, k_cache) and v_cache.dtype == torch.float32):
+        nb, bs, hkv, dk = k_cache.shape
+        if not (
+            q.is_cpu
+            and k_cache.is_cpu
+            and v_cache.is_cpu
+            and q.dtype == k_cache.dtype == v_cache.dtype == torch.float32
+        ):
             raise ValueError("the CPU attention kernel takes float32 CPU tensors")
-        if hq % hkv or d != k_cache.shape[3]:
-            raise ValueError(
-                f"query heads {hq} x {d} do not fit the arena's {hkv} x {k_cache.shape[3]}"
-            )
-        q = q.contiguous()
-        tables = block_tables.to(torch.int32).contiguous()
-        lens = context_lens.to(torch.int32).contiguous()
+        if hq % hkv or d != dk:
+            raise ValueError(f"query heads {hq} x {d} do not fit the arena's {hkv} x {dk}")
+        if not q.is_contiguous():
+            q = q.contiguous()
+        tables, lens = block_tables, context_lens
+        if tables.dtype != torch.int32 or not tables.is_contiguous():
+            tables = tables.to(torch.int32).contiguous()
+        if lens.dtype != torch.int32 or not lens.is_contiguous():
+            lens = lens.to(torch.int32).contiguous()
         if max_len is None:
             max_len = int(lens.max())
-        tile = tile_of(bs)
-        if split is None:
-            split = max(1, SPLIT_POSITIONS // tile)
-        self.split_used = split
-        span = tile * split
-        need = b * -(-max_len // span) * hq * (d + 2)
-        if (
-            self._partials.numel() < need
-            or self._partials.is_inference() != torch.is_inference_mode_enabled()
-        ):
-            self._partials = torch.empty(need + need // 4)
         if stats is not None and (
             stats.shape != walk_shape(b, hq, max_len, bs)
             or stats.dtype != torch.float32
             or not stats.is_contiguous()
         ):
             raise ValueError(f"stats must be float32 {list(walk_shape(b, hq, max_len, bs))}")
+        threads = torch.get_num_threads()
+        key = (tables.shape[1], b, hq, hkv, d, bs, nb, max_len, split, scale, threads)
+        if key != self._key:
+            self._key = key
+            self._width, self._dims, self._need, self.split_used = self._convert(key)
+        if (
+            self._partials.numel() < self._need
+            or self._partials.is_inference() != torch.is_inference_mode_enabled()
+        ):
+            self._partials = torch.empty(self._need + self._need // 4)
         out = torch.empty_like(q)
         rc = self._f(
             q.data_ptr(),
             k_cache.data_ptr(),
             v_cache.data_ptr(),
             tables.data_ptr(),
-            tables.shape[1],
+            self._width,
             lens.data_ptr(),
             out.data_ptr(),
             self._partials.data_ptr(),
-            b,
-            hq,
-            hkv,
-            d,
-            bs,
-            nb,
-            max_len,
-            tile,
-            split,
-            scale,
-            torch.get_num_threads(),
+            *self._dims,
             None if stats is None else stats.data_ptr(),
         )
         if rc:
@@ -221,7 +239,7 @@ class DecodeAttention:
                 if rc == 2
                 else "a context length is empty or longer than its block table"
                 if rc == 1
-                else f"split {split} must be a positive number of tiles"
+                else f"split {self.split_used} must be a positive number of tiles"
             )
         return out
 
