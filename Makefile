@@ -81,9 +81,10 @@ check: venv js
 	# mypy (one process, ~35 s on a fresh clone) runs beside the fast tests, whose workers leave
 	# a core idle about a quarter of the time; both must pass. The trace fuzzer gets 10 s here;
 	# `make test` gives it its full minute.
-	@$(PY) -m mypy > $(VENV)/mypy.out 2>&1 & types=$$!; \
+	# Its output waits in a file of this run's own (checkouts may share one venv).
+	@out=$$(mktemp); $(PY) -m mypy > $$out 2>&1 & types=$$!; \
 	FUZZ_SECONDS=10 $(PY) -m pytest -q $(XDIST) -m "$(FAST)"; \
-	tests=$$?; wait $$types; typed=$$?; cat $(VENV)/mypy.out; rm -f $(VENV)/mypy.out; \
+	tests=$$?; wait $$types; typed=$$?; cat $$out; rm -f $$out; \
 	test $$tests -eq 0 -a $$typed -eq 0
 
 test: venv browser
