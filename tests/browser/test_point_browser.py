@@ -12,7 +12,7 @@ import pytest
 
 from paged.engine.trace import io as T
 from paged.viz.export import lecture as export
-from paged.viz.export.serve import READY_JS, shown_frame, wait_painted, wait_ready
+from paged.viz.export.serve import probe, shown_frame, wait_painted, wait_ready
 from paged.viz.fold.lesson import build
 from paged.viz.fold.lesson_folder import load_spec, trace_path
 from paged.viz.player.point import PANELS
@@ -264,7 +264,7 @@ def test_the_presenter_console_follows_the_lesson_window(ctx, files, lessons):
         with ctx.expect_page() as opened:
             page.keyboard.press("c")  # C opens the console in a second window
         con = opened.value
-        con.wait_for_function(READY_JS)
+        con.wait_for_function(probe("ready"))
         page.keyboard.press("PageDown")
         got = _follows(con, steps[1])
         assert got["next"] == steps[2] and got["clock"].count(":") == 2
@@ -276,7 +276,7 @@ def test_the_presenter_console_follows_the_lesson_window(ctx, files, lessons):
         # a console opened by hand in another tab finds the lesson window by itself
         other = ctx.new_page()
         other.goto(files["six-steps"].as_uri() + "#frame=0&console=1")
-        other.wait_for_function(READY_JS)
+        other.wait_for_function(probe("ready"))
         page.keyboard.press("End")
         _follows(other, lesson.num_frames - 1)
         assert other.evaluate(CONSOLE_JS)["next"] == -1  # no step after the last

@@ -29,7 +29,7 @@ def test_preallocation_blocks_request_despite_enough_free_slots():
         ["max", "paged"],
         forward="skip",
         sinks={"max": [left := ListSink()], "paged": [right := ListSink()]},
-    )
+    ).runs
     blocked = _blocked_no_hole(left.events)
     assert blocked, "preallocation never hit external fragmentation"
     first = blocked[0]

@@ -8,11 +8,13 @@ import pytest
 from paged.engine.core.engine_core import EngineConfig
 from paged.engine.trace.check import TraceChecker
 from paged.engine.trace.header import CONTIGUOUS, PAGED, RunHeader
-from paged.engine.trace.io import read
+from paged.engine.trace.io import Trace, read
 from paged.engine.trace.schema import TraceError
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = sorted(ROOT.glob("lessons/*/trace.jsonl")) + sorted(ROOT.glob("lessons/*/traces/*.jsonl"))
+SHIPPED = sorted(ROOT.glob("paged/lessons/*/trace.jsonl")) + sorted(
+    ROOT.glob("paged/lessons/*/traces/*.jsonl")
+)
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.parent.name + "/" + p.name for p in SHIPPED])
@@ -86,3 +88,22 @@ def test_a_run_that_is_not_an_object_is_one_trace_error():
     with pytest.raises(TraceError, match=r"^trace header: run #3 is not an object$"):
         RunHeader.from_header(["paged"], 2)
     assert RunHeader(PAGED, PAGED, 16, 4).num_blocks == 4
+
+
+def test_a_traces_own_fields_read_typed_and_empty_where_a_hand_made_header_is_odd():
+    shipped = read(SHIPPED[0]).info
+    assert shipped.model and shipped.created and shipped.forward in ("model", "skip")
+    assert shipped.requests_named > 0
+    header = {
+        "model": "m",
+        "device": 3,  # never checked: not text, so not said
+        "forward": "",
+        "scenario": {"requests": [{"n": 3}, {"n": 0}, {}, "x", {"n": "2"}]},
+        "runs": [],
+    }
+    info = Trace(header).info
+    assert (info.model, info.device, info.created, info.forward) == ("m", "", "", "")
+    assert info.requests_named == 3 + 1 + 1 + 1  # samples counted; a bad n is one request
+    assert info.origin() == (("model", "m"),)
+    assert Trace({"scenario": []}).info.scenario == {}
+    assert Trace({"scenario": []}).info.requests_named == 0

@@ -39,7 +39,7 @@ def _scenario() -> Scenario:
 def recorded(smollm, tmp_path_factory):
     path = tmp_path_factory.mktemp("trace") / "all.jsonl"
     live = {name: [ListSink()] for name in ALL}
-    runs = record(_scenario(), ALL, str(path), model=smollm, attention="torch", sinks=live)
+    runs = record(_scenario(), ALL, str(path), model=smollm, attention="torch", sinks=live).runs
     return runs, live, trace.read(path)
 
 

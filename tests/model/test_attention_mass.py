@@ -61,7 +61,7 @@ def recorded(smollm_hf, tmp_path_factory):
 
     cpu.DecodeAttention.__call__ = spy  # type: ignore[method-assign]
     try:
-        runs = record(load(path), None, model=smollm_hf, sinks={"paged": [sink]})
+        runs = record(load(path), None, model=smollm_hf, sinks={"paged": [sink]}).runs
     finally:
         cpu.DecodeAttention.__call__ = real  # type: ignore[method-assign]
     (req,) = [r for r in runs["paged"].requests if r.req_id == "A"]
@@ -142,7 +142,7 @@ def test_without_the_attention_table_nothing_is_recorded_and_the_tokens_are_the_
     start, end = SCENARIO.index("[attention]"), SCENARIO.index("[[requests]]")
     path.write_text(SCENARIO[:start] + SCENARIO[end:], encoding="utf-8")
     sink = ListSink()
-    runs = record(load(path), None, model=smollm_hf, sinks={"paged": [sink]})
+    runs = record(load(path), None, model=smollm_hf, sinks={"paged": [sink]}).runs
     assert not any(isinstance(e, E.AttentionRead) for e in sink.events)
     assert runs["paged"].core.runner.attention.probe is None  # type: ignore[attr-defined]
     (plain,) = [r for r in runs["paged"].requests if r.req_id == "A"]

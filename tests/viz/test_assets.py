@@ -7,7 +7,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from paged.viz.app.controls import upload_css
+from paged.viz.export import serve
 from paged.viz.player.payload import SCRIPTS
 from paged.viz.render import html, kernel
 from paged.viz.render.style import REQUEST_COLOURS, palette, stylesheet
@@ -21,9 +24,6 @@ SCRIPT = re.compile(
     r"=>\s*[{(]|\bfunction\s*\w*\s*\([^)]*\)\s*\{|\bdocument\.[a-z]|\bwindow\.[a-z]"
     r"|querySelector|addEventListener"
 )
-#: Still in Python, named here so the list only shrinks: the course site's stylesheet, and the
-#: probes Playwright evaluates in a page it drives (an export's photographer, the test server).
-NOT_YET = {"viz/export/animate.py", "viz/export/serve.py"}
 
 
 def test_no_stylesheet_or_script_lives_in_python_source():
@@ -32,7 +32,7 @@ def test_no_stylesheet_or_script_lives_in_python_source():
         for p in PAGED.rglob("*.py")
         if CSS_RULE.search(text := p.read_text(encoding="utf-8")) or SCRIPT.search(text)
     }
-    assert found == NOT_YET
+    assert found == set()
 
 
 def test_the_patterns_catch_what_they_are_for():
@@ -65,3 +65,12 @@ def test_the_page_carries_every_file_of_the_player_and_mixes_them_in_last():
     on_disk = {p.name for p in (PAGED / "viz" / "player").glob("*.js")}
     assert set(SCRIPTS) == on_disk - {"address.js"}  # address.js: a component of its own
     assert SCRIPTS[-1] == "player.js"  # it mixes the others' methods into the Player as it loads
+
+
+def test_each_probe_playwright_is_handed_is_one_the_file_gives_by_name():
+    declared = re.findall(r"^  function (\w+)\(", serve.PROBES, re.MULTILINE)
+    given = re.search(r"return \{([^}]*)\};\s*\}\)\(\)$", serve.PROBES)
+    assert given and declared == [n.strip() for n in given[1].split(",") if n.strip()]
+    assert serve.probe("painted").endswith(").painted")
+    with pytest.raises(KeyError, match="no function 'nope'"):
+        serve.probe("nope")

@@ -207,4 +207,4 @@ def test_the_live_edge_is_counted_as_live_edge_cuts(stream, spec):
         if not all(c.ends for c in counts.values()):
             continue
         want = {n: len(evs) for n, evs in L.live_edge(tr).runs.items()}
-        assert follow.edge_cuts(counts, follow._requests_named(tr.header)) == want, k
+        assert follow.edge_cuts(counts, tr.info.requests_named) == want, k

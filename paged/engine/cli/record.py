@@ -84,7 +84,7 @@ def _record(args, sc, allocators: list[str], out, sinks) -> None:
         progress=stderr_progress(),
         sinks=sinks,
         kv_cache_dtype=args.kv_cache_dtype,
-    )
+    ).runs
     for name, r in runs.items():
         print(
             f"{name}: {r.core.step_count} steps, {r.core.num_preemptions} preemptions",

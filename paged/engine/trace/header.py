@@ -7,7 +7,8 @@ one shape, so no reader fills in defaults of its own. Pure Python, no torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from paged.engine.trace.schema import LIMITS, Limits, TraceError, short_text
@@ -23,7 +24,8 @@ PAGED, CONTIGUOUS = "paged", "contiguous"
 #: What a header may call a contiguous run: the engine writes its policy (max, pow2, oracle); a
 #: hand-made trace may say ``contiguous`` and give the policy in its config, or not at all.
 CONTIGUOUS_ALLOCATORS = (CONTIGUOUS, "max", "pow2", "oracle")
-_HEADER_TEXT = ("created", "model", "device", "forward")
+#: the header's own text fields, in the order a viewer credits them
+_HEADER_TEXT = ("model", "device", "created", "forward")
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,39 @@ def _config_int(cfg: dict, key: str, default: int | None, lo: int, hi: int, wher
     if type(v) is not int or not lo <= v <= hi:
         raise TraceError(f"{where}: {key} must be an integer in [{lo:,}, {hi:,}], got {v!r:.40}")
     return v
+
+
+@dataclass(frozen=True)
+class TraceHeader:
+    """A header's own fields, beside its runs: where and how the trace was recorded, and the
+    scenario it ran. A field the header leaves out (or, in a trace that was never checked,
+    gives in another type) is empty."""
+
+    model: str = ""
+    device: str = ""
+    created: str = ""
+    forward: str = ""  # "model", or "skip" for a dry run
+    scenario: Mapping[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def from_header(cls, obj: dict) -> TraceHeader:
+        scenario = obj.get("scenario")
+        return cls(
+            **{k: obj[k] for k in _HEADER_TEXT if isinstance(obj.get(k), str)},
+            scenario=scenario if isinstance(scenario, dict) else {},
+        )
+
+    @property
+    def requests_named(self) -> int:
+        """How many requests the scenario names, each request's samples (``n``) counted; 0
+        when it names none."""
+        requests = self.scenario.get("requests")
+        listed = [r for r in requests if isinstance(r, dict)] if isinstance(requests, list) else []
+        return sum(n if type(n := r.get("n", 1)) is int and n > 0 else 1 for r in listed)
+
+    def origin(self, keys: Sequence[str] = _HEADER_TEXT) -> tuple[tuple[str, str], ...]:
+        """The fields in ``keys`` that say something, as (name, text): what a viewer credits."""
+        return tuple((k, v) for k in keys if (v := getattr(self, k)))
 
 
 def check_header(obj: object, limits: Limits = LIMITS) -> tuple[dict, list[RunHeader]]:

@@ -24,7 +24,7 @@ from typing import IO
 
 from paged.engine.core.events import Event, JsonlSink
 from paged.engine.trace.check import TraceChecker
-from paged.engine.trace.header import FORMAT, SCHEMA_VERSION, RunHeader
+from paged.engine.trace.header import FORMAT, SCHEMA_VERSION, RunHeader, TraceHeader
 from paged.engine.trace.header import check_header as _check_header
 from paged.engine.trace.schema import LIMITS, Limits, TraceError, TraceTooLarge
 
@@ -62,6 +62,11 @@ class Trace:
     @property
     def run_names(self) -> list[str]:
         return [r["name"] for r in self.header["runs"]]
+
+    @property
+    def info(self) -> TraceHeader:
+        """The header's own fields (model, device, created, forward, scenario), typed."""
+        return TraceHeader.from_header(self.header)
 
 
 def make_header(

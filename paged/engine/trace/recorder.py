@@ -35,6 +35,15 @@ class Run:
     requests: list[Request]
 
 
+@dataclass
+class Recorded:
+    """A finished recording: its trace's header line (the object, as written) and each run by
+    name."""
+
+    header: dict
+    runs: dict[str, Run]
+
+
 def _tokenize(sr, tokenizer) -> list[int]:
     if sr.prompt_len is not None:
         ids: list[int] = []
@@ -111,13 +120,13 @@ def record(
     progress: Callable[[str], None] | None = None,
     model=None,
     kv_cache_dtype: str = "auto",
-) -> dict[str, Run]:
+) -> Recorded:
     """Record ``scenario`` under each allocator (one run named after each), or, when
     ``allocators`` is empty or None, under the scenario's own ``[[runs]]``. ``out`` (a path or
     stream) receives the trace; ``sinks`` maps run names to extra event subscribers; ``model``
     is an already loaded model (else one is loaded, in ``dtype`` or the scenario's);
     ``kv_cache_dtype`` as in ``EngineArgs``, for runs that do not set their own. Returns the
-    finished runs."""
+    header and the finished runs."""
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise InvalidConfigError(f"unknown KV cache dtype {str(kv_cache_dtype)[:40]!r}")
     plans = by_allocator(allocators) if allocators else scenario.runs
@@ -186,7 +195,7 @@ def record(
         raise
     if writer is not None:
         writer.close()
-    return runs
+    return Recorded(header, runs)
 
 
 def _probe(run: Run, spec: AttentionSpec) -> None:

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             str(out / f"b{bs}.jsonl"),
             forward=args.forward,
             model=model,
-        )
+        ).runs
         core = runs["paged"].core
         print(
             f"block {bs:>3}: {core.step_count} steps, {core.num_preemptions} preemptions, "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import streamlit as st
@@ -309,19 +310,23 @@ def _key(lab: S.Lab, rec: S.Recording | None) -> str:
 
 
 def _drawn(lab: S.Lab, rec: S.Recording | None, texts: dict) -> tuple[S.Recording, Lesson]:
-    """``lab``'s recording (a dry run when ``rec`` is None) and its lesson, made once per
-    scenario in the server's one turn and shared; a session that waits for the turn is told.
-    Raises S.LabError (S.TooLarge past the drawing budget) and TraceError."""
+    """``lab``'s recording (a dry run unless ``rec`` is one on the real model) and its lesson,
+    made once per scenario in the server's one turn and shared; a session that waits for the
+    turn is told. Raises S.LabError (S.TooLarge past the drawing budget) and TraceError."""
 
     def make() -> tuple[tuple[S.Recording, Lesson], int]:
-        got = rec if rec is not None else S.record_dry(lab)
+        # a dry run is recorded again (its scenario alone gives it exactly), never read back
+        # from its own text; a run on the real model is read from the file it wrote
+        got = rec if rec is not None and not rec.dry else S.record_dry(lab)
         lesson = S.lesson_for(
             lab,
             got,
             _side_titles(texts, lab.policy),
             {lg: texts[lg]["title"] for lg in texts},
         )
-        return (got, lesson), lesson_bytes(lesson) + len(got.trace_text)
+        # what stays is the file to download: the events are in the lesson now, not held twice
+        kept = replace(got, built=None)
+        return (kept, lesson), lesson_bytes(lesson) + len(got.trace_text)
 
     lang = _ss().get("lang", "en")
     note = st.empty()

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from paged.viz.export.serve import probe
+
 SIZE = (1280, 720)
 DEFAULT_FPS = 2.0
 MAX_FRAMES = 600  # an animation's frames are held as PNGs (about 0.1 MB each)
@@ -28,25 +30,9 @@ class Shot:
     caption: tuple[str, str]
 
 
-CAPTION_JS = (
-    "() => [document.querySelector('#pk-cap-l').textContent, "
-    "document.querySelector('#pk-cap-r').textContent]"
-)
-
-
-#: What is on screen only for a while or on a key: a status line (presenter mode's hint) and
-#: the help. Photographed, it would differ from run to run with the capture's pace.
-TRANSIENTS_JS = """() => [...document.querySelectorAll('#pk-player [role=status], #pk-help')]
-  .filter((e) => e.getClientRects().length > 0 && e.textContent.trim() !== '')
-  .map((e) => e.id || e.className)"""
-#: Wait until the fonts are in and the player has re-fitted its rows to presenter mode (a
-#: resize observer's callback, then an animation frame): the first frame is then laid out as
-#: every later one.
-SETTLED_JS = """() => document.fonts.ready.then(() => new Promise((done) => {
-  let n = 3;
-  const tick = () => (--n > 0 ? requestAnimationFrame(tick) : done(true));
-  requestAnimationFrame(tick);
-}))"""
+#: The caption on screen; what is on screen only for a while or on a key (a photographed
+#: frame with it would differ from run to run); fonts in and rows fitted to presenter mode.
+CAPTION_JS, TRANSIENTS_JS, SETTLED_JS = map(probe, ("caption", "transients", "settled"))
 
 
 class AnimationError(ValueError):
@@ -141,7 +127,7 @@ def _photograph(
                 wait_ready(page)
                 page.evaluate(SETTLED_JS)
                 for n, i in enumerate(frames, start=1):
-                    page.evaluate("(i) => window.pkPlayer.go(i)", i)
+                    page.evaluate(probe("goTo"), i)
                     wait_painted(page, i)
                     cap = page.evaluate(CAPTION_JS)
                     before = page.evaluate(TRANSIENTS_JS)

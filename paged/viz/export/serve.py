@@ -3,7 +3,9 @@ the browser tests and ``bench/frames.py`` read a page with. Never downloads a br
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from pathlib import Path
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -24,22 +26,22 @@ def launch_chromium(playwright, extra: Sequence[str] = ()):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra])
 
 
-FRAME_JS = (
-    "() => { const e = document.querySelector('#pk-frame'); "
-    "return e ? Number(e.dataset.frame) : null; }"
-)
-PAINTED_JS = """(want) => {
-  const e = document.querySelector('#pk-frame');
-  if (!e || Number(e.dataset.frame) !== want) return false;
-  const grids = [...document.querySelectorAll('#pk-player svg[data-pk-frame]')];
-  return grids.length === 2 && grids.every(g => Number(g.dataset.pkFrame) === want);
-}"""
-READY_JS = "() => !!document.querySelector('#pk-player[data-ready=\"1\"]')"
+#: The functions Playwright evaluates in a page, a file of their own (linted with the player's):
+#: one expression whose value holds them by name.
+PROBES = Path(__file__).with_name("probes.js").read_text(encoding="utf-8").rstrip().rstrip(";")
+
+
+def probe(name: str) -> str:
+    """The function ``name`` of probes.js as Playwright takes one: a string that evaluates to
+    the function, which Playwright then calls with its argument."""
+    if not re.search(rf"^\s*function {re.escape(name)}\(", PROBES, re.MULTILINE):
+        raise KeyError(f"probes.js has no function {name!r}")
+    return f"({PROBES}).{name}"
 
 
 def shown_frame(page) -> int | None:
     """The frame number the player currently shows (from the indicator's data-frame)."""
-    return page.evaluate(FRAME_JS)
+    return page.evaluate(probe("shownFrame"))
 
 
 #: Polling for waits on the server (a page load, a script run), in ms. Why not every animation
@@ -51,7 +53,7 @@ SERVER_POLL_MS = 50
 
 def wait_ready(page, timeout_ms: float = 60000) -> int:
     """Wait until the lesson player has its frames and shows one; returns that frame."""
-    page.wait_for_function(READY_JS, timeout=timeout_ms, polling=SERVER_POLL_MS)
+    page.wait_for_function(probe("ready"), timeout=timeout_ms, polling=SERVER_POLL_MS)
     frame = current_frame(page)
     wait_painted(page, frame, timeout_ms)
     return frame
@@ -67,28 +69,19 @@ def current_frame(page) -> int:
 
 def wait_painted(page, frame: int, timeout_ms: float = 30000) -> None:
     """Wait until the indicator and both arena grids show ``frame``."""
-    page.wait_for_function(PAINTED_JS, arg=frame, timeout=timeout_ms, polling="raf")
-
-
-IDLE_JS = (
-    "() => { const a = document.querySelector('[data-test-script-state]'); "
-    "return !!a && a.dataset.testScriptState === 'notRunning'; }"
-)
+    page.wait_for_function(probe("painted"), arg=frame, timeout=timeout_ms, polling="raf")
 
 
 def url_after_one_animation_frame(page) -> str:
     """``location.search`` once the player's pending address write (made in an animation
     frame) has landed: read two animation frames on."""
-    return page.evaluate(
-        "() => new Promise(r => requestAnimationFrame(() => "
-        "requestAnimationFrame(() => r(location.search))))"
-    )
+    return page.evaluate(probe("searchAfterTwoFrames"))
 
 
 def wait_idle(page, timeout_ms: float = 30000) -> None:
     """Wait until no script run is in flight. A key pressed while a full-page run is still
     finishing can be dropped by Streamlit, so tests settle here before each key."""
-    page.wait_for_function(IDLE_JS, timeout=timeout_ms, polling=SERVER_POLL_MS)
+    page.wait_for_function(probe("idle"), timeout=timeout_ms, polling=SERVER_POLL_MS)
 
 
 def settle_after_load(page) -> None:
@@ -99,38 +92,22 @@ def settle_after_load(page) -> None:
     page.wait_for_timeout(600)
 
 
-# The player's next unpacking of frames (its inflate reads a constructed Response; a fetched
-# one has a URL and passes) waits at a gate until ``release_unpacking``: a swap held open as
-# long as a test needs, with no timing in it.
-_GATE_JS = """() => {
-  const text = Response.prototype.text;
-  const gate = new Promise((open) => { window.pkOpenGate = open; });
-  window.pkGateHeld = false;
-  Response.prototype.text = async function () {
-    if (this.url !== "") return text.call(this);
-    Response.prototype.text = text;
-    window.pkGateHeld = true;
-    await gate;
-    return text.call(this);
-  };
-}"""
-
-
 def hold_unpacking(page) -> None:
     """Hold the player's next unpacking of frames (the first frames of a new player, or another
-    language's) until ``release_unpacking``; ``wait_unpacking_held`` waits until it is held."""
-    page.evaluate(_GATE_JS)
+    language's) until ``release_unpacking``, at a gate in the page's ``Response.text`` with no
+    timing in it; ``wait_unpacking_held`` waits until it is held."""
+    page.evaluate(probe("holdUnpacking"))
 
 
 def hold_first_unpacking(page) -> None:
     """``hold_unpacking`` from before the page's own scripts run, for a page that unpacks its
     frames as it loads (an offline file). It holds on every later load of ``page`` too."""
-    page.add_init_script(f"({_GATE_JS})()")
+    page.add_init_script(f"{probe('holdUnpacking')}();")  # a script: it calls the function
 
 
 def wait_unpacking_held(page, timeout_ms: float = 60000) -> None:
-    page.wait_for_function("() => window.pkGateHeld === true", timeout=timeout_ms, polling="raf")
+    page.wait_for_function(probe("unpackingHeld"), timeout=timeout_ms, polling="raf")
 
 
 def release_unpacking(page) -> None:
-    page.evaluate("() => window.pkOpenGate()")
+    page.evaluate(probe("releaseUnpacking"))

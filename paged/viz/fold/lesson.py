@@ -24,11 +24,7 @@ def build(spec: LessonSpec, trace: Trace, source: str = "lesson", partial: bool 
     trace: no frame reads ahead."""
     runs = pick_runs(spec, trace)
     sides = {side: _side(trace, runs[side], spec.side_titles[side]) for side in SIDES}
-    origin = tuple(
-        (k, str(trace.header[k]))
-        for k in ("model", "device", "created", "forward")
-        if trace.header.get(k) not in (None, "")
-    )
+    origin = trace.info.origin()
     lesson = Lesson(spec, sides["left"], sides["right"], (), source, origin=origin, partial=partial)
     return replace(lesson, keyframes=find_keyframes(lesson))
 
@@ -40,10 +36,7 @@ def live_edge(trace: Trace) -> Trace:
     frame, labelled as ended, and differed from the finished trace's frame. A run is done when
     every request the header's scenario names (with its samples) has finished and that step has
     ended."""
-    scenario = trace.header.get("scenario")
-    requests = scenario.get("requests") if isinstance(scenario, dict) else None
-    listed = [r for r in requests if isinstance(r, dict)] if isinstance(requests, list) else []
-    total = sum(n if type(n := r.get("n", 1)) is int and n > 0 else 1 for r in listed)
+    total = trace.info.requests_named
     steps = {n: E.count_of(evs, E.StepEnd) for n, evs in trace.runs.items()}
     going = [
         steps[n]

@@ -151,7 +151,7 @@ def analyse(trace: T.Trace, run: str = "paged") -> SizeResult:
         raise SweepError(f"run {run!r} has no finished engine step")
     entries = _table_entries(events)
     finished = list(E.of_kind(events, E.Finished))
-    h = trace.header
+    h = trace.info
     return SizeResult(
         block_size=bs,
         num_slots=num_slots,
@@ -165,9 +165,9 @@ def analyse(trace: T.Trace, run: str = "paged") -> SizeResult:
         max_entries=max(entries.values(), default=0),
         mean_kv_slots=_mean([e.final_len for e in finished]),
         peak_held=max(_held(a) for a in accounts),
-        model=str(h.get("model", "")),
-        device=str(h.get("device", "")),
-        forward=str(h.get("forward", "")),
+        model=h.model,
+        device=h.device,
+        forward=h.forward,
     )
 
 

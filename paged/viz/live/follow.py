@@ -56,15 +56,6 @@ class _Counts:
         self.seen = len(events)
 
 
-def _requests_named(header: dict) -> int:
-    """How many requests (samples counted) the header's scenario names: as ``live_edge``
-    counts them."""
-    scenario = header.get("scenario")
-    requests = scenario.get("requests") if isinstance(scenario, dict) else None
-    listed = [r for r in requests if isinstance(r, dict)] if isinstance(requests, list) else []
-    return sum(n if type(n := r.get("n", 1)) is int and n > 0 else 1 for r in listed)
-
-
 def edge_cuts(counts: dict[str, _Counts], total: int) -> dict[str, int]:
     """How many events of each run ``live_edge`` keeps: every run still stepping is cut at the
     last step all of them have ended."""
@@ -242,7 +233,7 @@ class LiveLesson:
         if finished:
             cuts = {n: c.seen for n, c in self._counts.items()}
         else:
-            cuts = edge_cuts(self._counts, _requests_named(trace.header))
+            cuts = edge_cuts(self._counts, trace.info.requests_named)
         runs = pick_runs(self.spec, trace)
         sides = {}
         for side in SIDES:
@@ -252,11 +243,7 @@ class LiveLesson:
             fold_ = self._sides[side]
             fold_.advance(trace.runs[name], self._counts[name].ends, cuts[name])
             sides[side] = fold_.side(trace.runs[name], self.spec.side_titles[side])
-        origin = tuple(
-            (k, str(trace.header[k]))
-            for k in ("model", "device", "created", "forward")
-            if trace.header.get(k) not in (None, "")
-        )
+        origin = trace.info.origin()
         lesson = Lesson(
             self.spec,
             sides["left"],

@@ -384,13 +384,20 @@ def engine_scenario(lab: Lab):
 
 @dataclass
 class Recording:
-    """A recorded trace. ``dry``: a dry run, which the lab's scenario alone reproduces exactly
-    (the stand-in model is deterministic), so a link can name one of its frames; a run on the
-    real model is not redone from a link."""
+    """A recorded trace: ``trace_text``, the file a user downloads. ``dry``: a dry run, which
+    the lab's scenario alone reproduces exactly (the stand-in model is deterministic), so a
+    link can name one of its frames; a run on the real model is not redone from a link.
+    ``built``: a dry run's trace as the engine made it, until it is folded."""
 
     trace_text: str
     steps: dict[str, int] = field(default_factory=dict)
     dry: bool = True
+    built: T.Trace | None = None
+
+    def trace(self) -> T.Trace:
+        """The trace to fold: a dry run's as the engine built it (its own text is never read
+        back), any other read and checked from its text. Raises TraceError."""
+        return self.built if self.built is not None else T.loads(self.trace_text)
 
 
 def least_steps(lab: Lab) -> int:
@@ -419,7 +426,7 @@ def check_size(lab: Lab) -> None:
 
 def record_dry(lab: Lab) -> Recording:
     """Run ``lab`` through the engine (dry run: scheduler and allocators, stand-in model),
-    left policy and paging in lockstep; the trace as JSONL text. Raises LabError when the lab
+    left policy and paging in lockstep; the trace built, and as JSONL text. Raises LabError when the lab
     has bad fields or the engine refuses it, TooLarge when it runs past the drawing budget
     (refused from the table when it surely does, else stopped at the step that passes it)."""
     bad = check(lab)
@@ -441,13 +448,16 @@ def record_dry(lab: Lab) -> Recording:
     try:
         sc = engine_scenario(lab)
         buf = io.StringIO()
-        runs = record(sc, [lab.policy, "paged"], buf, forward="skip", progress=step)
+        names = [lab.policy, "paged"]
+        events: dict[str, list] = {n: [] for n in names}
+        sinks = {n: [got.append] for n, got in events.items()}
+        done = record(sc, names, buf, forward="skip", progress=step, sinks=sinks)
     except InvalidConfigError as e:
         raise LabError(str(e)) from None
-    steps = {n: r.core.step_count for n, r in runs.items()}
+    steps = {n: r.core.step_count for n, r in done.runs.items()}
     if sum(steps.values()) * lab.num_slots > MAX_FRAME_CELLS:
         raise TooLarge(sum(steps.values()), lab.num_slots)
-    return Recording(buf.getvalue(), steps)
+    return Recording(buf.getvalue(), steps, built=T.Trace(done.header, events))
 
 
 def describe(e: FieldError) -> str:
@@ -471,6 +481,6 @@ def lesson_for(
         runs={"left": lab.policy, "right": "paged"},
         side_titles=side_titles,
     )
-    lesson = build(spec, T.loads(rec.trace_text), source="lab")
+    lesson = build(spec, rec.trace(), source="lab")
     digest = hashlib.sha256(rec.trace_text.encode("utf-8")).hexdigest()[:24]
     return replace(lesson, key=f"lab:{lab.policy}:{digest}")

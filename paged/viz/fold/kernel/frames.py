@@ -300,11 +300,7 @@ def fold_kernel(spec: KernelSpec, trace: Trace) -> KernelLesson:
         frames.append(KernelFrame("heat", "heat", by_step[r.step], r, None, facts))
     frames.append(KernelFrame("gqa", "gqa", arena, zoom, None, base))
     frames.append(KernelFrame("gqa", "split", arena, zoom, None, base))
-    origin = tuple(
-        (k, str(trace.header[k]))
-        for k in ("model", "device", "created")
-        if trace.header.get(k) not in (None, "")
-    )
+    origin = trace.info.origin(("model", "device", "created"))
     return KernelLesson(spec, bs, info.num_slots // bs, tuple(frames), reads, zoom, head, origin)
 
 
