@@ -20,6 +20,7 @@ COLS = 3  # blocks per row of the arena grid
 CELL, CELL_H, LABEL, GAP, ROW_GAP = 10, 24, 30, 14, 6
 FONT = 16  # every label of the arena and the tiles
 HEAT_LOW, HEAT_HIGH = (243, 232, 251), (91, 26, 139)  # the heat scale: one hue, light to dark
+WHITE = "#FFFFFF"
 GREY = "#CBD2D9"  # any slot in a heat frame that is not the request's: heat is the only colour
 
 
@@ -31,6 +32,37 @@ def heat_colour(share: float, top: float) -> str:
     t = 0.0 if top <= 0 else max(0.0, min(1.0, share / top))
     rgb = [round(a + (b - a) * t) for a, b in zip(HEAT_LOW, HEAT_HIGH, strict=True)]
     return "#{:02X}{:02X}{:02X}".format(*rgb)
+
+
+def _luminance(colour: str) -> float:
+    def one(c: int) -> float:
+        v = c / 255
+        return v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (one(int(colour[k : k + 2], 16)) for k in (1, 3, 5))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG's contrast ratio of two ``#RRGGBB`` colours."""
+    la, lb = _luminance(a), _luminance(b)
+    return (max(la, lb) + 0.05) / (min(la, lb) + 0.05)
+
+
+def ink_over(fills: list[str]) -> str:
+    """White or ink, whichever reads better over every fill a label crosses: white on the pale
+    reserved blue was 1.7:1, and on the heat scale's middle 3.2:1."""
+    return max((WHITE, INK), key=lambda ink: min(contrast(ink, f) for f in fills))
+
+
+def plate(x: float, y: float, width: float, fills: list[str]) -> tuple[str, str]:
+    """A label's ink, and a white plate to write it on where neither ink nor white reaches
+    WCAG AA's 4.5:1 over the fills it crosses (the heat scale's middle purples: 4.0:1 at best)."""
+    ink = ink_over(fills)
+    if min(contrast(ink, f) for f in fills) >= 4.5:
+        return "", ink
+    box = f"<rect x='{x - 2}' y='{y}' width='{width + 4:.0f}' height='{FONT + 4}' rx='3' fill='{WHITE}'/>"
+    return box, INK
 
 
 def _esc(s: object) -> str:
@@ -71,6 +103,7 @@ def arena_svg(lesson: KernelLesson, i: int, lang: str) -> str:
             f"font-size='{FONT}' fill='{MUTED}'>{b}</text>"
         )
         k = logical_of.get(b)
+        fills = []
         for s in range(bs):
             code = arena.cells[b * bs + s]
             if heat:
@@ -81,6 +114,7 @@ def arena_svg(lesson: KernelLesson, i: int, lang: str) -> str:
                 )
             else:
                 fill = cell_colour(code)
+            fills.append(fill)
             out.append(
                 f"<rect x='{x0 + LABEL + s * CELL}' y='{y0}' width='{CELL - 1}' "
                 f"height='{CELL_H}' fill='{fill}'/>"
@@ -95,15 +129,31 @@ def arena_svg(lesson: KernelLesson, i: int, lang: str) -> str:
             f"fill='none' stroke='{INK}' stroke-width='{stroke}'{dash}/>"
         )
         label = f"L{k}" + (f" · {pct(read.mass[k])}" if heat else "")
-        ink = "white" if (heat and read.mass[k] > 0.5 * top) or not heat else INK
+        wide = 0.62 * FONT * len(label)
+        under = -(-round(wide + 4) // CELL)  # the slots the label crosses
+        back, ink = plate(x0 + LABEL + 4, y0 + 2, wide, fills[:under])
         out.append(
-            f"<text x='{x0 + LABEL + 4}' y='{y0 + CELL_H * 0.72:.1f}' font-size='{FONT}' "
+            back + f"<text x='{x0 + LABEL + 4}' y='{y0 + CELL_H * 0.72:.1f}' font-size='{FONT}' "
             f"font-weight='700' fill='{ink}'>{_esc(label)}</text>"
         )
     return (
         f"<svg class='pk-k-arena' viewBox='0 0 {width} {height}' width='100%' "
-        f"role='img' data-pk-frame='{i}'>{''.join(out)}</svg>"
+        f"role='img' aria-label='{_esc(_arena_label(lesson, i, lang))}' data-pk-frame='{i}'>"
+        f"{''.join(out)}</svg>"
     )
+
+
+def _arena_label(lesson: KernelLesson, i: int, lang: str) -> str:
+    """What the arena shows, for a screen reader: the request's blocks, the one being read and
+    their shares of attention (the block table beside it is the same numbers as a table)."""
+    f, w = lesson.frames[i], words(lang)
+    read, hi = f.read, _highlight(f)
+    blocks = ", ".join(
+        f"L{k} → {w['block'].format(n=b)} {pct(read.mass[k])}"
+        + (f" ({w['legend_read']})" if b == hi else "")
+        for k, b in enumerate(read.physical)
+    )
+    return f"{w['legend_req'].format(req=read.req)}: {blocks}"
 
 
 def tiles_svg(lesson: KernelLesson, i: int, lang: str) -> str:
@@ -126,24 +176,30 @@ def tiles_svg(lesson: KernelLesson, i: int, lang: str) -> str:
         if f.stage == "heat":
             fill = heat_colour(read.mass[t], top)
         stroke = 4 if f.logical == t and f.stage in ("table", "tile") else 1.4
+        name, note = f"L{t} → {b}", _tile_note(f, t, w)
         out.append(
             f"<rect x='{x}' y='2' width='{tw}' height='{th}' rx='5' fill='{fill}' "
             f"stroke='{INK}' stroke-width='{stroke}'/>"
-            f"<text x='{x + tw / 2}' y='22' text-anchor='middle' font-size='{FONT}' "
-            f"font-weight='700' fill='{INK if f.stage != 'heat' or read.mass[t] < 0.5 * top else 'white'}'>"
-            f"L{t} → {b}</text>"
-            f"<text x='{x + tw / 2}' y='44' text-anchor='middle' font-size='{FONT}' "
-            f"fill='{INK if f.stage != 'heat' or read.mass[t] < 0.5 * top else 'white'}'>"
-            f"{_esc(_tile_note(f, t, w))}</text>"
         )
+        for text, base, bold in ((name, 22, " font-weight='700'"), (note, 44, "")):
+            wide = min(tw - 8, 0.62 * FONT * len(text))
+            back, ink = plate(x + (tw - wide) / 2, base - FONT, wide, [fill])
+            out.append(
+                back + f"<text x='{x + tw / 2}' y='{base}' text-anchor='middle' "
+                f"font-size='{FONT}'{bold} fill='{ink}'>{_esc(text)}</text>"
+            )
         for r, line in enumerate(_tile_lines(f, t, w, lesson.head)):
             out.append(
                 f"<text x='{x + 4}' y='{th + 24 + r * 22}' font-size='{FONT}' fill='{INK}'>"
                 f"{_esc(line)}</text>"
             )
+    label = " · ".join(
+        f"L{t} → {b}: {_tile_note(f, t, w)} {' '.join(_tile_lines(f, t, w, lesson.head))}".strip()
+        for t, b in enumerate(read.physical)
+    )
     return (
-        f"<svg class='pk-k-tiles' viewBox='0 0 {width} {height}' width='100%' role='img' data-pk-frame='{i}'>"
-        f"{''.join(out)}</svg>"
+        f"<svg class='pk-k-tiles' viewBox='0 0 {width} {height}' width='100%' role='img' "
+        f"aria-label='{_esc(label)}' data-pk-frame='{i}'>{''.join(out)}</svg>"
     )
 
 
