@@ -160,7 +160,7 @@ def _kernel_frames() -> list[int]:
     lesson = fold_kernel(spec, T.read(spec.folder / spec.trace_file))
     first: dict[str, int] = {}
     for i, f in enumerate(lesson.frames):
-        kind = "tile_up" if f.kind == "tile" and f.facts.get("m_rose") else f.kind
+        kind = "tile_up" if f.stage == "tile" and f.facts.get("m_rose") else f.stage
         first.setdefault(kind, i)
     assert set(first) == {"table", "tile", "tile_up", "final", "heat", "gqa", "split"}, first
     assert {f.chapter for f in lesson.frames} == {"table", "walk", "heat", "gqa"}

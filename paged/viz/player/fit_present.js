@@ -135,6 +135,9 @@ const PresentFitting = {
       if (got >= least - 0.01) break;
       u *= least / got;
     }
+    // the grids' labels moved without the page's size changing: the callouts' sentences
+    // (point.js) are placed again, clear of them
+    if (this.pt) ptPlace(this);
   },
 
   // Out of presenter mode a grid ends where the first screen does (the page scrolled to its
