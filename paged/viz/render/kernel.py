@@ -87,6 +87,10 @@ def arena_svg(lesson: KernelLesson, i: int, lang: str) -> str:
     heat = f.stage == "heat"
     top = max(read.mass) if heat else 0.0
     logical_of = {b: k for k, b in enumerate(read.physical)}
+    # every other request's blocks, named as the other lessons name them (A0, B1, ...)
+    held = {
+        b: (r, k) for r, t in arena.block_tables.items() if r != read.req for k, b in enumerate(t)
+    }
     shared = {
         b for r, t in arena.block_tables.items() if r != read.req for b in t if b in logical_of
     }
@@ -103,6 +107,8 @@ def arena_svg(lesson: KernelLesson, i: int, lang: str) -> str:
             f"font-size='{FONT}' fill='{MUTED}'>{b}</text>"
         )
         k = logical_of.get(b)
+        owner = read.req if k is not None else held.get(b, (None, 0))[0]
+        req = f" data-req='{_esc(owner)}'" if owner is not None else ""
         fills = []
         for s in range(bs):
             code = arena.cells[b * bs + s]
@@ -117,9 +123,19 @@ def arena_svg(lesson: KernelLesson, i: int, lang: str) -> str:
             fills.append(fill)
             out.append(
                 f"<rect x='{x0 + LABEL + s * CELL}' y='{y0}' width='{CELL - 1}' "
-                f"height='{CELL_H}' fill='{fill}'/>"
+                f"height='{CELL_H}' fill='{fill}'{req}/>"
             )
         if k is None:
+            if b in held and not heat:
+                r, j = held[b]
+                name = f"{r}{j}"
+                wide = 0.62 * FONT * len(name)
+                under = -(-round(wide + 4) // CELL)
+                back, ink = plate(x0 + LABEL + 4, y0 + 2, wide, fills[:under])
+                out.append(
+                    back + f"<text x='{x0 + LABEL + 4}' y='{y0 + CELL_H * 0.72:.1f}' "
+                    f"font-size='{FONT}' fill='{ink}'>{_esc(name)}</text>"
+                )
             continue
         dash = " stroke-dasharray='5 3'" if b in shared else ""
         stroke = 4 if b == hi else 1.6
@@ -166,7 +182,8 @@ def tiles_svg(lesson: KernelLesson, i: int, lang: str) -> str:
     tw, th, gap = 92, 52, 8  # six tiles across a side's ~600 px in presenter mode
     width = n * (tw + gap) - gap
     rows_h = 3 * 22
-    height = th + 8 + rows_h
+    define = [part.strip() for part in _definition(f, w).split("·") if part.strip()]
+    height = th + 8 + rows_h + 22 * len(define) + (8 if define else 0)
     top = max(read.mass)
     out = []
     for t, b in enumerate(read.physical):
@@ -193,13 +210,27 @@ def tiles_svg(lesson: KernelLesson, i: int, lang: str) -> str:
                 f"<text x='{x + 4}' y='{th + 24 + r * 22}' font-size='{FONT}' fill='{INK}'>"
                 f"{_esc(line)}</text>"
             )
+    for r, line in enumerate(define):  # what m and l are, where a projector shows them
+        out.append(
+            f"<text class='pk-k-define' x='0' y='{th + 8 + rows_h + 18 + 22 * r}' "
+            f"font-size='{FONT}' fill='{INK}'>{_esc(line)}</text>"
+        )
     label = " · ".join(
         f"L{t} → {b}: {_tile_note(f, t, w)} {' '.join(_tile_lines(f, t, w, lesson.head))}".strip()
         for t, b in enumerate(read.physical)
     )
+    label += "".join(f". {line}" for line in define)
     return (
         f"<svg class='pk-k-tiles' viewBox='0 0 {width} {height}' width='100%' role='img' "
         f"aria-label='{_esc(label)}' data-pk-frame='{i}'>{''.join(out)}</svg>"
+    )
+
+
+def _definition(f: KernelFrame, w: dict[str, str]) -> str:
+    """Which (m, l) the tiles show on this frame, and what they are: the same boxes hold the
+    running pair on the walk and each split's own pair on split-K's frame."""
+    return {"tile": w["define_walk"], "final": w["define_final"], "split": w["define_split"]}.get(
+        f.stage, ""
     )
 
 
@@ -216,7 +247,10 @@ def _tile_lines(f: KernelFrame, t: int, w: dict[str, str], h: int) -> list[str]:
     if f.stage == "tile" and t > (f.logical or 0):
         return [w["before"]]
     if f.stage in ("tile", "final"):
-        return [f"m {num(read.tile_m[t][h])}", f"l {num(read.tile_l[t][h])}"]
+        # the tile's own sum beside the running one: l here is l before times exp(m_old - m)
+        # plus it, so the running l can be checked tile by tile
+        own = [f"{w['own']} {num(read.part_l[t][h])}"] if f.stage == "tile" else []
+        return [f"m {num(read.tile_m[t][h])}", f"l {num(read.tile_l[t][h])}", *own]
     if f.stage == "split":
         return [f"m {num(read.part_m[t][h])}", f"l {num(read.part_l[t][h])}"]
     if f.stage == "gqa":
@@ -230,16 +264,21 @@ def table_panel(lesson: KernelLesson, i: int, lang: str) -> str:
     f, w = lesson.frames[i], words(lang)
     read = f.read
     shared = {b for r, t in f.arena.block_tables.items() if r != read.req for b in t}
+    # the share of attention only from the chapter that explains it on
+    mass = f.stage in ("heat", "gqa", "split")
     rows = "".join(
         f"<tr class='{'pk-k-on' if f.logical == k else ''}'><td>{k}</td><td>{b}</td>"
-        f"<td>{_esc(w['shared']) if b in shared else ''}</td><td>{pct(read.mass[k])}</td></tr>"
+        f"<td>{_esc(w['shared']) if b in shared else ''}</td>"
+        + (f"<td>{pct(read.mass[k])}</td>" if mass else "")
+        + "</tr>"
         for k, b in enumerate(read.physical)
     )
+    head = f"<th>{_esc(w['mass'])}</th>" if mass else ""
     return (
         f"<div class='pk-k-panel'><div class='pk-k-h'>"
         f"{_esc(w['table_title'].format(req=read.req))}</div><table class='pk-k-table'>"
         f"<tr><th>{_esc(w['logical'])}</th><th>{_esc(w['physical'])}</th><th></th>"
-        f"<th>{_esc(w['mass'])}</th></tr>{rows}</table></div>"
+        f"{head}</tr>{rows}</table></div>"
     )
 
 
@@ -252,12 +291,12 @@ def state_panel(lesson: KernelLesson, i: int, lang: str) -> str:
     if f.stage in ("tile", "table"):
         t = f.logical or 0
         if f.stage == "table":
-            return head
+            return ""  # no state before the walk: no heading over nothing
         rows = "".join(
             f"<tr><td>{h}</td><td>{num(read.tile_m[t][g])}</td><td>{num(read.tile_l[t][g])}</td></tr>"
             for g, h in enumerate(read.heads)
         )
-        cols = (w["head"], "m", "l")
+        cols = (w["head"], f"m ({w['running']})", f"l ({w['running']})")
     elif f.stage == "final":
         rows = "".join(
             f"<tr><td>{h}</td><td>{num(read.tile_m[-1][g])} / {num(read.full_m[g])}</td>"
@@ -282,7 +321,7 @@ def state_panel(lesson: KernelLesson, i: int, lang: str) -> str:
         )
         cols = ("", w["reads"], f"{w['reads']} × {len(read.heads)}")
     else:
-        return head
+        return ""
     th = "".join(f"<th>{_esc(c)}</th>" for c in cols)
     return (
         f"<div class='pk-k-panel'>{head}<table class='pk-k-table'><tr>{th}</tr>{rows}</table></div>"
