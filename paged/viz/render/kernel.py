@@ -259,26 +259,30 @@ def _tile_lines(f: KernelFrame, t: int, w: dict[str, str], h: int) -> list[str]:
 
 
 def table_panel(lesson: KernelLesson, i: int, lang: str) -> str:
-    """The request's block table: logical -> physical, shared or not, and this step's share
-    of attention per block; the row the frame points at is marked."""
+    """The request's block table: logical -> physical, shared or not, and (from the heat
+    chapter on) this step's share of attention per block; the entry the frame points at is
+    marked. Laid across, one column an entry: three or four rows under the arena, so a
+    1280x580 projector shows the whole table under it (a row an entry ran off its foot)."""
     f, w = lesson.frames[i], words(lang)
     read = f.read
     shared = {b for r, t in f.arena.block_tables.items() if r != read.req for b in t}
-    # the share of attention only from the chapter that explains it on
-    mass = f.stage in ("heat", "gqa", "split")
-    rows = "".join(
-        f"<tr class='{'pk-k-on' if f.logical == k else ''}'><td>{k}</td><td>{b}</td>"
-        f"<td>{_esc(w['shared']) if b in shared else ''}</td>"
-        + (f"<td>{pct(read.mass[k])}</td>" if mass else "")
-        + "</tr>"
-        for k, b in enumerate(read.physical)
-    )
-    head = f"<th>{_esc(w['mass'])}</th>" if mass else ""
+    on = [" class='pk-k-on'" if f.logical == k else "" for k in range(len(read.physical))]
+
+    def row(head: str, cells: list[str]) -> str:
+        tds = "".join(f"<td{on[k]}>{c}</td>" for k, c in enumerate(cells))
+        return f"<tr><th scope='row'>{_esc(head)}</th>{tds}</tr>"
+
+    rows = [
+        row(w["logical"], [str(k) for k in range(len(read.physical))]),
+        row(w["physical"], [str(b) for b in read.physical]),
+        row(w["shared"], ["✓" if b in shared else "" for b in read.physical]),
+    ]
+    if f.stage in ("heat", "gqa", "split"):  # from the chapter that explains it on
+        rows.append(row(w["mass"], [pct(m) for m in read.mass]))
     return (
         f"<div class='pk-k-panel'><div class='pk-k-h'>"
-        f"{_esc(w['table_title'].format(req=read.req))}</div><table class='pk-k-table'>"
-        f"<tr><th>{_esc(w['logical'])}</th><th>{_esc(w['physical'])}</th><th></th>"
-        f"{head}</tr>{rows}</table></div>"
+        f"{_esc(w['table_title'].format(req=read.req))}</div>"
+        f"<table class='pk-k-table pk-k-across'>{''.join(rows)}</table></div>"
     )
 
 
