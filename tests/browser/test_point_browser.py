@@ -251,6 +251,15 @@ CONSOLE_JS = """() => { const r = document.getElementById('pk-player');
            clock: (document.querySelector('.pk-con-time') || {}).textContent || '' }; }"""
 
 
+CONSOLE_LAYOUT_JS = """() => { let least = Infinity, labels = 0;
+  for (const t of document.querySelectorAll('.pk-con-grids svg text')) {
+    if (!t.getBoundingClientRect().width || getComputedStyle(t).display === 'none') continue;
+    labels++;
+    least = Math.min(least, parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a);
+  }
+  return {body: document.getElementById('pk-body').getBoundingClientRect().top, labels, least}; }"""
+
+
 def _follows(page, frame: int) -> dict:
     page.wait_for_function("(f) => window.pkPlayer && window.pkPlayer.i === f", arg=frame)
     return page.evaluate(CONSOLE_JS)
@@ -280,6 +289,11 @@ def test_the_presenter_console_follows_the_lesson_window(ctx, files, lessons):
         page.keyboard.press("End")
         _follows(other, lesson.num_frames - 1)
         assert other.evaluate(CONSOLE_JS)["next"] == -1  # no step after the last
+        # a presenter's screen, narration first: on top, and the next step's labels readable
+        con.set_viewport_size({"width": 1280, "height": 720})
+        con.evaluate("(i) => window.pkPlayer.go(i)", steps[1])
+        at = con.evaluate(CONSOLE_LAYOUT_JS)
+        assert at["body"] <= 120 and at["labels"] > 0 and at["least"] >= 12, at
         con.screenshot(path=str(ARTIFACTS / "point-console.png"))
         other.close()
         con.close()
