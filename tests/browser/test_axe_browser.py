@@ -38,12 +38,18 @@ RUN_JS = """async (tags) => {
 }"""
 
 
+STILL_JS = "() => !document.querySelector('[data-stale=\"true\"]')"
+
+
 def serious(page) -> list[dict]:
     """axe's serious and critical violations on the page as it stands."""
     if not AXE.exists():
         pytest.fail(f"{AXE.relative_to(ROOT)} is missing: run `make js`", pytrace=False)
     if not page.evaluate("() => typeof window.axe === 'object'"):
         page.add_script_tag(content=AXE.read_text(encoding="utf-8"))
+    # a fragment that reruns each second (the watch page) fades its elements while it runs:
+    # what a reader sees between runs is what is checked
+    page.wait_for_function(STILL_JS, timeout=30_000)
     return page.evaluate(RUN_JS, TAGS)
 
 
