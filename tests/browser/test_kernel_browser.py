@@ -52,12 +52,33 @@ def test_keys_step_frames_and_chapters_and_f_presents(page, page_file, lesson):
     )
     left, _ = caption(lesson, heat, "en")
     assert left in page.inner_text("#pk-caption")
-    # its drawings are inked for white paper: T leaves them so, and the keys' help offers no T
+    # T: the projector theme, its drawings kept on white cards; the help lists every key
     page.keyboard.press("t")
-    assert not page.evaluate("document.querySelector('#pk-player').classList.contains('pk-hc')")
+    assert page.evaluate("document.querySelector('#pk-player').classList.contains('pk-hc')")
+    card = "getComputedStyle(document.querySelector('#pk-lg svg.pk-k-arena')).backgroundColor"
+    assert page.evaluate(card) == "rgb(255, 255, 255)"
+    page.keyboard.press("t")
     page.keyboard.press("?")
     keys = page.evaluate("[...document.querySelectorAll('#pk-help kbd')].map((k) => k.textContent)")
-    assert "F" in keys and "T" not in keys
+    assert {"F", "T", "R", "C", "H"} <= set(keys), keys
+    page.keyboard.press("Escape")
+    # H: how to read this screen, its panels numbered on screen
+    page.keyboard.press("h")
+    read = page.evaluate(
+        "() => { const r = document.querySelector('.pk-read'); return {shown: !r.hidden,"
+        " items: r.querySelectorAll('li[data-panel]').length,"
+        " nums: r.querySelectorAll('.pk-read-num').length}; }"
+    )
+    assert read["shown"] and read["items"] >= 6 and read["nums"] >= 4, read
+    page.keyboard.press("h")
+    # R: points at a request, lighting its blocks in the arena and dimming the others'
+    page.keyboard.press("r")
+    lit = page.evaluate(
+        "() => [document.querySelector('#pk-player').dataset.focus,"
+        " document.querySelectorAll('#pk-lg rect[data-req].pk-on').length,"
+        " document.querySelectorAll('#pk-lg rect[data-req]:not(.pk-on)').length]"
+    )
+    assert lit[0] == "1" and lit[1] > 0 and lit[2] > 0, lit
     page.keyboard.press("Escape")
     assert not fetched
 

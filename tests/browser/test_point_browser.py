@@ -251,6 +251,15 @@ CONSOLE_JS = """() => { const r = document.getElementById('pk-player');
            clock: (document.querySelector('.pk-con-time') || {}).textContent || '' }; }"""
 
 
+CONSOLE_LAYOUT_JS = """() => { let least = Infinity, labels = 0;
+  for (const t of document.querySelectorAll('.pk-con-grids svg text')) {
+    if (!t.getBoundingClientRect().width || getComputedStyle(t).display === 'none') continue;
+    labels++;
+    least = Math.min(least, parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a);
+  }
+  return {body: document.getElementById('pk-body').getBoundingClientRect().top, labels, least}; }"""
+
+
 def _follows(page, frame: int) -> dict:
     page.wait_for_function("(f) => window.pkPlayer && window.pkPlayer.i === f", arg=frame)
     return page.evaluate(CONSOLE_JS)
@@ -280,6 +289,11 @@ def test_the_presenter_console_follows_the_lesson_window(ctx, files, lessons):
         page.keyboard.press("End")
         _follows(other, lesson.num_frames - 1)
         assert other.evaluate(CONSOLE_JS)["next"] == -1  # no step after the last
+        # a presenter's screen, narration first: on top, and the next step's labels readable
+        con.set_viewport_size({"width": 1280, "height": 720})
+        con.evaluate("(i) => window.pkPlayer.go(i)", steps[1])
+        at = con.evaluate(CONSOLE_LAYOUT_JS)
+        assert at["body"] <= 120 and at["labels"] > 0 and at["least"] >= 12, at
         con.screenshot(path=str(ARTIFACTS / "point-console.png"))
         other.close()
         con.close()
@@ -330,5 +344,66 @@ def test_a_first_visit_shows_how_to_read_the_screen_and_an_export_nothing_transi
         page.hover("#pk-rp .pk-row[data-req] .pk-chip")
         assert not page.evaluate(READ_JS)["shown"]
         assert page.evaluate("() => document.querySelectorAll('.pk-on, .pk-pt-arrow').length") == 0
+    finally:
+        c.close()
+
+
+# Each number H puts on the screen: its panel's drawn box (a grid's drawing, not the box it is
+# scaled into), how far the number is from it, and the texts of the player it covers.
+MARKS_JS = """() => { const out = [];
+  const texts = [];
+  const root = document.querySelector('#pk-player');
+  const walk = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    const el = n.parentElement;
+    if (!n.textContent.trim() || el.closest('svg, .pk-read, [hidden], .pk-sr')) continue;
+    const r = document.createRange(); r.selectNodeContents(n);
+    for (const b of r.getClientRects()) if (b.width > 0.5) texts.push([n.textContent.trim(), b]);
+  }
+  for (const t of root.querySelectorAll('svg text')) {
+    const b = t.getBoundingClientRect();
+    if (b.width > 0.5 && getComputedStyle(t).display !== 'none') texts.push([t.textContent, b]);
+  }
+  const meets = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > 0.5
+    && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 0.5;
+  const panels = {};
+  for (const li of document.querySelectorAll('.pk-read li[data-panel]'))
+    panels[li.querySelector('b').textContent] = li.dataset.panel;
+  for (const num of document.querySelectorAll('.pk-read-num')) {
+    const m = num.getBoundingClientRect(), box = document.getElementById(panels[num.textContent]);
+    const svg = box.querySelector('svg.pk-arena, svg.pk-k-arena, svg.pk-k-tiles');
+    let d = box.getBoundingClientRect();
+    if (svg) { const c = svg.getScreenCTM(), v = svg.viewBox.baseVal;
+      d = {left: c.a * v.x + c.e, top: c.d * v.y + c.f,
+           right: c.a * (v.x + v.width) + c.e, bottom: c.d * (v.y + v.height) + c.f}; }
+    const gap = Math.max(d.left - m.right, m.left - d.right, d.top - m.bottom, m.top - d.bottom, 0);
+    const c = document.querySelector('.pk-read-card').getBoundingClientRect();
+    const hidden = meets(d, c);  // the card hides (part of) its drawing
+    const atCard = Math.min(Math.abs(m.bottom - c.top), Math.abs(m.top - c.bottom),
+                            Math.abs(m.right - c.left), Math.abs(m.left - c.right)) <= 8
+      && m.right > d.left && m.left < d.right;
+    out.push({n: num.textContent, panel: panels[num.textContent], gap, hidden, atCard,
+              onCard: meets(m, c),
+              covers: texts.filter(([, b]) => meets(m, b)).map(([t]) => t.slice(0, 20)),
+              onScreen: m.left >= 0 && m.top >= 0 && m.right <= innerWidth && m.bottom <= innerHeight});
+  }
+  return out; }"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_h_numbers_each_panel_beside_what_it_draws_and_covers_no_text(browser, files, lang):
+    """In presenter mode at 1280x720 H's numbers pointed ④ and ⑥ at empty space (the corners of
+    boxes larger than their drawings), put ① and ② over the title and the caption, and one
+    whose panel the card hides sat on the card's own text."""
+    c = browser.new_context(viewport=SIZE)
+    try:
+        page = _open(c, files["six-steps"], f"#frame=8&present=1&lang={lang}")
+        page.keyboard.press("h")
+        page.wait_for_timeout(100)  # placed again once the rows are fitted (two frames)
+        marks = page.evaluate(MARKS_JS)
+        assert len(marks) >= 4, marks
+        for m in marks:  # beside its drawing, or (one the card hides) at the card's edge by it
+            assert m["onScreen"] and m["covers"] == [] and not m["onCard"], m
+            assert m["gap"] <= 30 or (m["hidden"] and m["atCard"]), m
     finally:
         c.close()

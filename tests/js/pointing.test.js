@@ -69,3 +69,13 @@ test("two sentences never overlap: the second goes under the first", () => {
   const second = P.placeNote({ l: 90, t: 105, r: 120, b: 135 }, ROOM, 120, 20, [first]);
   assert.ok(second.t >= first.b, JSON.stringify({ first, second }));
 });
+
+test("a sentence is never drawn over a label of its grid: it moves to the nearest clear place", () => {
+  const outline = { l: 50, t: 100, r: 80, b: 130 };
+  const label = { l: 40, t: 70, r: 90, b: 96 }; // where the sentence would go above
+  const box = P.placeNote(outline, ROOM, 120, 20, [], [label]);
+  const hits = (a, b) => a.l < b.r && b.l < a.r && a.t < b.b && b.t < a.b;
+  assert.ok(!hits(box, label), JSON.stringify(box));
+  assert.ok(box.t >= ROOM.t && box.b <= ROOM.b && box.l >= ROOM.l && box.r <= ROOM.r);
+  assert.ok(Math.abs(box.t - outline.t) < 60, JSON.stringify(box)); // still beside its outline
+});

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
@@ -73,6 +74,7 @@ UI = {
             "upload": "Open a trace file",
         },
         "lesson": "Lesson",
+        "lessons": "All lessons",
         "upload": "A trace (.jsonl) recorded by the engine",
         "no_trace": "This lesson has no recorded trace yet ({path}). Record one with "
         "`python -m paged record --scenario {scenario} --out {path}`, or run "
@@ -113,6 +115,7 @@ UI = {
         "source": "回放内容",
         "sources": {"lesson": "已录制的课程", "live": "现在实时运行", "upload": "打开 trace 文件"},
         "lesson": "课程",
+        "lessons": "全部课程",
         "upload": "引擎录制的 trace（.jsonl）",
         "no_trace": "这个课程还没有录制好的 trace（{path}）。可以用 "
         "`python -m paged record --scenario {scenario} --out {path}` 录制，"
@@ -308,7 +311,6 @@ def render(lang: str = "en") -> None:
         _sync_url(ss.pk_lesson)
         return
     ss.pk_frame = lesson.clamp(ss.pk_frame)
-    st.caption(_origin(lesson, t))
     refresh = None
     if source == "live" and not ss.pk_live.done:
         run, spec_ = ss.pk_live, spec
@@ -317,6 +319,7 @@ def render(lang: str = "en") -> None:
     st.fragment(boundary(failed)(_stepping_view), run_every=0.75 if refresh else None)(
         View(lesson, lang, refresh), t
     )
+    st.caption(_origin(lesson, t))  # under the player: the first screen is the lesson's
     if refresh is None:
         boundary(failed)(_html_download)(lesson, lang)
         boundary(failed)(_csv_download)(lesson, lang, t)
@@ -356,7 +359,6 @@ def _kernel_page(names: list[str], root: Path, lang: str, t: dict) -> None:
     """A kernel lesson: the picker, its title, the player over its recorded trace (one run,
     no upload or live source) and its offline HTML file."""
     ss = _ss()
-    _picker(names, lang)
     try:
         spec = load_kernel_spec(ss.pk_lesson, root)
         digest = file_digest(spec.folder / spec.trace_file)
@@ -364,16 +366,7 @@ def _kernel_page(names: list[str], root: Path, lang: str, t: dict) -> None:
     except (LessonError, T.TraceError, OSError) as e:
         st.error(safe.md_text(e))
         return
-    st.markdown(f"### {safe.md_text(spec.title[lang])}")
-    o = dict(lesson.origin)
-    st.caption(
-        t["recorded"].format(
-            name=safe.md_text(spec.name),
-            model=safe.md_text(o.get("model", "?")),
-            device=safe.md_text(o.get("device", "?")),
-            created=safe.md_text(o.get("created", "?")[:10]),
-        )
-    )
+    _title_row(safe.md_text(spec.title[lang]), names, lang, t)
     qp = st.query_params
     start = ss.pk_frame
     if qp.get("lesson") == spec.name and "frame" in qp:
@@ -382,6 +375,15 @@ def _kernel_page(names: list[str], root: Path, lang: str, t: dict) -> None:
     start = min(max(start, 0), lesson.num_frames - 1)
     data = _kernel_payload(spec.name, str(root), digest, lang)
     mount_player(data, start, qp.get("present") == "1")
+    o = dict(lesson.origin)
+    st.caption(  # under the player: the first screen is the lesson's
+        t["recorded"].format(
+            name=safe.md_text(spec.name),
+            model=safe.md_text(o.get("model", "?")),
+            device=safe.md_text(o.get("device", "?")),
+            created=safe.md_text(o.get("created", "?")[:10]),
+        )
+    )
     drawn = {lg: _kernel_payload(spec.name, str(root), digest, lg) for lg in standalone.LANGS}
     st.download_button(
         ui_text.load("standalone")[lang]["download"],
@@ -393,13 +395,13 @@ def _kernel_page(names: list[str], root: Path, lang: str, t: dict) -> None:
     boundary(ui_text.load("safe")[lang]["frame_failed"])(_figure_downloads)(lesson, lang, t)
 
 
-def _picker(names: list[str], lang: str) -> None:
-    """The lesson picker on a row of its own (its labels are the lessons' titles, too wide to
-    share one)."""
+def _picker(names: list[str], lang: str, t: dict) -> None:
+    """The lesson picker, folded into one button that opens the list: the lessons' titles
+    are too wide for one row, and two rows of them pushed the grids below a 1280x720 screen."""
     if len(names) > 1:
         root = lessons_root()
         titles = _titles(str(root), _stamps(root, names))  # the folder name is the id, in the URL
-        with st.container(horizontal=True, horizontal_alignment="right"):
+        with st.popover(t["lessons"], width="content"):
             choice_buttons(
                 names,
                 "pk_lesson",
@@ -409,14 +411,20 @@ def _picker(names: list[str], lang: str) -> None:
             )
 
 
+def _title_row(title: str, names: list[str], lang: str, t: dict) -> Any:
+    """One row over the player: the lesson's title, the picker, and (returned) the room
+    on the right for what else the page puts there."""
+    left, right = st.columns([1, 1], vertical_alignment="center")
+    left.container(key="pk_title").markdown(f"### {title}")
+    with right, st.container(horizontal=True, horizontal_alignment="right"):
+        _picker(names, lang, t)
+        return st.container(horizontal=True, width="content")
+
+
 def _header(spec, names: list[str], lang: str, t: dict) -> str:
-    """The lesson picker on a row of its own (its labels are the lessons' titles, too wide to
-    share one), then the title and the source picker; returns the chosen source."""
+    """The title row with the source picker in it; returns the chosen source."""
     ss = _ss()
-    _picker(names, lang)
-    title, pick = st.columns([2, 3], vertical_alignment="bottom")
-    title.markdown(f"### {spec.title[lang]}")
-    with pick, st.container(horizontal=True, horizontal_alignment="right"):
+    with _title_row(spec.title[lang], names, lang, t):
         choice_buttons(
             SOURCES, "pk_source", format_func=t["sources"].get, key_prefix="pk_source_pick"
         )

@@ -7,6 +7,7 @@
 // drive each other.
 
 const PT_CHANNEL = "pk-player"; // the BroadcastChannel's name
+const CONSOLE_LABEL_PX = 12.2; // the next step's grid labels, at least
 
 // What a message from another window says, checked (it is hostile until then): "hello" (a
 // console opened: a lesson window starts speaking), a frame to follow (a whole number, from
@@ -169,6 +170,12 @@ function ptConsoleFrame(p) {
   grids.innerHTML = `<div>${rename(p.pieces[rec[p.slot.lg]])}</div><div>${rename(
     p.pieces[rec[p.slot.rg]],
   )}</div>`;
+  // drawn small, their labels are grown to a reader's size as the lesson's own (fit_present.js)
+  for (const svg of grids.querySelectorAll("svg.pk-arena")) {
+    const scale = svg.getScreenCTM()?.a;
+    const vb = svg.viewBox.baseVal;
+    if (scale) p.growLabels(svg, CONSOLE_LABEL_PX / scale, [vb.x, vb.y, vb.width, vb.height]);
+  }
 }
 
 if (typeof module === "object") {

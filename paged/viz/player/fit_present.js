@@ -8,7 +8,9 @@
 // which screen size up.
 const CELL_UNITS = 18; // a cell's width (svg.py)
 const LABEL_ROOM = 30; // the row labels' room (svg.py)
-const FLASH_MS = 1200; // how long presenter mode shows what Space or + / − did
+const FLASH_MS = 1200;
+const FIRST_SCREEN_MARGIN = 8; // px left under the grids on a first screen
+const MIN_GRID_PX = 200; // the least a grid is shrunk to for it // how long presenter mode shows what Space or + / − did
 
 // A label's width in SVG units at ``size``, from DejaVu Sans's advances (the players' fallback
 // and the widest of the fonts named): digits 0.64 em, '#' and '×' 0.84, CJK 1 em.
@@ -70,9 +72,13 @@ const PresentFitting = {
   // mode, is first put back as the server drew it.
   fitGridText() {
     const slots = { "pk-lg": "lg", "pk-rg": "rg" };
-    const least = this.present
-      ? parseFloat(getComputedStyle(this.root).getPropertyValue("--pk-grid-min")) || 0
-      : 0;
+    // out of presenter mode the labels still grow, to a reader's --pk-grid-normal px
+    const least =
+      parseFloat(
+        getComputedStyle(this.root).getPropertyValue(
+          this.present ? "--pk-grid-min" : "--pk-grid-normal",
+        ),
+      ) || 0;
     const sides = [];
     for (const id of Object.keys(slots)) {
       const holder = this.el(id);
@@ -86,6 +92,7 @@ const PresentFitting = {
         if (svg.dataset.fit && this.frames && this.i >= 0) redraw();
         continue;
       }
+      if (!this.present) this.fitFirstScreen(svg);
       const box = svg.getBoundingClientRect();
       if (!box.width || !box.height) continue;
       const vb = (svg.dataset.vb || svg.getAttribute("viewBox")).split(" ").map(Number);
@@ -128,6 +135,21 @@ const PresentFitting = {
       if (got >= least - 0.01) break;
       u *= least / got;
     }
+    // the grids' labels moved without the page's size changing: the callouts' sentences
+    // (point.js) are placed again, clear of them
+    if (this.pt) ptPlace(this);
+  },
+
+  // Out of presenter mode a grid ends where the first screen does (the page scrolled to its
+  // top): a newcomer sees both grids whole under the steps and the caption without scrolling
+  // or knowing F. Never under MIN_GRID_PX: a short window scrolls to its grids instead.
+  fitFirstScreen(svg) {
+    let top = svg.getBoundingClientRect().top + window.scrollY;
+    for (let e = svg.parentElement; e; e = e.parentElement) top += e.scrollTop;
+    const drawn = Number(svg.dataset.maxh || parseFloat(svg.style.maxHeight) || Infinity);
+    svg.dataset.maxh = drawn;
+    const room = window.innerHeight - top - FIRST_SCREEN_MARGIN;
+    svg.style.maxHeight = `${Math.min(drawn, Math.max(room, MIN_GRID_PX))}px`;
   },
 
   growLabels(svg, u, vb) {

@@ -13,6 +13,7 @@ import zlib
 
 from paged.viz.fold import captions
 from paged.viz.fold.kernel.frames import CHAPTERS, KernelLesson, caption, narration
+from paged.viz.player import point
 from paged.viz.player.payload import (
     ASSETS,
     SLOTS,
@@ -25,9 +26,9 @@ from paged.viz.player.payload import TEXT_KEYS as payload_text_keys
 from paged.viz.render import kernel as draw
 from paged.viz.render.style import MUTED
 
-#: The player's UI strings, less the projector theme's: these drawings are inked for white
-#: paper, so the player offers no theme
-TEXT_KEYS = tuple(k for k in payload_text_keys if k != "key_theme")
+#: The player's UI strings, the projector theme's too: the drawings are inked for white paper,
+#: and the theme shows them on white cards (player.css)
+TEXT_KEYS = payload_text_keys
 
 
 def _strip(text: str) -> str:
@@ -41,12 +42,15 @@ def frame_parts(lesson: KernelLesson, i: int, lang: str) -> list[str]:
     f, w = lesson.frames[i], draw.words(lang)
     left, right = caption(lesson, i, lang)
     table = " ".join(str(b) for b in f.read.physical)
+    # the zoomed step, then a replay of every step (the counter said 28, then 3): each says
+    # which it is and out of how many
+    last = max(g.read.step for g in lesson.frames)
     if f.stage == "tile":
         step = w["frame_tile"].format(
-            step=f.read.step, tile=(f.logical or 0) + 1, n=len(f.read.physical)
+            step=f.read.step, last=last, tile=(f.logical or 0) + 1, n=len(f.read.physical)
         )
     else:
-        step = w["step"].format(step=f.read.step)
+        step = w["heat_step" if f.stage == "heat" else "step"].format(step=f.read.step, last=last)
     return [
         _strip(f"{f.read.req}: [{table}]"),
         draw.arena_svg(lesson, i, lang),
@@ -63,6 +67,30 @@ def frame_parts(lesson: KernelLesson, i: int, lang: str) -> list[str]:
         markdown(narration(lesson, i, lang)),
         _html.escape(step),
     ]
+
+
+def reading_page(lesson: KernelLesson, lang: str) -> str:
+    """H's "how to read this screen" for the kernel lesson: its marks and heat scale, what its
+    letters name, and its own panels, numbered on screen as the other lessons' are."""
+    t, w = point.TEXT[lang], draw.words(lang)
+    panels = [
+        ("pk-chapter", t["read_chapter"]),
+        ("pk-caption", t["read_captions"]),
+        ("pk-lg", w["read_arena"]),
+        ("pk-lp", w["read_table"]),
+        ("pk-rm", w["read_heads"]),
+        ("pk-rg", w["read_tiles"]),
+        ("pk-rp", w["read_state"]),
+        ("pk-body", t["read_body"]),
+        ("pk-timeline", w["timeline"]),
+    ]
+    return (
+        f"<div class='pk-read-card' role='document'><h3>{_html.escape(t['read_title'])}</h3>"
+        f"{draw.legend(lang, lesson.zoom.req)}"
+        f"<p class='pk-read-letters'>{_html.escape(w['read_letters'])}</p>"
+        f"<p>{_html.escape(w['define_walk'])}</p>"
+        f"<h4>{_html.escape(t['read_panels'])}</h4>" + point.panels_list(panels, t["read_close"])
+    )
 
 
 def timeline_svg(lesson: KernelLesson, lang: str) -> str:
@@ -128,4 +156,7 @@ def kernel_payload(lesson: KernelLesson, lang: str) -> dict:
         "icon": "data:image/png;base64,"
         + base64.b64encode((ASSETS / "icon.png").read_bytes()).decode("ascii"),
         "text": {k: t[k] for k in TEXT_KEYS},
+        # R, C and H as in every lesson: R points at A, B or C (their blocks carry data-req)
+        "point": {k: point.TEXT[lang][k] for k in point.WORDS},
+        "reading": reading_page(lesson, lang),
     }

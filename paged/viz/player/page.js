@@ -46,13 +46,6 @@ const Static = {
       ["?", t.key_help],
       ["", t.key_timeline],
     ].filter(([, v]) => v !== undefined);
-    // A payload without the theme's words (the kernel lesson: its drawings are inked for white
-    // paper) is shown plain; the reader's choice stays stored for the other lessons.
-    if (t.key_theme === undefined && this.theme) {
-      this.theme = false;
-      this.root.classList.remove("pk-hc");
-      this.root.dataset.theme = "";
-    }
     this.el("pk-help").innerHTML =
       "<div><h3>" +
       esc(t.help_title) +

@@ -100,7 +100,7 @@ def _grid(lesson: Lesson, side: str, i: int, lang: str) -> str:
         for s in sides
     )
     below = tall - svg.grid_height(layouts[side])
-    return svg.arena_svg(
+    drawn = svg.arena_svg(
         frame,
         layouts[side],
         lang,
@@ -110,6 +110,9 @@ def _grid(lesson: Lesson, side: str, i: int, lang: str) -> str:
         note=notes[side],
         overlay=point_marks.overlay(frame, layouts[side], lang),
     )
+    # A screen reader reads the table (the same numbers), not the grid's hundreds of labels.
+    drawn = drawn.replace("<svg ", "<svg aria-hidden='true' ", 1)
+    return drawn + html.numbers_table(frame, s.title[lang], i, lang)
 
 
 def _panel(lesson: Lesson, side: str, i: int, lang: str) -> str:

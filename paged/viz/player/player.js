@@ -187,7 +187,7 @@ class Player {
       svg.querySelector(".pk-tl-head").setAttribute("transform", `translate(${x.toFixed(1)},0)`);
     }
     this.root.dataset.frame = i;
-    if (this.present) this.fitPresent();
+    this.fitPresent(); // the grids' labels grow in either mode; the panels condense in one
     this.queueUrl();
     pointFrame(this);
     askFrame(this);

@@ -38,6 +38,31 @@ def keyframes(lesson: Lesson) -> list[int]:
     return sorted({k for k in lesson.keyframes if k is not None and k < lesson.num_frames})
 
 
+#: The words point.js says: the keys' help lines, the presenter console's
+WORDS = (
+    "key_focus",
+    "key_console",
+    "key_read",
+    "console_title",
+    "console_now",
+    "console_next",
+    "console_none",
+    "console_clock",
+    "console_since",
+    "console_alone",
+)
+
+
+def panels_list(panels: list[tuple[str, str]], close: str) -> str:
+    """The reading page's numbered panels (box id, what it shows) and its closing line; the
+    player puts each number on its panel."""
+    items = "".join(
+        f"<li data-panel='{box}'><b>{n}</b> {escape(text)}</li>"
+        for n, (box, text) in enumerate(panels, start=1)
+    )
+    return f"<ol class='pk-read-panels'>{items}</ol><p class='pk-dim'>{escape(close)}</p></div>"
+
+
 def reading_page(lang: str) -> str:
     """The "how to read this screen" page: every colour with its swatch drawn as the grid
     draws it (the legend's own), the marks the player adds, then the panels, numbered; the
@@ -51,17 +76,13 @@ def reading_page(lang: str) -> str:
         f"<span><span class='cell' style='{style}'></span>{escape(text)}</span>"
         for style, text in marks
     )
-    panels = "".join(
-        f"<li data-panel='{box}'><b>{n}</b> {escape(t[key])}</li>"
-        for n, (box, key) in enumerate(PANELS, start=1)
-    )
     return (
         f"<div class='pk-read-card' role='document'><h3>{escape(t['read_title'])}</h3>"
         f"<h4>{escape(t['read_colours'])}</h4>{html.legend(lang)}"
         f"<div class='pk-legend pk-read-marks'>{extra}</div>"
         f"<p class='pk-read-letters'>{escape(t['read_letters'])}</p>"
-        f"<h4>{escape(t['read_panels'])}</h4><ol class='pk-read-panels'>{panels}</ol>"
-        f"<p class='pk-dim'>{escape(t['read_close'])}</p></div>"
+        f"<h4>{escape(t['read_panels'])}</h4>"
+        + panels_list([(box, t[key]) for box, key in PANELS], t["read_close"])
     )
 
 
@@ -80,20 +101,6 @@ def extras(lesson: Lesson, lang: str, chs: list[chapters.Chapter]) -> dict:
             }
             for k in kfs
         ],
-        "point": {
-            k: t[k]
-            for k in (
-                "key_focus",
-                "key_console",
-                "key_read",
-                "console_title",
-                "console_now",
-                "console_next",
-                "console_none",
-                "console_clock",
-                "console_since",
-                "console_alone",
-            )
-        },
+        "point": {k: t[k] for k in WORDS},
         "reading": reading_page(lang),
     }

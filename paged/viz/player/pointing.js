@@ -38,15 +38,38 @@ function nextRequest(seen, focus, dir) {
 }
 
 // Where a callout's sentence (w x h px) goes: above its outline ``at`` when the grid's box
-// ``room`` has room there, else under it, kept inside the box's width and under any sentence
-// already ``placed`` that it would overlap. Boxes are { l, t, r, b }.
-function placeNote(at, room, w, h, placed) {
+// ``room`` has room there, else under it, kept inside the box's width, clear of any sentence
+// already ``placed`` and of the labels to ``avoid`` (a sentence drawn over the block labels it
+// talks about hid them). Places nearer the outline are tried first, stepping away from it up
+// and down the box and across it; where none is clear, under the sentences it would overlap.
+// Boxes are { l, t, r, b }.
+function placeNote(at, room, w, h, placed, avoid = []) {
   const left = Math.max(room.l, Math.min(at.l, room.r - w));
-  let top = at.t - h - PT_GAP >= room.t ? at.t - h - PT_GAP : at.b + PT_GAP;
+  const above = at.t - h - PT_GAP;
+  const first = above >= room.t ? above : at.b + PT_GAP;
+  const hits = (b, q) => b.l < q.r && q.l < b.r && b.t < q.b && q.t < b.b;
+  const clear = (b) => !placed.some((q) => hits(b, q)) && !avoid.some((q) => hits(b, q));
+  const box = (l, t) => ({ l, t, r: l + w, b: t + h });
+  const step = Math.max(4, h / 2);
+  // off the outline first, then anywhere in the box: an outline may cover most of the grid
+  const tops = [first, above, at.b + PT_GAP];
+  for (let t = room.t; t + h <= room.b; t += step) tops.push(t);
+  tops.push(room.b - h);
+  const lefts = [left];
+  for (let l = room.l; l + w <= room.r; l += step) lefts.push(l);
+  const near = (b) => Math.hypot((b.l + b.r - at.l - at.r) / 2, (b.t + b.b - at.t - at.b) / 2);
+  const seen = tops
+    .filter((t) => t >= room.t && t + h <= room.b)
+    .flatMap((t) => lefts.map((l) => box(l, t)));
+  // the first place is the one it always had, where it is clear
+  const best = seen.length && clear(seen[0]) ? seen[0] : null;
+  const ok = best || seen.filter(clear).sort((a, b) => near(a) - near(b))[0];
+  if (ok) return ok;
+  let top = first;
   for (const q of placed) {
     if (left < q.r && q.l < left + w && top < q.b && q.t < top + h) top = q.b + 2;
   }
-  return { l: left, t: top, r: left + w, b: top + h };
+  return box(left, top);
 }
 
 // The request a page element stands for (cells, rows, chips), or null.
@@ -188,7 +211,13 @@ function ptCallouts(p) {
     note.dataset.kind = g.dataset.kind || "";
     note.textContent = g.dataset.say || "";
     pt.notes.appendChild(note);
-    const box = placeNote(at, ptBox(gridEl, origin), note.offsetWidth, note.offsetHeight, placed);
+    // the grid's own labels (names, row numbers, the lines under it) stay readable
+    const labels = [...gridEl.querySelectorAll("svg text")]
+      .filter((t) => getComputedStyle(t).display !== "none")
+      .map((t) => ptBox(t, origin))
+      .filter((b) => b.w > 0);
+    const room = ptBox(gridEl, origin);
+    const box = placeNote(at, room, note.offsetWidth, note.offsetHeight, placed, labels);
     note.style.left = `${box.l.toFixed(1)}px`;
     note.style.top = `${box.t.toFixed(1)}px`;
     placed.push(box);

@@ -72,6 +72,25 @@ def metrics_strip(frame: Frame, lang: str = "en") -> str:
     )
 
 
+def numbers_table(frame: Frame, title: str, i: int, lang: str = "en") -> str:
+    """The grid's text alternative for a screen reader: each category's slots and share, and
+    the queue, as a table no one sees (``pk-sr``); the block tables beside it are text already."""
+    w = words(lang)
+    a = frame.account
+    shown = percents(a.shares())
+    rows = "".join(
+        f"<tr><th scope='row'>{escape(w[c])}</th><td>{getattr(a, c)}</td><td>{shown[c]}</td></tr>"
+        for c in CATEGORIES
+    )
+    queue = "".join(
+        f"<tr><th scope='row'>{escape(w[k + '_n'])}</th><td>{getattr(a, k)}</td><td></td></tr>"
+        for k in ("running", "waiting", "blocked")
+    )
+    head = "".join(f"<th scope='col'>{escape(w[k])}</th>" for k in ("category", "slots", "share"))
+    cap = escape(w["grid_numbers"].format(side=title, frame=i))
+    return f"<table class='pk-sr'><caption>{cap}</caption><tr>{head}</tr>{rows}{queue}</table>"
+
+
 def scoreboard_card(summary, lang: str = "en") -> str:
     """One run's whole-run numbers: averaged category shares, concurrency, steps."""
     w = words(lang)

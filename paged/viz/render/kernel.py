@@ -20,6 +20,7 @@ COLS = 3  # blocks per row of the arena grid
 CELL, CELL_H, LABEL, GAP, ROW_GAP = 10, 24, 30, 14, 6
 FONT = 16  # every label of the arena and the tiles
 HEAT_LOW, HEAT_HIGH = (243, 232, 251), (91, 26, 139)  # the heat scale: one hue, light to dark
+WHITE = "#FFFFFF"
 GREY = "#CBD2D9"  # any slot in a heat frame that is not the request's: heat is the only colour
 
 
@@ -31,6 +32,37 @@ def heat_colour(share: float, top: float) -> str:
     t = 0.0 if top <= 0 else max(0.0, min(1.0, share / top))
     rgb = [round(a + (b - a) * t) for a, b in zip(HEAT_LOW, HEAT_HIGH, strict=True)]
     return "#{:02X}{:02X}{:02X}".format(*rgb)
+
+
+def _luminance(colour: str) -> float:
+    def one(c: int) -> float:
+        v = c / 255
+        return v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (one(int(colour[k : k + 2], 16)) for k in (1, 3, 5))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG's contrast ratio of two ``#RRGGBB`` colours."""
+    la, lb = _luminance(a), _luminance(b)
+    return (max(la, lb) + 0.05) / (min(la, lb) + 0.05)
+
+
+def ink_over(fills: list[str]) -> str:
+    """White or ink, whichever reads better over every fill a label crosses: white on the pale
+    reserved blue was 1.7:1, and on the heat scale's middle 3.2:1."""
+    return max((WHITE, INK), key=lambda ink: min(contrast(ink, f) for f in fills))
+
+
+def plate(x: float, y: float, width: float, fills: list[str]) -> tuple[str, str]:
+    """A label's ink, and a white plate to write it on where neither ink nor white reaches
+    WCAG AA's 4.5:1 over the fills it crosses (the heat scale's middle purples: 4.0:1 at best)."""
+    ink = ink_over(fills)
+    if min(contrast(ink, f) for f in fills) >= 4.5:
+        return "", ink
+    box = f"<rect x='{x - 2}' y='{y}' width='{width + 4:.0f}' height='{FONT + 4}' rx='3' fill='{WHITE}'/>"
+    return box, INK
 
 
 def _esc(s: object) -> str:
@@ -55,6 +87,10 @@ def arena_svg(lesson: KernelLesson, i: int, lang: str) -> str:
     heat = f.stage == "heat"
     top = max(read.mass) if heat else 0.0
     logical_of = {b: k for k, b in enumerate(read.physical)}
+    # every other request's blocks, named as the other lessons name them (A0, B1, ...)
+    held = {
+        b: (r, k) for r, t in arena.block_tables.items() if r != read.req for k, b in enumerate(t)
+    }
     shared = {
         b for r, t in arena.block_tables.items() if r != read.req for b in t if b in logical_of
     }
@@ -71,6 +107,9 @@ def arena_svg(lesson: KernelLesson, i: int, lang: str) -> str:
             f"font-size='{FONT}' fill='{MUTED}'>{b}</text>"
         )
         k = logical_of.get(b)
+        owner = read.req if k is not None else held.get(b, (None, 0))[0]
+        req = f" data-req='{_esc(owner)}'" if owner is not None else ""
+        fills = []
         for s in range(bs):
             code = arena.cells[b * bs + s]
             if heat:
@@ -81,11 +120,22 @@ def arena_svg(lesson: KernelLesson, i: int, lang: str) -> str:
                 )
             else:
                 fill = cell_colour(code)
+            fills.append(fill)
             out.append(
                 f"<rect x='{x0 + LABEL + s * CELL}' y='{y0}' width='{CELL - 1}' "
-                f"height='{CELL_H}' fill='{fill}'/>"
+                f"height='{CELL_H}' fill='{fill}'{req}/>"
             )
         if k is None:
+            if b in held and not heat:
+                r, j = held[b]
+                name = f"{r}{j}"
+                wide = 0.62 * FONT * len(name)
+                under = -(-round(wide + 4) // CELL)
+                back, ink = plate(x0 + LABEL + 4, y0 + 2, wide, fills[:under])
+                out.append(
+                    back + f"<text x='{x0 + LABEL + 4}' y='{y0 + CELL_H * 0.72:.1f}' "
+                    f"font-size='{FONT}' fill='{ink}'>{_esc(name)}</text>"
+                )
             continue
         dash = " stroke-dasharray='5 3'" if b in shared else ""
         stroke = 4 if b == hi else 1.6
@@ -95,15 +145,31 @@ def arena_svg(lesson: KernelLesson, i: int, lang: str) -> str:
             f"fill='none' stroke='{INK}' stroke-width='{stroke}'{dash}/>"
         )
         label = f"L{k}" + (f" · {pct(read.mass[k])}" if heat else "")
-        ink = "white" if (heat and read.mass[k] > 0.5 * top) or not heat else INK
+        wide = 0.62 * FONT * len(label)
+        under = -(-round(wide + 4) // CELL)  # the slots the label crosses
+        back, ink = plate(x0 + LABEL + 4, y0 + 2, wide, fills[:under])
         out.append(
-            f"<text x='{x0 + LABEL + 4}' y='{y0 + CELL_H * 0.72:.1f}' font-size='{FONT}' "
+            back + f"<text x='{x0 + LABEL + 4}' y='{y0 + CELL_H * 0.72:.1f}' font-size='{FONT}' "
             f"font-weight='700' fill='{ink}'>{_esc(label)}</text>"
         )
     return (
         f"<svg class='pk-k-arena' viewBox='0 0 {width} {height}' width='100%' "
-        f"role='img' data-pk-frame='{i}'>{''.join(out)}</svg>"
+        f"role='img' aria-label='{_esc(_arena_label(lesson, i, lang))}' data-pk-frame='{i}'>"
+        f"{''.join(out)}</svg>"
     )
+
+
+def _arena_label(lesson: KernelLesson, i: int, lang: str) -> str:
+    """What the arena shows, for a screen reader: the request's blocks, the one being read and
+    their shares of attention (the block table beside it is the same numbers as a table)."""
+    f, w = lesson.frames[i], words(lang)
+    read, hi = f.read, _highlight(f)
+    blocks = ", ".join(
+        f"L{k} → {w['block'].format(n=b)} {pct(read.mass[k])}"
+        + (f" ({w['legend_read']})" if b == hi else "")
+        for k, b in enumerate(read.physical)
+    )
+    return f"{w['legend_req'].format(req=read.req)}: {blocks}"
 
 
 def tiles_svg(lesson: KernelLesson, i: int, lang: str) -> str:
@@ -116,7 +182,8 @@ def tiles_svg(lesson: KernelLesson, i: int, lang: str) -> str:
     tw, th, gap = 92, 52, 8  # six tiles across a side's ~600 px in presenter mode
     width = n * (tw + gap) - gap
     rows_h = 3 * 22
-    height = th + 8 + rows_h
+    define = [part.strip() for part in _definition(f, w).split("·") if part.strip()]
+    height = th + 8 + rows_h + 22 * len(define) + (8 if define else 0)
     top = max(read.mass)
     out = []
     for t, b in enumerate(read.physical):
@@ -126,24 +193,44 @@ def tiles_svg(lesson: KernelLesson, i: int, lang: str) -> str:
         if f.stage == "heat":
             fill = heat_colour(read.mass[t], top)
         stroke = 4 if f.logical == t and f.stage in ("table", "tile") else 1.4
+        name, note = f"L{t} → {b}", _tile_note(f, t, w)
         out.append(
             f"<rect x='{x}' y='2' width='{tw}' height='{th}' rx='5' fill='{fill}' "
             f"stroke='{INK}' stroke-width='{stroke}'/>"
-            f"<text x='{x + tw / 2}' y='22' text-anchor='middle' font-size='{FONT}' "
-            f"font-weight='700' fill='{INK if f.stage != 'heat' or read.mass[t] < 0.5 * top else 'white'}'>"
-            f"L{t} → {b}</text>"
-            f"<text x='{x + tw / 2}' y='44' text-anchor='middle' font-size='{FONT}' "
-            f"fill='{INK if f.stage != 'heat' or read.mass[t] < 0.5 * top else 'white'}'>"
-            f"{_esc(_tile_note(f, t, w))}</text>"
         )
+        for text, base, bold in ((name, 22, " font-weight='700'"), (note, 44, "")):
+            wide = min(tw - 8, 0.62 * FONT * len(text))
+            back, ink = plate(x + (tw - wide) / 2, base - FONT, wide, [fill])
+            out.append(
+                back + f"<text x='{x + tw / 2}' y='{base}' text-anchor='middle' "
+                f"font-size='{FONT}'{bold} fill='{ink}'>{_esc(text)}</text>"
+            )
         for r, line in enumerate(_tile_lines(f, t, w, lesson.head)):
             out.append(
                 f"<text x='{x + 4}' y='{th + 24 + r * 22}' font-size='{FONT}' fill='{INK}'>"
                 f"{_esc(line)}</text>"
             )
+    for r, line in enumerate(define):  # what m and l are, where a projector shows them
+        out.append(
+            f"<text class='pk-k-define' x='0' y='{th + 8 + rows_h + 18 + 22 * r}' "
+            f"font-size='{FONT}' fill='{INK}'>{_esc(line)}</text>"
+        )
+    label = " · ".join(
+        f"L{t} → {b}: {_tile_note(f, t, w)} {' '.join(_tile_lines(f, t, w, lesson.head))}".strip()
+        for t, b in enumerate(read.physical)
+    )
+    label += "".join(f". {line}" for line in define)
     return (
-        f"<svg class='pk-k-tiles' viewBox='0 0 {width} {height}' width='100%' role='img' data-pk-frame='{i}'>"
-        f"{''.join(out)}</svg>"
+        f"<svg class='pk-k-tiles' viewBox='0 0 {width} {height}' width='100%' role='img' "
+        f"aria-label='{_esc(label)}' data-pk-frame='{i}'>{''.join(out)}</svg>"
+    )
+
+
+def _definition(f: KernelFrame, w: dict[str, str]) -> str:
+    """Which (m, l) the tiles show on this frame, and what they are: the same boxes hold the
+    running pair on the walk and each split's own pair on split-K's frame."""
+    return {"tile": w["define_walk"], "final": w["define_final"], "split": w["define_split"]}.get(
+        f.stage, ""
     )
 
 
@@ -160,7 +247,10 @@ def _tile_lines(f: KernelFrame, t: int, w: dict[str, str], h: int) -> list[str]:
     if f.stage == "tile" and t > (f.logical or 0):
         return [w["before"]]
     if f.stage in ("tile", "final"):
-        return [f"m {num(read.tile_m[t][h])}", f"l {num(read.tile_l[t][h])}"]
+        # the tile's own sum beside the running one: l here is l before times exp(m_old - m)
+        # plus it, so the running l can be checked tile by tile
+        own = [f"{w['own']} {num(read.part_l[t][h])}"] if f.stage == "tile" else []
+        return [f"m {num(read.tile_m[t][h])}", f"l {num(read.tile_l[t][h])}", *own]
     if f.stage == "split":
         return [f"m {num(read.part_m[t][h])}", f"l {num(read.part_l[t][h])}"]
     if f.stage == "gqa":
@@ -169,21 +259,30 @@ def _tile_lines(f: KernelFrame, t: int, w: dict[str, str], h: int) -> list[str]:
 
 
 def table_panel(lesson: KernelLesson, i: int, lang: str) -> str:
-    """The request's block table: logical -> physical, shared or not, and this step's share
-    of attention per block; the row the frame points at is marked."""
+    """The request's block table: logical -> physical, shared or not, and (from the heat
+    chapter on) this step's share of attention per block; the entry the frame points at is
+    marked. Laid across, one column an entry: three or four rows under the arena, so a
+    1280x580 projector shows the whole table under it (a row an entry ran off its foot)."""
     f, w = lesson.frames[i], words(lang)
     read = f.read
     shared = {b for r, t in f.arena.block_tables.items() if r != read.req for b in t}
-    rows = "".join(
-        f"<tr class='{'pk-k-on' if f.logical == k else ''}'><td>{k}</td><td>{b}</td>"
-        f"<td>{_esc(w['shared']) if b in shared else ''}</td><td>{pct(read.mass[k])}</td></tr>"
-        for k, b in enumerate(read.physical)
-    )
+    on = [" class='pk-k-on'" if f.logical == k else "" for k in range(len(read.physical))]
+
+    def row(head: str, cells: list[str]) -> str:
+        tds = "".join(f"<td{on[k]}>{c}</td>" for k, c in enumerate(cells))
+        return f"<tr><th scope='row'>{_esc(head)}</th>{tds}</tr>"
+
+    rows = [
+        row(w["logical"], [str(k) for k in range(len(read.physical))]),
+        row(w["physical"], [str(b) for b in read.physical]),
+        row(w["shared"], ["✓" if b in shared else "" for b in read.physical]),
+    ]
+    if f.stage in ("heat", "gqa", "split"):  # from the chapter that explains it on
+        rows.append(row(w["mass"], [pct(m) for m in read.mass]))
     return (
         f"<div class='pk-k-panel'><div class='pk-k-h'>"
-        f"{_esc(w['table_title'].format(req=read.req))}</div><table class='pk-k-table'>"
-        f"<tr><th>{_esc(w['logical'])}</th><th>{_esc(w['physical'])}</th><th></th>"
-        f"<th>{_esc(w['mass'])}</th></tr>{rows}</table></div>"
+        f"{_esc(w['table_title'].format(req=read.req))}</div>"
+        f"<table class='pk-k-table pk-k-across'>{''.join(rows)}</table></div>"
     )
 
 
@@ -209,12 +308,12 @@ def state_panel(lesson: KernelLesson, i: int, lang: str) -> str:
     if f.stage in ("tile", "table"):
         t = f.logical or 0
         if f.stage == "table":
-            return head
+            return ""  # no state before the walk: no heading over nothing
         rows = "".join(
             f"<tr><td>{h}</td><td>{num(read.tile_m[t][g])}</td><td>{num(read.tile_l[t][g])}</td></tr>"
             for g, h in enumerate(read.heads)
         )
-        cols = (w["head"], "m", "l")
+        cols = (w["head"], f"m ({w['running']})", f"l ({w['running']})")
     elif f.stage == "final":
         rows = "".join(
             f"<tr><td>{h}</td><td>{num(read.tile_m[-1][g])} / {num(read.full_m[g])}</td>"
@@ -239,7 +338,7 @@ def state_panel(lesson: KernelLesson, i: int, lang: str) -> str:
         )
         cols = ("", w["reads"], f"{w['reads']} × {len(read.heads)}")
     else:
-        return head
+        return ""
     th = "".join(f"<th>{_esc(c)}</th>" for c in cols)
     return (
         f"<div class='pk-k-panel'>{head}<table class='pk-k-table'><tr>{th}</tr>{rows}</table></div>"
