@@ -87,7 +87,7 @@ check: venv js
 	tests=$$?; wait $$types; typed=$$?; cat $$out; rm -f $$out; \
 	test $$tests -eq 0 -a $$typed -eq 0
 
-test: venv browser
+test: venv browser js
 	$(PY) -m pytest -q $(XDIST) -m "not peer"
 
 # The opt-in peer lane: the real vLLM (CPU build) beside our engine, in its own virtualenv, never

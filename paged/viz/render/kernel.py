@@ -238,7 +238,7 @@ def _tile_note(f: KernelFrame, t: int, w: dict[str, str]) -> str:
     if f.stage == "heat":
         return pct(f.read.mass[t])
     if f.stage == "split":  # the boxes hold each tile's own (m, l), whatever the splits
-        return w["own"]
+        return w["own_ml"]
     return w["tile"].format(n=t + 1)
 
 
@@ -301,14 +301,15 @@ def state_panel(lesson: KernelLesson, i: int, lang: str) -> str:
     its title, which kernel walked it."""
     f, w = lesson.frames[i], words(lang)
     read = f.read
-    head = (
-        f"<div class='pk-k-h'>{_esc(w['state_title'].format(layer=read.layer))}</div>"
-        f"<div class='pk-k-src'>{_esc(source_line(lesson, i, lang))}</div>"
-    )
+    source = f"<div class='pk-k-src'>{_esc(source_line(lesson, i, lang))}</div>"
+    head = f"<div class='pk-k-h'>{_esc(w['state_title'].format(layer=read.layer))}</div>{source}"
+    # no state before the walk or in the heat chapter: no heading over nothing, but still who
+    # walked the tiles
+    alone = f"<div class='pk-k-panel'>{source}</div>"
     if f.stage in ("tile", "table"):
         t = f.logical or 0
         if f.stage == "table":
-            return ""  # no state before the walk: no heading over nothing
+            return alone
         rows = "".join(
             f"<tr><td>{h}</td><td>{num(read.tile_m[t][g])}</td><td>{num(read.tile_l[t][g])}</td></tr>"
             for g, h in enumerate(read.heads)
@@ -338,7 +339,7 @@ def state_panel(lesson: KernelLesson, i: int, lang: str) -> str:
         )
         cols = ("", w["reads"], f"{w['reads']} × {len(read.heads)}")
     else:
-        return ""
+        return alone
     th = "".join(f"<th>{_esc(c)}</th>" for c in cols)
     return (
         f"<div class='pk-k-panel'>{head}<table class='pk-k-table'><tr>{th}</tr>{rows}</table></div>"
