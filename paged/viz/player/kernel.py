@@ -11,6 +11,7 @@ import html as _html
 import json
 import zlib
 
+from paged.viz.exercises.kernel import kernel_questions
 from paged.viz.fold import captions
 from paged.viz.fold.kernel.frames import CHAPTERS, KernelLesson, caption, narration
 from paged.viz.player import point
@@ -18,6 +19,8 @@ from paged.viz.player.payload import (
     ASSETS,
     SLOTS,
     Pieces,
+    escaped,
+    exercise_text,
     markdown,
     timeline_html,
     timeline_scale,
@@ -159,4 +162,7 @@ def kernel_payload(lesson: KernelLesson, lang: str) -> dict:
         # R, C and H as in every lesson: R points at A, B or C (their blocks carry data-req)
         "point": {k: point.TEXT[lang][k] for k in point.WORDS},
         "reading": reading_page(lesson, lang),
+        # exercise mode as in every lesson: no cell questions, so no grid geometry to carry
+        "exercises": [escaped(q.to_dict(lang)) for q in kernel_questions(lesson)],
+        "exercise_text": exercise_text(lang),
     }

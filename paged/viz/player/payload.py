@@ -370,7 +370,7 @@ def exercises_data(lesson: Lesson, lang: str) -> list:
     layouts = dict(zip(("left", "right"), to_scale.side_layouts(*runs), strict=True))
     out = []
     for q in questions(lesson):
-        d = _escaped(q.to_dict(lang))
+        d = escaped(q.to_dict(lang))
         if q.cells:  # where a click lands on that side's grid (a block spans its slots)
             geometry = svg.grid_geometry(layouts[q.side])
             d["grid"] = {**geometry, "per": layouts[q.side].block_size if q.unit == "block" else 1}
@@ -386,13 +386,13 @@ def exercise_text(lang: str) -> dict[str, str]:
     return {k: _html.escape(v) for k, v in text()[lang].items() if k.startswith("ex_")}
 
 
-def _escaped(v: Any) -> Any:
+def escaped(v: Any) -> Any:
     if isinstance(v, str):
         return _html.escape(v, quote=True)
     if isinstance(v, list):
-        return [_escaped(x) for x in v]
+        return [escaped(x) for x in v]
     if isinstance(v, dict):
-        return {k: _escaped(x) for k, x in v.items()}
+        return {k: escaped(x) for k, x in v.items()}
     return v
 
 
