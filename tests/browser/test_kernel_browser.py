@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from paged.engine.trace.io import read
+from paged.viz.exercises.kernel import kernel_questions, read_answer
 from paged.viz.export import standalone
 from paged.viz.export.serve import wait_painted, wait_ready
 from paged.viz.fold.kernel.frames import caption, chapter_keyframe, fold_kernel, load_kernel_spec
@@ -91,3 +92,41 @@ def test_a_link_opens_the_walks_result_in_chinese(page, page_file, lesson):
     _, right = caption(lesson, i, "zh")
     assert right in page.inner_text("#pk-caption")
     assert lesson.spec.chapter_titles["walk"]["zh"] in page.inner_text("#pk-chapter")
+
+
+def test_exercise_mode_asks_the_kernel_lessons_questions_and_scores_them(page, page_file, lesson):
+    """E, then every question answered from the keyboard, alternately right and wrong, each
+    right answer read afresh from the next frame's fold; the score counts the right ones."""
+    asked = {q.id: q for q in kernel_questions(lesson)}
+    page.goto(page_file.as_uri() + "#frame=0")
+    wait_ready(page)
+    page.keyboard.press("e")
+    state = (
+        "() => [document.querySelector('#pk-player').dataset.asking,"
+        " Number(document.querySelector('#pk-frame').dataset.frame)]"
+    )
+    played: dict[str, bool] = {}
+    for _ in range(200):
+        qid, frame = page.evaluate(state)
+        if qid:
+            q = asked[qid]
+            answer = read_answer(lesson, q)
+            right = len(played) % 2 == 0
+            given = (
+                answer
+                if right
+                else (answer + 1 if q.form == "number" else "no" if answer == "yes" else "yes")
+            )
+            if q.form == "number":
+                page.keyboard.type(str(given))
+                page.keyboard.press("Enter")
+            else:
+                page.keyboard.press(str(q.choices.index(given) + 1))
+            played[qid] = right
+            continue
+        if frame >= lesson.num_frames - 1:
+            break
+        page.keyboard.press("End")  # stops at the next question on the way
+    assert set(played) == set(asked)
+    text = page.inner_text("#pk-ex")
+    assert f"Score: {sum(played.values())} of {len(asked)}." in text
