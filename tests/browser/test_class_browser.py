@@ -75,6 +75,7 @@ def test_a_follower_follows_the_lecturer_and_answers_on_its_own_page(browser):
             arg=q["id"],
             timeout=10000,
         )
+        lecturer.wait_for_selector(f"{bar}.pk-class-right", timeout=10000)
         assert lecturer.locator(f"{bar}.pk-class-right").count() == 1
         lecturer.keyboard.press("ArrowRight")
         _frame_is(follower, q["frame"] + 1)

@@ -153,8 +153,9 @@ LATIN_JS = r"""() => { const out = {};
     }
   }
   return out; }"""
-# Names a Chinese page writes in Latin letters: products, models, data sets, formats, the paper
-# and its venue, methods (GQA, StreamingLLM, Flash-Decoding), units, letters naming requests
+# Names a Chinese page writes in Latin letters: products, models, data sets, formats, the papers,
+# their authors and venues, methods (GQA, StreamingLLM, Flash-Decoding), hardware (CUDA, TLB),
+# a formula's name (softmax, log), units, letters naming requests
 # (A, B; K and V), and the few terms the Chinese
 # text keeps as the essay it teaches from does (token, block, block table, KV cache, trace,
 # prefill, kernel), a device's and a host's name (cpu, localhost). "English" is the language
@@ -162,7 +163,8 @@ LATIN_JS = r"""() => { const out = {};
 _NAMES = """
 vLLM PagedAttention SmolLM Llama OPT ShareGPT Alpaca Orca Max Oracle Pow ZeroMQ SOSP Kwon
 GGUF JSON JSONL TOML HTML PNG SVG PDF GIF MP HTTP IPv GPU CPU KV English Triton FP bf fp
-GQA StreamingLLM Flash Decoding MMU
+GQA StreamingLLM Flash Decoding MMU CUDA TLB vAttention FlashAttention FlashInfer ASPLOS
+Prabhu Dao PyTorch softmax log
 B KB MB GB KiB MiB GiB TiB ms s
 token tokens block Block table cache Cache trace prefill kernel cpu localhost
 """

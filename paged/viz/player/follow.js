@@ -182,6 +182,10 @@ function classDraw(p) {
   if (asked.length && c.revealed !== p.i) {
     html += `<button type='button' data-reveal='1'>${w.ex_reveal}</button>`;
   }
+  // drawn again only when it changed: a tally polled twice a second must not replace the
+  // reveal button under the lecturer's pointer (a click on a detached button is lost)
+  if (c.drawn === html) return;
+  c.drawn = html;
   box.innerHTML = html;
 }
 
