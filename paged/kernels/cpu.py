@@ -394,7 +394,6 @@ class Pass:
         num_heads: int,
         num_kv_heads: int,
         eps: float,
-        attend: torch.dtype = torch.float32,
     ) -> None:
         t, hidden = h.shape
         d = cos.shape[1]
@@ -415,9 +414,6 @@ class Pass:
         self.k = torch.empty(t, num_kv_heads, d)
         self._out: dict[int, torch.Tensor] = {}
         self._act: torch.Tensor | None = None
-        # the dtype q/k/v go to attention in: a bfloat16 model's arena is bfloat16, and the
-        # torch attention that reads it takes its queries in the same dtype
-        self.attend = attend
 
     def norm(self, weight: torch.Tensor) -> torch.Tensor:
         """RMSNorm of ``h`` with ``weight`` ``[hidden]`` float32."""
@@ -448,8 +444,6 @@ class Pass:
             self.kv_heads, d, self.threads,
         )  # fmt: skip
         v = qkv[:, (self.heads + self.kv_heads) * d :].view(self.t, self.kv_heads, d)
-        if self.attend != torch.float32:
-            return self.q.to(self.attend), self.k.to(self.attend), v.to(self.attend)
         return self.q, self.k, v
 
     def residual(self, proj: PackedLinear, x: torch.Tensor) -> None:

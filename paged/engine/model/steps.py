@@ -196,7 +196,7 @@ class CSteps:
 
         return CPass(
             h.to(torch.float32), positions, rope.cos, rope.sin, c.num_heads, c.num_kv_heads,
-            c.rms_norm_eps, attend=h.dtype,
+            c.rms_norm_eps,
         )  # fmt: skip
 
 
@@ -207,7 +207,8 @@ class CBf16Steps(CSteps):
     batch 16 moves ~0.1 MB of them beside 270 MB of bfloat16 weights, so bfloat16 ones would
     save nothing a step's time shows, and they would add a rounding at every step (norm,
     RoPE, SiLU, the residual stream). The matmul rounds its input to bfloat16 itself where the
-    CPU's dot product takes it. q/k/v go to attention in bfloat16, the arena's dtype."""
+    CPU's dot product takes it. q/k/v go to attention in float32 too: the torch attention
+    over a bfloat16 arena stores them rounded to bfloat16 and attends in float32."""
 
     name = "cpu-bf16"
     weights = torch.bfloat16
