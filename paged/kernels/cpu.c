@@ -670,3 +670,145 @@ NOFMA void silu_mul_f32(const float *gate_up, float *out, int64_t rows, int64_t 
         for (int64_t i = 0; i < inter; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     }
 }
+
+/* 4. out[M, N] = x[M, K] @ W[N, K]^T with W in bfloat16 (half the bytes a decode step streams),
+ * x and out float32, every sum in float32. W is packed once (cpu.py pack_weight) into panels of
+ * PW = 48 output columns as linear_f32's, but a panel holds k in pairs, [K / 2][48][2]: one
+ * 32-bit lane is column c's weights at k and k + 1, which is what the bf16 dot-product
+ * instruction takes (vdpbf16ps: per lane, acc += a[2i] b[2i] + a[2i+1] b[2i+1]).
+ *
+ * With avx512_bf16 (-march=native defines __AVX512BF16__) x is rounded to bfloat16 once per
+ * call (to nearest even, as vcvtne2ps2bf16 does), its pairs broadcast, and each k pair of a
+ * tile is 3 weight loads and 3 R dot-products: the products are exact in float32 and summed
+ * in float32. Elsewhere each pair is widened to two float32 vectors (a bfloat16 is the top half
+ * of a float32: a shift and a mask) and x stays float32, so the fallback is the more exact of
+ * the two; both are held to the same float32 product of the bfloat16 weights by the tests. */
+#include <stdlib.h>
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
+
+typedef uint32_t u16v __attribute__((vector_size(64), aligned(4)));
+
+static inline u16v loadu16(const uint32_t *p) {
+    u16v v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static inline __attribute__((always_inline)) void tile_bf16(const float *x, const uint32_t *xp,
+                                                           int64_t K, const uint32_t *w,
+                                                           float *out, int64_t ldo, int64_t cols,
+                                                           int accumulate, int R) {
+    const int64_t K2 = K / 2;
+    v16 acc[RM][3];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < 3; j++) acc[r][j] = (v16){0};
+#if defined(__AVX512BF16__)
+    (void)x;
+    for (int64_t k2 = 0; k2 < K2; k2++) {
+        const uint32_t *wk = w + k2 * PW;
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512(wk);
+        const __m512bh w1 = (__m512bh)_mm512_loadu_si512(wk + 16);
+        const __m512bh w2 = (__m512bh)_mm512_loadu_si512(wk + 32);
+        for (int r = 0; r < R; r++) {
+            const __m512bh xv = (__m512bh)_mm512_set1_epi32((int)xp[r * K2 + k2]);
+            acc[r][0] = (v16)_mm512_dpbf16_ps((__m512)acc[r][0], xv, w0);
+            acc[r][1] = (v16)_mm512_dpbf16_ps((__m512)acc[r][1], xv, w1);
+            acc[r][2] = (v16)_mm512_dpbf16_ps((__m512)acc[r][2], xv, w2);
+        }
+    }
+#else
+    (void)xp;
+    const u16v high = (u16v){0} + 0xffff0000u;
+    for (int64_t k2 = 0; k2 < K2; k2++) {
+        const uint32_t *wk = w + k2 * PW;
+        v16 lo[3], hi[3];
+        for (int j = 0; j < 3; j++) {
+            const u16v p = loadu16(wk + 16 * j);
+            lo[j] = (v16)(p << 16); /* column c at k */
+            hi[j] = (v16)(p & high); /* column c at k + 1 */
+        }
+        for (int r = 0; r < R; r++) {
+            const float x0 = x[r * K + 2 * k2], x1 = x[r * K + 2 * k2 + 1];
+            for (int j = 0; j < 3; j++) acc[r][j] += x0 * lo[j] + x1 * hi[j];
+        }
+    }
+#endif
+    for (int r = 0; r < R; r++) {
+        const float *a = (const float *)acc[r];
+        float *o = out + r * ldo;
+        if (accumulate) {
+            for (int64_t c = 0; c < cols; c++) o[c] += a[c];
+        } else {
+            memcpy(o, a, cols * sizeof(float));
+        }
+    }
+}
+
+#define ROWS_BF16(n) \
+    case n:          \
+        tile_bf16(xm, xpm, K, wp, om, N, cols, accumulate, n); \
+        break;
+
+/* float32 to bfloat16, rounded to nearest even; a NaN stays a (quiet) NaN */
+static inline uint32_t bf16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+/* K must be even (cpu.py checks); returns 1 where the scratch for x cannot be had */
+int linear_bf16(const float *x, const uint32_t *w, float *out, int64_t M, int64_t N, int64_t K,
+                int accumulate, int num_threads) {
+    const int64_t panels = (N + PW - 1) / PW, K2 = K / 2;
+    uint32_t *xp = 0;
+#if defined(__AVX512BF16__)
+    xp = malloc(sizeof(uint32_t) * (M * K2 > 0 ? M * K2 : 1));
+    if (!xp) return 1;
+#endif
+#pragma omp parallel num_threads(num_threads)
+    {
+#if defined(__AVX512BF16__)
+#pragma omp for schedule(static)
+        for (int64_t m = 0; m < M; m++) {
+            const float *xm = x + m * K;
+            uint32_t *o = xp + m * K2;
+            int64_t k = 0;
+            for (; k + 32 <= K; k += 32) { /* cvtne2ps: the second operand's 16 go first */
+                const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(xm + k + 16), _mm512_loadu_ps(xm + k));
+                _mm512_storeu_si512(o + k / 2, (__m512i)b);
+            }
+            for (; k < K; k += 2) o[k / 2] = bf16_bits(xm[k]) | bf16_bits(xm[k + 1]) << 16;
+        }
+#endif
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < panels; p++) {
+            const uint32_t *wp = w + p * K2 * PW;
+            const int64_t cols = N - p * PW < PW ? N - p * PW : PW;
+            for (int64_t m = 0; m < M; m += RM) {
+                const float *xm = x + m * K;
+                const uint32_t *xpm = xp ? xp + m * K2 : 0;
+                float *om = out + m * N + p * PW;
+                switch (M - m < RM ? M - m : RM) {
+                    ROWS_BF16(8) ROWS_BF16(7) ROWS_BF16(6) ROWS_BF16(5) ROWS_BF16(4) ROWS_BF16(3)
+                    ROWS_BF16(2)
+                    default:
+                        tile_bf16(xm, xpm, K, wp, om, N, cols, accumulate, 1);
+                }
+            }
+        }
+    }
+    free(xp);
+    return 0;
+}
+
+/* 1 where this build takes the bf16 dot-product path, 0 where it widens */
+int linear_bf16_native(void) {
+#if defined(__AVX512BF16__)
+    return 1;
+#else
+    return 0;
+#endif
+}

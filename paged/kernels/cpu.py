@@ -100,6 +100,10 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.rope_f32.argtypes = [_FP] * 6 + [_I64] * 4 + [ctypes.c_int]
     lib.silu_mul_f32.restype = None
     lib.silu_mul_f32.argtypes = [_FP, _FP, _I64, _I64, ctypes.c_int]
+    lib.linear_bf16.restype = ctypes.c_int
+    lib.linear_bf16.argtypes = g.argtypes
+    lib.linear_bf16_native.restype = ctypes.c_int
+    lib.linear_bf16_native.argtypes = []
     return lib
 
 
@@ -281,29 +285,57 @@ class HugePages:
         return out
 
 
-def pack_weight(weight: torch.Tensor, pages: HugePages | None = None) -> torch.Tensor:
-    """``[N, K]`` float32 -> panels ``[ceil(N / 48), K, 48]`` for ``PackedLinear``, the last
-    one padded with zeros; in ``pages`` when given."""
+def pack_weight(
+    weight: torch.Tensor, pages: HugePages | None = None, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """``[N, K]`` -> panels of 48 output columns, the last one padded with zeros; in ``pages``
+    when given. float32: ``[ceil(N / 48), K, 48]`` for ``linear_f32``. bfloat16 (K even):
+    ``[ceil(N / 48), K / 2, 48, 2]``, k in pairs, for ``linear_bf16`` (cpu.c section 4)."""
     n, k = weight.shape
     panels = -(-n // PANEL)
-    padded = torch.zeros(panels * PANEL, k, dtype=torch.float32)
+    padded = torch.zeros(panels * PANEL, k, dtype=dtype)
     padded[:n] = weight
+    if dtype == torch.bfloat16:
+        if k % 2:
+            raise ValueError(f"a bfloat16 weight needs an even number of inputs, got {k}")
+        panelled = padded.view(panels, PANEL, k // 2, 2).transpose(1, 2)
+        if pages is None:
+            return panelled.contiguous()
+        out = pages.empty(panels, k // 2, PANEL).view(torch.bfloat16)
+        return out.view(panels, k // 2, PANEL, 2).copy_(panelled)
+    if dtype != torch.float32:
+        raise ValueError(f"the CPU matmul packs float32 or bfloat16 weights, not {dtype}")
     panelled = padded.view(panels, PANEL, k).transpose(1, 2)
     if pages is None:
         return panelled.contiguous()
     return pages.empty(panels, k, PANEL).copy_(panelled)
 
 
-class PackedLinear:
-    """``x @ weight.T`` through ``linear_f32`` in cpu.c, ``weight`` packed once."""
+def bf16_native() -> bool:
+    """Whether the built bfloat16 matmul uses the CPU's bf16 dot-product instruction
+    (avx512_bf16) rather than widening the weights to float32."""
+    lib = load()
+    return lib is not None and bool(lib.linear_bf16_native())
 
-    def __init__(self, weight: torch.Tensor, pages: HugePages | None = None) -> None:
+
+class PackedLinear:
+    """``x @ weight.T`` through cpu.c, ``weight`` packed once: ``linear_f32``, or, with
+    ``dtype=torch.bfloat16``, ``linear_bf16`` (bfloat16 weights, float32 input, output and
+    sums)."""
+
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        pages: HugePages | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         lib = load()
         if lib is None:
             raise RuntimeError(f"the CPU matmul kernel is unavailable: {why()}")
-        self._f = lib.linear_f32
+        self._f = lib.linear_bf16 if dtype == torch.bfloat16 else lib.linear_f32
+        self.dtype = dtype
         self.out_features, self.in_features = weight.shape
-        self.packed = pack_weight(weight, pages)
+        self.packed = pack_weight(weight, pages, dtype)
 
     def __call__(self, x: torch.Tensor, add_to: torch.Tensor | None = None) -> torch.Tensor:
         """``[M, K]`` float32 -> ``[M, N]``; with ``add_to`` (``[M, N]``, contiguous) the
@@ -320,17 +352,16 @@ class PackedLinear:
             _check(add_to, self.out_features)
             out = add_to
         if m:
-            self._f(
-                x.data_ptr(),
-                self.packed.data_ptr(),
-                out.data_ptr(),
-                m,
-                self.out_features,
-                self.in_features,
-                add_to is not None,
-                torch.get_num_threads(),
-            )
+            self.run(x, out, add_to is not None, torch.get_num_threads())
         return out
+
+    def run(self, x: torch.Tensor, out: torch.Tensor, add: int, threads: int) -> None:
+        """The kernel on checked, contiguous ``x`` and ``out``."""
+        if self._f(
+            x.data_ptr(), self.packed.data_ptr(), out.data_ptr(), x.shape[0], self.out_features,
+            self.in_features, add, threads,
+        ):  # fmt: skip
+            raise MemoryError("no memory for the bfloat16 matmul's input")
 
 
 def _check(x: torch.Tensor, width: int) -> None:
@@ -435,7 +466,7 @@ class Pass:
 
     def residual(self, proj: PackedLinear, x: torch.Tensor) -> None:
         """``h += x @ proj.T`` (``x`` ``[T, proj.in_features]``), added by the matmul."""
-        x = x.reshape(self.t, -1).contiguous()
+        x = x.reshape(self.t, -1).to(torch.float32).contiguous()
         self._linear(proj, x, self.h, 1)
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
@@ -450,7 +481,7 @@ class Pass:
 
     def logits(self, rows: torch.Tensor, norm: torch.Tensor, head: PackedLinear) -> torch.Tensor:
         """``head`` of the final norm of ``h``'s ``rows``."""
-        return head(rms_norm(self.h[rows], norm, self.eps))
+        return head(rms_norm(self.h[rows], norm.to(torch.float32), self.eps))
 
     def _linear(self, proj: PackedLinear, x: torch.Tensor, out: torch.Tensor, add: int) -> None:
         if (
@@ -462,7 +493,4 @@ class Pass:
                 f"a [{proj.out_features}, {proj.in_features}] projection cannot take "
                 f"{list(x.shape)} into {list(out.shape)}"
             )
-        self.lib.linear_f32(
-            x.data_ptr(), proj.packed.data_ptr(), out.data_ptr(), self.t, proj.out_features,
-            proj.in_features, add, self.threads,
-        )  # fmt: skip
+        proj.run(x, out, add, self.threads)

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from paged.engine.model.steps import (
+    CBf16Steps,
     CSteps,
     Layer,
     RotaryTable,
@@ -49,11 +50,13 @@ def test_torch_projections_are_hfs_separate_matmuls_side_by_side():
     assert torch.equal(TorchLinear(a, b)(x), torch.cat([F.linear(x, a), F.linear(x, b)], dim=-1))
 
 
-def test_c_steps_only_for_the_c_kernels_on_a_float32_cpu():
+def test_c_steps_only_for_the_c_kernels_on_a_float32_or_bfloat16_cpu():
     cpu_dev = torch.device("cpu")
-    assert isinstance(choose("cpu", cpu_dev, torch.float32), CSteps)
-    for backend, dtype in (("torch", torch.float32), ("cpu", torch.bfloat16)):
+    assert type(choose("cpu", cpu_dev, torch.float32)) is CSteps
+    assert type(choose("cpu", cpu_dev, torch.bfloat16)) is CBf16Steps
+    for backend, dtype in (("torch", torch.float32), ("torch", torch.bfloat16)):
         assert isinstance(choose(backend, cpu_dev, dtype), TorchSteps)
+    assert isinstance(choose("cpu", cpu_dev, torch.float16), TorchSteps)
     assert isinstance(choose("triton", torch.device("cuda"), torch.float32), TorchSteps)
 
 
@@ -130,3 +133,31 @@ def test_one_packed_matmul_for_several_weights_gives_the_bits_of_separate_ones(r
     alone = torch.cat([cpu.PackedLinear(w)(x) for w in (q, k, v)], dim=-1)
     assert got.shape == (rows, 960)
     assert torch.equal(got, alone)
+
+
+@needs_c
+def test_bf16_c_steps_are_the_float32_steps_of_the_bfloat16_weights():
+    """A bfloat16 model's C steps: float32 activations and residual stream, bfloat16 weights;
+    within bfloat16 input rounding of the float32 steps on the same (rounded) weights."""
+    g = torch.Generator().manual_seed(9)
+    w, c, t = _layer(g), _config(), 6
+    inv_freq = 1.0 / (100000 ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+    table = RotaryTable(inv_freq, 1.0, 256, torch.device("cpu"), torch.float32)
+    pos = torch.randint(0, 256, (t,), generator=g)
+    h = torch.randn(t, HIDDEN, generator=g)
+    rounded = LayerWeights(*(x.bfloat16().float() for x in vars(w).values()))
+    ref = TorchPass(h.clone(), pos, table, c)
+    ours = CBf16Steps().begin(h.bfloat16(), pos, table, c)
+    assert ours.h.dtype == torch.float32
+    tl = Layer.of(rounded, TorchLinear)
+    cl = Layer.of(w, lambda *ws: cpu.PackedLinear(torch.cat(ws), None, torch.bfloat16))
+    ref.h = h.bfloat16().float()
+    x = ours.norm(rounded.input_norm)
+    q, k, v = ours.rope(ours.linear(cl.qkv_proj, x))
+    want = ref.rope(ref.linear(tl.qkv_proj, ref.norm(rounded.input_norm)))
+    for a, b in zip((q, k, v), want, strict=True):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a, b, rtol=0.02, atol=0.02)
+    ours.residual(cl.o_proj, q)
+    ref.residual(tl.o_proj, q)
+    torch.testing.assert_close(ours.h, ref.h, rtol=0.02, atol=0.02)

@@ -120,6 +120,14 @@ class TorchAttention:
             k, v = dequantize(k8, q.dtype, self.k_scale), dequantize(v8, q.dtype, self.v_scale)
             bits(k_cache).view(-1, hkv, d).index_copy_(0, meta.slot_mapping, bits(k8))
             bits(v_cache).view(-1, hkv, d).index_copy_(0, meta.slot_mapping, bits(v8))
+        elif k.dtype != k_cache.dtype:
+            # float32 queries over a narrower arena (a bfloat16 model's C steps keep activations
+            # in float32): attend to what the arena holds, in float32, where SDPA is ~7x faster
+            # on this CPU than in bfloat16 (113 vs 772 us for a decode batch of 16 x 64 positions)
+            k, v = k.to(k_cache.dtype), v.to(v_cache.dtype)
+            k_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, k)
+            v_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
+            k, v = k.to(q.dtype), v.to(q.dtype)
         else:
             k_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, k)
             v_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
@@ -151,7 +159,7 @@ class TorchAttention:
             rows = torch.index_select(flat, 0, slots, out=into.take(slots.numel(), flat))
         rows = rows.view(*slots.shape, hkv, d)
         if not is_fp8(cache.dtype):
-            return rows
+            return rows.to(out_dtype)
         return dequantize(rows.view(cache.dtype), out_dtype, kv_scale)
 
     def _attend_decode(self, q, k_cache, v_cache, p: _DecodePlan) -> torch.Tensor:

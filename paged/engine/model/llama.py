@@ -38,7 +38,7 @@ class LlamaForward:
             weights.rope_scaling,
             weights.config.max_position_embeddings,
             device,
-            dtype,
+            self.steps.activations or dtype,
         )
 
     @torch.inference_mode()

@@ -7,7 +7,8 @@ inputs), and a pass comes from one of two backends:
 
 - ``CSteps``: paged/kernels/cpu.c on a float32 CPU, where it builds: weights packed once into
   panels (``cpu.PackedLinear``), one C call per step, a residual add done by the matmul
-  that produces it (``cpu.Pass``).
+  that produces it (``cpu.Pass``); ``CBf16Steps`` the same for a bfloat16 model, its weights
+  packed in bfloat16.
 - ``TorchSteps``: plain torch, HF's own ops and order (``F.linear`` per weight, rsqrt RMSNorm,
   rotate-half RoPE): the reference the C steps are held to, and the path on a GPU (cuBLAS),
   on another dtype, or where no C compiler is.
@@ -155,6 +156,7 @@ class TorchPass:
 
 class TorchSteps:
     name = "torch"
+    activations: torch.dtype | None = None  # the model's own
 
     def prepare(self, weights: ModelWeights) -> tuple[list[Layer], Any]:
         return [Layer.of(w, TorchLinear) for w in weights.layers], TorchLinear(weights.lm_head)
@@ -166,7 +168,12 @@ class TorchSteps:
 
 
 class CSteps:
+    """cpu.c's steps on float32 weights and activations."""
+
     name = "cpu"
+    #: the dtype the steps' activations and the rotary table are in
+    activations = torch.float32
+    weights = torch.float32
 
     def prepare(self, weights: ModelWeights) -> tuple[list[Layer], Any]:
         from paged.kernels.cpu import HugePages, PackedLinear
@@ -174,21 +181,46 @@ class CSteps:
         pages = HugePages()
 
         def packed(*ws: torch.Tensor) -> PackedLinear:
-            return PackedLinear(torch.cat(ws) if len(ws) > 1 else ws[0], pages)
+            return PackedLinear(torch.cat(ws) if len(ws) > 1 else ws[0], pages, self.weights)
 
-        return [Layer.of(w, packed) for w in weights.layers], packed(weights.lm_head)
+        layers = [Layer.of(w, packed) for w in weights.layers]
+        for layer in layers:  # the norms run in float32 (HF's RMSNorm does too)
+            layer.input_norm = layer.input_norm.to(torch.float32)
+            layer.post_norm = layer.post_norm.to(torch.float32)
+        return layers, packed(weights.lm_head)
 
     def begin(
         self, h: torch.Tensor, positions: torch.Tensor, rope: RotaryTable, c: ModelConfig
     ) -> Pass:
         from paged.kernels.cpu import Pass as CPass
 
-        return CPass(h, positions, rope.cos, rope.sin, c.num_heads, c.num_kv_heads, c.rms_norm_eps)
+        return CPass(
+            h.to(torch.float32), positions, rope.cos, rope.sin, c.num_heads, c.num_kv_heads,
+            c.rms_norm_eps,
+        )  # fmt: skip
+
+
+class CBf16Steps(CSteps):
+    """cpu.c's steps for a bfloat16 model: bfloat16 weights (half the bytes a decode step
+    streams) through the bf16 matmul (cpu.c section 4), every activation between steps in
+    float32, as is every sum. Float32 activations are the cheap side here: a decode step at
+    batch 16 moves ~0.1 MB of them beside 270 MB of bfloat16 weights, so bfloat16 ones would
+    save nothing a step's time shows, and they would add a rounding at every step (norm,
+    RoPE, SiLU, the residual stream). The matmul rounds its input to bfloat16 itself where the
+    CPU's dot product takes it. q/k/v go to attention in float32 too: the torch attention
+    over a bfloat16 arena stores them rounded to bfloat16 and attends in float32."""
+
+    name = "cpu-bf16"
+    weights = torch.bfloat16
 
 
 def choose(attention: str, device: torch.device, dtype: torch.dtype) -> TorchSteps | CSteps:
     """The steps backend of a run: C where the attention backend is the C kernel (it chose the
-    C kernels, which build here) and the model is float32 on the CPU; torch otherwise."""
-    if attention == "cpu" and device.type == "cpu" and dtype == torch.float32:
-        return CSteps()
+    C kernels, which build here) and the model is float32 or bfloat16 on the CPU; torch
+    otherwise."""
+    if attention == "cpu" and device.type == "cpu":
+        if dtype == torch.float32:
+            return CSteps()
+        if dtype == torch.bfloat16:
+            return CBf16Steps()
     return TorchSteps()
