@@ -232,13 +232,18 @@ class AttentionProbe:
         from paged.kernels.reference import decode_scores
 
         walk = attn.kernel_walk()
+        walked = self._layer == self.layer
         for r in self.rows:
             table = torch.tensor(r.table, dtype=torch.int64, device=k_cache.device)
-            scores = decode_scores(
-                q[r.row], k_cache, table, r.context_len, attn.scale, attn.k_scale
-            )
-            probs = torch.softmax(scores, dim=-1)  # [Hq, L]
             tiles = len(r.table)
+            # the reference's scores: for the shares where the kernel reported no walk, and
+            # as the oracle on the walked layer; on the other layers the kernel's record is all
+            probs = scores = None
+            if walk is None or walked:
+                scores = decode_scores(
+                    q[r.row], k_cache, table, r.context_len, attn.scale, attn.k_scale
+                )
+                probs = torch.softmax(scores, dim=-1)  # [Hq, L]
             if walk is not None:
                 # each tile's share of the probability, from the kernel's own (m, l): the
                 # tile's sum rescaled from its max to the merged max, over the merged sum
@@ -247,6 +252,7 @@ class AttentionProbe:
                 share = st[:, :tiles, 3] * torch.exp(st[:, :tiles, 2] - m) / l_
                 mass = share.mean(dim=0)
             else:
+                assert probs is not None
                 pad = tiles * self.block_size - r.context_len
                 per_block = torch.nn.functional.pad(probs, (0, pad)).view(
                     probs.shape[0], -1, self.block_size
@@ -254,7 +260,7 @@ class AttentionProbe:
                 mass = per_block.sum(dim=2).mean(dim=0)
             r.mass = mass if r.mass is None else r.mass + mass
             r.layers += 1
-            if self._layer == self.layer:
+            if walked:
                 r.walk = self._walk(attn, r, table, scores, probs, v_cache, out[r.row], walk)
         self._layer += 1
 
