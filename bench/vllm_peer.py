@@ -2,7 +2,9 @@
 
 Each engine runs in its own long-lived process (vLLM in ``.venv-peer``, ``make peer-venv``), so
 each one's resident set is its own; the driver hands them the same token ids, one job at a time,
-interleaved, and times nothing itself (each worker times its own ``generate``). Jobs:
+interleaved, and times nothing itself (each worker times its own ``generate``); before each
+job it waits until every engine's processes are idle, so no job pays for another's threads
+still spinning after theirs. Jobs:
 
 - ``batch``: 16 prompts of equal length (no padding, so transformers' batch is its exact case)
   x 64 new tokens in one batch, greedy, EOS ignored: ours, vLLM, transformers.
@@ -87,17 +89,56 @@ def prepare(folder: Path, prompt_len: int) -> None:
 
 def rss_mib() -> float:
     """This process's resident set plus its children's (vLLM keeps its engine in a child)."""
-    total, todo = 0, [os.getpid()]
-    while todo:
-        pid = todo.pop()
+    total = 0
+    for pid in tree_pids(os.getpid()):
         try:
             status = Path(f"/proc/{pid}/status").read_text()
             total += next(int(x.split()[1]) for x in status.splitlines() if x.startswith("VmRSS"))
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
         except (OSError, StopIteration, ValueError):
             continue
     return total / 1024
+
+
+def tree_pids(root: int) -> list[int]:
+    """``root`` and every process under it (vLLM keeps its engine and workers in children)."""
+    pids, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def cpu_ticks(pids: list[int]) -> int:
+    """User and system CPU time of ``pids`` so far, in clock ticks."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def settle(roots: list[int], window: float = 0.5, timeout: float = 15.0) -> float:
+    """Wait until the engines' processes are idle (under ~5 % of a core over ``window``), and
+    return how long that took. An engine's threads can go on spinning after its job has
+    answered (vLLM's CPU worker did for 0.5-1.5 s after each job, measured from /proc), and the
+    next job, often another engine's, would pay for it on a 2-core machine."""
+    began = time.monotonic()
+    hz = os.sysconf("SC_CLK_TCK")
+    while time.monotonic() - began < timeout:
+        pids = [p for r in roots for p in tree_pids(r)]
+        before = cpu_ticks(pids)
+        time.sleep(window)
+        if cpu_ticks(pids) - before <= 0.05 * window * hz:
+            break
+    return time.monotonic() - began
 
 
 def roofline_peaks() -> dict:
@@ -331,7 +372,7 @@ def drive(args) -> int:
         peaks = {d: workers[("ours", d)].send(job="roofline") for d in lanes}
         seconds: dict[tuple[str, str, str], list[float]] = {}
         tokens: dict[tuple[str, str, str], list] = {}
-        loads = []
+        loads, waited = [], 0.0
         for r in range(args.rounds):
             loads.append(load_average())
             for lane in lanes[r % len(lanes) :] + lanes[: r % len(lanes)]:
@@ -340,6 +381,7 @@ def drive(args) -> int:
                     order = engines[r % len(engines) :] + engines[: r % len(engines)]
                     new = args.new_tokens if job == "batch" else args.prefix_new_tokens
                     for name in order:
+                        waited = max(waited, settle([w.proc.pid for w in workers.values()]))
                         got = workers[(name, lane)].send(job=job, new_tokens=new, salt=f"round{r}")
                         seconds.setdefault((lane, job, name), []).append(got["seconds"])
                         tokens[(lane, job, name)] = got["tokens"]
@@ -360,6 +402,7 @@ def drive(args) -> int:
             after = workers[("ours", d)].send(job="roofline")
             peaks[d] = {k: max(v, after[k]) for k, v in peaks[d].items()}
         rss = {k: w.send(job="rss")["rss_mib"] for k, w in workers.items()}
+        print(f"before each job the engines were let go idle: {waited:.1f} s at most", flush=True)
     except BaseException:
         print(f"the workers' logs are kept in {folder}", file=sys.stderr)
         raise

@@ -20,7 +20,9 @@
  *
  * Layout (float32, row-major, as the arena and paged/kernels/reference.py hold them):
  *   q            [batch, num_heads, head_dim]
- *   k/v_cache    [num_blocks, block_size, num_kv_heads, head_dim]
+ *   k/v_cache    [num_blocks, block_size, num_kv_heads, head_dim], float32, or bfloat16 where
+ *                kv_bf16 is 1: widened to float32 as each row is read (exact), so a bfloat16
+ *                arena streams half the bytes and every product and sum is still float32
  *   tables       [batch, table_width] int32
  *   context_lens [batch] int32, each >= 1
  *   out          [batch, num_heads, head_dim]
@@ -103,6 +105,29 @@ static inline v16 hsum16x16(const v16 t[16]) {
 #define MAX_TILE 256 /* positions a tile holds (cpu.py keeps tiles within it) */
 
 typedef int32_t vi16 __attribute__((vector_size(64), aligned(4)));
+typedef uint32_t vu16 __attribute__((vector_size(64), aligned(4)));
+typedef uint16_t h16 __attribute__((vector_size(32), aligned(2)));
+
+/* Sixteen arena elements from element i of ``row``: float32, or bfloat16 (``bf``) widened, which
+ * is exact: a bfloat16 is the top half of a float32's bits. ``bf`` is a constant wherever a walk
+ * is inlined, so each arena type gets loops of its own and the float32 loops are unchanged. */
+static inline v16 load_kv(const void *row, int64_t i, int bf) {
+    if (!bf) return load16((const float *)row + i);
+    h16 h;
+    memcpy(&h, (const uint16_t *)row + i, sizeof(h));
+    const vu16 bits = __builtin_convertvector(h, vu16) << 16;
+    v16 f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+static inline float kv_at(const void *row, int64_t i, int bf) {
+    if (!bf) return ((const float *)row)[i];
+    const uint32_t bits = (uint32_t)((const uint16_t *)row)[i] << 16;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
 
 /* a > b ? a : b, lane by lane: one vmaxps where there is AVX-512 (the same rule, NaN and
  * signed zeros included, so the bits agree), where GCC makes a compare and a blend of this
@@ -210,11 +235,16 @@ static inline __attribute__((always_inline)) void tile_update(float s[][MAX_TILE
 
 /* What every walk reads: one request's query, table and the arena. */
 typedef struct {
-    const float *k_cache, *v_cache;
+    const void *k_cache, *v_cache; /* float32, or bfloat16 (the walk's ``bf``) */
     const int32_t *table;
-    int64_t block_size, slot_floats, tile;
+    int64_t block_size, slot_floats, tile; /* slot_floats: elements per slot, all KV heads */
     float scale;
 } Walk;
+
+/* Where element ``e`` of an arena (float32, or bfloat16 when ``bf``) starts */
+static inline const char *kv_addr(const void *cache, int64_t e, int bf) {
+    return (const char *)cache + e * (bf ? 2 : 4);
+}
 
 /* The first slot of position ``pos`` and how many positions from it on lie in its block and
  * before ``end``: a run of slots ``slot_floats`` apart */
@@ -243,10 +273,10 @@ static inline Tile tile_at(const Walk *w, int64_t t0, int64_t t1) {
  * vector registers, and the online softmax's running (m, l) pushed the sums onto the stack. */
 static inline __attribute__((always_inline)) void scores64(const Walk *w, const float *qh, int64_t h,
                                                            const Tile *T, int G,
-                                                           float s[][MAX_TILE]) {
-    const int64_t t0 = T->t0;
+                                                           float s[][MAX_TILE], int bf) {
+    const int64_t t0 = T->t0, row = w->slot_floats * (bf ? 2 : 4); /* bytes slot to slot */
     for (int64_t pos = t0, slot = T->slot, n = T->n;;) {
-        const float *kb = w->k_cache + slot * w->slot_floats + h * 64;
+        const char *kb = kv_addr(w->k_cache, slot * w->slot_floats + h * 64, bf);
         int64_t i = 0;
         /* sixteen positions at a time: their rows stay in L1 while each query of the group
          * takes its sixteen dot products, finished together */
@@ -254,23 +284,24 @@ static inline __attribute__((always_inline)) void scores64(const Walk *w, const 
             for (int g = 0; g < G; g++) {
                 /* hidden from GCC, which would otherwise load these sixteen K rows once for
                  * the whole group, keep them in 64 vectors and spill most to the stack */
-                const float *kr = kb + i * w->slot_floats;
+                const char *kr = kb + i * row;
                 __asm__("" : "+r"(kr));
                 const v16 q0 = load16(qh + g * 64), q1 = load16(qh + g * 64 + 16);
                 const v16 q2 = load16(qh + g * 64 + 32), q3 = load16(qh + g * 64 + 48);
                 v16 t[16];
                 for (int r = 0; r < 16; r++) {
-                    const float *ki = kr + r * w->slot_floats;
-                    t[r] = q0 * load16(ki) + q1 * load16(ki + 16) + q2 * load16(ki + 32) +
-                           q3 * load16(ki + 48);
+                    const char *ki = kr + r * row;
+                    t[r] = q0 * load_kv(ki, 0, bf) + q1 * load_kv(ki, 16, bf) +
+                           q2 * load_kv(ki, 32, bf) + q3 * load_kv(ki, 48, bf);
                 }
                 const v16 y = hsum16x16(t) * w->scale;
                 memcpy(&s[g][pos - t0 + i], &y, sizeof(y));
             }
         }
         for (; i < n; i++) {
-            const float *kr = kb + i * w->slot_floats;
-            const v16 k0 = load16(kr), k1 = load16(kr + 16), k2 = load16(kr + 32), k3 = load16(kr + 48);
+            const char *kr = kb + i * row;
+            const v16 k0 = load_kv(kr, 0, bf), k1 = load_kv(kr, 16, bf);
+            const v16 k2 = load_kv(kr, 32, bf), k3 = load_kv(kr, 48, bf);
             for (int g = 0; g < G; g++) {
                 const float *qg = qh + g * 64;
                 s[g][pos - t0 + i] = hsum16(load16(qg) * k0 + load16(qg + 16) * k1 +
@@ -291,19 +322,20 @@ static inline __attribute__((always_inline)) void values64(const Walk *w, int64_
                                                            const Tile *T, int G,
                                                            float s[][MAX_TILE],
                                                            const float *alpha, int rose,
-                                                           float *acc) {
+                                                           float *acc, int bf) {
     v16 a[4][4];
     for (int g = 0; g < G; g++)
         for (int j = 0; j < 4; j++) a[g][j] = load16(acc + g * 64 + j * 16);
     if (rose)
         for (int g = 0; g < G; g++)
             for (int j = 0; j < 4; j++) a[g][j] *= alpha[g];
-    const int64_t t0 = T->t0;
+    const int64_t t0 = T->t0, row = w->slot_floats * (bf ? 2 : 4);
     for (int64_t pos = t0, slot = T->slot, n = T->n;;) {
-        const float *vb = w->v_cache + slot * w->slot_floats + h * 64;
+        const char *vb = kv_addr(w->v_cache, slot * w->slot_floats + h * 64, bf);
         for (int64_t i = 0; i < n; i++) {
-            const float *vr = vb + i * w->slot_floats;
-            v16 v0 = load16(vr), v1 = load16(vr + 16), v2 = load16(vr + 32), v3 = load16(vr + 48);
+            const char *vr = vb + i * row;
+            v16 v0 = load_kv(vr, 0, bf), v1 = load_kv(vr, 16, bf);
+            v16 v2 = load_kv(vr, 32, bf), v3 = load_kv(vr, 48, bf);
             IN_REGISTER(v0);
             IN_REGISTER(v1);
             IN_REGISTER(v2);
@@ -335,7 +367,7 @@ static inline __attribute__((always_inline)) void values64(const Walk *w, int64_
  * Leaves each query head's running (m, l) in mv, lv and its unscaled output sum in ``acc``. */
 static inline __attribute__((always_inline)) void walk64(
     const Walk *w, const float *q, int64_t H, int64_t p0, int64_t p1, int G, v16 *mv, v16 *lv,
-    float *acc, float *stats, int64_t stats_rows) {
+    float *acc, float *stats, int64_t stats_rows, int bf) {
     float s[2][4][MAX_TILE] __attribute__((aligned(64)));
     float alpha[2][4];
     int rose[2];
@@ -350,24 +382,26 @@ static inline __attribute__((always_inline)) void walk64(
     for (int64_t t0 = p0; t0 < p1; t0 += w->tile) {
         const Tile T = tile_at(w, t0, t0 + w->tile < p1 ? t0 + w->tile : p1);
         for (int64_t h = 0; h < H; h++) {
-            scores64(w, q + h * G * 64, h, &T, G, s[buf]);
+            scores64(w, q + h * G * 64, h, &T, G, s[buf], bf);
             float *rows[4];
             for (int g = 0; g < G; g++)
                 rows[g] = stats ? stats + ((h * G + g) * stats_rows + t0 / w->tile) * 4 : 0;
             tile_update(s[buf], T.t1 - t0, G, mv + h * G, lv + h * G, alpha[buf], &rose[buf], rows);
             if (ph >= 0)
-                values64(w, ph, &pt, G, s[buf ^ 1], alpha[buf ^ 1], rose[buf ^ 1], acc + ph * G * 64);
+                values64(w, ph, &pt, G, s[buf ^ 1], alpha[buf ^ 1], rose[buf ^ 1], acc + ph * G * 64,
+                         bf);
             pt = T;
             ph = h;
             buf ^= 1;
         }
     }
-    values64(w, ph, &pt, G, s[buf ^ 1], alpha[buf ^ 1], rose[buf ^ 1], acc + ph * G * 64);
+    values64(w, ph, &pt, G, s[buf ^ 1], alpha[buf ^ 1], rose[buf ^ 1], acc + ph * G * 64, bf);
 }
 
 /* The same walk for any head_dim and group size: G query heads of KV head h. */
 static void walk_any(const Walk *w, const float *qh, int64_t h, int64_t d, int64_t p0, int64_t p1,
-                     int64_t G, float *m, float *l, float *acc, float *stats, int64_t stats_rows) {
+                     int64_t G, float *m, float *l, float *acc, float *stats, int64_t stats_rows,
+                     int bf) {
     float s[G][MAX_TILE];
     v16 mv[G], lv[G];
     for (int64_t g = 0; g < G; g++) {
@@ -381,12 +415,12 @@ static void walk_any(const Walk *w, const float *qh, int64_t h, int64_t d, int64
             int64_t slot;
             const int64_t n = run_of(w, pos, t1, &slot);
             for (int64_t i = 0; i < n; i++) {
-                const float *kr = w->k_cache + (slot + i) * w->slot_floats + h * d;
+                const char *kr = kv_addr(w->k_cache, (slot + i) * w->slot_floats + h * d, bf);
                 for (int64_t g = 0; g < G; g++) {
                     const float *qg = qh + g * d;
                     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-                    for (int64_t e = 0; e < d; e++) dot += qg[e] * kr[e];
+                    for (int64_t e = 0; e < d; e++) dot += qg[e] * kv_at(kr, e, bf);
                     s[g][pos - t0 + i] = dot * w->scale;
                 }
             }
@@ -403,12 +437,12 @@ static void walk_any(const Walk *w, const float *qh, int64_t h, int64_t d, int64
             int64_t slot;
             const int64_t n = run_of(w, pos, t1, &slot);
             for (int64_t i = 0; i < n; i++) {
-                const float *vr = w->v_cache + (slot + i) * w->slot_floats + h * d;
+                const char *vr = kv_addr(w->v_cache, (slot + i) * w->slot_floats + h * d, bf);
                 for (int64_t g = 0; g < G; g++) {
                     const float p = s[g][pos - t0 + i];
                     float *ag = acc + g * d;
 #pragma omp simd
-                    for (int64_t e = 0; e < d; e++) ag[e] += p * vr[e];
+                    for (int64_t e = 0; e < d; e++) ag[e] += p * kv_at(vr, e, bf);
                 }
             }
             pos += n;
@@ -420,12 +454,12 @@ static void walk_any(const Walk *w, const float *qh, int64_t h, int64_t d, int64
     }
 }
 
-int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
+int paged_decode_f32(const float *q, const void *k_cache, const void *v_cache,
                      const int32_t *tables, int64_t table_width, const int32_t *context_lens,
                      float *out, float *partials, int64_t batch, int64_t num_heads,
                      int64_t num_kv_heads, int64_t head_dim, int64_t block_size,
                      int64_t num_blocks, int64_t max_len, int64_t tile, int64_t split,
-                     float scale, int num_threads, float *stats) {
+                     float scale, int num_threads, float *stats, int kv_bf16) {
     const int64_t group = num_heads / num_kv_heads;
     const int64_t slot_floats = num_kv_heads * head_dim;
     const int64_t span = tile * split; /* positions per split */
@@ -474,12 +508,19 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
             if (head_dim == 64 && group <= 4) {
                 v16 mv[num_heads], lv[num_heads];
                 const int64_t H = num_kv_heads, rows = max_tiles + 1;
-                switch (group) {
-                    case 4: walk64(&w, qb, H, p0, p1, 4, mv, lv, acc, sb, rows); break;
-                    case 3: walk64(&w, qb, H, p0, p1, 3, mv, lv, acc, sb, rows); break;
-                    case 2: walk64(&w, qb, H, p0, p1, 2, mv, lv, acc, sb, rows); break;
-                    default: walk64(&w, qb, H, p0, p1, 1, mv, lv, acc, sb, rows);
+                /* the group size and the arena's type as constants: a walk of its own for each */
+#define WALK64(G, BF) walk64(&w, qb, H, p0, p1, G, mv, lv, acc, sb, rows, BF)
+                switch (group * 2 + (kv_bf16 != 0)) {
+                    case 8: WALK64(4, 0); break;
+                    case 9: WALK64(4, 1); break;
+                    case 6: WALK64(3, 0); break;
+                    case 7: WALK64(3, 1); break;
+                    case 4: WALK64(2, 0); break;
+                    case 5: WALK64(2, 1); break;
+                    case 3: WALK64(1, 1); break;
+                    default: WALK64(1, 0);
                 }
+#undef WALK64
                 for (int64_t head = 0; head < num_heads; head++) {
                     m[head] = mv[head][0];
                     l[head] = hsum16(lv[head]);
@@ -488,7 +529,7 @@ int paged_decode_f32(const float *q, const float *k_cache, const float *v_cache,
                 for (int64_t h = 0; h < num_kv_heads; h++)
                     walk_any(&w, qb + h * group * head_dim, h, head_dim, p0, p1, group, m + h * group,
                              l + h * group, acc + h * group * head_dim,
-                             sb ? sb + h * group * (max_tiles + 1) * 4 : 0, max_tiles + 1);
+                             sb ? sb + h * group * (max_tiles + 1) * 4 : 0, max_tiles + 1, kv_bf16);
             }
             for (int64_t head = 0; head < num_heads; head++) {
                 if (whole) { /* the only split: its (m, l) are the row's */

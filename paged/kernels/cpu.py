@@ -90,7 +90,7 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     f = lib.paged_decode_f32
     f.restype = ctypes.c_int
     f.argtypes = [_FP, _FP, _FP, _I32P, _I64, _I32P, _FP, _FP]
-    f.argtypes += [_I64] * 9 + [ctypes.c_float, ctypes.c_int, _FP]
+    f.argtypes += [_I64] * 9 + [ctypes.c_float, ctypes.c_int, _FP, ctypes.c_int]
     g = lib.linear_f32
     g.restype = None
     g.argtypes = [_FP, _FP, _FP, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int]
@@ -112,13 +112,17 @@ def why() -> str | None:
     return _why
 
 
+#: The arenas the C kernel reads: float32, or bfloat16 widened to float32 as it reads
+ARENA_DTYPES = (torch.float32, torch.bfloat16)
+
+
 def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
-    """The C kernel's case: float32 on the CPU."""
+    """The C kernel's case: float32 queries on the CPU over a float32 or bfloat16 arena."""
     return (
         q.device.type == "cpu"
         and k_cache.device.type == "cpu"
         and q.dtype == torch.float32
-        and k_cache.dtype == torch.float32
+        and k_cache.dtype in ARENA_DTYPES
     )
 
 
@@ -138,8 +142,9 @@ def tile_of(block_size: int) -> int:
 
 
 class DecodeAttention:
-    """``paged_decode_attention`` of ``paged/kernels/reference.py`` (float32 CPU only): the
-    context walked tile by tile with an online softmax, split-K past ``split`` tiles."""
+    """``paged_decode_attention`` of ``paged/kernels/reference.py`` on the CPU (float32 queries,
+    a float32 or bfloat16 arena): the context walked tile by tile with an online softmax,
+    split-K past ``split`` tiles."""
 
     def __init__(self) -> None:
         lib = load()
@@ -194,9 +199,13 @@ class DecodeAttention:
             q.is_cpu
             and k_cache.is_cpu
             and v_cache.is_cpu
-            and q.dtype == k_cache.dtype == v_cache.dtype == torch.float32
+            and q.dtype == torch.float32
+            and k_cache.dtype == v_cache.dtype
+            and k_cache.dtype in ARENA_DTYPES
         ):
-            raise ValueError("the CPU attention kernel takes float32 CPU tensors")
+            raise ValueError(
+                "the CPU attention kernel takes float32 CPU queries over a float32 or bfloat16 arena"
+            )
         if hq % hkv or d != dk:
             raise ValueError(f"query heads {hq} x {d} do not fit the arena's {hkv} x {dk}")
         if not q.is_contiguous():
@@ -236,6 +245,7 @@ class DecodeAttention:
             self._partials.data_ptr(),
             *self._dims,
             None if stats is None else stats.data_ptr(),
+            k_cache.dtype == torch.bfloat16,
         )
         if rc:
             raise ValueError(

@@ -40,10 +40,12 @@ def _arena(g, blocks, block_size, hkv, d):
         (6, 1, 16, 1),
     ],
 )
-def test_decode_attention_matches_the_reference(hq, hkv, d, block_size):
+@pytest.mark.parametrize("arena", [torch.float32, torch.bfloat16])
+def test_decode_attention_matches_the_reference(hq, hkv, d, block_size, arena):
+    """A bfloat16 arena is read as the float32 it widens to (exactly), every sum in float32."""
     g = torch.Generator().manual_seed(hq * 100 + d)
     blocks, batch = 64, 7
-    k_cache, v_cache = _arena(g, blocks, block_size, hkv, d)
+    k_cache, v_cache = (x.to(arena) for x in _arena(g, blocks, block_size, hkv, d))
     # lengths on and around block edges, and 1; tables padded with ids that must never be read
     lens = torch.tensor([1, block_size, block_size + 1, 3 * block_size - 1, 5, 2 * block_size, 9])
     width = int(-(-lens.max() // block_size)) + 2
@@ -52,7 +54,9 @@ def test_decode_attention_matches_the_reference(hq, hkv, d, block_size):
     for b in range(batch):
         tables[b, int(-(-lens[b] // block_size)) :] = -7
     q = torch.randn(batch, hq, d, generator=g)
-    want = paged_decode_attention(q, k_cache, v_cache, tables.clamp(min=0), lens, d**-0.5)
+    want = paged_decode_attention(
+        q, k_cache.float(), v_cache.float(), tables.clamp(min=0), lens, d**-0.5
+    )
     got = cpu.DecodeAttention()(q, k_cache, v_cache, tables, lens, d**-0.5)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-6)
 
@@ -179,6 +183,26 @@ def test_decode_attention_refuses_a_table_that_points_outside_the_arena(tables, 
             v_cache,
             torch.tensor(tables, dtype=torch.int32),
             torch.tensor(lens),
+            1.0,
+        )
+
+
+@pytest.mark.parametrize(
+    ("q_dtype", "k_dtype", "v_dtype"),
+    [
+        (torch.float32, torch.float16, torch.float16),
+        (torch.float32, torch.bfloat16, torch.float32),
+        (torch.bfloat16, torch.bfloat16, torch.bfloat16),
+    ],
+)
+def test_decode_attention_refuses_an_arena_it_does_not_read(q_dtype, k_dtype, v_dtype):
+    with pytest.raises(ValueError, match="float32 or bfloat16 arena"):
+        cpu.DecodeAttention()(
+            torch.zeros(1, 1, 8, dtype=q_dtype),
+            torch.zeros(4, 4, 1, 8, dtype=k_dtype),
+            torch.zeros(4, 4, 1, 8, dtype=v_dtype),
+            torch.tensor([[0]], dtype=torch.int32),
+            torch.tensor([3]),
             1.0,
         )
 

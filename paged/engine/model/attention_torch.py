@@ -120,14 +120,6 @@ class TorchAttention:
             k, v = dequantize(k8, q.dtype, self.k_scale), dequantize(v8, q.dtype, self.v_scale)
             bits(k_cache).view(-1, hkv, d).index_copy_(0, meta.slot_mapping, bits(k8))
             bits(v_cache).view(-1, hkv, d).index_copy_(0, meta.slot_mapping, bits(v8))
-        elif k.dtype != k_cache.dtype:
-            # float32 queries over a narrower arena (a bfloat16 model's C steps keep activations
-            # in float32): attend to what the arena holds, in float32, where SDPA is ~7x faster
-            # on this CPU than in bfloat16 (113 vs 772 us for a decode batch of 16 x 64 positions)
-            k, v = k.to(k_cache.dtype), v.to(v_cache.dtype)
-            k_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, k)
-            v_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
-            k, v = k.to(q.dtype), v.to(q.dtype)
         else:
             k_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, k)
             v_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
@@ -204,7 +196,8 @@ class CpuAttention(TorchAttention):
     prefill goes the same way, fresh or behind cached tokens: each of its tokens is one more
     query row, over the table up to its own position, which is the causal mask (a 264-token
     prompt: 2.2x faster than SDPA's causal kernel). Only a chunk past
-    MAX_ROW_POSITIONS stays SDPA, and a float8 or bfloat16 arena goes the torch way. Not
+    MAX_ROW_POSITIONS stays SDPA, and a float8 arena goes the torch way (a bfloat16 one is
+    the kernel's too, widened to float32 as it is read). Not
     bit-identical to the torch backend (another summation order); held to the reference within
     float32 rounding by tests/kernels/test_cpu_kernels.py, and to HF's greedy tokens by
     tests/model/."""
@@ -256,8 +249,13 @@ class CpuAttention(TorchAttention):
                 super().prepare(self._meta, self._block_size)
             return super().__call__(q, k, v, k_cache, v_cache, meta)
         hkv, d = k_cache.shape[2], k_cache.shape[3]
+        if k.dtype != k_cache.dtype:
+            # a bfloat16 arena under float32 activations: what is attended to, the new tokens
+            # too, is what the arena holds
+            k, v = k.to(k_cache.dtype), v.to(v_cache.dtype)
         k_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, k)
         v_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
+        k, v = k.to(q.dtype), v.to(q.dtype)  # for a chunk SDPA takes; a no-op in float32
         n = meta.num_prefill_tokens
         self.walk = None
         if self._max_len:

@@ -207,8 +207,9 @@ class CBf16Steps(CSteps):
     batch 16 moves ~0.1 MB of them beside 270 MB of bfloat16 weights, so bfloat16 ones would
     save nothing a step's time shows, and they would add a rounding at every step (norm,
     RoPE, SiLU, the residual stream). The matmul rounds its input to bfloat16 itself where the
-    CPU's dot product takes it. q/k/v go to attention in float32 too: the torch attention
-    over a bfloat16 arena stores them rounded to bfloat16 and attends in float32."""
+    CPU's dot product takes it. q/k/v go to attention in float32 too: the C attention kernel
+    stores k and v rounded to bfloat16 (the arena is bfloat16, half the bytes of float32 per
+    block) and reads them back widened, every sum in float32."""
 
     name = "cpu-bf16"
     weights = torch.bfloat16
