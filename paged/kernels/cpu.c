@@ -281,18 +281,30 @@ static inline __attribute__((always_inline)) void scores64(const Walk *w, const 
         /* sixteen positions at a time: their rows stay in L1 while each query of the group
          * takes its sixteen dot products, finished together */
         for (; i + 16 <= n; i += 16) {
+            const char *k16 = kb + i * row;
+            int64_t step = row;
+            float wide[16 * 64] __attribute__((aligned(64)));
+            if (bf) { /* widened once here, not once per query head of the group */
+                for (int r = 0; r < 16; r++)
+                    for (int j = 0; j < 4; j++) {
+                        const v16 x = load_kv(k16 + r * row, 16 * j, 1);
+                        memcpy(wide + r * 64 + 16 * j, &x, sizeof(x));
+                    }
+                k16 = (const char *)wide;
+                step = 64 * sizeof(float);
+            }
             for (int g = 0; g < G; g++) {
                 /* hidden from GCC, which would otherwise load these sixteen K rows once for
                  * the whole group, keep them in 64 vectors and spill most to the stack */
-                const char *kr = kb + i * row;
+                const char *kr = k16;
                 __asm__("" : "+r"(kr));
                 const v16 q0 = load16(qh + g * 64), q1 = load16(qh + g * 64 + 16);
                 const v16 q2 = load16(qh + g * 64 + 32), q3 = load16(qh + g * 64 + 48);
                 v16 t[16];
                 for (int r = 0; r < 16; r++) {
-                    const char *ki = kr + r * row;
-                    t[r] = q0 * load_kv(ki, 0, bf) + q1 * load_kv(ki, 16, bf) +
-                           q2 * load_kv(ki, 32, bf) + q3 * load_kv(ki, 48, bf);
+                    const float *ki = (const float *)(kr + r * step);
+                    t[r] = q0 * load16(ki) + q1 * load16(ki + 16) + q2 * load16(ki + 32) +
+                           q3 * load16(ki + 48);
                 }
                 const v16 y = hsum16x16(t) * w->scale;
                 memcpy(&s[g][pos - t0 + i], &y, sizeof(y));
