@@ -346,8 +346,25 @@ static inline __attribute__((always_inline)) void values64(const Walk *w, int64_
         const char *vb = kv_addr(w->v_cache, slot * w->slot_floats + h * 64, bf);
         for (int64_t i = 0; i < n; i++) {
             const char *vr = vb + i * row;
-            v16 v0 = load_kv(vr, 0, bf), v1 = load_kv(vr, 16, bf);
-            v16 v2 = load_kv(vr, 32, bf), v3 = load_kv(vr, 48, bf);
+            v16 v0, v1, v2, v3;
+            if (bf) {
+                /* 32 bfloat16s a load, widened by a shift (the even elements) and a mask (the
+                 * odd ones), where widening 16 at a time took two instructions per 16: the sums
+                 * are kept in that order, even then odd, and walk64 puts them back at its end */
+                vu16 lo, hi;
+                memcpy(&lo, vr, sizeof(lo));
+                memcpy(&hi, vr + 64, sizeof(hi));
+                const vu16 top = (vu16){0} + 0xffff0000u;
+                v0 = (v16)(lo << 16);
+                v1 = (v16)(lo & top);
+                v2 = (v16)(hi << 16);
+                v3 = (v16)(hi & top);
+            } else {
+                v0 = load16((const float *)vr);
+                v1 = load16((const float *)vr + 16);
+                v2 = load16((const float *)vr + 32);
+                v3 = load16((const float *)vr + 48);
+            }
             IN_REGISTER(v0);
             IN_REGISTER(v1);
             IN_REGISTER(v2);
@@ -408,6 +425,17 @@ static inline __attribute__((always_inline)) void walk64(
         }
     }
     values64(w, ph, &pt, G, s[buf ^ 1], alpha[buf ^ 1], rose[buf ^ 1], acc + ph * G * 64, bf);
+    if (bf) /* each head's sums back in element order */
+        for (int64_t hq = 0; hq < H * G; hq++) {
+            float o[64];
+            float *x = acc + hq * 64;
+            for (int half = 0; half < 2; half++)
+                for (int i = 0; i < 16; i++) {
+                    o[half * 32 + 2 * i] = x[half * 32 + i];
+                    o[half * 32 + 2 * i + 1] = x[half * 32 + 16 + i];
+                }
+            memcpy(x, o, sizeof(o));
+        }
 }
 
 /* The same walk for any head_dim and group size: G query heads of KV head h. */
