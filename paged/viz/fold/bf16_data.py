@@ -49,7 +49,7 @@ class Bf16Accuracy:
 
 def parse(doc: object) -> Bf16Accuracy:
     """Check a parsed document; raise Bf16DataError naming the first bad field."""
-    doc = FILE.object(doc)
+    doc = FILE.document(doc)
     FILE.text(doc.get("source"), 80, "source")
     prompts = FILE.whole(doc.get("prompts"), 1, 10_000, "prompts")
     new_tokens = FILE.whole(doc.get("new_tokens"), 1, 100_000, "new_tokens")

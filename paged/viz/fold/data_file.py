@@ -41,7 +41,7 @@ class DataFile:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
             raise self.error(f"{self.label} unreadable: {str(e)[:120]}") from None
 
-    def object(self, doc: object) -> dict:
+    def document(self, doc: object) -> dict:
         if not isinstance(doc, dict):
             raise self.error(f"{self.label} is not a JSON object")
         return doc

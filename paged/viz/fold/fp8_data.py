@@ -65,7 +65,7 @@ REFERENCES = ("float32", "bfloat16", "float16")
 
 def parse(doc: object) -> Fp8Data:
     """Check a parsed document; raise Fp8DataError naming the first bad field."""
-    doc = FILE.object(doc)
+    doc = FILE.document(doc)
     prompts = FILE.whole(doc.get("prompts"), 1, 10_000, "prompts")
     new_tokens = FILE.whole(doc.get("new_tokens"), 1, 100_000, "new_tokens")
     gran = _granularity(doc.get("scale_granularity"))
