@@ -12,7 +12,7 @@ tests/model/test_bf16.py pins the agreement at the level measured here. The gree
 with any change of rounding (thread count, batch), the teacher-forced one much less, so the
 written file says at how many threads, through which matmul and on which day it was measured.
 ``--write-data`` also writes the figures to ``paged/viz/data/bf16_accuracy.json``, which the
-capacity and stack pages quote (paged/viz/fold/bf16_data.py checks it).
+capacity and stack pages quote (paged/viz/data/bf16_accuracy.py checks it).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ from streamlit.testing.v1 import AppTest
 
 from paged.engine.sim.capacity import GiB, preset
 from paged.engine.trace.io import read
-from paged.viz.fold import bf16_data, stack
+from paged.viz.data import bf16_accuracy
+from paged.viz.fold import stack
 
 LESSONS = Path(__file__).resolve().parents[2] / "paged" / "lessons"
 
@@ -40,10 +41,10 @@ _GONE = object()
 
 
 def test_the_shipped_file_reads_and_is_quoted_as_measured():
-    d = bf16_data.load()
+    d = bf16_accuracy.load()
     assert 0 <= d.equal <= d.prompts and 0 <= d.mean_common_prefix <= d.new_tokens
-    assert d.positions <= d.prompts * d.new_tokens and d.matmul in bf16_data.MATMULS
-    q = bf16_data.quotes()
+    assert d.positions <= d.prompts * d.new_tokens and d.matmul in bf16_accuracy.MATMULS
+    q = bf16_accuracy.quotes()
     assert q["bf16_top1"] == f"{100 * d.top1_agreement:.2f}%"
     assert q["bf16_prefix"] == f"{d.mean_common_prefix:.1f}"
     assert (q["bf16_equal"], q["bf16_prompts"]) == (str(d.equal), str(d.prompts))
@@ -71,14 +72,14 @@ def test_the_shipped_file_reads_and_is_quoted_as_measured():
     ],
 )
 def test_a_bad_file_is_one_line_naming_the_field(doc, words):
-    with pytest.raises(bf16_data.Bf16DataError, match=words) as info:
-        bf16_data.parse(doc)
+    with pytest.raises(bf16_accuracy.Bf16DataError, match=words) as info:
+        bf16_accuracy.parse(doc)
     assert "\n" not in str(info.value)
 
 
 def test_an_unusable_file_is_one_line_and_every_figure_a_question_mark(tmp_path):
     big = tmp_path / "big.json"
-    big.write_text(" " * (bf16_data.FILE.max_bytes + 1))
+    big.write_text(" " * (bf16_accuracy.FILE.max_bytes + 1))
     (tmp_path / "bytes.json").write_bytes(b"\xff\xfe{")
     (tmp_path / "deep.json").write_text("[" * 5_000)
     for name, words in [
@@ -87,10 +88,10 @@ def test_an_unusable_file_is_one_line_and_every_figure_a_question_mark(tmp_path)
         ("bytes.json", "unreadable"),
         ("deep.json", "unreadable"),
     ]:
-        with pytest.raises(bf16_data.Bf16DataError, match=words) as info:
-            bf16_data.load(tmp_path / name)
+        with pytest.raises(bf16_accuracy.Bf16DataError, match=words) as info:
+            bf16_accuracy.load(tmp_path / name)
         assert "\n" not in str(info.value)
-        assert set(bf16_data.quotes(tmp_path / name).values()) == {"?"}
+        assert set(bf16_accuracy.quotes(tmp_path / name).values()) == {"?"}
 
 
 # --- the capacity page ---------------------------------------------------------------------
@@ -118,7 +119,7 @@ def test_capacity_page_says_bf16_holds_twice_fp32s_blocks_at_the_measured_accura
     assert "2×" in note or "2 倍" in note
     assert f"{bf16_blocks:,}" in note and f"{fp32_blocks:,}" in note
     assert "--dtype bfloat16" in note and "bench/bf16_accuracy.py" in note
-    d = bf16_data.load()
+    d = bf16_accuracy.load()
     for figure in (
         f"{100 * d.top1_agreement:.2f}%",
         f"{d.mean_common_prefix:.1f}",
@@ -133,7 +134,7 @@ def test_capacity_page_says_bf16_holds_twice_fp32s_blocks_at_the_measured_accura
 def test_capacity_page_quotes_whatever_the_file_says(lang, tmp_path, monkeypatch):
     other = tmp_path / "bf16_accuracy.json"
     other.write_text(json.dumps(_edit(equal=3, top1_agreement=0.5, mean_common_prefix=7.5)))
-    monkeypatch.setattr(bf16_data, "DATA", other)
+    monkeypatch.setattr(bf16_accuracy, "DATA", other)
     note = _capacity_note(lang)
     assert "50.00%" in note and "7.5" in note
     assert ("3 of 12 prompts" if lang == "en" else "12 个提示词中有 3 个") in note
@@ -157,4 +158,4 @@ def test_stack_page_says_a_bf16_arena_holds_twice_fp32s_blocks():
     assert n["bf16_blocks"] == arena // run.block_bytes
     assert n["fp32_blocks"] == arena // (2 * run.block_bytes) > 0
     assert n["bf16_ratio"] == "2.0"
-    assert {k: n[k] for k in bf16_data.KEYS} == bf16_data.quotes()
+    assert {k: n[k] for k in bf16_accuracy.KEYS} == bf16_accuracy.quotes()

@@ -40,7 +40,7 @@ from paged.engine.sim.capacity import (
 from paged.viz import safe, ui_text
 from paged.viz.app import model_files
 from paged.viz.app.controls import file_uploader
-from paged.viz.fold import bf16_data
+from paged.viz.data import bf16_accuracy
 from paged.viz.render.style import INK, MUTED
 
 TEXT = ui_text.load("capacity_page")  # paged/viz/text/capacity_page.toml
@@ -299,7 +299,7 @@ def bf16_note(r: CapacityReport, t: dict) -> str:
     engine's bf16 model measured against its fp32 run (``paged/viz/data/bf16_accuracy.json``)."""
     half, full = r.shape.with_dtype("bf16"), r.shape.with_dtype("fp32")
     b, budget = r.block_size, r.concurrency.budget_bytes
-    measured = bf16_data.quotes()
+    measured = bf16_accuracy.quotes()
     return t["bf16_note"].format(
         ratio=f"{full.bytes_per_block(b) / half.bytes_per_block(b):g}",
         bs=b,

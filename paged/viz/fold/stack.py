@@ -16,7 +16,7 @@ from pathlib import Path
 from paged.engine.core import events as E
 from paged.engine.trace.io import TraceError
 from paged.engine.trace.io import read as read_trace
-from paged.viz.fold import bf16_data, fp8_data
+from paged.viz.data import bf16_accuracy, fp8_accuracy
 from paged.viz.fold.lesson import Lesson, build
 from paged.viz.fold.lesson_folder import LESSONS_DIR, LessonError, load_spec, trace_path
 from paged.viz.fold.narration import pct
@@ -70,13 +70,13 @@ def _fp8(lesson: Lesson) -> dict[str, object]:
         "left_steps": lesson.left.summary.steps,
         "right_steps": lesson.right.summary.steps,
     }
-    acc = fp8_data.narration_facts()
+    acc = fp8_accuracy.narration_facts()
     out["top1"] = acc.e4m3_top1 if acc else "?"
     out["prefix"] = acc.e4m3_prefix if acc else "?"
     out["new_tokens"] = acc.new_tokens if acc else "?"
     out["reference"] = acc.reference if acc else "?"
     out.update(_wider_arenas(lr.block_bytes, lf.num_blocks, lf.elem_bytes))
-    out.update(bf16_data.quotes())
+    out.update(bf16_accuracy.quotes())
     return out
 
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from paged.viz.fold.data_file import DataFile
+from paged.viz.data.checked import DataFile
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "fp8_accuracy.json"
+DATA = Path(__file__).resolve().with_name("fp8_accuracy.json")
 FORMATS = ("fp8_e4m3", "fp8_e5m2")
 
 

@@ -11,7 +11,7 @@ activations and sums) against the fp32 run of the same checkpoint::
 ``equal``: prompts whose greedy tokens are identical; ``mean_common_prefix``: greedy tokens equal
 before the first difference, on average; ``top1_agreement``: teacher-forced, over ``positions``;
 ``matmul``: whether cpu.c's bf16 matmul used the CPU's bf16 dot product or widened to fp32.
-The file is checked like any input (:mod:`paged.viz.fold.data_file`): a bad or missing one is
+The file is checked like any input (:mod:`paged.viz.data.checked`): a bad or missing one is
 one ``Bf16DataError`` line, and the pages show ``?`` for every figure. Pure Python.
 """
 
@@ -21,9 +21,9 @@ import datetime
 from dataclasses import dataclass
 from pathlib import Path
 
-from paged.viz.fold.data_file import DataFile
+from paged.viz.data.checked import DataFile
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "bf16_accuracy.json"
+DATA = Path(__file__).resolve().with_name("bf16_accuracy.json")
 MATMULS = ("vdpbf16ps", "widened")
 
 
