@@ -69,18 +69,13 @@ def parse(doc: object) -> Fp8Data:
     prompts = FILE.whole(doc.get("prompts"), 1, 10_000, "prompts")
     new_tokens = FILE.whole(doc.get("new_tokens"), 1, 100_000, "new_tokens")
     gran = _granularity(doc.get("scale_granularity"))
-    raw = doc.get("results")
-    if not isinstance(raw, dict):
-        FILE.fail("results must be an object")
-    results = {}
-    for name in FORMATS:
-        r = raw.get(name)
-        if not isinstance(r, dict):
-            FILE.fail(f"results lack {name}")
-        results[name] = Fp8Accuracy(
+    results = {
+        name: Fp8Accuracy(
             FILE.number(r.get("top1_agreement"), 0, 1, f"{name} top1_agreement"),
             FILE.number(r.get("mean_common_prefix"), 0, new_tokens, f"{name} mean_common_prefix"),
         )
+        for name, r in _per_format(doc.get("results"), "results").items()
+    }
     reference = doc.get("reference", "")
     if reference and reference not in REFERENCES:
         FILE.fail(f"reference must be one of {', '.join(REFERENCES)}")
@@ -107,13 +102,8 @@ def _spread(
     """``{format: {figure: [lo, hi]}}``, each range ordered and holding the shipped figure."""
     if raw is None:
         return None
-    if not isinstance(raw, dict):
-        FILE.fail("spread must be an object")
     out = {}
-    for name in FORMATS:
-        r = raw.get(name)
-        if not isinstance(r, dict):
-            FILE.fail(f"spread lacks {name}")
+    for name, r in _per_format(raw, "spread").items():
         ends = []
         for key, hi in (("top1_agreement", 1), ("mean_common_prefix", new_tokens)):
             pair = r.get(key)
@@ -129,6 +119,16 @@ def _spread(
             Fp8Accuracy(ends[0][1], ends[1][1]),
         )
     return out
+
+
+def _per_format(raw: object, what: str) -> dict[str, dict]:
+    """``raw``'s object for each float8 format, every one present."""
+    if not isinstance(raw, dict):
+        FILE.fail(f"{what} must be an object")
+    for name in FORMATS:
+        if not isinstance(raw.get(name), dict):
+            FILE.fail(f"no {name} in {what}")
+    return {name: raw[name] for name in FORMATS}
 
 
 LANGS = ("en", "zh")
