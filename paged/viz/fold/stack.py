@@ -88,7 +88,8 @@ def _wider_arenas(block_bytes: int, num_blocks: int, elem_bytes: int) -> dict[st
     arena = block_bytes * num_blocks
     bf16 = arena // (block_bytes * 2 // elem_bytes)
     fp32 = arena // (block_bytes * 4 // elem_bytes)
-    return {"bf16_blocks": bf16, "fp32_blocks": fp32, "bf16_ratio": f"{bf16 / fp32:.1f}"}
+    ratio = f"{bf16 / fp32:.1f}" if fp32 else "?"  # an arena smaller than one fp32 block
+    return {"bf16_blocks": bf16, "fp32_blocks": fp32, "bf16_ratio": ratio}
 
 
 def _offload(lesson: Lesson) -> dict[str, object]:
