@@ -9,12 +9,17 @@ fp8_accuracy.py's prompts, 48 greedy tokens each. Prints, for bf16 against fp32:
   at every position (paged/engine/model/kv_accuracy.py), so no early difference compounds.
 
 tests/model/test_bf16.py pins the agreement at the level measured here. The greedy figures move
-with any change of rounding (thread count, batch), the teacher-forced one much less.
+with any change of rounding (thread count, batch), the teacher-forced one much less, so the
+written file says at how many threads, through which matmul and on which day it was measured.
+``--write-data`` also writes the figures to ``paged/viz/data/bf16_accuracy.json``, which the
+capacity and stack pages quote (paged/viz/data/bf16_accuracy.py checks it).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import sys
 
@@ -33,6 +38,8 @@ from paged.engine.llm import LLM  # noqa: E402
 from paged.engine.model.kv_accuracy import measure  # noqa: E402
 from paged.engine.model.loader import load_model  # noqa: E402
 from paged.kernels import cpu  # noqa: E402
+
+DATA_PATH = os.path.join(ROOT, "paged", "viz", "data", "bf16_accuracy.json")
 
 
 def compare(ids: list[list[int]], new_tokens: int = NEW_TOKENS) -> dict:
@@ -59,6 +66,7 @@ def compare(ids: list[list[int]], new_tokens: int = NEW_TOKENS) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: as configured)")
+    p.add_argument("--write-data", action="store_true", help=f"also write {DATA_PATH}")
     args = p.parse_args()
     if args.threads < 0:
         p.error("--threads takes a whole number >= 1")
@@ -75,6 +83,28 @@ def main() -> None:
         f"{r['mean_common_prefix']:.1f} / {r['new_tokens']}; teacher-forced top-1 agreement "
         f"{r['top1_agreement']:.2%} ({r['positions']} positions)"
     )
+    if args.write_data:
+        write_data(r, "vdpbf16ps" if cpu.bf16_native() else "widened")
+
+
+def write_data(r: dict, matmul: str) -> None:
+    data = {
+        "source": "bench/bf16_accuracy.py",
+        "prompts": r["prompts"],
+        "new_tokens": r["new_tokens"],
+        "equal": r["equal"],
+        "mean_common_prefix": round(r["mean_common_prefix"], 2),
+        "top1_agreement": round(r["top1_agreement"], 4),
+        "positions": r["positions"],
+        "threads": torch.get_num_threads(),
+        "matmul": matmul,
+        "measured": datetime.datetime.now(datetime.UTC).date().isoformat(),
+        "torch": torch.__version__,
+    }
+    with open(DATA_PATH, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+    print(f"wrote {os.path.relpath(DATA_PATH, ROOT)}")
 
 
 if __name__ == "__main__":

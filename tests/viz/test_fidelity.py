@@ -210,11 +210,11 @@ def test_six_steps_scoreboard_counts_external_only_where_a_hole_was_wanted(six):
 
 
 def test_fp8_accuracy_is_said_against_its_fp32_reference_with_its_spread():
-    from paged.viz.fold import fp8_data
+    from paged.viz.data import fp8_accuracy
     from paged.viz.fold.narration import render_step
 
     lesson = _lesson("fp8-twice")
-    facts = fp8_data.narration_facts()
+    facts = fp8_accuracy.narration_facts()
     assert facts is not None
     last = len(lesson.spec.steps) - 1
     en, zh = render_step(lesson, last, "en").narration, render_step(lesson, last, "zh").narration

@@ -13,7 +13,8 @@ from streamlit.testing.v1 import AppTest
 
 from paged.engine.trace.io import RunHeader, read
 from paged.viz.app.stack import layer_text
-from paged.viz.fold import fp8_data, stack
+from paged.viz.data import fp8_accuracy
+from paged.viz.fold import stack
 from paged.viz.fold.tier_facts import mib
 from paged.viz.safe import md_text
 
@@ -165,15 +166,15 @@ GOOD = {
 
 
 def test_the_shipped_accuracy_file_reads():
-    d = fp8_data.load()
-    assert set(d.results) == set(fp8_data.FORMATS)
+    d = fp8_accuracy.load()
+    assert set(d.results) == set(fp8_accuracy.FORMATS)
     assert all(0 <= r.top1_agreement <= 1 for r in d.results.values())
     # each language's narration quotes the scaling in its own words
     assert d.scale_granularity["en"] != d.scale_granularity["zh"]
 
 
 def test_a_single_granularity_text_stands_for_every_language():
-    d = fp8_data.parse(GOOD)
+    d = fp8_accuracy.parse(GOOD)
     assert d.scale_granularity == {"en": "per tensor", "zh": "per tensor"}
 
 
@@ -200,22 +201,22 @@ def _bad(edit) -> dict:
     ],
 )
 def test_a_bad_accuracy_file_is_one_line(doc, words):
-    with pytest.raises(fp8_data.Fp8DataError, match=words) as info:
-        fp8_data.parse(doc)
+    with pytest.raises(fp8_accuracy.Fp8DataError, match=words) as info:
+        fp8_accuracy.parse(doc)
     assert "\n" not in str(info.value)
 
 
 def test_an_unusable_accuracy_file_leaves_question_marks_not_a_crash(tmp_path):
-    assert fp8_data.narration_facts(tmp_path / "none.json") is None
+    assert fp8_accuracy.narration_facts(tmp_path / "none.json") is None
     big = tmp_path / "big.json"
-    big.write_text(" " * (fp8_data.MAX_BYTES + 1))
-    with pytest.raises(fp8_data.Fp8DataError, match="larger"):
-        fp8_data.load(big)
+    big.write_text(" " * (fp8_accuracy.MAX_BYTES + 1))
+    with pytest.raises(fp8_accuracy.Fp8DataError, match="larger"):
+        fp8_accuracy.load(big)
     (tmp_path / "bad.json").write_bytes(b"\xff\xfe{")
-    assert fp8_data.narration_facts(tmp_path / "bad.json") is None
+    assert fp8_accuracy.narration_facts(tmp_path / "bad.json") is None
     good = tmp_path / "good.json"
     good.write_text(json.dumps(GOOD))
-    facts = fp8_data.narration_facts(good)
+    facts = fp8_accuracy.narration_facts(good)
     assert facts is not None and facts.e4m3_top1 == "95.0%" and facts.e5m2_prefix == "12.0"
 
 
@@ -232,18 +233,18 @@ def test_the_accuracy_file_says_its_reference_threads_and_spread():
             "fp8_e5m2": {"top1_agreement": [0.91, 0.92], "mean_common_prefix": [12.0, 12.0]},
         },
     )
-    d = fp8_data.parse(doc)
+    d = fp8_accuracy.parse(doc)
     assert d.reference == "float32" and d.threads == 1 and d.spread_threads == (1, 2)
     assert d.spread is not None and d.spread["fp8_e4m3"][0].top1_agreement == 0.94
     bad = json.loads(json.dumps(doc))
     bad["spread"]["fp8_e4m3"]["top1_agreement"] = [0.96, 0.97]  # does not hold 0.95
-    with pytest.raises(fp8_data.Fp8DataError, match="hold the shipped"):
-        fp8_data.parse(bad)
-    with pytest.raises(fp8_data.Fp8DataError, match="reference"):
-        fp8_data.parse({**doc, "reference": "<b>fp64</b>"})
-    shipped = fp8_data.load()
+    with pytest.raises(fp8_accuracy.Fp8DataError, match="hold the shipped"):
+        fp8_accuracy.parse(bad)
+    with pytest.raises(fp8_accuracy.Fp8DataError, match="reference"):
+        fp8_accuracy.parse({**doc, "reference": "<b>fp64</b>"})
+    shipped = fp8_accuracy.load()
     assert shipped.reference == "float32" and shipped.threads >= 1 and shipped.spread is not None
-    facts = fp8_data.narration_facts()
+    facts = fp8_accuracy.narration_facts()
     assert facts is not None and facts.reference == "fp32"
     lo, hi = shipped.spread["fp8_e4m3"]
     assert lo.top1_agreement <= shipped.results["fp8_e4m3"].top1_agreement <= hi.top1_agreement

@@ -40,6 +40,7 @@ from paged.engine.sim.capacity import (
 from paged.viz import safe, ui_text
 from paged.viz.app import model_files
 from paged.viz.app.controls import file_uploader
+from paged.viz.data import bf16_accuracy
 from paged.viz.render.style import INK, MUTED
 
 TEXT = ui_text.load("capacity_page")  # paged/viz/text/capacity_page.toml
@@ -71,6 +72,8 @@ def render(lang: str = "en") -> None:
         st.error(safe.md_text(error_line(e, t)))
         return
     _unit_metrics(report, t)
+    if st.session_state.get("capacity_dtype") == "bf16":
+        st.info(bf16_note(report, t))
     _request_table(report, t)
     _block_table(report, t)
     _concurrency(report, t)
@@ -289,6 +292,25 @@ def _unit_metrics(r: CapacityReport, t: dict) -> None:
     ]
     for col, (key, n) in zip(st.columns(4), values, strict=True):
         col.metric(t[key], format_bytes(n), help=f"{n:,} B")
+
+
+def bf16_note(r: CapacityReport, t: dict) -> str:
+    """What a bf16 KV cache buys over fp32 in this page's budget and block size, and what this
+    engine's bf16 model measured against its fp32 run (``paged/viz/data/bf16_accuracy.json``)."""
+    half, full = r.shape.with_dtype("bf16"), r.shape.with_dtype("fp32")
+    b, budget = r.block_size, r.concurrency.budget_bytes
+    measured = bf16_accuracy.quotes()
+    return t["bf16_note"].format(
+        ratio=f"{full.bytes_per_block(b) / half.bytes_per_block(b):g}",
+        bs=b,
+        bf16_block=format_bytes(half.bytes_per_block(b)),
+        fp32_block=format_bytes(full.bytes_per_block(b)),
+        budget=format_bytes(budget),
+        bf16_blocks=f"{budget // half.bytes_per_block(b):,}",
+        fp32_blocks=f"{budget // full.bytes_per_block(b):,}",
+        matmul=t.get(f"matmul_{measured['bf16_matmul']}", "?"),
+        **measured,
+    )
 
 
 def _request_table(r: CapacityReport, t: dict) -> None:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from paged.viz.fold.fp8_data import Fp8Facts
+from paged.viz.data.fp8_accuracy import Fp8Facts
 from paged.viz.fold.tier_facts import TierFacts
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from paged.engine.core import events as E
-from paged.viz.fold import fp8_data
+from paged.viz.data import fp8_accuracy
 from paged.viz.fold.facts import (
     CONDITIONS,
     IF_TAG,
@@ -73,7 +73,7 @@ def narration_context(lesson: Lesson, k: int) -> NarrationContext:
         num_blocks=right.num_slots // right.block_size,
         max_model_len=lesson.left.run.max_model_len or right.max_model_len,
         ev=None if ev is None else EventFacts(ev.to_dict(), _request_facts(lesson, i, ev)),
-        fp8=fp8_data.narration_facts(),  # measured by bench/fp8_accuracy.py
+        fp8=fp8_accuracy.narration_facts(),  # measured by bench/fp8_accuracy.py
     )
 
 

@@ -2,9 +2,10 @@
 
 PagedAttention at the bottom; FP8 KV blocks, offloading to a CPU tier and prefix caching above
 it, each possible because the unit of KV memory is a block. Every layer has a lesson whose
-recorded trace shows it; this module folds those traces (and the FP8 accuracy data file) into
-the few numbers the stack page quotes. Nothing here is typed in: a number comes from a trace's
-events or header, or from ``paged/viz/data/fp8_accuracy.json``. Pure Python (no Streamlit, no torch).
+recorded trace shows it; this module folds those traces (and the FP8 and bf16 accuracy data
+files) into the few numbers the stack page quotes. Nothing here is typed in: a number comes from a
+trace's events or header, or from ``paged/viz/data/{fp8,bf16}_accuracy.json``. Pure Python (no
+Streamlit, no torch).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from paged.engine.core import events as E
 from paged.engine.trace.io import TraceError
 from paged.engine.trace.io import read as read_trace
-from paged.viz.fold import fp8_data
+from paged.viz.data import bf16_accuracy, fp8_accuracy
 from paged.viz.fold.lesson import Lesson, build
 from paged.viz.fold.lesson_folder import LESSONS_DIR, LessonError, load_spec, trace_path
 from paged.viz.fold.narration import pct
@@ -69,12 +70,26 @@ def _fp8(lesson: Lesson) -> dict[str, object]:
         "left_steps": lesson.left.summary.steps,
         "right_steps": lesson.right.summary.steps,
     }
-    acc = fp8_data.narration_facts()
+    acc = fp8_accuracy.narration_facts()
     out["top1"] = acc.e4m3_top1 if acc else "?"
     out["prefix"] = acc.e4m3_prefix if acc else "?"
     out["new_tokens"] = acc.new_tokens if acc else "?"
     out["reference"] = acc.reference if acc else "?"
+    out.update(_wider_arenas(lr.block_bytes, lf.num_blocks, lf.elem_bytes))
+    out.update(bf16_accuracy.quotes())
     return out
+
+
+def _wider_arenas(block_bytes: int, num_blocks: int, elem_bytes: int) -> dict[str, object]:
+    """How many blocks the same arena holds stored as bf16 and as fp32, from the recorded
+    block's bytes and element width (``?`` when the header does not say them)."""
+    if not block_bytes or not elem_bytes:
+        return dict.fromkeys(("bf16_blocks", "fp32_blocks", "bf16_ratio"), "?")
+    arena = block_bytes * num_blocks
+    bf16 = arena // (block_bytes * 2 // elem_bytes)
+    fp32 = arena // (block_bytes * 4 // elem_bytes)
+    ratio = f"{bf16 / fp32:.1f}" if fp32 else "?"  # an arena smaller than one fp32 block
+    return {"bf16_blocks": bf16, "fp32_blocks": fp32, "bf16_ratio": ratio}
 
 
 def _offload(lesson: Lesson) -> dict[str, object]:

@@ -22,18 +22,21 @@ Pure Python.
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "fp8_accuracy.json"
-MAX_BYTES = 64 * 1024
+from paged.viz.data.checked import DataFile
+
+DATA = Path(__file__).resolve().with_name("fp8_accuracy.json")
 FORMATS = ("fp8_e4m3", "fp8_e5m2")
 
 
 class Fp8DataError(ValueError):
     """The accuracy file is missing or malformed; the message is one line."""
+
+
+FILE = DataFile("fp8 accuracy data", Fp8DataError)
+MAX_BYTES = FILE.max_bytes
 
 
 @dataclass(frozen=True)
@@ -60,41 +63,27 @@ class Fp8Data:
 REFERENCES = ("float32", "bfloat16", "float16")
 
 
-def _num(v: object, lo: float, hi: float, what: str) -> float:
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-        raise Fp8DataError(f"fp8 accuracy data: {what} must be a number in [{lo}, {hi}]")
-    if not lo <= v <= hi:
-        raise Fp8DataError(f"fp8 accuracy data: {what} must be a number in [{lo}, {hi}]")
-    return float(v)
-
-
 def parse(doc: object) -> Fp8Data:
     """Check a parsed document; raise Fp8DataError naming the first bad field."""
-    if not isinstance(doc, dict):
-        raise Fp8DataError("fp8 accuracy data is not a JSON object")
-    prompts = int(_num(doc.get("prompts"), 1, 10_000, "prompts"))
-    new_tokens = int(_num(doc.get("new_tokens"), 1, 100_000, "new_tokens"))
+    doc = FILE.document(doc)
+    prompts = FILE.whole(doc.get("prompts"), 1, 10_000, "prompts")
+    new_tokens = FILE.whole(doc.get("new_tokens"), 1, 100_000, "new_tokens")
     gran = _granularity(doc.get("scale_granularity"))
-    raw = doc.get("results")
-    if not isinstance(raw, dict):
-        raise Fp8DataError("fp8 accuracy data: results must be an object")
-    results = {}
-    for name in FORMATS:
-        r = raw.get(name)
-        if not isinstance(r, dict):
-            raise Fp8DataError(f"fp8 accuracy data: results lack {name}")
-        results[name] = Fp8Accuracy(
-            _num(r.get("top1_agreement"), 0, 1, f"{name} top1_agreement"),
-            _num(r.get("mean_common_prefix"), 0, new_tokens, f"{name} mean_common_prefix"),
+    results = {
+        name: Fp8Accuracy(
+            FILE.number(r.get("top1_agreement"), 0, 1, f"{name} top1_agreement"),
+            FILE.number(r.get("mean_common_prefix"), 0, new_tokens, f"{name} mean_common_prefix"),
         )
+        for name, r in _per_format(doc.get("results"), "results").items()
+    }
     reference = doc.get("reference", "")
     if reference and reference not in REFERENCES:
-        raise Fp8DataError(f"fp8 accuracy data: reference must be one of {', '.join(REFERENCES)}")
-    threads = int(_num(doc.get("threads", 0), 0, 1024, "threads"))
+        FILE.fail(f"reference must be one of {', '.join(REFERENCES)}")
+    threads = FILE.whole(doc.get("threads", 0), 0, 1024, "threads")
     counts = doc.get("spread_threads", [])
     if not isinstance(counts, list) or len(counts) > 16:
-        raise Fp8DataError("fp8 accuracy data: spread_threads must be a list of up to 16 counts")
-    spread_threads = tuple(int(_num(c, 1, 1024, "spread_threads")) for c in counts)
+        FILE.fail("spread_threads must be a list of up to 16 counts")
+    spread_threads = tuple(FILE.whole(c, 1, 1024, "spread_threads") for c in counts)
     return Fp8Data(
         prompts,
         new_tokens,
@@ -113,30 +102,33 @@ def _spread(
     """``{format: {figure: [lo, hi]}}``, each range ordered and holding the shipped figure."""
     if raw is None:
         return None
-    if not isinstance(raw, dict):
-        raise Fp8DataError("fp8 accuracy data: spread must be an object")
     out = {}
-    for name in FORMATS:
-        r = raw.get(name)
-        if not isinstance(r, dict):
-            raise Fp8DataError(f"fp8 accuracy data: spread lacks {name}")
+    for name, r in _per_format(raw, "spread").items():
         ends = []
         for key, hi in (("top1_agreement", 1), ("mean_common_prefix", new_tokens)):
             pair = r.get(key)
             if not isinstance(pair, list) or len(pair) != 2:
-                raise Fp8DataError(f"fp8 accuracy data: spread {name} {key} must be [lo, hi]")
-            lo_v, hi_v = (_num(v, 0, hi, f"spread {name} {key}") for v in pair)
+                FILE.fail(f"spread {name} {key} must be [lo, hi]")
+            lo_v, hi_v = (FILE.number(v, 0, hi, f"spread {name} {key}") for v in pair)
             shipped = getattr(results[name], key)
             if not lo_v <= shipped <= hi_v:
-                raise Fp8DataError(
-                    f"fp8 accuracy data: spread {name} {key} must hold the shipped figure"
-                )
+                FILE.fail(f"spread {name} {key} must hold the shipped figure")
             ends.append((lo_v, hi_v))
         out[name] = (
             Fp8Accuracy(ends[0][0], ends[1][0]),
             Fp8Accuracy(ends[0][1], ends[1][1]),
         )
     return out
+
+
+def _per_format(raw: object, what: str) -> dict[str, dict]:
+    """``raw``'s object for each float8 format, every one present."""
+    if not isinstance(raw, dict):
+        FILE.fail(f"{what} must be an object")
+    for name in FORMATS:
+        if not isinstance(raw.get(name), dict):
+            FILE.fail(f"no {name} in {what}")
+    return {name: raw[name] for name in FORMATS}
 
 
 LANGS = ("en", "zh")
@@ -148,22 +140,13 @@ def _granularity(v: object) -> dict[str, str]:
     if not isinstance(texts, dict) or any(
         not isinstance(texts.get(lg), str) or not 0 < len(texts[lg]) <= 200 for lg in LANGS
     ):
-        raise Fp8DataError(
-            "fp8 accuracy data: scale_granularity must be a short text for each of en, zh"
-        )
+        FILE.fail("scale_granularity must be a short text for each of en, zh")
     return {lg: texts[lg] for lg in LANGS}
 
 
 def load(path: Path = DATA) -> Fp8Data:
     """Read and check the data file."""
-    try:
-        if path.stat().st_size > MAX_BYTES:
-            raise Fp8DataError(f"fp8 accuracy data is larger than {MAX_BYTES // 1024} KiB")
-        return parse(json.loads(path.read_text(encoding="utf-8")))
-    except FileNotFoundError:
-        raise Fp8DataError(f"no fp8 accuracy data at {path.name}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise Fp8DataError(f"fp8 accuracy data unreadable: {str(e)[:120]}") from None
+    return parse(FILE.read(path))
 
 
 @dataclass(frozen=True)
