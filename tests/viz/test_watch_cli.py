@@ -163,6 +163,9 @@ def test_ctrl_c_prints_the_view_and_exits_0():
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # the signal goes to its group only, as a terminal's would
+        # Ctrl-C's default, as in a terminal's foreground: a suite started in the background
+        # (`make check &`) hands its children SIGINT ignored, and Python then keeps it so
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     time.sleep(2)
     os.killpg(proc.pid, signal.SIGINT)
