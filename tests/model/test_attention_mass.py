@@ -41,22 +41,19 @@ ignore_eos = true
 """
 
 
-#: every walk record cpu.c filled during the recording, in call order (one call a layer)
-KERNEL_WALKS: list[torch.Tensor] = []
-
-
 @pytest.fixture(scope="module")
 def recorded(smollm_hf, tmp_path_factory):
     path = tmp_path_factory.mktemp("attn") / "scenario.toml"
     path.write_text(SCENARIO, encoding="utf-8")
     sink = ListSink()
     real = cpu.DecodeAttention.__call__
+    walks: list[torch.Tensor] = []  # every walk record cpu.c filled, in call order (a layer each)
 
     def spy(self, *args, **kwargs):
         out = real(self, *args, **kwargs)
         stats = kwargs.get("stats", args[8] if len(args) > 8 else None)
         if stats is not None:
-            KERNEL_WALKS.append(stats.clone())
+            walks.append(stats.clone())
         return out
 
     cpu.DecodeAttention.__call__ = spy  # type: ignore[method-assign]
@@ -66,17 +63,19 @@ def recorded(smollm_hf, tmp_path_factory):
         cpu.DecodeAttention.__call__ = real  # type: ignore[method-assign]
     (req,) = [r for r in runs["paged"].requests if r.req_id == "A"]
     reads = [e for e in sink.events if isinstance(e, E.AttentionRead)]
-    return req, reads
+    # returned, not kept in a global: pytest-xdist's worksteal can run this module's tests apart
+    # and make the fixture again, and a global list then held two recordings' walks
+    return req, reads, walks
 
 
 @pytest.mark.skipif(cpu.load() is None, reason="no C kernel: the walk is the reference's")
 def test_each_tiles_m_and_l_are_what_the_compiled_kernel_returned_in_that_forward(recorded):
-    _, reads = recorded
+    _, reads, walks = recorded
     layers = 30
-    assert len(KERNEL_WALKS) == layers * len(reads)  # one record a layer, each decode step
+    assert len(walks) == layers * len(reads)  # one record a layer, each decode step
     for i, ev in enumerate(reads):
         assert (ev.source, ev.split) == ("cpu", 2)
-        walk = KERNEL_WALKS[i * layers + ev.layer]  # [decode rows, Hq, tiles + 1, 4]
+        walk = walks[i * layers + ev.layer]  # [decode rows, Hq, tiles + 1, 4]
         tiles, heads = len(ev.physical), list(ev.heads)
         rows = [
             r
@@ -105,7 +104,7 @@ def _eager_attentions(hf, ids: list[int]) -> torch.Tensor:
 
 
 def test_each_blocks_share_is_what_eager_attention_gives_on_the_same_tokens(smollm_hf, recorded):
-    req, reads = recorded
+    req, reads, _ = recorded
     assert len(reads) == req.params.max_tokens - 1  # every decode step, none of the prefill
     tokens = req.prompt_token_ids + req.output_token_ids
     bs = 4
@@ -122,7 +121,7 @@ def test_each_blocks_share_is_what_eager_attention_gives_on_the_same_tokens(smol
 
 
 def test_the_walks_last_m_and_l_are_the_softmax_over_the_chosen_heads_scores(recorded):
-    _, reads = recorded
+    _, reads, _ = recorded
     for ev in reads:
         assert ev.layer == 7 and ev.kv_head == 2 and ev.heads == (6, 7, 8)  # 9 heads, 3 KV
         assert len(ev.tile_m) == len(ev.physical)
@@ -137,7 +136,7 @@ def test_the_walks_last_m_and_l_are_the_softmax_over_the_chosen_heads_scores(rec
 def test_without_the_attention_table_nothing_is_recorded_and_the_tokens_are_the_same(
     smollm_hf, recorded, tmp_path
 ):
-    req, _ = recorded
+    req, _, _ = recorded
     path = tmp_path / "scenario.toml"
     start, end = SCENARIO.index("[attention]"), SCENARIO.index("[[requests]]")
     path.write_text(SCENARIO[:start] + SCENARIO[end:], encoding="utf-8")
