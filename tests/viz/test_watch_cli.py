@@ -19,7 +19,7 @@ import zmq
 
 from paged.engine.interop import kv_events as K
 from paged.viz.watch import __main__ as cli
-from paged.viz.watch.state import WatchState
+from paged.viz.watch.state import WatchState, read_recording
 
 ROOT = Path(__file__).resolve().parents[2]
 BS = 4
@@ -88,8 +88,9 @@ def run_cli(args: list[str], timeout: float = 30) -> subprocess.CompletedProcess
     )
 
 
-def test_connect_mode_follows_our_publisher_and_prints_one_object():
+def test_connect_mode_follows_our_publisher_and_prints_one_object(tmp_path):
     port = free_port()
+    saved = tmp_path / "watched.jsonl"
     with K.KVEventPublisher(f"tcp://127.0.0.1:{port}") as pub:
         # the replay socket is on PORT+1 by default: everything published before the
         # subscriber joined comes back through it
@@ -97,7 +98,7 @@ def test_connect_mode_follows_our_publisher_and_prints_one_object():
         pub.publish([stored(2, 1)])
         pub.publish([K.BlockRemoved([2], "GPU")])
         assert pub.flush()
-        out = run_cli([f"tcp://127.0.0.1:{port}", "--seconds", "3", "--json"])
+        out = run_cli([f"tcp://127.0.0.1:{port}", "--seconds", "3", "--json", "--save", str(saved)])
     assert out.returncode == 0, out.stderr
     v = json.loads(out.stdout)
     assert v["blocks"] == [
@@ -105,6 +106,18 @@ def test_connect_mode_follows_our_publisher_and_prints_one_object():
         {"hash": 2, "parent": 1, "copies": 1},
     ]
     assert v["counters"]["stored"] == 3 and v["counters"]["removed"] == 1
+    # what was saved is a recording the page reads, and folds to the view printed
+    again = WatchState()
+    for seq, payload in read_recording(saved.read_text(encoding="utf-8")):
+        again.feed(seq, payload)
+    assert cli.view(again) == v
+    assert not [f for f in tmp_path.iterdir() if f != saved]  # no temporary file left
+
+
+def test_save_to_a_folder_that_is_not_there_is_one_line(tmp_path):
+    out = run_cli(["tcp://127.0.0.1:5557", "--save", str(tmp_path / "no" / "x.jsonl")])
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "--save" in out.stderr and out.stdout == ""
 
 
 def test_listen_mode_waits_for_a_server_that_connects():

@@ -1,7 +1,7 @@
 """The watch page's subscriber and fold without a browser:
 
     python -m paged watch ENDPOINT [--replay EP] [--topic T] [--seconds S] [--json] [--listen]
-                                 [--metrics http://HOST:PORT]
+                                 [--metrics http://HOST:PORT] [--save FILE]
 
 Follows a KV-event stream (vLLM's or our engine's) exactly as the page does, and on Ctrl-C or
 after S seconds prints what it folded and exits 0. ``--json`` prints one object: ``num_blocks``,
@@ -11,20 +11,25 @@ bytes). ``--listen`` binds ENDPOINT and waits for the server to connect: what vL
 does unless its endpoint holds ``*`` or ``::``. ``--metrics`` polls the server's Prometheus
 ``/metrics`` beside the events (``metrics`` in the JSON: the last sample's ``values``, the names
 whose value was out of range as ``invalid``, and the last poll's ``error``, "" when it worked).
-The JSON is always strict JSON. A bad address is one line and exit status 2.
+The JSON is always strict JSON. ``--save FILE`` also writes what was watched as a recording the
+watch page opens (its Recording tab): the newest batches that fit the page's upload limit. A bad
+address is one line and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from paged.engine.interop.kv_events import EndpointError
+from paged.viz import safe
 from paged.viz.watch.state import Hash, Snapshot, WatchState, short_hash
 from paged.viz.watch.subscriber import Subscriber, SubscriberConfig
 
@@ -102,7 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--allow-remote", action="store_true", help="allow an address beyond this machine"
     )
+    ap.add_argument("--save", type=Path, help="also write what was watched as a recording")
     args = ap.parse_args(argv)
+    if args.save is not None and not args.save.parent.is_dir():
+        print(f"--save: no folder {str(args.save.parent)[:200]!r}", file=sys.stderr)
+        return 2
     if args.seconds is not None and not 0 < args.seconds <= 7 * 24 * 3600:
         print("--seconds must be above 0 and at most a week", file=sys.stderr)
         return 2
@@ -131,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         pass
     finally:
         sub.stop()
+    if args.save is not None and not _save(sub.state, args.save):
+        return 2
     m = sub.metrics
     sample = None if m is None else m.latest()[0]
     if args.json:
@@ -154,6 +165,20 @@ def main(argv: list[str] | None = None) -> int:
             if m.last_error:
                 print(f"metrics error: {m.last_error}")
     return 0
+
+
+def _save(state: WatchState, path: Path) -> bool:
+    """Write the recording whole or not at all (a temporary file beside it, renamed in); one line
+    on stderr where that fails."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text("\n".join(state.recording(safe.UPLOAD_BYTES)) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        print(f"--save: could not write {str(path)[:200]!r}: {e.strerror or e}", file=sys.stderr)
+        return False
+    return True
 
 
 if __name__ == "__main__":
