@@ -187,6 +187,27 @@ def caption(lesson: Lesson, i: int, lang: str = "en") -> tuple[str, str]:
     return out[0], out[1]
 
 
+def score_headline(lesson: Lesson, lang: str = "en") -> str:
+    """The scoreboard's result in one line, with its cards' own numbers: each run's requests
+    finished, engine steps taken and time-averaged token share (one decimal, as the cards)."""
+    t = text(lang)
+    left, right = lesson.left.summary, lesson.right.summary
+    tokens = {
+        side: percents(s.shares, 1)["token_states"]
+        for side, s in (("left", left), ("right", right))
+    }
+    key = "score_headline_same" if left.finished == right.finished else "score_headline"
+    return t[key].format(
+        n=right.finished,
+        left_n=left.finished,
+        right_n=right.finished,
+        left_steps=left.steps,
+        right_steps=right.steps,
+        left_tokens=tokens["left"],
+        right_tokens=tokens["right"],
+    )
+
+
 def state_line(frame: Frame, lang: str = "en") -> str:
     """The side's state in this frame, in one sentence (the chapter text between keyframes)."""
     t = text(lang)
