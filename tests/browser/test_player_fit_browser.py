@@ -280,6 +280,32 @@ def test_the_scoreboard_fits_a_zoomed_projector_screen(browser, files, size):
         ctx.close()
 
 
+# The room under the caption in presenter mode, and the scoreboard's height in it.
+SCORE_ROOM_JS = """() => [document.getElementById('pk-main').clientHeight,
+  document.getElementById('pk-score').getBoundingClientRect().height]"""
+
+
+@pytest.mark.parametrize("size", [(1280, 720), (1024, 768), (1920, 1080)])
+def test_the_scoreboard_takes_a_projectors_screen_not_its_top_two_thirds(browser, files, size):
+    """At 1280x720 the scoreboard left the bottom third of the screen empty: it grows into
+    the room under the caption now, and still never runs past it."""
+    ctx, page = _open(browser, files["six-steps"], size, "#frame=0&present=1")
+    try:
+        last = page.evaluate("() => window.pkPlayer.frames.length - 1")
+        page.keyboard.press("End")
+        wait_painted(page, last)
+        page.wait_for_function(  # settled: the same size two frames running
+            """() => new Promise((r) => requestAnimationFrame(() => { const a =
+              document.getElementById('pk-score').style.fontSize; requestAnimationFrame(() =>
+              r(a === document.getElementById('pk-score').style.fontSize)); }))"""
+        )
+        room, used = page.evaluate(SCORE_ROOM_JS)
+        assert 0.8 * room <= used <= room + 0.5, (room, used)
+        assert page.evaluate(OUTSIDE_JS) == []
+    finally:
+        ctx.close()
+
+
 # Text boxes that end past the viewport's right edge, and each grid's width.
 PHONE_JS = """() => {
   const out = [];

@@ -301,12 +301,12 @@ def test_the_state_line_quotes_the_strips_percentages(lesson, lang):
             assert strip["token_states"] in line and strip["free"] in line, (line, strip)
 
 
-SHARED = re.compile(r"^(\S+) admitted(?: again)?: \d+ blocks? .*\((\d+) shared\)$")
+SHARED = re.compile(r"^(\S+) admitted(?: again)?: \d+ blocks? .*\((\d+) blocks? shared\)$")
 
 
 def test_a_fork_that_copies_on_write_is_captioned_with_what_its_table_shares_after():
     """Parallel samples share the prompt's blocks and, in the same step, copy the partly filled
-    last one before writing: the caption's "(k shared)" counts what the table still shares
+    last one before writing: the caption's "(k blocks shared)" counts what the table still shares
     when the frame ends (the grid's xN), and the copy itself is said."""
     spec = load_spec("parallel-sampling")
     side = build(spec, read(trace_path(spec))).right

@@ -102,7 +102,7 @@ def _claims_hold(lesson: Lesson, lab: S.Lab) -> None:
             assert ("sets aside one unbroken run" in text) == held, (kf, text)
         if rule.get("event") == "finished":
             assert ev.reason == "eos" and ev.num_generated < by_id[req].max_tokens, (ev, text)
-            assert f"**{req}** stops early" in text
+            assert f"**{req}** finishes early" in text
             assert ("a hole opens *between*" in text) == _hole_between(lesson, kf, req)
             never = lesson.left.at(kf).never_filled(req)  # hatched only now, as it stops
             assert ("were never filled" in text) == (never > 0), (kf, text)

@@ -81,7 +81,7 @@ def test_the_right_is_not_said_to_free_blocks_in_a_step_where_its_request_does_n
     assert right_stop != kf
     en = render_step(lesson, k, "en").narration
     assert "its blocks simply go back to the free pool" in en
-    assert "here B stops in a different step" in en
+    assert "here B finishes in a different step" in en
     assert "在这边是在另一步结束的" in render_step(lesson, k, "zh").narration
 
 

@@ -429,13 +429,17 @@ def test_a_short_id_with_unprintable_characters_is_shown_by_its_arrival_letter()
     assert any("D waits" in left for left, _ in shown)
 
 
-def test_the_step_indicator_reads_left_then_right(lesson):
-    """It sorted the two sides' engine steps by value, so "27/51" could be either side's."""
+def test_the_step_indicator_names_each_side_where_their_steps_differ(lesson):
+    """It sorted the two sides' engine steps by value, so "27/51" could be either side's; a
+    bare "101/83" then read as step 101 of 83. Two runs still stepping at different steps (a
+    trace may number them so) are each named, left first."""
+    from dataclasses import replace
+
     from paged.viz.player import payload as player
 
-    short = min((lesson.left, lesson.right), key=lambda s: len(s.frames))
-    i = lesson.num_frames - 1
-    left, right = lesson.left.at(i).step, lesson.right.at(i).step
-    assert left != right and short.at(i).step == min(left, right)
-    assert player._indicator(lesson, i, "en") == f"engine step {left}/{right}"
-    assert player._indicator(lesson, 0, "en") == f"engine step {lesson.left.at(0).step}"
+    ahead = replace(lesson.right, frames=[replace(f, step=f.step + 7) for f in lesson.right.frames])
+    shifted = replace(lesson, right=ahead)
+    left = lesson.left.at(3).step
+    assert player._indicator(shifted, 3, "en") == f"engine step: left {left}, right {left + 7}"
+    assert player._indicator(shifted, 3, "zh") == f"引擎步：左 {left}，右 {left + 7}"
+    assert player._indicator(lesson, 3, "en") == f"engine step {left}"

@@ -108,9 +108,15 @@ def _phrases(frame: Frame, lang: str) -> tuple[list[str], set[int]]:
             key = "readmitted_paged" if a.num_tokens > prompt else "admitted_paged"
             if key == "admitted_paged":
                 routine.add(len(out))
+            # a count of shared blocks says "blocks", so it never reads as a block's number
+            shares = t[_one("shared_n", k)].format(n=k)
             out.append(
                 t[_one(key + ("_shared" if k else ""), n)].format(
-                    req=_name(frame, a.req), prompt=prompt, tokens=a.num_tokens, blocks=n, shared=k
+                    req=_name(frame, a.req),
+                    prompt=prompt,
+                    tokens=a.num_tokens,
+                    blocks=n,
+                    shared=shares,
                 )
             )
         elif a.req in reserved:
@@ -147,7 +153,7 @@ def _phrases(frame: Frame, lang: str) -> tuple[list[str], set[int]]:
         writers = {e.req for e in E.of_kind(evs, E.TokensWritten)}
         # the left's pale cells are a guess at what will be written: say when it is settled
         decode = "decode" if paged or not frame.reservations else "decode_contig"
-        out.append(t[decode].format(n=len(writers)) if writers else t["idle"])
+        out.append(t[_one(decode, len(writers))].format(n=len(writers)) if writers else t["idle"])
     return out, routine
 
 
@@ -179,6 +185,27 @@ def caption(lesson: Lesson, i: int, lang: str = "en") -> tuple[str, str]:
         ended = i >= len(s.frames)
         out.append(side_caption(s.at(i), lang, ended))
     return out[0], out[1]
+
+
+def score_headline(lesson: Lesson, lang: str = "en") -> str:
+    """The scoreboard's result in one line, with its cards' own numbers: each run's requests
+    finished, engine steps taken and time-averaged token share (one decimal, as the cards)."""
+    t = text(lang)
+    left, right = lesson.left.summary, lesson.right.summary
+    tokens = {
+        side: percents(s.shares, 1)["token_states"]
+        for side, s in (("left", left), ("right", right))
+    }
+    key = "score_headline_same" if left.finished == right.finished else "score_headline"
+    return t[key].format(
+        n=right.finished,
+        left_n=left.finished,
+        right_n=right.finished,
+        left_steps=left.steps,
+        right_steps=right.steps,
+        left_tokens=tokens["left"],
+        right_tokens=tokens["right"],
+    )
 
 
 def state_line(frame: Frame, lang: str = "en") -> str:

@@ -3,8 +3,9 @@
 A lesson step's narration quotes its keyframe, so its chapter is that keyframe alone. The frames
 between keyframes are grouped by what holds on each of them (who is waiting on which side), so a
 chapter title such as "The left makes requests wait; paging keeps going" is never shown on a
-frame where it is false. The step buttons and the timeline reach them; PageUp / PageDown (a
-clicker) stop at the steps' keyframes only. Pure Python.
+frame where it is false; where all that arrived runs, a lesson may name the frames after what
+happens in its recording (a step's ``lead_in``). The step buttons and the timeline reach them;
+PageUp / PageDown (a clicker) stop at the steps' keyframes only. Pure Python.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def chapters(lesson: Lesson) -> list[Chapter]:
 def title(lesson: Lesson, ch: Chapter, lang: str) -> str:
     if ch.phase == STEP and ch.steps:
         return " / ".join(f"{k + 1} · {lesson.spec.steps[k].title[lang]}" for k in ch.steps)
+    lead_in = _lead_in(lesson, ch)
+    if lead_in is not None:
+        return lead_in[lang]
     t = text(lang)
     # "paging keeps going" is true only where the other side is the contiguous one: two paged
     # sides (bf16 against fp8) wait for blocks, not for a hole
@@ -93,6 +97,19 @@ def title(lesson: Lesson, ch: Chapter, lang: str) -> str:
     if ch.phase in ("left_waits", "right_waits") and sides != (CONTIGUOUS, PAGED):
         return t[f"phase_{ch.phase}_sides"]
     return t[f"phase_{ch.phase}"]
+
+
+def _lead_in(lesson: Lesson, ch: Chapter) -> dict[str, str] | None:
+    """The next step's ``lead_in`` for a chapter where all that arrived runs: "Everything that
+    arrived is running" over a lesson's opening said nothing a lecturer could point at. Only over
+    the lesson's own recording, which its author watched: an upload or the lab folded with the
+    same steps may do something else in those frames, and keeps the phase's name."""
+    if ch.phase != "running" or lesson.source != "lesson":
+        return None
+    ahead = [(kf, k) for k, kf in enumerate(lesson.keyframes) if kf is not None and kf > ch.end]
+    if not ahead:
+        return None
+    return lesson.spec.steps[min(ahead)[1]].lead_in
 
 
 def body(lesson: Lesson, ch: Chapter, i: int, lang: str) -> str:

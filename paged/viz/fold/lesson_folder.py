@@ -7,6 +7,7 @@ keyframe by a rule (``paged.viz.fold.keyframes``) and says its narration (``page
     title = { en = "...", zh = "..." }
     keyframe = { side = "left", event = "admission_blocked", match = { reason = "no_hole" } }
     narration = { en = "...{ev.need_slots}...", zh = "..." }
+    lead_in = { en = "...", zh = "..." }  # optional: names the frames before the keyframe
 
 This module reads the file into a ``LessonSpec`` and finds the trace beside it. Pure Python.
 """
@@ -39,6 +40,9 @@ class LessonStep:
     narration: dict[str, str]
     rule: dict
     absent: dict[str, str] | None = None  # said instead when the keyframe never comes
+    #: the name of the frames leading up to its keyframe where all that arrived runs (what
+    #: happens in them, in the lesson's own recording), instead of the bare phase name
+    lead_in: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,7 @@ def load_spec(name: str, root: Path = LESSONS_DIR) -> LessonSpec:
                 texts(s["narration"]),
                 dict(s["keyframe"]),
                 texts(s["absent"]) if "absent" in s else None,
+                texts(s["lead_in"]) if "lead_in" in s else None,
             )
             for s in doc["steps"]
         )

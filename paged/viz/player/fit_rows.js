@@ -196,19 +196,27 @@ const RowFitting = {
     this.root.style.minHeight = `${this.tallest}px`;
   },
 
-  // In presenter mode the scoreboard has the screen's height under the caption and no more:
-  // on a short screen (a zoomed browser: 1024x576 at 150 %) its text shrinks until it fits,
-  // rather than running under the screen's edge (at most three tries: margins are in rem).
+  // In presenter mode the scoreboard has the screen's height under the caption, and takes it:
+  // at 1280x720 it left the bottom third empty, so it grows (to 1.4 times, a little short of
+  // the room); on a short screen (a zoomed browser: 1024x576 at 150 %) its text shrinks until it
+  // fits, rather than running under the screen's edge. A few tries each: margins are in rem.
   fitScore() {
     const score = this.el("pk-score");
     score.style.fontSize = "";
     if (!this.present || score.hidden) return;
     const room = this.el("pk-main").clientHeight;
+    const need = () => score.getBoundingClientRect().height;
+    // growing stops short of the bottom corner where "F: leave presenter mode" shows
+    const grow = room - 2.5 * parseFloat(getComputedStyle(this.el("pk-hint")).fontSize);
     let scale = 1;
-    for (let k = 0; k < 3; k++) {
-      const need = score.getBoundingClientRect().height;
-      if (need <= room + 0.5 || scale <= 0.5) break;
-      scale = Math.max(0.5, (scale * room) / need);
+    for (let k = 0; k < 3 && need() < 0.9 * grow && scale < 1.4; k++) {
+      scale = Math.min(1.4, (scale * 0.95 * grow) / need());
+      score.style.fontSize = `${scale.toFixed(3)}em`;
+    }
+    for (let k = 0; k < 4; k++) {
+      const h = need(); // past the room: too little screen, or a grown line that wrapped
+      if (h <= room + 0.5 || scale <= 0.5) break;
+      scale = Math.max(0.5, (0.99 * scale * room) / h);
       score.style.fontSize = `${scale.toFixed(3)}em`;
     }
   },

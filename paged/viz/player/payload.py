@@ -128,9 +128,19 @@ def _panel(lesson: Lesson, side: str, i: int, lang: str) -> str:
 
 
 def _indicator(lesson: Lesson, i: int, lang: str) -> str:
-    # left / right, as the sides stand on screen (one number when they agree)
-    left, right = lesson.left.at(i).step, lesson.right.at(i).step
-    return words(lang)["step"] + " " + (str(left) if left == right else f"{left}/{right}")
+    """The engine step on frame ``i`` of the runs still stepping: one number where they agree,
+    else each, named. A run that has ended is left out (its caption and panel say it ended):
+    "101/83" read as step 101 of 83, the left's step over the step the right had ended at."""
+    w = words(lang)
+    going = {
+        side: lesson.side(side).at(i).step
+        for side in ("left", "right")
+        if i < len(lesson.side(side).frames)
+    }
+    steps = set(going.values())
+    if len(steps) == 1:
+        return f"{w['step']} {steps.pop()}"
+    return w["step_sides"].format(**going)
 
 
 def frame_parts(lesson: Lesson, i: int, lang: str) -> list[str]:
@@ -237,7 +247,8 @@ def timeline_svg(lesson: Lesson, chs: list[chapters.Chapter], lang: str) -> str:
 
 
 def scoreboard(lesson: Lesson, lang: str) -> str:
-    """The final comparison, large: both sides' whole-run shares, steps and concurrency."""
+    """The final comparison, large: its result in one line, then both sides' whole-run
+    shares, steps and concurrency."""
     t = captions.text(lang)
     cards = "".join(
         f"<div class='pk-score-side'>{html.side_title(lesson.side(s).title[lang], s)}"
@@ -246,8 +257,9 @@ def scoreboard(lesson: Lesson, lang: str) -> str:
     )
     return (
         f"<div class='pk-scoreboard'><div class='pk-score-title'>"
-        f"{_html.escape(t['scoreboard_title'])}</div><div class='pk-score-row'>{cards}</div>"
-        f"</div>"
+        f"{_html.escape(t['scoreboard_title'])}</div>"
+        f"<p class='pk-score-head'>{_html.escape(captions.score_headline(lesson, lang))}</p>"
+        f"<div class='pk-score-row'>{cards}</div></div>"
     )
 
 
