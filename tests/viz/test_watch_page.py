@@ -201,6 +201,34 @@ def test_a_recording_replays_step_by_step():
     assert shown == [2, 3, 4, 5, 4]
 
 
+def test_the_demo_recording_is_a_real_servers_stream_that_fills_and_evicts():
+    """The Recording tab without a server: the shipped demo (a vLLM run saved by ``paged watch
+    --save``) opens with a switch, steps like an upload, and shows what a fold of the file
+    gives, evictions included."""
+    from paged.viz.app.watch import DEMO
+    from paged.viz.watch.state import read_recording
+
+    batches = read_recording(DEMO.read_text(encoding="utf-8"))
+    want = WatchState()
+    for seq, payload in batches:
+        want.feed(seq, payload)
+    snap = want.snapshot()
+    assert snap.counters["stored"] > snap.num_blocks and snap.counters["removed"] > 0
+    at = page()
+    at.radio(key="kvw_source").set_value("recording").run()
+    assert not at.metric  # nothing shown until it is asked for
+    at.toggle(key="kvw_demo").set_value(True).run()
+    assert not at.exception and not at.error
+    assert at.slider(key="kvw_step").value == len(batches)
+    assert (metric(at, "m_blocks"), metric(at, "m_stored"), metric(at, "m_removed")) == (
+        snap.num_blocks,
+        snap.counters["stored"],
+        snap.counters["removed"],
+    )
+    at.slider(key="kvw_step").set_value(1).run()
+    assert metric(at, "m_stored") < snap.counters["stored"]
+
+
 def test_a_foreign_recording_is_one_error_line():
     at = page()
     at.radio(key="kvw_source").set_value("recording").run()

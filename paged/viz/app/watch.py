@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -293,30 +294,38 @@ def _live_view(sub: Subscriber, t: dict) -> None:
 
 # --- recording --------------------------------------------------------------------------------
 
+#: A real vLLM server's KV events, as ``paged watch --save`` kept them (bench/vllm_watch_demo.py):
+#: the Recording tab tried without a server. Read like any upload: it is a file on disk.
+DEMO = Path(__file__).resolve().parents[1] / "data" / "vllm_kv_events.jsonl"
+
 
 def _recording(t: dict, lang: str) -> None:
     sid = session_id()
     up = file_uploader(
         t["upload"], type=["jsonl"], key="kvw_upload", lang=lang, max_mb=safe.MAX_UPLOAD_MB
     )
-    if up is None:
+    if up is not None:
+        key, size, read = up.file_id, up.size, up.getvalue
+    elif DEMO.is_file() and st.toggle(t["demo"], key="kvw_demo"):
+        key, size, read = "demo", DEMO.stat().st_size, DEMO.read_bytes
+    else:
         HELD.drop(sid)  # a removed file's batches go with it
         st.caption(t["upload_hint"])
         return
-    if up.size > MAX_RECORDING_BYTES:
+    if size > MAX_RECORDING_BYTES:
         HELD.drop(sid)
         st.error(t["too_big"].format(mb=MAX_RECORDING_BYTES >> 20))
         return
     # the slider reruns the page: read the upload once, and fold forward from the last step
-    replay = HELD.get(sid, up.file_id)
+    replay = HELD.get(sid, key)
     refused = st.session_state.get("kvw_refused")
-    if replay is None and refused is not None and refused[0] == up.file_id:
+    if replay is None and refused is not None and refused[0] == key:
         st.error(refused[1])  # read once: each rerun would read and fold it again
         return
     if replay is None:
-        got = load_replay(sid, up.file_id, up.getvalue(), t)
+        got = load_replay(sid, key, read(), t)
         if isinstance(got, str):
-            st.session_state["kvw_refused"] = (up.file_id, got)
+            st.session_state["kvw_refused"] = (key, got)
             st.error(got)
             return
         replay = got
