@@ -141,6 +141,35 @@ def test_rows_too_short_for_text_drop_it_and_keep_their_row_labels_apart():
     assert len(ys) > 1 and min(b - a for a, b in zip(ys, ys[1:], strict=False)) >= size
 
 
+# a name on the grid: its row's middle, left edge, room down and across (svg.py), and text
+_NAME = re.compile(
+    r"class='pk-nm' data-cy='([\d.]+)' data-x0='([\d.]+)' data-h='([\d.]+)' "
+    r"data-room='([\d.]+)'[^>]*>([^<]+)</text>"
+)
+
+
+def test_half_height_rows_name_every_block_where_the_next_rows_names_are_not():
+    """fp8's rows are half as tall as a legible name (12 px at 1280x720 is about 13 units, a
+    row 9): every block a request holds is named, and the names of neighbouring rows take
+    different stretches of the row, so a name standing over its row meets none of theirs."""
+    lesson = _case(None)
+    i = lesson.keyframes[1]
+    right = lesson.right.at(i)
+    drawn = player._grid(lesson, "right", i, "en")
+    names = {m[4]: [float(v) for v in m[:4]] for m in _NAME.findall(drawn)}
+    held = {
+        f"{right.requests[r].name}{k}" for r, t in right.block_tables.items() for k in range(len(t))
+    }
+    assert len(held) >= 12 and set(names) == held
+    pitch = svg.CELL * 0.5
+    for a, (cy, x0, h, room) in names.items():
+        # room down the player (fit_present.js nameFits) shows a 13-unit name in: 12 px
+        assert h / 0.9 >= 1.1 * 13 and h > pitch, (a, h)
+        for b, (cy2, x2, _, room2) in names.items():
+            if a != b and abs(cy2 - cy) < 2.5 * pitch:  # neighbours, or two rows apart
+                assert x0 + room <= x2 or x2 + room2 <= x0, (a, b)
+
+
 @pytest.mark.parametrize(
     ("name", "right_bytes"),
     [("six-steps", 1.0), ("six-steps", 0.0), ("six-steps", None), ("recompute-or-swap", None)],

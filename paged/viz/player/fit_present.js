@@ -9,6 +9,8 @@
 const CELL_UNITS = 18; // a cell's width (svg.py)
 const LABEL_ROOM = 30; // the row labels' room (svg.py)
 const FLASH_MS = 1200;
+const ROW_LINE = 1.1; // row numbers at least this many ems apart: a label's box is 1.07 em
+const COLUMN_GAP = 4; // units between two columns of row numbers
 const FIRST_SCREEN_MARGIN = 8; // px left under the grids on a first screen
 const MIN_GRID_PX = 200; // the least a grid is shrunk to for it // how long presenter mode shows what Space or + / − did
 
@@ -54,6 +56,23 @@ function wrapText(t, size, width, step) {
   return lines.length;
 }
 
+// The distance between two rows' middles, in SVG units (Infinity with under two rows).
+function rowPitch(svg) {
+  const ys = [...svg.querySelectorAll("text.pk-rl")].map((t) => Number(t.dataset.cy));
+  return ys.length > 1 ? ys[1] - ys[0] : Infinity;
+}
+
+// Whether a name of ``size`` units has room in a height of ``h`` (svg.py's data-h).
+function nameFits(size, h) {
+  return 1.1 * size <= h / 0.9;
+}
+
+// The widest row number of ``svg`` at ``size`` units.
+function rowLabelWidth(svg, size) {
+  const ws = [...svg.querySelectorAll("text.pk-rl")].map((t) => textWidth(t.textContent, size));
+  return Math.max(0, ...ws);
+}
+
 const PresentFitting = {
   // Presenter mode's own fitting, redone on each frame (its grids and panels are new pieces)
   // and on each resize: the grids' labels grown to --pk-grid-min px, the panels condensed to fit.
@@ -66,8 +85,9 @@ const PresentFitting = {
   // 10-12 px. In presenter mode each label is grown to --pk-grid-min px: a request's name
   // starts at its cell and runs over its owner's room in the row (narrowed down to 3/4 at
   // most, else left out: the block table beside says the same), a ref count ends at its
-  // cell's right edge, row numbers are thinned to one per label height and the grid's left
-  // margin widened for them, and lines under the grid wrap at its width. A grid is fitted
+  // cell's right edge, row numbers are kept a label's height apart (in two columns where
+  // that numbers more rows) and the grid's left margin widened for them, and lines under the
+  // grid wrap at its width. A grid is fitted
   // once per frame and scale; one fitted at another scale, and every grid out of presenter
   // mode, is first put back as the server drew it.
   fitGridText() {
@@ -104,16 +124,33 @@ const PresentFitting = {
     const vb = sides[0].vb;
     const scale = (w, h) =>
       Math.min(...sides.map((s) => Math.min(s.box.width / w, s.box.height / h)));
-    let u = least / scale(vb[2], vb[3]);
-    const wide = Math.max(
-      0,
+    // Room for the grown row numbers. Where rows are closer than a number is tall (fp8's
+    // half-height rows) a second column gives every row its number, if the wider margin
+    // leaves the grids big enough for it and for the names that fitted in one column.
+    const margin = (columns) => {
+      let u = least / scale(vb[2], vb[3]);
+      let extra = 0;
+      for (let pass = 0; pass < 3; pass++) {
+        const wide = Math.max(0, ...sides.map((s) => rowLabelWidth(s.svg, u)));
+        extra = Math.max(0, columns * wide + (columns - 1) * COLUMN_GAP - LABEL_ROOM + 2);
+        u = least / scale(vb[2] + extra, vb[3]);
+      }
+      return { u, extra, columns };
+    };
+    const one = margin(1);
+    const pitch = Math.min(...sides.map((s) => rowPitch(s.svg)));
+    const two = pitch < ROW_LINE * one.u ? margin(2) : null;
+    const fitted = Math.min(
       ...sides.flatMap((s) =>
-        [...s.svg.querySelectorAll("text.pk-rl")].map((t) => textWidth(t.textContent, u, false)),
+        [...s.svg.querySelectorAll("text.pk-nm")]
+          .map((t) => Number(t.dataset.h))
+          .filter((h) => nameFits(one.u, h)),
       ),
     );
-    const extra = Math.max(0, wide - LABEL_ROOM + 2); // room for the grown row numbers
-    if (extra > 0) u = least / scale(vb[2] + extra, vb[3]);
-    const key = u.toFixed(3);
+    const pick = two && 2 * pitch >= ROW_LINE * two.u && nameFits(two.u, fitted) ? two : one;
+    const { extra, columns } = pick;
+    let u = pick.u;
+    const key = `${u.toFixed(3)}/${columns}`;
     if (sides.every((s) => s.svg.dataset.fit === key)) return;
     // Lines wrapped under a grid make both taller, so smaller where the height limits them:
     // fitted again at the size that leaves, at most twice.
@@ -124,7 +161,7 @@ const PresentFitting = {
         s.svg.dataset.fit = key;
         s.svg.dataset.vb = vb.join(" ");
         s.svg.setAttribute("viewBox", [vb[0] - extra, vb[1], vb[2] + extra, vb[3]].join(" "));
-        this.growLabels(s.svg, u, vb);
+        this.growLabels(s.svg, u, vb, columns);
         this.fitUnder(s.svg, u);
         tall = Math.max(tall, Number(s.svg.getAttribute("viewBox").split(" ")[3]));
       }
@@ -152,27 +189,24 @@ const PresentFitting = {
     svg.style.maxHeight = `${Math.min(drawn, Math.max(room, MIN_GRID_PX))}px`;
   },
 
-  growLabels(svg, u, vb) {
-    let last = -Infinity;
+  // ``columns``: how many columns of row numbers the grid's left margin was widened for.
+  growLabels(svg, u, vb, columns = 1) {
+    const rows = [];
     for (const t of svg.querySelectorAll("text")) {
       const size = Math.max(Number(t.getAttribute("font-size")), u);
       t.setAttribute("font-size", size.toFixed(2));
       const w = textWidth(t.textContent, size, t.getAttribute("font-weight") === "700");
-      if (t.classList.contains("pk-rl")) {
-        // one row number per label height
-        // on its row's middle, the first one's top inside the grid's top margin
+      if (t.classList.contains("pk-rl")) rows.push(t);
+      else if (t.classList.contains("pk-nm") || t.classList.contains("pk-rc")) {
+        const x0 = Number(t.dataset.x0);
+        // a name taller than its row (fp8's half-height rows) stays inside the grid's top
         const y = Math.max(Number(t.dataset.cy) + 0.36 * size, vb[1] + 0.95 * size);
         t.setAttribute("y", y.toFixed(2));
-        t.style.display = y - last < 1.3 * size ? "none" : "";
-        if (t.style.display === "") last = y;
-      } else if (t.classList.contains("pk-nm") || t.classList.contains("pk-rc")) {
-        const x0 = Number(t.dataset.x0);
-        t.setAttribute("y", (Number(t.dataset.cy) + 0.36 * size).toFixed(2));
         t.removeAttribute("textLength");
         t.removeAttribute("lengthAdjust");
-        // a row too short for the grown label's box (a half-height FP8 row, or a grid drawn
+        // a row too short for the grown label's box (a quarter-height row, or a grid drawn
         // small) shows no names: they would run into the next row's
-        let show = 1.1 * size <= Number(t.dataset.h) / 0.9;
+        let show = nameFits(size, Number(t.dataset.h));
         if (t.classList.contains("pk-rc")) {
           t.setAttribute("x", x0 + CELL_UNITS - 1);
           t.setAttribute("text-anchor", "end");
@@ -191,6 +225,28 @@ const PresentFitting = {
         }
         t.style.display = show ? "" : "none";
       }
+    }
+    this.placeRowNumbers(svg, rows.reverse(), vb, columns);
+  },
+
+  // Every row's number where the rows are a label apart; rows closer than that take turns
+  // between ``columns`` columns, and a row with room in none has none. Placed from the last
+  // row up: the first row's number, pushed down inside the grid's top margin, is the one
+  // left out, not its two neighbours.
+  placeRowNumbers(svg, rows, vb, columns) {
+    const last = [Infinity, Infinity];
+    const wide = rows.length ? rowLabelWidth(svg, Number(rows[0].getAttribute("font-size"))) : 0;
+    for (const t of rows) {
+      const size = Number(t.getAttribute("font-size"));
+      // on its row's middle, its top inside the grid's top margin
+      const y = Math.max(Number(t.dataset.cy) + 0.36 * size, vb[1] + 0.95 * size);
+      const col = [0, 1].find((k) => k < columns && last[k] - y >= ROW_LINE * size);
+      t.setAttribute("y", y.toFixed(2));
+      if (t.dataset.x === undefined) t.dataset.x = t.getAttribute("x");
+      const x = Number(t.dataset.x) - (col === 1 ? wide + COLUMN_GAP : 0);
+      t.setAttribute("x", x.toFixed(2));
+      t.style.display = col === undefined ? "none" : "";
+      if (col !== undefined) last[col] = y;
     }
   },
 

@@ -93,9 +93,7 @@ def arena_svg(
         _gaps(layout),
         _owner_breaks(frame, layout),
         _row_labels(frame, layout),
-        _names(frame, layout),
-        _ref_counts(frame, layout),
-        _changed(frame, layout),
+        *_marks(frame, layout),
         cpu_tier_svg(frame, layout, height + GAP, LABEL_W, CELL, GAP, lang),  # "" without one
         _note(note, height + tier_height(frame, layout, CELL), width),
         overlay,
@@ -298,6 +296,14 @@ def _row_labels(frame: Frame, layout: GridLayout) -> str:
     )
 
 
+def _marks(frame: Frame, layout: GridLayout) -> list[str]:
+    """The names, the ref counts and the changed outline, in the order they are painted: a
+    name taller than its row (rows drawn to scale) over the outline, else under it."""
+    labels = [_names(frame, layout), _ref_counts(frame, layout)]
+    changed = _changed(frame, layout)
+    return [changed, *labels] if layout.scaled else [*labels, changed]
+
+
 def _names(frame: Frame, layout: GridLayout) -> str:
     """The owner's name at the start of each block (with its logical index) or run; in rows
     too short for legible text, none (the block tables beside the grid still say)."""
@@ -307,7 +313,6 @@ def _names(frame: Frame, layout: GridLayout) -> str:
     out = []
     for slot, text, owner in label_starts(frame):
         col, row = layout.xy(slot)
-        colour = cell_ink(frame.cells[slot])
         y = _y(row, layout) + 13 if not layout.scaled else _mid(row, layout, 10 * t)
         if frame.run.allocator == PAGED:
             span = frame.run.block_size
@@ -315,14 +320,24 @@ def _names(frame: Frame, layout: GridLayout) -> str:
             span = frame.reservations[owner][1]
         else:  # a request that stopped this frame: its slots still on the grid
             span = frame.owners.count(owner)
-        room = max(1, min(span, layout.cols - col)) * CELL - GAP - 3
+        cells = max(1, min(span, layout.cols - col))
+        col, cells, high = _stagger(row, col, cells, layout)
+        room = cells * CELL - GAP - 3
+        code = frame.cells[row * layout.cols + col]
+        # a name taller than its row is edged in its own cell's colour where it stands over
+        # the rows above and below (their cells, the gaps, the changed outline)
+        halo = (
+            f"stroke='{cell_colour(code)}' stroke-width='3' paint-order='stroke' "
+            if high > _h(layout)
+            else ""
+        )
         # where the player may grow the name for a projector (fit_present.js fitGridText): the
-        # row's middle, the cell's left edge and the owner's room in this row
+        # row's middle, the name's left edge, and its room across and down
         fit = f"class='pk-nm' data-cy='{_y(row, layout) + _h(layout) / 2}' data-x0='{_x(col)}' "
         head = (
             fit
-            + f"data-h='{_h(layout)}' data-room='{room}' y='{y}' font-weight='700' fill='{colour}' "
-            + ("pointer-events='none'")
+            + f"data-h='{high}' data-room='{room}' y='{y}' font-weight='700' "
+            + f"fill='{cell_ink(code)}' {halo}pointer-events='none'"
         )
         if len(text) <= 2:
             out.append(
@@ -343,6 +358,20 @@ def _names(frame: Frame, layout: GridLayout) -> str:
             f"<text x='{_x(col) + 1.5}' {head} font-size='{size:.1f}'{fit}>{escape(text)}</text>"
         )
     return "".join(out)
+
+
+def _stagger(row: int, col: int, cells: int, layout: GridLayout) -> tuple[int, int, float]:
+    """Where a name sits in its owner's cells of ``row``: ``(column, cells across, height)``.
+
+    A row drawn shorter than a full cell (an fp8 arena beside a bf16 one) is shorter than a
+    name of legible size (12 px at 1280x720 is about 13 units, such a row 9). So the names of
+    three rows running take turns along the block: the first, second and third part of it.
+    A name then stands over its row into its neighbours' where their names are not, and names
+    at one place along the block are three rows apart: room enough for the player's size."""
+    if not layout.scaled or cells < 3:
+        return col, cells, _h(layout)
+    part = cells // 3
+    return col + (row % 3) * part, part, round(3 * _pitch(layout) - _row_gap(layout), 2)
 
 
 def _size(base: int, t: float) -> str:
