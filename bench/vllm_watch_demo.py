@@ -55,23 +55,6 @@ OTHERS = [
 OTHERS = [" ".join([p] * 4) for p in OTHERS]  # a few blocks each, so the cache must evict
 
 
-def free_ports() -> tuple[int, int]:
-    """Two consecutive free loopback ports: the events and vLLM's replay socket."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65534:
-            continue
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port, port + 1
-    raise RuntimeError("no two free consecutive ports")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", type=Path, default=OUT)
@@ -88,10 +71,13 @@ def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="vllm-demo-"))
     model = load_model(device="cpu", dtype="float32", keep_hf=True, progress=False)
     save_hf_folder(model, folder)
-    port, replay = free_ports()
+    with socket.socket() as s:  # a free port for the watcher to bind (vLLM connects to it)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # no replay socket: on one machine, with the watcher bound first, no batch goes missing
     watcher = subprocess.Popen(
         [sys.executable, "-m", "paged", "watch", f"tcp://127.0.0.1:{port}", "--listen"]
-        + ["--replay", f"tcp://127.0.0.1:{replay}", "--json", "--save", str(args.out)],
+        + ["--replay", "", "--json", "--save", str(args.out)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -99,21 +85,19 @@ def main() -> int:
     )
     try:
         began = time.monotonic()
+        events = KVEventsConfig(
+            enable_kv_cache_events=True, publisher="zmq", endpoint=f"tcp://127.0.0.1:{port}"
+        )
         llm = LLM(
             model=str(folder),
-            dtype="float32",
-            block_size=BS,
+            num_gpu_blocks_override=args.blocks,
             max_model_len=320,  # what so small a cache can hold for one request
             max_num_seqs=4,
-            num_gpu_blocks_override=args.blocks,
+            block_size=BS,
+            dtype="float32",
             enable_prefix_caching=True,
+            kv_events_config=events,
             seed=0,
-            kv_events_config=KVEventsConfig(
-                enable_kv_cache_events=True,
-                publisher="zmq",
-                endpoint=f"tcp://127.0.0.1:{port}",
-                replay_endpoint=f"tcp://127.0.0.1:{replay}",
-            ),
         )
         print(f"vLLM started in {time.monotonic() - began:.0f} s", flush=True)
         params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
