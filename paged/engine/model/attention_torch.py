@@ -255,7 +255,6 @@ class CpuAttention(TorchAttention):
             k, v = k.to(k_cache.dtype), v.to(v_cache.dtype)
         k_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, k)
         v_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
-        k, v = k.to(q.dtype), v.to(q.dtype)  # for a chunk SDPA takes; a no-op in float32
         n = meta.num_prefill_tokens
         self.walk = None
         if self._max_len:
@@ -279,6 +278,8 @@ class CpuAttention(TorchAttention):
             if n == 0:
                 return decode
         out = torch.empty_like(q)
+        if self._sdpa and k.dtype != q.dtype:  # a long chunk of a bfloat16 arena: SDPA in float32
+            k, v = k.to(q.dtype), v.to(q.dtype)
         for p in self._sdpa:
             out[p.start : p.end] = self._attend_prefill(
                 q[p.start : p.end], k, v, k_cache, v_cache, p
